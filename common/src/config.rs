@@ -1,0 +1,547 @@
+//! The relay configuration both backends share: a TOML file, `clap` flags that override
+//! it, and validation at start with errors that name the bad field and say why.
+//!
+//! Precedence: a flag beats the file, the file beats the default. Hint keys never come
+//! from a flag (flags show up in `ps` and shell history): they come from the file named
+//! by `hint_keys_file` (which must not be readable by group or others) or from the
+//! environment variable [`HINT_KEYS_ENV`], one key per line or comma-separated as
+//! `<id>:<hex secret>`, current key first.
+//!
+//! ```toml
+//! vips = ["203.0.113.10:3478"]            # public VIP:port list (required)
+//! internal_addr = "10.0.0.5:40000"        # worker i binds port 40000 + i (required)
+//! cpus = "0-1"                            # cores to pin workers to (default: all)
+//! workers = 2                             # default: one per listed CPU
+//! allowed_transceiver_networks = ["10.0.0.0/8"]   # required
+//! hint_keys_file = "/etc/ufrag-relay/hint.keys"   # or UFRAG_RELAY_HINT_KEYS
+//! cluster_id = 1
+//! global_relay_networks = ["192.0.2.0/24"]        # who may send us global-mode frames
+//! flows_per_worker = 262144
+//! idle_timeout = "30s"
+//! drain_time = "5s"
+//! redis_url = "redis://127.0.0.1:6379"    # absent: in-memory only
+//! metrics_addr = "127.0.0.1:9100"
+//!
+//! [clusters]                              # cluster id → that cluster's relay (global mode)
+//! 2 = "198.51.100.7:3479"
+//! ```
+
+use core::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+
+use crate::flow::MAX_CAPACITY;
+use crate::hint::HintKeys;
+
+/// The environment variable that may hold the hint keys.
+pub const HINT_KEYS_ENV: &str = "UFRAG_RELAY_HINT_KEYS";
+
+const DEFAULT_FLOWS_PER_WORKER: usize = 262_144;
+const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_DRAIN_TIME: Duration = Duration::from_secs(5);
+const DEFAULT_METRICS_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9100);
+const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
+const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
+const MAX_DRAIN_TIME: Duration = Duration::from_secs(600);
+const MAX_WORKERS: usize = 1024;
+
+/// A configuration error: which field, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: `{field}`: {reason}")]
+pub struct ConfigError {
+    /// The field (file key or flag name without dashes) that is wrong.
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn bad(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
+    ConfigError {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// A `--cluster-relay ID=IP:PORT` entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClusterRelay {
+    /// The cluster id.
+    pub cluster: u16,
+    /// That cluster's relay (its internal frame port).
+    pub relay: SocketAddr,
+}
+
+impl core::str::FromStr for ClusterRelay {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (id, addr) = s
+            .split_once('=')
+            .ok_or_else(|| format!("`{s}`: expected ID=IP:PORT"))?;
+        Ok(ClusterRelay {
+            cluster: id
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{id}`: cluster id must be 0..=65535"))?,
+            relay: addr
+                .trim()
+                .parse()
+                .map_err(|_| format!("`{addr}`: expected IP:PORT"))?,
+        })
+    }
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e} (e.g. 30s, 500ms, 2m)"))
+}
+
+/// The command-line flags both relay binaries accept. Each overrides the same key of the
+/// config file.
+#[derive(Debug, Default, Clone, clap::Args)]
+pub struct RelayArgs {
+    /// TOML config file; flags override its keys.
+    #[arg(long, short = 'c', value_name = "FILE", env = "UFRAG_RELAY_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Public VIP:port to serve (repeat for several; replaces the file's `vips`).
+    #[arg(long = "vip", value_name = "IP:PORT")]
+    pub vips: Vec<SocketAddr>,
+    /// Internal address towards transceivers; worker i binds PORT + i.
+    #[arg(long, value_name = "IP:PORT")]
+    pub internal_addr: Option<SocketAddr>,
+    /// Number of workers (default: one per CPU in --cpus).
+    #[arg(long, value_name = "N")]
+    pub workers: Option<usize>,
+    /// CPUs to pin workers to, e.g. "0-3,6" (default: all online CPUs).
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
+    /// A network transceivers live in (repeat; replaces the file's list).
+    #[arg(long = "allow-transceiver-net", value_name = "CIDR")]
+    pub allowed_transceiver_networks: Vec<IpNet>,
+    /// File holding the hint keys, `<id>:<hex>` per line, current first (mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub hint_keys_file: Option<PathBuf>,
+    /// This relay's cluster id.
+    #[arg(long, value_name = "ID")]
+    pub cluster_id: Option<u16>,
+    /// Global mode: the relay of another cluster (repeat; replaces the file's table).
+    #[arg(long = "cluster-relay", value_name = "ID=IP:PORT")]
+    pub cluster_relays: Vec<ClusterRelay>,
+    /// A network global relays send frames from (repeat; replaces the file's list).
+    #[arg(long = "allow-global-relay-net", value_name = "CIDR")]
+    pub global_relay_networks: Vec<IpNet>,
+    /// Flow table capacity of each worker, fixed at start.
+    #[arg(long, value_name = "N")]
+    pub flows_per_worker: Option<usize>,
+    /// A flow with no traffic for this long expires (e.g. 30s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub idle_timeout: Option<Duration>,
+    /// On SIGTERM, keep forwarding existing flows this long before exiting.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub drain_time: Option<Duration>,
+    /// Redis route cache URL (absent: in-memory flows only).
+    #[arg(long, value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// Where /metrics, /healthz and /readyz listen.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// The config file, as written: every key optional, unknown keys rejected.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    vips: Option<Vec<SocketAddr>>,
+    internal_addr: Option<SocketAddr>,
+    workers: Option<usize>,
+    cpus: Option<String>,
+    allowed_transceiver_networks: Option<Vec<IpNet>>,
+    hint_keys_file: Option<PathBuf>,
+    cluster_id: Option<u16>,
+    clusters: Option<BTreeMap<String, SocketAddr>>,
+    global_relay_networks: Option<Vec<IpNet>>,
+    flows_per_worker: Option<usize>,
+    idle_timeout: Option<String>,
+    drain_time: Option<String>,
+    redis_url: Option<String>,
+    metrics_addr: Option<SocketAddr>,
+}
+
+/// A validated relay configuration.
+#[derive(Debug, Clone)]
+pub struct RelayConfig {
+    /// Public VIP:port list.
+    pub vips: Vec<SocketAddr>,
+    /// Internal address; worker i uses port `internal_addr.port() + i`.
+    pub internal_addr: SocketAddr,
+    /// CPU of each worker, one entry per worker.
+    pub worker_cpus: Vec<usize>,
+    /// Networks transceivers live in.
+    pub allowed_transceiver_networks: Vec<IpNet>,
+    /// The accepted hint keys.
+    pub hint_keys: HintKeys,
+    /// This relay's cluster.
+    pub cluster_id: u16,
+    /// Other clusters' relays, for global mode.
+    pub clusters: BTreeMap<u16, SocketAddr>,
+    /// Networks global relays send frames from.
+    pub global_relay_networks: Vec<IpNet>,
+    /// Flow capacity of each worker.
+    pub flows_per_worker: usize,
+    /// Idle expiry.
+    pub idle_timeout: Duration,
+    /// Drain time on SIGTERM.
+    pub drain_time: Duration,
+    /// Redis route cache, if any.
+    pub redis_url: Option<String>,
+    /// Metrics and health listen address.
+    pub metrics_addr: SocketAddr,
+}
+
+impl RelayConfig {
+    /// Number of workers.
+    pub fn workers(&self) -> usize {
+        self.worker_cpus.len()
+    }
+
+    /// The internal address of worker `index`.
+    pub fn worker_internal_addr(&self, index: usize) -> SocketAddr {
+        // Validated at load: base port + workers - 1 <= 65535.
+        let port = self.internal_addr.port() + index as u16;
+        SocketAddr::new(self.internal_addr.ip(), port)
+    }
+
+    /// Loads the file named by `args.config` (if any), applies the flags, reads the hint
+    /// keys from their file or from `env_keys` (the value of [`HINT_KEYS_ENV`]), and
+    /// validates. `online_cpus` is the default CPU count when no list is given.
+    pub fn load(
+        args: &RelayArgs,
+        env_keys: Option<&str>,
+        online_cpus: usize,
+    ) -> Result<Self, ConfigError> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
+                Self::parse_file(&text)?
+            }
+            None => FileConfig::default(),
+        };
+        Self::resolve(file, args, env_keys, online_cpus)
+    }
+
+    /// Like [`RelayConfig::load`], with the config file's text given directly.
+    pub fn from_toml(
+        text: &str,
+        args: &RelayArgs,
+        env_keys: Option<&str>,
+        online_cpus: usize,
+    ) -> Result<Self, ConfigError> {
+        Self::resolve(Self::parse_file(text)?, args, env_keys, online_cpus)
+    }
+
+    fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
+        toml::from_str(text).map_err(|e| {
+            let span = e.span().map(|s| &text[s]).unwrap_or("");
+            let field = span
+                .split(['=', '\n'])
+                .next()
+                .map(str::trim)
+                .filter(|s| !s.is_empty() && s.len() < 64)
+                .unwrap_or("config");
+            bad(field, e.message().to_string())
+        })
+    }
+
+    fn resolve(
+        file: FileConfig,
+        args: &RelayArgs,
+        env_keys: Option<&str>,
+        online_cpus: usize,
+    ) -> Result<Self, ConfigError> {
+        fn pick<T>(flag: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
+            if flag.is_empty() {
+                file.unwrap_or_default()
+            } else {
+                flag
+            }
+        }
+
+        let vips = pick(args.vips.clone(), file.vips);
+        if vips.is_empty() {
+            return Err(bad(
+                "vips",
+                "at least one public VIP:port is required (--vip)",
+            ));
+        }
+        for (i, vip) in vips.iter().enumerate() {
+            if vip.port() == 0 {
+                return Err(bad(
+                    "vips",
+                    format!("{vip}: port 0 is not a fixed public port"),
+                ));
+            }
+            if vips[..i].contains(vip) {
+                return Err(bad("vips", format!("{vip} is listed twice")));
+            }
+        }
+
+        let internal_addr = args
+            .internal_addr
+            .or(file.internal_addr)
+            .ok_or_else(|| bad("internal_addr", "required (--internal-addr IP:PORT)"))?;
+        if internal_addr.port() == 0 {
+            return Err(bad(
+                "internal_addr",
+                "port 0: workers need fixed ports so return traffic reaches the flow's owner",
+            ));
+        }
+
+        let cpus = match args.cpus.as_deref().or(file.cpus.as_deref()) {
+            Some(list) => parse_cpu_list(list).map_err(|reason| bad("cpus", reason))?,
+            None => (0..online_cpus.max(1)).collect(),
+        };
+        let workers = args.workers.or(file.workers).unwrap_or(cpus.len());
+        if workers == 0 || workers > MAX_WORKERS {
+            return Err(bad(
+                "workers",
+                format!("{workers}: must be 1..={MAX_WORKERS}"),
+            ));
+        }
+        if workers > cpus.len() {
+            return Err(bad(
+                "workers",
+                format!(
+                    "{workers} workers but only {} CPUs listed: each worker is pinned to its own core",
+                    cpus.len()
+                ),
+            ));
+        }
+        if usize::from(internal_addr.port()) + workers - 1 > usize::from(u16::MAX) {
+            return Err(bad(
+                "internal_addr",
+                format!(
+                    "port {} + {workers} workers exceeds 65535",
+                    internal_addr.port()
+                ),
+            ));
+        }
+        for vip in &vips {
+            let clash = vip.ip() == internal_addr.ip() || internal_addr.ip().is_unspecified();
+            let p = usize::from(vip.port());
+            let base = usize::from(internal_addr.port());
+            if clash && (base..base + workers).contains(&p) {
+                return Err(bad(
+                    "internal_addr",
+                    format!(
+                        "worker ports {base}..{} overlap VIP {vip}",
+                        base + workers - 1
+                    ),
+                ));
+            }
+        }
+        let worker_cpus = cpus[..workers].to_vec();
+
+        let allowed_transceiver_networks = pick(
+            args.allowed_transceiver_networks.clone(),
+            file.allowed_transceiver_networks,
+        );
+        if allowed_transceiver_networks.is_empty() {
+            return Err(bad(
+                "allowed_transceiver_networks",
+                "at least one network is required, or no hint can ever be routed",
+            ));
+        }
+
+        let keys_file = args.hint_keys_file.clone().or(file.hint_keys_file);
+        let hint_keys = match (keys_file, env_keys) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    "hint_keys_file",
+                    format!("both a key file and {HINT_KEYS_ENV} are set; use one"),
+                ));
+            }
+            (Some(path), None) => load_key_file(&path)?,
+            (None, Some(text)) => HintKeys::parse(&text.replace(',', "\n"))
+                .map_err(|e| bad(HINT_KEYS_ENV, e.to_string()))?,
+            (None, None) => {
+                return Err(bad(
+                    "hint_keys_file",
+                    format!("hint keys are required: set hint_keys_file or {HINT_KEYS_ENV}"),
+                ));
+            }
+        };
+
+        let cluster_id = args.cluster_id.or(file.cluster_id).unwrap_or(0);
+        let clusters = if args.cluster_relays.is_empty() {
+            let mut table = BTreeMap::new();
+            for (id, relay) in file.clusters.unwrap_or_default() {
+                let cluster: u16 = id
+                    .parse()
+                    .map_err(|_| bad(format!("clusters.{id}"), "cluster id must be 0..=65535"))?;
+                table.insert(cluster, relay);
+            }
+            table
+        } else {
+            let mut table = BTreeMap::new();
+            for entry in &args.cluster_relays {
+                if table.insert(entry.cluster, entry.relay).is_some() {
+                    return Err(bad(
+                        "cluster_relays",
+                        format!("cluster {} is listed twice", entry.cluster),
+                    ));
+                }
+            }
+            table
+        };
+        let global_relay_networks = pick(
+            args.global_relay_networks.clone(),
+            file.global_relay_networks,
+        );
+
+        let flows_per_worker = args
+            .flows_per_worker
+            .or(file.flows_per_worker)
+            .unwrap_or(DEFAULT_FLOWS_PER_WORKER);
+        if flows_per_worker == 0 || flows_per_worker > MAX_CAPACITY {
+            return Err(bad(
+                "flows_per_worker",
+                format!("{flows_per_worker}: must be 1..={MAX_CAPACITY}"),
+            ));
+        }
+
+        let idle_timeout = duration_field(
+            "idle_timeout",
+            args.idle_timeout,
+            file.idle_timeout.as_deref(),
+            DEFAULT_IDLE_TIMEOUT,
+        )?;
+        if !(MIN_IDLE_TIMEOUT..=MAX_IDLE_TIMEOUT).contains(&idle_timeout) {
+            return Err(bad(
+                "idle_timeout",
+                format!(
+                    "{}: must be between {} and {}",
+                    humantime::format_duration(idle_timeout),
+                    humantime::format_duration(MIN_IDLE_TIMEOUT),
+                    humantime::format_duration(MAX_IDLE_TIMEOUT)
+                ),
+            ));
+        }
+        let drain_time = duration_field(
+            "drain_time",
+            args.drain_time,
+            file.drain_time.as_deref(),
+            DEFAULT_DRAIN_TIME,
+        )?;
+        if drain_time > MAX_DRAIN_TIME {
+            return Err(bad(
+                "drain_time",
+                format!(
+                    "must be at most {}",
+                    humantime::format_duration(MAX_DRAIN_TIME)
+                ),
+            ));
+        }
+
+        let redis_url = args.redis_url.clone().or(file.redis_url);
+        if let Some(url) = &redis_url {
+            let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
+                .iter()
+                .any(|s| url.starts_with(s));
+            if !scheme_ok {
+                return Err(bad(
+                    "redis_url",
+                    format!("`{url}`: expected redis://HOST:PORT, rediss:// or unix://PATH"),
+                ));
+            }
+        }
+
+        let metrics_addr = args
+            .metrics_addr
+            .or(file.metrics_addr)
+            .unwrap_or(DEFAULT_METRICS_ADDR);
+
+        Ok(RelayConfig {
+            vips,
+            internal_addr,
+            worker_cpus,
+            allowed_transceiver_networks,
+            hint_keys,
+            cluster_id,
+            clusters,
+            global_relay_networks,
+            flows_per_worker,
+            idle_timeout,
+            drain_time,
+            redis_url,
+            metrics_addr,
+        })
+    }
+}
+
+fn duration_field(
+    field: &str,
+    flag: Option<Duration>,
+    file: Option<&str>,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match (flag, file) {
+        (Some(d), _) => Ok(d),
+        (None, Some(text)) => parse_duration(text).map_err(|reason| bad(field, reason)),
+        (None, None) => Ok(default),
+    }
+}
+
+fn load_key_file(path: &Path) -> Result<HintKeys, ConfigError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let field = "hint_keys_file";
+    let meta = std::fs::metadata(path)
+        .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        return Err(bad(
+            field,
+            format!(
+                "{} has mode {mode:04o}: it must not be readable by group or others (chmod 600)",
+                path.display()
+            ),
+        ));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))?;
+    HintKeys::parse(&text).map_err(|e| bad(field, format!("{}: {e}", path.display())))
+}
+
+/// Parses a CPU list such as `"0-3,6"` into sorted, distinct CPU numbers.
+pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in list.split(',').map(str::trim) {
+        if part.is_empty() {
+            return Err(format!("`{list}`: empty entry"));
+        }
+        let number = |s: &str| {
+            s.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("`{s}` is not a CPU number"))
+        };
+        match part.split_once('-') {
+            Some((lo, hi)) => {
+                let (lo, hi) = (number(lo)?, number(hi)?);
+                if lo > hi || hi - lo >= MAX_WORKERS {
+                    return Err(format!("`{part}`: bad range"));
+                }
+                cpus.extend(lo..=hi);
+            }
+            None => cpus.push(number(part)?),
+        }
+    }
+    cpus.sort_unstable();
+    let before = cpus.len();
+    cpus.dedup();
+    if cpus.len() != before {
+        return Err(format!("`{list}`: a CPU is listed twice"));
+    }
+    Ok(cpus)
+}

@@ -1,0 +1,427 @@
+//! The routing hint: the server ICE ufrag that tells any relay, with no state, which
+//! transceiver owns a session, and the stateless ICE password that goes with it.
+//!
+//! # Layout (version 1)
+//!
+//! The hint is a short binary record, written as ICE characters (the base64 alphabet,
+//! see [`crate::ice_chars`]); every record is a multiple of three bytes, so there is no
+//! padding:
+//!
+//! ```text
+//!  byte  0      version (high nibble, = 1) | flags (low nibble: bit 0 = IPv6, bits 1-3 = 0)
+//!  byte  1      key id
+//!  bytes 2-3    cluster id (big endian)
+//!  bytes 4..    transceiver IP: 4 bytes (IPv4) or 16 bytes (IPv6)
+//!  next 2       transceiver UDP port (big endian)
+//!  next 6       random bits (48 ≥ the 24 RFC 8445 §5.3 asks for), chosen by the caller
+//!  last 8       MAC: HMAC-SHA256(mac key of `key id`, all bytes before it), truncated
+//!
+//!  IPv4: 24 bytes = 32 ICE chars;  IPv6: 36 bytes = 48 ICE chars   (RFC 8839: 4..=256)
+//! ```
+//!
+//! The 64-bit MAC makes forging a hint that routes to a chosen transceiver a 2^64 online
+//! guess per attempt. Even an authentic hint is forwarded only if its address lies in the
+//! relay's allowed transceiver networks.
+//!
+//! # Keys
+//!
+//! A [`HintKey`] is a secret of 16..=64 bytes shared by relays and transceivers, with a
+//! one-byte id. Two sub-keys are derived from it once, at load time, so that the hint MAC
+//! and the ICE password never share a key:
+//! `mac = HMAC-SHA256(secret, "ufrag-relay/v1/hint-mac")`,
+//! `pwd = HMAC-SHA256(secret, "ufrag-relay/v1/ice-pwd")`.
+//! [`HintKeys`] holds the current key (used to encode) and optionally the previous one:
+//! both verify, so keys rotate without dropping sessions.
+//!
+//! # Password
+//!
+//! The ICE password of a session is `ice_chars(HMAC-SHA256(pwd key, ufrag)[..18])`: 24
+//! characters (RFC 8839 asks for at least 22). Any relay can therefore check the
+//! MESSAGE-INTEGRITY of a Binding Request before it creates a flow, and the transceiver
+//! hands the same password to str0m.
+
+use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+use hmac::{KeyInit, Mac};
+use ipnet::IpNet;
+use sha2::Sha256;
+
+use crate::ice_chars;
+
+type HmacSha256 = hmac::Hmac<Sha256>;
+
+/// The hint format version this code writes and reads.
+pub const HINT_VERSION: u8 = 1;
+/// Length in ICE characters of an IPv4 hint.
+pub const HINT_LEN_V4: usize = 32;
+/// Length in ICE characters of an IPv6 hint.
+pub const HINT_LEN_V6: usize = 48;
+/// Bytes of caller-chosen randomness in every hint.
+pub const RANDOM_LEN: usize = 6;
+/// Length in ICE characters of a derived ICE password.
+pub const PASSWORD_LEN: usize = 24;
+/// Smallest accepted key secret.
+pub const MIN_SECRET_LEN: usize = 16;
+/// Largest accepted key secret (one SHA-256 block).
+pub const MAX_SECRET_LEN: usize = 64;
+
+const MAC_LEN: usize = 8;
+const FLAG_IPV6: u8 = 0x01;
+const RAW_LEN_V4: usize = HINT_LEN_V4 / 4 * 3;
+const RAW_LEN_V6: usize = HINT_LEN_V6 / 4 * 3;
+
+/// Why a server ufrag is not a hint this relay will route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HintError {
+    /// The ufrag is neither 32 nor 48 characters, or its family flag disagrees with its
+    /// length.
+    BadLength,
+    /// A character outside the ICE character set.
+    BadAlphabet,
+    /// The version nibble is not [`HINT_VERSION`] or reserved flag bits are set.
+    UnknownVersion,
+    /// The key id is not one of the accepted keys.
+    UnknownKeyId,
+    /// The MAC does not verify.
+    BadMac,
+    /// The transceiver address is outside the allowed networks.
+    DestinationNotAllowed,
+}
+
+impl HintError {
+    /// A stable snake_case label for metrics.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::BadLength => "hint_bad_length",
+            Self::BadAlphabet => "hint_bad_alphabet",
+            Self::UnknownVersion => "hint_unknown_version",
+            Self::UnknownKeyId => "hint_unknown_key",
+            Self::BadMac => "hint_bad_mac",
+            Self::DestinationNotAllowed => "hint_destination_not_allowed",
+        }
+    }
+}
+
+impl core::fmt::Display for HintError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::error::Error for HintError {}
+
+/// Why a key could not be loaded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The secret has the wrong size.
+    #[error("key {id}: secret is {len} bytes, expected {MIN_SECRET_LEN}..={MAX_SECRET_LEN}")]
+    SecretLength {
+        /// The key id.
+        id: u8,
+        /// The secret's length.
+        len: usize,
+    },
+    /// Both keys have the same id.
+    #[error("key id {0} appears twice")]
+    DuplicateId(u8),
+    /// A line of a key file is not `<id>:<hex secret>`.
+    #[error("line {line}: {reason}")]
+    Syntax {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+    /// The key text holds no key, or more than two.
+    #[error("expected 1 or 2 keys (current, then previous), found {0}")]
+    Count(usize),
+}
+
+/// What a hint says: where the session lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RoutingHint {
+    /// The cluster whose relays can reach the transceiver.
+    pub cluster: u16,
+    /// The transceiver worker's internal address.
+    pub transceiver: SocketAddr,
+}
+
+/// A hint that decoded and authenticated, with the id of the key that verified it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VerifiedHint {
+    /// The decoded hint.
+    pub hint: RoutingHint,
+    /// The key id that authenticated it (needed to derive the ICE password).
+    pub key_id: u8,
+}
+
+/// One hint key with its derived MAC and password keys, ready to use.
+#[derive(Clone)]
+pub struct HintKey {
+    id: u8,
+    mac: HmacSha256,
+    pwd: HmacSha256,
+}
+
+impl core::fmt::Debug for HintKey {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("HintKey")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+fn derive(secret: &[u8], label: &[u8]) -> HmacSha256 {
+    let mut kdf = HmacSha256::new_from_slice(secret).expect("HMAC takes keys of any length");
+    kdf.update(label);
+    let sub_key = kdf.finalize().into_bytes();
+    HmacSha256::new_from_slice(&sub_key).expect("HMAC takes keys of any length")
+}
+
+impl HintKey {
+    /// Derives the MAC and password keys from a secret of 16..=64 bytes.
+    pub fn new(id: u8, secret: &[u8]) -> Result<Self, KeyError> {
+        if !(MIN_SECRET_LEN..=MAX_SECRET_LEN).contains(&secret.len()) {
+            return Err(KeyError::SecretLength {
+                id,
+                len: secret.len(),
+            });
+        }
+        Ok(HintKey {
+            id,
+            mac: derive(secret, b"ufrag-relay/v1/hint-mac"),
+            pwd: derive(secret, b"ufrag-relay/v1/ice-pwd"),
+        })
+    }
+
+    /// The key id carried in hints made with this key.
+    pub fn id(&self) -> u8 {
+        self.id
+    }
+}
+
+/// A server ufrag written by [`HintKeys::encode`]: ICE characters in a fixed buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct HintUfrag {
+    chars: [u8; HINT_LEN_V6],
+    len: u8,
+}
+
+impl HintUfrag {
+    /// The ufrag as bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.chars[..usize::from(self.len)]
+    }
+
+    /// The ufrag as text (always ASCII).
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(self.as_bytes()).expect("ICE characters are ASCII")
+    }
+}
+
+impl core::fmt::Debug for HintUfrag {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A derived ICE password: 24 ICE characters.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct IcePassword([u8; PASSWORD_LEN]);
+
+impl IcePassword {
+    /// The password as bytes (the STUN short-term credential key).
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// The password as text (always ASCII).
+    pub fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.0).expect("ICE characters are ASCII")
+    }
+}
+
+impl core::fmt::Debug for IcePassword {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("IcePassword(..)")
+    }
+}
+
+/// The accepted hint keys: the current one (encodes and verifies) and optionally the
+/// previous one (verifies only), for rotation.
+#[derive(Clone, Debug)]
+pub struct HintKeys {
+    current: HintKey,
+    previous: Option<HintKey>,
+}
+
+impl HintKeys {
+    /// Accepts `current` and, during a rotation, `previous`.
+    pub fn new(current: HintKey, previous: Option<HintKey>) -> Result<Self, KeyError> {
+        if let Some(p) = &previous
+            && p.id == current.id
+        {
+            return Err(KeyError::DuplicateId(p.id));
+        }
+        Ok(HintKeys { current, previous })
+    }
+
+    /// Parses key text: one key per line as `<id>:<hex secret>`, the current key first and
+    /// an optional previous key second. Blank lines and `#` comments are ignored.
+    pub fn parse(text: &str) -> Result<Self, KeyError> {
+        let mut keys: Vec<HintKey> = Vec::with_capacity(2);
+        let mut count = 0;
+        for (index, raw) in text.lines().enumerate() {
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let syntax = |reason| KeyError::Syntax {
+                line: index + 1,
+                reason,
+            };
+            let (id, hex) = line
+                .split_once(':')
+                .ok_or_else(|| syntax("expected <id>:<hex secret>"))?;
+            let id: u8 = id
+                .trim()
+                .parse()
+                .map_err(|_| syntax("key id must be an integer 0..=255"))?;
+            let secret = decode_hex(hex.trim()).ok_or_else(|| syntax("secret is not hex"))?;
+            count += 1;
+            if keys.len() < 2 {
+                keys.push(HintKey::new(id, &secret)?);
+            }
+        }
+        if !(1..=2).contains(&count) {
+            return Err(KeyError::Count(count));
+        }
+        let mut keys = keys.into_iter();
+        let current = keys.next().expect("count >= 1");
+        HintKeys::new(current, keys.next())
+    }
+
+    /// The key used to encode new hints.
+    pub fn current(&self) -> &HintKey {
+        &self.current
+    }
+
+    fn by_id(&self, id: u8) -> Option<&HintKey> {
+        if self.current.id == id {
+            Some(&self.current)
+        } else {
+            self.previous.as_ref().filter(|k| k.id == id)
+        }
+    }
+
+    /// Writes the hint for `hint` with the current key and the caller's random bytes.
+    pub fn encode(&self, hint: &RoutingHint, random: [u8; RANDOM_LEN]) -> HintUfrag {
+        let key = &self.current;
+        let mut raw = [0u8; RAW_LEN_V6];
+        let (flags, ip_len) = match hint.transceiver.ip().to_canonical() {
+            IpAddr::V4(v4) => {
+                raw[4..8].copy_from_slice(&v4.octets());
+                (0, 4)
+            }
+            IpAddr::V6(v6) => {
+                raw[4..20].copy_from_slice(&v6.octets());
+                (FLAG_IPV6, 16)
+            }
+        };
+        raw[0] = HINT_VERSION << 4 | flags;
+        raw[1] = key.id;
+        raw[2..4].copy_from_slice(&hint.cluster.to_be_bytes());
+        let mut at = 4 + ip_len;
+        raw[at..at + 2].copy_from_slice(&hint.transceiver.port().to_be_bytes());
+        at += 2;
+        raw[at..at + RANDOM_LEN].copy_from_slice(&random);
+        at += RANDOM_LEN;
+        let mut mac = key.mac.clone();
+        mac.update(&raw[..at]);
+        raw[at..at + MAC_LEN].copy_from_slice(&mac.finalize().into_bytes()[..MAC_LEN]);
+        let raw_len = at + MAC_LEN;
+
+        let mut out = HintUfrag {
+            chars: [0; HINT_LEN_V6],
+            len: 0,
+        };
+        let chars_len = raw_len / 3 * 4;
+        ice_chars::encode(&raw[..raw_len], &mut out.chars[..chars_len]);
+        out.len = chars_len as u8; // 32 or 48
+        out
+    }
+
+    /// Decodes and authenticates a server ufrag, then checks that its transceiver address
+    /// lies in `allowed`. Errors are checked in this order: length, alphabet, version, key
+    /// id, MAC, destination. No allocation; the MAC comparison is constant time.
+    pub fn verify(&self, ufrag: &[u8], allowed: &[IpNet]) -> Result<VerifiedHint, HintError> {
+        let raw_len = match ufrag.len() {
+            HINT_LEN_V4 => RAW_LEN_V4,
+            HINT_LEN_V6 => RAW_LEN_V6,
+            _ => return Err(HintError::BadLength),
+        };
+        let mut raw = [0u8; RAW_LEN_V6];
+        let raw = &mut raw[..raw_len];
+        ice_chars::decode(ufrag, raw).map_err(|e| match e {
+            ice_chars::DecodeError::Length => HintError::BadLength,
+            ice_chars::DecodeError::Alphabet => HintError::BadAlphabet,
+        })?;
+        if raw[0] >> 4 != HINT_VERSION || raw[0] & 0x0E != 0 {
+            return Err(HintError::UnknownVersion);
+        }
+        let is_v6 = raw[0] & FLAG_IPV6 != 0;
+        if is_v6 != (raw_len == RAW_LEN_V6) {
+            return Err(HintError::BadLength);
+        }
+        let key = self.by_id(raw[1]).ok_or(HintError::UnknownKeyId)?;
+        let (body, tag) = raw.split_at(raw_len - MAC_LEN);
+        let mut mac = key.mac.clone();
+        mac.update(body);
+        mac.verify_truncated_left(tag)
+            .map_err(|_| HintError::BadMac)?;
+
+        let ip = if is_v6 {
+            let octets: [u8; 16] = body[4..20].try_into().expect("36-byte record");
+            IpAddr::V6(Ipv6Addr::from(octets))
+        } else {
+            let octets: [u8; 4] = body[4..8].try_into().expect("24-byte record");
+            IpAddr::V4(Ipv4Addr::from(octets))
+        };
+        let port_at = if is_v6 { 20 } else { 8 };
+        let port = u16::from_be_bytes([body[port_at], body[port_at + 1]]);
+        if !allowed.iter().any(|net| net.contains(&ip)) {
+            return Err(HintError::DestinationNotAllowed);
+        }
+        Ok(VerifiedHint {
+            hint: RoutingHint {
+                cluster: u16::from_be_bytes([body[2], body[3]]),
+                transceiver: SocketAddr::new(ip, port),
+            },
+            key_id: key.id,
+        })
+    }
+
+    /// The ICE password for `ufrag` under key `key_id`, or `None` for an unknown key.
+    pub fn ice_password(&self, key_id: u8, ufrag: &[u8]) -> Option<IcePassword> {
+        let key = self.by_id(key_id)?;
+        let mut mac = key.pwd.clone();
+        mac.update(ufrag);
+        let digest = mac.finalize().into_bytes();
+        let mut out = [0u8; PASSWORD_LEN];
+        ice_chars::encode(&digest[..PASSWORD_LEN / 4 * 3], &mut out);
+        Some(IcePassword(out))
+    }
+}
+
+fn decode_hex(hex: &str) -> Option<Vec<u8>> {
+    if !hex.len().is_multiple_of(2) {
+        return None;
+    }
+    hex.as_bytes()
+        .chunks_exact(2)
+        .map(|pair| {
+            let text = core::str::from_utf8(pair).ok()?;
+            u8::from_str_radix(text, 16).ok()
+        })
+        .collect()
+}

@@ -1,0 +1,25 @@
+//! The sans-IO core both relay backends share: everything a relay decides about a
+//! datagram, and nothing that touches a socket or a clock.
+//!
+//! - [`demux`]: RFC 7983 first-byte classification.
+//! - [`stun`]: a borrowed STUN view (header, attributes, USERNAME, FINGERPRINT,
+//!   MESSAGE-INTEGRITY) and a writer for Binding Requests.
+//! - [`ice_chars`]: bytes ↔ ICE characters.
+//! - [`hint`]: the routing hint in the server ufrag, and the stateless ICE password.
+//! - [`frame`]: the relay ↔ transceiver frame header.
+//! - [`flow`]: the fixed-capacity flow table with idle expiry.
+//! - [`config`]: the relay configuration (TOML + flags) and its validation.
+//! - [`metrics`]: metric names, drop reasons and their Prometheus exposition.
+//!
+//! Per-packet paths (classify, parse, verify, look up) never allocate, never panic on any
+//! input and take time as an argument; tests assert all three.
+#![forbid(unsafe_code)]
+
+pub mod config;
+pub mod demux;
+pub mod flow;
+pub mod frame;
+pub mod hint;
+pub mod ice_chars;
+pub mod metrics;
+pub mod stun;

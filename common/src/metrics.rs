@@ -1,0 +1,575 @@
+//! Metric names, help texts, labels and drop reasons both relays expose, and their
+//! Prometheus text exposition (via `prometheus-client`).
+//!
+//! A worker counts into a plain [`WorkerCounters`] it owns (no atomics, no locks on the
+//! packet path) and copies it into its [`SharedCounters`] every so often with
+//! [`SharedCounters::publish`] (single writer, relaxed stores). The scrape side reads the
+//! shared copies through [`RelayMetrics`], a `prometheus-client` collector.
+//!
+//! | metric                                 | type    | labels               |
+//! |----------------------------------------|---------|----------------------|
+//! | `ufrag_relay_packets_total`            | counter | worker, direction    |
+//! | `ufrag_relay_bytes_total`              | counter | worker, direction    |
+//! | `ufrag_relay_drops_total`              | counter | worker, reason       |
+//! | `ufrag_relay_flows_active`             | gauge   | worker               |
+//! | `ufrag_relay_flows_created_total`      | counter | worker               |
+//! | `ufrag_relay_flows_expired_total`      | counter | worker               |
+//! | `ufrag_relay_flows_refused_total`      | counter | worker               |
+//! | `ufrag_relay_cache_hits_total`         | counter | worker               |
+//! | `ufrag_relay_cache_misses_total`       | counter | worker               |
+//! | `ufrag_relay_cache_errors_total`       | counter | worker               |
+//! | `ufrag_relay_ready`                    | gauge   |                      |
+//! | `ufrag_relay_build_info`               | gauge   | backend, version     |
+//!
+//! `direction` is `in` (client → transceiver) or `out` (transceiver → client); `reason`
+//! is one of [`DropReason::label`].
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::frame::FrameError;
+use crate::hint::HintError;
+use crate::stun::StunError;
+
+/// The `Content-Type` of [`RelayMetrics::render`]'s output.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Direction of a forwarded datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Direction {
+    /// Client → transceiver.
+    In = 0,
+    /// Transceiver → client.
+    Out = 1,
+}
+
+impl Direction {
+    /// Both directions, in index order.
+    pub const ALL: [Direction; 2] = [Direction::In, Direction::Out];
+
+    /// The label value.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::In => "in",
+            Self::Out => "out",
+        }
+    }
+}
+
+macro_rules! drop_reasons {
+    ($( $(#[$doc:meta])* $variant:ident = $label:literal ),+ $(,)?) => {
+        /// Why a datagram was dropped. Every drop is counted under exactly one reason.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum DropReason {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl DropReason {
+            /// Every reason, in index order.
+            pub const ALL: &'static [DropReason] = &[$( DropReason::$variant, )+];
+            /// The number of reasons.
+            pub const COUNT: usize = Self::ALL.len();
+
+            /// The `reason` label value.
+            pub const fn label(self) -> &'static str {
+                match self {
+                    $( DropReason::$variant => $label, )+
+                }
+            }
+
+            /// A dense index for counter arrays.
+            #[inline]
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+        }
+    };
+}
+
+drop_reasons! {
+    /// First byte outside the STUN, DTLS and RTP/RTCP ranges (or an empty datagram).
+    Unclassified = "unclassified",
+    /// DTLS or RTP/RTCP from a client without a flow (and no cache entry).
+    NoFlow = "no_flow",
+    /// A valid STUN message without a flow that is not a Binding Request.
+    NotBindingRequest = "not_binding_request",
+    /// STUN shorter than its 20-byte header.
+    StunTooShort = "stun_too_short",
+    /// STUN first byte with a top bit set.
+    StunNotStun = "stun_not_stun",
+    /// STUN magic cookie wrong.
+    StunBadMagicCookie = "stun_bad_magic_cookie",
+    /// STUN length field differs from the datagram length.
+    StunLengthMismatch = "stun_length_mismatch",
+    /// STUN length not a multiple of 4.
+    StunLengthNotAligned = "stun_length_not_aligned",
+    /// A STUN attribute runs past the message.
+    StunAttributeOverrun = "stun_attribute_overrun",
+    /// Too many STUN attributes.
+    StunTooManyAttributes = "stun_too_many_attributes",
+    /// A STUN attribute after FINGERPRINT.
+    StunAttributeAfterFingerprint = "stun_attribute_after_fingerprint",
+    /// MESSAGE-INTEGRITY of the wrong size.
+    StunBadIntegrityLength = "stun_bad_integrity_length",
+    /// FINGERPRINT of the wrong size.
+    StunBadFingerprintLength = "stun_bad_fingerprint_length",
+    /// Binding Request without USERNAME.
+    StunMissingUsername = "stun_missing_username",
+    /// USERNAME not "<ufrag>:<ufrag>".
+    StunBadUsername = "stun_bad_username",
+    /// Binding Request without MESSAGE-INTEGRITY.
+    StunMissingIntegrity = "stun_missing_integrity",
+    /// MESSAGE-INTEGRITY failed under the derived password.
+    StunBadIntegrity = "stun_bad_integrity",
+    /// FINGERPRINT required but absent.
+    StunMissingFingerprint = "stun_missing_fingerprint",
+    /// FINGERPRINT did not match.
+    StunBadFingerprint = "stun_bad_fingerprint",
+    /// Server ufrag of the wrong length.
+    HintBadLength = "hint_bad_length",
+    /// Server ufrag with a non-ICE character.
+    HintBadAlphabet = "hint_bad_alphabet",
+    /// Hint version unknown.
+    HintUnknownVersion = "hint_unknown_version",
+    /// Hint key id unknown.
+    HintUnknownKey = "hint_unknown_key",
+    /// Hint MAC wrong.
+    HintBadMac = "hint_bad_mac",
+    /// Hint destination outside the allowed transceiver networks.
+    HintDestinationNotAllowed = "hint_destination_not_allowed",
+    /// Hint names a cluster with no relay configured.
+    UnknownCluster = "unknown_cluster",
+    /// The flow table is full of live flows.
+    TableFull = "table_full",
+    /// A frame shorter than its header.
+    FrameTooShort = "frame_too_short",
+    /// A datagram on an internal port that is not a frame.
+    FrameNotAFrame = "frame_not_a_frame",
+    /// A frame of an unknown version.
+    FrameUnknownVersion = "frame_unknown_version",
+    /// A frame with reserved bits set.
+    FrameReservedBits = "frame_reserved_bits",
+    /// A frame with no datagram.
+    FrameEmptyPayload = "frame_empty_payload",
+    /// A frame from a source outside the allowed networks.
+    FrameSourceNotAllowed = "frame_source_not_allowed",
+    /// A return frame for a client that has no flow.
+    ReturnNoFlow = "return_no_flow",
+    /// A return frame naming a VIP this relay does not serve.
+    ReturnUnknownVip = "return_unknown_vip",
+    /// A return frame from a transceiver other than the flow's.
+    ReturnWrongSource = "return_wrong_source",
+    /// The kernel refused to send (buffer full, unreachable).
+    SendFailed = "send_failed",
+    /// A datagram too large to frame within the MTU of the buffers.
+    TooLarge = "too_large",
+}
+
+impl From<StunError> for DropReason {
+    fn from(e: StunError) -> Self {
+        match e {
+            StunError::TooShort => Self::StunTooShort,
+            StunError::NotStun => Self::StunNotStun,
+            StunError::BadMagicCookie => Self::StunBadMagicCookie,
+            StunError::LengthMismatch => Self::StunLengthMismatch,
+            StunError::LengthNotAligned => Self::StunLengthNotAligned,
+            StunError::AttributeOverrun => Self::StunAttributeOverrun,
+            StunError::TooManyAttributes => Self::StunTooManyAttributes,
+            StunError::AttributeAfterFingerprint => Self::StunAttributeAfterFingerprint,
+            StunError::BadIntegrityLength => Self::StunBadIntegrityLength,
+            StunError::BadFingerprintLength => Self::StunBadFingerprintLength,
+            StunError::MissingUsername => Self::StunMissingUsername,
+            StunError::BadUsername => Self::StunBadUsername,
+            StunError::MissingIntegrity => Self::StunMissingIntegrity,
+            StunError::BadIntegrity => Self::StunBadIntegrity,
+            StunError::MissingFingerprint => Self::StunMissingFingerprint,
+            StunError::BadFingerprint => Self::StunBadFingerprint,
+        }
+    }
+}
+
+impl From<HintError> for DropReason {
+    fn from(e: HintError) -> Self {
+        match e {
+            HintError::BadLength => Self::HintBadLength,
+            HintError::BadAlphabet => Self::HintBadAlphabet,
+            HintError::UnknownVersion => Self::HintUnknownVersion,
+            HintError::UnknownKeyId => Self::HintUnknownKey,
+            HintError::BadMac => Self::HintBadMac,
+            HintError::DestinationNotAllowed => Self::HintDestinationNotAllowed,
+        }
+    }
+}
+
+impl From<FrameError> for DropReason {
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::TooShort | FrameError::BufferTooSmall => Self::FrameTooShort,
+            FrameError::NotAFrame => Self::FrameNotAFrame,
+            FrameError::UnknownVersion => Self::FrameUnknownVersion,
+            FrameError::ReservedBitsSet => Self::FrameReservedBits,
+            FrameError::EmptyPayload => Self::FrameEmptyPayload,
+        }
+    }
+}
+
+/// The counters one worker owns and bumps on its packet path: plain integers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerCounters {
+    /// Datagrams forwarded, by [`Direction`] index.
+    pub packets: [u64; 2],
+    /// Bytes forwarded (client datagram sizes), by [`Direction`] index.
+    pub bytes: [u64; 2],
+    /// Drops, by [`DropReason::index`].
+    pub drops: [u64; DropReason::COUNT],
+    /// Flows in the worker's table now.
+    pub flows_active: u64,
+    /// Flows created.
+    pub flows_created: u64,
+    /// Flows expired.
+    pub flows_expired: u64,
+    /// Flow inserts refused (table full).
+    pub flows_refused: u64,
+    /// Route-cache lookups that found a route.
+    pub cache_hits: u64,
+    /// Route-cache lookups that found nothing.
+    pub cache_misses: u64,
+    /// Route-cache operations that failed (Redis down, slow or queue full).
+    pub cache_errors: u64,
+}
+
+impl Default for WorkerCounters {
+    fn default() -> Self {
+        WorkerCounters {
+            packets: [0; 2],
+            bytes: [0; 2],
+            drops: [0; DropReason::COUNT],
+            flows_active: 0,
+            flows_created: 0,
+            flows_expired: 0,
+            flows_refused: 0,
+            cache_hits: 0,
+            cache_misses: 0,
+            cache_errors: 0,
+        }
+    }
+}
+
+impl WorkerCounters {
+    /// Counts one forwarded datagram.
+    #[inline]
+    pub fn forwarded(&mut self, direction: Direction, bytes: usize) {
+        self.packets[direction as usize] += 1;
+        self.bytes[direction as usize] += bytes as u64;
+    }
+
+    /// Counts one dropped datagram.
+    #[inline]
+    pub fn dropped(&mut self, reason: impl Into<DropReason>) {
+        self.drops[reason.into().index()] += 1;
+    }
+
+    /// The drop count of one reason.
+    pub fn drops_of(&self, reason: DropReason) -> u64 {
+        self.drops[reason.index()]
+    }
+}
+
+/// A worker's counters as the scrape side sees them: one writer (the worker), any
+/// number of readers.
+#[derive(Debug)]
+pub struct SharedCounters {
+    packets: [AtomicU64; 2],
+    bytes: [AtomicU64; 2],
+    drops: [AtomicU64; DropReason::COUNT],
+    flows_active: AtomicU64,
+    flows_created: AtomicU64,
+    flows_expired: AtomicU64,
+    flows_refused: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+    cache_errors: AtomicU64,
+}
+
+impl Default for SharedCounters {
+    fn default() -> Self {
+        SharedCounters {
+            packets: Default::default(),
+            bytes: Default::default(),
+            drops: core::array::from_fn(|_| AtomicU64::new(0)),
+            flows_active: AtomicU64::new(0),
+            flows_created: AtomicU64::new(0),
+            flows_expired: AtomicU64::new(0),
+            flows_refused: AtomicU64::new(0),
+            cache_hits: AtomicU64::new(0),
+            cache_misses: AtomicU64::new(0),
+            cache_errors: AtomicU64::new(0),
+        }
+    }
+}
+
+fn store_all<const N: usize>(dst: &[AtomicU64; N], src: &[u64; N]) {
+    for (d, s) in dst.iter().zip(src) {
+        d.store(*s, Ordering::Relaxed);
+    }
+}
+
+fn load_all<const N: usize>(src: &[AtomicU64; N]) -> [u64; N] {
+    core::array::from_fn(|i| src[i].load(Ordering::Relaxed))
+}
+
+impl SharedCounters {
+    /// Copies the worker's counters for scraping. Call from the owning worker only.
+    pub fn publish(&self, local: &WorkerCounters) {
+        store_all(&self.packets, &local.packets);
+        store_all(&self.bytes, &local.bytes);
+        store_all(&self.drops, &local.drops);
+        let scalars = [
+            (&self.flows_active, local.flows_active),
+            (&self.flows_created, local.flows_created),
+            (&self.flows_expired, local.flows_expired),
+            (&self.flows_refused, local.flows_refused),
+            (&self.cache_hits, local.cache_hits),
+            (&self.cache_misses, local.cache_misses),
+            (&self.cache_errors, local.cache_errors),
+        ];
+        for (d, s) in scalars {
+            d.store(s, Ordering::Relaxed);
+        }
+    }
+
+    /// A copy of the last published counters.
+    pub fn snapshot(&self) -> WorkerCounters {
+        WorkerCounters {
+            packets: load_all(&self.packets),
+            bytes: load_all(&self.bytes),
+            drops: load_all(&self.drops),
+            flows_active: self.flows_active.load(Ordering::Relaxed),
+            flows_created: self.flows_created.load(Ordering::Relaxed),
+            flows_expired: self.flows_expired.load(Ordering::Relaxed),
+            flows_refused: self.flows_refused.load(Ordering::Relaxed),
+            cache_hits: self.cache_hits.load(Ordering::Relaxed),
+            cache_misses: self.cache_misses.load(Ordering::Relaxed),
+            cache_errors: self.cache_errors.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Everything a relay exposes on `/metrics`: every worker's shared counters, readiness,
+/// and which backend this is.
+#[derive(Debug)]
+pub struct RelayMetrics {
+    backend: &'static str,
+    workers: Vec<Arc<SharedCounters>>,
+    ready: AtomicBool,
+}
+
+impl RelayMetrics {
+    /// Metrics for `workers` workers of the named backend (`"mio"` or `"afxdp"`).
+    pub fn new(backend: &'static str, workers: usize) -> Arc<Self> {
+        Arc::new(RelayMetrics {
+            backend,
+            workers: (0..workers).map(|_| Arc::default()).collect(),
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    /// The shared counters of worker `index`, for that worker to publish into.
+    pub fn worker(&self, index: usize) -> Arc<SharedCounters> {
+        Arc::clone(&self.workers[index])
+    }
+
+    /// Sets readiness (false while starting and draining).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+
+    /// Whether the relay is ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    /// The sum of all workers' last published counters.
+    pub fn totals(&self) -> WorkerCounters {
+        let mut total = WorkerCounters::default();
+        for w in &self.workers {
+            let s = w.snapshot();
+            for i in 0..2 {
+                total.packets[i] += s.packets[i];
+                total.bytes[i] += s.bytes[i];
+            }
+            for (t, d) in total.drops.iter_mut().zip(s.drops) {
+                *t += d;
+            }
+            total.flows_active += s.flows_active;
+            total.flows_created += s.flows_created;
+            total.flows_expired += s.flows_expired;
+            total.flows_refused += s.flows_refused;
+            total.cache_hits += s.cache_hits;
+            total.cache_misses += s.cache_misses;
+            total.cache_errors += s.cache_errors;
+        }
+        total
+    }
+
+    /// Renders the Prometheus text exposition (format 0.0.4; see [`CONTENT_TYPE`]).
+    pub fn render(self: &Arc<Self>) -> String {
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Arc::clone(self)));
+        let mut out = String::with_capacity(16 * 1024);
+        prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+type Scalar = fn(&WorkerCounters) -> u64;
+
+/// Per-worker scalar metrics: name (without `_total`), help, type, accessor.
+const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
+    (
+        "ufrag_relay_flows_active",
+        "Flows in the worker's table.",
+        MetricType::Gauge,
+        |c| c.flows_active,
+    ),
+    (
+        "ufrag_relay_flows_created",
+        "Flows created.",
+        MetricType::Counter,
+        |c| c.flows_created,
+    ),
+    (
+        "ufrag_relay_flows_expired",
+        "Flows removed after the idle timeout.",
+        MetricType::Counter,
+        |c| c.flows_expired,
+    ),
+    (
+        "ufrag_relay_flows_refused",
+        "New flows refused because the table was full of live flows.",
+        MetricType::Counter,
+        |c| c.flows_refused,
+    ),
+    (
+        "ufrag_relay_cache_hits",
+        "Route-cache lookups that restored a flow.",
+        MetricType::Counter,
+        |c| c.cache_hits,
+    ),
+    (
+        "ufrag_relay_cache_misses",
+        "Route-cache lookups that found no route.",
+        MetricType::Counter,
+        |c| c.cache_misses,
+    ),
+    (
+        "ufrag_relay_cache_errors",
+        "Route-cache operations that failed (Redis down, slow, or queue full).",
+        MetricType::Counter,
+        |c| c.cache_errors,
+    ),
+];
+
+fn encode_value(
+    encoder: prometheus_client::encoding::MetricEncoder<'_>,
+    kind: MetricType,
+    value: u64,
+) -> Result<(), core::fmt::Error> {
+    match kind {
+        MetricType::Gauge => {
+            ConstGauge::new(i64::try_from(value).unwrap_or(i64::MAX)).encode(encoder)
+        }
+        _ => ConstCounter::new(value).encode(encoder),
+    }
+}
+
+impl Collector for RelayMetrics {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), core::fmt::Error> {
+        let snapshots: Vec<WorkerCounters> = self.workers.iter().map(|w| w.snapshot()).collect();
+
+        let info = [
+            ("backend", self.backend),
+            ("version", env!("CARGO_PKG_VERSION")),
+        ];
+        let mut info_encoder = encoder.encode_descriptor(
+            "ufrag_relay_build_info",
+            "Which relay backend and version this is (always 1).",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(1i64).encode(info_encoder.encode_family(&info)?)?;
+
+        let e = encoder.encode_descriptor(
+            "ufrag_relay_ready",
+            "1 when the relay accepts new flows; 0 while starting or draining.",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(i64::from(self.is_ready())).encode(e)?;
+
+        let mut e = encoder.encode_descriptor(
+            "ufrag_relay_packets",
+            "Datagrams forwarded; direction in = client to transceiver, out = back to the client.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (worker, s) in snapshots.iter().enumerate() {
+            for d in Direction::ALL {
+                let labels = [
+                    ("worker", worker.to_string()),
+                    ("direction", d.label().to_string()),
+                ];
+                ConstCounter::new(s.packets[d as usize]).encode(e.encode_family(&labels)?)?;
+            }
+        }
+
+        let mut e = encoder.encode_descriptor(
+            "ufrag_relay_bytes",
+            "Bytes of client datagrams forwarded (frame headers not included).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (worker, s) in snapshots.iter().enumerate() {
+            for d in Direction::ALL {
+                let labels = [
+                    ("worker", worker.to_string()),
+                    ("direction", d.label().to_string()),
+                ];
+                ConstCounter::new(s.bytes[d as usize]).encode(e.encode_family(&labels)?)?;
+            }
+        }
+
+        let mut e = encoder.encode_descriptor(
+            "ufrag_relay_drops",
+            "Datagrams dropped, by reason.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (worker, s) in snapshots.iter().enumerate() {
+            for reason in DropReason::ALL {
+                let labels = [
+                    ("worker", worker.to_string()),
+                    ("reason", reason.label().to_string()),
+                ];
+                ConstCounter::new(s.drops[reason.index()]).encode(e.encode_family(&labels)?)?;
+            }
+        }
+
+        for (name, help, kind, get) in WORKER_SCALARS {
+            let mut e = encoder.encode_descriptor(name, help, None, *kind)?;
+            for (worker, s) in snapshots.iter().enumerate() {
+                let labels = [("worker", worker.to_string())];
+                encode_value(e.encode_family(&labels)?, *kind, get(s))?;
+            }
+        }
+        Ok(())
+    }
+}
