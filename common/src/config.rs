@@ -244,14 +244,11 @@ impl RelayConfig {
 
     fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
         toml::from_str(text).map_err(|e| {
-            let span = e.span().map(|s| &text[s]).unwrap_or("");
-            let field = span
-                .split(['=', '\n'])
-                .next()
-                .map(str::trim)
-                .filter(|s| !s.is_empty() && s.len() < 64)
-                .unwrap_or("config");
-            bad(field, e.message().to_string())
+            let field = e
+                .span()
+                .map(|span| key_at(text, span.start))
+                .unwrap_or_else(|| "config".to_string());
+            bad(field, e.message().trim().to_string())
         })
     }
 
@@ -478,6 +475,30 @@ impl RelayConfig {
             redis_url,
             metrics_addr,
         })
+    }
+}
+
+/// The dotted key of the line holding byte `at` of a TOML text (`table.key`), for errors.
+fn key_at(text: &str, at: usize) -> String {
+    let at = at.min(text.len());
+    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[line_start..].lines().next().unwrap_or("");
+    let key = line
+        .split('=')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .trim_matches('"');
+    let table = text[..line_start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_matches(['[', ']']).trim());
+    match (table, key) {
+        (_, "") => "config".to_string(),
+        (Some(table), key) => format!("{table}.{key}"),
+        (None, key) => key.to_string(),
     }
 }
 

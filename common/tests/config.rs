@@ -1,0 +1,223 @@
+//! Relay configuration: file + flags precedence, and one error per bad field, each naming
+//! the field.
+
+use std::io::Write as _;
+use std::os::unix::fs::PermissionsExt as _;
+use std::time::Duration;
+
+use clap::Parser;
+use ufrag_common::config::{ConfigError, RelayArgs, RelayConfig, parse_cpu_list};
+
+const KEYS: &str = "1:30313233343536373839616263646566";
+
+#[derive(Parser, Debug)]
+struct Cli {
+    #[command(flatten)]
+    relay: RelayArgs,
+}
+
+fn args(flags: &[&str]) -> RelayArgs {
+    let mut argv = vec!["relay"];
+    argv.extend_from_slice(flags);
+    Cli::try_parse_from(argv).expect("flags parse").relay
+}
+
+const MINIMAL: &str = r#"
+vips = ["127.0.0.1:3478"]
+internal_addr = "127.0.0.1:40000"
+allowed_transceiver_networks = ["10.0.0.0/8"]
+"#;
+
+fn load(toml: &str, flags: &[&str]) -> Result<RelayConfig, ConfigError> {
+    RelayConfig::from_toml(toml, &args(flags), Some(KEYS), 2)
+}
+
+fn field_of(toml: &str, flags: &[&str]) -> String {
+    load(toml, flags).expect_err("should be rejected").field
+}
+
+#[test]
+fn minimal_file_gets_the_documented_defaults() {
+    let c = load(MINIMAL, &[]).unwrap();
+    assert_eq!(c.workers(), 2, "one worker per online CPU");
+    assert_eq!(c.worker_cpus, vec![0, 1]);
+    assert_eq!(
+        c.worker_internal_addr(1),
+        "127.0.0.1:40001".parse().unwrap()
+    );
+    assert_eq!(c.idle_timeout, Duration::from_secs(30));
+    assert_eq!(c.drain_time, Duration::from_secs(5));
+    assert_eq!(c.flows_per_worker, 262_144);
+    assert_eq!(c.redis_url, None);
+    assert_eq!(c.metrics_addr, "127.0.0.1:9100".parse().unwrap());
+    assert_eq!(c.hint_keys.current().id(), 1);
+}
+
+#[test]
+fn flags_override_the_file() {
+    let toml = format!(
+        "{MINIMAL}\nworkers = 1\nidle_timeout = \"10s\"\n[clusters]\n2 = \"10.9.0.1:4000\"\n"
+    );
+    let c = load(
+        &toml,
+        &[
+            "--vip",
+            "127.0.0.1:5000",
+            "--vip",
+            "127.0.0.1:5001",
+            "--workers",
+            "2",
+            "--idle-timeout",
+            "2s",
+            "--cpus",
+            "0-1",
+            "--redis-url",
+            "redis://127.0.0.1:6379",
+            "--cluster-relay",
+            "3=10.9.0.3:4000",
+        ],
+    )
+    .unwrap();
+    assert_eq!(c.vips.len(), 2);
+    assert_eq!(c.workers(), 2);
+    assert_eq!(c.idle_timeout, Duration::from_secs(2));
+    assert_eq!(c.redis_url.as_deref(), Some("redis://127.0.0.1:6379"));
+    assert_eq!(c.clusters.len(), 1, "flag list replaces the file's table");
+    assert_eq!(c.clusters[&3], "10.9.0.3:4000".parse().unwrap());
+    let from_file = load(&toml, &[]).unwrap();
+    assert_eq!(from_file.clusters[&2], "10.9.0.1:4000".parse().unwrap());
+    assert_eq!(from_file.workers(), 1);
+}
+
+#[test]
+fn each_bad_field_is_named() {
+    let cases: &[(&str, &[&str], &str)] = &[
+        ("", &[], "vips"),
+        ("vips = [\"127.0.0.1:0\"]", &[], "vips"),
+        ("vips = [\"127.0.0.1:1\", \"127.0.0.1:1\"]", &[], "vips"),
+        ("vips = [\"127.0.0.1:1\"]", &[], "internal_addr"),
+        (
+            MINIMAL,
+            &["--internal-addr", "127.0.0.1:0"],
+            "internal_addr",
+        ),
+        (
+            MINIMAL,
+            &["--internal-addr", "127.0.0.1:65535"],
+            "internal_addr",
+        ),
+        (
+            MINIMAL,
+            &["--internal-addr", "127.0.0.1:3477"],
+            "internal_addr",
+        ),
+        (MINIMAL, &["--workers", "0"], "workers"),
+        (MINIMAL, &["--workers", "3"], "workers"),
+        (MINIMAL, &["--cpus", "1-0"], "cpus"),
+        (MINIMAL, &["--cpus", "0,0"], "cpus"),
+        (MINIMAL, &["--cpus", "a"], "cpus"),
+        (
+            "vips = [\"127.0.0.1:3478\"]\ninternal_addr = \"127.0.0.1:40000\"",
+            &[],
+            "allowed_transceiver_networks",
+        ),
+        (MINIMAL, &["--flows-per-worker", "0"], "flows_per_worker"),
+        (MINIMAL, &["--idle-timeout", "10ms"], "idle_timeout"),
+        (MINIMAL, &["--idle-timeout", "2h"], "idle_timeout"),
+        (MINIMAL, &["--drain-time", "1h"], "drain_time"),
+        (MINIMAL, &["--redis-url", "http://x"], "redis_url"),
+        (
+            MINIMAL,
+            &[
+                "--cluster-relay",
+                "2=10.0.0.1:1",
+                "--cluster-relay",
+                "2=10.0.0.2:1",
+            ],
+            "cluster_relays",
+        ),
+    ];
+    for (toml, flags, field) in cases {
+        assert_eq!(&field_of(toml, flags), field, "{toml:?} {flags:?}");
+    }
+}
+
+#[test]
+fn file_errors_name_the_key() {
+    let e = load(&format!("{MINIMAL}\nflow_capcity = 5\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "flow_capcity", "{e}");
+    assert!(e.reason.contains("unknown field"), "{e}");
+    let e = load(&format!("{MINIMAL}\nworkers = \"two\"\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "workers", "{e}");
+    let e = load(&format!("{MINIMAL}\nidle_timeout = \"soon\"\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "idle_timeout", "{e}");
+    let e = load(&format!("{MINIMAL}\n[clusters]\nx = \"10.0.0.1:1\"\n"), &[]).unwrap_err();
+    assert_eq!(e.field, "clusters.x", "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("invalid configuration: `clusters.x`")
+    );
+}
+
+#[test]
+fn keys_come_from_a_private_file_or_the_environment_never_both() {
+    let dir = std::env::temp_dir().join(format!("ufrag-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("hint.keys");
+    let mut f = std::fs::File::create(&path).unwrap();
+    writeln!(f, "# current\n{KEYS}").unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let p = path.to_str().unwrap();
+
+    let ok = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, 1).unwrap();
+    assert_eq!(ok.hint_keys.current().id(), 1);
+
+    let both = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), Some(KEYS), 1);
+    assert_eq!(both.unwrap_err().field, "hint_keys_file");
+
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open =
+        RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, 1).unwrap_err();
+    assert_eq!(open.field, "hint_keys_file");
+    assert!(open.reason.contains("0644"), "{open}");
+
+    let none = RelayConfig::from_toml(MINIMAL, &args(&[]), None, 1).unwrap_err();
+    assert_eq!(none.field, "hint_keys_file");
+    let bad_env = RelayConfig::from_toml(MINIMAL, &args(&[]), Some("1:abc"), 1).unwrap_err();
+    assert_eq!(bad_env.field, "UFRAG_RELAY_HINT_KEYS");
+    let two = RelayConfig::from_toml(
+        MINIMAL,
+        &args(&[]),
+        Some(&format!("2:{},{KEYS}", &KEYS[2..])),
+        1,
+    )
+    .unwrap();
+    assert_eq!(two.hint_keys.current().id(), 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn there_is_no_flag_for_the_keys_themselves() {
+    let err = Cli::try_parse_from(["relay", "--hint-keys", KEYS]).unwrap_err();
+    assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
+}
+
+#[test]
+fn missing_config_file_is_named() {
+    let e = RelayConfig::load(
+        &args(&["--config", "/nonexistent/relay.toml"]),
+        Some(KEYS),
+        1,
+    )
+    .unwrap_err();
+    assert_eq!(e.field, "config");
+}
+
+#[test]
+fn cpu_lists() {
+    assert_eq!(parse_cpu_list("0-3,6").unwrap(), vec![0, 1, 2, 3, 6]);
+    assert_eq!(parse_cpu_list(" 2 , 1 ").unwrap(), vec![1, 2]);
+    assert!(parse_cpu_list("").is_err());
+    assert!(parse_cpu_list("0,,1").is_err());
+    assert!(parse_cpu_list("0-2000").is_err());
+}

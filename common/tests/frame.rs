@@ -1,0 +1,160 @@
+//! The relay ↔ transceiver frame header: byte vectors, one per error, and round trips.
+
+use core::net::SocketAddr;
+
+use proptest::prelude::*;
+use ufrag_common::frame::{FrameError, FrameHeader, MAX_HEADER_LEN};
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+/// IPv4 client 198.51.100.7:50000, VIP 203.0.113.10:3478, then a 2-byte datagram.
+const V4_FRAME: [u8; 18] = [
+    0xF1, 0x00, 0x00, 0x00, // version 1, no flags, reserved
+    0xC3, 0x50, 0x0D, 0x96, // client port 50000, VIP port 3478
+    198, 51, 100, 7, // client IP
+    203, 0, 113, 10, // VIP
+    0x17, 0xFE, // datagram
+];
+
+#[test]
+fn ipv4_vector_parses_and_emits_byte_for_byte() {
+    let (header, payload) = FrameHeader::parse(&V4_FRAME).unwrap();
+    assert_eq!(header.client, addr("198.51.100.7:50000"));
+    assert_eq!(header.vip, addr("203.0.113.10:3478"));
+    assert_eq!(payload, &[0x17, 0xFE]);
+    assert_eq!(header.encoded_len(), 16);
+    // Fill with 0xa5 first so any byte emit forgets to write shows.
+    let mut out = [0xa5u8; 20];
+    assert_eq!(header.emit(&mut out), Ok(16));
+    assert_eq!(&out[..16], &V4_FRAME[..16]);
+    assert_eq!(
+        &out[16..],
+        &[0xa5; 4],
+        "emit writes nothing past the header"
+    );
+}
+
+#[test]
+fn ipv6_and_mixed_vectors() {
+    let h = FrameHeader::new(addr("[2001:db8::7]:50000"), addr("203.0.113.10:3478"));
+    let mut out = [0xa5u8; MAX_HEADER_LEN];
+    assert_eq!(h.emit(&mut out), Ok(28));
+    let mut expected = vec![0xF1, 0x01, 0, 0, 0xC3, 0x50, 0x0D, 0x96];
+    expected.extend_from_slice(
+        &"2001:db8::7"
+            .parse::<core::net::Ipv6Addr>()
+            .unwrap()
+            .octets(),
+    );
+    expected.extend_from_slice(&[203, 0, 113, 10]);
+    assert_eq!(&out[..28], &expected[..]);
+
+    let h6 = FrameHeader::new(addr("[2001:db8::7]:1"), addr("[2001:db8::1]:2"));
+    assert_eq!(h6.encoded_len(), MAX_HEADER_LEN);
+    let mut frame = [0u8; MAX_HEADER_LEN + 1];
+    h6.emit(&mut frame).unwrap();
+    assert_eq!(frame[1], 0x03);
+    assert_eq!(FrameHeader::parse(&frame).unwrap().0, h6);
+}
+
+#[test]
+fn ipv4_mapped_addresses_are_written_as_ipv4() {
+    let h = FrameHeader::new(
+        addr("[::ffff:198.51.100.7]:50000"),
+        addr("[::ffff:203.0.113.10]:3478"),
+    );
+    let mut out = [0u8; 16];
+    assert_eq!(h.emit(&mut out), Ok(16));
+    assert_eq!(out, V4_FRAME[..16]);
+}
+
+#[test]
+fn too_short() {
+    assert_eq!(
+        FrameHeader::parse(&V4_FRAME[..7]),
+        Err(FrameError::TooShort)
+    );
+    assert_eq!(
+        FrameHeader::parse(&V4_FRAME[..15]),
+        Err(FrameError::TooShort)
+    );
+    assert_eq!(FrameHeader::parse(&[]), Err(FrameError::TooShort));
+}
+
+#[test]
+fn not_a_frame_a_raw_webrtc_datagram() {
+    for first in [0x00, 0x17, 0x80, 0xE1] {
+        let mut f = V4_FRAME;
+        f[0] = first;
+        assert_eq!(
+            FrameHeader::parse(&f),
+            Err(FrameError::NotAFrame),
+            "{first:#x}"
+        );
+    }
+}
+
+#[test]
+fn unknown_version() {
+    let mut f = V4_FRAME;
+    f[0] = 0xF2;
+    assert_eq!(FrameHeader::parse(&f), Err(FrameError::UnknownVersion));
+}
+
+#[test]
+fn reserved_bits_set() {
+    for (at, value) in [(1, 0x04), (1, 0x80), (2, 0x01), (3, 0x80)] {
+        let mut f = V4_FRAME;
+        f[at] |= value;
+        assert_eq!(
+            FrameHeader::parse(&f),
+            Err(FrameError::ReservedBitsSet),
+            "byte {at}"
+        );
+    }
+}
+
+#[test]
+fn empty_payload() {
+    assert_eq!(
+        FrameHeader::parse(&V4_FRAME[..16]),
+        Err(FrameError::EmptyPayload)
+    );
+}
+
+#[test]
+fn emit_into_a_small_buffer() {
+    let (h, _) = FrameHeader::parse(&V4_FRAME).unwrap();
+    assert_eq!(h.emit(&mut [0u8; 15]), Err(FrameError::BufferTooSmall));
+}
+
+fn any_socket_addr() -> impl Strategy<Value = SocketAddr> {
+    prop_oneof![
+        (any::<[u8; 4]>(), any::<u16>()).prop_map(|(ip, p)| SocketAddr::from((ip, p))),
+        (any::<[u8; 16]>(), any::<u16>()).prop_map(|(ip, p)| {
+            SocketAddr::new(core::net::Ipv6Addr::from(ip).to_canonical(), p)
+        }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn round_trip(client in any_socket_addr(), vip in any_socket_addr(), payload in proptest::collection::vec(any::<u8>(), 1..64)) {
+        let h = FrameHeader::new(client, vip);
+        let mut frame = vec![0xa5u8; h.encoded_len()];
+        prop_assert_eq!(h.emit(&mut frame), Ok(h.encoded_len()));
+        frame.extend_from_slice(&payload);
+        let (parsed, body) = FrameHeader::parse(&frame).unwrap();
+        prop_assert_eq!(parsed, h);
+        prop_assert_eq!(body, &payload[..]);
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+        if let Ok((h, body)) = FrameHeader::parse(&bytes) {
+            prop_assert_eq!(h.encoded_len() + body.len(), bytes.len());
+        }
+    }
+}
