@@ -67,7 +67,7 @@ pub const MAX_SECRET_LEN: usize = 64;
 
 // RFC 8839 §5.4: ice-ufrag is 4..=256 characters, ice-pwd 22..=256.
 const _: () = assert!(HINT_LEN_V4 >= 4 && HINT_LEN_V6 <= 256);
-const _: () = assert!(PASSWORD_LEN >= 22 && PASSWORD_LEN % 4 == 0);
+const _: () = assert!(PASSWORD_LEN >= 22 && PASSWORD_LEN.is_multiple_of(4));
 
 const MAC_LEN: usize = 8;
 const FLAG_IPV6: u8 = 0x01;
