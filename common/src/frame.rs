@@ -183,10 +183,12 @@ impl FrameHeader {
         }
         let client_port = u16::from_be_bytes([fixed[4], fixed[5]]);
         let vip_port = u16::from_be_bytes([fixed[6], fixed[7]]);
-        let header = FrameHeader {
-            client: SocketAddr::new(read_ip(&frame[FIXED_LEN..vip_at]), client_port),
-            vip: SocketAddr::new(read_ip(&frame[vip_at..header_len]), vip_port),
-        };
+        // An IPv4-mapped IPv6 address is accepted and read as the IPv4 address it maps,
+        // the same canonical form emit writes and flow keys use.
+        let header = FrameHeader::new(
+            SocketAddr::new(read_ip(&frame[FIXED_LEN..vip_at]), client_port),
+            SocketAddr::new(read_ip(&frame[vip_at..header_len]), vip_port),
+        );
         Ok((header, &frame[header_len..]))
     }
 }
