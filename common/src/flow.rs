@@ -66,12 +66,25 @@ fn unpack_ip(bytes: [u8; 16]) -> IpAddr {
 }
 
 /// The key as stored: 36 bytes, IPv4 as IPv4-mapped IPv6.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct PackedKey {
     client_ip: [u8; 16],
     vip_ip: [u8; 16],
     client_port: u16,
     vip_port: u16,
+}
+
+impl core::hash::Hash for PackedKey {
+    /// One 36-byte write: a derived `Hash` would make six hasher calls (fields plus
+    /// length prefixes), which costs more than the SipHash rounds themselves.
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        let mut bytes = [0u8; 36];
+        bytes[..16].copy_from_slice(&self.client_ip);
+        bytes[16..32].copy_from_slice(&self.vip_ip);
+        bytes[32..34].copy_from_slice(&self.client_port.to_ne_bytes());
+        bytes[34..].copy_from_slice(&self.vip_port.to_ne_bytes());
+        state.write(&bytes);
+    }
 }
 
 impl PackedKey {
@@ -177,12 +190,16 @@ pub enum CapacityError {
 pub const MAX_CAPACITY: usize = 1 << 30;
 
 /// A fixed-capacity flow table. See the module documentation.
+///
+/// `S` builds the index hasher: [`RandomState`] (keyed SipHash-1-3, the default) in
+/// production; a fixed-key hasher only where repeatable layouts matter (instruction-count
+/// benchmarks).
 #[derive(Debug)]
-pub struct FlowTable<V> {
+pub struct FlowTable<V, S = RandomState> {
     slots: Vec<Slot<V>>,
     buckets: Box<[u64]>,
     mask: usize,
-    hasher: RandomState,
+    hasher: S,
     len: usize,
     /// Slots never used yet start at `fresh`; freed slots go to `free`.
     fresh: u32,
@@ -202,6 +219,18 @@ impl<V: Copy> FlowTable<V> {
         idle_timeout: Duration,
         now: Instant,
     ) -> Result<Self, CapacityError> {
+        Self::with_hasher(capacity, idle_timeout, now, RandomState::new())
+    }
+}
+
+impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
+    /// Like [`FlowTable::new`], with the index hasher given.
+    pub fn with_hasher(
+        capacity: usize,
+        idle_timeout: Duration,
+        now: Instant,
+        hasher: S,
+    ) -> Result<Self, CapacityError> {
         if capacity == 0 {
             return Err(CapacityError::Zero);
         }
@@ -213,7 +242,7 @@ impl<V: Copy> FlowTable<V> {
             slots: Vec::with_capacity(capacity),
             buckets: vec![EMPTY; buckets].into_boxed_slice(),
             mask: buckets - 1,
-            hasher: RandomState::new(),
+            hasher,
             len: 0,
             fresh: 0,
             free: NIL,

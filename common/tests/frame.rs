@@ -153,7 +153,7 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-        if let Ok((h, body)) = FrameHeader::parse(&bytes) {
+        if let Ok((_, body)) = FrameHeader::parse(&bytes) {
             prop_assert!(bytes.ends_with(body) && !body.is_empty());
         }
     }
