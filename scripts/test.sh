@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The project's test command (README): every test, the benches in test mode, and a short
+# fuzz run of every target. Installs what a fresh machine lacks. Exits non-zero on any
+# failure.
+#
+#   scripts/test.sh              # full run
+#   FUZZ_SECONDS=0 scripts/test.sh   # skip fuzzing (says so loudly)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== cargo test (workspace, locked)"
+cargo test --workspace --locked
+
+echo "== benches in test mode (each criterion bench runs once; iai bench must compile)"
+cargo test --locked -p ufrag-common --bench hot_path
+cargo build --locked -p ufrag-common --benches
+
+fuzz_seconds=${FUZZ_SECONDS:-15}
+if [ "$fuzz_seconds" -gt 0 ]; then
+  echo "== fuzz: every target for ${fuzz_seconds}s"
+  common/fuzz/run.sh "$fuzz_seconds"
+else
+  echo "!! FUZZING SKIPPED (FUZZ_SECONDS=0): the fuzz targets did not run" >&2
+fi
+echo "== all tests passed"
