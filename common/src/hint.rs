@@ -359,6 +359,17 @@ impl HintKeys {
     /// lies in `allowed`. Errors are checked in this order: length, alphabet, version, key
     /// id, MAC, destination. No allocation; the MAC comparison is constant time.
     pub fn verify(&self, ufrag: &[u8], allowed: &[IpNet]) -> Result<VerifiedHint, HintError> {
+        let verified = self.authenticate(ufrag)?;
+        let ip = verified.hint.transceiver.ip();
+        if !allowed.iter().any(|net| net.contains(&ip)) {
+            return Err(HintError::DestinationNotAllowed);
+        }
+        Ok(verified)
+    }
+
+    /// Decodes and authenticates a server ufrag without the destination check: for a
+    /// global relay, whose hint names a transceiver in another cluster's networks.
+    pub fn authenticate(&self, ufrag: &[u8]) -> Result<VerifiedHint, HintError> {
         let raw_len = match ufrag.len() {
             HINT_LEN_V4 => RAW_LEN_V4,
             HINT_LEN_V6 => RAW_LEN_V6,
@@ -393,9 +404,6 @@ impl HintKeys {
         };
         let port_at = if is_v6 { 20 } else { 8 };
         let port = u16::from_be_bytes([body[port_at], body[port_at + 1]]);
-        if !allowed.iter().any(|net| net.contains(&ip)) {
-            return Err(HintError::DestinationNotAllowed);
-        }
         Ok(VerifiedHint {
             hint: RoutingHint {
                 cluster: u16::from_be_bytes([body[2], body[3]]),

@@ -8,6 +8,7 @@
 //! - [`hint`]: the routing hint in the server ufrag, and the stateless ICE password.
 //! - [`frame`]: the relay ↔ transceiver frame header.
 //! - [`flow`]: the fixed-capacity flow table with idle expiry.
+//! - [`forward`]: the forwarding decision for one datagram, shared by both backends.
 //! - [`config`]: the relay configuration (TOML + flags) and its validation.
 //! - [`metrics`]: metric names, drop reasons and their Prometheus exposition.
 //!
@@ -18,6 +19,7 @@
 pub mod config;
 pub mod demux;
 pub mod flow;
+pub mod forward;
 pub mod frame;
 pub mod hint;
 pub mod ice_chars;

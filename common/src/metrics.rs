@@ -96,8 +96,10 @@ macro_rules! drop_reasons {
 drop_reasons! {
     /// First byte outside the STUN, DTLS and RTP/RTCP ranges (or an empty datagram).
     Unclassified = "unclassified",
-    /// DTLS or RTP/RTCP from a client without a flow (and no cache entry).
+    /// DTLS or RTP/RTCP from a client without a flow, no route cache configured.
     NoFlow = "no_flow",
+    /// DTLS or RTP/RTCP without a flow: dropped while the route cache is asked.
+    NoFlowCacheLookup = "no_flow_cache_lookup",
     /// A valid STUN message without a flow that is not a Binding Request.
     NotBindingRequest = "not_binding_request",
     /// STUN shorter than its 20-byte header.

@@ -133,3 +133,80 @@ fn the_counter_does_count() {
     assert!(allocations() > before);
     drop(v);
 }
+
+#[test]
+fn the_forwarder_does_not_allocate() {
+    use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
+
+    let keys = HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap();
+    let vip: SocketAddr = "203.0.113.10:3478".parse().unwrap();
+    let transceiver: SocketAddr = "10.0.0.2:40000".parse().unwrap();
+    let policy = ForwardPolicy {
+        vips: vec![vip],
+        allowed_transceiver_networks: vec!["10.0.0.0/8".parse().unwrap()],
+        global_relay_networks: vec![],
+        cluster_id: 1,
+        clusters: Default::default(),
+        hint_keys: keys.clone(),
+        route_cache: true,
+    };
+    let t0 = Instant::now();
+    let mut fwd = Forwarder::new(
+        policy,
+        FlowTable::new(256, Duration::from_secs(1), t0).unwrap(),
+    );
+    let ufrag = keys.encode(
+        &RoutingHint {
+            cluster: 1,
+            transceiver,
+        },
+        [1; 6],
+    );
+    let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+    let mut request = [0u8; 256];
+    let n = stun::write_binding_request(
+        &mut request,
+        &[9; 12],
+        ufrag.as_bytes(),
+        b"cli0",
+        password.as_bytes(),
+    )
+    .unwrap();
+    let request = &request[..n];
+    let rtp = [0x80u8; 172];
+    let mut frame = [0u8; MAX_HEADER_LEN + 172];
+
+    let before = allocations();
+    for i in 0..5_000u32 {
+        let now = t0 + Duration::from_millis(5 * u64::from(i));
+        let client = SocketAddr::from(([198, 51, 100, 1], 1024 + (i % 128) as u16));
+        assert!(matches!(
+            fwd.from_client(request, client, vip, now),
+            Verdict::Forward { .. }
+        ));
+        assert!(matches!(
+            fwd.from_client(&rtp, client, vip, now),
+            Verdict::Forward { .. }
+        ));
+        let stranger = SocketAddr::from(([192, 0, 2, 1], 9));
+        assert!(matches!(
+            fwd.from_client(&rtp, stranger, vip, now),
+            Verdict::LookupRoute { .. }
+        ));
+        let h = FrameHeader::new(client, vip).emit(&mut frame).unwrap();
+        frame[h..h + rtp.len()].copy_from_slice(&rtp);
+        assert!(matches!(
+            fwd.from_internal(&frame[..h + rtp.len()], transceiver, now),
+            Verdict::Return { .. }
+        ));
+        fwd.expire(now, 8);
+    }
+    let after = allocations();
+    assert_eq!(
+        after - before,
+        0,
+        "the forwarder allocated {} times",
+        after - before
+    );
+    assert!(fwd.counters().flows_expired > 100, "expiry was exercised");
+}

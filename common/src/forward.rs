@@ -1,0 +1,413 @@
+//! The forwarding decision both relay backends make for every datagram: a pure function
+//! of the datagram, the flow table, the configuration and a time the caller passes in.
+//!
+//! The backend owns the buffers and the sockets; it hands a received datagram to
+//! [`Forwarder::from_client`] (it arrived on a public VIP) or [`Forwarder::from_internal`]
+//! (it arrived on the worker's internal port) and carries out the returned [`Verdict`].
+//! Every drop is counted here, under exactly one [`DropReason`], and every forwarded
+//! datagram is counted per direction, in the forwarder's [`WorkerCounters`].
+//!
+//! # From a client (on a VIP)
+//!
+//! 1. First byte (RFC 7983): neither STUN, DTLS nor RTP/RTCP → drop `unclassified`.
+//! 2. Flow hit → [`Verdict::Forward`] to the flow's next hop, framed with the client
+//!    address and VIP. A Binding Request on a hit is forwarded too; if its hint now routes
+//!    elsewhere (a new session reusing the client's address) and authenticates fully,
+//!    the flow follows it.
+//! 3. Flow miss, STUN: it must be a Binding Request whose server ufrag is an authentic
+//!    hint ([`HintKeys::authenticate`]), whose MESSAGE-INTEGRITY verifies under the
+//!    derived password, and whose FINGERPRINT (when present) matches. If the hint's
+//!    cluster is ours, its transceiver must lie in the allowed networks; otherwise the
+//!    next hop is that cluster's relay (global mode). Then the flow is created and the
+//!    datagram forwarded; `created` tells the backend to record the route in the cache.
+//! 4. Flow miss, DTLS or RTP/RTCP: with a route cache, [`Verdict::LookupRoute`] (the
+//!    datagram itself is dropped and counted as `no_flow_cache_lookup`); without one,
+//!    drop `no_flow`. A non-STUN datagram is never forwarded without a flow.
+//!
+//! # From the internal side (on the worker's internal port)
+//!
+//! - From a global relay (`global_relay_networks`): a framed client datagram; decided as
+//!   in "from a client", with the flow remembering to return through that relay.
+//! - From a transceiver (`allowed_transceiver_networks`) or a cluster relay (a configured
+//!   cluster relay address): a return frame. Its client must have a flow whose next hop
+//!   is this very source; then the datagram goes to the client from the VIP the frame
+//!   names ([`Verdict::Return`], VIP must be ours), or, for a flow that came through a
+//!   global relay, the whole frame goes back to it unchanged ([`Verdict::Relay`]).
+//! - From anywhere else: drop `frame_source_not_allowed`, before parsing anything.
+//!
+//! The relay never answers a client itself and never sends a client more than one
+//! datagram per datagram received from its flow's transceiver.
+
+use core::net::SocketAddr;
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use ipnet::IpNet;
+
+use crate::config::RelayConfig;
+use crate::demux::DatagramKind;
+use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
+use crate::frame::FrameHeader;
+use crate::hint::HintKeys;
+use crate::metrics::{Direction, DropReason, WorkerCounters};
+use crate::stun::StunView;
+
+/// Where a flow goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Route {
+    /// Frames for this flow go here: the transceiver, or another cluster's relay.
+    pub next_hop: SocketAddr,
+    /// For a flow that arrived through a global relay: return frames go back to it.
+    pub return_via: Option<SocketAddr>,
+}
+
+/// What the backend must do with a datagram.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Send `header` followed by the client's datagram to `to`. `created` is set when this
+    /// datagram created the flow (record it in the route cache).
+    Forward {
+        /// The transceiver or next relay.
+        to: SocketAddr,
+        /// The frame header to prepend.
+        header: FrameHeader,
+        /// The route of a flow this datagram created.
+        created: Option<Route>,
+    },
+    /// Send `frame[payload_at..]` to `client` from `vip`.
+    Return {
+        /// The client.
+        client: SocketAddr,
+        /// The VIP to send from.
+        vip: SocketAddr,
+        /// Where the client's datagram starts in the frame.
+        payload_at: usize,
+    },
+    /// Send the whole frame, unchanged, to `to` (a global relay).
+    Relay {
+        /// The global relay.
+        to: SocketAddr,
+    },
+    /// No flow for a DTLS/RTP datagram: look `key` up in the route cache and
+    /// [`Forwarder::restore`] the flow when the answer comes. The datagram is dropped.
+    LookupRoute {
+        /// The flow to look up.
+        key: FlowKey,
+    },
+    /// Drop the datagram; already counted.
+    Drop(DropReason),
+}
+
+/// The parts of the configuration a forwarding decision reads.
+#[derive(Clone, Debug)]
+pub struct ForwardPolicy {
+    /// Public VIPs this relay serves.
+    pub vips: Vec<SocketAddr>,
+    /// Networks transceivers live in.
+    pub allowed_transceiver_networks: Vec<IpNet>,
+    /// Networks global relays send frames from.
+    pub global_relay_networks: Vec<IpNet>,
+    /// This relay's cluster.
+    pub cluster_id: u16,
+    /// Other clusters' relays.
+    pub clusters: BTreeMap<u16, SocketAddr>,
+    /// The accepted hint keys.
+    pub hint_keys: HintKeys,
+    /// Whether a route cache is configured.
+    pub route_cache: bool,
+}
+
+impl From<&RelayConfig> for ForwardPolicy {
+    fn from(c: &RelayConfig) -> Self {
+        ForwardPolicy {
+            vips: c.vips.clone(),
+            allowed_transceiver_networks: c.allowed_transceiver_networks.clone(),
+            global_relay_networks: c.global_relay_networks.clone(),
+            cluster_id: c.cluster_id,
+            clusters: c.clusters.clone(),
+            hint_keys: c.hint_keys.clone(),
+            route_cache: c.redis_url.is_some(),
+        }
+    }
+}
+
+fn contains(networks: &[IpNet], addr: SocketAddr) -> bool {
+    let ip = addr.ip().to_canonical();
+    networks.iter().any(|n| n.contains(&ip))
+}
+
+/// One worker's forwarding state: policy, flow table and counters.
+#[derive(Debug)]
+pub struct Forwarder {
+    policy: ForwardPolicy,
+    table: FlowTable<Route>,
+    counters: WorkerCounters,
+}
+
+impl Forwarder {
+    /// A forwarder with its own flow table.
+    pub fn new(policy: ForwardPolicy, table: FlowTable<Route>) -> Self {
+        Forwarder {
+            policy,
+            table,
+            counters: WorkerCounters::default(),
+        }
+    }
+
+    /// The counters, for publishing.
+    pub fn counters(&self) -> &WorkerCounters {
+        &self.counters
+    }
+
+    /// Mutable counters, for the backend's own drops (send failures, cache results).
+    pub fn counters_mut(&mut self) -> &mut WorkerCounters {
+        &mut self.counters
+    }
+
+    /// The flow table.
+    pub fn table(&self) -> &FlowTable<Route> {
+        &self.table
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &ForwardPolicy {
+        &self.policy
+    }
+
+    fn drop(&mut self, reason: impl Into<DropReason>) -> Verdict {
+        let reason = reason.into();
+        self.counters.dropped(reason);
+        Verdict::Drop(reason)
+    }
+
+    fn sync_flow_counters(&mut self) {
+        let c = self.table.counters();
+        self.counters.flows_active = self.table.len() as u64;
+        self.counters.flows_created = c.created;
+        self.counters.flows_expired = c.expired;
+        self.counters.flows_refused = c.refused;
+    }
+
+    /// Decides a datagram that arrived from `client` on public `vip`.
+    pub fn from_client(
+        &mut self,
+        datagram: &[u8],
+        client: SocketAddr,
+        vip: SocketAddr,
+        now: Instant,
+    ) -> Verdict {
+        self.decide_client(datagram, client, vip, None, now)
+    }
+
+    fn decide_client(
+        &mut self,
+        datagram: &[u8],
+        client: SocketAddr,
+        vip: SocketAddr,
+        return_via: Option<SocketAddr>,
+        now: Instant,
+    ) -> Verdict {
+        let kind = DatagramKind::classify(datagram);
+        if kind == DatagramKind::Other {
+            return self.drop(DropReason::Unclassified);
+        }
+        let key = FlowKey::new(client, vip);
+        let header = FrameHeader::new(client, vip);
+        if let Some(flow) = self.table.lookup(&key, now) {
+            let route = flow.value;
+            flow.record_in(datagram.len());
+            let mut to = route.next_hop;
+            if kind == DatagramKind::Stun {
+                to = self.follow_rerouted_session(datagram, &key, route, return_via, now);
+            }
+            self.counters.forwarded(Direction::In, datagram.len());
+            return Verdict::Forward {
+                to,
+                header,
+                created: None,
+            };
+        }
+        if kind != DatagramKind::Stun {
+            if self.policy.route_cache {
+                self.counters.dropped(DropReason::NoFlowCacheLookup);
+                return Verdict::LookupRoute { key };
+            }
+            return self.drop(DropReason::NoFlow);
+        }
+        let route = match self.authenticate_binding_request(datagram, return_via) {
+            Ok(route) => route,
+            Err(reason) => return self.drop(reason),
+        };
+        match self.table.insert(&key, route, now) {
+            Ok(_) => {}
+            Err(InsertError::TableFull) => {
+                self.sync_flow_counters();
+                return self.drop(DropReason::TableFull);
+            }
+        }
+        if let Some(flow) = self.table.lookup(&key, now) {
+            flow.record_in(datagram.len());
+        }
+        self.sync_flow_counters();
+        self.counters.forwarded(Direction::In, datagram.len());
+        Verdict::Forward {
+            to: route.next_hop,
+            header,
+            created: Some(route),
+        }
+    }
+
+    /// The full first-packet check: Binding Request, authentic hint, MESSAGE-INTEGRITY
+    /// under the derived password, FINGERPRINT if present, destination allowed (our
+    /// cluster) or a known cluster relay (another cluster).
+    fn authenticate_binding_request(
+        &self,
+        datagram: &[u8],
+        return_via: Option<SocketAddr>,
+    ) -> Result<Route, DropReason> {
+        let view = StunView::parse(datagram)?;
+        if !view.is_binding_request() {
+            return Err(DropReason::NotBindingRequest);
+        }
+        let server = view.ufrags()?.server;
+        let keys = &self.policy.hint_keys;
+        let verified = keys.authenticate(server)?;
+        let password = keys
+            .ice_password(verified.key_id, server)
+            .ok_or(DropReason::HintUnknownKey)?;
+        view.verify_integrity(password.as_bytes())?;
+        if view.has_fingerprint() {
+            view.verify_fingerprint()?;
+        }
+        let next_hop = if verified.hint.cluster == self.policy.cluster_id {
+            let to = verified.hint.transceiver;
+            if !contains(&self.policy.allowed_transceiver_networks, to) {
+                return Err(DropReason::HintDestinationNotAllowed);
+            }
+            to
+        } else if return_via.is_some() {
+            // A global relay sent this to us as the hint's cluster; never pass it on again.
+            return Err(DropReason::UnknownCluster);
+        } else {
+            *self
+                .policy
+                .clusters
+                .get(&verified.hint.cluster)
+                .ok_or(DropReason::UnknownCluster)?
+        };
+        Ok(Route {
+            next_hop,
+            return_via,
+        })
+    }
+
+    /// A Binding Request on an existing flow whose authentic hint routes elsewhere moves
+    /// the flow: the client's address now belongs to a new session. Returns the next hop.
+    fn follow_rerouted_session(
+        &mut self,
+        datagram: &[u8],
+        key: &FlowKey,
+        route: Route,
+        return_via: Option<SocketAddr>,
+        now: Instant,
+    ) -> SocketAddr {
+        let Some(hint) = StunView::parse(datagram)
+            .ok()
+            .and_then(|view| view.ufrags().ok())
+            .and_then(|pair| self.policy.hint_keys.authenticate(pair.server).ok())
+        else {
+            return route.next_hop;
+        };
+        // Cheap check first: same destination (every consent check) → nothing to do.
+        let same_cluster = hint.hint.cluster == self.policy.cluster_id;
+        if same_cluster && hint.hint.transceiver == route.next_hop {
+            return route.next_hop;
+        }
+        match self.authenticate_binding_request(datagram, return_via) {
+            Ok(new_route) if new_route != route => {
+                // An update of an existing key: never refused for lack of room.
+                let _ = self.table.insert(key, new_route, now);
+                new_route.next_hop
+            }
+            _ => route.next_hop,
+        }
+    }
+
+    /// Decides a datagram that arrived from `source` on the worker's internal port.
+    pub fn from_internal(&mut self, frame: &[u8], source: SocketAddr, now: Instant) -> Verdict {
+        let from_global = contains(&self.policy.global_relay_networks, source);
+        let from_transceiver = contains(&self.policy.allowed_transceiver_networks, source);
+        let from_cluster_relay = self.policy.clusters.values().any(|r| *r == source);
+        if !(from_global || from_transceiver || from_cluster_relay) {
+            return self.drop(DropReason::FrameSourceNotAllowed);
+        }
+        let (header, payload) = match FrameHeader::parse(frame) {
+            Ok(parsed) => parsed,
+            Err(e) => return self.drop(e),
+        };
+        let key = FlowKey::new(header.client, header.vip);
+        // A frame from a global relay carries a client's datagram towards a transceiver,
+        // unless it answers a flow we sent through that global relay's cluster relay role.
+        if from_global && !(from_transceiver || from_cluster_relay) {
+            return self.decide_client(payload, header.client, header.vip, Some(source), now);
+        }
+        let vip_is_ours = self.policy.vips.contains(&header.vip);
+        let outcome = match self.table.lookup(&key, now) {
+            None => Err(DropReason::ReturnNoFlow),
+            Some(flow) if flow.value.next_hop != source => Err(DropReason::ReturnWrongSource),
+            Some(flow) => match flow.value.return_via {
+                Some(global) => {
+                    flow.record_out(payload.len());
+                    Ok(Verdict::Relay { to: global })
+                }
+                None if !vip_is_ours => Err(DropReason::ReturnUnknownVip),
+                None => {
+                    flow.record_out(payload.len());
+                    Ok(Verdict::Return {
+                        client: header.client,
+                        vip: header.vip,
+                        payload_at: frame.len() - payload.len(),
+                    })
+                }
+            },
+        };
+        match outcome {
+            Ok(verdict) => {
+                self.counters.forwarded(Direction::Out, payload.len());
+                verdict
+            }
+            Err(reason) => self.drop(reason),
+        }
+    }
+
+    /// Installs a route the cache returned for `key` (unless a flow appeared meanwhile).
+    /// Counts a cache hit; a refused insert (table full) is counted as a drop reason.
+    pub fn restore(&mut self, key: &FlowKey, route: Route, now: Instant) -> bool {
+        self.counters.cache_hits += 1;
+        if self.table.peek(key).is_some() {
+            return true;
+        }
+        let destination_ok = contains(&self.policy.allowed_transceiver_networks, route.next_hop)
+            || self.policy.clusters.values().any(|r| *r == route.next_hop);
+        if !destination_ok {
+            self.counters.dropped(DropReason::HintDestinationNotAllowed);
+            return false;
+        }
+        let restored = match self.table.insert(key, route, now) {
+            Ok(Inserted::Created | Inserted::Updated) => true,
+            Err(InsertError::TableFull) => {
+                self.counters.dropped(DropReason::TableFull);
+                false
+            }
+        };
+        self.sync_flow_counters();
+        restored
+    }
+
+    /// Expires up to `budget` idle flows at `now`; returns how many.
+    pub fn expire(&mut self, now: Instant, budget: usize) -> usize {
+        let n = self.table.expire(now, budget);
+        self.sync_flow_counters();
+        n
+    }
+}

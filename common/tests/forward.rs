@@ -1,0 +1,680 @@
+//! The forwarding decision: every path of `Forwarder`, and what happens to each kind of
+//! bad input (which drop reason counts it).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use ufrag_common::flow::{FlowKey, FlowTable};
+use ufrag_common::forward::{ForwardPolicy, Forwarder, Route, Verdict};
+use ufrag_common::frame::FrameHeader;
+use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
+use ufrag_common::metrics::{Direction, DropReason};
+use ufrag_common::stun::{self, StunClass, StunWriter, attr};
+
+const SECRET: &[u8] = &[0x42; 32];
+const CLUSTER: u16 = 1;
+
+fn a(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+fn keys() -> HintKeys {
+    HintKeys::new(HintKey::new(1, SECRET).unwrap(), None).unwrap()
+}
+
+fn policy() -> ForwardPolicy {
+    ForwardPolicy {
+        vips: vec![a("203.0.113.10:3478")],
+        allowed_transceiver_networks: vec!["10.0.0.0/8".parse().unwrap()],
+        global_relay_networks: vec![],
+        cluster_id: CLUSTER,
+        clusters: BTreeMap::new(),
+        hint_keys: keys(),
+        route_cache: false,
+    }
+}
+
+fn forwarder_with(policy: ForwardPolicy, capacity: usize, t0: Instant) -> Forwarder {
+    Forwarder::new(
+        policy,
+        FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap(),
+    )
+}
+
+fn forwarder(t0: Instant) -> Forwarder {
+    forwarder_with(policy(), 16, t0)
+}
+
+const VIP: &str = "203.0.113.10:3478";
+const CLIENT: &str = "198.51.100.7:50000";
+const TRANSCEIVER: &str = "10.0.0.2:40000";
+
+/// A browser-shaped Binding Request for a session on `transceiver` in `cluster`.
+fn binding_request(transceiver: &str, cluster: u16, random: u8) -> Vec<u8> {
+    let keys = keys();
+    let ufrag = keys.encode(
+        &RoutingHint {
+            cluster,
+            transceiver: a(transceiver),
+        },
+        [random; 6],
+    );
+    let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+    let mut buf = [0u8; 256];
+    let n = stun::write_binding_request(
+        &mut buf,
+        &[random; 12],
+        ufrag.as_bytes(),
+        b"cli1",
+        password.as_bytes(),
+    )
+    .unwrap();
+    buf[..n].to_vec()
+}
+
+const RTP: [u8; 12] = [0x80, 111, 0, 1, 0, 0, 0, 1, 1, 2, 3, 4];
+const DTLS: [u8; 13] = [22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+fn frame(client: &str, vip: &str, payload: &[u8]) -> Vec<u8> {
+    let h = FrameHeader::new(a(client), a(vip));
+    let mut f = vec![0u8; h.encoded_len()];
+    h.emit(&mut f).unwrap();
+    f.extend_from_slice(payload);
+    f
+}
+
+fn expect_drop(v: Verdict, reason: DropReason, fwd: &Forwarder) {
+    assert_eq!(v, Verdict::Drop(reason));
+    assert_eq!(
+        fwd.counters().drops_of(reason),
+        1,
+        "{reason:?} counted once"
+    );
+}
+
+#[test]
+fn a_valid_binding_request_creates_the_flow_and_media_reuses_it() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder(t0);
+    let v = fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    let route = Route {
+        next_hop: a(TRANSCEIVER),
+        return_via: None,
+    };
+    assert_eq!(
+        v,
+        Verdict::Forward {
+            to: a(TRANSCEIVER),
+            header: FrameHeader::new(a(CLIENT), a(VIP)),
+            created: Some(route)
+        }
+    );
+    for datagram in [&DTLS[..], &RTP[..]] {
+        let v = fwd.from_client(datagram, a(CLIENT), a(VIP), t0);
+        assert!(
+            matches!(v, Verdict::Forward { to, created: None, .. } if to == a(TRANSCEIVER)),
+            "{v:?}"
+        );
+    }
+    assert_eq!(fwd.counters().packets[Direction::In as usize], 3);
+    assert_eq!(fwd.counters().flows_created, 1);
+    assert_eq!(fwd.counters().flows_active, 1);
+    assert_eq!(fwd.counters().drops.iter().sum::<u64>(), 0);
+}
+
+#[test]
+fn non_stun_without_a_flow_is_never_forwarded() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder(t0);
+    expect_drop(
+        fwd.from_client(&RTP, a(CLIENT), a(VIP), t0),
+        DropReason::NoFlow,
+        &fwd,
+    );
+    let mut cached = forwarder_with(
+        ForwardPolicy {
+            route_cache: true,
+            ..policy()
+        },
+        4,
+        t0,
+    );
+    let v = cached.from_client(&DTLS, a(CLIENT), a(VIP), t0);
+    assert_eq!(
+        v,
+        Verdict::LookupRoute {
+            key: FlowKey::new(a(CLIENT), a(VIP))
+        }
+    );
+    assert_eq!(cached.counters().drops_of(DropReason::NoFlowCacheLookup), 1);
+    assert_eq!(cached.counters().packets, [0, 0]);
+}
+
+#[test]
+fn each_bad_first_packet_is_dropped_under_its_reason() {
+    let t0 = Instant::now();
+    let good = binding_request(TRANSCEIVER, CLUSTER, 1);
+
+    let mut bad_cookie = good.clone();
+    bad_cookie[5] ^= 1;
+    let mut bad_integrity = good.clone();
+    bad_integrity[good.len() - 20] ^= 1; // inside MESSAGE-INTEGRITY (before FINGERPRINT)
+    let mut bad_fingerprint = good.clone();
+    *bad_fingerprint.last_mut().unwrap() ^= 1;
+    let mut indication = good.clone();
+    indication[1] = 0x11; // Binding Indication
+    let no_username = {
+        let mut b = [0u8; 64];
+        let mut w = StunWriter::new(&mut b, 1, StunClass::Request, &[0; 12]).unwrap();
+        w.fingerprint().unwrap();
+        let n = w.finish();
+        b[..n].to_vec()
+    };
+    let with_username = |username: &[u8]| {
+        let mut b = [0u8; 128];
+        let mut w = StunWriter::new(&mut b, 1, StunClass::Request, &[0; 12]).unwrap();
+        w.attribute(attr::USERNAME, username).unwrap();
+        w.integrity(b"whatever").unwrap();
+        let n = w.finish();
+        b[..n].to_vec()
+    };
+    let forged = {
+        let other = HintKeys::new(HintKey::new(1, &[0x24; 32]).unwrap(), None).unwrap();
+        let ufrag = other.encode(
+            &RoutingHint {
+                cluster: CLUSTER,
+                transceiver: a(TRANSCEIVER),
+            },
+            [0; 6],
+        );
+        let mut u = ufrag.as_bytes().to_vec();
+        u.extend_from_slice(b":cli1");
+        with_username(&u)
+    };
+    let unknown_key = {
+        let other = HintKeys::new(HintKey::new(7, SECRET).unwrap(), None).unwrap();
+        let ufrag = other.encode(
+            &RoutingHint {
+                cluster: CLUSTER,
+                transceiver: a(TRANSCEIVER),
+            },
+            [0; 6],
+        );
+        let mut u = ufrag.as_bytes().to_vec();
+        u.extend_from_slice(b":cli1");
+        with_username(&u)
+    };
+
+    let cases: Vec<(&str, Vec<u8>, DropReason)> = vec![
+        ("empty datagram", vec![], DropReason::Unclassified),
+        (
+            "unassigned first byte",
+            vec![0xff; 40],
+            DropReason::Unclassified,
+        ),
+        (
+            "truncated STUN",
+            good[..12].to_vec(),
+            DropReason::StunTooShort,
+        ),
+        (
+            "STUN with a bad cookie",
+            bad_cookie,
+            DropReason::StunBadMagicCookie,
+        ),
+        (
+            "STUN cut mid-attribute",
+            good[..good.len() - 4].to_vec(),
+            DropReason::StunLengthMismatch,
+        ),
+        (
+            "Binding Indication",
+            indication,
+            DropReason::NotBindingRequest,
+        ),
+        ("no USERNAME", no_username, DropReason::StunMissingUsername),
+        (
+            "USERNAME without colon",
+            with_username(b"justone"),
+            DropReason::StunBadUsername,
+        ),
+        (
+            "ufrag that is not a hint",
+            with_username(b"evtj:h6vY"),
+            DropReason::HintBadLength,
+        ),
+        (
+            "hint MAC forged with another secret",
+            forged,
+            DropReason::HintBadMac,
+        ),
+        (
+            "hint of an unknown key",
+            unknown_key,
+            DropReason::HintUnknownKey,
+        ),
+        (
+            "MESSAGE-INTEGRITY wrong",
+            bad_integrity,
+            DropReason::StunBadIntegrity,
+        ),
+        (
+            "FINGERPRINT wrong",
+            bad_fingerprint,
+            DropReason::StunBadFingerprint,
+        ),
+        (
+            "destination outside the networks",
+            binding_request("192.168.0.9:40000", CLUSTER, 2),
+            DropReason::HintDestinationNotAllowed,
+        ),
+        (
+            "cluster with no relay",
+            binding_request(TRANSCEIVER, 9, 3),
+            DropReason::UnknownCluster,
+        ),
+    ];
+    for (what, datagram, reason) in cases {
+        let mut fwd = forwarder(t0);
+        let v = fwd.from_client(&datagram, a(CLIENT), a(VIP), t0);
+        assert_eq!(v, Verdict::Drop(reason), "{what}");
+        assert_eq!(fwd.counters().drops_of(reason), 1, "{what}");
+        assert!(fwd.table().is_empty(), "{what}: no flow created");
+        // And the client still gets nothing through afterwards.
+        assert!(
+            matches!(
+                fwd.from_client(&RTP, a(CLIENT), a(VIP), t0),
+                Verdict::Drop(DropReason::NoFlow)
+            ),
+            "{what}"
+        );
+    }
+}
+
+#[test]
+fn bad_input_on_an_established_flow_does_not_break_it() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder(t0);
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    expect_drop(
+        fwd.from_client(&[0xff, 1, 2], a(CLIENT), a(VIP), t0),
+        DropReason::Unclassified,
+        &fwd,
+    );
+    // A forged Binding Request pointing elsewhere is forwarded on the existing flow (the
+    // transceiver rejects it) and does not move the flow.
+    let mut forged = binding_request("10.0.0.3:40000", CLUSTER, 5);
+    let n = forged.len();
+    forged[n - 20] ^= 1;
+    let v = fwd.from_client(&forged, a(CLIENT), a(VIP), t0);
+    assert!(
+        matches!(v, Verdict::Forward { to, .. } if to == a(TRANSCEIVER)),
+        "{v:?}"
+    );
+    assert!(
+        matches!(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0), Verdict::Forward { to, .. } if to == a(TRANSCEIVER))
+    );
+}
+
+#[test]
+fn a_new_authentic_session_on_the_same_client_address_moves_the_flow() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder(t0);
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    let v = fwd.from_client(
+        &binding_request("10.0.0.3:40000", CLUSTER, 2),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    assert!(
+        matches!(v, Verdict::Forward { to, .. } if to == a("10.0.0.3:40000")),
+        "{v:?}"
+    );
+    assert!(
+        matches!(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0), Verdict::Forward { to, .. } if to == a("10.0.0.3:40000"))
+    );
+    assert_eq!(fwd.table().len(), 1);
+}
+
+#[test]
+fn return_path_goes_to_the_client_from_the_named_vip() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder(t0);
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    let f = frame(CLIENT, VIP, &RTP);
+    let v = fwd.from_internal(&f, a(TRANSCEIVER), t0);
+    assert_eq!(
+        v,
+        Verdict::Return {
+            client: a(CLIENT),
+            vip: a(VIP),
+            payload_at: 16
+        }
+    );
+    assert_eq!(&f[16..], &RTP);
+    assert_eq!(fwd.counters().packets[Direction::Out as usize], 1);
+    assert_eq!(
+        fwd.table()
+            .peek(&FlowKey::new(a(CLIENT), a(VIP)))
+            .unwrap()
+            .stats
+            .packets_out,
+        1
+    );
+}
+
+#[test]
+fn each_bad_return_frame_is_dropped_under_its_reason() {
+    let t0 = Instant::now();
+    let setup = || {
+        let mut fwd = forwarder(t0);
+        fwd.from_client(
+            &binding_request(TRANSCEIVER, CLUSTER, 1),
+            a(CLIENT),
+            a(VIP),
+            t0,
+        );
+        fwd
+    };
+    let cases: Vec<(&str, Vec<u8>, &str, DropReason)> = vec![
+        (
+            "source outside all networks",
+            frame(CLIENT, VIP, &RTP),
+            "192.0.2.1:40000",
+            DropReason::FrameSourceNotAllowed,
+        ),
+        (
+            "client without a flow",
+            frame("198.51.100.8:1", VIP, &RTP),
+            TRANSCEIVER,
+            DropReason::ReturnNoFlow,
+        ),
+        (
+            "another transceiver answering",
+            frame(CLIENT, VIP, &RTP),
+            "10.0.0.3:40000",
+            DropReason::ReturnWrongSource,
+        ),
+        (
+            "VIP that is not ours",
+            frame(CLIENT, "203.0.113.99:3478", &RTP),
+            TRANSCEIVER,
+            DropReason::ReturnNoFlow,
+        ),
+        (
+            "raw datagram, no frame",
+            RTP.to_vec(),
+            TRANSCEIVER,
+            DropReason::FrameNotAFrame,
+        ),
+        (
+            "header only",
+            frame(CLIENT, VIP, &[])[..16].to_vec(),
+            TRANSCEIVER,
+            DropReason::FrameEmptyPayload,
+        ),
+        (
+            "truncated header",
+            frame(CLIENT, VIP, &RTP)[..10].to_vec(),
+            TRANSCEIVER,
+            DropReason::FrameTooShort,
+        ),
+    ];
+    for (what, f, source, reason) in cases {
+        let mut fwd = setup();
+        assert_eq!(
+            fwd.from_internal(&f, a(source), t0),
+            Verdict::Drop(reason),
+            "{what}"
+        );
+        assert_eq!(fwd.counters().drops_of(reason), 1, "{what}");
+        assert_eq!(
+            fwd.counters().packets[Direction::Out as usize],
+            0,
+            "{what}: nothing sent"
+        );
+    }
+}
+
+#[test]
+fn a_flow_on_a_vip_we_no_longer_serve_is_not_answered() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder(t0);
+    // A flow restored from the cache for a VIP this relay does not serve.
+    let key = FlowKey::new(a(CLIENT), a("203.0.113.99:3478"));
+    assert!(fwd.restore(
+        &key,
+        Route {
+            next_hop: a(TRANSCEIVER),
+            return_via: None
+        },
+        t0
+    ));
+    let v = fwd.from_internal(
+        &frame(CLIENT, "203.0.113.99:3478", &RTP),
+        a(TRANSCEIVER),
+        t0,
+    );
+    expect_drop(v, DropReason::ReturnUnknownVip, &fwd);
+    assert_eq!(fwd.counters().packets[Direction::Out as usize], 0);
+}
+
+#[test]
+fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder_with(policy(), 2, t0);
+    for port in [1, 2] {
+        let client = SocketAddr::from(([198, 51, 100, 7], port));
+        assert!(matches!(
+            fwd.from_client(
+                &binding_request(TRANSCEIVER, CLUSTER, port as u8),
+                client,
+                a(VIP),
+                t0
+            ),
+            Verdict::Forward { .. }
+        ));
+    }
+    let third = SocketAddr::from(([198, 51, 100, 7], 3));
+    let v = fwd.from_client(&binding_request(TRANSCEIVER, CLUSTER, 3), third, a(VIP), t0);
+    expect_drop(v, DropReason::TableFull, &fwd);
+    assert_eq!(fwd.counters().flows_refused, 1);
+    for port in [1, 2] {
+        let client = SocketAddr::from(([198, 51, 100, 7], port));
+        assert!(matches!(
+            fwd.from_client(&RTP, client, a(VIP), t0),
+            Verdict::Forward { .. }
+        ));
+    }
+}
+
+#[test]
+fn idle_flows_expire_and_then_need_stun_again() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder(t0);
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    assert_eq!(fwd.expire(t0 + Duration::from_secs(29), 10), 0);
+    assert_eq!(fwd.expire(t0 + Duration::from_secs(30), 10), 1);
+    assert_eq!(fwd.counters().flows_expired, 1);
+    assert_eq!(fwd.counters().flows_active, 0);
+    let later = t0 + Duration::from_secs(31);
+    assert_eq!(
+        fwd.from_client(&RTP, a(CLIENT), a(VIP), later),
+        Verdict::Drop(DropReason::NoFlow)
+    );
+    assert!(matches!(
+        fwd.from_client(
+            &binding_request(TRANSCEIVER, CLUSTER, 1),
+            a(CLIENT),
+            a(VIP),
+            later
+        ),
+        Verdict::Forward {
+            created: Some(_),
+            ..
+        }
+    ));
+}
+
+#[test]
+fn restore_from_the_route_cache() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder_with(
+        ForwardPolicy {
+            route_cache: true,
+            ..policy()
+        },
+        4,
+        t0,
+    );
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    assert_eq!(
+        fwd.from_client(&RTP, a(CLIENT), a(VIP), t0),
+        Verdict::LookupRoute { key }
+    );
+    assert!(fwd.restore(
+        &key,
+        Route {
+            next_hop: a(TRANSCEIVER),
+            return_via: None
+        },
+        t0
+    ));
+    assert!(
+        matches!(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0), Verdict::Forward { to, created: None, .. } if to == a(TRANSCEIVER))
+    );
+    assert_eq!(fwd.counters().cache_hits, 1);
+    // A cached route to a destination outside the allowed networks is refused.
+    let other = FlowKey::new(a("198.51.100.8:1"), a(VIP));
+    assert!(!fwd.restore(
+        &other,
+        Route {
+            next_hop: a("192.0.2.5:1"),
+            return_via: None
+        },
+        t0
+    ));
+    assert!(fwd.table().peek(&other).is_none());
+}
+
+#[test]
+fn global_mode_global_relay_to_cluster_relay_to_transceiver_and_back() {
+    let t0 = Instant::now();
+    let global_internal = a("192.0.2.1:41000");
+    let cluster_relay = a("10.1.0.1:42000");
+    // The global relay (cluster 0) knows cluster 1's relay.
+    let mut global = forwarder_with(
+        ForwardPolicy {
+            cluster_id: 0,
+            clusters: BTreeMap::from([(1, cluster_relay)]),
+            ..policy()
+        },
+        8,
+        t0,
+    );
+    // Cluster 1's relay accepts frames from the global relays' network.
+    let mut cluster = forwarder_with(
+        ForwardPolicy {
+            global_relay_networks: vec!["192.0.2.0/24".parse().unwrap()],
+            ..policy()
+        },
+        8,
+        t0,
+    );
+
+    let stun = binding_request(TRANSCEIVER, 1, 1);
+    let Verdict::Forward {
+        to,
+        header,
+        created,
+    } = global.from_client(&stun, a(CLIENT), a(VIP), t0)
+    else {
+        panic!("global relay forwards");
+    };
+    assert_eq!(to, cluster_relay);
+    assert_eq!(
+        created,
+        Some(Route {
+            next_hop: cluster_relay,
+            return_via: None
+        })
+    );
+
+    // The frame as it arrives at the cluster relay, from the global relay's internal port.
+    let mut f = vec![0u8; header.encoded_len()];
+    header.emit(&mut f).unwrap();
+    f.extend_from_slice(&stun);
+    let v = cluster.from_internal(&f, global_internal, t0);
+    assert_eq!(
+        v,
+        Verdict::Forward {
+            to: a(TRANSCEIVER),
+            header: FrameHeader::new(a(CLIENT), a(VIP)),
+            created: Some(Route {
+                next_hop: a(TRANSCEIVER),
+                return_via: Some(global_internal)
+            }),
+        }
+    );
+
+    // The transceiver answers the cluster relay; it passes the frame back to the global relay…
+    let reply = frame(CLIENT, VIP, &RTP);
+    assert_eq!(
+        cluster.from_internal(&reply, a(TRANSCEIVER), t0),
+        Verdict::Relay {
+            to: global_internal
+        }
+    );
+    // …which sends it to the client from its VIP.
+    assert_eq!(
+        global.from_internal(&reply, cluster_relay, t0),
+        Verdict::Return {
+            client: a(CLIENT),
+            vip: a(VIP),
+            payload_at: 16
+        }
+    );
+
+    // Frames from outside the global relays' network are refused by the cluster relay,
+    // and a global relay's frame for yet another cluster is not passed on.
+    assert_eq!(
+        cluster.from_internal(&f, a("198.18.0.1:1"), t0),
+        Verdict::Drop(DropReason::FrameSourceNotAllowed)
+    );
+    let mut other = vec![0u8; header.encoded_len()];
+    FrameHeader::new(a("198.51.100.9:9"), a(VIP))
+        .emit(&mut other)
+        .unwrap();
+    other.extend_from_slice(&binding_request(TRANSCEIVER, 2, 4));
+    assert_eq!(
+        cluster.from_internal(&other, global_internal, t0),
+        Verdict::Drop(DropReason::UnknownCluster)
+    );
+}
