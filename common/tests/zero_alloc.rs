@@ -179,7 +179,7 @@ fn the_forwarder_does_not_allocate() {
     let before = allocations();
     for i in 0..5_000u32 {
         let now = t0 + Duration::from_millis(5 * u64::from(i));
-        let client = SocketAddr::from(([198, 51, 100, 1], 1024 + (i % 128) as u16));
+        let client = SocketAddr::from(([198, 51, 100, 1], 1024 + (i % 512) as u16));
         assert!(matches!(
             fwd.from_client(request, client, vip, now),
             Verdict::Forward { .. }
