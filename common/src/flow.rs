@@ -12,10 +12,15 @@
 //!   backward-shift, so there are no tombstones and probe lengths never degrade.
 //!   Hashing is SipHash keyed at random per table ([`std::hash::RandomState`]): clients
 //!   choose their ports, so the index must not be predictable.
-//! - **Recency list**: a doubly linked list through the slots, most recently used at the
-//!   head. A lookup moves the entry to the head, so the tail is always the flow idle the
-//!   longest and expiry pops from the tail, exactly when a flow's idle time reaches the
-//!   timeout, O(1) per expired flow.
+//! - **Recency list**: a doubly linked list through the slots, ordered by the *epoch* in
+//!   which each flow was last moved to the head; an epoch is 1/32 of the idle timeout. A
+//!   lookup records the exact last-seen time, but moves the flow to the head only when
+//!   the epoch has changed since its last move: at most once per epoch per flow, instead
+//!   of on every packet (each move touches two neighbours' cache lines; at 50 packets/s a
+//!   voice flow moves about once in 50 packets at a 30 s timeout). Expiry pops from the
+//!   tail, checking the exact last-seen time, O(1) per expired flow. A flow therefore
+//!   expires once it has been idle for the timeout, and at the latest one epoch later
+//!   (timeout × 33/32).
 //!
 //! Time is passed in (`now: Instant`) and never read here. When the table is full, a new
 //! flow reclaims the least recently used slot only if that flow has already expired;
@@ -138,8 +143,10 @@ impl<V> Flow<V> {
 struct Slot<V> {
     flow: Flow<V>,
     key: PackedKey,
-    /// Milliseconds since the table's epoch.
+    /// Milliseconds since the table's start.
     last_seen: u64,
+    /// The recency epoch in which the slot last moved to the list head.
+    moved_in_epoch: u32,
     /// Towards the head (more recent); NIL at the head.
     prev: u32,
     /// Towards the tail (less recent); NIL at the tail. Free list link for free slots.
@@ -208,6 +215,8 @@ pub struct FlowTable<V, S = RandomState> {
     tail: u32,
     epoch: Instant,
     idle_ms: u64,
+    /// Length of a recency epoch in milliseconds: idle timeout / 32, at least 1.
+    epoch_ms: u64,
     counters: TableCounters,
 }
 
@@ -250,6 +259,9 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
             tail: NIL,
             epoch: now,
             idle_ms: u64::try_from(idle_timeout.as_millis()).unwrap_or(u64::MAX),
+            epoch_ms: u64::try_from(idle_timeout.as_millis() / 32)
+                .unwrap_or(u64::MAX)
+                .max(1),
             counters: TableCounters::default(),
         })
     }
@@ -368,6 +380,7 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
             },
             key: packed,
             last_seen: now_ms,
+            moved_in_epoch: self.recency_epoch(now_ms),
             prev: NIL,
             next: NIL,
         };
@@ -468,8 +481,19 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
         flow
     }
 
+    fn recency_epoch(&self, now_ms: u64) -> u32 {
+        // Wraps after 2^32 epochs (≥ 49 days at the smallest epoch): only equality is used.
+        (now_ms / self.epoch_ms) as u32
+    }
+
     fn touch(&mut self, slot: u32, now_ms: u64) {
-        self.slots[slot as usize].last_seen = now_ms;
+        let epoch = self.recency_epoch(now_ms);
+        let entry = &mut self.slots[slot as usize];
+        entry.last_seen = now_ms;
+        if entry.moved_in_epoch == epoch {
+            return;
+        }
+        entry.moved_in_epoch = epoch;
         if self.head != slot {
             self.unlink(slot);
             self.link_head(slot);
