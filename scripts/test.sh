@@ -8,8 +8,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
 echo "== cargo test (workspace, locked)"
-cargo test --workspace --locked
+cargo test --workspace --locked 2>&1 | tee "$log"
 
 echo "== benches in test mode (each criterion bench runs once; iai bench must compile)"
 cargo test --locked -p ufrag-common --bench hot_path
@@ -22,4 +25,8 @@ if [ "$fuzz_seconds" -gt 0 ]; then
 else
   echo "!! FUZZING SKIPPED (FUZZ_SECONDS=0): the fuzz targets did not run" >&2
 fi
-echo "== all tests passed"
+# One closing line for the whole run, summed over every test binary above.
+passed=$(grep -Eo 'test result: ok\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+echo "== all tests passed; fuzzing: ${fuzz_seconds}s per target"
+echo "tests: ${passed} passed, ${failed} failed"

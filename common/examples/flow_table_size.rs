@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use ufrag_common::flow::FlowTable;
+use ufrag_common::forward::Route;
 
 fn report<V: Copy>(what: &str, capacity: usize) {
     let table = FlowTable::<V>::new(capacity, Duration::from_secs(30), Instant::now())
@@ -24,7 +25,7 @@ fn main() {
         .nth(1)
         .map(|s| s.parse().expect("capacity is a number"))
         .unwrap_or(1_000_000);
+    report::<Route>("value = Route (relay)", capacity);
     report::<SocketAddr>("value = SocketAddr", capacity);
-    report::<[u8; 18]>("value = [u8; 18]", capacity);
     report::<()>("value = ()", capacity);
 }
