@@ -266,6 +266,11 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
         })
     }
 
+    /// The idle timeout.
+    pub fn idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.idle_ms)
+    }
+
     /// The number of flows the table can hold.
     pub fn capacity(&self) -> usize {
         self.slots.capacity()

@@ -19,7 +19,9 @@
 //!    derived password, and whose FINGERPRINT (when present) matches. If the hint's
 //!    cluster is ours, its transceiver must lie in the allowed networks; otherwise the
 //!    next hop is that cluster's relay (global mode). Then the flow is created and the
-//!    datagram forwarded; `created` tells the backend to record the route in the cache.
+//!    datagram forwarded; `record` tells the backend to write the route to the cache
+//!    (also every third of the idle timeout while the flow carries traffic, so the
+//!    cache entry's TTL outlives the flow's idle timer only while the flow lives).
 //! 4. Flow miss, DTLS or RTP/RTCP: with a route cache, [`Verdict::LookupRoute`] (the
 //!    datagram itself is dropped and counted as `no_flow_cache_lookup`); without one,
 //!    drop `no_flow`. A non-STUN datagram is never forwarded without a flow.
@@ -61,18 +63,31 @@ pub struct Route {
     pub return_via: Option<SocketAddr>,
 }
 
+/// What the flow table holds for each flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowState {
+    /// Where the flow goes.
+    pub route: Route,
+    /// When the route was last written to the route cache, in seconds since the
+    /// forwarder started.
+    pub recorded_at_s: u32,
+}
+
 /// What the backend must do with a datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    /// Send `header` followed by the client's datagram to `to`. `created` is set when this
-    /// datagram created the flow (record it in the route cache).
+    /// Send `header` followed by `datagram[payload_at..]` to `to`.
     Forward {
         /// The transceiver or next relay.
         to: SocketAddr,
         /// The frame header to prepend.
         header: FrameHeader,
-        /// The route of a flow this datagram created.
-        created: Option<Route>,
+        /// Where the client's datagram starts in what was received: 0 from a client,
+        /// after the frame header for a frame from a global relay.
+        payload_at: usize,
+        /// Write this route to the route cache: the flow was just created, or its cache
+        /// entry is due for a refresh (every third of the idle timeout while it lives).
+        record: Option<Route>,
     },
     /// Send `frame[payload_at..]` to `client` from `vip`.
     Return {
@@ -140,18 +155,29 @@ fn contains(networks: &[IpNet], addr: SocketAddr) -> bool {
 #[derive(Debug)]
 pub struct Forwarder {
     policy: ForwardPolicy,
-    table: FlowTable<Route>,
+    table: FlowTable<FlowState>,
     counters: WorkerCounters,
+    started: Instant,
+    refresh_every_s: u32,
 }
 
 impl Forwarder {
-    /// A forwarder with its own flow table.
-    pub fn new(policy: ForwardPolicy, table: FlowTable<Route>) -> Self {
+    /// A forwarder with its own flow table, started at `now`.
+    pub fn new(policy: ForwardPolicy, table: FlowTable<FlowState>, now: Instant) -> Self {
+        let refresh_every_s = u32::try_from(table.idle_timeout().as_secs() / 3)
+            .unwrap_or(u32::MAX)
+            .max(1);
         Forwarder {
             policy,
             table,
             counters: WorkerCounters::default(),
+            started: now,
+            refresh_every_s,
         }
+    }
+
+    fn seconds(&self, now: Instant) -> u32 {
+        u32::try_from(now.saturating_duration_since(self.started).as_secs()).unwrap_or(u32::MAX)
     }
 
     /// The counters, for publishing.
@@ -165,7 +191,7 @@ impl Forwarder {
     }
 
     /// The flow table.
-    pub fn table(&self) -> &FlowTable<Route> {
+    pub fn table(&self) -> &FlowTable<FlowState> {
         &self.table
     }
 
@@ -196,26 +222,36 @@ impl Forwarder {
         vip: SocketAddr,
         now: Instant,
     ) -> Verdict {
-        self.decide_client(datagram, client, vip, None, now)
+        self.decide_client(datagram, 0, client, vip, None, now)
     }
 
     fn decide_client(
         &mut self,
-        datagram: &[u8],
+        received: &[u8],
+        payload_at: usize,
         client: SocketAddr,
         vip: SocketAddr,
         return_via: Option<SocketAddr>,
         now: Instant,
     ) -> Verdict {
+        let datagram = &received[payload_at..];
         let kind = DatagramKind::classify(datagram);
         if kind == DatagramKind::Other {
             return self.drop(DropReason::Unclassified);
         }
         let key = FlowKey::new(client, vip);
         let header = FrameHeader::new(client, vip);
+        let seconds = self.seconds(now);
+        let refresh_every_s = self.refresh_every_s;
+        let route_cache = self.policy.route_cache;
         if let Some(flow) = self.table.lookup(&key, now) {
-            let route = flow.value;
+            let route = flow.value.route;
             flow.record_in(datagram.len());
+            let mut record = None;
+            if route_cache && seconds.wrapping_sub(flow.value.recorded_at_s) >= refresh_every_s {
+                flow.value.recorded_at_s = seconds;
+                record = Some(route);
+            }
             let mut to = route.next_hop;
             if kind == DatagramKind::Stun {
                 to = self.follow_rerouted_session(datagram, &key, route, return_via, now);
@@ -224,7 +260,8 @@ impl Forwarder {
             return Verdict::Forward {
                 to,
                 header,
-                created: None,
+                payload_at,
+                record,
             };
         }
         if kind != DatagramKind::Stun {
@@ -238,7 +275,11 @@ impl Forwarder {
             Ok(route) => route,
             Err(reason) => return self.drop(reason),
         };
-        match self.table.insert(&key, route, now) {
+        let state = FlowState {
+            route,
+            recorded_at_s: seconds,
+        };
+        match self.table.insert(&key, state, now) {
             Ok(_) => {}
             Err(InsertError::TableFull) => {
                 self.sync_flow_counters();
@@ -253,7 +294,8 @@ impl Forwarder {
         Verdict::Forward {
             to: route.next_hop,
             header,
-            created: Some(route),
+            payload_at,
+            record: route_cache.then_some(route),
         }
     }
 
@@ -325,8 +367,13 @@ impl Forwarder {
         }
         match self.authenticate_binding_request(datagram, return_via) {
             Ok(new_route) if new_route != route => {
-                // An update of an existing key: never refused for lack of room.
-                let _ = self.table.insert(key, new_route, now);
+                // An update of an existing key: never refused for lack of room. The
+                // cache learns the new route at the next refresh.
+                let state = FlowState {
+                    route: new_route,
+                    recorded_at_s: self.seconds(now).wrapping_sub(self.refresh_every_s),
+                };
+                let _ = self.table.insert(key, state, now);
                 new_route.next_hop
             }
             _ => route.next_hop,
@@ -349,13 +396,21 @@ impl Forwarder {
         // A frame from a global relay carries a client's datagram towards a transceiver,
         // unless it answers a flow we sent through that global relay's cluster relay role.
         if from_global && !(from_transceiver || from_cluster_relay) {
-            return self.decide_client(payload, header.client, header.vip, Some(source), now);
+            let payload_at = frame.len() - payload.len();
+            return self.decide_client(
+                frame,
+                payload_at,
+                header.client,
+                header.vip,
+                Some(source),
+                now,
+            );
         }
         let vip_is_ours = self.policy.vips.contains(&header.vip);
         let outcome = match self.table.lookup(&key, now) {
             None => Err(DropReason::ReturnNoFlow),
-            Some(flow) if flow.value.next_hop != source => Err(DropReason::ReturnWrongSource),
-            Some(flow) => match flow.value.return_via {
+            Some(flow) if flow.value.route.next_hop != source => Err(DropReason::ReturnWrongSource),
+            Some(flow) => match flow.value.route.return_via {
                 Some(global) => {
                     flow.record_out(payload.len());
                     Ok(Verdict::Relay { to: global })
@@ -393,7 +448,11 @@ impl Forwarder {
             self.counters.dropped(DropReason::HintDestinationNotAllowed);
             return false;
         }
-        let restored = match self.table.insert(key, route, now) {
+        let state = FlowState {
+            route,
+            recorded_at_s: self.seconds(now),
+        };
+        let restored = match self.table.insert(key, state, now) {
             Ok(Inserted::Created | Inserted::Updated) => true,
             Err(InsertError::TableFull) => {
                 self.counters.dropped(DropReason::TableFull);

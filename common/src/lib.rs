@@ -11,6 +11,8 @@
 //! - [`forward`]: the forwarding decision for one datagram, shared by both backends.
 //! - [`config`]: the relay configuration (TOML + flags) and its validation.
 //! - [`metrics`]: metric names, drop reasons and their Prometheus exposition.
+//! - `runtime` (feature `runtime`): the I/O parts both relay binaries share: Redis route
+//!   cache, HTTP endpoints, signals and drain, CPU pinning.
 //!
 //! Per-packet paths (classify, parse, verify, look up) never allocate, never panic on any
 //! input and take time as an argument; tests assert all three.
@@ -24,4 +26,6 @@ pub mod frame;
 pub mod hint;
 pub mod ice_chars;
 pub mod metrics;
+#[cfg(feature = "runtime")]
+pub mod runtime;
 pub mod stun;

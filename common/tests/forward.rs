@@ -39,6 +39,7 @@ fn forwarder_with(policy: ForwardPolicy, capacity: usize, t0: Instant) -> Forwar
     Forwarder::new(
         policy,
         FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap(),
+        t0,
     )
 }
 
@@ -103,22 +104,19 @@ fn a_valid_binding_request_creates_the_flow_and_media_reuses_it() {
         a(VIP),
         t0,
     );
-    let route = Route {
-        next_hop: a(TRANSCEIVER),
-        return_via: None,
-    };
     assert_eq!(
         v,
         Verdict::Forward {
             to: a(TRANSCEIVER),
             header: FrameHeader::new(a(CLIENT), a(VIP)),
-            created: Some(route)
+            payload_at: 0,
+            record: None,
         }
     );
     for datagram in [&DTLS[..], &RTP[..]] {
         let v = fwd.from_client(datagram, a(CLIENT), a(VIP), t0);
         assert!(
-            matches!(v, Verdict::Forward { to, created: None, .. } if to == a(TRANSCEIVER)),
+            matches!(v, Verdict::Forward { to, record: None, .. } if to == a(TRANSCEIVER)),
             "{v:?}"
         );
     }
@@ -536,11 +534,9 @@ fn idle_flows_expire_and_then_need_stun_again() {
             a(VIP),
             later
         ),
-        Verdict::Forward {
-            created: Some(_),
-            ..
-        }
+        Verdict::Forward { .. }
     ));
+    assert_eq!(fwd.counters().flows_created, 2);
 }
 
 #[test]
@@ -568,7 +564,7 @@ fn restore_from_the_route_cache() {
         t0
     ));
     assert!(
-        matches!(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0), Verdict::Forward { to, created: None, .. } if to == a(TRANSCEIVER))
+        matches!(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0), Verdict::Forward { to, record: None, .. } if to == a(TRANSCEIVER))
     );
     assert_eq!(fwd.counters().cache_hits, 1);
     // A cached route to a destination outside the allowed networks is refused.
@@ -610,21 +606,22 @@ fn global_mode_global_relay_to_cluster_relay_to_transceiver_and_back() {
     );
 
     let stun = binding_request(TRANSCEIVER, 1, 1);
-    let Verdict::Forward {
-        to,
-        header,
-        created,
-    } = global.from_client(&stun, a(CLIENT), a(VIP), t0)
+    let Verdict::Forward { to, header, .. } = global.from_client(&stun, a(CLIENT), a(VIP), t0)
     else {
         panic!("global relay forwards");
     };
     assert_eq!(to, cluster_relay);
     assert_eq!(
-        created,
-        Some(Route {
+        global
+            .table()
+            .peek(&FlowKey::new(a(CLIENT), a(VIP)))
+            .unwrap()
+            .value
+            .route,
+        Route {
             next_hop: cluster_relay,
             return_via: None
-        })
+        }
     );
 
     // The frame as it arrives at the cluster relay, from the global relay's internal port.
@@ -637,10 +634,20 @@ fn global_mode_global_relay_to_cluster_relay_to_transceiver_and_back() {
         Verdict::Forward {
             to: a(TRANSCEIVER),
             header: FrameHeader::new(a(CLIENT), a(VIP)),
-            created: Some(Route {
-                next_hop: a(TRANSCEIVER),
-                return_via: Some(global_internal)
-            }),
+            payload_at: header.encoded_len(),
+            record: None,
+        }
+    );
+    let state = cluster
+        .table()
+        .peek(&FlowKey::new(a(CLIENT), a(VIP)))
+        .unwrap()
+        .value;
+    assert_eq!(
+        state.route,
+        Route {
+            next_hop: a(TRANSCEIVER),
+            return_via: Some(global_internal)
         }
     );
 
@@ -676,5 +683,48 @@ fn global_mode_global_relay_to_cluster_relay_to_transceiver_and_back() {
     assert_eq!(
         cluster.from_internal(&other, global_internal, t0),
         Verdict::Drop(DropReason::UnknownCluster)
+    );
+}
+
+#[test]
+fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder_with(
+        ForwardPolicy {
+            route_cache: true,
+            ..policy()
+        },
+        4,
+        t0,
+    );
+    let route = Route {
+        next_hop: a(TRANSCEIVER),
+        return_via: None,
+    };
+    let record_of = |v: Verdict| match v {
+        Verdict::Forward { record, .. } => record,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        record_of(fwd.from_client(
+            &binding_request(TRANSCEIVER, CLUSTER, 1),
+            a(CLIENT),
+            a(VIP),
+            t0
+        )),
+        Some(route)
+    );
+    assert_eq!(
+        record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0 + Duration::from_secs(9))),
+        None
+    );
+    // Idle timeout 30 s: refreshed once 10 s have passed since the last record, then not again.
+    assert_eq!(
+        record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0 + Duration::from_secs(10))),
+        Some(route)
+    );
+    assert_eq!(
+        record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0 + Duration::from_secs(11))),
+        None
     );
 }

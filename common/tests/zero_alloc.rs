@@ -153,7 +153,8 @@ fn the_forwarder_does_not_allocate() {
     let t0 = Instant::now();
     let mut fwd = Forwarder::new(
         policy,
-        FlowTable::new(256, Duration::from_secs(1), t0).unwrap(),
+        FlowTable::new(1024, Duration::from_secs(1), t0).unwrap(),
+        t0,
     );
     let ufrag = keys.encode(
         &RoutingHint {

@@ -1,4 +1,11 @@
-//! The production relay backend: SO_REUSEPORT workers pinned to cores, mio, batched recvmmsg/sendmmsg (issue 3).
+//! relay-mio: the production relay on plain sockets. `SO_REUSEPORT` workers pinned to
+//! cores, a mio event loop each, batched `recvmmsg`/`sendmmsg`, and the forwarding
+//! decision, route cache, metrics and lifecycle shared with the AF_XDP backend through
+//! `ufrag-common`.
 //!
-//! Empty until its issue lands: nothing here pretends to work yet.
-#![forbid(unsafe_code)]
+//! The library half exists so that the `perf` suite can reuse the batched socket I/O
+//! ([`mmsg`]) for its bare forwarder and load tools.
+
+pub mod mmsg;
+pub mod relay;
+pub mod worker;

@@ -1,0 +1,359 @@
+//! The Redis route cache: `client ip:port + VIP → route`, written when a flow is made (and
+//! refreshed while it lives) with a TTL equal to the idle timeout, read when a non-STUN
+//! datagram arrives for a client without a flow (after a relay restart).
+//!
+//! Workers never block on Redis. They talk to one helper thread through bounded
+//! crossbeam channels with `try_send`: a full queue is a counted cache error, never a
+//! wait. Lookup answers come back on a per-worker bounded channel, and the helper calls
+//! the worker's wake function so that a worker sleeping in its poll loop installs the
+//! flow at once. When Redis is down or slow (every command has a timeout), requests fail
+//! fast and are counted, the helper reconnects with exponential backoff (50 ms … 2 s),
+//! and forwarding of existing flows is not affected at all.
+//!
+//! Keys: `ufrag-relay:flow:<client>|<vip>`; values: `<next hop>|<return via or ->`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+
+use crate::flow::FlowKey;
+use crate::forward::Route;
+
+/// Capacity of the request queue shared by all workers.
+pub const REQUEST_QUEUE: usize = 8192;
+/// Capacity of each worker's answer queue.
+pub const ANSWER_QUEUE: usize = 1024;
+/// Timeout of a connect and of each command.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
+
+const BACKOFF_MIN: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// What a worker asks of the cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheRequest {
+    /// Store (or refresh) a flow's route with the idle-timeout TTL.
+    Record {
+        /// The flow.
+        key: FlowKey,
+        /// Where it goes.
+        route: Route,
+        /// The asking worker (failures are counted against it).
+        worker: usize,
+    },
+    /// Look a flow up; the answer goes to `worker`.
+    Lookup {
+        /// The flow.
+        key: FlowKey,
+        /// The asking worker.
+        worker: usize,
+    },
+}
+
+/// The answer to a lookup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CacheAnswer {
+    /// The flow asked about.
+    pub key: FlowKey,
+    /// Its route, or `None` when Redis has none.
+    pub route: Option<Route>,
+}
+
+/// A worker's handle to the cache. Every method returns at once.
+#[derive(Debug)]
+pub struct CacheClient {
+    worker: usize,
+    requests: Sender<CacheRequest>,
+    answers: Receiver<CacheAnswer>,
+    failures: Arc<AtomicU64>,
+}
+
+impl CacheClient {
+    /// Queues a record; false when the queue is full (count it as a cache error).
+    pub fn record(&self, key: FlowKey, route: Route) -> bool {
+        self.try_send(CacheRequest::Record {
+            key,
+            route,
+            worker: self.worker,
+        })
+    }
+
+    /// Queues a lookup; false when the queue is full (count it as a cache error).
+    pub fn lookup(&self, key: FlowKey) -> bool {
+        self.try_send(CacheRequest::Lookup {
+            key,
+            worker: self.worker,
+        })
+    }
+
+    fn try_send(&self, request: CacheRequest) -> bool {
+        match self.requests.try_send(request) {
+            Ok(()) => true,
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
+        }
+    }
+
+    /// The next lookup answer, if one is waiting.
+    pub fn try_answer(&self) -> Option<CacheAnswer> {
+        self.answers.try_recv().ok()
+    }
+
+    /// Failures the helper saw for this worker's requests since the last call (Redis
+    /// down, timeouts, answer queue full). Add them to the worker's cache errors.
+    pub fn take_failures(&self) -> u64 {
+        self.failures.swap(0, Ordering::Relaxed)
+    }
+}
+
+/// Wakes a worker (e.g. a `mio::Waker`); called from the helper thread.
+pub type WakeFn = Box<dyn Fn() + Send + Sync>;
+
+/// The running cache: its helper thread and one client per worker.
+#[derive(Debug)]
+pub struct RouteCache {
+    helper: Option<JoinHandle<()>>,
+    requests: Option<Sender<CacheRequest>>,
+}
+
+struct Helper {
+    client: redis::Client,
+    connection: Option<redis::Connection>,
+    retry_at: Instant,
+    backoff: Duration,
+    ttl: Duration,
+    answers: Vec<Sender<CacheAnswer>>,
+    wakers: Vec<WakeFn>,
+    failures: Vec<Arc<AtomicU64>>,
+    connected_once: bool,
+}
+
+/// The Redis key of a flow.
+pub fn redis_key(key: &FlowKey) -> String {
+    format!("ufrag-relay:flow:{}|{}", key.client, key.vip)
+}
+
+/// The Redis value of a route.
+pub fn redis_value(route: &Route) -> String {
+    match route.return_via {
+        Some(via) => format!("{}|{via}", route.next_hop),
+        None => format!("{}|-", route.next_hop),
+    }
+}
+
+/// Parses a Redis value; `None` for anything malformed (treated as a miss).
+pub fn parse_value(value: &str) -> Option<Route> {
+    let (next_hop, via) = value.split_once('|')?;
+    Some(Route {
+        next_hop: next_hop.parse().ok()?,
+        return_via: match via {
+            "-" => None,
+            via => Some(via.parse().ok()?),
+        },
+    })
+}
+
+impl RouteCache {
+    /// Starts the helper for `url` with one client per wake function (one per worker).
+    /// Fails only on a malformed URL; an unreachable Redis is retried in the background.
+    pub fn start(
+        url: &str,
+        ttl: Duration,
+        wakers: Vec<WakeFn>,
+    ) -> Result<(Self, Vec<CacheClient>), redis::RedisError> {
+        let client = redis::Client::open(url)?;
+        let (requests, incoming) = bounded(REQUEST_QUEUE);
+        let mut clients = Vec::with_capacity(wakers.len());
+        let mut answers = Vec::with_capacity(wakers.len());
+        let mut failures = Vec::with_capacity(wakers.len());
+        for worker in 0..wakers.len() {
+            let (tx, rx) = bounded(ANSWER_QUEUE);
+            let failed = Arc::new(AtomicU64::new(0));
+            answers.push(tx);
+            failures.push(Arc::clone(&failed));
+            clients.push(CacheClient {
+                worker,
+                requests: requests.clone(),
+                answers: rx,
+                failures: failed,
+            });
+        }
+        let mut helper = Helper {
+            client,
+            connection: None,
+            retry_at: Instant::now(),
+            backoff: BACKOFF_MIN,
+            ttl,
+            answers,
+            wakers,
+            failures,
+            connected_once: false,
+        };
+        let thread = std::thread::Builder::new()
+            .name("route-cache".into())
+            .spawn(move || helper.run(&incoming))
+            .expect("spawning the route-cache thread");
+        Ok((
+            RouteCache {
+                helper: Some(thread),
+                requests: Some(requests),
+            },
+            clients,
+        ))
+    }
+
+    /// Stops the helper once the workers' clients are dropped.
+    pub fn stop(mut self) {
+        self.requests.take();
+        if let Some(helper) = self.helper.take() {
+            let _ = helper.join();
+        }
+    }
+}
+
+impl Helper {
+    fn run(&mut self, incoming: &Receiver<CacheRequest>) {
+        loop {
+            match incoming.recv_timeout(Duration::from_millis(200)) {
+                Ok(request) => self.handle(request),
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.connection.is_none() {
+                        self.connect();
+                    }
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    fn fail(&self, request: &CacheRequest) {
+        let (CacheRequest::Lookup { worker, .. } | CacheRequest::Record { worker, .. }) = *request;
+        if let Some(f) = self.failures.get(worker) {
+            f.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn connect(&mut self) -> bool {
+        if Instant::now() < self.retry_at {
+            return false;
+        }
+        let attempt = self
+            .client
+            .get_connection_with_timeout(COMMAND_TIMEOUT)
+            .and_then(|c| {
+                c.set_read_timeout(Some(COMMAND_TIMEOUT))?;
+                c.set_write_timeout(Some(COMMAND_TIMEOUT))?;
+                Ok(c)
+            });
+        match attempt {
+            Ok(c) => {
+                tracing::info!(
+                    reconnect = self.connected_once,
+                    "route cache connected to redis"
+                );
+                self.connected_once = true;
+                self.connection = Some(c);
+                self.backoff = BACKOFF_MIN;
+                true
+            }
+            Err(e) => {
+                if self.backoff == BACKOFF_MIN {
+                    tracing::warn!(error = %e, "route cache cannot reach redis; retrying with backoff");
+                }
+                self.retry_at = Instant::now() + self.backoff;
+                self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
+                false
+            }
+        }
+    }
+
+    fn handle(&mut self, request: CacheRequest) {
+        if self.connection.is_none() && !self.connect() {
+            self.fail(&request);
+            return;
+        }
+        let Some(connection) = self.connection.as_mut() else {
+            self.fail(&request);
+            return;
+        };
+        let result = match request {
+            CacheRequest::Record { key, route, .. } => redis::cmd("SET")
+                .arg(redis_key(&key))
+                .arg(redis_value(&route))
+                .arg("PX")
+                .arg(
+                    u64::try_from(self.ttl.as_millis())
+                        .unwrap_or(u64::MAX)
+                        .max(1),
+                )
+                .query::<()>(connection)
+                .map(|()| None),
+            CacheRequest::Lookup { key, .. } => redis::cmd("GET")
+                .arg(redis_key(&key))
+                .query::<Option<String>>(connection)
+                .map(Some),
+        };
+        match result {
+            Ok(None) => {}
+            Ok(Some(value)) => {
+                let CacheRequest::Lookup { key, worker } = request else {
+                    return;
+                };
+                let answer = CacheAnswer {
+                    key,
+                    route: value.as_deref().and_then(parse_value),
+                };
+                let delivered = self
+                    .answers
+                    .get(worker)
+                    .is_some_and(|tx| tx.try_send(answer).is_ok());
+                if delivered {
+                    if let Some(wake) = self.wakers.get(worker) {
+                        wake();
+                    }
+                } else {
+                    self.fail(&request);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "route cache command failed; reconnecting");
+                self.connection = None;
+                self.retry_at = Instant::now() + self.backoff;
+                self.fail(&request);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip_and_garbage_is_a_miss() {
+        let direct = Route {
+            next_hop: "10.0.0.2:40000".parse().unwrap(),
+            return_via: None,
+        };
+        let via = Route {
+            next_hop: "[fd00::2]:40000".parse().unwrap(),
+            return_via: Some("192.0.2.1:41000".parse().unwrap()),
+        };
+        for r in [direct, via] {
+            assert_eq!(parse_value(&redis_value(&r)), Some(r));
+        }
+        for bad in ["", "x", "10.0.0.2:1", "10.0.0.2:1|nope", "a|-"] {
+            assert_eq!(parse_value(bad), None, "{bad:?}");
+        }
+        let key = FlowKey::new(
+            "198.51.100.7:5".parse().unwrap(),
+            "203.0.113.1:3478".parse().unwrap(),
+        );
+        assert_eq!(
+            redis_key(&key),
+            "ufrag-relay:flow:198.51.100.7:5|203.0.113.1:3478"
+        );
+    }
+}

@@ -1,0 +1,8 @@
+//! The operational parts both relay binaries share, behind the `runtime` feature so the
+//! sans-IO core stays free of I/O dependencies: the Redis route cache, the HTTP
+//! endpoints (`/metrics`, `/healthz`, `/readyz`), signal handling and drain, and CPU
+//! pinning.
+
+pub mod cache;
+pub mod http;
+pub mod lifecycle;

@@ -1,0 +1,73 @@
+//! The `relay-mio` binary: parse the shared relay flags, load and validate the config,
+//! run until SIGTERM/SIGINT, drain, exit 0.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use ufrag_common::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
+use ufrag_common::runtime::lifecycle::{TerminationSignal, drain, init_logging};
+
+/// The WebRTC relay on plain sockets: one fixed public UDP port in front of a fleet of
+/// transceivers.
+///
+/// It reads the routing hint in the server ICE ufrag of a client's first STUN Binding
+/// Request, checks it and the request's MESSAGE-INTEGRITY, creates a flow, and then
+/// forwards DTLS/SRTP opaquely between the client and the transceiver the hint names.
+///
+/// Every flag can also be set in the TOML file given with --config (flags win). Hint keys
+/// come only from --hint-keys-file (mode 0600) or the UFRAG_RELAY_HINT_KEYS environment
+/// variable, as `<id>:<hex secret>`, current key first.
+///
+/// Example:
+///   UFRAG_RELAY_HINT_KEYS=1:000102030405060708090a0b0c0d0e0f \
+///   relay-mio --vip 0.0.0.0:3478 --internal-addr 10.0.0.5:40000 \
+///             --allow-transceiver-net 10.0.0.0/8
+///
+/// Then: GET /metrics, /healthz, /readyz on --metrics-addr (default 127.0.0.1:9100).
+/// SIGTERM: /readyz turns 503, existing flows keep forwarding for --drain-time, exit 0.
+#[derive(Debug, Parser)]
+#[command(name = "relay-mio", version, verbatim_doc_comment)]
+struct Cli {
+    #[command(flatten)]
+    relay: RelayArgs,
+}
+
+fn main() -> ExitCode {
+    init_logging();
+    let cli = Cli::parse();
+    let env_keys = std::env::var(HINT_KEYS_ENV).ok();
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let config = match RelayConfig::load(&cli.relay, env_keys.as_deref(), online) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("relay-mio: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let signal = match TerminationSignal::register() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("relay-mio: cannot install signal handlers: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let relay = match relay_mio::relay::Relay::start(&config) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("relay-mio: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    signal.wait();
+    drain(&relay.metrics, config.drain_time, relay.stop_flag());
+    match relay.join() {
+        Ok(()) => {
+            tracing::info!("relay-mio stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("relay-mio: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! Batched UDP I/O with `recvmmsg(2)` and `sendmmsg(2)`: the only unsafe code in this
+//! crate, kept to building the kernel's message arrays and reading socket addresses.
+//!
+//! A [`RecvBatch`] owns `BATCH` receive buffers and the `mmsghdr`/`iovec`/address arrays
+//! pointing into them, all allocated once; [`RecvBatch::recv`] fills up to `BATCH`
+//! datagrams in one non-blocking syscall. A [`SendBatch`] owns `BATCH` outgoing buffers;
+//! [`SendBatch::push`] copies a datagram (optionally behind a header) into the next one,
+//! and [`SendBatch::flush`] sends them all with as few `sendmmsg` calls as the kernel
+//! allows. Nothing here allocates after construction and nothing ever blocks: a socket
+//! that cannot take more datagrams (EAGAIN) makes the rest of the batch count as failed.
+
+use std::io;
+use std::mem::{size_of, zeroed};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::RawFd;
+
+/// Datagrams per syscall.
+pub const BATCH: usize = 64;
+/// Size of every buffer: a 1500-byte MTU's datagram plus the largest frame header, with
+/// room to spare for loopback tests.
+pub const BUF_LEN: usize = 2048;
+
+/// One received datagram.
+#[derive(Debug)]
+pub struct Received<'a> {
+    /// Its bytes.
+    pub data: &'a [u8],
+    /// Who sent it.
+    pub source: SocketAddr,
+    /// True when the datagram was longer than the buffer and was cut.
+    pub truncated: bool,
+}
+
+/// Preallocated state for `recvmmsg`.
+pub struct RecvBatch {
+    bufs: Box<[[u8; BUF_LEN]]>,
+    addrs: Box<[libc::sockaddr_storage]>,
+    iovecs: Box<[libc::iovec]>,
+    hdrs: Box<[libc::mmsghdr]>,
+    len: usize,
+}
+
+impl std::fmt::Debug for RecvBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecvBatch")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+fn zeroed_boxed<T>(n: usize) -> Box<[T]> {
+    // SAFETY: only instantiated with libc's plain C structs (sockaddr_storage, iovec,
+    // mmsghdr), for which all-zero bytes are a valid value.
+    (0..n).map(|_| unsafe { zeroed::<T>() }).collect()
+}
+
+// SAFETY: the raw pointers inside `iovecs` and `hdrs` point only into boxed memory that
+// the same RecvBatch owns; sending the batch to another thread moves that memory's
+// ownership with it, and nothing else holds those pointers.
+unsafe impl Send for RecvBatch {}
+
+// SAFETY: as for RecvBatch: every pointer points into the SendBatch's own boxed memory.
+unsafe impl Send for SendBatch {}
+
+impl Default for RecvBatch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RecvBatch {
+    /// Allocates the buffers and wires the kernel's arrays to them, once.
+    pub fn new() -> Self {
+        let mut batch = RecvBatch {
+            bufs: vec![[0u8; BUF_LEN]; BATCH].into_boxed_slice(),
+            addrs: zeroed_boxed(BATCH),
+            iovecs: zeroed_boxed(BATCH),
+            hdrs: zeroed_boxed(BATCH),
+            len: 0,
+        };
+        // The boxed slices never move or resize, so these pointers stay valid for the
+        // batch's lifetime (moving the RecvBatch moves only the box pointers).
+        for i in 0..BATCH {
+            batch.iovecs[i].iov_base = batch.bufs[i].as_mut_ptr().cast();
+            batch.iovecs[i].iov_len = BUF_LEN;
+            let hdr = &mut batch.hdrs[i].msg_hdr;
+            hdr.msg_iov = &mut batch.iovecs[i];
+            hdr.msg_iovlen = 1;
+            hdr.msg_name = (&mut batch.addrs[i] as *mut libc::sockaddr_storage).cast();
+        }
+        batch
+    }
+
+    /// Receives up to [`BATCH`] datagrams without blocking; `Ok(0)` when none is waiting.
+    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        for hdr in self.hdrs.iter_mut() {
+            hdr.msg_hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            hdr.msg_hdr.msg_flags = 0;
+            hdr.msg_len = 0;
+        }
+        // SAFETY: `hdrs` holds BATCH initialised mmsghdr whose name and iovec pointers
+        // point into `addrs`, `iovecs` and `bufs`, all owned by `self` and alive for the
+        // call; the kernel writes at most msg_namelen / iov_len bytes into them.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.hdrs.as_mut_ptr(),
+                BATCH as libc::c_uint,
+                libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            self.len = 0;
+            let err = io::Error::last_os_error();
+            return match err.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(0),
+                _ => Err(err),
+            };
+        }
+        self.len = n as usize;
+        Ok(self.len)
+    }
+
+    /// The `i`-th datagram of the last [`RecvBatch::recv`], or `None` past its count or
+    /// for a source address of an unknown family.
+    pub fn get(&self, i: usize) -> Option<Received<'_>> {
+        if i >= self.len {
+            return None;
+        }
+        let hdr = &self.hdrs[i];
+        let len = (hdr.msg_len as usize).min(BUF_LEN);
+        let source = sockaddr_to_std(&self.addrs[i], hdr.msg_hdr.msg_namelen)?;
+        Some(Received {
+            data: &self.bufs[i][..len],
+            source,
+            truncated: hdr.msg_hdr.msg_flags & libc::MSG_TRUNC != 0,
+        })
+    }
+}
+
+/// Converts a kernel socket address to a `SocketAddr`.
+fn sockaddr_to_std(storage: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match i32::from(storage.ss_family) {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says the storage holds a sockaddr_in, sockaddr_storage is
+            // large enough and suitably aligned for it, and the kernel wrote `len` bytes.
+            let sin =
+                unsafe { &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 = unsafe {
+                &*(storage as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+            };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                Ipv6Addr::from(sin6.sin6_addr.s6_addr),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// Writes `addr` into `storage` for the socket family `ipv6`; returns the address length,
+/// or `None` when an IPv6 address cannot be sent from an IPv4 socket.
+fn std_to_sockaddr(
+    addr: SocketAddr,
+    ipv6_socket: bool,
+    storage: &mut libc::sockaddr_storage,
+) -> Option<libc::socklen_t> {
+    match (addr, ipv6_socket) {
+        (SocketAddr::V4(v4), false) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*v4.ip()).to_be(),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is large enough and aligned for a sockaddr_in, and
+            // we write a complete value of that type.
+            unsafe { std::ptr::write((storage as *mut libc::sockaddr_storage).cast(), sin) };
+            Some(size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        (SocketAddr::V6(_), false) => None,
+        (addr, true) => {
+            let (ip, port, flowinfo, scope) = match addr {
+                SocketAddr::V4(v4) => (v4.ip().to_ipv6_mapped(), v4.port(), 0, 0),
+                SocketAddr::V6(v6) => (*v6.ip(), v6.port(), v6.flowinfo(), v6.scope_id()),
+            };
+            // SAFETY: zeroed is a valid sockaddr_in6; every field is then set.
+            let mut sin6: libc::sockaddr_in6 = unsafe { zeroed() };
+            sin6.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+            sin6.sin6_port = port.to_be();
+            sin6.sin6_addr = libc::in6_addr {
+                s6_addr: ip.octets(),
+            };
+            sin6.sin6_flowinfo = flowinfo;
+            sin6.sin6_scope_id = scope;
+            // SAFETY: as above, for a complete sockaddr_in6.
+            unsafe { std::ptr::write((storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            Some(size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
+}
+
+/// The outcome of a flush.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Flushed {
+    /// Datagrams the kernel accepted.
+    pub sent: usize,
+    /// Datagrams dropped: socket buffer full, unreachable, or an address the socket's
+    /// family cannot carry.
+    pub failed: usize,
+    /// Bytes of the datagrams the kernel accepted.
+    pub bytes: usize,
+}
+
+/// Preallocated state for `sendmmsg` on one socket.
+pub struct SendBatch {
+    ipv6_socket: bool,
+    bufs: Box<[[u8; BUF_LEN]]>,
+    addrs: Box<[libc::sockaddr_storage]>,
+    iovecs: Box<[libc::iovec]>,
+    hdrs: Box<[libc::mmsghdr]>,
+    len: usize,
+    /// Pushes refused because the address family did not match the socket.
+    unsendable: usize,
+}
+
+impl std::fmt::Debug for SendBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendBatch")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SendBatch {
+    /// A batch for a socket of the given family (IPv6 sockets also carry IPv4 as mapped
+    /// addresses).
+    pub fn new(ipv6_socket: bool) -> Self {
+        let mut batch = SendBatch {
+            ipv6_socket,
+            bufs: vec![[0u8; BUF_LEN]; BATCH].into_boxed_slice(),
+            addrs: zeroed_boxed(BATCH),
+            iovecs: zeroed_boxed(BATCH),
+            hdrs: zeroed_boxed(BATCH),
+            len: 0,
+            unsendable: 0,
+        };
+        for i in 0..BATCH {
+            batch.iovecs[i].iov_base = batch.bufs[i].as_mut_ptr().cast();
+            let hdr = &mut batch.hdrs[i].msg_hdr;
+            hdr.msg_iov = &mut batch.iovecs[i];
+            hdr.msg_iovlen = 1;
+            hdr.msg_name = (&mut batch.addrs[i] as *mut libc::sockaddr_storage).cast();
+        }
+        batch
+    }
+
+    /// True when no more datagrams fit before a flush.
+    pub fn is_full(&self) -> bool {
+        self.len == BATCH
+    }
+
+    /// True when nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Queues `head` followed by `body` for `dest`. Returns false (and queues nothing)
+    /// when the batch is full or the datagram is larger than a buffer; the caller flushes
+    /// or counts the drop.
+    pub fn push(&mut self, dest: SocketAddr, head: &[u8], body: &[u8]) -> bool {
+        let total = head.len() + body.len();
+        if self.len == BATCH || total > BUF_LEN {
+            return false;
+        }
+        let i = self.len;
+        let Some(name_len) = std_to_sockaddr(dest, self.ipv6_socket, &mut self.addrs[i]) else {
+            self.unsendable += 1;
+            return true;
+        };
+        self.bufs[i][..head.len()].copy_from_slice(head);
+        self.bufs[i][head.len()..total].copy_from_slice(body);
+        self.iovecs[i].iov_len = total;
+        self.hdrs[i].msg_hdr.msg_namelen = name_len;
+        self.len += 1;
+        true
+    }
+
+    /// Sends everything queued. Never blocks: on EAGAIN the remainder is dropped and
+    /// counted; a datagram the kernel rejects (unreachable, permission) is skipped and
+    /// counted, and the rest still go out.
+    pub fn flush(&mut self, fd: RawFd) -> Flushed {
+        let mut out = Flushed {
+            failed: std::mem::take(&mut self.unsendable),
+            ..Flushed::default()
+        };
+        let mut start = 0;
+        while start < self.len {
+            let remaining = self.len - start;
+            // SAFETY: hdrs[start..len] are initialised mmsghdr whose name and iovec
+            // pointers point into buffers owned by `self`, alive for the call, with
+            // lengths set by `push`.
+            let n = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    self.hdrs[start..].as_mut_ptr(),
+                    remaining as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n > 0 {
+                let n = n as usize;
+                out.sent += n;
+                out.bytes += self.iovecs[start..start + n]
+                    .iter()
+                    .map(|v| v.iov_len)
+                    .sum::<usize>();
+                start += n;
+                continue;
+            }
+            let err = io::Error::last_os_error();
+            match err.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock => {
+                    out.failed += remaining;
+                    break;
+                }
+                // The first datagram was refused (e.g. ECONNREFUSED from an earlier ICMP,
+                // ENETUNREACH): skip it and carry on with the rest.
+                _ => {
+                    out.failed += 1;
+                    start += 1;
+                }
+            }
+        }
+        self.len = 0;
+        out
+    }
+}
