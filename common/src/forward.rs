@@ -28,8 +28,9 @@
 //!
 //! # From the internal side (on the worker's internal port)
 //!
-//! - From a global relay (`global_relay_networks`): a framed client datagram; decided as
-//!   in "from a client", with the flow remembering to return through that relay.
+//! - From a global relay (`global_relay_networks`, which take precedence over the
+//!   transceiver networks): a framed client datagram; decided as in "from a client",
+//!   with the flow remembering to return through that relay.
 //! - From a transceiver (`allowed_transceiver_networks`) or a cluster relay (a configured
 //!   cluster relay address): a return frame. Its client must have a flow whose next hop
 //!   is this very source; then the datagram goes to the client from the VIP the frame
@@ -393,9 +394,11 @@ impl Forwarder {
             Err(e) => return self.drop(e),
         };
         let key = FlowKey::new(header.client, header.vip);
-        // A frame from a global relay carries a client's datagram towards a transceiver,
-        // unless it answers a flow we sent through that global relay's cluster relay role.
-        if from_global && !(from_transceiver || from_cluster_relay) {
+        // A frame from a global relay carries a client's datagram towards a transceiver.
+        // The global relays' networks are configured explicitly and take precedence over
+        // the (usually wider) transceiver networks; a configured cluster relay's exact
+        // address always sends return frames.
+        if from_global && !from_cluster_relay {
             let payload_at = frame.len() - payload.len();
             return self.decide_client(
                 frame,
