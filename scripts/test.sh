@@ -8,6 +8,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# The route-cache tests run a real redis-server.
+if ! command -v redis-server >/dev/null; then
+  echo "== installing redis-server"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 

@@ -215,6 +215,8 @@ impl RouteCache {
 
 impl Helper {
     fn run(&mut self, incoming: &Receiver<CacheRequest>) {
+        // Connect before the first request needs it.
+        self.connect();
         loop {
             match incoming.recv_timeout(Duration::from_millis(200)) {
                 Ok(request) => self.handle(request),

@@ -415,6 +415,32 @@ impl RedisServer {
         format!("redis://{}", self.addr)
     }
 
+    /// `GET key` over a raw RESP connection (no client library in the harness).
+    pub fn get(&self, key: &str) -> Option<String> {
+        let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_millis(500)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(s, "*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).ok()?;
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let (len, rest) = text.strip_prefix('$')?.split_once("\r\n")?;
+        let len: i64 = len.parse().ok()?;
+        (len >= 0).then(|| rest[..len as usize].to_string())
+    }
+
+    /// Waits (bounded) until the relay has recorded the flow of `client` on `vip`.
+    pub fn wait_for_flow(&self, client: SocketAddr, vip: SocketAddr) -> String {
+        let key = format!("ufrag-relay:flow:{client}|{vip}");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(v) = self.get(&key) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{key} never appeared in redis");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();

@@ -1,0 +1,138 @@
+//! The Redis route cache against a real `redis-server`: a restarted relay restores a flow
+//! from the first SRTP-like packet; without Redis the next STUN restores it; Redis dying
+//! mid-run does not stop forwarding, and the relay reconnects when it is back.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+
+fn setup_with(redis: Option<&RedisServer>) -> RelaySetup {
+    let mut extra = vec![];
+    if let Some(r) = redis {
+        extra.extend(["--redis-url".to_string(), r.url()]);
+    }
+    RelaySetup {
+        extra,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet() {
+    let redis = RedisServer::start();
+    let setup = setup_with(Some(&redis));
+    let transceiver = Endpoint::bind(unique_ip());
+    let client = Endpoint::bind(unique_ip());
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some());
+    let value = redis.wait_for_flow(client.addr(), relay.vip());
+    assert_eq!(
+        value,
+        format!("{}|-", transceiver.addr()),
+        "route recorded: transceiver, no return relay"
+    );
+    drop(relay); // SIGKILL: the flow table is gone
+
+    let relay = RelayProcess::start(&setup);
+    // The first SRTP packet finds no flow: it is dropped while the cache is asked…
+    client.send(relay.vip(), &rtp(1));
+    relay.wait_for("cache hit", |r| {
+        r.total("ufrag_relay_cache_hits_total", "") == 1.0
+    });
+    assert_eq!(relay.drops("no_flow_cache_lookup"), 1.0);
+    assert!(
+        transceiver.recv().is_none(),
+        "the triggering packet is dropped, not held"
+    );
+    // …and the flow is back: no STUN needed.
+    client.send(relay.vip(), &rtp(2));
+    let (h, payload, _) = transceiver.recv_frame().expect("flow restored from redis");
+    assert_eq!((h.client, payload), (client.addr(), rtp(2)));
+    // The return path works too.
+    transceiver.send_frame(relay.internal_of(0), client.addr(), relay.vip(), &rtp(3));
+    assert_eq!(client.recv().expect("reply").0, rtp(3));
+}
+
+#[test]
+fn without_redis_a_restarted_relay_waits_for_the_next_stun() {
+    let setup = setup_with(None);
+    let transceiver = Endpoint::bind(unique_ip());
+    let client = Endpoint::bind(unique_ip());
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some());
+    drop(relay);
+
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &rtp(1));
+    relay.wait_for("no_flow", |r| r.drops("no_flow") == 1.0);
+    assert!(transceiver.recv().is_none());
+    // The next consent check (STUN) recreates the flow.
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some());
+    client.send(relay.vip(), &rtp(2));
+    assert_eq!(transceiver.recv_frame().unwrap().1, rtp(2));
+    assert_eq!(relay.total("ufrag_relay_cache_hits_total", ""), 0.0);
+}
+
+#[test]
+fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects() {
+    let mut redis = RedisServer::start();
+    let redis_addr = redis.addr;
+    let setup = setup_with(Some(&redis));
+    let transceiver = Endpoint::bind(unique_ip());
+    let client = Endpoint::bind(unique_ip());
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some());
+
+    redis.kill();
+    for seq in 0..200 {
+        client.send(relay.vip(), &rtp(seq));
+    }
+    let mut arrived = 0;
+    while transceiver.recv().is_some() {
+        arrived += 1;
+    }
+    assert_eq!(
+        arrived, 200,
+        "existing flows keep forwarding with redis down"
+    );
+    // New flows are still made from STUN; recording them fails and is counted.
+    let second = Endpoint::bind(unique_ip());
+    second.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 2));
+    assert!(transceiver.recv_frame().is_some(), "new flows still work");
+    relay.wait_for("cache errors counted", |r| {
+        r.total("ufrag_relay_cache_errors_total", "") >= 1.0
+    });
+
+    // Redis comes back (empty): the relay reconnects (backoff ≤ 2 s). A flow made once it
+    // has is recorded, and a restarted relay restores that flow from the cache.
+    let _redis = RedisServer::start_on(redis_addr);
+    let deadline = std::time::Instant::now() + WAIT;
+    let recorded = loop {
+        let attempt = Endpoint::bind(unique_ip());
+        attempt.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 3));
+        assert!(transceiver.recv_frame().is_some());
+        std::thread::sleep(Duration::from_millis(200));
+        let key = format!("ufrag-relay:flow:{}|{}", attempt.addr(), relay.vip());
+        if _redis.get(&key).is_some() {
+            break attempt;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "relay never reconnected to redis"
+        );
+    };
+    drop(relay);
+    let relay = RelayProcess::start(&setup);
+    recorded.send(relay.vip(), &rtp(1));
+    relay.wait_for("restored after reconnect", |r| {
+        r.total("ufrag_relay_cache_hits_total", "") == 1.0
+    });
+    recorded.send(relay.vip(), &rtp(2));
+    assert_eq!(transceiver.recv_frame().expect("restored").1, rtp(2));
+}
