@@ -1,4 +1,12 @@
-//! The benchmark suite: netns testbed, packet generator and sink, side-by-side compare report (issues 3 and 5).
+//! The benchmark suite: a paced UDP load generator and a sink that measures loss and
+//! one-way latency, a bare `recvmmsg`/`sendmmsg` forwarder (the reference that does no
+//! routing work), the search for the maximum loss-free rate, and the report.
 //!
-//! Empty until its issue lands: nothing here pretends to work yet.
+//! Everything runs on loopback addresses chosen per run (127.x.y.z), bounded in packets
+//! and time.
+
 #![forbid(unsafe_code)]
+
+pub mod bare;
+pub mod load;
+pub mod report;

@@ -350,3 +350,35 @@ impl SendBatch {
         out
     }
 }
+
+/// Which UDP offloads the kernel accepts on a socket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offloads {
+    /// UDP_SEGMENT (GSO): one send of equal-size segments to one destination.
+    pub gso: bool,
+    /// UDP_GRO: one receive of coalesced equal-size datagrams from one source.
+    pub gro: bool,
+}
+
+/// Probes GSO and GRO by setting each option to its neutral value (0: off), which the
+/// kernel accepts only when it supports the option.
+pub fn probe_offloads(fd: RawFd) -> Offloads {
+    let try_set = |option: libc::c_int| {
+        let off: libc::c_int = 0;
+        // SAFETY: passes a pointer to a live c_int and its exact size; the kernel only
+        // reads it.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_UDP,
+                option,
+                (&off as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            ) == 0
+        }
+    };
+    Offloads {
+        gso: try_set(libc::UDP_SEGMENT),
+        gro: try_set(libc::UDP_GRO),
+    }
+}

@@ -107,6 +107,17 @@ impl Worker {
                 format!("binding internal address {}: {e}", spec.internal),
             )
         })?;
+        if spec.index == 0 {
+            let offloads = crate::mmsg::probe_offloads(std_internal.as_raw_fd());
+            // Relay traffic is many small datagrams of unequal sizes to and from many
+            // peers: GSO needs equal-size segments to one destination and GRO coalesces
+            // only one 5-tuple's datagrams, so neither is enabled (see README).
+            tracing::info!(
+                gso = offloads.gso,
+                gro = offloads.gro,
+                "UDP offloads available, not used for relay traffic"
+            );
+        }
         let mut internal = mio::net::UdpSocket::from_std(std_internal);
         poll.registry()
             .register(&mut internal, INTERNAL, Interest::READABLE)?;

@@ -1,0 +1,71 @@
+//! The bare forwarder: receives datagrams on one socket and sends each, unchanged, to one
+//! fixed destination with the same batched `recvmmsg`/`sendmmsg` the relay uses. No
+//! parsing, no flow table, no frame header: the floor any relay's cost is compared with.
+
+use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use mio::{Events, Interest, Poll, Token};
+use relay_mio::mmsg::{RecvBatch, SendBatch};
+use relay_mio::worker::bind_udp;
+
+/// A running bare forwarder.
+#[derive(Debug)]
+pub struct BareForwarder {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl BareForwarder {
+    /// Starts forwarding from `listen` to `to` on its own thread, pinned to `cpu`.
+    pub fn start(listen: SocketAddr, to: SocketAddr, cpu: usize) -> std::io::Result<Self> {
+        let socket = bind_udp(listen, false)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("bare-fwd".into())
+            .spawn(move || {
+                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                let mut socket = mio::net::UdpSocket::from_std(socket);
+                let mut poll = Poll::new().expect("epoll");
+                poll.registry()
+                    .register(&mut socket, Token(0), Interest::READABLE)
+                    .expect("register");
+                let mut events = Events::with_capacity(8);
+                let mut recv = RecvBatch::new();
+                let mut send = SendBatch::new(to.is_ipv6());
+                let fd = socket.as_raw_fd();
+                while !stopping.load(Ordering::Relaxed) {
+                    let _ = poll.poll(&mut events, Some(Duration::from_millis(20)));
+                    while let Ok(n @ 1..) = recv.recv(fd) {
+                        for i in 0..n {
+                            if let Some(d) = recv.get(i) {
+                                send.push(to, &[], d.data);
+                            }
+                        }
+                        send.flush(fd);
+                    }
+                }
+            })?;
+        Ok(BareForwarder {
+            listen,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for BareForwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

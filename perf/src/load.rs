@@ -1,0 +1,422 @@
+//! Paced load, a measuring sink, and the search for the maximum loss-free rate.
+//!
+//! Each datagram is 200 bytes and starts like RTP (first byte 0x80, so a relay forwards
+//! it on an existing flow), followed by a sequence number and the send time in
+//! nanoseconds since a shared epoch; the sink, in the same process, reads the time back
+//! for one-way latency. The generator paces in 1 ms slices and sends with `sendmmsg`.
+
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use mio::{Events, Interest, Poll, Token};
+use relay_mio::mmsg::{RecvBatch, SendBatch};
+use relay_mio::worker::bind_udp;
+use ufrag_common::frame::FrameHeader;
+
+/// Size of every generated datagram.
+pub const DATAGRAM_LEN: usize = 200;
+/// Loss above this fraction fails a trial.
+pub const LOSS_FREE: f64 = 0.001;
+
+/// What arrived at the sink during one trial.
+#[derive(Debug)]
+struct SinkState {
+    received: u64,
+    latency_ns: Histogram<u64>,
+}
+
+/// A UDP sink that counts datagrams and records their one-way latency.
+#[derive(Debug)]
+pub struct Sink {
+    addr: SocketAddr,
+    state: Arc<Mutex<SinkState>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1_000, 10_000_000_000, 3).expect("valid histogram bounds")
+}
+
+impl Sink {
+    /// Listens on `addr`. `framed`: datagrams carry a relay frame header to skip.
+    pub fn start(addr: SocketAddr, framed: bool, epoch: Instant) -> std::io::Result<Self> {
+        let socket = bind_udp(addr, false)?;
+        let addr = socket.local_addr()?;
+        let state = Arc::new(Mutex::new(SinkState {
+            received: 0,
+            latency_ns: new_histogram(),
+        }));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (shared, stopping) = (Arc::clone(&state), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("sink".into())
+            .spawn(move || {
+                pin_to_load_cpu();
+                let mut socket = mio::net::UdpSocket::from_std(socket);
+                let mut poll = Poll::new().expect("epoll");
+                poll.registry()
+                    .register(&mut socket, Token(0), Interest::READABLE)
+                    .expect("register");
+                let mut events = Events::with_capacity(8);
+                let mut recv = RecvBatch::new();
+                let fd = socket.as_raw_fd();
+                while !stopping.load(Ordering::Relaxed) {
+                    let _ = poll.poll(&mut events, Some(Duration::from_millis(20)));
+                    while let Ok(n @ 1..) = recv.recv(fd) {
+                        let now = epoch.elapsed().as_nanos() as u64;
+                        let mut s = shared.lock().expect("sink state");
+                        for i in 0..n {
+                            let Some(d) = recv.get(i) else { continue };
+                            let payload = if framed {
+                                match FrameHeader::parse(d.data) {
+                                    Ok((_, p)) => p,
+                                    Err(_) => continue,
+                                }
+                            } else {
+                                d.data
+                            };
+                            let Some(sent) = payload.get(4..12) else {
+                                continue;
+                            };
+                            if payload.first() != Some(&0x80) {
+                                continue; // a forwarded Binding Request during setup
+                            }
+                            let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
+                            s.received += 1;
+                            let _ = s.latency_ns.record(now.saturating_sub(sent).max(1_000));
+                        }
+                    }
+                }
+            })?;
+        Ok(Sink {
+            addr,
+            state,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The sink's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Clears the counters for a new trial.
+    pub fn reset(&self) {
+        let mut s = self.state.lock().expect("sink state");
+        s.received = 0;
+        s.latency_ns.reset();
+    }
+
+    fn take(&self) -> (u64, Histogram<u64>) {
+        let mut s = self.state.lock().expect("sink state");
+        let h = std::mem::replace(&mut s.latency_ns, new_histogram());
+        (std::mem::take(&mut s.received), h)
+    }
+
+    /// Datagrams seen since the last reset (any kind).
+    pub fn received(&self) -> u64 {
+        self.state.lock().expect("sink state").received
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Client sockets that send paced load.
+#[derive(Debug)]
+pub struct Generator {
+    clients: Vec<(UdpSocket, SendBatch)>,
+    epoch: Instant,
+    seq: u16,
+}
+
+/// The outcome of one trial.
+#[derive(Clone, Copy, Debug)]
+pub struct Trial {
+    /// Target rate.
+    pub offered_pps: u64,
+    /// Rate the generator achieved.
+    pub sent_pps: u64,
+    /// Datagrams sent.
+    pub sent: u64,
+    /// Datagrams received.
+    pub received: u64,
+    /// Latency percentiles in microseconds: p50, p99, p99.9.
+    pub latency_us: [f64; 3],
+}
+
+impl Trial {
+    /// Fraction lost.
+    pub fn loss(&self) -> f64 {
+        if self.sent == 0 {
+            return 0.0;
+        }
+        (self.sent.saturating_sub(self.received)) as f64 / self.sent as f64
+    }
+
+    /// True when loss is under 0.1 %.
+    pub fn loss_free(&self) -> bool {
+        self.loss() < LOSS_FREE
+    }
+
+    /// True when the generator fell short of the target rate by more than 5 %: then the
+    /// generator, not the system under test, was the limit.
+    pub fn generator_bound(&self) -> bool {
+        (self.sent_pps as f64) < 0.95 * self.offered_pps as f64
+    }
+}
+
+impl Generator {
+    /// `clients` sockets on `ip` (distinct source ports: distinct flows).
+    pub fn new(ip: Ipv4Addr, clients: usize, epoch: Instant) -> std::io::Result<Self> {
+        let mut out = Vec::with_capacity(clients);
+        for _ in 0..clients {
+            let s = bind_udp(SocketAddr::from((ip, 0)), false)?;
+            out.push((s, SendBatch::new(false)));
+        }
+        Ok(Generator {
+            clients: out,
+            epoch,
+            seq: 0,
+        })
+    }
+
+    /// Each client sends `datagram(i)` once to `to` (e.g. the Binding Request that makes
+    /// its flow).
+    pub fn send_each(
+        &self,
+        to: SocketAddr,
+        datagram: impl Fn(usize, SocketAddr) -> Vec<u8>,
+    ) -> std::io::Result<()> {
+        for (i, (s, _)) in self.clients.iter().enumerate() {
+            s.send_to(&datagram(i, s.local_addr()?), to)?;
+        }
+        Ok(())
+    }
+
+    /// Sends at `rate_pps` to `to` for `duration`, spread over the clients, then waits
+    /// `settle` for stragglers and reads the sink.
+    pub fn trial(
+        &mut self,
+        to: SocketAddr,
+        rate_pps: u64,
+        duration: Duration,
+        settle: Duration,
+        sink: &Sink,
+    ) -> Trial {
+        sink.reset();
+        let mut payload = [0u8; DATAGRAM_LEN];
+        payload[0] = 0x80;
+        payload[1] = 111;
+        let start = Instant::now();
+        let total = (rate_pps as f64 * duration.as_secs_f64()) as u64;
+        let mut sent = 0u64;
+        let mut next = 0usize;
+        while sent < total {
+            let elapsed = start.elapsed();
+            let due = ((rate_pps as f64 * elapsed.as_secs_f64()) as u64).min(total);
+            while sent < due {
+                let (_, batch) = &mut self.clients[next];
+                self.seq = self.seq.wrapping_add(1);
+                payload[2..4].copy_from_slice(&self.seq.to_be_bytes());
+                let now = self.epoch.elapsed().as_nanos() as u64;
+                payload[4..12].copy_from_slice(&now.to_be_bytes());
+                if !batch.push(to, &[], &payload) {
+                    break;
+                }
+                sent += 1;
+                next = (next + 1) % self.clients.len();
+                if next == 0 {
+                    self.flush_all(&mut sent);
+                }
+            }
+            self.flush_all(&mut sent);
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        self.flush_all(&mut sent);
+        let elapsed = start.elapsed().as_secs_f64();
+        std::thread::sleep(settle);
+        let (received, h) = sink.take();
+        let us = |q: f64| h.value_at_quantile(q) as f64 / 1_000.0;
+        Trial {
+            offered_pps: rate_pps,
+            sent_pps: (sent as f64 / elapsed.max(1e-9)) as u64,
+            sent,
+            received,
+            latency_us: if received > 0 {
+                [us(0.5), us(0.99), us(0.999)]
+            } else {
+                [0.0; 3]
+            },
+        }
+    }
+
+    fn flush_all(&mut self, sent: &mut u64) {
+        for (s, batch) in &mut self.clients {
+            if !batch.is_empty() {
+                let f = batch.flush(s.as_raw_fd());
+                // Datagrams the generator's own socket refused were never offered.
+                *sent -= f.failed as u64;
+            }
+        }
+    }
+}
+
+/// The CPU the load tools (generator and sink) run on; forwarders get the others.
+pub const LOAD_CPU: usize = 0;
+
+/// Pins the calling thread to the load tools' CPU.
+pub fn pin_to_load_cpu() {
+    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: LOAD_CPU });
+}
+
+/// Finds the highest rate with < 0.1 % loss: doubles from `start` until a trial fails,
+/// the generator cannot keep up, or `max` is reached, then bisects `steps` times. The
+/// best trial is the loss-free one with the highest *achieved* send rate.
+pub fn max_loss_free(
+    mut trial: impl FnMut(u64) -> Trial,
+    start: u64,
+    max: u64,
+    steps: u32,
+) -> (Trial, Vec<Trial>) {
+    let mut log = vec![];
+    let mut best: Option<Trial> = None;
+    let mut rate = start;
+    let mut failed_at = None;
+    let mut lo = 0;
+    loop {
+        let t = trial(rate);
+        log.push(t);
+        if t.loss_free() {
+            best = better(best, t);
+            lo = rate;
+            if t.generator_bound() || rate >= max {
+                break;
+            }
+            rate = (rate * 2).min(max);
+        } else {
+            failed_at = Some(rate);
+            break;
+        }
+    }
+    if let Some(mut hi) = failed_at {
+        for _ in 0..steps {
+            let mid = (lo + hi) / 2;
+            if mid <= lo || hi - lo < start / 8 {
+                break;
+            }
+            let t = trial(mid);
+            log.push(t);
+            if t.loss_free() {
+                best = better(best, t);
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+    }
+    let best = best.unwrap_or(log[0]);
+    (best, log)
+}
+
+fn better(best: Option<Trial>, t: Trial) -> Option<Trial> {
+    match best {
+        Some(b) if b.sent_pps >= t.sent_pps => Some(b),
+        _ => Some(t),
+    }
+}
+
+/// Counts CPU time (user + system) of a process, or of its threads whose name starts
+/// with `thread_prefix`, in seconds (from /proc).
+pub fn cpu_seconds(pid: u32, thread_prefix: Option<&str>) -> f64 {
+    let ticks = 100.0; // USER_HZ on Linux
+    let read = |path: std::path::PathBuf| -> f64 {
+        let Ok(stat) = std::fs::read_to_string(path) else {
+            return 0.0;
+        };
+        // Fields after the ")" of the command name: utime is the 12th, stime the 13th.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            return 0.0;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        (num(11) + num(12)) / ticks
+    };
+    match thread_prefix {
+        None => read(format!("/proc/{pid}/stat").into()),
+        Some(prefix) => std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .filter(|t| {
+                        std::fs::read_to_string(t.path().join("comm"))
+                            .is_ok_and(|c| c.trim().starts_with(prefix))
+                    })
+                    .map(|t| read(t.path().join("stat")))
+                    .sum()
+            })
+            .unwrap_or(0.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(capacity: u64) -> impl FnMut(u64) -> Trial {
+        move |rate| Trial {
+            offered_pps: rate,
+            sent_pps: rate,
+            sent: rate,
+            received: if rate <= capacity { rate } else { capacity },
+            latency_us: [1.0; 3],
+        }
+    }
+
+    #[test]
+    fn search_brackets_the_capacity() {
+        let (best, log) = max_loss_free(fake(100_000), 10_000, 1_000_000, 8);
+        assert!(best.loss_free());
+        assert!(
+            best.offered_pps <= 100_000 && best.offered_pps > 90_000,
+            "{best:?}"
+        );
+        assert!(
+            log.iter().any(|t| !t.loss_free()),
+            "a failing trial bounds the search"
+        );
+    }
+
+    #[test]
+    fn search_stops_at_the_maximum() {
+        let (best, log) = max_loss_free(fake(u64::MAX), 10_000, 40_000, 8);
+        assert_eq!(best.offered_pps, 40_000);
+        assert_eq!(log.len(), 3);
+    }
+
+    #[test]
+    fn loss_is_computed_from_sent_and_received() {
+        let t = Trial {
+            offered_pps: 1000,
+            sent_pps: 1000,
+            sent: 10_000,
+            received: 9_990,
+            latency_us: [0.0; 3],
+        };
+        assert!((t.loss() - 0.001).abs() < 1e-12);
+        assert!(!t.loss_free(), "0.1 % is not under 0.1 %");
+    }
+}
