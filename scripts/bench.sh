@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The main job, until the relays land: the hot-path benchmarks of `common`.
-#   1. instruction counts (callgrind via iai-callgrind): repeatable, what CI will gate on;
-#   2. wall-clock ns/op (criterion): for the perf lab, noisy on a shared machine;
-#   3. flow-table memory per flow and for 1M flows.
+# The main job: the benchmark suite.
+#   1. instruction counts of the hot path (callgrind via iai-callgrind): repeatable, what
+#      CI will gate on;
+#   2. wall-clock ns/op of the hot path (criterion): for the perf lab;
+#   3. flow-table memory per flow and for 1M flows;
+#   4. loopback forwarding: relay-mio with 1 and 2 workers against a bare
+#      recvmmsg/sendmmsg forwarder, in one run (report in target/perf/loopback.md).
+# Set SKIP_MICRO=1 to run only step 4.
 # Installs valgrind and iai-callgrind-runner when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,9 +19,14 @@ if [ "$(iai-callgrind-runner --version 2>/dev/null | awk '{print $2}')" != "$run
   cargo install --locked iai-callgrind-runner --version "$runner_version"
 fi
 
-echo "== instruction counts (iai-callgrind)"
-cargo bench --locked -p ufrag-common --bench hot_path_instructions
-echo "== wall clock (criterion)"
-cargo bench --locked -p ufrag-common --bench hot_path
-echo "== flow table memory"
-cargo run --locked --release -q -p ufrag-common --example flow_table_size 1000000
+if [ -z "${SKIP_MICRO:-}" ]; then
+  echo "== instruction counts (iai-callgrind)"
+  cargo bench --locked -p ufrag-common --bench hot_path_instructions
+  echo "== wall clock (criterion)"
+  cargo bench --locked -p ufrag-common --bench hot_path
+  echo "== flow table memory"
+  cargo run --locked --release -q -p ufrag-common --example flow_table_size 1000000
+fi
+echo "== loopback forwarding (perf loopback)"
+cargo build --locked --release -q -p relay-mio -p perf
+target/release/perf loopback --out target/perf/loopback.md
