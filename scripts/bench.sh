@@ -15,7 +15,7 @@ if ! command -v valgrind >/dev/null; then
   apt-get update -qq && apt-get install -y -qq valgrind
 fi
 runner_version=0.16.1 # must equal the iai-callgrind version in Cargo.lock
-if [ "$(iai-callgrind-runner --version 2>/dev/null | awk '{print $2}')" != "$runner_version" ]; then
+if ! cargo install --list | grep -q "^iai-callgrind-runner v$runner_version:"; then
   cargo install --locked iai-callgrind-runner --version "$runner_version"
 fi
 
