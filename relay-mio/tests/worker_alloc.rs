@@ -1,0 +1,168 @@
+//! A real worker, in process, on real loopback sockets, forwarding in both directions
+//! under a counting allocator: after warm-up, the worker thread allocates nothing per
+//! packet (receive, decide, frame, send, counters, expiry ticks).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use relay_mio::worker::{Worker, WorkerSpec};
+use ufrag_common::forward::ForwardPolicy;
+use ufrag_common::frame::FrameHeader;
+use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
+use ufrag_common::metrics::{RelayMetrics, SharedCounters};
+use ufrag_common::stun;
+
+struct CountingAllocator;
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static WORKER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static IS_WORKER: Cell<bool> = const { Cell::new(false) };
+}
+
+fn count() {
+    if ARMED.load(Ordering::Relaxed) && IS_WORKER.with(Cell::get) {
+        WORKER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: forwards every call unchanged to the system allocator; the bookkeeping uses a
+// const-initialised thread-local Cell and atomics, which never allocate.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+#[test]
+fn the_worker_does_not_allocate_per_packet() {
+    let pid = std::process::id();
+    let ip = std::net::Ipv4Addr::new(127, 60, (pid % 250) as u8 + 1, (pid / 250 % 250) as u8 + 1);
+    let vip = SocketAddr::from((ip, 3478));
+    let internal = SocketAddr::from((ip, 40_000));
+    let secret: Vec<u8> = (0u8..32).collect();
+    let keys = HintKeys::new(HintKey::new(1, &secret).unwrap(), None).unwrap();
+    let policy = ForwardPolicy {
+        vips: vec![vip],
+        allowed_transceiver_networks: vec!["127.0.0.0/8".parse().unwrap()],
+        global_relay_networks: vec![],
+        cluster_id: 0,
+        clusters: Default::default(),
+        hint_keys: keys.clone(),
+        route_cache: false,
+    };
+    let metrics = RelayMetrics::new("mio", 1);
+    let shared: Arc<SharedCounters> = metrics.worker(0);
+    let spec = WorkerSpec {
+        index: 0,
+        cpu: 0,
+        vips: vec![vip],
+        internal,
+        policy,
+        flows: 1024,
+        idle_timeout: Duration::from_millis(300),
+    };
+    let (worker, _waker) = Worker::bind(spec, shared).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || {
+        IS_WORKER.with(|w| w.set(true));
+        worker.run(&stopping).unwrap();
+    });
+
+    let transceiver = UdpSocket::bind((ip, 0)).unwrap();
+    transceiver
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    let clients: Vec<UdpSocket> = (0..16).map(|_| UdpSocket::bind((ip, 0)).unwrap()).collect();
+    let ufrag = keys.encode(
+        &RoutingHint {
+            cluster: 0,
+            transceiver: transceiver.local_addr().unwrap(),
+        },
+        [1; 6],
+    );
+    let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+    let mut stun_buf = [0u8; 512];
+    let n = stun::write_binding_request(
+        &mut stun_buf,
+        &[1; 12],
+        ufrag.as_bytes(),
+        b"cli1",
+        pwd.as_bytes(),
+    )
+    .unwrap();
+    let rtp = [0x80u8; 172];
+    let mut buf = [0u8; 2048];
+
+    let mut round = |rtp_per_client: usize| -> usize {
+        let mut got = 0;
+        for c in &clients {
+            c.send_to(&stun_buf[..n], vip).unwrap();
+            for _ in 0..rtp_per_client {
+                c.send_to(&rtp, vip).unwrap();
+            }
+        }
+        for _ in 0..clients.len() * (1 + rtp_per_client) {
+            let (len, from) = transceiver.recv_from(&mut buf).unwrap();
+            let (h, payload) = FrameHeader::parse(&buf[..len]).unwrap();
+            // Answer each datagram: the return path runs too.
+            let mut reply = vec![0u8; h.encoded_len()];
+            h.emit(&mut reply).unwrap();
+            reply.extend_from_slice(payload);
+            transceiver.send_to(&reply, from).unwrap();
+            got += 1;
+        }
+        for c in &clients {
+            c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+            for _ in 0..1 + rtp_per_client {
+                c.recv_from(&mut buf).unwrap();
+            }
+        }
+        got
+    };
+
+    round(4); // warm-up: lazily initialised thread-locals, first flows
+    ARMED.store(true, Ordering::Relaxed);
+    let mut forwarded = 0;
+    for _ in 0..20 {
+        forwarded += round(8);
+    }
+    // Let flows expire and ticks publish while armed, then create them again.
+    std::thread::sleep(Duration::from_millis(500));
+    forwarded += round(8);
+    ARMED.store(false, Ordering::Relaxed);
+
+    stop.store(true, Ordering::Relaxed);
+    thread.join().unwrap();
+    assert_eq!(forwarded, 21 * 16 * 9);
+    let totals = metrics.totals();
+    assert!(
+        totals.flows_expired >= 16,
+        "expiry ran while counting: {totals:?}"
+    );
+    assert_eq!(
+        WORKER_ALLOCATIONS.load(Ordering::Relaxed),
+        0,
+        "the worker thread allocated while forwarding"
+    );
+}
