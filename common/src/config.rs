@@ -353,23 +353,7 @@ impl RelayConfig {
         }
 
         let keys_file = args.hint_keys_file.clone().or(file.hint_keys_file);
-        let hint_keys = match (keys_file, env_keys) {
-            (Some(_), Some(_)) => {
-                return Err(bad(
-                    "hint_keys_file",
-                    format!("both a key file and {HINT_KEYS_ENV} are set; use one"),
-                ));
-            }
-            (Some(path), None) => load_key_file(&path)?,
-            (None, Some(text)) => HintKeys::parse(&text.replace(',', "\n"))
-                .map_err(|e| bad(HINT_KEYS_ENV, e.to_string()))?,
-            (None, None) => {
-                return Err(bad(
-                    "hint_keys_file",
-                    format!("hint keys are required: set hint_keys_file or {HINT_KEYS_ENV}"),
-                ));
-            }
-        };
+        let hint_keys = load_hint_keys(keys_file.as_deref(), env_keys)?;
 
         let cluster_id = args.cluster_id.or(file.cluster_id).unwrap_or(0);
         let clusters = if args.cluster_relays.is_empty() {
@@ -512,6 +496,28 @@ fn duration_field(
         (Some(d), _) => Ok(d),
         (None, Some(text)) => parse_duration(text).map_err(|reason| bad(field, reason)),
         (None, None) => Ok(default),
+    }
+}
+
+/// Loads the hint keys from exactly one of a key file (mode 0600) or the text of
+/// [`HINT_KEYS_ENV`]: shared by the relays and the transceiver.
+pub fn load_hint_keys(
+    file: Option<&Path>,
+    env_keys: Option<&str>,
+) -> Result<HintKeys, ConfigError> {
+    match (file, env_keys) {
+        (Some(_), Some(_)) => Err(bad(
+            "hint_keys_file",
+            format!("both a key file and {HINT_KEYS_ENV} are set; use one"),
+        )),
+        (Some(path), None) => load_key_file(path),
+        (None, Some(text)) => {
+            HintKeys::parse(&text.replace(',', "\n")).map_err(|e| bad(HINT_KEYS_ENV, e.to_string()))
+        }
+        (None, None) => Err(bad(
+            "hint_keys_file",
+            format!("hint keys are required: set hint_keys_file or {HINT_KEYS_ENV}"),
+        )),
     }
 }
 

@@ -1,0 +1,292 @@
+//! The seam between WebRTC sessions and the model backend, and the built-in echo model.
+//!
+//! # The internal protocol
+//!
+//! The transceiver turns each WebRTC session into a stream of [`ModelInput`] messages
+//! and accepts [`ModelOutput`] messages back; nothing about ICE, DTLS, SRTP or SDP
+//! crosses the seam:
+//!
+//! - `SessionStarted { session }` when DTLS is up, `SessionEnded { session, reason }`
+//!   when the session is gone (DELETE, ICE/DTLS failure, idle timeout).
+//! - `Audio { session, frame }`: one Opus packet as received, with its RTP sequence
+//!   number and 48 kHz timestamp ([`AudioFrame`]). The model answers with `Audio` frames
+//!   of its own (timestamps are the model's; the transceiver paces nothing).
+//! - `Event { session, json }`: one text message of the data channel named `events`, as
+//!   JSON text; answers likewise go out on that channel.
+//!
+//! Over a socket (an external backend) the same messages are meant to travel as one
+//! WebSocket message each: JSON text for `SessionStarted`/`SessionEnded`/`Event`
+//! (`{"type":"session.started","session":"…"}` …) and a binary message for `Audio`:
+//! 16-byte session id, u16 sequence, u32 timestamp (big endian), then the Opus payload.
+//! [`ModelBackend`] is the trait such a bridge implements; the echo model below is the one
+//! this repository ships.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// A session's id as the HTTP API shows it (16 hex characters).
+pub type SessionId = u64;
+
+/// One audio packet.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AudioFrame {
+    /// RTP sequence number.
+    pub seq: u16,
+    /// RTP timestamp at 48 kHz.
+    pub timestamp: u32,
+    /// The Opus payload.
+    pub payload: Vec<u8>,
+}
+
+/// What the transceiver tells the model.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelInput {
+    /// DTLS connected: media and events may flow.
+    SessionStarted {
+        /// The session.
+        session: SessionId,
+    },
+    /// The session is gone.
+    SessionEnded {
+        /// The session.
+        session: SessionId,
+        /// Why, e.g. `deleted`, `ice_failed`, `idle`.
+        reason: &'static str,
+    },
+    /// Audio from the user.
+    Audio {
+        /// The session.
+        session: SessionId,
+        /// The packet.
+        frame: AudioFrame,
+    },
+    /// A message on the `events` data channel (JSON text).
+    Event {
+        /// The session.
+        session: SessionId,
+        /// The message.
+        json: String,
+    },
+}
+
+/// What the model tells the transceiver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelOutput {
+    /// Audio to play to the user.
+    Audio {
+        /// The session.
+        session: SessionId,
+        /// The packet.
+        frame: AudioFrame,
+    },
+    /// A message for the `events` data channel.
+    Event {
+        /// The session.
+        session: SessionId,
+        /// The message (JSON text).
+        json: String,
+    },
+}
+
+/// A model backend: takes inputs, produces outputs, possibly later (`poll`).
+pub trait ModelBackend: Send {
+    /// Handles one input; immediate outputs go to `out`.
+    fn handle(&mut self, now: Instant, input: ModelInput, out: &mut Vec<ModelOutput>);
+    /// Outputs that have become due by `now`.
+    fn poll(&mut self, now: Instant, out: &mut Vec<ModelOutput>);
+    /// When `poll` next has something to say, if ever.
+    fn next_due(&self) -> Option<Instant>;
+}
+
+/// The echo model: plays the user's audio back (after `delay`), answers
+/// `{"type":"ping","id":N}` with `{"type":"pong","id":N}` and announces
+/// `{"type":"session.created"}` when a session starts.
+#[derive(Debug, Default)]
+pub struct EchoModel {
+    delay: Duration,
+    pending: VecDeque<(Instant, SessionId, AudioFrame)>,
+}
+
+impl EchoModel {
+    /// An echo model with the given audio delay.
+    pub fn new(delay: Duration) -> Self {
+        EchoModel {
+            delay,
+            pending: VecDeque::new(),
+        }
+    }
+}
+
+/// Extracts `id` from `{"type":"ping","id":N}`; `None` for anything else.
+pub fn ping_id(json: &str) -> Option<i64> {
+    let value: serde_json::Value = serde_json::from_str(json).ok()?;
+    if value.get("type")?.as_str()? != "ping" {
+        return None;
+    }
+    value.get("id")?.as_i64()
+}
+
+impl ModelBackend for EchoModel {
+    fn handle(&mut self, now: Instant, input: ModelInput, out: &mut Vec<ModelOutput>) {
+        match input {
+            ModelInput::SessionStarted { session } => out.push(ModelOutput::Event {
+                session,
+                json: r#"{"type":"session.created"}"#.to_string(),
+            }),
+            ModelInput::Audio { session, frame } => {
+                if self.delay.is_zero() {
+                    out.push(ModelOutput::Audio { session, frame });
+                } else {
+                    self.pending.push_back((now + self.delay, session, frame));
+                }
+            }
+            ModelInput::Event { session, json } => {
+                if let Some(id) = ping_id(&json) {
+                    out.push(ModelOutput::Event {
+                        session,
+                        json: format!(r#"{{"type":"pong","id":{id}}}"#),
+                    });
+                }
+            }
+            ModelInput::SessionEnded { session, .. } => {
+                self.pending.retain(|(_, s, _)| *s != session);
+            }
+        }
+    }
+
+    fn poll(&mut self, now: Instant, out: &mut Vec<ModelOutput>) {
+        while let Some((due, _, _)) = self.pending.front() {
+            if *due > now {
+                break;
+            }
+            let (_, session, frame) = self.pending.pop_front().expect("front exists");
+            out.push(ModelOutput::Audio { session, frame });
+        }
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        self.pending.front().map(|(due, _, _)| *due)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(seq: u16) -> AudioFrame {
+        AudioFrame {
+            seq,
+            timestamp: u32::from(seq) * 960,
+            payload: vec![1, 2, 3],
+        }
+    }
+
+    #[test]
+    fn echoes_audio_at_once_or_after_the_delay() {
+        let t0 = Instant::now();
+        let mut out = vec![];
+        let mut now_model = EchoModel::new(Duration::ZERO);
+        now_model.handle(
+            t0,
+            ModelInput::Audio {
+                session: 1,
+                frame: frame(1),
+            },
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![ModelOutput::Audio {
+                session: 1,
+                frame: frame(1)
+            }]
+        );
+
+        let mut delayed = EchoModel::new(Duration::from_millis(100));
+        out.clear();
+        delayed.handle(
+            t0,
+            ModelInput::Audio {
+                session: 1,
+                frame: frame(2),
+            },
+            &mut out,
+        );
+        assert!(out.is_empty());
+        assert_eq!(delayed.next_due(), Some(t0 + Duration::from_millis(100)));
+        delayed.poll(t0 + Duration::from_millis(99), &mut out);
+        assert!(out.is_empty());
+        delayed.poll(t0 + Duration::from_millis(100), &mut out);
+        assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn pings_get_pongs_and_sessions_get_announced() {
+        let t0 = Instant::now();
+        let mut m = EchoModel::default();
+        let mut out = vec![];
+        m.handle(t0, ModelInput::SessionStarted { session: 7 }, &mut out);
+        m.handle(
+            t0,
+            ModelInput::Event {
+                session: 7,
+                json: r#"{"type":"ping","id":42}"#.into(),
+            },
+            &mut out,
+        );
+        m.handle(
+            t0,
+            ModelInput::Event {
+                session: 7,
+                json: r#"{"type":"hello"}"#.into(),
+            },
+            &mut out,
+        );
+        m.handle(
+            t0,
+            ModelInput::Event {
+                session: 7,
+                json: "not json".into(),
+            },
+            &mut out,
+        );
+        assert_eq!(
+            out,
+            vec![
+                ModelOutput::Event {
+                    session: 7,
+                    json: r#"{"type":"session.created"}"#.into()
+                },
+                ModelOutput::Event {
+                    session: 7,
+                    json: r#"{"type":"pong","id":42}"#.into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn an_ended_session_drops_its_pending_echo() {
+        let t0 = Instant::now();
+        let mut m = EchoModel::new(Duration::from_millis(10));
+        let mut out = vec![];
+        m.handle(
+            t0,
+            ModelInput::Audio {
+                session: 1,
+                frame: frame(1),
+            },
+            &mut out,
+        );
+        m.handle(
+            t0,
+            ModelInput::SessionEnded {
+                session: 1,
+                reason: "deleted",
+            },
+            &mut out,
+        );
+        m.poll(t0 + Duration::from_secs(1), &mut out);
+        assert!(out.is_empty());
+    }
+}
