@@ -322,17 +322,12 @@ impl Client {
         }
         self.drain();
         let mut buf = [0u8; 2048];
-        loop {
-            match self.socket.recv_from(&mut buf) {
-                Ok((n, source)) => {
-                    let Ok(r) = Receive::new(Protocol::Udp, source, self.local, &buf[..n]) else {
-                        continue;
-                    };
-                    let _ = self.rtc.handle_input(Input::Receive(Instant::now(), r));
-                    self.drain();
-                }
-                Err(_) => break,
-            }
+        while let Ok((n, source)) = self.socket.recv_from(&mut buf) {
+            let Ok(r) = Receive::new(Protocol::Udp, source, self.local, &buf[..n]) else {
+                continue;
+            };
+            let _ = self.rtc.handle_input(Input::Receive(Instant::now(), r));
+            self.drain();
         }
     }
 
