@@ -76,7 +76,15 @@ fn with_cors(r: Response) -> Response {
 
 /// Checks an offer before any worker sees it: parses, has audio, offers Opus.
 pub fn check_offer(body: &str) -> Result<SdpOffer, String> {
-    let offer = SdpOffer::from_sdp_string(body).map_err(|e| format!("malformed SDP offer: {e}"))?;
+    let offer = SdpOffer::from_sdp_string(body).map_err(|e| {
+        // The parser's message can span lines; the API promises one line.
+        let first = e.to_string();
+        let first = first.lines().next().unwrap_or("").trim();
+        format!(
+            "malformed SDP offer: {}",
+            first.chars().take(160).collect::<String>()
+        )
+    })?;
     if !body.lines().any(|l| l.starts_with("m=audio")) {
         return Err("the offer has no audio".into());
     }
@@ -208,7 +216,9 @@ impl Signaling {
                     .with_header(header("Content-Type", "application/sdp"))
                     .with_header(header("Location", &format!("/v1/sessions/{id:016x}")))
             }
-            Ok(Err(SignalError::BadOffer(reason))) => text(400, &reason),
+            Ok(Err(SignalError::BadOffer(reason))) => {
+                text(400, reason.lines().next().unwrap_or("bad offer"))
+            }
             Ok(Err(SignalError::Full)) => {
                 text(503, "at capacity").with_header(header("Retry-After", "5"))
             }

@@ -111,6 +111,15 @@ pub struct Transceiver {
 impl Transceiver {
     /// Relay mode, advertising `vip`.
     pub fn start(vip: Option<SocketAddr>, extra: &[&str]) -> Transceiver {
+        Self::start_with_env(vip, extra, &[])
+    }
+
+    /// Like `start`, with extra environment variables.
+    pub fn start_with_env(
+        vip: Option<SocketAddr>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Transceiver {
         let ip = unique_ip();
         let http = SocketAddr::from((ip, free_tcp_port(ip)));
         let worker = SocketAddr::from((ip, 41_000));
@@ -122,15 +131,14 @@ impl Transceiver {
             &worker.to_string(),
         ]);
         match vip {
-            Some(vip) => cmd.args([
-                "--advertise",
-                &vip.to_string(),
-                "--allow-relay-net",
-                "127.0.0.0/8",
-            ]),
+            Some(vip) => cmd.args(["--advertise", &vip.to_string()]),
             None => cmd.arg("--direct"),
         };
+        if vip.is_some() && !extra.contains(&"--allow-relay-net") {
+            cmd.args(["--allow-relay-net", "127.0.0.0/8"]);
+        }
         cmd.args(extra);
+        cmd.envs(env.iter().copied());
         let log = std::env::temp_dir().join(format!("xcvr-{}-{ip}.log", std::process::id()));
         let child = cmd
             .env("UFRAG_RELAY_HINT_KEYS", KEYS)
@@ -413,3 +421,17 @@ pub fn run_until(clients: &mut [Client], what: &str, done: impl Fn(&Client) -> b
         std::thread::sleep(Duration::from_millis(2));
     }
 }
+
+/// An offer with only a data channel (no audio).
+pub fn offer_without_audio() -> String {
+    let mut rtc = Rtc::builder().build(Instant::now());
+    let local = SocketAddr::from((unique_ip(), 9));
+    rtc.add_local_candidate(Candidate::host(local, "udp").unwrap());
+    let mut api = rtc.sdp_api();
+    api.add_channel("events".into());
+    api.apply().unwrap().0.to_sdp_string()
+}
+
+#[path = "../../../relay-mio/tests/support/redis.rs"]
+mod redis;
+pub use redis::RedisServer;

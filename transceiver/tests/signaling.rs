@@ -1,0 +1,244 @@
+//! Signaling: each bad input gets its status code; CORS; capacity; bearer token; frames
+//! from outside the relay networks are dropped and counted; the page's JavaScript parses.
+
+mod support;
+
+use support::*;
+use ufrag_common::frame::FrameHeader;
+
+#[test]
+fn each_bad_signaling_input_gets_its_status_code() {
+    let xcvr = Transceiver::start(Some("127.0.0.1:3478".parse().unwrap()), &[]);
+    let post = |ct: &str, body: &str| {
+        http_request(xcvr.http, "POST", "/v1/sessions", Some((ct, body)), &[]).unwrap()
+    };
+
+    let garbage = post("application/sdp", "this is not SDP");
+    assert_eq!(garbage.status, 400);
+    assert!(
+        garbage.body.starts_with("malformed SDP offer"),
+        "{}",
+        garbage.body
+    );
+    assert_eq!(garbage.body.lines().count(), 1, "one-line reason");
+
+    let no_audio = post("application/sdp", &offer_without_audio());
+    assert_eq!(
+        (no_audio.status, no_audio.body.trim()),
+        (400, "the offer has no audio")
+    );
+
+    let client = Client::new();
+    let pcmu_only = client.offer.replace("opus/48000/2", "PCMU/8000");
+    let no_opus = post("application/sdp", &pcmu_only);
+    assert_eq!(no_opus.status, 400, "{}", no_opus.body);
+    assert!(no_opus.body.contains("Opus"), "{}", no_opus.body);
+
+    assert_eq!(post("application/json", &client.offer).status, 415);
+    assert_eq!(
+        http_request(
+            xcvr.http,
+            "DELETE",
+            "/v1/sessions/00000000000000ff",
+            None,
+            &[]
+        )
+        .unwrap()
+        .status,
+        404
+    );
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", "/v1/sessions/not-hex", None, &[])
+            .unwrap()
+            .status,
+        404
+    );
+    assert_eq!(
+        http_request(xcvr.http, "GET", "/v1/sessions", None, &[])
+            .unwrap()
+            .status,
+        405
+    );
+    assert_eq!(
+        http_request(xcvr.http, "GET", "/nowhere", None, &[])
+            .unwrap()
+            .status,
+        404
+    );
+
+    let preflight = http_request(
+        xcvr.http,
+        "OPTIONS",
+        "/v1/sessions",
+        None,
+        &[("Origin", "https://app.example")],
+    )
+    .unwrap();
+    assert_eq!(preflight.status, 204);
+    assert_eq!(preflight.header("Access-Control-Allow-Origin"), Some("*"));
+    assert!(
+        preflight
+            .header("Access-Control-Allow-Methods")
+            .unwrap()
+            .contains("POST")
+    );
+    assert!(
+        preflight
+            .header("Access-Control-Expose-Headers")
+            .unwrap()
+            .contains("Location")
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_sessions_created_total"),
+        0.0,
+        "no bad input made a session"
+    );
+}
+
+#[test]
+fn at_capacity_signaling_answers_503_with_retry_after() {
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--max-sessions-per-worker", "1"],
+    );
+    let mut first = Client::new();
+    assert_eq!(first.signal(xcvr.http).status, 201);
+    let mut second = Client::new();
+    let r = second.signal(xcvr.http);
+    assert_eq!(r.status, 503);
+    assert!(r.header("Retry-After").is_some());
+    // Deleting the first frees the slot.
+    let location = first.location.clone().unwrap();
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", &location, None, &[])
+            .unwrap()
+            .status,
+        204
+    );
+    assert_eq!(Client::new().signal(xcvr.http).status, 201);
+}
+
+#[test]
+fn a_configured_bearer_token_is_required() {
+    let xcvr = Transceiver::start_with_env(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &[],
+        &[("UFRAG_TRANSCEIVER_TOKEN", "s3cret")],
+    );
+    let client = Client::new();
+    let body = Some(("application/sdp", client.offer.as_str()));
+    assert_eq!(
+        http_request(xcvr.http, "POST", "/v1/sessions", body, &[])
+            .unwrap()
+            .status,
+        401
+    );
+    assert_eq!(
+        http_request(
+            xcvr.http,
+            "POST",
+            "/v1/sessions",
+            body,
+            &[("Authorization", "Bearer nope")]
+        )
+        .unwrap()
+        .status,
+        401
+    );
+    let ok = http_request(
+        xcvr.http,
+        "POST",
+        "/v1/sessions",
+        body,
+        &[("Authorization", "Bearer s3cret")],
+    )
+    .unwrap();
+    assert_eq!(ok.status, 201);
+    let location = ok.header("Location").unwrap().to_string();
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", &location, None, &[])
+            .unwrap()
+            .status,
+        401
+    );
+    assert_eq!(
+        http_request(
+            xcvr.http,
+            "DELETE",
+            &location,
+            None,
+            &[("Authorization", "Bearer s3cret")]
+        )
+        .unwrap()
+        .status,
+        204
+    );
+}
+
+#[test]
+fn frames_from_a_non_relay_source_are_dropped_and_counted() {
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--allow-relay-net", "127.250.0.0/16"],
+    );
+    let outsider = std::net::UdpSocket::bind((unique_ip(), 0)).unwrap();
+    let h = FrameHeader::new(
+        "198.51.100.7:5000".parse().unwrap(),
+        "127.0.0.1:3478".parse().unwrap(),
+    );
+    let mut frame = vec![0u8; h.encoded_len()];
+    h.emit(&mut frame).unwrap();
+    frame.extend_from_slice(&[0x80; 40]);
+    for _ in 0..3 {
+        outsider.send_to(&frame, xcvr.worker).unwrap();
+    }
+    let deadline = std::time::Instant::now() + WAIT;
+    while xcvr.metric("ufrag_transceiver_drops_total{reason=\"frame_source_not_allowed\"}") < 3.0 {
+        assert!(std::time::Instant::now() < deadline, "drops never counted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    // From an allowed relay network, a frame for an unknown client is counted as such.
+    let relay = std::net::UdpSocket::bind(("127.250.1.1", 0)).unwrap();
+    relay.send_to(&frame, xcvr.worker).unwrap();
+    while xcvr.metric("ufrag_transceiver_drops_total{reason=\"no_session\"}") < 1.0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no_session never counted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_demo_page_is_served_and_its_javascript_parses() {
+    let xcvr = Transceiver::start(Some("127.0.0.1:3478".parse().unwrap()), &[]);
+    let page = http_request(xcvr.http, "GET", "/", None, &[]).unwrap();
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("<button id=\"talk\">Talk</button>"));
+    let js = http_request(xcvr.http, "GET", "/app.js", None, &[]).unwrap();
+    assert_eq!(js.status, 200);
+    for needle in [
+        "getUserMedia",
+        "createDataChannel(\"events\")",
+        "/v1/sessions",
+        "getStats",
+        "DELETE",
+    ] {
+        assert!(js.body.contains(needle), "app.js uses {needle}");
+    }
+    let path = std::env::temp_dir().join(format!("app-{}.js", std::process::id()));
+    std::fs::write(&path, &js.body).unwrap();
+    let out = std::process::Command::new("node")
+        .arg("--check")
+        .arg(&path)
+        .output()
+        .expect(
+            "node is needed to syntax-check the page's JavaScript (scripts/test.sh installs it)",
+        );
+    let _ = std::fs::remove_file(&path);
+    assert!(
+        out.status.success(),
+        "node --check: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
