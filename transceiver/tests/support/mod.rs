@@ -434,4 +434,5 @@ pub fn offer_without_audio() -> String {
 
 #[path = "../../../relay-mio/tests/support/redis.rs"]
 mod redis;
+#[allow(unused_imports)] // not every test file needs redis
 pub use redis::RedisServer;

@@ -1,0 +1,89 @@
+//! Many sessions, direct mode, and a session that survives a relay restart via Redis.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Sends `packets` of audio from every client at 20 ms pacing.
+fn talk(clients: &mut [Client], packets: u64) {
+    let start = Instant::now();
+    for i in 0..packets {
+        while start.elapsed() < Duration::from_millis(20 * i) {
+            for c in clients.iter_mut() {
+                c.step();
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for c in clients.iter_mut() {
+            assert!(c.send_audio());
+        }
+    }
+}
+
+#[test]
+fn fifty_concurrent_sessions_through_one_relay_and_one_worker_are_all_echoed() {
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--workers", "1"]);
+    let mut clients: Vec<Client> = (0..50).map(|_| Client::new()).collect();
+    for c in &mut clients {
+        assert_eq!(c.signal(xcvr.http).status, 201);
+    }
+    run_until(&mut clients, "50 sessions connected", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    talk(&mut clients, 25);
+    run_until(&mut clients, "every session echoed", |c| {
+        c.audio_received >= 20
+    });
+    assert_eq!(xcvr.metric("ufrag_transceiver_sessions_active"), 50.0);
+}
+
+#[test]
+fn direct_mode_advertises_the_worker_and_works_without_a_relay() {
+    let xcvr = Transceiver::start(None, &[]);
+    let mut client = Client::new();
+    let r = client.signal(xcvr.http);
+    assert_eq!(r.status, 201);
+    assert!(
+        r.body
+            .contains(&format!("{} {}", xcvr.worker.ip(), xcvr.worker.port())),
+        "candidate is the worker"
+    );
+    let mut clients = vec![client];
+    run_until(&mut clients, "connected", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    talk(&mut clients, 10);
+    run_until(&mut clients, "echo", |c| c.audio_received >= 8);
+}
+
+#[test]
+fn a_session_survives_a_relay_restart_with_redis() {
+    let redis = RedisServer::start_at(unique_ip());
+    let ip = unique_ip();
+    let url = redis.url();
+    let mut relay = TestRelay::start_on(ip, &["--redis-url", &url]);
+    let xcvr = Transceiver::start(Some(relay.vip), &[]);
+    let mut clients = vec![Client::new()];
+    assert_eq!(clients[0].signal(xcvr.http).status, 201);
+    run_until(&mut clients, "connected", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    talk(&mut clients, 5);
+    run_until(&mut clients, "echo before restart", |c| {
+        c.audio_received >= 4
+    });
+    std::thread::sleep(Duration::from_millis(100)); // let the route reach Redis
+
+    relay.stop();
+    let _relay = TestRelay::start_on(ip, &["--redis-url", &url]);
+    let before = clients[0].audio_received;
+    // SRTP continues; the relay restores the flow from Redis on the first packet, long
+    // before the client's next consent check.
+    talk(&mut clients, 15);
+    run_until(&mut clients, "echo after restart", |c| {
+        c.audio_received >= before + 10
+    });
+}
