@@ -10,7 +10,7 @@ use support::*;
 fn a_session_through_the_relay_echoes_audio_and_answers_pings_then_deletes() {
     let relay = TestRelay::start(&[]);
     let xcvr = Transceiver::start(Some(relay.vip), &[]);
-    let mut client = Client::new();
+    let mut client = new_client();
     let r = client.signal(xcvr.http);
     assert_eq!(r.status, 201, "{}", r.body);
     assert_eq!(r.header("Content-Type"), Some("application/sdp"));

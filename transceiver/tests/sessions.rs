@@ -26,7 +26,7 @@ fn talk(clients: &mut [Client], packets: u64) {
 fn fifty_concurrent_sessions_through_one_relay_and_one_worker_are_all_echoed() {
     let relay = TestRelay::start(&[]);
     let xcvr = Transceiver::start(Some(relay.vip), &["--workers", "1"]);
-    let mut clients: Vec<Client> = (0..50).map(|_| Client::new()).collect();
+    let mut clients: Vec<Client> = (0..50).map(|_| new_client()).collect();
     for c in &mut clients {
         assert_eq!(c.signal(xcvr.http).status, 201);
     }
@@ -43,7 +43,7 @@ fn fifty_concurrent_sessions_through_one_relay_and_one_worker_are_all_echoed() {
 #[test]
 fn direct_mode_advertises_the_worker_and_works_without_a_relay() {
     let xcvr = Transceiver::start(None, &[]);
-    let mut client = Client::new();
+    let mut client = new_client();
     let r = client.signal(xcvr.http);
     assert_eq!(r.status, 201);
     assert!(
@@ -66,7 +66,7 @@ fn a_session_survives_a_relay_restart_with_redis() {
     let url = redis.url();
     let mut relay = TestRelay::start_on(ip, &["--redis-url", &url]);
     let xcvr = Transceiver::start(Some(relay.vip), &[]);
-    let mut clients = vec![Client::new()];
+    let mut clients = vec![new_client()];
     assert_eq!(clients[0].signal(xcvr.http).status, 201);
     run_until(&mut clients, "connected", |c| {
         c.connected_at.is_some() && c.channel_open

@@ -28,7 +28,7 @@ fn each_bad_signaling_input_gets_its_status_code() {
         (400, "the offer has no audio")
     );
 
-    let client = Client::new();
+    let client = new_client();
     let pcmu_only = client.offer.replace("opus/48000/2", "PCMU/8000");
     let no_opus = post("application/sdp", &pcmu_only);
     assert_eq!(no_opus.status, 400, "{}", no_opus.body);
@@ -101,9 +101,9 @@ fn at_capacity_signaling_answers_503_with_retry_after() {
         Some("127.0.0.1:3478".parse().unwrap()),
         &["--max-sessions-per-worker", "1"],
     );
-    let mut first = Client::new();
+    let mut first = new_client();
     assert_eq!(first.signal(xcvr.http).status, 201);
-    let mut second = Client::new();
+    let mut second = new_client();
     let r = second.signal(xcvr.http);
     assert_eq!(r.status, 503);
     assert!(r.header("Retry-After").is_some());
@@ -115,7 +115,7 @@ fn at_capacity_signaling_answers_503_with_retry_after() {
             .status,
         204
     );
-    assert_eq!(Client::new().signal(xcvr.http).status, 201);
+    assert_eq!(new_client().signal(xcvr.http).status, 201);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn a_configured_bearer_token_is_required() {
         &[],
         &[("UFRAG_TRANSCEIVER_TOKEN", "s3cret")],
     );
-    let client = Client::new();
+    let client = new_client();
     let body = Some(("application/sdp", client.offer.as_str()));
     assert_eq!(
         http_request(xcvr.http, "POST", "/v1/sessions", body, &[])

@@ -1,0 +1,292 @@
+//! A str0m client peer and a minimal HTTP client, for the end-to-end tests and the
+//! session benchmarks: full ICE (not lite), one Opus audio m-line, the `events` data
+//! channel, WHIP-style signaling, paced audio, counters of what came back.
+//!
+//! It is test and load tooling, not part of the server: it lives in the library so that
+//! `perf` can drive the same peer the tests drive.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+use str0m::change::{SdpAnswer, SdpPendingOffer};
+use str0m::channel::ChannelId;
+use str0m::media::{Direction, Frequency, MediaKind, MediaTime, Mid, Pt};
+use str0m::net::{Protocol, Receive};
+use str0m::{Candidate, Event, Input, Output, Rtc};
+
+/// How long `run_until` waits.
+pub const WAIT: Duration = Duration::from_secs(15);
+
+/// An HTTP response.
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers in order.
+    pub headers: Vec<(String, String)>,
+    /// Body as text.
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// The first header called `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// One HTTP/1.1 request with `Connection: close`; `None` on any transport error.
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &str)>,
+    extra_headers: &[(&str, &str)],
+) -> Option<HttpResponse> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
+    for (k, v) in extra_headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    match body {
+        Some((content_type, b)) => req.push_str(&format!(
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        )),
+        None => req.push_str("Content-Length: 0\r\n\r\n"),
+    }
+    s.write_all(req.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    Some(HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
+    })
+}
+
+/// A str0m client peer: full ICE (not lite), one audio m-line, the `events` channel.
+#[derive(Debug)]
+pub struct Client {
+    /// The peer.
+    pub rtc: Rtc,
+    /// Its socket.
+    pub socket: UdpSocket,
+    /// The socket's address.
+    pub local: SocketAddr,
+    /// The audio m-line.
+    pub mid: Mid,
+    /// The `events` channel.
+    pub channel: ChannelId,
+    pending: Option<SdpPendingOffer>,
+    /// The SDP offer.
+    pub offer: String,
+    /// `Location` of the session once signaled.
+    pub location: Option<String>,
+    /// When ICE and DTLS connected.
+    pub connected_at: Option<Instant>,
+    /// When the first echoed audio packet arrived.
+    pub first_audio_at: Option<Instant>,
+    /// The `events` channel is open.
+    pub channel_open: bool,
+    /// Text messages received on the channel.
+    pub messages: Vec<String>,
+    /// Audio packets received.
+    pub audio_received: usize,
+    /// Audio packets sent.
+    pub audio_sent: usize,
+    next_timeout: Instant,
+    pt: Option<Pt>,
+    rtp_time: u64,
+}
+
+impl Client {
+    /// A client whose socket binds `ip` (port chosen by the kernel).
+    pub fn new_on(ip: std::net::Ipv4Addr) -> Client {
+        let now = Instant::now();
+        let socket = UdpSocket::bind((ip, 0)).expect("client socket binds");
+        socket.set_nonblocking(true).expect("non-blocking mode");
+        let local = socket.local_addr().expect("a bound socket has an address");
+        let mut rtc = Rtc::builder()
+            .clear_codecs()
+            .enable_opus(true, false)
+            .build(now);
+        rtc.add_local_candidate(Candidate::host(local, "udp").expect("a host candidate"));
+        let mut api = rtc.sdp_api();
+        let mid = api.add_media(MediaKind::Audio, Direction::SendRecv, None, None, None);
+        let channel = api.add_channel("events".into());
+        let (offer, pending) = api.apply().expect("a new media line always makes an offer");
+        Client {
+            rtc,
+            socket,
+            local,
+            mid,
+            channel,
+            pending: Some(pending),
+            offer: offer.to_sdp_string(),
+            location: None,
+            connected_at: None,
+            first_audio_at: None,
+            channel_open: false,
+            messages: vec![],
+            audio_received: 0,
+            audio_sent: 0,
+            next_timeout: now,
+            pt: None,
+            rtp_time: 0,
+        }
+    }
+
+    /// POSTs the offer; on 201 applies the answer.
+    pub fn signal(&mut self, http: SocketAddr) -> HttpResponse {
+        let r = http_request(
+            http,
+            "POST",
+            "/v1/sessions",
+            Some(("application/sdp", &self.offer)),
+            &[],
+        )
+        .expect("signaling answers");
+        if r.status == 201 {
+            let answer = SdpAnswer::from_sdp_string(&r.body).expect("answer parses");
+            let pending = self.pending.take().expect("signal is called once");
+            self.rtc
+                .sdp_api()
+                .accept_answer(pending, answer)
+                .expect("answer accepted");
+            self.location = r.header("Location").map(str::to_string);
+        }
+        r
+    }
+
+    /// Drains outputs, then reads whatever arrived (non-blocking). Returns when idle.
+    pub fn step(&mut self) {
+        let now = Instant::now();
+        if now >= self.next_timeout {
+            let _ = self.rtc.handle_input(Input::Timeout(now));
+        }
+        self.drain();
+        let mut buf = [0u8; 2048];
+        while let Ok((n, source)) = self.socket.recv_from(&mut buf) {
+            let Ok(r) = Receive::new(Protocol::Udp, source, self.local, &buf[..n]) else {
+                continue;
+            };
+            let _ = self.rtc.handle_input(Input::Receive(Instant::now(), r));
+            self.drain();
+        }
+    }
+
+    fn drain(&mut self) {
+        loop {
+            match self.rtc.poll_output() {
+                Ok(Output::Transmit(t)) => {
+                    let _ = self.socket.send_to(&t.contents, t.destination);
+                }
+                Ok(Output::Timeout(t)) => {
+                    self.next_timeout = t;
+                    return;
+                }
+                Ok(Output::Event(e)) => match e {
+                    Event::Connected => self.connected_at = Some(Instant::now()),
+                    Event::ChannelOpen(id, _) if id == self.channel => self.channel_open = true,
+                    Event::ChannelData(d) if !d.binary => {
+                        self.messages
+                            .push(String::from_utf8_lossy(&d.data).to_string());
+                    }
+                    Event::MediaData(_) => {
+                        self.audio_received += 1;
+                        self.first_audio_at.get_or_insert_with(Instant::now);
+                    }
+                    _ => {}
+                },
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Sends a text message on the `events` channel.
+    pub fn send_text(&mut self, text: &str) -> bool {
+        let ok = self
+            .rtc
+            .channel(self.channel)
+            .is_some_and(|mut ch| ch.write(false, text.as_bytes()).is_ok());
+        self.drain();
+        ok
+    }
+
+    /// Writes one 20 ms Opus-sized audio packet.
+    pub fn send_audio(&mut self) -> bool {
+        let Some(writer) = self.rtc.writer(self.mid) else {
+            return false;
+        };
+        let pt = match self.pt {
+            Some(pt) => pt,
+            None => match writer.payload_params().next() {
+                Some(p) => {
+                    let pt = p.pt();
+                    self.pt = Some(pt);
+                    pt
+                }
+                None => return false,
+            },
+        };
+        self.rtp_time += 960;
+        let payload = vec![0xF8u8; 80];
+        let ok = writer
+            .write(
+                pt,
+                Instant::now(),
+                MediaTime::new(self.rtp_time, Frequency::FORTY_EIGHT_KHZ),
+                payload,
+            )
+            .is_ok();
+        if ok {
+            self.audio_sent += 1;
+        }
+        self.drain();
+        ok
+    }
+}
+
+/// Steps every client until `done` holds for all of them, or panics after `WAIT`.
+pub fn run_until(clients: &mut [Client], what: &str, done: impl Fn(&Client) -> bool) {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        for c in clients.iter_mut() {
+            c.step();
+        }
+        if clients.iter().all(&done) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// An SDP offer with only a data channel (no audio), for signaling tests.
+pub fn offer_without_audio() -> String {
+    let mut rtc = Rtc::builder().build(Instant::now());
+    let local = SocketAddr::from(([127, 0, 0, 1], 9));
+    rtc.add_local_candidate(Candidate::host(local, "udp").expect("a host candidate"));
+    let mut api = rtc.sdp_api();
+    api.add_channel("events".into());
+    api.apply()
+        .expect("a new channel always makes an offer")
+        .0
+        .to_sdp_string()
+}
