@@ -10,3 +10,4 @@
 pub mod bare;
 pub mod load;
 pub mod report;
+pub mod sessions;

@@ -40,6 +40,22 @@ enum Cmd {
         #[arg(long, default_value = "target/perf/loopback.md")]
         out: std::path::PathBuf,
     },
+    /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
+    /// setup times, and concurrent echo sessions one worker carries.
+    Sessions {
+        /// Sessions measured for setup time, one after the other.
+        #[arg(long, default_value_t = 50)]
+        setups: usize,
+        /// Session counts tried for capacity, until audio loss reaches 1 %.
+        #[arg(long, value_delimiter = ',', default_value = "50,100,200,300,400")]
+        steps: Vec<usize>,
+        /// How long every client talks in each capacity step.
+        #[arg(long, default_value = "5s", value_parser = humantime_duration)]
+        talk: Duration,
+        /// Where to write the Markdown report.
+        #[arg(long, default_value = "target/perf/sessions.md")]
+        out: std::path::PathBuf,
+    },
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -130,14 +146,201 @@ fn start_relay(
 
 fn main() {
     let cli = Cli::parse();
+    match cli.command {
+        Cmd::Loopback {
+            trial,
+            start_pps,
+            max_pps,
+            fixed_pps,
+            out,
+        } => loopback(trial, start_pps, max_pps, fixed_pps, &out),
+        Cmd::Sessions {
+            setups,
+            steps,
+            talk,
+            out,
+        } => sessions(setups, &steps, talk, &out),
+    }
+}
+
+struct TransceiverChild(Child);
+
+impl Drop for TransceiverChild {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_transceiver(
+    http: SocketAddr,
+    bind: SocketAddr,
+    advertise: Option<SocketAddr>,
+) -> TransceiverChild {
+    let exe = std::env::current_exe()
+        .expect("own path")
+        .with_file_name("transceiver");
+    assert!(
+        exe.exists(),
+        "{} missing: cargo build --release -p transceiver",
+        exe.display()
+    );
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--http-addr",
+        &http.to_string(),
+        "--bind",
+        &bind.to_string(),
+        "--workers",
+        "1",
+    ]);
+    cmd.args(["--max-sessions-per-worker", "5000"]);
+    match advertise {
+        Some(vip) => cmd.args([
+            "--advertise",
+            &vip.to_string(),
+            "--allow-relay-net",
+            "127.0.0.0/8",
+        ]),
+        None => cmd.arg("--direct"),
+    };
+    let child = TransceiverChild(
+        cmd.env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("transceiver starts"),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while http_status(http, "/readyz") != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "transceiver did not become ready"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+fn sessions(setups: usize, steps: &[usize], talk: Duration, out: &std::path::Path) {
+    use perf::sessions::{load_step, quantile_ms, setup_times};
+    use std::fmt::Write as _;
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let limit = Duration::from_secs(10);
+    let mut report = String::new();
+    let _ = writeln!(
+        report,
+        "# WebRTC sessions: setup time and echo capacity\n\nCommand: `{command}`  "
+    );
+    let _ = writeln!(
+        report,
+        "str0m clients (full ICE, Opus, `events` channel) on loopback; relay-mio (1 worker, CPU 1) and one \
+         transceiver worker; clients, relay and transceiver share the machine's 2 vCPUs.\n"
+    );
+    let _ = writeln!(
+        report,
+        "| path | sessions | connected p50 / p99 ms | first echo p50 / p99 ms |"
+    );
+    let _ = writeln!(report, "|---|---:|---|---|");
+
+    let vip = SocketAddr::from((loopback_ip(50), 3478));
+    let _relay = start_relay(
+        1,
+        vip,
+        SocketAddr::from((loopback_ip(51), 40_000)),
+        SocketAddr::from((loopback_ip(51), 9100)),
+    );
+    let relayed_http = SocketAddr::from((loopback_ip(52), 8080));
+    let direct_http = SocketAddr::from((loopback_ip(53), 8080));
+    let relayed = start_transceiver(
+        relayed_http,
+        SocketAddr::from((loopback_ip(52), 41_000)),
+        Some(vip),
+    );
+    let direct = start_transceiver(
+        direct_http,
+        SocketAddr::from((loopback_ip(53), 41_000)),
+        None,
+    );
+    for (name, http) in [("through relay-mio", relayed_http), ("direct", direct_http)] {
+        eprintln!("setup times {name}…");
+        match setup_times(http, loopback_ip(60), setups, limit) {
+            Ok(times) => {
+                let mut connected: Vec<Duration> = times.iter().map(|t| t.connected).collect();
+                let mut echo: Vec<Duration> = times.iter().map(|t| t.first_echo).collect();
+                let _ = writeln!(
+                    report,
+                    "| {name} | {} | {:.1} / {:.1} | {:.1} / {:.1} |",
+                    times.len(),
+                    quantile_ms(&mut connected, 0.5),
+                    quantile_ms(&mut connected, 0.99),
+                    quantile_ms(&mut echo, 0.5),
+                    quantile_ms(&mut echo, 0.99)
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(report, "| {name} | failed: {e} | | |");
+            }
+        }
+    }
+    drop(direct);
+
+    let _ = writeln!(
+        report,
+        "\n## Concurrent echo sessions on one transceiver worker (through relay-mio)\n"
+    );
+    let _ = writeln!(
+        report,
+        "Each client sends one Opus-sized packet every 20 ms for {talk:?}; loss is the share of packets whose echo never came back.\n"
+    );
+    let _ = writeln!(
+        report,
+        "| sessions | connected | audio sent | echoes received | loss | transceiver worker CPU | relay worker CPU |"
+    );
+    let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|---:|");
+    let ips: Vec<Ipv4Addr> = (70..80).map(loopback_ip).collect();
+    let mut best = 0;
+    for &n in steps {
+        eprintln!("capacity: {n} sessions…");
+        let (xcvr_before, relay_before, t0) = (
+            cpu_seconds(relayed.0.id(), Some("xcvr-w")),
+            cpu_seconds(_relay.0.id(), Some("relay-w")),
+            Instant::now(),
+        );
+        let step = load_step(relayed_http, &ips, n, talk);
+        let wall = t0.elapsed().as_secs_f64();
+        let xcvr_cpu = (cpu_seconds(relayed.0.id(), Some("xcvr-w")) - xcvr_before) / wall * 100.0;
+        let relay_cpu = (cpu_seconds(_relay.0.id(), Some("relay-w")) - relay_before) / wall * 100.0;
+        let _ = writeln!(
+            report,
+            "| {} | {} | {} | {} | {:.2} % | {xcvr_cpu:.0} % | {relay_cpu:.0} % |",
+            step.sessions,
+            step.connected,
+            step.sent,
+            step.received,
+            step.loss() * 100.0
+        );
+        if step.connected == n && step.loss() < 0.01 {
+            best = n;
+        } else {
+            break;
+        }
+    }
+    let _ = writeln!(
+        report,
+        "\nLargest step with every session connected and < 1 % loss: **{best} sessions**."
+    );
+    drop(relayed);
+    print!("{report}");
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).expect("report directory");
+    }
+    std::fs::write(out, &report).expect("write report");
+    eprintln!("report: {}", out.display());
+}
+
+fn loopback(trial: Duration, start_pps: u64, max_pps: u64, fixed_pps: u64, out: &std::path::Path) {
     perf::load::pin_to_load_cpu();
-    let Cmd::Loopback {
-        trial,
-        start_pps,
-        max_pps,
-        fixed_pps,
-        out,
-    } = cli.command;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let epoch = Instant::now();
     let settle = Duration::from_millis(300);
@@ -230,7 +433,7 @@ fn main() {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).expect("report directory");
     }
-    std::fs::write(&out, &report).expect("write report");
+    std::fs::write(out, &report).expect("write report");
     std::fs::write(out.with_extension("jsonl"), json_lines(&rows)).expect("write json");
     eprintln!("report: {}", out.display());
 }

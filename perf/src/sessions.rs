@@ -1,0 +1,186 @@
+//! Session-level measurements with real WebRTC peers (str0m clients): setup time from
+//! the signaling POST to ICE+DTLS connected and to the first echoed audio packet, and how
+//! many concurrent echo sessions one transceiver worker carries with under 1 % audio loss.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use transceiver::client::{Client, http_request};
+
+/// Setup times of one session.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    /// POST → ICE + DTLS connected.
+    pub connected: Duration,
+    /// POST → first echoed audio packet.
+    pub first_echo: Duration,
+}
+
+/// Runs `count` sessions one after the other against the signaling endpoint `http`,
+/// each to its first echo, then DELETEs it. Returns the setup times, or the error of the
+/// first session that failed.
+pub fn setup_times(
+    http: SocketAddr,
+    ip: Ipv4Addr,
+    count: usize,
+    limit: Duration,
+) -> Result<Vec<Setup>, String> {
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let mut c = Client::new_on(ip);
+        let t0 = Instant::now();
+        let r = c.signal(http);
+        if r.status != 201 {
+            return Err(format!(
+                "session {i}: POST answered {} {}",
+                r.status,
+                r.body.trim()
+            ));
+        }
+        let deadline = t0 + limit;
+        let mut next_audio = Instant::now();
+        while c.first_audio_at.is_none() {
+            c.step();
+            if c.connected_at.is_some() && Instant::now() >= next_audio {
+                c.send_audio();
+                next_audio += Duration::from_millis(20);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("session {i}: no echo within {limit:?}"));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let (Some(connected), Some(echo)) = (c.connected_at, c.first_audio_at) else {
+            return Err(format!("session {i}: incomplete"));
+        };
+        out.push(Setup {
+            connected: connected - t0,
+            first_echo: echo - t0,
+        });
+        if let Some(location) = c.location.clone() {
+            let _ = http_request(http, "DELETE", &location, None, &[]);
+        }
+    }
+    Ok(out)
+}
+
+/// The `q` quantile (0..=1) of `values` in milliseconds.
+pub fn quantile_ms(values: &mut [Duration], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    values.sort_unstable();
+    let i = ((values.len() - 1) as f64 * q).round() as usize;
+    values[i].as_secs_f64() * 1e3
+}
+
+/// The result of one load step.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadStep {
+    /// Sessions asked for.
+    pub sessions: usize,
+    /// Sessions that connected.
+    pub connected: usize,
+    /// Audio packets sent by all clients.
+    pub sent: usize,
+    /// Echoed packets received by all clients.
+    pub received: usize,
+}
+
+impl LoadStep {
+    /// Fraction of audio lost on the round trip.
+    pub fn loss(&self) -> f64 {
+        if self.sent == 0 {
+            return 1.0;
+        }
+        1.0 - (self.received.min(self.sent) as f64 / self.sent as f64)
+    }
+}
+
+/// Opens `n` sessions, has every client talk for `talk` (one packet per 20 ms), and
+/// counts echoes; DELETEs every session at the end.
+pub fn load_step(http: SocketAddr, ips: &[Ipv4Addr], n: usize, talk: Duration) -> LoadStep {
+    let mut clients: Vec<Client> = (0..n).map(|i| Client::new_on(ips[i % ips.len()])).collect();
+    for c in &mut clients {
+        let _ = c.signal(http);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while clients
+        .iter()
+        .any(|c| c.location.is_some() && c.connected_at.is_none())
+        && Instant::now() < deadline
+    {
+        for c in &mut clients {
+            c.step();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let start = Instant::now();
+    let mut tick = 0u32;
+    while start.elapsed() < talk {
+        let due = start + Duration::from_millis(20) * tick;
+        while Instant::now() < due {
+            for c in &mut clients {
+                c.step();
+            }
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        for c in clients.iter_mut().filter(|c| c.connected_at.is_some()) {
+            c.send_audio();
+        }
+        tick += 1;
+    }
+    let settle = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < settle {
+        for c in &mut clients {
+            c.step();
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let step = LoadStep {
+        sessions: n,
+        connected: clients.iter().filter(|c| c.connected_at.is_some()).count(),
+        sent: clients.iter().map(|c| c.audio_sent).sum(),
+        received: clients.iter().map(|c| c.audio_received).sum(),
+    };
+    for c in &clients {
+        if let Some(location) = &c.location {
+            let _ = http_request(http, "DELETE", location, None, &[]);
+        }
+    }
+    step
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_pick_ranked_values() {
+        let mut v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        assert_eq!(quantile_ms(&mut v, 0.5), 51.0);
+        assert_eq!(quantile_ms(&mut v, 0.99), 99.0);
+        assert_eq!(quantile_ms(&mut [], 0.5), 0.0);
+    }
+
+    #[test]
+    fn loss_counts_missing_echoes() {
+        let s = LoadStep {
+            sessions: 1,
+            connected: 1,
+            sent: 1000,
+            received: 995,
+        };
+        assert!((s.loss() - 0.005).abs() < 1e-12);
+        assert_eq!(
+            LoadStep {
+                sessions: 1,
+                connected: 0,
+                sent: 0,
+                received: 0
+            }
+            .loss(),
+            1.0
+        );
+    }
+}
