@@ -98,6 +98,8 @@ pub struct Client {
     pub offer: String,
     /// `Location` of the session once signaled.
     pub location: Option<String>,
+    /// The SDP answer once signaled.
+    pub answer: Option<String>,
     /// When ICE and DTLS connected.
     pub connected_at: Option<Instant>,
     /// When the first echoed audio packet arrived.
@@ -110,6 +112,8 @@ pub struct Client {
     pub audio_received: usize,
     /// Audio packets sent.
     pub audio_sent: usize,
+    /// STUN datagrams sent (connectivity and consent checks).
+    pub stun_sent: usize,
     next_timeout: Instant,
     pt: Option<Pt>,
     rtp_time: u64,
@@ -140,12 +144,14 @@ impl Client {
             pending: Some(pending),
             offer: offer.to_sdp_string(),
             location: None,
+            answer: None,
             connected_at: None,
             first_audio_at: None,
             channel_open: false,
             messages: vec![],
             audio_received: 0,
             audio_sent: 0,
+            stun_sent: 0,
             next_timeout: now,
             pt: None,
             rtp_time: 0,
@@ -170,6 +176,7 @@ impl Client {
                 .accept_answer(pending, answer)
                 .expect("answer accepted");
             self.location = r.header("Location").map(str::to_string);
+            self.answer = Some(r.body.clone());
         }
         r
     }
@@ -195,6 +202,9 @@ impl Client {
         loop {
             match self.rtc.poll_output() {
                 Ok(Output::Transmit(t)) => {
+                    if t.contents.first().is_some_and(|b| *b < 4) {
+                        self.stun_sent += 1;
+                    }
                     let _ = self.socket.send_to(&t.contents, t.destination);
                 }
                 Ok(Output::Timeout(t)) => {
@@ -217,6 +227,60 @@ impl Client {
                 Err(_) => return,
             }
         }
+    }
+
+    /// ICE restart the WHIP way (RFC 9725 §4.3): new local credentials, PATCHed as an
+    /// sdpfrag; the server's new credentials are applied as the answer. Returns the PATCH
+    /// response; on 200 the restart is under way.
+    pub fn ice_restart(&mut self, http: SocketAddr) -> HttpResponse {
+        let mut api = self.rtc.sdp_api();
+        let creds = api.ice_restart(true);
+        let (_, pending) = api.apply().expect("an ICE restart always makes an offer");
+        let fragment = format!(
+            "a=ice-ufrag:{}\r\na=ice-pwd:{}\r\n",
+            creds.ufrag, creds.pass
+        );
+        let location = self.location.clone().expect("signal first");
+        let r = http_request(
+            http,
+            "PATCH",
+            &location,
+            Some(("application/trickle-ice-sdpfrag", &fragment)),
+            &[],
+        )
+        .expect("signaling answers");
+        if r.status == 200 {
+            let value = |key: &str| {
+                r.body
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix(key))
+                    .map(|v| v.trim().to_string())
+                    .expect("the fragment has the new credentials")
+            };
+            let (ufrag, pass) = (value("a=ice-ufrag:"), value("a=ice-pwd:"));
+            // The answer to our restart offer is the previous answer with the server's new
+            // credentials wherever the old ones stood (ice-ufrag, ice-pwd, and the
+            // candidate's `ufrag` extension): nothing else changed.
+            let previous = self.answer.clone().expect("signal first");
+            let old = |key: &str| {
+                previous
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix(key))
+                    .map(|v| v.trim().to_string())
+                    .expect("the answer has credentials")
+            };
+            let answer = previous
+                .replace(&old("a=ice-ufrag:"), &ufrag)
+                .replace(&old("a=ice-pwd:"), &pass);
+            let parsed = SdpAnswer::from_sdp_string(&answer).expect("rewritten answer parses");
+            self.rtc
+                .sdp_api()
+                .accept_answer(pending, parsed)
+                .expect("restart answer accepted");
+            self.answer = Some(answer);
+        }
+        self.drain();
+        r
     }
 
     /// Sends a text message on the `events` channel.

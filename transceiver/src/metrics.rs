@@ -23,6 +23,7 @@ pub struct TransceiverMetrics {
     datagrams: Family<Labels, Counter>,
     drops: Family<Labels, Counter>,
     audio_echoed: Counter,
+    ice_restarts: Counter,
     connect_seconds: Histogram,
     ready: AtomicBool,
 }
@@ -43,6 +44,7 @@ impl TransceiverMetrics {
         let datagrams = Family::<Labels, Counter>::default();
         let drops = Family::<Labels, Counter>::default();
         let audio_echoed = Counter::default();
+        let ice_restarts = Counter::default();
         let connect_seconds =
             Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]);
         registry.register(
@@ -68,6 +70,11 @@ impl TransceiverMetrics {
             audio_echoed.clone(),
         );
         registry.register(
+            "ice_restarts",
+            "ICE restarts (new server ufrag, same worker).",
+            ice_restarts.clone(),
+        );
+        registry.register(
             "connect_seconds",
             "Time from signaling to ICE+DTLS connected.",
             connect_seconds.clone(),
@@ -80,6 +87,7 @@ impl TransceiverMetrics {
             datagrams,
             drops,
             audio_echoed,
+            ice_restarts,
             connect_seconds,
             ready: AtomicBool::new(false),
         }
@@ -128,6 +136,11 @@ impl TransceiverMetrics {
     /// The model sent an audio packet back.
     pub fn audio_echoed(&self) {
         self.audio_echoed.inc();
+    }
+
+    /// An ICE restart was applied.
+    pub fn ice_restart(&self) {
+        self.ice_restarts.inc();
     }
 
     /// Readiness.

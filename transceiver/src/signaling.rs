@@ -5,6 +5,7 @@
 //! |---|---|
 //! | `POST /v1/sessions`, `Content-Type: application/sdp`, SDP offer | `201`, `Content-Type: application/sdp`, the answer, `Location: /v1/sessions/{id}` |
 //! | `DELETE /v1/sessions/{id}` | `204`; `404` for an unknown id |
+//! | `PATCH /v1/sessions/{id}`, `Content-Type: application/trickle-ice-sdpfrag` with the client's new `a=ice-ufrag`/`a=ice-pwd` (ICE restart, RFC 9725 §4.3) | `200`, an sdpfrag with the server's new ufrag and password (the new ufrag routes to the same worker); `204` for a fragment without credentials (an ICE-lite server needs no trickled candidates) |
 //! | a malformed or unusable offer (garbage, no audio, no Opus) | `400` with a one-line reason |
 //! | a wrong content type | `415` |
 //! | every worker full, or draining | `503` with `Retry-After` |
@@ -65,7 +66,7 @@ fn with_cors(r: Response) -> Response {
     r.with_header(header("Access-Control-Allow-Origin", "*"))
         .with_header(header(
             "Access-Control-Allow-Methods",
-            "GET, POST, DELETE, OPTIONS",
+            "GET, POST, PATCH, DELETE, OPTIONS",
         ))
         .with_header(header(
             "Access-Control-Allow-Headers",
@@ -152,6 +153,10 @@ impl Signaling {
             (Delete, p) if p.starts_with("/v1/sessions/") => {
                 self.delete(request, &p["/v1/sessions/".len()..])
             }
+            (tiny_http::Method::Patch, p) if p.starts_with("/v1/sessions/") => {
+                let id = p["/v1/sessions/".len()..].to_string();
+                self.patch(request, &id)
+            }
             (_, "/v1/sessions") => text(405, "method not allowed"),
             _ => text(404, "not found"),
         };
@@ -223,6 +228,66 @@ impl Signaling {
                 text(503, "at capacity").with_header(header("Retry-After", "5"))
             }
             Err(_) => text(503, "worker did not answer").with_header(header("Retry-After", "1")),
+        }
+    }
+
+    fn patch(&self, request: &mut tiny_http::Request, id: &str) -> Response {
+        if !self.authorized(request) {
+            return text(401, "missing or wrong bearer token");
+        }
+        let content_type = request
+            .headers()
+            .iter()
+            .find(|h| h.field.equiv("Content-Type"))
+            .map(|h| h.value.as_str().to_ascii_lowercase());
+        if !content_type.is_some_and(|c| c.starts_with("application/trickle-ice-sdpfrag")) {
+            return text(415, "Content-Type must be application/trickle-ice-sdpfrag");
+        }
+        let owner = u64::from_str_radix(id, 16).ok().and_then(|id| {
+            self.owners
+                .lock()
+                .expect("owners")
+                .get(&id)
+                .map(|i| (id, *i))
+        });
+        let Some((id, index)) = owner else {
+            return text(404, "no such session");
+        };
+        let mut body = String::new();
+        let read = request
+            .as_reader()
+            .take(MAX_OFFER_BYTES as u64)
+            .read_to_string(&mut body);
+        if read.is_err() {
+            return text(400, "the fragment is not UTF-8 text");
+        }
+        let value = |key: &str| {
+            body.lines()
+                .find_map(|l| l.trim().strip_prefix(key))
+                .map(|v| v.trim().to_string())
+        };
+        let (Some(ufrag), Some(pass)) = (value("a=ice-ufrag:"), value("a=ice-pwd:")) else {
+            return text(204, "");
+        };
+        let worker = &self.workers[index];
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cmd = Command::Restart {
+            id,
+            remote: str0m::IceCreds { ufrag, pass },
+            random: random_bytes(),
+            reply: tx,
+        };
+        if worker.commands.try_send(cmd).is_err() || worker.waker.wake().is_err() {
+            return text(503, "worker busy").with_header(header("Retry-After", "1"));
+        }
+        match rx.recv_timeout(WORKER_TIMEOUT) {
+            Ok(Some(local)) => tiny_http::Response::from_string(format!(
+                "a=ice-ufrag:{}\r\na=ice-pwd:{}\r\n",
+                local.ufrag, local.pass
+            ))
+            .with_header(header("Content-Type", "application/trickle-ice-sdpfrag")),
+            Ok(None) => text(404, "no such session"),
+            Err(_) => text(503, "worker did not answer"),
         }
     }
 

@@ -59,6 +59,18 @@ pub enum Command {
         /// Where the answer goes.
         reply: Sender<Result<String, SignalError>>,
     },
+    /// ICE restart (RFC 9725 §4.3): the client's new credentials in, a new server ufrag
+    /// (routing to this same worker) and password out.
+    Restart {
+        /// The session.
+        id: SessionId,
+        /// The client's new ufrag and password.
+        remote: IceCreds,
+        /// Random bits for the new routing hint.
+        random: [u8; 6],
+        /// `None` for an unknown session.
+        reply: Sender<Option<IceCreds>>,
+    },
     /// End a session; answers whether it existed.
     Delete {
         /// The session.
@@ -270,6 +282,14 @@ impl Worker {
                     let result = self.create(id, offer, random);
                     let _ = reply.send(result);
                 }
+                Command::Restart {
+                    id,
+                    remote,
+                    random,
+                    reply,
+                } => {
+                    let _ = reply.send(self.restart_ice(id, remote, random));
+                }
                 Command::Delete { id, reply } => {
                     let existed = self.sessions.contains_key(&id);
                     if existed {
@@ -279,6 +299,43 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Mints a server ufrag (routing hint to this worker) and its derived password.
+    fn mint_credentials(&self, random: [u8; 6]) -> IceCreds {
+        let target = RoutingHint {
+            cluster: self.cfg.cluster,
+            transceiver: self.cfg.hint_target(),
+        };
+        let ufrag = self.cfg.keys.encode(&target, random);
+        let pass = self
+            .cfg
+            .keys
+            .ice_password(self.cfg.keys.current().id(), ufrag.as_bytes())
+            .expect("the current key derives passwords");
+        IceCreds {
+            ufrag: ufrag.as_str().to_string(),
+            pass: pass.as_str().to_string(),
+        }
+    }
+
+    fn restart_ice(
+        &mut self,
+        id: SessionId,
+        remote: IceCreds,
+        random: [u8; 6],
+    ) -> Option<IceCreds> {
+        let local = self.mint_credentials(random);
+        let session = self.sessions.get_mut(&id)?;
+        let mut api = session.rtc.direct_api();
+        api.set_local_ice_credentials(local.clone());
+        api.set_remote_ice_credentials(remote);
+        self.by_ufrag.remove(&session.ufrag);
+        session.ufrag = local.ufrag.clone();
+        self.by_ufrag.insert(local.ufrag.clone(), id);
+        self.metrics.ice_restart();
+        self.drive(id, Instant::now());
+        Some(local)
     }
 
     fn create(
@@ -291,24 +348,10 @@ impl Worker {
             return Err(SignalError::Full);
         }
         let now = Instant::now();
-        let ufrag = self.cfg.keys.encode(
-            &RoutingHint {
-                cluster: self.cfg.cluster,
-                transceiver: self.cfg.hint_target(),
-            },
-            random,
-        );
-        let pass = self
-            .cfg
-            .keys
-            .ice_password(self.cfg.keys.current().id(), ufrag.as_bytes())
-            .expect("the current key derives passwords");
+        let creds = self.mint_credentials(random);
         let mut rtc = Rtc::builder()
             .set_ice_lite(true)
-            .set_local_ice_credentials(IceCreds {
-                ufrag: ufrag.as_str().to_string(),
-                pass: pass.as_str().to_string(),
-            })
+            .set_local_ice_credentials(creds.clone())
             .clear_codecs()
             .enable_opus(true, false)
             .build(now);
@@ -328,7 +371,7 @@ impl Worker {
         }
         let session = Session {
             rtc,
-            ufrag: ufrag.as_str().to_string(),
+            ufrag: creds.ufrag,
             client: None,
             relay: None,
             next_timeout: now,

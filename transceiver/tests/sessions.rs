@@ -87,3 +87,68 @@ fn a_session_survives_a_relay_restart_with_redis() {
         c.audio_received >= before + 10
     });
 }
+
+#[test]
+fn an_ice_restart_gives_a_new_ufrag_that_routes_to_the_same_worker() {
+    use ufrag_common::hint::{HintKeys, RoutingHint};
+
+    let ip = unique_ip();
+    let mut relay = TestRelay::start_on(ip, &[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &[]);
+    let mut clients = vec![new_client()];
+    assert_eq!(clients[0].signal(xcvr.http).status, 201);
+    run_until(&mut clients, "connected", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    talk(&mut clients, 5);
+    run_until(&mut clients, "echo before restart", |c| {
+        c.audio_received >= 4
+    });
+
+    let ufrag_of = |sdp: &str| {
+        sdp.lines()
+            .find_map(|l| l.strip_prefix("a=ice-ufrag:"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let old_ufrag = ufrag_of(clients[0].answer.as_deref().unwrap());
+
+    // The relay restarts without a route cache: the old flow is gone, and only the next
+    // STUN, which after the ICE restart carries the *new* ufrag, can bring it back.
+    relay.stop();
+    let _relay = TestRelay::start_on(ip, &[]);
+    let stun_before = clients[0].stun_sent;
+    let r = clients[0].ice_restart(xcvr.http);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.header("Content-Type"),
+        Some("application/trickle-ice-sdpfrag")
+    );
+    let new_ufrag = ufrag_of(&r.body);
+    assert_ne!(new_ufrag, old_ufrag);
+    let keys = HintKeys::parse(KEYS).unwrap();
+    let any = ["127.0.0.0/8".parse().unwrap()];
+    let route = |u: &str| keys.verify(u.as_bytes(), &any).unwrap().hint;
+    assert_eq!(route(&new_ufrag), route(&old_ufrag), "same worker");
+    assert_eq!(
+        route(&new_ufrag),
+        RoutingHint {
+            cluster: 0,
+            transceiver: xcvr.worker
+        }
+    );
+
+    let before = clients[0].audio_received;
+    talk(&mut clients, 15);
+    run_until(
+        &mut clients,
+        "echo after ICE restart through a fresh relay",
+        |c| c.audio_received >= before + 10,
+    );
+    assert!(
+        clients[0].stun_sent > stun_before,
+        "connectivity checks with the new ufrag"
+    );
+    assert_eq!(xcvr.metric("ufrag_transceiver_ice_restarts_total"), 1.0);
+}
