@@ -152,3 +152,64 @@ fn an_ice_restart_gives_a_new_ufrag_that_routes_to_the_same_worker() {
     );
     assert_eq!(xcvr.metric("ufrag_transceiver_ice_restarts_total"), 1.0);
 }
+
+#[test]
+fn a_silent_session_ends_on_idle_and_is_counted() {
+    let xcvr = Transceiver::start(None, &["--idle-timeout", "700ms"]);
+    let mut clients = vec![new_client()];
+    assert_eq!(clients[0].signal(xcvr.http).status, 201);
+    run_until(&mut clients, "connected", |c| c.connected_at.is_some());
+    // The client goes silent (no consent checks, no media).
+    let deadline = Instant::now() + WAIT;
+    while xcvr.metric("ufrag_transceiver_sessions_ended_total{reason=\"idle\"}") < 1.0 {
+        assert!(Instant::now() < deadline, "idle session never ended");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(xcvr.metric("ufrag_transceiver_sessions_active"), 0.0);
+    let location = clients[0].location.clone().unwrap();
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", &location, None, &[])
+            .unwrap()
+            .status,
+        404,
+        "already gone"
+    );
+}
+
+#[test]
+fn sigterm_refuses_new_sessions_and_drains_existing_ones_then_exits_0() {
+    let mut xcvr = Transceiver::start(None, &["--drain-time", "1500ms"]);
+    let mut clients = vec![new_client()];
+    assert_eq!(clients[0].signal(xcvr.http).status, 201);
+    run_until(&mut clients, "connected", |c| c.connected_at.is_some());
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &xcvr.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + WAIT;
+    while http_request(xcvr.http, "GET", "/readyz", None, &[]).map(|r| r.status) != Some(503) {
+        assert!(Instant::now() < deadline, "readyz never went 503");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let refused = new_client().signal(xcvr.http);
+    assert_eq!(refused.status, 503);
+    assert!(refused.header("Retry-After").is_some());
+    let before = clients[0].audio_received;
+    talk(&mut clients, 10);
+    run_until(&mut clients, "echo while draining", |c| {
+        c.audio_received >= before + 5
+    });
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(status) = xcvr.child.try_wait().unwrap() {
+            assert_eq!(status.code(), Some(0));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "transceiver did not exit after the drain"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
