@@ -5,8 +5,10 @@
 #   2. wall-clock ns/op of the hot path (criterion): for the perf lab;
 #   3. flow-table memory per flow and for 1M flows;
 #   4. loopback forwarding: relay-mio with 1 and 2 workers against a bare
-#      recvmmsg/sendmmsg forwarder, in one run (report in target/perf/loopback.md).
-# Set SKIP_MICRO=1 to run only step 4.
+#      recvmmsg/sendmmsg forwarder, in one run (report in target/perf/loopback.md);
+#   5. WebRTC sessions through relay-mio and direct: setup times and echo capacity of one
+#      transceiver worker (report in target/perf/sessions.md).
+# Set SKIP_MICRO=1 to run only steps 4 and 5.
 # Installs valgrind and iai-callgrind-runner when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,5 +30,7 @@ if [ -z "${SKIP_MICRO:-}" ]; then
   cargo run --locked --release -q -p ufrag-common --example flow_table_size 1000000
 fi
 echo "== loopback forwarding (perf loopback)"
-cargo build --locked --release -q -p relay-mio -p perf
+cargo build --locked --release -q -p relay-mio -p transceiver -p perf
 target/release/perf loopback --out target/perf/loopback.md
+echo "== WebRTC sessions (perf sessions)"
+target/release/perf sessions --out target/perf/sessions.md
