@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use ufrag_common::flow::FlowTable;
-use ufrag_common::forward::Route;
+use ufrag_common::forward::{FlowState, Route};
 
 fn report<V: Copy>(what: &str, capacity: usize) {
     let table = FlowTable::<V>::new(capacity, Duration::from_secs(30), Instant::now())
@@ -25,7 +25,8 @@ fn main() {
         .nth(1)
         .map(|s| s.parse().expect("capacity is a number"))
         .unwrap_or(1_000_000);
-    report::<Route>("value = Route (relay)", capacity);
+    report::<FlowState>("value = FlowState (relay)", capacity);
+    report::<Route>("value = Route", capacity);
     report::<SocketAddr>("value = SocketAddr", capacity);
     report::<()>("value = ()", capacity);
 }
