@@ -2,12 +2,14 @@
 //! one-way latency, a bare `recvmmsg`/`sendmmsg` forwarder (the reference that does no
 //! routing work), the search for the maximum loss-free rate, and the report.
 //!
-//! Everything runs on loopback addresses chosen per run (127.x.y.z), bounded in packets
-//! and time.
+//! Everything runs on loopback addresses chosen per run (127.x.y.z) or inside network
+//! namespaces the run creates ([`testbed`]), bounded in packets and time.
 
 #![forbid(unsafe_code)]
 
 pub mod bare;
 pub mod load;
+pub mod probe;
 pub mod report;
 pub mod sessions;
+pub mod testbed;

@@ -40,6 +40,26 @@ enum Cmd {
         #[arg(long, default_value = "target/perf/loopback.md")]
         out: std::path::PathBuf,
     },
+    /// Testbed tool: echo every relay frame back to its sender (a fake transceiver).
+    #[command(hide = true)]
+    FakeTransceiver {
+        #[arg(long)]
+        bind: SocketAddr,
+        #[arg(long, default_value_t = 100_000)]
+        max: u64,
+        #[arg(long, default_value = "3s", value_parser = humantime_duration)]
+        idle: Duration,
+    },
+    /// Testbed tool: make a flow through a relay and count echoed datagrams; exits 1 on loss.
+    #[command(hide = true)]
+    RelayProbe {
+        #[arg(long)]
+        vip: SocketAddr,
+        #[arg(long)]
+        transceiver: SocketAddr,
+        #[arg(long, default_value_t = 100)]
+        count: u64,
+    },
     /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
     /// setup times, and concurrent echo sessions one worker carries.
     Sessions {
@@ -160,6 +180,27 @@ fn main() {
             talk,
             out,
         } => sessions(setups, &steps, talk, &out),
+        Cmd::FakeTransceiver { bind, max, idle } => {
+            let echoed =
+                perf::probe::fake_transceiver(bind, max, idle).expect("fake transceiver runs");
+            println!("echoed {echoed}");
+        }
+        Cmd::RelayProbe {
+            vip,
+            transceiver,
+            count,
+        } => {
+            let keys = HintKeys::new(
+                HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
+                None,
+            )
+            .unwrap();
+            let r = perf::probe::relay_probe(&keys, vip, transceiver, count).expect("probe runs");
+            println!("received {}/{}", r.received, r.sent);
+            if r.received != r.sent {
+                std::process::exit(1);
+            }
+        }
     }
 }
 

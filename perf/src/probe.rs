@@ -1,0 +1,95 @@
+//! Small network tools the testbed runs inside its namespaces (through `perf`
+//! subcommands): a frame-echoing fake transceiver and a client that makes a flow through
+//! a relay and counts what comes back. Bounded in packets and time.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::time::{Duration, Instant};
+
+use ufrag_common::frame::FrameHeader;
+use ufrag_common::hint::{HintKeys, RoutingHint};
+use ufrag_common::stun;
+
+/// A fake transceiver: every valid frame is sent back unchanged to the relay it came
+/// from (so the relay returns the datagram to its client). Stops after `max` frames or
+/// `idle` without traffic; returns the number echoed.
+pub fn fake_transceiver(bind: SocketAddr, max: u64, idle: Duration) -> std::io::Result<u64> {
+    let socket = UdpSocket::bind(bind)?;
+    socket.set_read_timeout(Some(idle))?;
+    let mut buf = [0u8; 2048];
+    let mut echoed = 0;
+    while echoed < max {
+        let Ok((n, from)) = socket.recv_from(&mut buf) else {
+            break;
+        };
+        if FrameHeader::parse(&buf[..n]).is_ok() {
+            socket.send_to(&buf[..n], from)?;
+            echoed += 1;
+        }
+    }
+    Ok(echoed)
+}
+
+/// What a probe saw.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeResult {
+    /// RTP-like datagrams sent after the Binding Request.
+    pub sent: u64,
+    /// Echoes received.
+    pub received: u64,
+}
+
+/// Makes a flow through the relay at `vip` to `transceiver` with a Binding Request,
+/// sends `count` RTP-like datagrams (one per millisecond) and counts the echoes.
+pub fn relay_probe(
+    keys: &HintKeys,
+    vip: SocketAddr,
+    transceiver: SocketAddr,
+    count: u64,
+) -> std::io::Result<ProbeResult> {
+    let socket = UdpSocket::bind(("0.0.0.0", 0))?;
+    socket.set_read_timeout(Some(Duration::from_millis(500)))?;
+    let ufrag = keys.encode(
+        &RoutingHint {
+            cluster: 0,
+            transceiver,
+        },
+        [7; 6],
+    );
+    let pwd = keys
+        .ice_password(keys.current().id(), ufrag.as_bytes())
+        .expect("the current key derives passwords");
+    let mut buf = [0u8; 2048];
+    let n = stun::write_binding_request(
+        &mut buf,
+        &[7; 12],
+        ufrag.as_bytes(),
+        b"prb1",
+        pwd.as_bytes(),
+    )
+    .expect("a Binding Request fits");
+    socket.send_to(&buf[..n], vip)?;
+    // The Binding Request itself comes back (the fake transceiver echoes every frame).
+    let _ = socket.recv_from(&mut buf);
+    let mut rtp = [0u8; 172];
+    rtp[0] = 0x80;
+    rtp[1] = 111;
+    let mut received = 0;
+    let start = Instant::now();
+    for seq in 0..count {
+        rtp[2..4].copy_from_slice(&(seq as u16).to_be_bytes());
+        socket.send_to(&rtp, vip)?;
+        while start.elapsed() < Duration::from_millis(seq + 1) {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+    socket.set_read_timeout(Some(Duration::from_millis(300)))?;
+    while let Ok((n, from)) = socket.recv_from(&mut buf) {
+        if from == vip && n == rtp.len() && buf[0] == 0x80 {
+            received += 1;
+        }
+    }
+    Ok(ProbeResult {
+        sent: count,
+        received,
+    })
+}
