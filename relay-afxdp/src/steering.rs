@@ -1,0 +1,105 @@
+//! The steering program with its maps, loaded and ready to attach: `ports` (which UDP
+//! destination ports belong to the relay), `xsks` (one AF_XDP socket per queue) and
+//! `stats` (decision counters).
+
+use std::io;
+use std::os::fd::OwnedFd;
+
+use crate::bpf;
+use crate::program::{self, STAT_PASSED, STAT_STEERED};
+
+/// How to attach the program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// Generic XDP (any driver, after the skb is built).
+    Skb,
+    /// Native XDP (in the driver).
+    Native,
+}
+
+/// Decision counters read from the `stats` map.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SteeringStats {
+    /// Frames left to the kernel.
+    pub passed: u64,
+    /// Frames sent to AF_XDP.
+    pub steered: u64,
+}
+
+/// A loaded steering program.
+#[derive(Debug)]
+pub struct Steering {
+    prog: OwnedFd,
+    ports: OwnedFd,
+    xsks: OwnedFd,
+    stats: OwnedFd,
+}
+
+impl Steering {
+    /// Creates the maps, loads the program and marks `ports` as the relay's.
+    pub fn load(ports: &[u16], queues: u32) -> io::Result<Self> {
+        let port_map = bpf::map_create(bpf::MAP_ARRAY, 4, 1, 65_536, "relay_ports")?;
+        let xsks = bpf::map_create(bpf::MAP_XSKMAP, 4, 4, queues.max(1), "relay_xsks")?;
+        let stats = bpf::map_create(bpf::MAP_ARRAY, 4, 8, 2, "relay_stats")?;
+        use std::os::fd::AsRawFd as _;
+        let insns = program::steering(port_map.as_raw_fd(), xsks.as_raw_fd(), stats.as_raw_fd());
+        let prog = bpf::prog_load_xdp(&insns, "relay_steer")?;
+        for port in ports {
+            bpf::map_update(&port_map, &program::port_key(*port).to_ne_bytes(), &[1])?;
+        }
+        Ok(Steering {
+            prog,
+            ports: port_map,
+            xsks,
+            stats,
+        })
+    }
+
+    /// The program's verdict on one frame (`BPF_PROG_TEST_RUN`): no interface needed.
+    pub fn decide(&self, frame: &[u8]) -> io::Result<u32> {
+        bpf::prog_test_run(&self.prog, frame)
+    }
+
+    /// The decision counters.
+    pub fn stats(&self) -> io::Result<SteeringStats> {
+        let read = |index: u32| -> io::Result<u64> {
+            let mut v = [0u8; 8];
+            bpf::map_lookup(&self.stats, &index.to_ne_bytes(), &mut v)?;
+            Ok(u64::from_ne_bytes(v))
+        };
+        Ok(SteeringStats {
+            passed: read(STAT_PASSED)?,
+            steered: read(STAT_STEERED)?,
+        })
+    }
+
+    /// Attaches to `ifindex` through a BPF link. An interface that already has an XDP
+    /// program (a stale one from an older run, say) refuses with EBUSY, reported as such
+    /// rather than replaced.
+    pub fn attach(&self, ifindex: u32, mode: AttachMode) -> io::Result<OwnedFd> {
+        let flags = match mode {
+            AttachMode::Skb => bpf::XDP_FLAGS_SKB_MODE,
+            AttachMode::Native => bpf::XDP_FLAGS_DRV_MODE,
+        };
+        bpf::link_create_xdp(&self.prog, ifindex, flags).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                io::Error::new(
+                    e.kind(),
+                    format!("interface {ifindex} already has an XDP program (a stale attachment?); not replacing it: {e}"),
+                )
+            } else {
+                e
+            }
+        })
+    }
+
+    /// The XSKMAP, for AF_XDP sockets to be registered in.
+    pub fn xsks(&self) -> &OwnedFd {
+        &self.xsks
+    }
+
+    /// The ports map.
+    pub fn ports(&self) -> &OwnedFd {
+        &self.ports
+    }
+}
