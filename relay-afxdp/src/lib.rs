@@ -9,5 +9,7 @@
 #![deny(unsafe_code)]
 
 pub mod bpf;
+pub mod packet;
 pub mod program;
+pub mod ring;
 pub mod steering;
