@@ -93,6 +93,11 @@ impl Steering {
         })
     }
 
+    /// Steers queue `queue`'s relay traffic to the AF_XDP socket `fd`.
+    pub fn register_socket(&self, queue: u32, fd: std::os::fd::RawFd) -> io::Result<()> {
+        bpf::map_update(&self.xsks, &queue.to_ne_bytes(), &(fd as u32).to_ne_bytes())
+    }
+
     /// The XSKMAP, for AF_XDP sockets to be registered in.
     pub fn xsks(&self) -> &OwnedFd {
         &self.xsks

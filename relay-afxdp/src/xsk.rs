@@ -1,0 +1,463 @@
+//! One AF_XDP socket with its own UMEM: the socket and mmap plumbing (unsafe, kept
+//! here), on top of the pure ring arithmetic of [`crate::ring`].
+//!
+//! Frames are owned by exactly one party at a time: the kernel (in the fill ring, being
+//! received into, or in the TX ring, being sent), or us (just received, or free). Received
+//! frames are handed to the caller by address; the caller either transmits the same frame
+//! (rewritten in place: no payload copy) or recycles it to the fill ring. Completed
+//! transmissions come back through the completion ring and return to the fill ring.
+#![allow(unsafe_code)]
+
+use std::io;
+use std::mem::size_of;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::ring::{ConsumerCursor, Indices, ProducerCursor};
+
+/// How to open a socket.
+#[derive(Clone, Copy, Debug)]
+pub struct XskConfig {
+    /// UMEM frames.
+    pub frames: u32,
+    /// Bytes per frame (2048 or 4096).
+    pub frame_size: u32,
+    /// Entries in each ring (a power of two).
+    pub ring_size: u32,
+    /// Ask for zero-copy (veth refuses: EOPNOTSUPP, reported as such).
+    pub zerocopy: bool,
+    /// Use need_wakeup (syscalls only when the kernel asks).
+    pub need_wakeup: bool,
+}
+
+impl Default for XskConfig {
+    fn default() -> Self {
+        XskConfig {
+            frames: 4096,
+            frame_size: 2048,
+            ring_size: 2048,
+            zerocopy: false,
+            need_wakeup: true,
+        }
+    }
+}
+
+/// An mmap'd region, unmapped on drop.
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Mapping {
+    fn new(len: usize, fd: RawFd, offset: i64) -> io::Result<Mapping> {
+        let (flags, fd) = if fd < 0 {
+            (
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+                -1,
+            )
+        } else {
+            (libc::MAP_SHARED | libc::MAP_POPULATE, fd)
+        };
+        // SAFETY: a fresh mapping chosen by the kernel (addr null); nothing aliases it.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                flags,
+                fd,
+                offset,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(ptr.cast()).expect("mmap never returns null on success"),
+            len,
+        })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the region mapped in `new`, which nothing uses afterwards
+        // (the owning structs drop their raw pointers with it).
+        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// A ring shared with the kernel.
+struct Ring {
+    map: Mapping,
+    producer: usize,
+    consumer: usize,
+    desc: usize,
+    flags: usize,
+    size: u32,
+}
+
+impl Indices for Ring {
+    fn producer(&self) -> &AtomicU32 {
+        // SAFETY: `producer` is the kernel-given, 4-aligned offset of a u32 inside the live
+        // mapping; the kernel and we access it only atomically.
+        unsafe { &*self.map.ptr.as_ptr().add(self.producer).cast::<AtomicU32>() }
+    }
+    fn consumer(&self) -> &AtomicU32 {
+        // SAFETY: as for `producer`.
+        unsafe { &*self.map.ptr.as_ptr().add(self.consumer).cast::<AtomicU32>() }
+    }
+}
+
+impl Ring {
+    fn needs_wakeup(&self) -> bool {
+        // SAFETY: as for `producer`: the kernel-given offset of the ring's u32 flags.
+        let flags = unsafe { &*self.map.ptr.as_ptr().add(self.flags).cast::<AtomicU32>() };
+        flags.load(Ordering::Relaxed) & libc::XDP_RING_NEED_WAKEUP != 0
+    }
+    fn addr_ptr(&self, i: usize) -> *mut u64 {
+        assert!(i < self.size as usize);
+        // SAFETY: `desc` is the kernel-given offset of `size` u64 entries inside the live
+        // mapping and `i < size`, so the result stays inside the mapping.
+        unsafe { self.map.ptr.as_ptr().add(self.desc).cast::<u64>().add(i) }
+    }
+
+    fn desc_ptr(&self, i: usize) -> *mut libc::xdp_desc {
+        assert!(i < self.size as usize);
+        // SAFETY: as for `addr_ptr`, with 16-byte xdp_desc entries.
+        unsafe {
+            self.map
+                .ptr
+                .as_ptr()
+                .add(self.desc)
+                .cast::<libc::xdp_desc>()
+                .add(i)
+        }
+    }
+
+    /// Reads address slot `i` of a fill/completion ring.
+    fn read_addr(&self, i: usize) -> u64 {
+        // SAFETY: an in-bounds, aligned slot that the cursor protocol says the kernel
+        // has finished writing (we are its consumer and it was published).
+        unsafe { self.addr_ptr(i).read_volatile() }
+    }
+
+    /// Writes address slot `i` of a fill/completion ring.
+    fn write_addr(&mut self, i: usize, addr: u64) {
+        // SAFETY: an in-bounds, aligned slot that the cursor protocol reserved for us (we
+        // are its producer and have not published it yet).
+        unsafe { self.addr_ptr(i).write_volatile(addr) }
+    }
+
+    /// Reads descriptor slot `i` of an RX/TX ring.
+    fn read_desc(&self, i: usize) -> libc::xdp_desc {
+        // SAFETY: as for `read_addr`.
+        unsafe { self.desc_ptr(i).read_volatile() }
+    }
+
+    /// Writes descriptor slot `i` of an RX/TX ring.
+    fn write_desc(&mut self, i: usize, desc: libc::xdp_desc) {
+        // SAFETY: as for `write_addr`.
+        unsafe { self.desc_ptr(i).write_volatile(desc) }
+    }
+}
+
+fn setsockopt<T>(fd: RawFd, opt: libc::c_int, value: &T) -> io::Result<()> {
+    // SAFETY: passes a pointer to a live `T` and its exact size; the kernel only reads it.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_XDP,
+            opt,
+            (value as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// A received frame: where it is in the UMEM and how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RxFrame {
+    /// UMEM address (offset) of the frame's data.
+    pub addr: u64,
+    /// Its length.
+    pub len: u32,
+}
+
+/// One AF_XDP socket bound to one (interface, queue), with its own UMEM.
+pub struct XdpSocket {
+    fd: OwnedFd,
+    umem: Mapping,
+    cfg: XskConfig,
+    fill: Ring,
+    fill_cur: ProducerCursor,
+    comp: Ring,
+    comp_cur: ConsumerCursor,
+    rx: Ring,
+    rx_cur: ConsumerCursor,
+    tx: Ring,
+    tx_cur: ProducerCursor,
+    free: Vec<u64>,
+}
+
+impl std::fmt::Debug for XdpSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("XdpSocket")
+            .field("fd", &self.fd)
+            .field("free", &self.free.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl XdpSocket {
+    /// Opens, registers the UMEM, maps the rings, binds to (`ifindex`, `queue`) in copy
+    /// mode (or zero-copy if asked), and gives the kernel half the frames to receive into.
+    pub fn open(ifindex: u32, queue: u32, cfg: XskConfig) -> io::Result<XdpSocket> {
+        assert!(cfg.ring_size.is_power_of_two() && cfg.frames >= cfg.ring_size);
+        // SAFETY: plain socket(2); the returned descriptor is owned below.
+        let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+        if raw < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a fresh descriptor nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let len = cfg.frames as usize * cfg.frame_size as usize;
+        let umem = Mapping::new(len, -1, 0)?;
+        let reg = libc::xdp_umem_reg {
+            addr: umem.ptr.as_ptr() as u64,
+            len: len as u64,
+            chunk_size: cfg.frame_size,
+            headroom: 0,
+            flags: 0,
+            tx_metadata_len: 0,
+        };
+        setsockopt(fd.as_raw_fd(), libc::XDP_UMEM_REG, &reg)?;
+        for opt in [
+            libc::XDP_UMEM_FILL_RING,
+            libc::XDP_UMEM_COMPLETION_RING,
+            libc::XDP_RX_RING,
+            libc::XDP_TX_RING,
+        ] {
+            setsockopt(fd.as_raw_fd(), opt, &cfg.ring_size)?;
+        }
+        // SAFETY: zeroed is a valid xdp_mmap_offsets (plain integers).
+        let mut off: libc::xdp_mmap_offsets = unsafe { std::mem::zeroed() };
+        let mut optlen = size_of::<libc::xdp_mmap_offsets>() as libc::socklen_t;
+        // SAFETY: the kernel writes at most `optlen` bytes into `off`, which is that large.
+        let r = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_XDP,
+                libc::XDP_MMAP_OFFSETS,
+                (&mut off as *mut libc::xdp_mmap_offsets).cast(),
+                &mut optlen,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let map_ring = |o: &libc::xdp_ring_offset, entry: usize, pgoff: u64| -> io::Result<Ring> {
+            let len = o.desc as usize + cfg.ring_size as usize * entry;
+            Ok(Ring {
+                map: Mapping::new(len, fd.as_raw_fd(), pgoff as i64)?,
+                producer: o.producer as usize,
+                consumer: o.consumer as usize,
+                desc: o.desc as usize,
+                flags: o.flags as usize,
+                size: cfg.ring_size,
+            })
+        };
+        let fill = map_ring(&off.fr, 8, libc::XDP_UMEM_PGOFF_FILL_RING)?;
+        let comp = map_ring(&off.cr, 8, libc::XDP_UMEM_PGOFF_COMPLETION_RING)?;
+        let rx = map_ring(&off.rx, 16, libc::XDP_PGOFF_RX_RING as u64)?;
+        let tx = map_ring(&off.tx, 16, libc::XDP_PGOFF_TX_RING as u64)?;
+
+        let mut flags = if cfg.zerocopy {
+            libc::XDP_ZEROCOPY
+        } else {
+            libc::XDP_COPY
+        };
+        if cfg.need_wakeup {
+            flags |= libc::XDP_USE_NEED_WAKEUP;
+        }
+        let sa = libc::sockaddr_xdp {
+            sxdp_family: libc::AF_XDP as u16,
+            sxdp_flags: flags,
+            sxdp_ifindex: ifindex,
+            sxdp_queue_id: queue,
+            sxdp_shared_umem_fd: 0,
+        };
+        // SAFETY: binds with a pointer to a live sockaddr_xdp and its exact size.
+        let r = unsafe {
+            libc::bind(
+                fd.as_raw_fd(),
+                (&sa as *const libc::sockaddr_xdp).cast(),
+                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+            )
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if cfg.zerocopy && e.raw_os_error() == Some(libc::EOPNOTSUPP) {
+                return Err(io::Error::new(
+                    e.kind(),
+                    "the driver refuses zero-copy AF_XDP (veth supports copy mode only)",
+                ));
+            }
+            return Err(e);
+        }
+        let start = |r: &Ring| r.producer().load(Ordering::Relaxed);
+        let mut sock = XdpSocket {
+            fill_cur: ProducerCursor::new(cfg.ring_size, start(&fill)),
+            comp_cur: ConsumerCursor::new(cfg.ring_size, start(&comp)),
+            rx_cur: ConsumerCursor::new(cfg.ring_size, start(&rx)),
+            tx_cur: ProducerCursor::new(cfg.ring_size, start(&tx)),
+            free: (0..cfg.frames)
+                .rev()
+                .map(|i| u64::from(i) * u64::from(cfg.frame_size))
+                .collect(),
+            fd,
+            umem,
+            cfg,
+            fill,
+            comp,
+            rx,
+            tx,
+        };
+        sock.refill();
+        Ok(sock)
+    }
+
+    /// The socket's descriptor (for the XSKMAP and for poll).
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    /// Gives free frames to the fill ring, keeping half the UMEM for transmit.
+    fn refill(&mut self) {
+        let keep = (self.cfg.frames / 2) as usize;
+        let want = self.free.len().saturating_sub(keep) as u32;
+        let n = self
+            .fill_cur
+            .reserve(&self.fill, want.min(self.cfg.ring_size));
+        for k in 0..n {
+            let addr = self.free.pop().expect("counted above");
+            let slot = self.fill_cur.slot(k);
+            self.fill.write_addr(slot, addr);
+        }
+        if n > 0 {
+            self.fill_cur.submit(&self.fill, n);
+        }
+    }
+
+    /// Reaps finished transmissions and refills the fill ring; kicks the kernel when it
+    /// asks for a wakeup.
+    pub fn maintain(&mut self) {
+        let n = self.comp_cur.peek(&self.comp, self.cfg.ring_size);
+        for k in 0..n {
+            let addr = self.comp.read_addr(self.comp_cur.slot(k));
+            self.free.push(addr - addr % u64::from(self.cfg.frame_size));
+        }
+        if n > 0 {
+            self.comp_cur.release(&self.comp, n);
+        }
+        self.refill();
+        if self.cfg.need_wakeup && self.fill.needs_wakeup() {
+            // SAFETY: a zero-length, non-blocking recvfrom on our own socket: a wakeup only.
+            unsafe {
+                libc::recvfrom(
+                    self.fd(),
+                    std::ptr::null_mut(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                    std::ptr::null_mut(),
+                )
+            };
+        }
+    }
+
+    /// Takes up to `out.len()` received frames; returns how many.
+    pub fn receive(&mut self, out: &mut [RxFrame]) -> usize {
+        let n = self.rx_cur.peek(&self.rx, out.len() as u32);
+        for k in 0..n {
+            let d = self.rx.read_desc(self.rx_cur.slot(k));
+            out[k as usize] = RxFrame {
+                addr: d.addr,
+                len: d.len,
+            };
+        }
+        if n > 0 {
+            self.rx_cur.release(&self.rx, n);
+        }
+        n as usize
+    }
+
+    /// The bytes of the frame at `addr`, `len` long (up to the frame size).
+    pub fn frame_mut(&mut self, addr: u64, len: usize) -> &mut [u8] {
+        let base = addr - addr % u64::from(self.cfg.frame_size);
+        let end = (addr as usize + len).min(base as usize + self.cfg.frame_size as usize);
+        // SAFETY: `addr..end` lies inside one frame of the live UMEM mapping, and the frame
+        // is ours (received, not yet given back), so nothing else writes it now.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.umem.ptr.as_ptr().add(addr as usize),
+                end - addr as usize,
+            )
+        }
+    }
+
+    /// The whole buffer of the frame containing `addr`.
+    pub fn frame_buffer(&mut self, addr: u64) -> &mut [u8] {
+        let base = addr - addr % u64::from(self.cfg.frame_size);
+        let size = self.cfg.frame_size as usize;
+        // SAFETY: as for `frame_mut`, for the whole frame.
+        unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.as_ptr().add(base as usize), size) }
+    }
+
+    /// Gives a frame back to the fill ring (it will not be sent).
+    pub fn recycle(&mut self, addr: u64) {
+        self.free.push(addr - addr % u64::from(self.cfg.frame_size));
+    }
+
+    /// Queues the frame at `addr` (`len` bytes) for transmission; false when the TX ring
+    /// is full (the caller recycles it and counts the drop).
+    pub fn transmit(&mut self, addr: u64, len: u32) -> bool {
+        if self.tx_cur.reserve(&self.tx, 1) == 0 {
+            return false;
+        }
+        let slot = self.tx_cur.slot(0);
+        self.tx.write_desc(
+            slot,
+            libc::xdp_desc {
+                addr,
+                len,
+                options: 0,
+            },
+        );
+        self.tx_cur.submit(&self.tx, 1);
+        true
+    }
+
+    /// Tells the kernel to send what is queued (copy mode always needs this kick).
+    pub fn flush_tx(&mut self) {
+        if !self.cfg.need_wakeup || self.tx.needs_wakeup() {
+            // SAFETY: a zero-length, non-blocking sendto on our own socket: a TX kick only.
+            unsafe {
+                libc::sendto(
+                    self.fd(),
+                    std::ptr::null(),
+                    0,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null(),
+                    0,
+                )
+            };
+        }
+    }
+}
