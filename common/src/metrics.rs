@@ -172,6 +172,10 @@ drop_reasons! {
     SendFailed = "send_failed",
     /// A datagram too large to frame within the MTU of the buffers.
     TooLarge = "too_large",
+    /// No MAC address known yet for the next hop (AF_XDP; the kernel is asked to resolve).
+    NeighbourUnresolved = "neighbour_unresolved",
+    /// A steered frame addressed to neither a VIP nor this worker's internal address.
+    NotForRelay = "not_for_relay",
 }
 
 impl From<StunError> for DropReason {

@@ -74,20 +74,28 @@ pub fn relay_probe(
     rtp[0] = 0x80;
     rtp[1] = 111;
     let mut received = 0;
+    let rtp_len = rtp.len();
+    let mut count_replies = |socket: &UdpSocket, buf: &mut [u8]| {
+        while let Ok((n, from)) = socket.recv_from(buf) {
+            if from == vip && n == rtp_len && buf[0] == 0x80 {
+                received += 1;
+            }
+        }
+    };
+    // Replies are read while sending, so the probe's own receive buffer never overflows.
+    socket.set_nonblocking(true)?;
     let start = Instant::now();
     for seq in 0..count {
         rtp[2..4].copy_from_slice(&(seq as u16).to_be_bytes());
         socket.send_to(&rtp, vip)?;
         while start.elapsed() < Duration::from_millis(seq + 1) {
+            count_replies(&socket, &mut buf);
             std::thread::sleep(Duration::from_micros(200));
         }
     }
+    socket.set_nonblocking(false)?;
     socket.set_read_timeout(Some(Duration::from_millis(300)))?;
-    while let Ok((n, from)) = socket.recv_from(&mut buf) {
-        if from == vip && n == rtp.len() && buf[0] == 0x80 {
-            received += 1;
-        }
-    }
+    count_replies(&socket, &mut buf);
     Ok(ProbeResult {
         sent: count,
         received,

@@ -13,8 +13,10 @@
 #![deny(unsafe_code)]
 
 pub mod bpf;
+pub mod neighbours;
 pub mod packet;
 pub mod program;
 pub mod ring;
 pub mod steering;
+pub mod worker;
 pub mod xsk;

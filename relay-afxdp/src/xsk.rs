@@ -23,6 +23,8 @@ pub struct XskConfig {
     pub frames: u32,
     /// Bytes per frame (2048 or 4096).
     pub frame_size: u32,
+    /// Bytes kept free before received data in every frame, so headers can grow in place.
+    pub headroom: u32,
     /// Entries in each ring (a power of two).
     pub ring_size: u32,
     /// Ask for zero-copy (veth refuses: EOPNOTSUPP, reported as such).
@@ -36,6 +38,7 @@ impl Default for XskConfig {
         XskConfig {
             frames: 4096,
             frame_size: 2048,
+            headroom: 0,
             ring_size: 2048,
             zerocopy: false,
             need_wakeup: true,
@@ -206,6 +209,11 @@ pub struct XdpSocket {
     free: Vec<u64>,
 }
 
+// SAFETY: every raw pointer inside (the UMEM and ring mappings) points into mappings
+// this socket owns exclusively; moving the socket to another thread moves that ownership
+// with it, and the kernel side is synchronised through the rings' atomics.
+unsafe impl Send for XdpSocket {}
+
 impl std::fmt::Debug for XdpSocket {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("XdpSocket")
@@ -233,7 +241,7 @@ impl XdpSocket {
             addr: umem.ptr.as_ptr() as u64,
             len: len as u64,
             chunk_size: cfg.frame_size,
-            headroom: 0,
+            headroom: cfg.headroom,
             flags: 0,
             tx_metadata_len: 0,
         };
@@ -412,6 +420,11 @@ impl XdpSocket {
         }
     }
 
+    /// Bytes per UMEM frame.
+    pub fn frame_size(&self) -> u32 {
+        self.cfg.frame_size
+    }
+
     /// The whole buffer of the frame containing `addr`.
     pub fn frame_buffer(&mut self, addr: u64) -> &mut [u8] {
         let base = addr - addr % u64::from(self.cfg.frame_size);
@@ -460,4 +473,15 @@ impl XdpSocket {
             };
         }
     }
+}
+
+/// Waits up to `timeout_ms` for the socket to have frames (wakeup mode).
+pub fn poll_readable(fd: RawFd, timeout_ms: i32) {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one live pollfd, count 1; the kernel writes only `revents`.
+    unsafe { libc::poll(&mut p, 1, timeout_ms) };
 }
