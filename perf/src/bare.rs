@@ -25,7 +25,17 @@ pub struct BareForwarder {
 impl BareForwarder {
     /// Starts forwarding from `listen` to `to` on its own thread, pinned to `cpu`.
     pub fn start(listen: SocketAddr, to: SocketAddr, cpu: usize) -> std::io::Result<Self> {
-        let socket = bind_udp(listen, false)?;
+        Self::start_in(None, listen, to, cpu)
+    }
+
+    /// Like [`BareForwarder::start`], with the socket in network namespace `ns`.
+    pub fn start_in(
+        ns: Option<&str>,
+        listen: SocketAddr,
+        to: SocketAddr,
+        cpu: usize,
+    ) -> std::io::Result<Self> {
+        let socket = crate::netns::in_netns(ns, move || bind_udp(listen, false))??;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
         let thread = std::thread::Builder::new()

@@ -5,10 +5,11 @@
 //! Everything runs on loopback addresses chosen per run (127.x.y.z) or inside network
 //! namespaces the run creates ([`testbed`]), bounded in packets and time.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 pub mod bare;
 pub mod load;
+pub mod netns;
 pub mod probe;
 pub mod report;
 pub mod sessions;

@@ -46,7 +46,17 @@ fn new_histogram() -> Histogram<u64> {
 impl Sink {
     /// Listens on `addr`. `framed`: datagrams carry a relay frame header to skip.
     pub fn start(addr: SocketAddr, framed: bool, epoch: Instant) -> std::io::Result<Self> {
-        let socket = bind_udp(addr, false)?;
+        Self::start_in(None, addr, framed, epoch)
+    }
+
+    /// Like [`Sink::start`], with the socket in network namespace `ns`.
+    pub fn start_in(
+        ns: Option<&str>,
+        addr: SocketAddr,
+        framed: bool,
+        epoch: Instant,
+    ) -> std::io::Result<Self> {
+        let socket = crate::netns::in_netns(ns, move || bind_udp(addr, false))??;
         let addr = socket.local_addr()?;
         let state = Arc::new(Mutex::new(SinkState {
             received: 0,
@@ -182,11 +192,25 @@ impl Trial {
 impl Generator {
     /// `clients` sockets on `ip` (distinct source ports: distinct flows).
     pub fn new(ip: Ipv4Addr, clients: usize, epoch: Instant) -> std::io::Result<Self> {
-        let mut out = Vec::with_capacity(clients);
-        for _ in 0..clients {
-            let s = bind_udp(SocketAddr::from((ip, 0)), false)?;
-            out.push((s, SendBatch::new(false)));
-        }
+        Self::new_in(None, ip, clients, epoch)
+    }
+
+    /// Like [`Generator::new`], with the sockets in network namespace `ns`.
+    pub fn new_in(
+        ns: Option<&str>,
+        ip: Ipv4Addr,
+        clients: usize,
+        epoch: Instant,
+    ) -> std::io::Result<Self> {
+        let sockets = crate::netns::in_netns(ns, move || {
+            (0..clients)
+                .map(|_| bind_udp(SocketAddr::from((ip, 0)), false))
+                .collect::<std::io::Result<Vec<_>>>()
+        })??;
+        let out: Vec<_> = sockets
+            .into_iter()
+            .map(|s| (s, SendBatch::new(false)))
+            .collect();
         Ok(Generator {
             clients: out,
             epoch,
@@ -330,6 +354,27 @@ pub fn max_loss_free(
     }
     let best = best.unwrap_or(log[0]);
     (best, log)
+}
+
+/// Busy seconds of the whole machine so far (all CPUs; wall minus idle, iowait and
+/// steal, from /proc/stat), which also catches softirq work the tick accounting misses.
+pub fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let Some(line) = stat.lines().next() else {
+        return 0.0;
+    };
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    if v.len() < 8 {
+        return 0.0;
+    }
+    let total: f64 = v.iter().take(8).sum();
+    (total - v[3] - v[4] - v[7]) / 100.0
 }
 
 fn better(best: Option<Trial>, t: Trial) -> Option<Trial> {

@@ -13,6 +13,9 @@ pub struct Row {
     pub best: Trial,
     /// CPU seconds per forwarded packet of the forwarding threads at the best rate, µs.
     pub cpu_us_per_packet: f64,
+    /// Busy CPU time of the whole machine (every core, kernel included) per packet at the
+    /// best rate, µs.
+    pub machine_us_per_packet: f64,
     /// The trial at the fixed moderate load.
     pub fixed: Trial,
     /// Every trial of the search, in order.
@@ -21,11 +24,18 @@ pub struct Row {
 
 /// Renders the table.
 pub fn markdown(rows: &[Row], fixed_pps: u64, command: &str) -> String {
+    markdown_titled(
+        "Loopback forwarding: relay-mio against a bare mmsg forwarder",
+        rows,
+        fixed_pps,
+        command,
+    )
+}
+
+/// Renders the table under `title`.
+pub fn markdown_titled(title: &str, rows: &[Row], fixed_pps: u64, command: &str) -> String {
     let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "# Loopback forwarding: relay-mio against a bare mmsg forwarder\n"
-    );
+    let _ = writeln!(out, "# {title}\n");
     let _ = writeln!(out, "Command: `{command}`  ");
     let _ = writeln!(
         out,
@@ -38,17 +48,22 @@ pub fn markdown(rows: &[Row], fixed_pps: u64, command: &str) -> String {
     );
     let _ = writeln!(
         out,
-        "| setup | max loss-free pps | loss there | CPU µs/pkt (forwarder) | gen-bound | p50 / p99 / p99.9 µs at {fixed_pps} pps |"
+        "| setup | max loss-free pps | loss there | CPU µs/pkt (forwarder) | machine CPU µs/pkt | gen-bound | p50 / p99 / p99.9 µs at {fixed_pps} pps |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|:---:|---|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|:---:|---|");
     for r in rows {
         let _ = writeln!(
             out,
-            "| {} | {} | {:.3} % | {:.2} | {} | {:.0} / {:.0} / {:.0} |",
+            "| {} | {} | {:.3} % | {} | {:.2} | {} | {:.0} / {:.0} / {:.0} |",
             r.setup,
             r.best.sent_pps,
             r.best.loss() * 100.0,
-            r.cpu_us_per_packet,
+            if r.cpu_us_per_packet > 0.0 {
+                format!("{:.2}", r.cpu_us_per_packet)
+            } else {
+                "–".into()
+            },
+            r.machine_us_per_packet,
             if r.best.generator_bound() {
                 "yes"
             } else {
@@ -89,11 +104,12 @@ pub fn json_lines(rows: &[Row]) -> String {
     for r in rows {
         let _ = writeln!(
             out,
-            "{{\"setup\":\"{}\",\"max_loss_free_pps\":{},\"loss\":{:.6},\"cpu_us_per_packet\":{:.3},\"generator_bound\":{},\"p50_us\":{:.1},\"p99_us\":{:.1},\"p999_us\":{:.1}}}",
+            "{{\"setup\":\"{}\",\"max_loss_free_pps\":{},\"loss\":{:.6},\"cpu_us_per_packet\":{:.3},\"machine_us_per_packet\":{:.3},\"generator_bound\":{},\"p50_us\":{:.1},\"p99_us\":{:.1},\"p999_us\":{:.1}}}",
             r.setup,
             r.best.sent_pps,
             r.best.loss(),
             r.cpu_us_per_packet,
+            r.machine_us_per_packet,
             r.best.generator_bound(),
             r.fixed.latency_us[0],
             r.fixed.latency_us[1],

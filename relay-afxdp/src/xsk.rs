@@ -301,16 +301,31 @@ impl XdpSocket {
             sxdp_queue_id: queue,
             sxdp_shared_umem_fd: 0,
         };
-        // SAFETY: binds with a pointer to a live sockaddr_xdp and its exact size.
-        let r = unsafe {
-            libc::bind(
-                fd.as_raw_fd(),
-                (&sa as *const libc::sockaddr_xdp).cast(),
-                size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
-            )
-        };
-        if r < 0 {
+        // The kernel releases a closed socket's queue binding lazily: right after a
+        // restart, bind can fail with EBUSY for a moment. Retry for up to ~2 s.
+        let mut failure = None;
+        for attempt in 0..20 {
+            // SAFETY: binds with a pointer to a live sockaddr_xdp and its exact size.
+            let r = unsafe {
+                libc::bind(
+                    fd.as_raw_fd(),
+                    (&sa as *const libc::sockaddr_xdp).cast(),
+                    size_of::<libc::sockaddr_xdp>() as libc::socklen_t,
+                )
+            };
+            if r == 0 {
+                failure = None;
+                break;
+            }
             let e = io::Error::last_os_error();
+            let busy = e.raw_os_error() == Some(libc::EBUSY);
+            failure = Some(e);
+            if !busy {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10 << attempt.min(4)));
+        }
+        if let Some(e) = failure {
             if cfg.zerocopy && e.raw_os_error() == Some(libc::EOPNOTSUPP) {
                 return Err(io::Error::new(
                     e.kind(),

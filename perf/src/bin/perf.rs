@@ -40,6 +40,29 @@ enum Cmd {
         #[arg(long, default_value = "target/perf/loopback.md")]
         out: std::path::PathBuf,
     },
+    /// Side by side on the netns testbed (root): the direct path, a bare mmsg forwarder,
+    /// relay-mio and relay-afxdp in each mode; max loss-free rate, CPU per packet, latency.
+    Compare {
+        /// Length of each trial.
+        #[arg(long, default_value = "2s", value_parser = humantime_duration)]
+        trial: Duration,
+        /// First rate of the search, packets per second.
+        #[arg(long, default_value_t = 20_000)]
+        start_pps: u64,
+        /// Highest rate tried.
+        #[arg(long, default_value_t = 1_000_000)]
+        max_pps: u64,
+        /// The fixed load at which latency is reported.
+        #[arg(long, default_value_t = 20_000)]
+        fixed_pps: u64,
+        /// Only these setups (comma-separated names: direct, bare, mio, afxdp-skb-wakeup,
+        /// afxdp-skb-busy, afxdp-native-wakeup, afxdp-native-busy); default all.
+        #[arg(long, value_delimiter = ',')]
+        only: Vec<String>,
+        /// Where to write the Markdown report (JSON lines go next to it, .jsonl).
+        #[arg(long, default_value = "target/perf/compare.md")]
+        out: std::path::PathBuf,
+    },
     /// Testbed tool: echo every relay frame back to its sender (a fake transceiver).
     #[command(hide = true)]
     FakeTransceiver {
@@ -180,6 +203,14 @@ fn main() {
             talk,
             out,
         } => sessions(setups, &steps, talk, &out),
+        Cmd::Compare {
+            trial,
+            start_pps,
+            max_pps,
+            fixed_pps,
+            only,
+            out,
+        } => compare(trial, start_pps, max_pps, fixed_pps, &only, &out),
         Cmd::FakeTransceiver { bind, max, idle } => {
             let echoed =
                 perf::probe::fake_transceiver(bind, max, idle).expect("fake transceiver runs");
@@ -380,6 +411,233 @@ fn sessions(setups: usize, steps: &[usize], talk: Duration, out: &std::path::Pat
     eprintln!("report: {}", out.display());
 }
 
+/// GET `path` from `addr` inside namespace `ns`; the status code.
+fn http_status_in(ns: &str, addr: SocketAddr, path: &str) -> Option<u16> {
+    let path = path.to_string();
+    let stream = perf::netns::in_netns(Some(ns), move || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+    })
+    .ok()?
+    .ok()?;
+    let mut s = stream;
+    write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
+    let mut t = String::new();
+    s.read_to_string(&mut t).ok()?;
+    t.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn compare(
+    trial: Duration,
+    start_pps: u64,
+    max_pps: u64,
+    fixed_pps: u64,
+    only: &[String],
+    out: &std::path::Path,
+) {
+    use perf::testbed::Testbed;
+    perf::load::pin_to_load_cpu();
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let bed = Testbed::up().expect("the testbed needs root (ip netns, veth, bridge)");
+    let epoch = Instant::now();
+    let settle = Duration::from_millis(300);
+    let keys = HintKeys::new(
+        HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
+        None,
+    )
+    .unwrap();
+    let sink_addr = SocketAddr::from((bed.transceiver.addr, 41_000));
+    let vip = SocketAddr::from((bed.relay.addr, 3478));
+    let internal = SocketAddr::from((bed.relay.addr, 40_000));
+    let metrics = SocketAddr::from(([127, 0, 0, 1], 9100));
+    let exe_dir = std::env::current_exe()
+        .expect("own path")
+        .parent()
+        .expect("a directory")
+        .to_path_buf();
+    let mut rows = vec![];
+
+    let make_flows = |generator: &Generator| {
+        let transceiver = sink_addr;
+        // Twice: the first datagram towards a next hop AF_XDP has not resolved is dropped.
+        for _ in 0..2 {
+            generator
+                .send_each(vip, |i, _| {
+                    let ufrag = keys.encode(
+                        &RoutingHint {
+                            cluster: 0,
+                            transceiver,
+                        },
+                        [i as u8; 6],
+                    );
+                    let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+                    let mut b = [0u8; 512];
+                    let n = stun::write_binding_request(
+                        &mut b,
+                        &[i as u8; 12],
+                        ufrag.as_bytes(),
+                        b"perf",
+                        pwd.as_bytes(),
+                    )
+                    .unwrap();
+                    b[..n].to_vec()
+                })
+                .expect("binding requests");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    };
+
+    if wanted("direct") {
+        let sink =
+            Sink::start_in(Some(&bed.transceiver.ns), sink_addr, false, epoch).expect("sink");
+        let mut generator =
+            Generator::new_in(Some(&bed.client.ns), bed.client.addr, CLIENTS, epoch)
+                .expect("generator");
+        rows.push(measure(
+            "direct path (no relay)",
+            &mut generator,
+            &sink,
+            sink_addr,
+            trial,
+            settle,
+            start_pps,
+            max_pps,
+            fixed_pps,
+            || 0.0,
+        ));
+    }
+    if wanted("bare") {
+        let sink =
+            Sink::start_in(Some(&bed.transceiver.ns), sink_addr, false, epoch).expect("sink");
+        let listen = SocketAddr::from((bed.relay.addr, 4000));
+        let _fwd = BareForwarder::start_in(Some(&bed.relay.ns), listen, sink_addr, 1)
+            .expect("bare forwarder");
+        let mut generator =
+            Generator::new_in(Some(&bed.client.ns), bed.client.addr, CLIENTS, epoch)
+                .expect("generator");
+        let pid = std::process::id();
+        rows.push(measure(
+            "bare mmsg forwarder",
+            &mut generator,
+            &sink,
+            listen,
+            trial,
+            settle,
+            start_pps,
+            max_pps,
+            fixed_pps,
+            || cpu_seconds(pid, Some("bare-fwd")),
+        ));
+    }
+    let mut relays: Vec<(String, Vec<String>)> = vec![];
+    if wanted("mio") {
+        relays.push(("relay-mio".into(), vec![]));
+    }
+    for (xdp, poll) in [
+        ("skb", "wakeup"),
+        ("skb", "busy"),
+        ("native", "wakeup"),
+        ("native", "busy"),
+    ] {
+        if wanted(&format!("afxdp-{xdp}-{poll}")) {
+            relays.push((
+                format!("relay-afxdp {xdp} {poll}"),
+                vec![
+                    "--interface".into(),
+                    bed.relay.ifname.clone(),
+                    "--xdp-mode".into(),
+                    xdp.into(),
+                    "--poll".into(),
+                    poll.into(),
+                ],
+            ));
+        }
+    }
+    for (name, extra) in relays {
+        let binary = if name == "relay-mio" {
+            "relay-mio"
+        } else {
+            "relay-afxdp"
+        };
+        let path = exe_dir.join(binary);
+        assert!(
+            path.exists(),
+            "{} missing: cargo build --release -p {binary}",
+            path.display()
+        );
+        let sink = Sink::start_in(Some(&bed.transceiver.ns), sink_addr, true, epoch).expect("sink");
+        let child = bed
+            .relay
+            .command(path.to_str().unwrap())
+            .args([
+                "--vip",
+                &vip.to_string(),
+                "--internal-addr",
+                &internal.to_string(),
+            ])
+            .args([
+                "--workers",
+                "1",
+                "--cpus",
+                "1",
+                "--allow-transceiver-net",
+                "10.77.0.0/24",
+            ])
+            .args(["--metrics-addr", &metrics.to_string()])
+            .args(&extra)
+            .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("relay starts");
+        let relay = RelayChild(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while http_status_in(&bed.relay.ns, metrics, "/readyz") != Some(200) {
+            assert!(Instant::now() < deadline, "{name} did not become ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut generator =
+            Generator::new_in(Some(&bed.client.ns), bed.client.addr, CLIENTS, epoch)
+                .expect("generator");
+        make_flows(&generator);
+        let pid = relay.0.id();
+        rows.push(measure(
+            &name,
+            &mut generator,
+            &sink,
+            vip,
+            trial,
+            settle,
+            start_pps,
+            max_pps,
+            fixed_pps,
+            || cpu_seconds(pid, Some("relay-w")),
+        ));
+        drop(relay);
+    }
+    drop(bed);
+
+    let mut report = perf::report::markdown_titled(
+        "Side by side on the netns testbed: direct, bare forwarder, relay-mio, relay-afxdp",
+        &rows,
+        fixed_pps,
+        &command,
+    );
+    report.push_str(
+        "\nTopology: one-armed relay behind a Linux bridge (client, relay and transceiver namespaces, veth to a \
+         bridge namespace). Forwarders run on CPU 1; the generator and the sink share CPU 0. Busy-poll workers \
+         are 100 % busy by construction, so their CPU per packet is their core's time divided by packets. \
+         Machine CPU counts every core, kernel and softirq included (wall − idle − iowait − steal).\n",
+    );
+    print!("{report}");
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).expect("report directory");
+    }
+    std::fs::write(out, &report).expect("write report");
+    std::fs::write(out.with_extension("jsonl"), json_lines(&rows)).expect("write json");
+    eprintln!("report: {}", out.display());
+}
+
 fn loopback(trial: Duration, start_pps: u64, max_pps: u64, fixed_pps: u64, out: &std::path::Path) {
     perf::load::pin_to_load_cpu();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -497,8 +755,10 @@ fn measure(
     let (best, search) = max_loss_free(
         |rate| {
             let before = cpu();
+            let machine_before = perf::load::machine_busy_seconds();
             let t = generator.trial(to, rate, trial, settle, sink);
-            cpu_at.insert(rate, (cpu() - before, t.received));
+            let machine = perf::load::machine_busy_seconds() - machine_before;
+            cpu_at.insert(rate, (cpu() - before, t.received, machine));
             eprintln!(
                 "  {rate:>8} pps offered: sent {:>8}, received {:>8}, loss {:.3} %",
                 t.sent,
@@ -513,14 +773,20 @@ fn measure(
     );
     let cpu_us_per_packet = cpu_at
         .get(&best.offered_pps)
-        .map_or(0.0, |(secs, received)| {
+        .map_or(0.0, |(secs, received, _)| {
             secs * 1e6 / (*received).max(1) as f64
+        });
+    let machine_us_per_packet = cpu_at
+        .get(&best.offered_pps)
+        .map_or(0.0, |(_, received, machine)| {
+            machine * 1e6 / (*received).max(1) as f64
         });
     let fixed = generator.trial(to, fixed_pps, trial, settle, sink);
     Row {
         setup: name.to_string(),
         best,
         cpu_us_per_packet,
+        machine_us_per_packet,
         fixed,
         search,
     }
