@@ -7,8 +7,10 @@
 #   4. loopback forwarding: relay-mio with 1 and 2 workers against a bare
 #      recvmmsg/sendmmsg forwarder, in one run (report in target/perf/loopback.md);
 #   5. WebRTC sessions through relay-mio and direct: setup times and echo capacity of one
-#      transceiver worker (report in target/perf/sessions.md).
-# Set SKIP_MICRO=1 to run only steps 4 and 5.
+#      transceiver worker (report in target/perf/sessions.md);
+#   6. side by side on the netns testbed: direct path, bare forwarder, relay-mio and
+#      relay-afxdp in each mode (report in target/perf/compare.md; needs root).
+# Set SKIP_MICRO=1 to run only steps 4 to 6.
 # Installs valgrind and iai-callgrind-runner when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,9 @@ if [ -z "${SKIP_MICRO:-}" ]; then
   cargo run --locked --release -q -p ufrag-common --example flow_table_size 1000000
 fi
 echo "== loopback forwarding (perf loopback)"
-cargo build --locked --release -q -p relay-mio -p transceiver -p perf
+cargo build --locked --release -q -p relay-mio -p relay-afxdp -p transceiver -p perf
 target/release/perf loopback --out target/perf/loopback.md
 echo "== WebRTC sessions (perf sessions)"
 target/release/perf sessions --out target/perf/sessions.md
+echo "== side by side on the netns testbed (perf compare; needs root)"
+target/release/perf compare --out target/perf/compare.md
