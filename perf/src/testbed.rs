@@ -170,3 +170,151 @@ impl Drop for Testbed {
         }
     }
 }
+
+/// Helpers for tests and benchmarks that run binaries inside the testbed.
+pub mod tools {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+    use std::path::PathBuf;
+    use std::process::{Child, Stdio};
+    use std::time::{Duration, Instant};
+
+    use super::Testbed;
+
+    /// The hint keys every testbed relay gets.
+    pub const KEYS: &str = "1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    /// The relay's metrics address inside its namespace.
+    pub const METRICS: &str = "127.0.0.1:9100";
+
+    /// Fails loudly unless running as root (the testbed needs CAP_NET_ADMIN and, for
+    /// XDP, CAP_BPF). CI runs as root; a test never silently skips.
+    pub fn require_root() {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let uid = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|v| v.split_whitespace().next())
+            .unwrap_or("");
+        assert_eq!(
+            uid, "0",
+            "this test needs root (network namespaces, XDP); CI runs as root"
+        );
+    }
+
+    /// A binary or example built next to the running executable (`target/<profile>/…`).
+    pub fn built(relative: &str) -> PathBuf {
+        let exe = std::env::current_exe().expect("own path");
+        let mut dir = exe.parent().expect("a directory").to_path_buf();
+        if dir.ends_with("deps") {
+            dir.pop();
+        }
+        let path = dir.join(relative);
+        assert!(
+            path.exists(),
+            "{} missing: build the workspace first (cargo test --workspace does)",
+            path.display()
+        );
+        path
+    }
+
+    /// Starts `binary` as the relay (VIP 10.77.0.2:3478, internal :40000, one worker) with
+    /// `extra` flags, and waits until `/readyz` answers 200.
+    pub fn start_relay(bed: &Testbed, binary: &str, cpu: &str, extra: &[&str]) -> Child {
+        let vip = format!("{}:3478", bed.relay.addr);
+        let internal = format!("{}:40000", bed.relay.addr);
+        let mut child = bed
+            .relay
+            .command(built(binary).to_str().expect("UTF-8 path"))
+            .args([
+                "--vip",
+                &vip,
+                "--internal-addr",
+                &internal,
+                "--allow-transceiver-net",
+                "10.77.0.0/24",
+            ])
+            .args(["--workers", "1", "--cpus", cpu, "--metrics-addr", METRICS])
+            .args(extra)
+            .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("relay starts");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !relay_http(bed, "/readyz").contains(" 200 ") {
+            if let Ok(Some(status)) = child.try_wait() {
+                let mut err = String::new();
+                if let Some(mut e) = child.stderr.take() {
+                    let _ = e.read_to_string(&mut err);
+                }
+                panic!("{binary} exited {status}: {err}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{binary} never became ready in the testbed"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child
+    }
+
+    /// GETs `path` from the relay's metrics endpoint inside its namespace: the whole
+    /// response, or an empty string when nothing answers.
+    pub fn relay_http(bed: &Testbed, path: &str) -> String {
+        let addr: SocketAddr = METRICS.parse().expect("a socket address");
+        let Ok(Ok(mut s)) = crate::netns::in_netns(Some(&bed.relay.ns), move || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+        }) else {
+            return String::new();
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+        if write!(s, "GET {path} HTTP/1.0\r\n\r\n").is_err() {
+            return String::new();
+        }
+        let mut text = String::new();
+        let _ = s.read_to_string(&mut text);
+        text
+    }
+
+    /// The sum of the relay's metric series starting with `series`.
+    pub fn relay_metric(bed: &Testbed, series: &str) -> f64 {
+        relay_http(bed, "/metrics")
+            .lines()
+            .filter(|l| l.starts_with(series))
+            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+            .sum()
+    }
+
+    /// A fake transceiver (echoing frames) in the transceiver namespace and a probe from
+    /// the client making a flow through the relay and sending `count` datagrams; returns
+    /// what the probe said (`received N/M`).
+    pub fn probe_through_relay(bed: &Testbed, count: u64) -> String {
+        let vip = format!("{}:3478", bed.relay.addr);
+        let transceiver = format!("{}:41000", bed.transceiver.addr);
+        let mut fake = bed
+            .transceiver
+            .command(built("perf").to_str().expect("UTF-8 path"))
+            .args(["fake-transceiver", "--bind", &transceiver, "--idle", "5s"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("fake transceiver starts");
+        std::thread::sleep(Duration::from_millis(200));
+        let probe = bed
+            .client
+            .command(built("perf").to_str().expect("UTF-8 path"))
+            .args([
+                "relay-probe",
+                "--vip",
+                &vip,
+                "--transceiver",
+                &transceiver,
+                "--count",
+                &count.to_string(),
+            ])
+            .output()
+            .expect("probe runs");
+        let _ = fake.kill();
+        let _ = fake.wait();
+        String::from_utf8_lossy(&probe.stdout).trim().to_string()
+    }
+}

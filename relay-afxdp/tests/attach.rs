@@ -1,42 +1,16 @@
-//! The steering program on a real interface of the netns testbed (root only; CI runs as
-//! root): attached through a BPF link in generic (skb) and native mode, it leaves ARP and
-//! the kernel's UDP alone and, with no AF_XDP socket bound yet, even relay traffic falls
-//! back to the kernel (relay-mio keeps working behind it); SIGKILL removes it; a second
-//! attachment is refused and reported instead of fought.
+//! The steering program and the AF_XDP socket layer on a real interface of the netns
+//! testbed (root only; CI runs as root): attached through a BPF link in generic (skb) and
+//! native mode, the program leaves ARP and the kernel's UDP alone and, with no AF_XDP
+//! socket bound, even relay traffic falls back to the kernel (relay-mio keeps working
+//! behind it); SIGKILL removes it; a second attachment is refused and reported instead of
+//! fought. With a socket bound, steered datagrams are rewritten in place and sent back.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use perf::testbed::Testbed;
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn built(relative: &str) -> PathBuf {
-    let p = target_dir().join(relative);
-    assert!(
-        p.exists(),
-        "{} missing: build the workspace (cargo test --workspace does)",
-        p.display()
-    );
-    p
-}
-
-fn require_root() {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("Uid:")
-                .map(|v| v.split_whitespace().next().unwrap().to_string())
-        })
-        .unwrap();
-    assert_eq!(uid, "0", "attaching XDP needs root; CI runs as root");
-}
+use perf::testbed::tools::{built, probe_through_relay, require_root, start_relay};
 
 /// Starts steer_hold in the relay namespace and waits for "attached".
 fn hold(bed: &Testbed, mode: &str) -> Result<Child, String> {
@@ -75,65 +49,6 @@ fn xdp_shown(bed: &Testbed) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
-/// relay-mio in the relay namespace, a fake transceiver, and a probe from the client.
-fn probe_through_relay(bed: &Testbed) -> String {
-    let vip = format!("{}:3478", bed.relay.addr);
-    let transceiver = format!("{}:41000", bed.transceiver.addr);
-    let mut relay = bed
-        .relay
-        .command(built("relay-mio").to_str().unwrap())
-        .args([
-            "--vip",
-            &vip,
-            "--internal-addr",
-            &format!("{}:40000", bed.relay.addr),
-        ])
-        .args([
-            "--allow-transceiver-net",
-            "10.77.0.0/24",
-            "--workers",
-            "1",
-            "--cpus",
-            "0",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:9100"])
-        .env(
-            "UFRAG_RELAY_HINT_KEYS",
-            "1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut fake = bed
-        .transceiver
-        .command(built("perf").to_str().unwrap())
-        .args(["fake-transceiver", "--bind", &transceiver, "--idle", "5s"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    let probe = bed
-        .client
-        .command(built("perf").to_str().unwrap())
-        .args([
-            "relay-probe",
-            "--vip",
-            &vip,
-            "--transceiver",
-            &transceiver,
-            "--count",
-            "100",
-        ])
-        .output()
-        .unwrap();
-    for c in [&mut relay, &mut fake] {
-        let _ = c.kill();
-        let _ = c.wait();
-    }
-    String::from_utf8_lossy(&probe.stdout).trim().to_string()
-}
-
 fn check_mode(mode: &str, shown_as: &str) {
     require_root();
     let bed = Testbed::up().unwrap();
@@ -141,7 +56,11 @@ fn check_mode(mode: &str, shown_as: &str) {
     assert!(xdp_shown(&bed).contains(shown_as), "{}", xdp_shown(&bed));
 
     // ARP and the kernel's own UDP keep working: relay-mio forwards through the interface.
-    assert_eq!(probe_through_relay(&bed), "received 100/100");
+    let mut relay = start_relay(&bed, "relay-mio", "0", &[]);
+    let said = probe_through_relay(&bed, 100);
+    let _ = relay.kill();
+    let _ = relay.wait();
+    assert_eq!(said, "received 100/100");
 
     // A second program is refused and reported, not swapped in.
     let second = hold(&bed, mode).expect_err("a second attachment is refused");
@@ -187,7 +106,7 @@ fn check_af_xdp_echo(mode: &str) {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "ready", "xsk_echo failed to start");
-    // The probe sends a STUN-shaped first datagram and 100 more; an echo server returns all.
+    // The probe sends a STUN-shaped first datagram and 100 more; an echo returns them all.
     let vip = format!("{}:3478", bed.relay.addr);
     let probe = bed
         .client

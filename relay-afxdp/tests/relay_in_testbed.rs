@@ -4,155 +4,32 @@
 //! skb and native XDP mode and in wakeup and busy-poll mode. Metrics come from the same
 //! `/metrics` as relay-mio's; SIGKILL leaves no XDP program behind.
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use perf::testbed::{Host, Testbed};
-
-fn built(relative: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join(relative);
-    assert!(
-        p.exists(),
-        "{} missing: build the workspace (cargo test --workspace does)",
-        p.display()
-    );
-    p
-}
-
-fn require_root() {
-    let uid = std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find_map(|l| {
-            l.strip_prefix("Uid:")
-                .map(|v| v.split_whitespace().next().unwrap().to_string())
-        })
-        .unwrap();
-    assert_eq!(uid, "0", "AF_XDP needs root; CI runs as root");
-}
-
-/// GET a path of the relay's metrics endpoint inside its namespace.
-fn http_get(host: &Host, path: &str) -> String {
-    let script = format!(
-        "exec 3<>/dev/tcp/127.0.0.1/9100 && printf 'GET {path} HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"
-    );
-    let out = host.command("bash").args(["-c", &script]).output().unwrap();
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn metric(host: &Host, series: &str) -> f64 {
-    http_get(host, "/metrics")
-        .lines()
-        .filter(|l| l.starts_with(series))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
-}
+use perf::testbed::Testbed;
+use perf::testbed::tools::{
+    probe_through_relay, relay_http, relay_metric, require_root, start_relay,
+};
 
 fn run(xdp_mode: &str, poll: &str) {
     require_root();
     let bed = Testbed::up().unwrap();
-    let vip = format!("{}:3478", bed.relay.addr);
-    let transceiver = format!("{}:41000", bed.transceiver.addr);
-    let mut relay = bed
-        .relay
-        .command(env!("CARGO_BIN_EXE_relay-afxdp"))
-        .args([
+    let ifname = bed.relay.ifname.clone();
+    let mut relay = start_relay(
+        &bed,
+        "relay-afxdp",
+        "1",
+        &[
             "--interface",
-            &bed.relay.ifname,
+            &ifname,
             "--xdp-mode",
             xdp_mode,
             "--poll",
             poll,
-        ])
-        .args([
-            "--vip",
-            &vip,
-            "--internal-addr",
-            &format!("{}:40000", bed.relay.addr),
-        ])
-        .args([
-            "--allow-transceiver-net",
-            "10.77.0.0/24",
-            "--workers",
-            "1",
-            "--cpus",
-            "1",
-        ])
-        .args(["--metrics-addr", "127.0.0.1:9100"])
-        .env(
-            "UFRAG_RELAY_HINT_KEYS",
-            "1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f",
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !http_get(&bed.relay, "/readyz").contains("200") {
-        if let Some(status) = relay.try_wait().unwrap() {
-            let out = relay.wait_with_output().unwrap();
-            panic!(
-                "relay-afxdp exited {status}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        assert!(Instant::now() < deadline, "relay-afxdp never became ready");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let mut fake = bed
-        .transceiver
-        .command(built("perf").to_str().unwrap())
-        .args(["fake-transceiver", "--bind", &transceiver, "--idle", "5s"])
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
-    let probe = bed
-        .client
-        .command(built("perf").to_str().unwrap())
-        .args([
-            "relay-probe",
-            "--vip",
-            &vip,
-            "--transceiver",
-            &transceiver,
-            "--count",
-            "200",
-        ])
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&probe.stdout).trim().to_string();
-    if said != "received 200/200" {
-        let m = http_get(&bed.relay, "/metrics");
-        eprintln!(
-            "{}",
-            m.lines()
-                .filter(|l| !l.starts_with('#') && !l.ends_with(" 0"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        let snmp = bed
-            .client
-            .command("cat")
-            .arg("/proc/net/snmp")
-            .output()
-            .unwrap();
-        eprintln!(
-            "client snmp:\n{}",
-            String::from_utf8_lossy(&snmp.stdout)
-                .lines()
-                .filter(|l| l.starts_with("Udp"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        );
-        let links = Command::new("ip")
-            .args(["-n", &bed.client.ns, "-s", "link"])
-            .output()
-            .unwrap();
-        eprintln!("{}", String::from_utf8_lossy(&links.stdout));
-    }
+        ],
+    );
+    let said = probe_through_relay(&bed, 200);
 
     // Garbage to the VIP is dropped and counted, as in relay-mio.
     let garbage = bed
@@ -169,32 +46,30 @@ fn run(xdp_mode: &str, poll: &str) {
         .unwrap();
     assert!(garbage.success());
     let deadline = Instant::now() + Duration::from_secs(5);
-    while metric(
-        &bed.relay,
+    while relay_metric(
+        &bed,
         "ufrag_relay_drops_total{worker=\"0\",reason=\"unclassified\"}",
     ) < 1.0
     {
         assert!(Instant::now() < deadline, "garbage never counted");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let unresolved = metric(
-        &bed.relay,
+    let unresolved = relay_metric(
+        &bed,
         "ufrag_relay_drops_total{worker=\"0\",reason=\"neighbour_unresolved\"}",
     );
-    let forwarded_in = metric(
-        &bed.relay,
+    let forwarded_in = relay_metric(
+        &bed,
         "ufrag_relay_packets_total{worker=\"0\",direction=\"in\"}",
     );
-    let forwarded_out = metric(
-        &bed.relay,
+    let forwarded_out = relay_metric(
+        &bed,
         "ufrag_relay_packets_total{worker=\"0\",direction=\"out\"}",
     );
-    assert!(http_get(&bed.relay, "/metrics").contains("backend=\"afxdp\""));
-
+    assert!(relay_http(&bed, "/metrics").contains("backend=\"afxdp\""));
     let _ = relay.kill();
     let _ = relay.wait();
-    let _ = fake.kill();
-    let _ = fake.wait();
+
     assert_eq!(
         said, "received 200/200",
         "probe through relay-afxdp ({xdp_mode}, {poll})"
