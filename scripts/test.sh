@@ -26,6 +26,17 @@ trap 'rm -f "$log"' EXIT
 echo "== cargo test (workspace, locked)"
 cargo test --workspace --locked 2>&1 | tee "$log"
 
+echo "== the relay behaviour suite inside the netns testbed (root): relay-mio, then relay-afxdp"
+RELAY_TESTBED=1 cargo test --locked -p relay-mio --test behaviour --test route_cache 2>&1 | tee -a "$log"
+for mode in skb native; do
+  echo "== relay-afxdp ($mode XDP) against the same suite"
+  echo "!! SKIPPED for relay-afxdp: two_workers_are_both_used_and_each_pinned_to_its_own_core:" \
+       "veth in this testbed delivers every flow to RX queue 0, so a second AF_XDP worker gets no traffic" >&2
+  RELAY_UNDER_TEST="$PWD/target/debug/relay-afxdp" RELAY_TESTBED=1 RELAY_XDP_MODE=$mode \
+    cargo test --locked -p relay-mio --test behaviour --test route_cache -- \
+    --skip two_workers_are_both_used_and_each_pinned_to_its_own_core 2>&1 | tee -a "$log"
+done
+
 echo "== benches in test mode (each criterion bench runs once; iai bench must compile)"
 cargo test --locked -p ufrag-common --bench hot_path
 cargo build --locked -p ufrag-common --benches

@@ -41,6 +41,24 @@ impl Host {
     }
 }
 
+/// Options for [`Testbed::up_with`].
+#[derive(Clone, Copy, Debug)]
+pub struct TestbedOptions {
+    /// RX/TX queues of every interface (one AF_XDP socket per relay queue).
+    pub queues: u32,
+    /// A second relay host (10.77.0.4), for global mode.
+    pub second_relay: bool,
+}
+
+impl Default for TestbedOptions {
+    fn default() -> Self {
+        TestbedOptions {
+            queues: 1,
+            second_relay: false,
+        }
+    }
+}
+
 /// A running testbed; torn down on drop.
 #[derive(Debug)]
 pub struct Testbed {
@@ -52,7 +70,10 @@ pub struct Testbed {
     pub relay: Host,
     /// The transceiver side.
     pub transceiver: Host,
+    /// A second relay (10.77.0.4), when asked for.
+    pub relay2: Option<Host>,
     bridge_ns: String,
+    queues: u32,
     namespaces: Vec<String>,
 }
 
@@ -95,6 +116,11 @@ pub fn sweep_stale() -> io::Result<usize> {
 impl Testbed {
     /// Builds the topology. On failure, everything made so far is removed.
     pub fn up() -> io::Result<Testbed> {
+        Self::up_with(TestbedOptions::default())
+    }
+
+    /// Builds the topology with `options`.
+    pub fn up_with(options: TestbedOptions) -> io::Result<Testbed> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let _ = sweep_stale();
         let pid = std::process::id();
@@ -111,7 +137,13 @@ impl Testbed {
             client: host("cli", 1),
             relay: host("rly", 2),
             transceiver: host("xcv", 3),
+            relay2: options.second_relay.then(|| {
+                let mut h = host("rl2", 4);
+                h.ifname = format!("{short}g");
+                h
+            }),
             bridge_ns: format!("{id}-br"),
+            queues: options.queues.max(1),
             id,
             namespaces: Vec::new(),
         };
@@ -128,17 +160,42 @@ impl Testbed {
         ip(&["-n", &bridge, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &bridge, "link", "set", "br0", "up"])?;
         ip(&["-n", &bridge, "link", "set", "lo", "up"])?;
-        for h in [
-            self.client.clone(),
-            self.relay.clone(),
-            self.transceiver.clone(),
-        ] {
+        // Every host gets the same number of queues: the client's TX queue choice (a hash
+        // of the flow) is what the bridge carries over to the relay's RX queue.
+        let mut hosts = vec![
+            (self.client.clone(), self.queues),
+            (self.relay.clone(), self.queues),
+            (self.transceiver.clone(), self.queues),
+        ];
+        if let Some(r2) = &self.relay2 {
+            hosts.push((r2.clone(), self.queues));
+        }
+        for (h, queues) in hosts {
             ip(&["netns", "add", &h.ns])?;
             self.namespaces.push(h.ns.clone());
             let peer = format!("{}b", h.ifname);
+            let q = queues.to_string();
             ip(&[
-                "link", "add", &h.ifname, "netns", &h.ns, "type", "veth", "peer", "name", &peer,
-                "netns", &bridge,
+                "link",
+                "add",
+                &h.ifname,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "netns",
+                &h.ns,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &peer,
+                "numtxqueues",
+                &q,
+                "numrxqueues",
+                &q,
+                "netns",
+                &bridge,
             ])?;
             ip(&["-n", &bridge, "link", "set", &peer, "master", "br0", "up"])?;
             ip(&[

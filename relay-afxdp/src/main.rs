@@ -26,6 +26,10 @@ use ufrag_common::runtime::lifecycle::{
 /// forwarded by poll-mode workers, one per (interface, queue). Everything that is not the
 /// relay's UDP (ARP, ICMP, SSH, other UDP) stays with the kernel.
 ///
+/// Every flag can also be set in the TOML file given with --config (flags win). Hint keys
+/// come only from --hint-keys-file (mode 0600) or the UFRAG_RELAY_HINT_KEYS environment
+/// variable, as `<id>:<hex secret>`, current key first.
+///
 /// IPv4 only on the AF_XDP data path for now.
 #[derive(Debug, Parser)]
 #[command(name = "relay-afxdp", version, verbatim_doc_comment)]
@@ -168,6 +172,7 @@ fn main() -> ExitCode {
             },
             batch: cli.batch,
             polls: PollStats::default(),
+            pending: Default::default(),
         });
     }
     let cache = match &config.redis_url {

@@ -24,6 +24,34 @@ use crate::xsk::{RxFrame, XdpSocket};
 
 /// How often the worker expires flows, refreshes neighbours and publishes counters.
 pub const TICK: Duration = Duration::from_millis(50);
+/// How long a frame may wait for its next hop's MAC before it is dropped.
+pub const HOLD: Duration = Duration::from_millis(200);
+/// How many frames may wait for MACs at once.
+pub const MAX_PENDING: usize = 256;
+
+/// Where an outgoing datagram is being built.
+#[derive(Clone, Copy, Debug)]
+struct Outgoing {
+    /// The received frame's address (for drops).
+    frame: u64,
+    /// The UMEM chunk's base address.
+    base: u64,
+    /// Offset of the new Ethernet header in the chunk.
+    start: usize,
+    src: SocketAddr,
+    dst: SocketAddr,
+}
+
+/// A frame ready to send but for its destination MAC.
+#[derive(Clone, Copy, Debug)]
+pub struct Pending {
+    addr: u64,
+    len: usize,
+    dst: std::net::IpAddr,
+    since: Instant,
+    direction: Direction,
+    bytes: usize,
+}
 
 /// How the worker waits when the rings are empty.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,6 +99,8 @@ pub struct AfXdpWorker {
     pub batch: usize,
     /// Poll counters.
     pub polls: PollStats,
+    /// Frames waiting for their next hop's MAC.
+    pub pending: std::collections::VecDeque<Pending>,
 }
 
 impl AfXdpWorker {
@@ -85,6 +115,10 @@ impl AfXdpWorker {
                 next_tick = now + TICK;
             }
             self.socket.maintain();
+            if !self.pending.is_empty() {
+                self.flush_pending(now);
+                self.socket.flush_tx();
+            }
             let n = self.socket.receive(&mut rx);
             if n == 0 {
                 self.polls.empty += 1;
@@ -202,28 +236,17 @@ impl AfXdpWorker {
                         inner_len,
                     );
                 };
-                let Some(mac) = self.neighbours.mac_for(to.ip(), now) else {
-                    return self.drop_forwarded(
-                        f.addr,
-                        DropReason::NeighbourUnresolved,
-                        Direction::In,
-                        inner_len,
-                    );
-                };
-                let (if_mac, internal) = (self.if_mac, self.internal);
+                let internal = self.internal;
                 let buf = self.socket.frame_buffer(f.addr);
                 let _ = header.emit(&mut buf[inner_at - hlen..inner_at]);
-                let Some(n) = write_udp(
-                    &mut buf[start..],
-                    if_mac,
-                    mac,
-                    internal,
-                    to,
-                    hlen + inner_len,
-                ) else {
-                    return self.drop_frame(f.addr, DropReason::TooLarge);
+                let out = Outgoing {
+                    frame: f.addr,
+                    base,
+                    start,
+                    src: internal,
+                    dst: to,
                 };
-                self.send(base + start as u64, n);
+                self.emit(out, hlen + inner_len, Direction::In, inner_len, now);
                 if let Some(route) = record {
                     let key = FlowKey::new(header.client, header.vip);
                     let ok = self.cache.as_ref().is_some_and(|c| c.record(key, route));
@@ -247,27 +270,14 @@ impl AfXdpWorker {
                         out_len,
                     );
                 };
-                let Some(mac) = self.neighbours.mac_for(client.ip(), now) else {
-                    return self.drop_forwarded(
-                        f.addr,
-                        DropReason::NeighbourUnresolved,
-                        Direction::Out,
-                        out_len,
-                    );
+                let out = Outgoing {
+                    frame: f.addr,
+                    base,
+                    start,
+                    src: vip,
+                    dst: client,
                 };
-                let if_mac = self.if_mac;
-                let buf = self.socket.frame_buffer(f.addr);
-                let Some(n) = write_udp(
-                    &mut buf[start..],
-                    if_mac,
-                    mac,
-                    vip,
-                    client,
-                    payload_len - inner,
-                ) else {
-                    return self.drop_frame(f.addr, DropReason::TooLarge);
-                };
-                self.send(base + start as u64, n);
+                self.emit(out, out_len, Direction::Out, out_len, now);
             }
             Verdict::Relay { to } => {
                 let Some(start) = payload_at.checked_sub(headers_len(&to)) else {
@@ -278,21 +288,14 @@ impl AfXdpWorker {
                         payload_len,
                     );
                 };
-                let Some(mac) = self.neighbours.mac_for(to.ip(), now) else {
-                    return self.drop_forwarded(
-                        f.addr,
-                        DropReason::NeighbourUnresolved,
-                        Direction::Out,
-                        payload_len,
-                    );
+                let out = Outgoing {
+                    frame: f.addr,
+                    base,
+                    start,
+                    src: self.internal,
+                    dst: to,
                 };
-                let (if_mac, internal) = (self.if_mac, self.internal);
-                let buf = self.socket.frame_buffer(f.addr);
-                let Some(n) = write_udp(&mut buf[start..], if_mac, mac, internal, to, payload_len)
-                else {
-                    return self.drop_frame(f.addr, DropReason::TooLarge);
-                };
-                self.send(base + start as u64, n);
+                self.emit(out, payload_len, Direction::Out, payload_len, now);
             }
             Verdict::LookupRoute { key } => {
                 let asked = self.cache.as_ref().is_some_and(|c| c.lookup(key));
@@ -302,6 +305,72 @@ impl AfXdpWorker {
                 self.socket.recycle(f.addr);
             }
             Verdict::Drop(_) => self.socket.recycle(f.addr),
+        }
+    }
+
+    /// Writes the headers of an outgoing datagram and sends it, or holds it until the
+    /// kernel has resolved the next hop's MAC (as the kernel itself queues packets
+    /// awaiting ARP), at most [`HOLD`] and [`MAX_PENDING`] frames.
+    fn emit(
+        &mut self,
+        out: Outgoing,
+        payload_len: usize,
+        direction: Direction,
+        bytes: usize,
+        now: Instant,
+    ) {
+        let mac = self.neighbours.mac_for(out.dst.ip(), now);
+        let if_mac = self.if_mac;
+        let buf = self.socket.frame_buffer(out.frame);
+        let Some(n) = write_udp(
+            &mut buf[out.start..],
+            if_mac,
+            mac.unwrap_or([0; 6]),
+            out.src,
+            out.dst,
+            payload_len,
+        ) else {
+            return self.drop_forwarded(out.frame, DropReason::TooLarge, direction, bytes);
+        };
+        let addr = out.base + out.start as u64;
+        match mac {
+            Some(_) => self.send(addr, n),
+            None if self.pending.len() < MAX_PENDING => self.pending.push_back(Pending {
+                addr,
+                len: n,
+                dst: out.dst.ip(),
+                since: now,
+                direction,
+                bytes,
+            }),
+            None => self.drop_forwarded(addr, DropReason::NeighbourUnresolved, direction, bytes),
+        }
+    }
+
+    /// Sends held frames whose next hop has been resolved; drops (and counts) those held
+    /// longer than [`HOLD`].
+    fn flush_pending(&mut self, now: Instant) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let p = self.pending[i];
+            match self.neighbours.mac_for(p.dst, now) {
+                Some(mac) => {
+                    let offset = (p.addr % u64::from(self.socket.frame_size())) as usize;
+                    self.socket.frame_buffer(p.addr)[offset..offset + 6].copy_from_slice(&mac);
+                    self.pending.remove(i);
+                    self.send(p.addr, p.len);
+                }
+                None if now.saturating_duration_since(p.since) > HOLD => {
+                    self.pending.remove(i);
+                    self.drop_forwarded(
+                        p.addr,
+                        DropReason::NeighbourUnresolved,
+                        p.direction,
+                        p.bytes,
+                    );
+                }
+                None => i += 1,
+            }
         }
     }
 

@@ -23,8 +23,8 @@ struct Session {
 
 fn established(setup: &RelaySetup) -> Session {
     let relay = RelayProcess::start(setup);
-    let transceiver = Endpoint::bind(unique_ip());
-    let client = Endpoint::bind(unique_ip());
+    let transceiver = relay.net().transceiver();
+    let client = relay.net().client();
     let stun = binding_request_for(transceiver.addr(), 0, 1);
     client.send(relay.vip(), &stun);
     let (header, payload, from) = transceiver.recv_frame().expect("Binding Request forwarded");
@@ -64,8 +64,8 @@ fn the_return_path_reaches_the_right_client_from_the_vip_it_used() {
         vips: 2,
         ..Default::default()
     });
-    let transceiver = Endpoint::bind(unique_ip());
-    let (a, b) = (Endpoint::bind(unique_ip()), Endpoint::bind(unique_ip()));
+    let transceiver = relay.net().transceiver();
+    let (a, b) = (relay.net().client(), relay.net().client());
     a.send(
         relay.vips[0],
         &binding_request_for(transceiver.addr(), 0, 1),
@@ -99,7 +99,7 @@ fn the_return_path_reaches_the_right_client_from_the_vip_it_used() {
 #[test]
 fn each_bad_first_packet_is_dropped_counted_and_not_forwarded() {
     let relay = RelayProcess::start(&RelaySetup::default());
-    let transceiver = Endpoint::bind(unique_ip());
+    let transceiver = relay.net().transceiver();
     let good = binding_request_for(transceiver.addr(), 0, 1);
 
     let forged = binding_request_with(
@@ -159,7 +159,7 @@ fn each_bad_first_packet_is_dropped_counted_and_not_forwarded() {
     ];
     for (i, (what, datagram, reason)) in cases.iter().enumerate() {
         // A fresh client per case, so that no flow from an earlier case is reused.
-        let client = Endpoint::bind(unique_ip());
+        let client = relay.net().client();
         client.send(relay.vip(), datagram);
         relay.wait_for(what, |r| r.drops(reason) >= 1.0);
         client.send(relay.vip(), &rtp(i as u16));
@@ -177,8 +177,8 @@ fn each_bad_first_packet_is_dropped_counted_and_not_forwarded() {
 #[test]
 fn non_stun_without_a_flow_is_never_forwarded() {
     let relay = RelayProcess::start(&RelaySetup::default());
-    let transceiver = Endpoint::bind(unique_ip());
-    let client = Endpoint::bind(unique_ip());
+    let transceiver = relay.net().transceiver();
+    let client = relay.net().client();
     for seq in 0..20 {
         client.send(relay.vip(), &rtp(seq));
         client.send(relay.vip(), &dtls());
@@ -205,7 +205,7 @@ fn return_frames_without_a_flow_or_from_elsewhere_are_dropped() {
     s.relay
         .wait_for("frame_not_a_frame", |r| r.drops("frame_not_a_frame") == 1.0);
     // A second transceiver (allowed network) cannot answer for the first one's client.
-    let other = Endpoint::bind(unique_ip());
+    let other = s.relay.net().transceiver();
     other.send_frame(internal, s.client.addr(), s.relay.vip(), &rtp(3));
     s.relay.wait_for("return_wrong_source", |r| {
         r.drops("return_wrong_source") == 1.0
@@ -216,14 +216,19 @@ fn return_frames_without_a_flow_or_from_elsewhere_are_dropped() {
 
 #[test]
 fn frames_from_outside_the_transceiver_networks_are_dropped_before_parsing() {
+    let net = Net::new();
     let relay = RelayProcess::start(&RelaySetup {
-        extra: vec!["--allow-transceiver-net".into(), "127.250.0.0/16".into()],
+        extra: vec![
+            "--allow-transceiver-net".into(),
+            format!("{}/32", net.transceiver_ip()),
+        ],
+        net,
         ..Default::default()
     });
-    let outsider = Endpoint::bind(unique_ip()); // 127.100-199.x.y: outside 127.250/16
+    let outsider = relay.net().client(); // a client's address: not a transceiver network
     outsider.send_frame(
         relay.internal_of(0),
-        "127.1.1.1:1".parse().unwrap(),
+        "198.51.100.1:1".parse().unwrap(),
         relay.vip(),
         &rtp(1),
     );
@@ -231,10 +236,10 @@ fn frames_from_outside_the_transceiver_networks_are_dropped_before_parsing() {
     relay.wait_for("frame_source_not_allowed", |r| {
         r.drops("frame_source_not_allowed") == 2.0
     });
-    let insider = Endpoint::bind("127.250.0.9".parse().unwrap());
+    let insider = relay.net().transceiver();
     insider.send_frame(
         relay.internal_of(0),
-        "127.1.1.1:1".parse().unwrap(),
+        "198.51.100.1:1".parse().unwrap(),
         relay.vip(),
         &rtp(1),
     );
@@ -273,8 +278,8 @@ fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding() {
         extra: vec!["--flows-per-worker".into(), "2".into()],
         ..Default::default()
     });
-    let transceiver = Endpoint::bind(unique_ip());
-    let clients: Vec<Endpoint> = (0..3).map(|_| Endpoint::bind(unique_ip())).collect();
+    let transceiver = relay.net().transceiver();
+    let clients: Vec<Endpoint> = (0..3).map(|_| relay.net().client()).collect();
     for (i, c) in clients.iter().enumerate() {
         c.send(
             relay.vip(),
@@ -295,11 +300,12 @@ fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding() {
 fn two_workers_are_both_used_and_each_pinned_to_its_own_core() {
     let relay = RelayProcess::start(&RelaySetup {
         workers: 2,
+        net: Net::with_queues(2),
         ..Default::default()
     });
-    let transceiver = Endpoint::bind(unique_ip());
+    let transceiver = relay.net().transceiver();
     // SO_REUSEPORT spreads clients by address hash: 32 clients reach both workers.
-    let clients: Vec<Endpoint> = (0..32).map(|_| Endpoint::bind(unique_ip())).collect();
+    let clients: Vec<Endpoint> = (0..32).map(|_| relay.net().client()).collect();
     for (i, c) in clients.iter().enumerate() {
         c.send(
             relay.vip(),
@@ -342,31 +348,32 @@ fn two_workers_are_both_used_and_each_pinned_to_its_own_core() {
 
 #[test]
 fn global_relay_to_cluster_relay_to_transceiver_and_back() {
-    let transceiver = Endpoint::bind(unique_ip());
-    let cluster_ip = unique_ip();
-    let global_ip = unique_ip();
+    let net = Net::new();
+    let transceiver = net.transceiver();
+    let global_ip = net.relay_ip(1);
     // Cluster 1's relay accepts frames only from the global relay's address.
     let cluster = RelayProcess::start(&RelaySetup {
-        internal_ip: cluster_ip,
         extra: vec![
             "--cluster-id".into(),
             "1".into(),
             "--allow-global-relay-net".into(),
             format!("{global_ip}/32"),
         ],
+        net: net.clone(),
         ..Default::default()
     });
     let global = RelayProcess::start(&RelaySetup {
-        internal_ip: global_ip,
         extra: vec![
             "--cluster-id".into(),
             "0".into(),
             "--cluster-relay".into(),
             format!("1={}", cluster.internal_of(0)),
         ],
+        net: net.clone(),
+        host: 1,
         ..Default::default()
     });
-    let client = Endpoint::bind(unique_ip());
+    let client = net.client();
     let stun = binding_request_for(transceiver.addr(), 1, 1);
     client.send(global.vip(), &stun);
     let (h, payload, from) = transceiver
@@ -391,22 +398,24 @@ fn global_relay_to_cluster_relay_to_transceiver_and_back() {
 
 #[test]
 fn a_cluster_relay_refuses_frames_from_non_global_relays() {
+    let net = Net::new();
     let cluster = RelayProcess::start(&RelaySetup {
         extra: vec![
             "--cluster-id".into(),
             "1".into(),
             "--allow-global-relay-net".into(),
-            "127.254.254.254/32".into(),
+            format!("{}/32", net.unused_ip()),
         ],
+        net,
         ..Default::default()
     });
-    let transceiver = Endpoint::bind(unique_ip());
+    let transceiver = cluster.net().transceiver();
     // From an allowed transceiver network, a frame is a *return* frame, not a client's:
     // no flow → dropped, never forwarded to the transceiver the hint names.
-    let pretender = Endpoint::bind(unique_ip());
+    let pretender = cluster.net().transceiver();
     pretender.send_frame(
         cluster.internal_of(0),
-        "127.9.9.9:9".parse().unwrap(),
+        "198.51.100.9:9".parse().unwrap(),
         cluster.vip(),
         &binding_request_for(transceiver.addr(), 1, 1),
     );
@@ -422,17 +431,14 @@ fn sigterm_turns_readiness_off_keeps_forwarding_during_drain_then_exits_0() {
     });
     s.relay.terminate();
     let deadline = std::time::Instant::now() + WAIT;
-    while http_get(s.relay.metrics, "/readyz").map(|(code, _)| code) != Some(503) {
+    while s.relay.http("/readyz").map(|(code, _)| code) != Some(503) {
         assert!(
             std::time::Instant::now() < deadline,
             "readyz never went 503"
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    assert_eq!(
-        http_get(s.relay.metrics, "/healthz").map(|(c, _)| c),
-        Some(200)
-    );
+    assert_eq!(s.relay.http("/healthz").map(|(c, _)| c), Some(200));
     s.client.send(s.relay.vip(), &rtp(5));
     assert_eq!(
         s.transceiver
@@ -447,6 +453,7 @@ fn sigterm_turns_readiness_off_keeps_forwarding_during_drain_then_exits_0() {
 #[test]
 fn a_bad_config_exits_non_zero_naming_the_field() {
     let out = std::process::Command::new(relay_binary())
+        .args(backend_args())
         .args([
             "--vip",
             "127.0.0.1:3478",
@@ -465,6 +472,7 @@ fn a_bad_config_exits_non_zero_naming_the_field() {
     assert!(stderr.contains("`idle_timeout`"), "{stderr}");
 
     let out = std::process::Command::new(relay_binary())
+        .args(backend_args())
         .args([
             "--vip",
             "127.0.0.1:3478",

@@ -8,23 +8,25 @@ use std::time::Duration;
 
 use support::*;
 
-fn setup_with(redis: Option<&RedisServer>) -> RelaySetup {
+fn setup_with(net: &Net, redis: Option<&TestRedis>) -> RelaySetup {
     let mut extra = vec![];
     if let Some(r) = redis {
         extra.extend(["--redis-url".to_string(), r.url()]);
     }
     RelaySetup {
         extra,
+        net: net.clone(),
         ..Default::default()
     }
 }
 
 #[test]
 fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet() {
-    let redis = RedisServer::start();
-    let setup = setup_with(Some(&redis));
-    let transceiver = Endpoint::bind(unique_ip());
-    let client = Endpoint::bind(unique_ip());
+    let net = Net::new();
+    let redis = TestRedis::start(&net);
+    let setup = setup_with(&net, Some(&redis));
+    let transceiver = net.transceiver();
+    let client = net.client();
     let relay = RelayProcess::start(&setup);
     client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
     assert!(transceiver.recv_frame().is_some());
@@ -58,9 +60,10 @@ fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet() {
 
 #[test]
 fn without_redis_a_restarted_relay_waits_for_the_next_stun() {
-    let setup = setup_with(None);
-    let transceiver = Endpoint::bind(unique_ip());
-    let client = Endpoint::bind(unique_ip());
+    let net = Net::new();
+    let setup = setup_with(&net, None);
+    let transceiver = net.transceiver();
+    let client = net.client();
     let relay = RelayProcess::start(&setup);
     client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
     assert!(transceiver.recv_frame().is_some());
@@ -80,11 +83,12 @@ fn without_redis_a_restarted_relay_waits_for_the_next_stun() {
 
 #[test]
 fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects() {
-    let mut redis = RedisServer::start();
+    let net = Net::new();
+    let mut redis = TestRedis::start(&net);
     let redis_addr = redis.addr;
-    let setup = setup_with(Some(&redis));
-    let transceiver = Endpoint::bind(unique_ip());
-    let client = Endpoint::bind(unique_ip());
+    let setup = setup_with(&net, Some(&redis));
+    let transceiver = net.transceiver();
+    let client = net.client();
     let relay = RelayProcess::start(&setup);
     client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
     assert!(transceiver.recv_frame().is_some());
@@ -102,7 +106,7 @@ fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects() {
         "existing flows keep forwarding with redis down"
     );
     // New flows are still made from STUN; recording them fails and is counted.
-    let second = Endpoint::bind(unique_ip());
+    let second = net.client();
     second.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 2));
     assert!(transceiver.recv_frame().is_some(), "new flows still work");
     relay.wait_for("cache errors counted", |r| {
@@ -111,10 +115,10 @@ fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects() {
 
     // Redis comes back (empty): the relay reconnects (backoff ≤ 2 s). A flow made once it
     // has is recorded, and a restarted relay restores that flow from the cache.
-    let _redis = RedisServer::start_on(redis_addr);
+    let _redis = TestRedis::start_on(&net, redis_addr);
     let deadline = std::time::Instant::now() + WAIT;
     let recorded = loop {
-        let attempt = Endpoint::bind(unique_ip());
+        let attempt = net.client();
         attempt.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 3));
         assert!(transceiver.recv_frame().is_some());
         std::thread::sleep(Duration::from_millis(200));

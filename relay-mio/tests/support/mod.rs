@@ -1,20 +1,30 @@
-//! The behaviour-suite harness: a relay binary run as a child process on loopback, fake
-//! transceivers built from `common`'s frame codec, clients sending STUN built the way
-//! browsers do, metrics read over HTTP, and a private `redis-server`.
+//! The behaviour-suite harness: a relay binary run as a child process, fake transceivers
+//! built from `common`'s frame codec, clients sending STUN built the way browsers do,
+//! metrics read over HTTP, and a private `redis-server`.
 //!
-//! Everything binds to a random 127.x.y.z address of its own, so tests run in parallel
-//! (and two runs of the suite) never collide, and no traffic leaves loopback. The relay
-//! under test is `relay-mio` unless `RELAY_UNDER_TEST` names another binary that takes
-//! the same flags (the AF_XDP backend, later).
+//! The suite runs in one of two places, and every test is written for both:
+//! - **loopback** (default): everything binds to a random 127.x.y.z address of its own,
+//!   so tests run in parallel (and two runs never collide);
+//! - **the netns testbed** (`RELAY_TESTBED=1`, root): each test gets its own testbed
+//!   (`perf::testbed`); clients live in the client namespace, fake transceivers in the
+//!   transceiver namespace, the relay (and a second one for global mode) in its own.
+//!   `RELAY_XDP_MODE=skb|native` adds `--interface <relay's veth> --xdp-mode <mode>`, which
+//!   is how relay-afxdp runs the very same suite.
+//!
+//! The relay under test is `relay-mio` unless `RELAY_UNDER_TEST` names another binary
+//! that takes the same flags.
 #![allow(dead_code, unreachable_pub)] // each test file uses a different part of the harness
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use perf::netns::in_netns;
+use perf::testbed::{Host, Testbed, TestbedOptions};
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
 use ufrag_common::stun;
@@ -30,11 +40,11 @@ pub fn keys() -> HintKeys {
 }
 
 /// A fresh loopback address, unique within this run (pid-seeded, then counted).
-pub fn unique_ip() -> std::net::Ipv4Addr {
+pub fn unique_ip() -> Ipv4Addr {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let pid = std::process::id();
-    std::net::Ipv4Addr::new(
+    Ipv4Addr::new(
         127,
         100 + (pid % 100) as u8,
         ((pid / 100) % 250) as u8 + 1,
@@ -43,7 +53,7 @@ pub fn unique_ip() -> std::net::Ipv4Addr {
 }
 
 /// A free TCP port on `ip` (bind 0, read, release).
-pub fn free_tcp_port(ip: std::net::Ipv4Addr) -> u16 {
+pub fn free_tcp_port(ip: Ipv4Addr) -> u16 {
     std::net::TcpListener::bind((ip, 0))
         .unwrap()
         .local_addr()
@@ -56,6 +66,124 @@ pub fn relay_binary() -> String {
         .unwrap_or_else(|_| env!("CARGO_BIN_EXE_relay-mio").to_string())
 }
 
+fn in_testbed() -> bool {
+    std::env::var("RELAY_TESTBED").is_ok_and(|v| v == "1")
+}
+
+fn xdp_mode() -> Option<String> {
+    std::env::var("RELAY_XDP_MODE")
+        .ok()
+        .filter(|m| !m.is_empty())
+}
+
+/// Flags a binary needs besides the shared ones (relay-afxdp: an interface). For runs
+/// outside the testbed (config errors, --help), the loopback interface does.
+pub fn backend_args() -> Vec<String> {
+    match xdp_mode() {
+        Some(_) => vec!["--interface".into(), "lo".into()],
+        None => vec![],
+    }
+}
+
+/// The network a test's hosts live on.
+#[derive(Clone)]
+pub struct Net {
+    bed: Option<Arc<Testbed>>,
+    relay_ips: [Ipv4Addr; 2],
+    transceiver_ip: Ipv4Addr,
+}
+
+impl Net {
+    /// A network for one test: loopback addresses, or a fresh testbed.
+    pub fn new() -> Net {
+        Self::with(TestbedOptions {
+            queues: 1,
+            second_relay: true,
+        })
+    }
+
+    /// With `queues` RX queues on the relays' interfaces (testbed only).
+    pub fn with_queues(queues: u32) -> Net {
+        Self::with(TestbedOptions {
+            queues,
+            second_relay: true,
+        })
+    }
+
+    fn with(options: TestbedOptions) -> Net {
+        if in_testbed() {
+            let bed = Testbed::up_with(options).expect("the testbed needs root; CI runs as root");
+            Net {
+                relay_ips: [bed.relay.addr, bed.relay2.as_ref().expect("asked for").addr],
+                transceiver_ip: bed.transceiver.addr,
+                bed: Some(Arc::new(bed)),
+            }
+        } else {
+            Net {
+                bed: None,
+                relay_ips: [unique_ip(), unique_ip()],
+                transceiver_ip: unique_ip(),
+            }
+        }
+    }
+
+    /// The address of relay host `n` (0 or 1).
+    pub fn relay_ip(&self, n: usize) -> Ipv4Addr {
+        self.relay_ips[n]
+    }
+
+    fn relay_host(&self, n: usize) -> Option<&Host> {
+        let bed = self.bed.as_ref()?;
+        Some(if n == 0 {
+            &bed.relay
+        } else {
+            bed.relay2.as_ref().expect("second relay host")
+        })
+    }
+
+    /// Every address the transceivers use.
+    pub fn transceiver_ip(&self) -> Ipv4Addr {
+        self.transceiver_ip
+    }
+
+    /// The networks relays should accept transceivers from by default.
+    pub fn transceiver_nets(&self) -> String {
+        if self.bed.is_some() {
+            "10.77.0.0/24".into()
+        } else {
+            "127.0.0.0/8".into()
+        }
+    }
+
+    /// An address no host of this network has.
+    pub fn unused_ip(&self) -> Ipv4Addr {
+        if self.bed.is_some() {
+            Ipv4Addr::new(10, 77, 0, 254)
+        } else {
+            Ipv4Addr::new(127, 254, 254, 254)
+        }
+    }
+
+    /// A client endpoint (its own address on loopback; the client host in the testbed).
+    pub fn client(&self) -> Endpoint {
+        match &self.bed {
+            Some(bed) => Endpoint::bind_in(Some(&bed.client.ns), bed.client.addr),
+            None => Endpoint::bind(unique_ip()),
+        }
+    }
+
+    /// A transceiver endpoint (all on the transceiver address).
+    pub fn transceiver(&self) -> Endpoint {
+        let ns = self.bed.as_ref().map(|b| b.transceiver.ns.clone());
+        Endpoint::bind_in(ns.as_deref(), self.transceiver_ip)
+    }
+
+    /// The namespace of the transceiver host, if any (for helpers such as Redis).
+    pub fn transceiver_ns(&self) -> Option<String> {
+        self.bed.as_ref().map(|b| b.transceiver.ns.clone())
+    }
+}
+
 /// A relay child process; killed on drop.
 pub struct RelayProcess {
     pub child: Child,
@@ -63,16 +191,19 @@ pub struct RelayProcess {
     pub internal: SocketAddr,
     pub metrics: SocketAddr,
     pub log: std::path::PathBuf,
+    ns: Option<String>,
+    net: Net,
 }
 
 /// How to start a relay: flags beyond the ones every test needs.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct RelaySetup {
     pub vips: usize,
     pub workers: usize,
     pub extra: Vec<String>,
-    pub internal_ip: std::net::Ipv4Addr,
-    pub vip_ip: std::net::Ipv4Addr,
+    pub net: Net,
+    /// Which relay host (0, or 1 for the second relay of global mode).
+    pub host: usize,
 }
 
 impl Default for RelaySetup {
@@ -81,19 +212,24 @@ impl Default for RelaySetup {
             vips: 1,
             workers: 1,
             extra: vec![],
-            internal_ip: unique_ip(),
-            vip_ip: unique_ip(),
+            net: Net::new(),
+            host: 0,
         }
     }
 }
 
 impl RelayProcess {
     pub fn start(setup: &RelaySetup) -> RelayProcess {
+        let ip = setup.net.relay_ip(setup.host);
+        let host = setup.net.relay_host(setup.host).cloned();
         let vips: Vec<SocketAddr> = (0..setup.vips)
-            .map(|i| SocketAddr::from((setup.vip_ip, 3478 + i as u16)))
+            .map(|i| SocketAddr::from((ip, 3478 + i as u16)))
             .collect();
-        let internal = SocketAddr::from((setup.internal_ip, 40_000));
-        let metrics = SocketAddr::from((setup.internal_ip, free_tcp_port(setup.internal_ip)));
+        let internal = SocketAddr::from((ip, 40_000));
+        let metrics = match host {
+            Some(_) => SocketAddr::from(([127, 0, 0, 1], 9100)),
+            None => SocketAddr::from((ip, free_tcp_port(ip))),
+        };
         let mut args: Vec<String> = vec![];
         for v in &vips {
             args.extend(["--vip".into(), v.to_string()]);
@@ -109,21 +245,35 @@ impl RelayProcess {
             metrics.to_string(),
         ]);
         // Defaults a test can replace by giving the flag itself.
+        let nets = setup.net.transceiver_nets();
         for (flag, value) in [
-            ("--allow-transceiver-net", "127.0.0.0/8"),
+            ("--allow-transceiver-net", nets.as_str()),
             ("--drain-time", "300ms"),
         ] {
             if !setup.extra.iter().any(|a| a == flag) {
                 args.extend([flag.to_string(), value.to_string()]);
             }
         }
+        if let (Some(h), Some(mode)) = (&host, xdp_mode()) {
+            args.extend([
+                "--interface".into(),
+                h.ifname.clone(),
+                "--xdp-mode".into(),
+                mode,
+            ]);
+        }
         args.extend(setup.extra.iter().cloned());
         let log = std::env::temp_dir().join(format!(
-            "relay-{}-{}.log",
+            "relay-{}-{}-{}.log",
             std::process::id(),
-            internal.ip()
+            internal.ip(),
+            unique_ip()
         ));
-        let child = Command::new(relay_binary())
+        let mut command = match &host {
+            Some(h) => h.command(&relay_binary()),
+            None => Command::new(relay_binary()),
+        };
+        let child = command
             .args(&args)
             .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
             .env("RUST_LOG", "info")
@@ -137,6 +287,8 @@ impl RelayProcess {
             internal,
             metrics,
             log,
+            ns: host.map(|h| h.ns),
+            net: setup.net.clone(),
         };
         relay.wait_ready();
         relay
@@ -144,6 +296,11 @@ impl RelayProcess {
 
     pub fn vip(&self) -> SocketAddr {
         self.vips[0]
+    }
+
+    /// The network this relay lives on.
+    pub fn net(&self) -> &Net {
+        &self.net
     }
 
     /// The internal address of worker `i`.
@@ -155,10 +312,15 @@ impl RelayProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// GETs a path of the relay's HTTP endpoint (inside its namespace in the testbed).
+    pub fn http(&self, path: &str) -> Option<(u16, String)> {
+        http_get_in(self.ns.as_deref(), self.metrics, path)
+    }
+
     fn wait_ready(&self) {
         let deadline = Instant::now() + WAIT;
         while Instant::now() < deadline {
-            if let Some((200, _)) = http_get(self.metrics, "/readyz") {
+            if let Some((200, _)) = self.http("/readyz") {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -168,7 +330,7 @@ impl RelayProcess {
 
     /// The current metrics as `series → value`.
     pub fn metrics(&self) -> HashMap<String, f64> {
-        let (_, body) = http_get(self.metrics, "/metrics").expect("metrics endpoint answers");
+        let (_, body) = self.http("/metrics").expect("metrics endpoint answers");
         body.lines()
             .filter(|l| !l.starts_with('#') && !l.is_empty())
             .filter_map(|l| {
@@ -248,9 +410,13 @@ impl Drop for RelayProcess {
     }
 }
 
-/// A minimal HTTP/1.0 GET; `(status, body)`.
-pub fn http_get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
+/// A minimal HTTP/1.0 GET from inside namespace `ns`; `(status, body)`.
+pub fn http_get_in(ns: Option<&str>, addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut s = in_netns(ns, move || {
+        TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+    })
+    .ok()?
+    .ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: relay\r\n\r\n").ok()?;
     let mut text = String::new();
@@ -269,8 +435,15 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn bind(ip: std::net::Ipv4Addr) -> Endpoint {
-        let socket = UdpSocket::bind((ip, 0)).unwrap();
+    pub fn bind(ip: Ipv4Addr) -> Endpoint {
+        Self::bind_in(None, ip)
+    }
+
+    /// Binds in network namespace `ns` (the socket stays there, whoever uses it).
+    pub fn bind_in(ns: Option<&str>, ip: Ipv4Addr) -> Endpoint {
+        let socket = in_netns(ns, move || UdpSocket::bind((ip, 0)))
+            .unwrap()
+            .unwrap();
         socket
             .set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
@@ -378,8 +551,135 @@ pub fn dtls() -> Vec<u8> {
 mod redis;
 pub use redis::RedisServer;
 
-impl RedisServer {
-    pub fn start() -> RedisServer {
-        RedisServer::start_at(unique_ip())
+/// A private `redis-server` reachable from the relay: on loopback, or in the testbed's
+/// transceiver namespace (the relay reaches it across the bridge).
+pub struct TestRedis {
+    server: Option<RedisServer>,
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    ns: Option<String>,
+}
+
+impl TestRedis {
+    pub fn start(net: &Net) -> TestRedis {
+        match net.transceiver_ns() {
+            None => {
+                let server = RedisServer::start_at(unique_ip());
+                TestRedis {
+                    addr: server.addr,
+                    server: Some(server),
+                    child: None,
+                    ns: None,
+                }
+            }
+            Some(_) => Self::start_on(net, SocketAddr::from((net.transceiver_ip(), 6379))),
+        }
+    }
+
+    /// Starts again on `addr` (after `kill`).
+    pub fn start_on(net: &Net, addr: SocketAddr) -> TestRedis {
+        let Some(ns) = net.transceiver_ns() else {
+            let server = RedisServer::start_on(addr);
+            return TestRedis {
+                addr,
+                server: Some(server),
+                child: None,
+                ns: None,
+            };
+        };
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "redis-server",
+                "--bind",
+                &addr.ip().to_string(),
+            ])
+            .args([
+                "--port",
+                &addr.port().to_string(),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                "/tmp",
+            ])
+            .args(["--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-server must be installed (scripts/test.sh installs it)");
+        let redis = TestRedis {
+            server: None,
+            child: Some(child),
+            addr,
+            ns: Some(ns),
+        };
+        let deadline = Instant::now() + WAIT;
+        while redis.connect().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        redis
+    }
+
+    fn connect(&self) -> Option<TcpStream> {
+        let addr = self.addr;
+        in_netns(self.ns.as_deref(), move || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(200))
+        })
+        .ok()?
+        .ok()
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// `GET key` over a raw RESP connection.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let mut s = self.connect()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(s, "*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).ok()?;
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        let (len, rest) = text.strip_prefix('$')?.split_once("\r\n")?;
+        let len: i64 = len.parse().ok()?;
+        (len >= 0).then(|| rest[..len as usize].to_string())
+    }
+
+    /// Waits (bounded) until the relay has recorded the flow of `client` on `vip`.
+    pub fn wait_for_flow(&self, client: SocketAddr, vip: SocketAddr) -> String {
+        let key = format!("ufrag-relay:flow:{client}|{vip}");
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if let Some(v) = self.get(&key) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "{key} never appeared in redis");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(s) = &mut self.server {
+            s.kill();
+        }
+        if let Some(c) = &mut self.child {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for TestRedis {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
