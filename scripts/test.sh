@@ -14,6 +14,12 @@ if ! command -v redis-server >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
+# The AF_XDP tests ping the relay while it runs.
+if ! command -v ping >/dev/null; then
+  echo "== installing iputils-ping"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iputils-ping >/dev/null
+fi
+
 # The transceiver's page test syntax-checks its JavaScript with node.
 if ! command -v node >/dev/null; then
   echo "== installing nodejs"

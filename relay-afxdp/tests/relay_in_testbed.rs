@@ -1,8 +1,9 @@
 //! relay-afxdp end to end on the netns testbed (root only; CI runs as root): a client
 //! makes a flow with a Binding Request and sends RTP-like datagrams; relay-afxdp forwards
 //! them framed to a (fake, echoing) transceiver and the replies back to the client, in
-//! skb and native XDP mode and in wakeup and busy-poll mode. Metrics come from the same
-//! `/metrics` as relay-mio's; SIGKILL leaves no XDP program behind.
+//! skb and native XDP mode and in wakeup and busy-poll mode. Ping (ARP + ICMP) to the
+//! relay's address keeps working; metrics come from the same `/metrics` as relay-mio's;
+//! SIGKILL leaves no XDP program behind.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -30,6 +31,15 @@ fn run(xdp_mode: &str, poll: &str) {
         ],
     );
     let said = probe_through_relay(&bed, 200);
+
+    // ARP and ICMP stay with the kernel while relay-afxdp runs: ping the relay's address.
+    let ping = bed
+        .client
+        .command("ping")
+        .args(["-c", "2", "-W", "2", "-i", "0.2", &bed.relay.addr.to_string()])
+        .output()
+        .expect("ping is installed (scripts/test.sh installs iputils-ping)");
+    assert!(ping.status.success(), "ping: {}", String::from_utf8_lossy(&ping.stdout));
 
     // Garbage to the VIP is dropped and counted, as in relay-mio.
     let garbage = bed
