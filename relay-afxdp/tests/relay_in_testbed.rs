@@ -36,10 +36,22 @@ fn run(xdp_mode: &str, poll: &str) {
     let ping = bed
         .client
         .command("ping")
-        .args(["-c", "2", "-W", "2", "-i", "0.2", &bed.relay.addr.to_string()])
+        .args([
+            "-c",
+            "2",
+            "-W",
+            "2",
+            "-i",
+            "0.2",
+            &bed.relay.addr.to_string(),
+        ])
         .output()
         .expect("ping is installed (scripts/test.sh installs iputils-ping)");
-    assert!(ping.status.success(), "ping: {}", String::from_utf8_lossy(&ping.stdout));
+    assert!(
+        ping.status.success(),
+        "ping: {}",
+        String::from_utf8_lossy(&ping.stdout)
+    );
 
     // Garbage to the VIP is dropped and counted, as in relay-mio.
     let garbage = bed

@@ -122,8 +122,12 @@ pub struct Client {
 impl Client {
     /// A client whose socket binds `ip` (port chosen by the kernel).
     pub fn new_on(ip: std::net::Ipv4Addr) -> Client {
+        Self::with_socket(UdpSocket::bind((ip, 0)).expect("client socket binds"))
+    }
+
+    /// A client on a socket the caller bound (e.g. inside a network namespace).
+    pub fn with_socket(socket: UdpSocket) -> Client {
         let now = Instant::now();
-        let socket = UdpSocket::bind((ip, 0)).expect("client socket binds");
         socket.set_nonblocking(true).expect("non-blocking mode");
         let local = socket.local_addr().expect("a bound socket has an address");
         let mut rtc = Rtc::builder()
@@ -168,6 +172,13 @@ impl Client {
             &[],
         )
         .expect("signaling answers");
+        self.apply_answer(&r);
+        r
+    }
+
+    /// Applies the response to the offer's POST (made by the caller, e.g. from another
+    /// network namespace): on 201 the answer is accepted and the Location kept.
+    pub fn apply_answer(&mut self, r: &HttpResponse) {
         if r.status == 201 {
             let answer = SdpAnswer::from_sdp_string(&r.body).expect("answer parses");
             let pending = self.pending.take().expect("signal is called once");
@@ -178,7 +189,6 @@ impl Client {
             self.location = r.header("Location").map(str::to_string);
             self.answer = Some(r.body.clone());
         }
-        r
     }
 
     /// Drains outputs, then reads whatever arrived (non-blocking). Returns when idle.
