@@ -4,7 +4,7 @@
 //! swapped, both checksums recomputed). Prints `ready`, then `echoed N` when `count`
 //! datagrams were echoed or `idle` passed without one.
 //!
-//! `xsk_echo <ifname> <skb|native> <port> <count>`
+//! `xsk_echo <ifname> <skb|native> <port> <count> [queue]`
 
 use std::time::{Duration, Instant};
 
@@ -22,15 +22,17 @@ fn main() {
     };
     let port: u16 = args[3].parse().expect("port");
     let count: u64 = args[4].parse().expect("count");
+    let queue: u32 = args.get(5).map_or(0, |q| q.parse().expect("queue"));
     let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex"))
         .expect("interface exists")
         .trim()
         .parse()
         .expect("ifindex");
-    let steering = Steering::load(&[port], 1).expect("program loads");
-    let mut sock = XdpSocket::open(ifindex, 0, XskConfig::default()).expect("AF_XDP socket binds");
+    let steering = Steering::load(&[port], queue + 1).expect("program loads");
+    let mut sock =
+        XdpSocket::open(ifindex, queue, XskConfig::default()).expect("AF_XDP socket binds");
     steering
-        .register_socket(0, sock.fd())
+        .register_socket(queue, sock.fd())
         .expect("xskmap update");
     let _link = steering.attach(ifindex, mode).expect("attach");
     println!("ready");
