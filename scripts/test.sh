@@ -37,7 +37,7 @@ RELAY_TESTBED=1 cargo test --locked -p relay-mio --test behaviour --test route_c
 for mode in skb native; do
   echo "== relay-afxdp ($mode XDP) against the same suite"
   echo "!! SKIPPED for relay-afxdp: two_workers_are_both_used_and_each_pinned_to_its_own_core:" \
-       "behind the testbed's bridge, veth delivers every flow to RX queue 0, so a second AF_XDP worker gets no traffic" \\
+       "behind the testbed's bridge, veth delivers every flow to RX queue 0, so a second AF_XDP worker gets no traffic" \
        "(a direct veth pair does spread flows over two queues)" >&2
   RELAY_UNDER_TEST="$PWD/target/debug/relay-afxdp" RELAY_TESTBED=1 RELAY_XDP_MODE=$mode \
     cargo test --locked -p relay-mio --test behaviour --test route_cache -- \
