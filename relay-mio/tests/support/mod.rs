@@ -643,28 +643,12 @@ impl TestRedis {
 
     /// `GET key` over a raw RESP connection.
     pub fn get(&self, key: &str) -> Option<String> {
-        let mut s = self.connect()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        write!(s, "*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).ok()?;
-        let mut buf = [0u8; 512];
-        let n = s.read(&mut buf).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        let (len, rest) = text.strip_prefix('$')?.split_once("\r\n")?;
-        let len: i64 = len.parse().ok()?;
-        (len >= 0).then(|| rest[..len as usize].to_string())
+        redis::resp_get(self.connect()?, key)
     }
 
     /// Waits (bounded) until the relay has recorded the flow of `client` on `vip`.
     pub fn wait_for_flow(&self, client: SocketAddr, vip: SocketAddr) -> String {
-        let key = format!("ufrag-relay:flow:{client}|{vip}");
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(v) = self.get(&key) {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "{key} never appeared in redis");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        redis::wait_for_flow(|key| self.get(key), client, vip)
     }
 
     pub fn kill(&mut self) {

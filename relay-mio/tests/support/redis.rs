@@ -60,28 +60,15 @@ impl RedisServer {
 
     /// `GET key` over a raw RESP connection (no client library in the harness).
     pub fn get(&self, key: &str) -> Option<String> {
-        let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_millis(500)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        write!(s, "*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).ok()?;
-        let mut buf = [0u8; 512];
-        let n = s.read(&mut buf).ok()?;
-        let text = std::str::from_utf8(&buf[..n]).ok()?;
-        let (len, rest) = text.strip_prefix('$')?.split_once("\r\n")?;
-        let len: i64 = len.parse().ok()?;
-        (len >= 0).then(|| rest[..len as usize].to_string())
+        resp_get(
+            TcpStream::connect_timeout(&self.addr, Duration::from_millis(500)).ok()?,
+            key,
+        )
     }
 
     /// Waits (bounded) until the relay has recorded the flow of `client` on `vip`.
     pub fn wait_for_flow(&self, client: SocketAddr, vip: SocketAddr) -> String {
-        let key = format!("ufrag-relay:flow:{client}|{vip}");
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if let Some(v) = self.get(&key) {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "{key} never appeared in redis");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_for_flow(|key| self.get(key), client, vip)
     }
 
     pub fn kill(&mut self) {
@@ -94,5 +81,34 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `GET key` over a raw RESP connection (no client library in the harness).
+pub fn resp_get(mut s: TcpStream, key: &str) -> Option<String> {
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).ok()?;
+    let mut buf = [0u8; 512];
+    let n = s.read(&mut buf).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let (len, rest) = text.strip_prefix('$')?.split_once("\r\n")?;
+    let len: i64 = len.parse().ok()?;
+    (len >= 0).then(|| rest[..len as usize].to_string())
+}
+
+/// Waits (bounded) until `get` finds the relay's record of `client` on `vip`.
+pub fn wait_for_flow(
+    get: impl Fn(&str) -> Option<String>,
+    client: SocketAddr,
+    vip: SocketAddr,
+) -> String {
+    let key = format!("ufrag-relay:flow:{client}|{vip}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(v) = get(&key) {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{key} never appeared in redis");
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
