@@ -38,6 +38,31 @@ pub struct ProbeResult {
     pub received: u64,
 }
 
+/// A browser-shaped Binding Request whose server ufrag routes to `transceiver` (cluster
+/// 0); `seed` varies the hint's random bits and the transaction id.
+pub fn binding_request(keys: &HintKeys, transceiver: SocketAddr, seed: u8) -> Vec<u8> {
+    let ufrag = keys.encode(
+        &RoutingHint {
+            cluster: 0,
+            transceiver,
+        },
+        [seed; 6],
+    );
+    let pwd = keys
+        .ice_password(keys.current().id(), ufrag.as_bytes())
+        .expect("the current key derives passwords");
+    let mut buf = [0u8; 512];
+    let n = stun::write_binding_request(
+        &mut buf,
+        &[seed; 12],
+        ufrag.as_bytes(),
+        b"perf",
+        pwd.as_bytes(),
+    )
+    .expect("a Binding Request fits");
+    buf[..n].to_vec()
+}
+
 /// Makes a flow through the relay at `vip` to `transceiver` with a Binding Request,
 /// sends `count` RTP-like datagrams (one per millisecond) and counts the echoes.
 pub fn relay_probe(
@@ -48,26 +73,8 @@ pub fn relay_probe(
 ) -> std::io::Result<ProbeResult> {
     let socket = UdpSocket::bind(("0.0.0.0", 0))?;
     socket.set_read_timeout(Some(Duration::from_millis(500)))?;
-    let ufrag = keys.encode(
-        &RoutingHint {
-            cluster: 0,
-            transceiver,
-        },
-        [7; 6],
-    );
-    let pwd = keys
-        .ice_password(keys.current().id(), ufrag.as_bytes())
-        .expect("the current key derives passwords");
+    socket.send_to(&binding_request(keys, transceiver, 7), vip)?;
     let mut buf = [0u8; 2048];
-    let n = stun::write_binding_request(
-        &mut buf,
-        &[7; 12],
-        ufrag.as_bytes(),
-        b"prb1",
-        pwd.as_bytes(),
-    )
-    .expect("a Binding Request fits");
-    socket.send_to(&buf[..n], vip)?;
     // The Binding Request itself comes back (the fake transceiver echoes every frame).
     let _ = socket.recv_from(&mut buf);
     let mut rtp = [0u8; 172];

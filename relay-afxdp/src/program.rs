@@ -157,6 +157,19 @@ impl Asm {
     fn label(&mut self, name: &'static str) {
         self.labels.push((name, self.insns.len()));
     }
+    /// `stats[index] += 1` (atomically), then continues at `done` (a new label).
+    fn count(&mut self, stats_fd: i32, index: u32, done: &'static str) {
+        self.store_imm(W, 10, -8, index as i32);
+        self.mov_reg(2, 10);
+        self.add_imm(2, -8);
+        self.map_fd(1, stats_fd);
+        self.call(FN_MAP_LOOKUP_ELEM);
+        self.jump(JEQ, 0, Err(0), done);
+        self.mov_imm(1, 1);
+        self.atomic_add64(0, 0, 1);
+        self.label(done);
+    }
+
     fn finish(mut self) -> Vec<Insn> {
         for (at, target) in &self.fixups {
             let to = self
@@ -227,15 +240,7 @@ pub fn steering(ports_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
     a.jump(JEQ, 0, Err(0), "pass");
     a.load(B, 5, 0, 0);
     a.jump(JEQ, 5, Err(0), "pass");
-    a.store_imm(W, 10, -8, STAT_STEERED as i32);
-    a.mov_reg(2, 10);
-    a.add_imm(2, -8);
-    a.map_fd(1, stats_fd);
-    a.call(FN_MAP_LOOKUP_ELEM);
-    a.jump(JEQ, 0, Err(0), "redirect");
-    a.mov_imm(1, 1);
-    a.atomic_add64(0, 0, 1);
-    a.label("redirect");
+    a.count(stats_fd, STAT_STEERED, "redirect");
     a.load(W, 2, 6, 16); // rx_queue_index
     a.map_fd(1, xsks_fd);
     a.mov_imm(3, action::PASS as i32); // no socket on this queue: to the kernel
@@ -243,15 +248,7 @@ pub fn steering(ports_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
     a.exit();
 
     a.label("pass");
-    a.store_imm(W, 10, -8, STAT_PASSED as i32);
-    a.mov_reg(2, 10);
-    a.add_imm(2, -8);
-    a.map_fd(1, stats_fd);
-    a.call(FN_MAP_LOOKUP_ELEM);
-    a.jump(JEQ, 0, Err(0), "pass_exit");
-    a.mov_imm(1, 1);
-    a.atomic_add64(0, 0, 1);
-    a.label("pass_exit");
+    a.count(stats_fd, STAT_PASSED, "pass_exit");
     a.mov_imm(0, action::PASS as i32);
     a.exit();
     a.finish()

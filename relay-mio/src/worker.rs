@@ -246,20 +246,15 @@ impl Worker {
                     } => {
                         let mut head = [0u8; ufrag_common::frame::MAX_HEADER_LEN];
                         let len = header.emit(&mut head).unwrap_or(0);
-                        if self.to_internal.is_full() {
-                            flush(
-                                &mut self.to_internal,
-                                self.internal.as_raw_fd(),
-                                &mut self.forwarder,
-                                Direction::In,
-                            );
-                        }
-                        if !self
-                            .to_internal
-                            .push(to, &head[..len], &d.data[payload_at..])
-                        {
-                            self.forwarder.counters_mut().dropped(DropReason::TooLarge);
-                        }
+                        queue(
+                            &mut self.to_internal,
+                            self.internal.as_raw_fd(),
+                            &mut self.forwarder,
+                            Direction::In,
+                            to,
+                            &head[..len],
+                            &d.data[payload_at..],
+                        );
                         if let Some(route) = record {
                             let key = FlowKey::new(d.source, vip);
                             self.record_in_cache(key, route);
@@ -308,26 +303,26 @@ impl Worker {
                         let Some(j) = self.vips.iter().position(|v| *v == vip) else {
                             continue;
                         };
-                        if self.to_clients[j].is_full() {
-                            flush(
-                                &mut self.to_clients[j],
-                                self.vip_sockets[j].as_raw_fd(),
-                                &mut self.forwarder,
-                                Direction::Out,
-                            );
-                        }
-                        self.to_clients[j].push(client, &[], &d.data[payload_at..]);
+                        queue(
+                            &mut self.to_clients[j],
+                            self.vip_sockets[j].as_raw_fd(),
+                            &mut self.forwarder,
+                            Direction::Out,
+                            client,
+                            &[],
+                            &d.data[payload_at..],
+                        );
                     }
                     Verdict::Relay { to } => {
-                        if self.to_internal.is_full() {
-                            flush(
-                                &mut self.to_internal,
-                                fd,
-                                &mut self.forwarder,
-                                Direction::Out,
-                            );
-                        }
-                        self.to_internal.push(to, &[], d.data);
+                        queue(
+                            &mut self.to_internal,
+                            fd,
+                            &mut self.forwarder,
+                            Direction::Out,
+                            to,
+                            &[],
+                            d.data,
+                        );
                     }
                     Verdict::Forward {
                         to,
@@ -337,16 +332,15 @@ impl Worker {
                     } => {
                         let mut head = [0u8; ufrag_common::frame::MAX_HEADER_LEN];
                         let len = header.emit(&mut head).unwrap_or(0);
-                        if self.to_internal.is_full() {
-                            flush(
-                                &mut self.to_internal,
-                                fd,
-                                &mut self.forwarder,
-                                Direction::In,
-                            );
-                        }
-                        self.to_internal
-                            .push(to, &head[..len], &d.data[payload_at..]);
+                        queue(
+                            &mut self.to_internal,
+                            fd,
+                            &mut self.forwarder,
+                            Direction::In,
+                            to,
+                            &head[..len],
+                            &d.data[payload_at..],
+                        );
                         if let Some(route) = record {
                             self.record_in_cache(FlowKey::new(header.client, header.vip), route);
                         }
@@ -378,6 +372,26 @@ impl Worker {
 
 /// Sends a batch; datagrams the kernel refused are counted as `send_failed` and taken
 /// back out of the forwarded count of `direction`.
+/// Queues `head` + `body` for `to`, flushing the batch first when it is full; a datagram
+/// too large for a buffer is counted as `too_large`.
+#[allow(clippy::too_many_arguments)]
+fn queue(
+    batch: &mut SendBatch,
+    fd: std::os::fd::RawFd,
+    forwarder: &mut Forwarder,
+    direction: Direction,
+    to: SocketAddr,
+    head: &[u8],
+    body: &[u8],
+) {
+    if batch.is_full() {
+        flush(batch, fd, forwarder, direction);
+    }
+    if !batch.push(to, head, body) {
+        forwarder.counters_mut().dropped(DropReason::TooLarge);
+    }
+}
+
 fn flush(
     batch: &mut SendBatch,
     fd: std::os::fd::RawFd,

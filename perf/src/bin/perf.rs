@@ -10,8 +10,7 @@ use clap::{Parser, Subcommand};
 use perf::bare::BareForwarder;
 use perf::load::{Generator, Sink, cpu_seconds, max_loss_free};
 use perf::report::{Row, json_lines, markdown};
-use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
-use ufrag_common::stun;
+use ufrag_common::hint::{HintKey, HintKeys};
 
 #[derive(Debug, Parser)]
 #[command(name = "perf", about = "ufrag-relay benchmarks")]
@@ -463,24 +462,7 @@ fn compare(
         for _ in 0..2 {
             generator
                 .send_each(vip, |i, _| {
-                    let ufrag = keys.encode(
-                        &RoutingHint {
-                            cluster: 0,
-                            transceiver,
-                        },
-                        [i as u8; 6],
-                    );
-                    let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-                    let mut b = [0u8; 512];
-                    let n = stun::write_binding_request(
-                        &mut b,
-                        &[i as u8; 12],
-                        ufrag.as_bytes(),
-                        b"perf",
-                        pwd.as_bytes(),
-                    )
-                    .unwrap();
-                    b[..n].to_vec()
+                    perf::probe::binding_request(&keys, transceiver, i as u8)
                 })
                 .expect("binding requests");
             std::thread::sleep(Duration::from_millis(300));
@@ -688,24 +670,7 @@ fn loopback(trial: Duration, start_pps: u64, max_pps: u64, fixed_pps: u64, out: 
         let transceiver = sink.addr();
         generator
             .send_each(vip, |i, _| {
-                let ufrag = keys.encode(
-                    &RoutingHint {
-                        cluster: 0,
-                        transceiver,
-                    },
-                    [i as u8; 6],
-                );
-                let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-                let mut b = [0u8; 512];
-                let n = stun::write_binding_request(
-                    &mut b,
-                    &[i as u8; 12],
-                    ufrag.as_bytes(),
-                    b"perf",
-                    pwd.as_bytes(),
-                )
-                .unwrap();
-                b[..n].to_vec()
+                perf::probe::binding_request(&keys, transceiver, i as u8)
             })
             .expect("binding requests");
         std::thread::sleep(Duration::from_millis(300));
