@@ -44,7 +44,8 @@ impl Host {
 /// Options for [`Testbed::up_with`].
 #[derive(Clone, Copy, Debug)]
 pub struct TestbedOptions {
-    /// RX/TX queues of every interface (one AF_XDP socket per relay queue).
+    /// RX/TX queues of each relay interface (one AF_XDP socket per queue); other hosts
+    /// have one, so that the bridge spreads flows over the relay's queues by 5-tuple hash.
     pub queues: u32,
     /// A second relay host (10.77.0.4), for global mode.
     pub second_relay: bool,
@@ -159,13 +160,28 @@ impl Testbed {
         self.namespaces.push(bridge.clone());
         ip(&["-n", &bridge, "link", "add", "br0", "type", "bridge"])?;
         ip(&["-n", &bridge, "link", "set", "br0", "up"])?;
+        // The bridge is a switch, not a firewall: with br_netfilter built in, bridged
+        // frames would otherwise take the iptables hooks, costing every setup alike.
+        for family in ["iptables", "ip6tables", "arptables"] {
+            let knob = format!("/proc/sys/net/bridge/bridge-nf-call-{family}");
+            crate::netns::in_netns(Some(&bridge), move || {
+                if std::path::Path::new(&knob).exists() {
+                    std::fs::write(&knob, "0")
+                } else {
+                    Ok(())
+                }
+            })??;
+        }
         ip(&["-n", &bridge, "link", "set", "lo", "up"])?;
-        // Every host gets the same number of queues: the client's TX queue choice (a hash
-        // of the flow) is what the bridge carries over to the relay's RX queue.
+        // Only relay hosts get several queues. A single-queue sender leaves the skb without
+        // a hash or queue mapping, so the bridge port towards a relay picks its TX queue
+        // (which veth makes the relay's RX queue) from the flow hash of the 5-tuple: the
+        // RSS a multi-queue NIC would do. Multi-queue senders defeat that: the bridge then
+        // reuses the sender's queue choice, and every flow lands on RX queue 0.
         let mut hosts = vec![
-            (self.client.clone(), self.queues),
+            (self.client.clone(), 1),
             (self.relay.clone(), self.queues),
-            (self.transceiver.clone(), self.queues),
+            (self.transceiver.clone(), 1),
         ];
         if let Some(r2) = &self.relay2 {
             hosts.push((r2.clone(), self.queues));
