@@ -71,7 +71,12 @@ pub fn relay_probe(
     transceiver: SocketAddr,
     count: u64,
 ) -> std::io::Result<ProbeResult> {
-    let socket = UdpSocket::bind(("0.0.0.0", 0))?;
+    let any: std::net::IpAddr = if vip.is_ipv4() {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let socket = UdpSocket::bind((any, 0))?;
     socket.set_read_timeout(Some(Duration::from_millis(500)))?;
     socket.send_to(&binding_request(keys, transceiver, 7), vip)?;
     let mut buf = [0u8; 2048];

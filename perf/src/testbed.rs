@@ -4,6 +4,7 @@
 //! ```text
 //!   ns <id>-cli (client)        ns <id>-rly (relay)        ns <id>-xcv (transceiver)
 //!     10.77.0.1                   10.77.0.2                  10.77.0.3
+//!     fd77::1                     fd77::2                    fd77::3
 //!        │ veth                      │ veth                     │ veth
 //!        └──────────── ns <id>-br: Linux bridge br0 ────────────┘
 //! ```
@@ -15,7 +16,7 @@
 //! left by processes that died without unwinding (SIGKILL). Needs root (CAP_NET_ADMIN).
 
 use std::io;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -28,11 +29,22 @@ pub struct Host {
     pub ns: String,
     /// Its interface towards the bridge.
     pub ifname: String,
-    /// Its address.
+    /// Its IPv4 address.
     pub addr: Ipv4Addr,
+    /// Its IPv6 address (unique local, usable at once: no duplicate detection).
+    pub addr6: Ipv6Addr,
 }
 
 impl Host {
+    /// Its address of the given family.
+    pub fn ip(&self, ipv6: bool) -> IpAddr {
+        if ipv6 {
+            self.addr6.into()
+        } else {
+            self.addr.into()
+        }
+    }
+
     /// A command that runs `program` inside this host's namespace.
     pub fn command(&self, program: &str) -> Command {
         let mut c = Command::new("ip");
@@ -133,6 +145,7 @@ impl Testbed {
             ns: format!("{id}-{role}"),
             ifname: format!("{short}{}", &role[..1]),
             addr: Ipv4Addr::new(10, 77, 0, last),
+            addr6: Ipv6Addr::new(0xfd77, 0, 0, 0, 0, 0, 0, u16::from(last)),
         };
         let mut bed = Testbed {
             client: host("cli", 1),
@@ -223,6 +236,16 @@ impl Testbed {
                 "dev",
                 &h.ifname,
             ])?;
+            ip(&[
+                "-n",
+                &h.ns,
+                "addr",
+                "add",
+                &format!("{}/64", h.addr6),
+                "dev",
+                &h.ifname,
+                "nodad",
+            ])?;
             ip(&["-n", &h.ns, "link", "set", &h.ifname, "up"])?;
             ip(&["-n", &h.ns, "link", "set", "lo", "up"])?;
         }
@@ -290,11 +313,29 @@ pub mod tools {
         path
     }
 
+    /// The relay's VIP in the given family.
+    pub fn vip(bed: &Testbed, ipv6: bool) -> SocketAddr {
+        SocketAddr::new(bed.relay.ip(ipv6), 3478)
+    }
+
     /// Starts `binary` as the relay (VIP 10.77.0.2:3478, internal :40000, one worker) with
     /// `extra` flags, and waits until `/readyz` answers 200.
     pub fn start_relay(bed: &Testbed, binary: &str, cpu: &str, extra: &[&str]) -> Child {
-        let vip = format!("{}:3478", bed.relay.addr);
-        let internal = format!("{}:40000", bed.relay.addr);
+        start_relay_in(bed, false, binary, cpu, extra)
+    }
+
+    /// Like [`start_relay`], with the VIP, internal address and transceiver network of
+    /// one family (IPv6: [fd77::2]:3478, fd77::/64).
+    pub fn start_relay_in(
+        bed: &Testbed,
+        ipv6: bool,
+        binary: &str,
+        cpu: &str,
+        extra: &[&str],
+    ) -> Child {
+        let vip = vip(bed, ipv6).to_string();
+        let internal = SocketAddr::new(bed.relay.ip(ipv6), 40000).to_string();
+        let transceiver_net = if ipv6 { "fd77::/64" } else { "10.77.0.0/24" };
         let mut child = bed
             .relay
             .command(built(binary).to_str().expect("UTF-8 path"))
@@ -304,7 +345,7 @@ pub mod tools {
                 "--internal-addr",
                 &internal,
                 "--allow-transceiver-net",
-                "10.77.0.0/24",
+                transceiver_net,
             ])
             .args(["--workers", "1", "--cpus", cpu, "--metrics-addr", METRICS])
             .args(extra)
@@ -362,8 +403,13 @@ pub mod tools {
     /// the client making a flow through the relay and sending `count` datagrams; returns
     /// what the probe said (`received N/M`).
     pub fn probe_through_relay(bed: &Testbed, count: u64) -> String {
-        let vip = format!("{}:3478", bed.relay.addr);
-        let transceiver = format!("{}:41000", bed.transceiver.addr);
+        probe_through_relay_in(bed, false, count)
+    }
+
+    /// Like [`probe_through_relay`], over IPv6 when `ipv6`.
+    pub fn probe_through_relay_in(bed: &Testbed, ipv6: bool, count: u64) -> String {
+        let vip = vip(bed, ipv6).to_string();
+        let transceiver = SocketAddr::new(bed.transceiver.ip(ipv6), 41000).to_string();
         let mut fake = bed
             .transceiver
             .command(built("perf").to_str().expect("UTF-8 path"))

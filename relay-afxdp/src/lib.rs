@@ -1,19 +1,18 @@
-//! relay-afxdp: the AF_XDP poll-mode relay backend (issue 5), in progress.
+//! relay-afxdp: the AF_XDP poll-mode relay backend, with the same flags, config,
+//! metrics and forwarding decisions (`ufrag_common::forward`) as relay-mio.
 //!
-//! What exists so far: our own XDP steering program ([`program`]), assembled from BPF
-//! instructions in Rust; a thin loader on the raw `bpf(2)` syscall ([`bpf`]): maps,
-//! program load with the verifier's log on failure, `BPF_PROG_TEST_RUN`, and attachment
-//! through a BPF link (which the kernel removes when the process dies, even on SIGKILL);
-//! [`steering`] ties them together. An AF_XDP socket with its own UMEM ([`xsk`], on the
-//! pure ring arithmetic of [`ring`]) and UDP frame rewriting with full checksums
-//! ([`packet`]) work on veth in skb and native mode (the `xsk_echo` example and its test).
-//! The relay forwarding loop (neighbour resolution, frame header in the headroom, the
-//! shared `Forwarder`) and the `relay-afxdp` binary are not written yet: nothing here
-//! forwards relay traffic.
+//! Our own XDP steering program ([`program`]), assembled from BPF instructions in Rust,
+//! loaded by a thin layer on the raw `bpf(2)` syscall ([`bpf`]) and attached through a BPF
+//! link ([`steering`]); one AF_XDP socket per RX queue with its own UMEM ([`xsk`], on the
+//! pure ring arithmetic of [`ring`]); in-place UDP frame rewriting with full checksums
+//! ([`packet`]); next hops from the kernel's neighbour and routing tables over rtnetlink
+//! ([`netlink`], [`neighbours`]); and the per-queue forwarding loop ([`worker`]).
+//! Unsafe code lives only in `bpf` and `xsk`.
 #![deny(unsafe_code)]
 
 pub mod bpf;
 pub mod neighbours;
+pub mod netlink;
 pub mod packet;
 pub mod program;
 pub mod ring;

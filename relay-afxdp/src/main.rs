@@ -155,6 +155,10 @@ fn main() -> ExitCode {
             Ok(t) => t,
             Err(e) => return fail(e, 2),
         };
+        let neighbours = match Neighbours::new(ifindex) {
+            Ok(n) => n,
+            Err(e) => return fail(format!("reading the neighbour table (netlink): {e}"), 1),
+        };
         workers.push(AfXdpWorker {
             index,
             socket,
@@ -164,7 +168,7 @@ fn main() -> ExitCode {
             vips: config.vips.clone(),
             internal: config.worker_internal_addr(index),
             if_mac,
-            neighbours: Neighbours::new(&cli.interface),
+            neighbours,
             mode: if cli.poll == "busy" {
                 PollMode::Busy
             } else {

@@ -1,7 +1,8 @@
 //! relay-afxdp end to end on the netns testbed (root only; CI runs as root): a client
 //! makes a flow with a Binding Request and sends RTP-like datagrams; relay-afxdp forwards
 //! them framed to a (fake, echoing) transceiver and the replies back to the client, in
-//! skb and native XDP mode and in wakeup and busy-poll mode. Ping (ARP + ICMP) to the
+//! skb and native XDP mode, in wakeup and busy-poll mode, over IPv4 and IPv6 (next hops
+//! from the kernel's ARP and neighbour-discovery tables alike). Ping (ARP + ICMP) to the
 //! relay's address keeps working; metrics come from the same `/metrics` as relay-mio's;
 //! SIGKILL leaves no XDP program behind.
 
@@ -10,15 +11,17 @@ use std::time::{Duration, Instant};
 
 use perf::testbed::Testbed;
 use perf::testbed::tools::{
-    probe_through_relay, relay_http, relay_metric, require_root, start_relay,
+    probe_through_relay_in, relay_http, relay_metric, require_root, start_relay_in,
 };
 
-fn run(xdp_mode: &str, poll: &str) {
+fn run(xdp_mode: &str, poll: &str, ipv6: bool) {
     require_root();
     let bed = Testbed::up().unwrap();
     let ifname = bed.relay.ifname.clone();
-    let mut relay = start_relay(
+    let relay_ip = bed.relay.ip(ipv6).to_string();
+    let mut relay = start_relay_in(
         &bed,
+        ipv6,
         "relay-afxdp",
         "1",
         &[
@@ -30,21 +33,13 @@ fn run(xdp_mode: &str, poll: &str) {
             poll,
         ],
     );
-    let said = probe_through_relay(&bed, 200);
+    let said = probe_through_relay_in(&bed, ipv6, 200);
 
-    // ARP and ICMP stay with the kernel while relay-afxdp runs: ping the relay's address.
+    // ARP/ND and ICMP stay with the kernel while relay-afxdp runs: ping the relay.
     let ping = bed
         .client
         .command("ping")
-        .args([
-            "-c",
-            "2",
-            "-W",
-            "2",
-            "-i",
-            "0.2",
-            &bed.relay.addr.to_string(),
-        ])
+        .args(["-c", "2", "-W", "2", "-i", "0.2", &relay_ip])
         .output()
         .expect("ping is installed (scripts/test.sh installs iputils-ping)");
     assert!(
@@ -59,10 +54,7 @@ fn run(xdp_mode: &str, poll: &str) {
         .command("bash")
         .args([
             "-c",
-            &format!(
-                "printf '\\xee\\xee\\xee\\xee' > /dev/udp/{}/3478",
-                bed.relay.addr
-            ),
+            &format!("printf '\\xee\\xee\\xee\\xee' > /dev/udp/{relay_ip}/3478"),
         ])
         .status()
         .unwrap();
@@ -94,7 +86,7 @@ fn run(xdp_mode: &str, poll: &str) {
 
     assert_eq!(
         said, "received 200/200",
-        "probe through relay-afxdp ({xdp_mode}, {poll})"
+        "probe through relay-afxdp ({xdp_mode}, {poll}, IPv6 {ipv6})"
     );
     // The first datagram towards a next hop the kernel has not resolved yet (here the
     // Binding Request towards the transceiver) is dropped and counted while the kernel
@@ -128,10 +120,20 @@ fn run(xdp_mode: &str, poll: &str) {
 
 #[test]
 fn forwards_a_flow_both_ways_in_skb_mode_with_wakeups() {
-    run("skb", "wakeup");
+    run("skb", "wakeup", false);
 }
 
 #[test]
 fn forwards_a_flow_both_ways_in_native_mode_with_busy_polling() {
-    run("native", "busy");
+    run("native", "busy", false);
+}
+
+#[test]
+fn forwards_an_ipv6_flow_both_ways_in_skb_mode() {
+    run("skb", "wakeup", true);
+}
+
+#[test]
+fn forwards_an_ipv6_flow_both_ways_in_native_mode() {
+    run("native", "busy", true);
 }
