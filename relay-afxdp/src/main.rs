@@ -176,7 +176,8 @@ fn main() -> ExitCode {
             },
             batch: cli.batch,
             polls: PollStats::default(),
-            pending: Default::default(),
+            // Held frames never make the worker allocate: room for all of them up front.
+            pending: std::collections::VecDeque::with_capacity(relay_afxdp::worker::MAX_PENDING),
         });
     }
     let cache = match &config.redis_url {
