@@ -313,6 +313,28 @@ pub mod tools {
         path
     }
 
+    /// What `ip link show` says of the relay's interface; an attached XDP program shows
+    /// as `xdpgeneric` (skb mode) or `xdp` (native), with `prog/xdp id N`.
+    pub fn relay_link_shown(bed: &Testbed) -> String {
+        let out = bed
+            .relay
+            .command("ip")
+            .args(["link", "show", "dev", &bed.relay.ifname])
+            .output()
+            .expect("ip runs");
+        String::from_utf8_lossy(&out.stdout).to_string()
+    }
+
+    /// Waits (at most 5 s) until the relay's interface has no XDP program; panics with
+    /// `why` if one stays.
+    pub fn wait_until_no_xdp(bed: &Testbed, why: &str) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while relay_link_shown(bed).contains("prog/xdp") {
+            assert!(Instant::now() < deadline, "{why}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The relay's VIP in the given family.
     pub fn vip(bed: &Testbed, ipv6: bool) -> SocketAddr {
         SocketAddr::new(bed.relay.ip(ipv6), 3478)

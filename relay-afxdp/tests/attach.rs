@@ -6,11 +6,12 @@
 //! fought. With a socket bound, steered datagrams are rewritten in place and sent back.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Stdio};
 
 use perf::testbed::Testbed;
-use perf::testbed::tools::{built, probe_through_relay, require_root, start_relay};
+use perf::testbed::tools::{
+    built, probe_through_relay, relay_link_shown, require_root, start_relay, wait_until_no_xdp,
+};
 
 /// Starts steer_hold in the relay namespace and waits for "attached".
 fn hold(bed: &Testbed, mode: &str) -> Result<Child, String> {
@@ -34,26 +35,15 @@ fn hold(bed: &Testbed, mode: &str) -> Result<Child, String> {
     }
 }
 
-fn xdp_shown(bed: &Testbed) -> String {
-    let out = Command::new("ip")
-        .args([
-            "-n",
-            &bed.relay.ns,
-            "link",
-            "show",
-            "dev",
-            &bed.relay.ifname,
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
 fn check_mode(mode: &str, shown_as: &str) {
     require_root();
     let bed = Testbed::up().unwrap();
     let mut holder = hold(&bed, mode).expect("attaches");
-    assert!(xdp_shown(&bed).contains(shown_as), "{}", xdp_shown(&bed));
+    assert!(
+        relay_link_shown(&bed).contains(shown_as),
+        "{}",
+        relay_link_shown(&bed)
+    );
 
     // ARP and the kernel's own UDP keep working: relay-mio forwards through the interface.
     let mut relay = start_relay(&bed, "relay-mio", "0", &[]);
@@ -69,14 +59,7 @@ fn check_mode(mode: &str, shown_as: &str) {
     // SIGKILL: the kernel removes the link with the process.
     holder.kill().unwrap();
     holder.wait().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while xdp_shown(&bed).contains(shown_as) {
-        assert!(
-            Instant::now() < deadline,
-            "program still attached after SIGKILL"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_no_xdp(&bed, "program still attached after SIGKILL");
 }
 
 #[test]

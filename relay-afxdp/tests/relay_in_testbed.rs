@@ -6,12 +6,12 @@
 //! relay's address keeps working; metrics come from the same `/metrics` as relay-mio's;
 //! SIGKILL leaves no XDP program behind.
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use perf::testbed::Testbed;
 use perf::testbed::tools::{
     probe_through_relay_in, relay_http, relay_metric, require_root, start_relay_in,
+    wait_until_no_xdp,
 };
 
 fn run(xdp_mode: &str, poll: &str, ipv6: bool) {
@@ -94,28 +94,7 @@ fn run(xdp_mode: &str, poll: &str, ipv6: bool) {
     assert!(unresolved <= 1.0, "neighbour_unresolved {unresolved}");
     assert_eq!(forwarded_in + unresolved, 201.0, "in");
     assert_eq!(forwarded_out, 200.0 + (1.0 - unresolved), "out");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let out = Command::new("ip")
-            .args([
-                "-n",
-                &bed.relay.ns,
-                "link",
-                "show",
-                "dev",
-                &bed.relay.ifname,
-            ])
-            .output()
-            .unwrap();
-        if !String::from_utf8_lossy(&out.stdout).contains("prog/xdp") {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "XDP program left attached after SIGKILL"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until_no_xdp(&bed, "XDP program left attached after SIGKILL");
 }
 
 #[test]

@@ -1,5 +1,8 @@
 //! `perf`: the benchmark runner. `perf loopback` measures relay-mio with 1 and 2 workers
-//! against a bare recvmmsg/sendmmsg forwarder, side by side, in one run, on loopback.
+//! against a bare recvmmsg/sendmmsg forwarder on loopback; `perf compare` puts the direct
+//! path, the bare forwarder, relay-mio and relay-afxdp side by side on the netns testbed;
+//! `perf sessions` measures WebRTC sessions. Each writes a Markdown report (and JSON lines).
+//! Hidden subcommands are the testbed's tools (fake transceiver, relay probe).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -19,22 +22,32 @@ struct Cli {
     command: Cmd,
 }
 
+/// How each setup is measured: the rate search and the fixed-load latency trial.
+#[derive(Clone, Copy, Debug, clap::Args)]
+struct Search {
+    /// Length of each trial.
+    #[arg(long, default_value = "2s", value_parser = humantime_duration)]
+    trial: Duration,
+    /// First rate of the search, packets per second.
+    #[arg(long, default_value_t = 20_000)]
+    start_pps: u64,
+    /// Highest rate tried.
+    #[arg(long, default_value_t = 1_000_000)]
+    max_pps: u64,
+    /// The fixed load at which latency is reported.
+    #[arg(long, default_value_t = 20_000)]
+    fixed_pps: u64,
+}
+
+/// How long a trial waits for stragglers before reading the sink.
+const SETTLE: Duration = Duration::from_millis(300);
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// relay-mio (1 and 2 workers) against a bare mmsg forwarder on loopback.
     Loopback {
-        /// Length of each trial.
-        #[arg(long, default_value = "2s", value_parser = humantime_duration)]
-        trial: Duration,
-        /// First rate of the search, packets per second.
-        #[arg(long, default_value_t = 20_000)]
-        start_pps: u64,
-        /// Highest rate tried.
-        #[arg(long, default_value_t = 1_000_000)]
-        max_pps: u64,
-        /// The fixed load at which latency is reported.
-        #[arg(long, default_value_t = 20_000)]
-        fixed_pps: u64,
+        #[command(flatten)]
+        search: Search,
         /// Where to write the Markdown report (JSON lines go next to it, .jsonl).
         #[arg(long, default_value = "target/perf/loopback.md")]
         out: std::path::PathBuf,
@@ -42,18 +55,8 @@ enum Cmd {
     /// Side by side on the netns testbed (root): the direct path, a bare mmsg forwarder,
     /// relay-mio and relay-afxdp in each mode; max loss-free rate, CPU per packet, latency.
     Compare {
-        /// Length of each trial.
-        #[arg(long, default_value = "2s", value_parser = humantime_duration)]
-        trial: Duration,
-        /// First rate of the search, packets per second.
-        #[arg(long, default_value_t = 20_000)]
-        start_pps: u64,
-        /// Highest rate tried.
-        #[arg(long, default_value_t = 1_000_000)]
-        max_pps: u64,
-        /// The fixed load at which latency is reported.
-        #[arg(long, default_value_t = 20_000)]
-        fixed_pps: u64,
+        #[command(flatten)]
+        search: Search,
         /// Only these setups (comma-separated names: direct, bare, mio, afxdp-skb-wakeup,
         /// afxdp-skb-busy, afxdp-native-wakeup, afxdp-native-busy); default all.
         #[arg(long, value_delimiter = ',')]
@@ -189,27 +192,14 @@ fn start_relay(
 fn main() {
     let cli = Cli::parse();
     match cli.command {
-        Cmd::Loopback {
-            trial,
-            start_pps,
-            max_pps,
-            fixed_pps,
-            out,
-        } => loopback(trial, start_pps, max_pps, fixed_pps, &out),
+        Cmd::Loopback { search, out } => loopback(&search, &out),
         Cmd::Sessions {
             setups,
             steps,
             talk,
             out,
         } => sessions(setups, &steps, talk, &out),
-        Cmd::Compare {
-            trial,
-            start_pps,
-            max_pps,
-            fixed_pps,
-            only,
-            out,
-        } => compare(trial, start_pps, max_pps, fixed_pps, &only, &out),
+        Cmd::Compare { search, only, out } => compare(&search, &only, &out),
         Cmd::FakeTransceiver { bind, max, idle } => {
             let echoed =
                 perf::probe::fake_transceiver(bind, max, idle).expect("fake transceiver runs");
@@ -402,11 +392,20 @@ fn sessions(setups: usize, steps: &[usize], talk: Duration, out: &std::path::Pat
         "\nLargest step with every session connected and < 1 % loss: **{best} sessions**."
     );
     drop(relayed);
+    write_report(out, &report, None);
+}
+
+/// Prints the Markdown report and writes it to `out`, with the rows as JSON lines next to
+/// it (`.jsonl`) when there are rows.
+fn write_report(out: &std::path::Path, report: &str, rows: Option<&[Row]>) {
     print!("{report}");
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).expect("report directory");
     }
-    std::fs::write(out, &report).expect("write report");
+    std::fs::write(out, report).expect("write report");
+    if let Some(rows) = rows {
+        std::fs::write(out.with_extension("jsonl"), json_lines(rows)).expect("write json");
+    }
     eprintln!("report: {}", out.display());
 }
 
@@ -425,21 +424,13 @@ fn http_status_in(ns: &str, addr: SocketAddr, path: &str) -> Option<u16> {
     t.split_whitespace().nth(1)?.parse().ok()
 }
 
-fn compare(
-    trial: Duration,
-    start_pps: u64,
-    max_pps: u64,
-    fixed_pps: u64,
-    only: &[String],
-    out: &std::path::Path,
-) {
+fn compare(search: &Search, only: &[String], out: &std::path::Path) {
     use perf::testbed::Testbed;
     perf::load::pin_to_load_cpu();
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let bed = Testbed::up().expect("the testbed needs root (ip netns, veth, bridge)");
     let epoch = Instant::now();
-    let settle = Duration::from_millis(300);
     let keys = HintKeys::new(
         HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
         None,
@@ -480,11 +471,7 @@ fn compare(
             &mut generator,
             &sink,
             sink_addr,
-            trial,
-            settle,
-            start_pps,
-            max_pps,
-            fixed_pps,
+            search,
             || 0.0,
         ));
     }
@@ -503,11 +490,7 @@ fn compare(
             &mut generator,
             &sink,
             listen,
-            trial,
-            settle,
-            start_pps,
-            max_pps,
-            fixed_pps,
+            search,
             || cpu_seconds(pid, Some("bare-fwd")),
         ));
     }
@@ -583,18 +566,9 @@ fn compare(
                 .expect("generator");
         make_flows(&generator);
         let pid = relay.0.id();
-        rows.push(measure(
-            &name,
-            &mut generator,
-            &sink,
-            vip,
-            trial,
-            settle,
-            start_pps,
-            max_pps,
-            fixed_pps,
-            || cpu_seconds(pid, Some("relay-w")),
-        ));
+        rows.push(measure(&name, &mut generator, &sink, vip, search, || {
+            cpu_seconds(pid, Some("relay-w"))
+        }));
         drop(relay);
     }
     drop(bed);
@@ -602,7 +576,7 @@ fn compare(
     let mut report = perf::report::markdown_titled(
         "Side by side on the netns testbed: direct, bare forwarder, relay-mio, relay-afxdp",
         &rows,
-        fixed_pps,
+        search.fixed_pps,
         &command,
     );
     report.push_str(
@@ -611,20 +585,13 @@ fn compare(
          are 100 % busy by construction, so their CPU per packet is their core's time divided by packets. \
          Machine CPU counts every core, kernel and softirq included (wall − idle − iowait − steal).\n",
     );
-    print!("{report}");
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir).expect("report directory");
-    }
-    std::fs::write(out, &report).expect("write report");
-    std::fs::write(out.with_extension("jsonl"), json_lines(&rows)).expect("write json");
-    eprintln!("report: {}", out.display());
+    write_report(out, &report, Some(&rows));
 }
 
-fn loopback(trial: Duration, start_pps: u64, max_pps: u64, fixed_pps: u64, out: &std::path::Path) {
+fn loopback(search: &Search, out: &std::path::Path) {
     perf::load::pin_to_load_cpu();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let epoch = Instant::now();
-    let settle = Duration::from_millis(300);
     let keys = HintKeys::new(
         HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
         None,
@@ -644,11 +611,7 @@ fn loopback(trial: Duration, start_pps: u64, max_pps: u64, fixed_pps: u64, out: 
             &mut generator,
             &sink,
             fwd.listen,
-            trial,
-            settle,
-            start_pps,
-            max_pps,
-            fixed_pps,
+            search,
             || cpu_seconds(pid, Some("bare-fwd")),
         ));
     }
@@ -683,45 +646,30 @@ fn loopback(trial: Duration, start_pps: u64, max_pps: u64, fixed_pps: u64, out: 
             &mut generator,
             &sink,
             vip,
-            trial,
-            settle,
-            start_pps,
-            max_pps,
-            fixed_pps,
+            search,
             || cpu_seconds(pid, Some("relay-w")),
         ));
     }
 
-    let report = markdown(&rows, fixed_pps, &command);
-    print!("{report}");
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir).expect("report directory");
-    }
-    std::fs::write(out, &report).expect("write report");
-    std::fs::write(out.with_extension("jsonl"), json_lines(&rows)).expect("write json");
-    eprintln!("report: {}", out.display());
+    let report = markdown(&rows, search.fixed_pps, &command);
+    write_report(out, &report, Some(&rows));
 }
 
-#[allow(clippy::too_many_arguments)]
 fn measure(
     name: &str,
     generator: &mut Generator,
     sink: &Sink,
     to: SocketAddr,
-    trial: Duration,
-    settle: Duration,
-    start_pps: u64,
-    max_pps: u64,
-    fixed_pps: u64,
+    search: &Search,
     cpu: impl Fn() -> f64,
 ) -> Row {
     eprintln!("measuring {name}…");
     let mut cpu_at = std::collections::HashMap::new();
-    let (best, search) = max_loss_free(
+    let (best, trials) = max_loss_free(
         |rate| {
             let before = cpu();
             let machine_before = perf::load::machine_busy_seconds();
-            let t = generator.trial(to, rate, trial, settle, sink);
+            let t = generator.trial(to, rate, search.trial, SETTLE, sink);
             let machine = perf::load::machine_busy_seconds() - machine_before;
             cpu_at.insert(rate, (cpu() - before, t.received, machine));
             eprintln!(
@@ -732,8 +680,8 @@ fn measure(
             );
             t
         },
-        start_pps,
-        max_pps,
+        search.start_pps,
+        search.max_pps,
         6,
     );
     let cpu_us_per_packet = cpu_at
@@ -746,13 +694,13 @@ fn measure(
         .map_or(0.0, |(_, received, machine)| {
             machine * 1e6 / (*received).max(1) as f64
         });
-    let fixed = generator.trial(to, fixed_pps, trial, settle, sink);
+    let fixed = generator.trial(to, search.fixed_pps, search.trial, SETTLE, sink);
     Row {
         setup: name.to_string(),
         best,
         cpu_us_per_packet,
         machine_us_per_packet,
         fixed,
-        search,
+        search: trials,
     }
 }
