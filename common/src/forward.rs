@@ -1,11 +1,11 @@
 //! The forwarding decision both relay backends make for every datagram: a pure function
 //! of the datagram, the flow table, the configuration and a time the caller passes in.
 //!
-//! The backend owns the buffers and the sockets; it hands a received datagram to
-//! [`Forwarder::from_client`] (it arrived on a public VIP) or [`Forwarder::from_internal`]
-//! (it arrived on the worker's internal port) and carries out the returned [`Verdict`].
-//! Every drop is counted here, under exactly one [`DropReason`], and every forwarded
-//! datagram is counted per direction, in the forwarder's [`WorkerCounters`].
+//! [`Forwarder::from_client`] decides a datagram that arrived on a public VIP,
+//! [`Forwarder::from_internal`] one that arrived on the worker's internal port. Each
+//! returns a [`Verdict`]; a drop names exactly one [`DropReason`]. The forwarder counts
+//! nothing: [`crate::execute::Executor`] carries the verdict out through the backend's
+//! egress and counts each datagram once, when its fate is known.
 //!
 //! # From a client (on a VIP)
 //!
@@ -52,7 +52,7 @@ use crate::demux::DatagramKind;
 use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
 use crate::frame::FrameHeader;
 use crate::hint::HintKeys;
-use crate::metrics::{Direction, DropReason, WorkerCounters};
+use crate::metrics::DropReason;
 use crate::stun::StunView;
 
 /// Where a flow goes.
@@ -110,7 +110,7 @@ pub enum Verdict {
         /// The flow to look up.
         key: FlowKey,
     },
-    /// Drop the datagram; already counted.
+    /// Drop the datagram for this reason.
     Drop(DropReason),
 }
 
@@ -152,14 +152,22 @@ fn contains(networks: &[IpNet], addr: SocketAddr) -> bool {
     networks.iter().any(|n| n.contains(&ip))
 }
 
-/// One worker's forwarding state: policy, flow table and counters.
+/// One worker's forwarding state: policy and flow table.
 #[derive(Debug)]
 pub struct Forwarder {
     policy: ForwardPolicy,
     table: FlowTable<FlowState>,
-    counters: WorkerCounters,
     started: Instant,
     refresh_every_s: u32,
+}
+
+/// Why a route from the route cache was not installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestoreRefused {
+    /// The cached next hop is neither an allowed transceiver nor a cluster relay.
+    DestinationNotAllowed,
+    /// The flow table is full of live flows.
+    TableFull,
 }
 
 impl Forwarder {
@@ -171,7 +179,6 @@ impl Forwarder {
         Forwarder {
             policy,
             table,
-            counters: WorkerCounters::default(),
             started: now,
             refresh_every_s,
         }
@@ -179,16 +186,6 @@ impl Forwarder {
 
     fn seconds(&self, now: Instant) -> u32 {
         u32::try_from(now.saturating_duration_since(self.started).as_secs()).unwrap_or(u32::MAX)
-    }
-
-    /// The counters, for publishing.
-    pub fn counters(&self) -> &WorkerCounters {
-        &self.counters
-    }
-
-    /// Mutable counters, for the backend's own drops (send failures, cache results).
-    pub fn counters_mut(&mut self) -> &mut WorkerCounters {
-        &mut self.counters
     }
 
     /// The flow table.
@@ -201,18 +198,8 @@ impl Forwarder {
         &self.policy
     }
 
-    fn drop(&mut self, reason: impl Into<DropReason>) -> Verdict {
-        let reason = reason.into();
-        self.counters.dropped(reason);
-        Verdict::Drop(reason)
-    }
-
-    fn sync_flow_counters(&mut self) {
-        let c = self.table.counters();
-        self.counters.flows_active = self.table.len() as u64;
-        self.counters.flows_created = c.created;
-        self.counters.flows_expired = c.expired;
-        self.counters.flows_refused = c.refused;
+    fn drop(reason: impl Into<DropReason>) -> Verdict {
+        Verdict::Drop(reason.into())
     }
 
     /// Decides a datagram that arrived from `client` on public `vip`.
@@ -238,7 +225,7 @@ impl Forwarder {
         let datagram = &received[payload_at..];
         let kind = DatagramKind::classify(datagram);
         if kind == DatagramKind::Other {
-            return self.drop(DropReason::Unclassified);
+            return Self::drop(DropReason::Unclassified);
         }
         let key = FlowKey::new(client, vip);
         let header = FrameHeader::new(client, vip);
@@ -257,7 +244,6 @@ impl Forwarder {
             if kind == DatagramKind::Stun {
                 to = self.follow_rerouted_session(datagram, &key, route, return_via, now);
             }
-            self.counters.forwarded(Direction::In, datagram.len());
             return Verdict::Forward {
                 to,
                 header,
@@ -267,14 +253,13 @@ impl Forwarder {
         }
         if kind != DatagramKind::Stun {
             if self.policy.route_cache {
-                self.counters.dropped(DropReason::NoFlowCacheLookup);
                 return Verdict::LookupRoute { key };
             }
-            return self.drop(DropReason::NoFlow);
+            return Self::drop(DropReason::NoFlow);
         }
         let route = match self.authenticate_binding_request(datagram, return_via) {
             Ok(route) => route,
-            Err(reason) => return self.drop(reason),
+            Err(reason) => return Self::drop(reason),
         };
         let state = FlowState {
             route,
@@ -282,16 +267,11 @@ impl Forwarder {
         };
         match self.table.insert(&key, state, now) {
             Ok(_) => {}
-            Err(InsertError::TableFull) => {
-                self.sync_flow_counters();
-                return self.drop(DropReason::TableFull);
-            }
+            Err(InsertError::TableFull) => return Self::drop(DropReason::TableFull),
         }
         if let Some(flow) = self.table.lookup(&key, now) {
             flow.record_in(datagram.len());
         }
-        self.sync_flow_counters();
-        self.counters.forwarded(Direction::In, datagram.len());
         Verdict::Forward {
             to: route.next_hop,
             header,
@@ -387,11 +367,11 @@ impl Forwarder {
         let from_transceiver = contains(&self.policy.allowed_transceiver_networks, source);
         let from_cluster_relay = self.policy.clusters.values().any(|r| *r == source);
         if !(from_global || from_transceiver || from_cluster_relay) {
-            return self.drop(DropReason::FrameSourceNotAllowed);
+            return Self::drop(DropReason::FrameSourceNotAllowed);
         }
         let (header, payload) = match FrameHeader::parse(frame) {
             Ok(parsed) => parsed,
-            Err(e) => return self.drop(e),
+            Err(e) => return Self::drop(e),
         };
         let key = FlowKey::new(header.client, header.vip);
         // A frame from a global relay carries a client's datagram towards a transceiver.
@@ -429,47 +409,36 @@ impl Forwarder {
                 }
             },
         };
-        match outcome {
-            Ok(verdict) => {
-                self.counters.forwarded(Direction::Out, payload.len());
-                verdict
-            }
-            Err(reason) => self.drop(reason),
-        }
+        outcome.unwrap_or_else(Self::drop)
     }
 
     /// Installs a route the cache returned for `key` (unless a flow appeared meanwhile).
-    /// Counts a cache hit; a refused insert (table full) is counted as a drop reason.
-    pub fn restore(&mut self, key: &FlowKey, route: Route, now: Instant) -> bool {
-        self.counters.cache_hits += 1;
+    pub fn restore(
+        &mut self,
+        key: &FlowKey,
+        route: Route,
+        now: Instant,
+    ) -> Result<(), RestoreRefused> {
         if self.table.peek(key).is_some() {
-            return true;
+            return Ok(());
         }
         let destination_ok = contains(&self.policy.allowed_transceiver_networks, route.next_hop)
             || self.policy.clusters.values().any(|r| *r == route.next_hop);
         if !destination_ok {
-            self.counters.dropped(DropReason::HintDestinationNotAllowed);
-            return false;
+            return Err(RestoreRefused::DestinationNotAllowed);
         }
         let state = FlowState {
             route,
             recorded_at_s: self.seconds(now),
         };
-        let restored = match self.table.insert(key, state, now) {
-            Ok(Inserted::Created | Inserted::Updated) => true,
-            Err(InsertError::TableFull) => {
-                self.counters.dropped(DropReason::TableFull);
-                false
-            }
-        };
-        self.sync_flow_counters();
-        restored
+        match self.table.insert(key, state, now) {
+            Ok(Inserted::Created | Inserted::Updated) => Ok(()),
+            Err(InsertError::TableFull) => Err(RestoreRefused::TableFull),
+        }
     }
 
     /// Expires up to `budget` idle flows at `now`; returns how many.
     pub fn expire(&mut self, now: Instant, budget: usize) -> usize {
-        let n = self.table.expire(now, budget);
-        self.sync_flow_counters();
-        n
+        self.table.expire(now, budget)
     }
 }

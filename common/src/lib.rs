@@ -9,6 +9,8 @@
 //! - [`frame`]: the relay ↔ transceiver frame header.
 //! - [`flow`]: the fixed-capacity flow table with idle expiry.
 //! - [`forward`]: the forwarding decision for one datagram, shared by both backends.
+//! - [`execute`]: carrying a decision out through a backend's egress, and counting every
+//!   datagram exactly once.
 //! - [`config`]: the relay configuration (TOML + flags) and its validation.
 //! - [`metrics`]: metric names, drop reasons and their Prometheus exposition.
 //! - `runtime` (feature `runtime`): the I/O parts both relay binaries share: Redis route
@@ -20,6 +22,7 @@
 
 pub mod config;
 pub mod demux;
+pub mod execute;
 pub mod flow;
 pub mod forward;
 pub mod frame;

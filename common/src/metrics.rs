@@ -11,6 +11,9 @@
 //! | `ufrag_relay_packets_total`            | counter | worker, direction    |
 //! | `ufrag_relay_bytes_total`              | counter | worker, direction    |
 //! | `ufrag_relay_drops_total`              | counter | worker, reason       |
+//! | `ufrag_relay_dropped_bytes_total`      | counter | worker, reason       |
+//! | `ufrag_relay_received_packets_total`   | counter | worker, port         |
+//! | `ufrag_relay_received_bytes_total`     | counter | worker, port         |
 //! | `ufrag_relay_flows_active`             | gauge   | worker               |
 //! | `ufrag_relay_flows_created_total`      | counter | worker               |
 //! | `ufrag_relay_flows_expired_total`      | counter | worker               |
@@ -22,7 +25,15 @@
 //! | `ufrag_relay_build_info`               | gauge   | backend, version     |
 //!
 //! `direction` is `in` (client → transceiver) or `out` (transceiver → client); `reason`
-//! is one of [`DropReason::label`].
+//! is one of [`DropReason::label`]; `port` is where a datagram arrived: `vip` or
+//! `internal`.
+//!
+//! **The counting contract** (kept by [`crate::execute::Executor`], checked by a property
+//! test): every datagram received ends in exactly one counter, forwarded `in`, forwarded
+//! `out`, or one drop reason, in packets and in bytes alike. Bytes are always the
+//! datagram's size as received (UDP payload, frame header included for frames), so that
+//! once no send is in flight, `received == forwarded(in) + forwarded(out) + dropped` holds
+//! for packets and for bytes, per worker and in total.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -40,6 +51,28 @@ use crate::stun::StunError;
 
 /// The `Content-Type` of [`RelayMetrics::render`]'s output.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Where a datagram arrived.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Port {
+    /// A public VIP (from a client).
+    Vip = 0,
+    /// The worker's internal port (from a transceiver or another relay).
+    Internal = 1,
+}
+
+impl Port {
+    /// Both ports, in index order.
+    pub const ALL: [Port; 2] = [Port::Vip, Port::Internal];
+
+    /// The label value.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Vip => "vip",
+            Self::Internal => "internal",
+        }
+    }
+}
 
 /// Direction of a forwarded datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -229,12 +262,18 @@ impl From<FrameError> for DropReason {
 /// The counters one worker owns and bumps on its packet path: plain integers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerCounters {
+    /// Datagrams received, by [`Port`] index.
+    pub received_packets: [u64; 2],
+    /// Bytes received (datagram sizes as received), by [`Port`] index.
+    pub received_bytes: [u64; 2],
     /// Datagrams forwarded, by [`Direction`] index.
     pub packets: [u64; 2],
-    /// Bytes forwarded (client datagram sizes), by [`Direction`] index.
+    /// Bytes forwarded (datagram sizes as received), by [`Direction`] index.
     pub bytes: [u64; 2],
     /// Drops, by [`DropReason::index`].
     pub drops: [u64; DropReason::COUNT],
+    /// Bytes dropped (datagram sizes as received), by [`DropReason::index`].
+    pub drop_bytes: [u64; DropReason::COUNT],
     /// Flows in the worker's table now.
     pub flows_active: u64,
     /// Flows created.
@@ -254,9 +293,12 @@ pub struct WorkerCounters {
 impl Default for WorkerCounters {
     fn default() -> Self {
         WorkerCounters {
+            received_packets: [0; 2],
+            received_bytes: [0; 2],
             packets: [0; 2],
             bytes: [0; 2],
             drops: [0; DropReason::COUNT],
+            drop_bytes: [0; DropReason::COUNT],
             flows_active: 0,
             flows_created: 0,
             flows_expired: 0,
@@ -269,17 +311,44 @@ impl Default for WorkerCounters {
 }
 
 impl WorkerCounters {
-    /// Counts one forwarded datagram.
+    /// Counts one received datagram of `bytes` bytes.
+    #[inline]
+    pub fn received(&mut self, port: Port, bytes: usize) {
+        self.received_packets[port as usize] += 1;
+        self.received_bytes[port as usize] += bytes as u64;
+    }
+
+    /// Counts one forwarded datagram of `bytes` bytes (as received).
     #[inline]
     pub fn forwarded(&mut self, direction: Direction, bytes: usize) {
         self.packets[direction as usize] += 1;
         self.bytes[direction as usize] += bytes as u64;
     }
 
-    /// Counts one dropped datagram.
+    /// Counts one dropped datagram of `bytes` bytes (as received).
     #[inline]
-    pub fn dropped(&mut self, reason: impl Into<DropReason>) {
-        self.drops[reason.into().index()] += 1;
+    pub fn dropped(&mut self, reason: impl Into<DropReason>, bytes: usize) {
+        let i = reason.into().index();
+        self.drops[i] += 1;
+        self.drop_bytes[i] += bytes as u64;
+    }
+
+    /// Datagrams received but neither forwarded nor dropped yet, in packets and bytes:
+    /// those a backend still holds for sending. Zero whenever no send is in flight; a
+    /// value that stays non-zero (or a negative one, shown as `None`) is a counting bug.
+    pub fn in_flight(&self) -> Option<(u64, u64)> {
+        let settled_packets = self.packets.iter().chain(&self.drops).sum::<u64>();
+        let settled_bytes = self.bytes.iter().chain(&self.drop_bytes).sum::<u64>();
+        Some((
+            self.received_packets
+                .iter()
+                .sum::<u64>()
+                .checked_sub(settled_packets)?,
+            self.received_bytes
+                .iter()
+                .sum::<u64>()
+                .checked_sub(settled_bytes)?,
+        ))
     }
 
     /// The drop count of one reason.
@@ -292,9 +361,12 @@ impl WorkerCounters {
 /// number of readers.
 #[derive(Debug)]
 pub struct SharedCounters {
+    received_packets: [AtomicU64; 2],
+    received_bytes: [AtomicU64; 2],
     packets: [AtomicU64; 2],
     bytes: [AtomicU64; 2],
     drops: [AtomicU64; DropReason::COUNT],
+    drop_bytes: [AtomicU64; DropReason::COUNT],
     flows_active: AtomicU64,
     flows_created: AtomicU64,
     flows_expired: AtomicU64,
@@ -307,9 +379,12 @@ pub struct SharedCounters {
 impl Default for SharedCounters {
     fn default() -> Self {
         SharedCounters {
+            received_packets: Default::default(),
+            received_bytes: Default::default(),
             packets: Default::default(),
             bytes: Default::default(),
             drops: core::array::from_fn(|_| AtomicU64::new(0)),
+            drop_bytes: core::array::from_fn(|_| AtomicU64::new(0)),
             flows_active: AtomicU64::new(0),
             flows_created: AtomicU64::new(0),
             flows_expired: AtomicU64::new(0),
@@ -334,9 +409,12 @@ fn load_all<const N: usize>(src: &[AtomicU64; N]) -> [u64; N] {
 impl SharedCounters {
     /// Copies the worker's counters for scraping. Call from the owning worker only.
     pub fn publish(&self, local: &WorkerCounters) {
+        store_all(&self.received_packets, &local.received_packets);
+        store_all(&self.received_bytes, &local.received_bytes);
         store_all(&self.packets, &local.packets);
         store_all(&self.bytes, &local.bytes);
         store_all(&self.drops, &local.drops);
+        store_all(&self.drop_bytes, &local.drop_bytes);
         let scalars = [
             (&self.flows_active, local.flows_active),
             (&self.flows_created, local.flows_created),
@@ -354,9 +432,12 @@ impl SharedCounters {
     /// A copy of the last published counters.
     pub fn snapshot(&self) -> WorkerCounters {
         WorkerCounters {
+            received_packets: load_all(&self.received_packets),
+            received_bytes: load_all(&self.received_bytes),
             packets: load_all(&self.packets),
             bytes: load_all(&self.bytes),
             drops: load_all(&self.drops),
+            drop_bytes: load_all(&self.drop_bytes),
             flows_active: self.flows_active.load(Ordering::Relaxed),
             flows_created: self.flows_created.load(Ordering::Relaxed),
             flows_expired: self.flows_expired.load(Ordering::Relaxed),
@@ -408,10 +489,15 @@ impl RelayMetrics {
         for w in &self.workers {
             let s = w.snapshot();
             for i in 0..2 {
+                total.received_packets[i] += s.received_packets[i];
+                total.received_bytes[i] += s.received_bytes[i];
                 total.packets[i] += s.packets[i];
                 total.bytes[i] += s.bytes[i];
             }
             for (t, d) in total.drops.iter_mut().zip(s.drops) {
+                *t += d;
+            }
+            for (t, d) in total.drop_bytes.iter_mut().zip(s.drop_bytes) {
                 *t += d;
             }
             total.flows_active += s.flows_active;
@@ -437,6 +523,18 @@ impl RelayMetrics {
 }
 
 type Scalar = fn(&WorkerCounters) -> u64;
+
+const PORT_LABELS: [&str; 2] = [Port::Vip.label(), Port::Internal.label()];
+const DIRECTION_LABELS: [&str; 2] = [Direction::In.label(), Direction::Out.label()];
+const DROP_LABELS: [&str; DropReason::COUNT] = {
+    let mut labels = [""; DropReason::COUNT];
+    let mut i = 0;
+    while i < DropReason::COUNT {
+        labels[i] = DropReason::ALL[i].label();
+        i += 1;
+    }
+    labels
+};
 
 /// Per-worker scalar metrics: name (without `_total`), help, type, accessor.
 const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
@@ -521,51 +619,58 @@ impl Collector for RelayMetrics {
         )?;
         ConstGauge::new(i64::from(self.is_ready())).encode(e)?;
 
-        let mut e = encoder.encode_descriptor(
-            "ufrag_relay_packets",
-            "Datagrams forwarded; direction in = client to transceiver, out = back to the client.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (worker, s) in snapshots.iter().enumerate() {
-            for d in Direction::ALL {
-                let labels = [
-                    ("worker", worker.to_string()),
-                    ("direction", d.label().to_string()),
-                ];
-                ConstCounter::new(s.packets[d as usize]).encode(e.encode_family(&labels)?)?;
-            }
-        }
-
-        let mut e = encoder.encode_descriptor(
-            "ufrag_relay_bytes",
-            "Bytes of client datagrams forwarded (frame headers not included).",
-            None,
-            MetricType::Counter,
-        )?;
-        for (worker, s) in snapshots.iter().enumerate() {
-            for d in Direction::ALL {
-                let labels = [
-                    ("worker", worker.to_string()),
-                    ("direction", d.label().to_string()),
-                ];
-                ConstCounter::new(s.bytes[d as usize]).encode(e.encode_family(&labels)?)?;
-            }
-        }
-
-        let mut e = encoder.encode_descriptor(
-            "ufrag_relay_drops",
-            "Datagrams dropped, by reason.",
-            None,
-            MetricType::Counter,
-        )?;
-        for (worker, s) in snapshots.iter().enumerate() {
-            for reason in DropReason::ALL {
-                let labels = [
-                    ("worker", worker.to_string()),
-                    ("reason", reason.label().to_string()),
-                ];
-                ConstCounter::new(s.drops[reason.index()]).encode(e.encode_family(&labels)?)?;
+        type PerLabel = fn(&WorkerCounters, usize) -> u64;
+        let families: [(&str, &str, &str, &[&str], PerLabel); 6] = [
+            (
+                "ufrag_relay_received_packets",
+                "Datagrams received; port vip = from clients, internal = from transceivers and relays.",
+                "port",
+                &PORT_LABELS,
+                |c, i| c.received_packets[i],
+            ),
+            (
+                "ufrag_relay_received_bytes",
+                "Bytes received (UDP payload; frame headers included on the internal port).",
+                "port",
+                &PORT_LABELS,
+                |c, i| c.received_bytes[i],
+            ),
+            (
+                "ufrag_relay_packets",
+                "Datagrams forwarded; direction in = client to transceiver, out = back to the client.",
+                "direction",
+                &DIRECTION_LABELS,
+                |c, i| c.packets[i],
+            ),
+            (
+                "ufrag_relay_bytes",
+                "Bytes of the datagrams forwarded, as received (frame headers included on frames).",
+                "direction",
+                &DIRECTION_LABELS,
+                |c, i| c.bytes[i],
+            ),
+            (
+                "ufrag_relay_drops",
+                "Datagrams dropped, by reason.",
+                "reason",
+                &DROP_LABELS,
+                |c, i| c.drops[i],
+            ),
+            (
+                "ufrag_relay_dropped_bytes",
+                "Bytes of the datagrams dropped, as received, by reason.",
+                "reason",
+                &DROP_LABELS,
+                |c, i| c.drop_bytes[i],
+            ),
+        ];
+        for (name, help, label, values, get) in families {
+            let mut e = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (worker, s) in snapshots.iter().enumerate() {
+                for (i, value) in values.iter().enumerate() {
+                    let labels = [("worker", worker.to_string()), (label, value.to_string())];
+                    ConstCounter::new(get(s, i)).encode(e.encode_family(&labels)?)?;
+                }
             }
         }
 

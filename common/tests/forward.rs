@@ -1,91 +1,38 @@
 //! The forwarding decision: every path of `Forwarder`, and what happens to each kind of
-//! bad input (which drop reason counts it).
+//! bad input (which drop reason counts it), carried out by the executor through an
+//! egress that sends everything.
+
+mod support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use support::{
+    CLIENT, CLUSTER, DTLS, PlannedEgress, RTP, SECRET, TRANSCEIVER, TestRelay, VIP, a,
+    binding_request, frame, policy,
+};
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Route, Verdict};
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
 use ufrag_common::metrics::{Direction, DropReason};
-use ufrag_common::stun::{self, StunClass, StunWriter, attr};
+use ufrag_common::stun::{StunClass, StunWriter, attr};
 
-const SECRET: &[u8] = &[0x42; 32];
-const CLUSTER: u16 = 1;
-
-fn a(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn keys() -> HintKeys {
-    HintKeys::new(HintKey::new(1, SECRET).unwrap(), None).unwrap()
-}
-
-fn policy() -> ForwardPolicy {
-    ForwardPolicy {
-        vips: vec![a("203.0.113.10:3478")],
-        allowed_transceiver_networks: vec!["10.0.0.0/8".parse().unwrap()],
-        global_relay_networks: vec![],
-        cluster_id: CLUSTER,
-        clusters: BTreeMap::new(),
-        hint_keys: keys(),
-        route_cache: false,
-    }
-}
-
-fn forwarder_with(policy: ForwardPolicy, capacity: usize, t0: Instant) -> Forwarder {
-    Forwarder::new(
+fn forwarder_with(policy: ForwardPolicy, capacity: usize, t0: Instant) -> TestRelay {
+    let forwarder = Forwarder::new(
         policy,
         FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap(),
         t0,
-    )
+    );
+    TestRelay::new(forwarder, PlannedEgress::logging())
 }
 
-fn forwarder(t0: Instant) -> Forwarder {
+fn forwarder(t0: Instant) -> TestRelay {
     forwarder_with(policy(), 16, t0)
 }
 
-const VIP: &str = "203.0.113.10:3478";
-const CLIENT: &str = "198.51.100.7:50000";
-const TRANSCEIVER: &str = "10.0.0.2:40000";
-
-/// A browser-shaped Binding Request for a session on `transceiver` in `cluster`.
-fn binding_request(transceiver: &str, cluster: u16, random: u8) -> Vec<u8> {
-    let keys = keys();
-    let ufrag = keys.encode(
-        &RoutingHint {
-            cluster,
-            transceiver: a(transceiver),
-        },
-        [random; 6],
-    );
-    let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-    let mut buf = [0u8; 256];
-    let n = stun::write_binding_request(
-        &mut buf,
-        &[random; 12],
-        ufrag.as_bytes(),
-        b"cli1",
-        password.as_bytes(),
-    )
-    .unwrap();
-    buf[..n].to_vec()
-}
-
-const RTP: [u8; 12] = [0x80, 111, 0, 1, 0, 0, 0, 1, 1, 2, 3, 4];
-const DTLS: [u8; 13] = [22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
-
-fn frame(client: &str, vip: &str, payload: &[u8]) -> Vec<u8> {
-    let h = FrameHeader::new(a(client), a(vip));
-    let mut f = vec![0u8; h.encoded_len()];
-    h.emit(&mut f).unwrap();
-    f.extend_from_slice(payload);
-    f
-}
-
-fn expect_drop(v: Verdict, reason: DropReason, fwd: &Forwarder) {
+fn expect_drop(v: Verdict, reason: DropReason, fwd: &mut TestRelay) {
     assert_eq!(v, Verdict::Drop(reason));
     assert_eq!(
         fwd.counters().drops_of(reason),
@@ -133,7 +80,7 @@ fn non_stun_without_a_flow_is_never_forwarded() {
     expect_drop(
         fwd.from_client(&RTP, a(CLIENT), a(VIP), t0),
         DropReason::NoFlow,
-        &fwd,
+        &mut fwd,
     );
     let mut cached = forwarder_with(
         ForwardPolicy {
@@ -308,7 +255,7 @@ fn bad_input_on_an_established_flow_does_not_break_it() {
     expect_drop(
         fwd.from_client(&[0xff, 1, 2], a(CLIENT), a(VIP), t0),
         DropReason::Unclassified,
-        &fwd,
+        &mut fwd,
     );
     // A forged Binding Request pointing elsewhere is forwarded on the existing flow (the
     // transceiver rejects it) and does not move the flow.
@@ -475,7 +422,7 @@ fn a_flow_on_a_vip_we_no_longer_serve_is_not_answered() {
         a(TRANSCEIVER),
         t0,
     );
-    expect_drop(v, DropReason::ReturnUnknownVip, &fwd);
+    expect_drop(v, DropReason::ReturnUnknownVip, &mut fwd);
     assert_eq!(fwd.counters().packets[Direction::Out as usize], 0);
 }
 
@@ -497,7 +444,7 @@ fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding() {
     }
     let third = SocketAddr::from(([198, 51, 100, 7], 3));
     let v = fwd.from_client(&binding_request(TRANSCEIVER, CLUSTER, 3), third, a(VIP), t0);
-    expect_drop(v, DropReason::TableFull, &fwd);
+    expect_drop(v, DropReason::TableFull, &mut fwd);
     assert_eq!(fwd.counters().flows_refused, 1);
     for port in [1, 2] {
         let client = SocketAddr::from(([198, 51, 100, 7], port));

@@ -4,7 +4,9 @@ use std::collections::HashSet;
 
 use ufrag_common::frame::FrameError;
 use ufrag_common::hint::HintError;
-use ufrag_common::metrics::{CONTENT_TYPE, Direction, DropReason, RelayMetrics, WorkerCounters};
+use ufrag_common::metrics::{
+    CONTENT_TYPE, Direction, DropReason, Port, RelayMetrics, WorkerCounters,
+};
 use ufrag_common::stun::StunError;
 
 #[test]
@@ -55,7 +57,9 @@ fn exposition_has_every_series_per_worker_after_publish() {
     local.forwarded(Direction::In, 200);
     local.forwarded(Direction::In, 100);
     local.forwarded(Direction::Out, 50);
-    local.dropped(HintError::BadMac);
+    local.dropped(HintError::BadMac, 80);
+    local.received(Port::Vip, 380);
+    local.received(Port::Internal, 50);
     local.flows_active = 3;
     local.cache_errors = 4;
     metrics.worker(1).publish(&local);
@@ -70,6 +74,10 @@ fn exposition_has_every_series_per_worker_after_publish() {
         "ufrag_relay_packets_total{worker=\"0\",direction=\"in\"} 0",
         "ufrag_relay_drops_total{worker=\"1\",reason=\"hint_bad_mac\"} 1",
         "ufrag_relay_drops_total{worker=\"0\",reason=\"no_flow\"} 0",
+        "ufrag_relay_dropped_bytes_total{worker=\"1\",reason=\"hint_bad_mac\"} 80",
+        "ufrag_relay_received_packets_total{worker=\"1\",port=\"vip\"} 1",
+        "ufrag_relay_received_bytes_total{worker=\"1\",port=\"vip\"} 380",
+        "ufrag_relay_received_bytes_total{worker=\"1\",port=\"internal\"} 50",
         "ufrag_relay_flows_active{worker=\"1\"} 3",
         "ufrag_relay_cache_errors_total{worker=\"1\"} 4",
         "ufrag_relay_ready 1",
@@ -91,4 +99,19 @@ fn exposition_has_every_series_per_worker_after_publish() {
     let totals = metrics.totals();
     assert_eq!(totals.packets, [2, 1]);
     assert_eq!(totals.drops_of(DropReason::HintBadMac), 1);
+    assert_eq!(totals.drop_bytes[DropReason::HintBadMac.index()], 80);
+}
+
+#[test]
+fn in_flight_is_what_was_received_and_not_yet_settled() {
+    let mut c = WorkerCounters::default();
+    assert_eq!(c.in_flight(), Some((0, 0)));
+    c.received(Port::Vip, 100);
+    c.received(Port::Internal, 60);
+    assert_eq!(c.in_flight(), Some((2, 160)));
+    c.forwarded(Direction::In, 100);
+    c.dropped(DropReason::SendFailed, 60);
+    assert_eq!(c.in_flight(), Some((0, 0)));
+    c.forwarded(Direction::Out, 1);
+    assert_eq!(c.in_flight(), None, "more settled than received is a bug");
 }

@@ -7,6 +7,8 @@ use std::cell::Cell;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+mod support;
+
 use ipnet::IpNet;
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::{FlowKey, FlowTable};
@@ -135,7 +137,8 @@ fn the_counter_does_count() {
 }
 
 #[test]
-fn the_forwarder_does_not_allocate() {
+fn the_forwarder_and_executor_do_not_allocate() {
+    use support::{Fate, PlannedEgress, TestRelay};
     use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
 
     let keys = HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap();
@@ -151,11 +154,19 @@ fn the_forwarder_does_not_allocate() {
         route_cache: true,
     };
     let t0 = Instant::now();
-    let mut fwd = Forwarder::new(
+    let forwarder = Forwarder::new(
         policy,
         FlowTable::new(1024, Duration::from_secs(1), t0).unwrap(),
         t0,
     );
+    // Every path of the egress: sent, refused, queued then sent or refused at the flush.
+    let plan = vec![
+        Fate::Send,
+        Fate::QueueThenSend,
+        Fate::FailNow,
+        Fate::QueueThenFail,
+    ];
+    let mut fwd = TestRelay::new(forwarder, PlannedEgress::planned(plan));
     let ufrag = keys.encode(
         &RoutingHint {
             cluster: 1,
@@ -200,6 +211,7 @@ fn the_forwarder_does_not_allocate() {
             fwd.from_internal(&frame[..h + rtp.len()], transceiver, now),
             Verdict::Return { .. }
         ));
+        fwd.flush();
         fwd.expire(now, 8);
     }
     let after = allocations();

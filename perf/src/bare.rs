@@ -10,8 +10,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mio::{Events, Interest, Poll, Token};
-use relay_mio::mmsg::{RecvBatch, SendBatch};
-use relay_mio::worker::bind_udp;
+use ufrag_udp::{RecvBatch, SendBatch, bind_udp};
 
 /// A running bare forwarder.
 #[derive(Debug)]
@@ -56,10 +55,10 @@ impl BareForwarder {
                     while let Ok(n @ 1..) = recv.recv(fd) {
                         for i in 0..n {
                             if let Some(d) = recv.get(i) {
-                                send.push(to, &[], d.data);
+                                let _ = send.push(to, &[], d.data, ());
                             }
                         }
-                        send.flush(fd);
+                        send.flush(fd, |(), _| {});
                     }
                 }
             })?;

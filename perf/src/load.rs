@@ -15,9 +15,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use mio::{Events, Interest, Poll, Token};
-use relay_mio::mmsg::{BATCH, RecvBatch, SendBatch};
-use relay_mio::worker::bind_udp;
 use ufrag_common::frame::FrameHeader;
+use ufrag_udp::{BATCH, RecvBatch, SendBatch, bind_udp};
 
 /// Size of every generated datagram.
 pub const DATAGRAM_LEN: usize = 200;
@@ -263,9 +262,9 @@ impl Generator {
                     payload[2..4].copy_from_slice(&self.seq.to_be_bytes());
                     let now = self.epoch.elapsed().as_nanos() as u64;
                     payload[4..12].copy_from_slice(&now.to_be_bytes());
-                    batch.push(to, &[], &payload);
+                    let _ = batch.push(to, &[], &payload, ());
                 }
-                let flushed = batch.flush(socket.as_raw_fd());
+                let flushed = batch.flush(socket.as_raw_fd(), |(), _| {});
                 // Datagrams the generator's own socket refused were never offered.
                 sent += flushed.sent as u64;
                 next = (next + 1) % self.clients.len();

@@ -15,6 +15,7 @@ pub mod neighbours;
 pub mod netlink;
 pub mod packet;
 pub mod program;
+pub mod relay;
 pub mod ring;
 pub mod steering;
 pub mod worker;

@@ -9,7 +9,7 @@ use crate::bpf;
 use crate::program::{self, STAT_PASSED, STAT_STEERED};
 
 /// How to attach the program.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum AttachMode {
     /// Generic XDP (any driver, after the skb is built).
     Skb,

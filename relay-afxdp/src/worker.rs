@@ -8,14 +8,15 @@
 //! Busy-poll mode spins on the rings (DPDK style) and counts empty and productive polls;
 //! wakeup mode sleeps in poll(2) on the socket when the rings are empty.
 
-use std::net::SocketAddr;
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ufrag_common::flow::FlowKey;
-use ufrag_common::forward::{Forwarder, Verdict};
-use ufrag_common::metrics::{Direction, DropReason, SharedCounters};
+use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
+use ufrag_common::forward::Forwarder;
+use ufrag_common::metrics::{DropReason, Port, SharedCounters};
 use ufrag_common::runtime::cache::CacheClient;
 
 use crate::neighbours::Neighbours;
@@ -28,33 +29,34 @@ pub const TICK: Duration = Duration::from_millis(50);
 pub const HOLD: Duration = Duration::from_millis(200);
 /// How many frames may wait for MACs at once.
 pub const MAX_PENDING: usize = 256;
+/// Flows expired per tick at most.
+const EXPIRE_BUDGET: usize = 4096;
 
-/// Where an outgoing datagram is being built.
+/// A received frame as the egress needs it to rewrite in place.
 #[derive(Clone, Copy, Debug)]
-struct Outgoing {
-    /// The received frame's address (for drops).
-    frame: u64,
+pub struct UmemFrame {
+    /// The frame's address in the UMEM (what the RX ring gave).
+    addr: u64,
     /// The UMEM chunk's base address.
     base: u64,
-    /// Offset of the new Ethernet header in the chunk.
-    start: usize,
-    src: SocketAddr,
-    dst: SocketAddr,
+    /// Offset of the UDP payload in the chunk.
+    payload_at: usize,
+    /// Length of the UDP payload.
+    payload_len: usize,
 }
 
 /// A frame ready to send but for its destination MAC.
-#[derive(Clone, Copy, Debug)]
-pub struct Pending {
+#[derive(Debug)]
+struct Pending {
     addr: u64,
     len: usize,
-    dst: std::net::IpAddr,
+    dst: IpAddr,
     since: Instant,
-    direction: Direction,
-    bytes: usize,
+    ticket: Ticket,
 }
 
 /// How the worker waits when the rings are empty.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PollMode {
     /// Spin on the rings (100 % of a core, lowest latency).
     Busy,
@@ -72,19 +74,166 @@ pub struct PollStats {
     pub empty: u64,
 }
 
-/// One worker.
+/// The worker's I/O: its AF_XDP socket (UMEM and rings), next-hop MACs, frames held
+/// for a MAC, and its route-cache client. The executor drives it through [`Egress`].
 #[derive(Debug)]
-pub struct AfXdpWorker {
-    /// Worker index.
+struct XskEgress {
+    socket: XdpSocket,
+    neighbours: Neighbours,
+    if_mac: [u8; 6],
+    internal: SocketAddr,
+    pending: VecDeque<Pending>,
+    cache: Option<CacheClient>,
+    now: Instant,
+}
+
+impl XskEgress {
+    /// Writes Ethernet/IP/UDP headers at `start` in the frame's chunk for a datagram of
+    /// `payload_len` bytes following them, then sends it, or holds it until the kernel
+    /// has resolved the next hop's MAC (as the kernel itself queues packets awaiting
+    /// ARP), at most [`HOLD`] and [`MAX_PENDING`] frames.
+    #[allow(clippy::too_many_arguments)]
+    fn emit(
+        &mut self,
+        frame: UmemFrame,
+        start: usize,
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload_len: usize,
+        ticket: Ticket,
+        tally: &mut Tally<'_>,
+    ) {
+        let mac = self.neighbours.mac_for(dst.ip(), self.now);
+        let if_mac = self.if_mac;
+        let buf = self.socket.frame_buffer(frame.addr);
+        let written = buf
+            .get_mut(start..)
+            .and_then(|out| write_udp(out, if_mac, mac.unwrap_or([0; 6]), src, dst, payload_len));
+        let Some(len) = written else {
+            return self.fail(frame.addr, ticket, DropReason::TooLarge, tally);
+        };
+        let addr = frame.base + start as u64;
+        match mac {
+            Some(_) => self.send(addr, len, ticket, tally),
+            None if self.pending.len() < MAX_PENDING => self.pending.push_back(Pending {
+                addr,
+                len,
+                dst: dst.ip(),
+                since: self.now,
+                ticket,
+            }),
+            None => self.fail(addr, ticket, DropReason::NeighbourUnresolved, tally),
+        }
+    }
+
+    fn send(&mut self, addr: u64, len: usize, ticket: Ticket, tally: &mut Tally<'_>) {
+        if self.socket.transmit(addr, len as u32) {
+            tally.sent(ticket);
+        } else {
+            self.fail(addr, ticket, DropReason::SendFailed, tally);
+        }
+    }
+
+    fn fail(&mut self, addr: u64, ticket: Ticket, reason: DropReason, tally: &mut Tally<'_>) {
+        tally.failed(ticket, reason);
+        self.socket.recycle(addr);
+    }
+
+    /// Sends held frames whose next hop has been resolved; drops those held longer than
+    /// [`HOLD`].
+    fn flush_pending(&mut self, tally: &mut Tally<'_>) {
+        let mut i = 0;
+        while i < self.pending.len() {
+            let (dst, since) = (self.pending[i].dst, self.pending[i].since);
+            let mac = self.neighbours.mac_for(dst, self.now);
+            let expired = self.now.saturating_duration_since(since) > HOLD;
+            if mac.is_none() && !expired {
+                i += 1;
+                continue;
+            }
+            let Some(p) = self.pending.remove(i) else {
+                break;
+            };
+            match mac {
+                Some(mac) => {
+                    let offset = (p.addr % u64::from(self.socket.frame_size())) as usize;
+                    let buf = self.socket.frame_buffer(p.addr);
+                    if let Some(dst_mac) = buf.get_mut(offset..offset + 6) {
+                        dst_mac.copy_from_slice(&mac);
+                    }
+                    self.send(p.addr, p.len, p.ticket, tally);
+                }
+                None => self.fail(p.addr, p.ticket, DropReason::NeighbourUnresolved, tally),
+            }
+        }
+    }
+}
+
+impl Egress for XskEgress {
+    type Received<'r> = UmemFrame;
+
+    /// Rewrites the frame in place: a frame header (if any) goes just before the bytes
+    /// to send, new Ethernet/IP/UDP headers just before that; the payload never moves.
+    fn transmit(&mut self, frame: UmemFrame, tx: Transmit, tally: &mut Tally<'_>) {
+        let Some(body_len) = frame.payload_len.checked_sub(tx.payload_at) else {
+            return self.fail(frame.addr, tx.ticket, DropReason::TooLarge, tally);
+        };
+        let body_at = frame.payload_at + tx.payload_at;
+        let header_len = tx.header.map_or(0, |h| h.encoded_len());
+        let Some(start) = body_at.checked_sub(header_len + headers_len(&tx.to)) else {
+            return self.fail(frame.addr, tx.ticket, DropReason::TooLarge, tally);
+        };
+        if let Some(header) = tx.header {
+            let buf = self.socket.frame_buffer(frame.addr);
+            let emitted = buf
+                .get_mut(body_at - header_len..body_at)
+                .and_then(|out| header.emit(out).ok());
+            if emitted.is_none() {
+                return self.fail(frame.addr, tx.ticket, DropReason::TooLarge, tally);
+            }
+        }
+        let src = match tx.from {
+            Source::Internal => self.internal,
+            Source::Vip(vip) => vip,
+        };
+        self.emit(
+            frame,
+            start,
+            src,
+            tx.to,
+            header_len + body_len,
+            tx.ticket,
+            tally,
+        );
+    }
+
+    fn flush(&mut self, tally: &mut Tally<'_>) {
+        if !self.pending.is_empty() {
+            self.flush_pending(tally);
+        }
+        self.socket.flush_tx();
+    }
+
+    fn route_cache(&mut self, request: RouteCacheRequest) -> bool {
+        self.cache.as_ref().is_some_and(|c| c.submit(request))
+    }
+
+    fn release(&mut self, frame: UmemFrame) {
+        self.socket.recycle(frame.addr);
+    }
+}
+
+/// What a worker is built from.
+#[derive(Debug)]
+pub struct WorkerParts {
+    /// Worker index (also its RX queue).
     pub index: usize,
-    /// Its socket.
+    /// Its socket, bound to the queue.
     pub socket: XdpSocket,
-    /// The shared decision code.
+    /// The shared decision code with this worker's flow table.
     pub forwarder: Forwarder,
     /// Where counters are published.
     pub shared: Arc<SharedCounters>,
-    /// Route cache, if configured.
-    pub cache: Option<CacheClient>,
     /// Public VIPs.
     pub vips: Vec<SocketAddr>,
     /// This worker's internal address.
@@ -97,29 +246,70 @@ pub struct AfXdpWorker {
     pub mode: PollMode,
     /// Frames per receive batch.
     pub batch: usize,
-    /// Poll counters.
-    pub polls: PollStats,
-    /// Frames waiting for their next hop's MAC.
-    pub pending: std::collections::VecDeque<Pending>,
+}
+
+/// One worker: one AF_XDP socket on one (interface, queue), pinned to its core.
+#[derive(Debug)]
+pub struct AfXdpWorker {
+    index: usize,
+    executor: Executor,
+    shared: Arc<SharedCounters>,
+    egress: XskEgress,
+    vips: Vec<SocketAddr>,
+    mode: PollMode,
+    rx: Vec<RxFrame>,
+    polls: PollStats,
 }
 
 impl AfXdpWorker {
-    /// Runs until `stop`.
-    pub fn run(mut self, stop: &AtomicBool) {
-        let mut rx = vec![RxFrame { addr: 0, len: 0 }; self.batch.max(1)];
+    /// A worker with everything its loop needs allocated up front (the receive batch,
+    /// room for every held frame).
+    pub fn new(parts: WorkerParts) -> Self {
+        AfXdpWorker {
+            index: parts.index,
+            executor: Executor::new(parts.forwarder),
+            shared: parts.shared,
+            egress: XskEgress {
+                socket: parts.socket,
+                neighbours: parts.neighbours,
+                if_mac: parts.if_mac,
+                internal: parts.internal,
+                pending: VecDeque::with_capacity(MAX_PENDING),
+                cache: None,
+                now: Instant::now(),
+            },
+            vips: parts.vips,
+            mode: parts.mode,
+            rx: vec![RxFrame { addr: 0, len: 0 }; parts.batch.max(1)],
+            polls: PollStats::default(),
+        }
+    }
+
+    /// The worker's index (and RX queue).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Attaches the worker's route-cache client.
+    pub fn set_cache(&mut self, cache: CacheClient) {
+        self.egress.cache = Some(cache);
+    }
+
+    /// Runs until `stop`; returns the poll counters.
+    pub fn run(mut self, stop: &AtomicBool) -> PollStats {
         let mut next_tick = Instant::now();
         while !stop.load(Ordering::Relaxed) {
             let now = Instant::now();
+            self.egress.now = now;
             if now >= next_tick {
                 self.tick(now);
                 next_tick = now + TICK;
             }
-            self.socket.maintain();
-            if !self.pending.is_empty() {
-                self.flush_pending(now);
-                self.socket.flush_tx();
+            self.egress.socket.maintain();
+            if !self.egress.pending.is_empty() {
+                self.executor.flush(&mut self.egress);
             }
-            let n = self.socket.receive(&mut rx);
+            let n = self.egress.socket.receive(&mut self.rx);
             if n == 0 {
                 self.polls.empty += 1;
                 match self.mode {
@@ -129,12 +319,14 @@ impl AfXdpWorker {
                 continue;
             }
             self.polls.productive += 1;
-            for f in &rx[..n] {
-                self.handle(*f, now);
+            for i in 0..n {
+                let frame = self.rx[i];
+                self.handle(frame, now);
             }
-            self.socket.flush_tx();
+            self.executor.flush(&mut self.egress);
         }
         self.tick(Instant::now());
+        self.polls
     }
 
     fn wait(&self, until: Instant) {
@@ -142,244 +334,55 @@ impl AfXdpWorker {
             .saturating_duration_since(Instant::now())
             .as_millis()
             .min(50) as i32;
-        crate::xsk::poll_readable(self.socket.fd(), timeout.max(1));
+        crate::xsk::poll_readable(self.egress.socket.fd(), timeout.max(1));
     }
 
     fn tick(&mut self, now: Instant) {
-        self.forwarder.expire(now, 4096);
-        self.neighbours.refresh();
-        if let Some(cache) = &self.cache {
-            let failures = cache.take_failures();
-            let mut answers = vec![];
-            while let Some(a) = cache.try_answer() {
-                answers.push(a);
-            }
-            self.forwarder.counters_mut().cache_errors += failures;
-            for a in answers {
-                match a.route {
-                    Some(route) => {
-                        self.forwarder.restore(&a.key, route, now);
-                    }
-                    None => self.forwarder.counters_mut().cache_misses += 1,
-                }
-            }
+        self.egress.neighbours.refresh();
+        if let Some(cache) = &self.egress.cache {
+            cache.deliver(&mut self.executor, now);
         }
-        self.shared.publish(self.forwarder.counters());
-    }
-
-    fn drop_frame(&mut self, addr: u64, reason: DropReason) {
-        self.forwarder.counters_mut().dropped(reason);
-        self.socket.recycle(addr);
-    }
-
-    /// Drops a frame the forwarder had already counted as forwarded in `direction`.
-    fn drop_forwarded(
-        &mut self,
-        addr: u64,
-        reason: DropReason,
-        direction: Direction,
-        bytes: usize,
-    ) {
-        let c = self.forwarder.counters_mut();
-        c.packets[direction as usize] = c.packets[direction as usize].saturating_sub(1);
-        c.bytes[direction as usize] = c.bytes[direction as usize].saturating_sub(bytes as u64);
-        self.drop_frame(addr, reason);
+        self.executor.tick(now, EXPIRE_BUDGET, &self.shared);
     }
 
     fn handle(&mut self, f: RxFrame, now: Instant) {
-        let frame_size = u64::from(self.socket.frame_size());
+        let frame_size = u64::from(self.egress.socket.frame_size());
         let base = f.addr - f.addr % frame_size;
         let data_off = (f.addr - base) as usize;
         let len = f.len as usize;
-        let verdict = {
-            let buf = self.socket.frame_buffer(f.addr);
+        let decision = {
+            let buf = self.egress.socket.frame_buffer(f.addr);
             let Some(frame) = buf.get(data_off..data_off + len) else {
-                return self.drop_frame(f.addr, DropReason::TooLarge);
+                self.executor
+                    .drop_received(Port::Vip, len, DropReason::TooLarge);
+                return self.egress.socket.recycle(f.addr);
             };
             let Some(u) = parse_udp(frame) else {
-                return self.drop_frame(f.addr, DropReason::Unclassified);
+                self.executor
+                    .drop_received(Port::Vip, len, DropReason::Unclassified);
+                return self.egress.socket.recycle(f.addr);
             };
             let payload = &frame[u.payload_at..u.payload_at + u.payload_len];
-            let at = data_off + u.payload_at;
+            let umem = UmemFrame {
+                addr: f.addr,
+                base,
+                payload_at: data_off + u.payload_at,
+                payload_len: u.payload_len,
+            };
             if self.vips.contains(&u.dst) {
                 (
-                    self.forwarder.from_client(payload, u.src, u.dst, now),
-                    at,
-                    u.payload_len,
+                    self.executor.decide_client(payload, u.src, u.dst, now),
+                    umem,
                 )
-            } else if u.dst == self.internal {
-                (
-                    self.forwarder.from_internal(payload, u.src, now),
-                    at,
-                    u.payload_len,
-                )
+            } else if u.dst == self.egress.internal {
+                (self.executor.decide_internal(payload, u.src, now), umem)
             } else {
-                return self.drop_frame(f.addr, DropReason::NotForRelay);
+                self.executor
+                    .drop_received(Port::Vip, u.payload_len, DropReason::NotForRelay);
+                return self.egress.socket.recycle(f.addr);
             }
         };
-        let (verdict, payload_at, payload_len) = verdict;
-        match verdict {
-            Verdict::Forward {
-                to,
-                header,
-                payload_at: inner,
-                record,
-            } => {
-                let inner_at = payload_at + inner;
-                let inner_len = payload_len - inner;
-                let hlen = header.encoded_len();
-                let Some(start) = inner_at.checked_sub(hlen + headers_len(&to)) else {
-                    return self.drop_forwarded(
-                        f.addr,
-                        DropReason::TooLarge,
-                        Direction::In,
-                        inner_len,
-                    );
-                };
-                let internal = self.internal;
-                let buf = self.socket.frame_buffer(f.addr);
-                let _ = header.emit(&mut buf[inner_at - hlen..inner_at]);
-                let out = Outgoing {
-                    frame: f.addr,
-                    base,
-                    start,
-                    src: internal,
-                    dst: to,
-                };
-                self.emit(out, hlen + inner_len, Direction::In, inner_len, now);
-                if let Some(route) = record {
-                    let key = FlowKey::new(header.client, header.vip);
-                    let ok = self.cache.as_ref().is_some_and(|c| c.record(key, route));
-                    if !ok && self.cache.is_some() {
-                        self.forwarder.counters_mut().cache_errors += 1;
-                    }
-                }
-            }
-            Verdict::Return {
-                client,
-                vip,
-                payload_at: inner,
-            } => {
-                let inner_at = payload_at + inner;
-                let out_len = payload_len - inner;
-                let Some(start) = inner_at.checked_sub(headers_len(&client)) else {
-                    return self.drop_forwarded(
-                        f.addr,
-                        DropReason::TooLarge,
-                        Direction::Out,
-                        out_len,
-                    );
-                };
-                let out = Outgoing {
-                    frame: f.addr,
-                    base,
-                    start,
-                    src: vip,
-                    dst: client,
-                };
-                self.emit(out, out_len, Direction::Out, out_len, now);
-            }
-            Verdict::Relay { to } => {
-                let Some(start) = payload_at.checked_sub(headers_len(&to)) else {
-                    return self.drop_forwarded(
-                        f.addr,
-                        DropReason::TooLarge,
-                        Direction::Out,
-                        payload_len,
-                    );
-                };
-                let out = Outgoing {
-                    frame: f.addr,
-                    base,
-                    start,
-                    src: self.internal,
-                    dst: to,
-                };
-                self.emit(out, payload_len, Direction::Out, payload_len, now);
-            }
-            Verdict::LookupRoute { key } => {
-                let asked = self.cache.as_ref().is_some_and(|c| c.lookup(key));
-                if !asked {
-                    self.forwarder.counters_mut().cache_errors += 1;
-                }
-                self.socket.recycle(f.addr);
-            }
-            Verdict::Drop(_) => self.socket.recycle(f.addr),
-        }
-    }
-
-    /// Writes the headers of an outgoing datagram and sends it, or holds it until the
-    /// kernel has resolved the next hop's MAC (as the kernel itself queues packets
-    /// awaiting ARP), at most [`HOLD`] and [`MAX_PENDING`] frames.
-    fn emit(
-        &mut self,
-        out: Outgoing,
-        payload_len: usize,
-        direction: Direction,
-        bytes: usize,
-        now: Instant,
-    ) {
-        let mac = self.neighbours.mac_for(out.dst.ip(), now);
-        let if_mac = self.if_mac;
-        let buf = self.socket.frame_buffer(out.frame);
-        let Some(n) = write_udp(
-            &mut buf[out.start..],
-            if_mac,
-            mac.unwrap_or([0; 6]),
-            out.src,
-            out.dst,
-            payload_len,
-        ) else {
-            return self.drop_forwarded(out.frame, DropReason::TooLarge, direction, bytes);
-        };
-        let addr = out.base + out.start as u64;
-        match mac {
-            Some(_) => self.send(addr, n),
-            None if self.pending.len() < MAX_PENDING => self.pending.push_back(Pending {
-                addr,
-                len: n,
-                dst: out.dst.ip(),
-                since: now,
-                direction,
-                bytes,
-            }),
-            None => self.drop_forwarded(addr, DropReason::NeighbourUnresolved, direction, bytes),
-        }
-    }
-
-    /// Sends held frames whose next hop has been resolved; drops (and counts) those held
-    /// longer than [`HOLD`].
-    fn flush_pending(&mut self, now: Instant) {
-        let mut i = 0;
-        while i < self.pending.len() {
-            let p = self.pending[i];
-            match self.neighbours.mac_for(p.dst, now) {
-                Some(mac) => {
-                    let offset = (p.addr % u64::from(self.socket.frame_size())) as usize;
-                    self.socket.frame_buffer(p.addr)[offset..offset + 6].copy_from_slice(&mac);
-                    self.pending.remove(i);
-                    self.send(p.addr, p.len);
-                }
-                None if now.saturating_duration_since(p.since) > HOLD => {
-                    self.pending.remove(i);
-                    self.drop_forwarded(
-                        p.addr,
-                        DropReason::NeighbourUnresolved,
-                        p.direction,
-                        p.bytes,
-                    );
-                }
-                None => i += 1,
-            }
-        }
-    }
-
-    fn send(&mut self, addr: u64, len: usize) {
-        if !self.socket.transmit(addr, len as u32) {
-            self.forwarder
-                .counters_mut()
-                .dropped(DropReason::SendFailed);
-            self.socket.recycle(addr);
-        }
+        let (decision, umem) = decision;
+        self.executor.carry_out(decision, umem, &mut self.egress);
     }
 }

@@ -3,9 +3,7 @@
 //! decision, route cache, metrics and lifecycle shared with the AF_XDP backend through
 //! `ufrag-common`.
 //!
-//! The library half exists so that the `perf` suite can reuse the batched socket I/O
-//! ([`mmsg`]) for its bare forwarder and load tools.
+//! The batched socket I/O lives in `ufrag-udp`, which the perf load tools share.
 
-pub mod mmsg;
 pub mod relay;
 pub mod worker;

@@ -4,8 +4,9 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use ufrag_common::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
-use ufrag_common::runtime::lifecycle::{TerminationSignal, drain, init_logging};
+use relay_mio::relay::{Relay, Running};
+use ufrag_common::config::RelayArgs;
+use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
 
 /// The WebRTC relay on plain sockets: one fixed public UDP port in front of a fleet of
 /// transceivers.
@@ -35,39 +36,20 @@ struct Cli {
 fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
-    let env_keys = std::env::var(HINT_KEYS_ENV).ok();
-    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let config = match RelayConfig::load(&cli.relay, env_keys.as_deref(), online) {
+    let config = match load_config("relay-mio", &cli.relay) {
         Ok(c) => c,
-        Err(e) => {
-            eprintln!("relay-mio: {e}");
-            return ExitCode::from(2);
-        }
+        Err(code) => return code,
     };
-    let signal = match TerminationSignal::register() {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("relay-mio: cannot install signal handlers: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let relay = match relay_mio::relay::Relay::start(&config) {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("relay-mio: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    signal.wait();
-    drain(&relay.metrics, config.drain_time, relay.stop_flag());
-    match relay.join() {
-        Ok(()) => {
-            tracing::info!("relay-mio stopped");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("relay-mio: {e}");
-            ExitCode::FAILURE
-        }
-    }
+    serve(
+        "relay-mio",
+        config.drain_time,
+        || {
+            Relay::start(&config).map_err(|e| {
+                eprintln!("relay-mio: {e}");
+                ExitCode::FAILURE
+            })
+        },
+        |r: &Running| r,
+        Running::join,
+    )
 }

@@ -4,20 +4,20 @@
 //! (counters are published every tick), no allocation.
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
-use socket2::{Domain, Protocol, Socket, Type};
-use ufrag_common::flow::{FlowKey, FlowTable};
-use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
-use ufrag_common::metrics::{Direction, DropReason, SharedCounters};
+use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
+use ufrag_common::flow::FlowTable;
+use ufrag_common::forward::{ForwardPolicy, Forwarder};
+use ufrag_common::frame::MAX_HEADER_LEN;
+use ufrag_common::metrics::{DropReason, Port, SharedCounters};
 use ufrag_common::runtime::cache::CacheClient;
-
-use crate::mmsg::{RecvBatch, SendBatch};
+use ufrag_udp::{BATCH, PushError, RecvBatch, SendBatch, bind_udp};
 
 /// How often a worker expires flows and publishes its counters.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -25,8 +25,6 @@ pub const TICK: Duration = Duration::from_millis(50);
 pub const EXPIRE_BUDGET: usize = 4096;
 /// Receive batches drained per socket per wakeup before the others get a turn.
 const BATCHES_PER_WAKEUP: usize = 16;
-/// Socket buffers: room for bursts on a 2-core machine.
-const SOCKET_BUFFER: usize = 4 << 20;
 
 const INTERNAL: Token = Token(usize::MAX - 1);
 const WAKE: Token = Token(usize::MAX - 2);
@@ -50,23 +48,101 @@ pub struct WorkerSpec {
     pub idle_timeout: Duration,
 }
 
-/// Creates a non-blocking UDP socket bound to `addr`, with `SO_REUSEPORT` when shared by
-/// all workers.
-pub fn bind_udp(addr: SocketAddr, reuse_port: bool) -> io::Result<UdpSocket> {
-    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-    if reuse_port {
-        socket.set_reuse_port(true)?;
+/// One socket and the batch of datagrams queued for it.
+#[derive(Debug)]
+struct Outbox {
+    socket: mio::net::UdpSocket,
+    batch: SendBatch<Ticket>,
+}
+
+impl Outbox {
+    fn new(socket: mio::net::UdpSocket, ipv6: bool) -> Self {
+        Outbox {
+            socket,
+            batch: SendBatch::new(ipv6),
+        }
     }
-    if addr.is_ipv6() {
-        // Dual-stack when bound to [::]: IPv4 clients arrive as mapped addresses.
-        socket.set_only_v6(false)?;
+
+    fn fd(&self) -> RawFd {
+        self.socket.as_raw_fd()
     }
-    // Best effort: the kernel caps these at net.core.{r,w}mem_max.
-    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
-    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
-    socket.set_nonblocking(true)?;
-    socket.bind(&addr.into())?;
-    Ok(socket.into())
+
+    /// Queues `head` + `body` for `to`, sending the batch first when it is full.
+    fn queue(
+        &mut self,
+        to: SocketAddr,
+        head: &[u8],
+        body: &[u8],
+        ticket: Ticket,
+        tally: &mut Tally<'_>,
+    ) {
+        if self.batch.is_full() {
+            self.flush(tally);
+        }
+        if let Err((ticket, error)) = self.batch.push(to, head, body, ticket) {
+            let reason = match error {
+                PushError::TooLarge => DropReason::TooLarge,
+                PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
+            };
+            tally.failed(ticket, reason);
+        }
+    }
+
+    fn flush(&mut self, tally: &mut Tally<'_>) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let fd = self.fd();
+        self.batch.flush(fd, |ticket, sent| {
+            if sent {
+                tally.sent(ticket);
+            } else {
+                tally.failed(ticket, DropReason::SendFailed);
+            }
+        });
+    }
+}
+
+/// The worker's I/O: its sockets, their send batches and its route-cache client. The
+/// executor drives it through [`Egress`].
+#[derive(Debug)]
+struct SocketEgress {
+    vips: Vec<SocketAddr>,
+    /// One per VIP, in the order of `vips`.
+    to_clients: Vec<Outbox>,
+    internal: Outbox,
+    cache: Option<CacheClient>,
+}
+
+impl Egress for SocketEgress {
+    type Received<'a> = &'a [u8];
+
+    fn transmit(&mut self, received: &[u8], tx: Transmit, tally: &mut Tally<'_>) {
+        let Some(body) = received.get(tx.payload_at..) else {
+            return tally.failed(tx.ticket, DropReason::TooLarge);
+        };
+        let outbox = match tx.from {
+            Source::Internal => &mut self.internal,
+            Source::Vip(vip) => match self.vips.iter().position(|v| *v == vip) {
+                Some(i) => &mut self.to_clients[i],
+                None => return tally.failed(tx.ticket, DropReason::ReturnUnknownVip),
+            },
+        };
+        let mut head = [0u8; MAX_HEADER_LEN];
+        let head_len = tx.emit_header(&mut head);
+        outbox.queue(tx.to, &head[..head_len], body, tx.ticket, tally);
+    }
+
+    fn flush(&mut self, tally: &mut Tally<'_>) {
+        for outbox in &mut self.to_clients {
+            outbox.flush(tally);
+        }
+        self.internal.flush(tally);
+    }
+
+    fn route_cache(&mut self, request: RouteCacheRequest) -> bool {
+        self.cache.as_ref().is_some_and(|c| c.submit(request))
+    }
 }
 
 /// A worker with its sockets bound, ready to run.
@@ -74,15 +150,10 @@ pub fn bind_udp(addr: SocketAddr, reuse_port: bool) -> io::Result<UdpSocket> {
 pub struct Worker {
     index: usize,
     poll: Poll,
-    vips: Vec<SocketAddr>,
-    vip_sockets: Vec<mio::net::UdpSocket>,
-    internal: mio::net::UdpSocket,
-    forwarder: Forwarder,
+    executor: Executor,
     shared: Arc<SharedCounters>,
-    cache: Option<CacheClient>,
     recv: RecvBatch,
-    to_internal: SendBatch,
-    to_clients: Vec<SendBatch>,
+    egress: SocketEgress,
 }
 
 impl Worker {
@@ -90,7 +161,6 @@ impl Worker {
     /// route cache uses to interrupt its poll.
     pub fn bind(spec: WorkerSpec, shared: Arc<SharedCounters>) -> io::Result<(Self, Arc<Waker>)> {
         let poll = Poll::new()?;
-        let mut vip_sockets = Vec::with_capacity(spec.vips.len());
         let mut to_clients = Vec::with_capacity(spec.vips.len());
         for (i, vip) in spec.vips.iter().enumerate() {
             let std_socket = bind_udp(*vip, true)
@@ -98,8 +168,7 @@ impl Worker {
             let mut socket = mio::net::UdpSocket::from_std(std_socket);
             poll.registry()
                 .register(&mut socket, Token(i), Interest::READABLE)?;
-            to_clients.push(SendBatch::new(vip.is_ipv6()));
-            vip_sockets.push(socket);
+            to_clients.push(Outbox::new(socket, vip.is_ipv6()));
         }
         let std_internal = bind_udp(spec.internal, false).map_err(|e| {
             io::Error::new(
@@ -108,7 +177,7 @@ impl Worker {
             )
         })?;
         if spec.index == 0 {
-            let offloads = crate::mmsg::probe_offloads(std_internal.as_raw_fd());
+            let offloads = ufrag_udp::probe_offloads(std_internal.as_raw_fd());
             // Relay traffic is many small datagrams of unequal sizes to and from many
             // peers: GSO needs equal-size segments to one destination and GRO coalesces
             // only one 5-tuple's datagrams, so neither is enabled (see README).
@@ -129,15 +198,15 @@ impl Worker {
             Worker {
                 index: spec.index,
                 poll,
-                vips: spec.vips,
-                vip_sockets,
-                to_internal: SendBatch::new(spec.internal.is_ipv6()),
-                internal,
-                forwarder: Forwarder::new(spec.policy, table, started),
+                executor: Executor::new(Forwarder::new(spec.policy, table, started)),
                 shared,
-                cache: None,
                 recv: RecvBatch::new(),
-                to_clients,
+                egress: SocketEgress {
+                    vips: spec.vips,
+                    to_clients,
+                    internal: Outbox::new(internal, spec.internal.is_ipv6()),
+                    cache: None,
+                },
             },
             waker,
         ))
@@ -145,7 +214,7 @@ impl Worker {
 
     /// Attaches the worker's route-cache client.
     pub fn set_cache(&mut self, cache: CacheClient) {
-        self.cache = Some(cache);
+        self.egress.cache = Some(cache);
     }
 
     /// Runs until `stop` is set, then publishes the final counters.
@@ -161,9 +230,9 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
-                    INTERNAL => self.drain_internal(),
-                    WAKE => self.drain_cache_answers(),
-                    Token(vip) => self.drain_vip(vip),
+                    INTERNAL => self.drain(None),
+                    WAKE => self.deliver_cache_answers(),
+                    Token(vip) => self.drain(Some(vip)),
                 }
             }
             let now = Instant::now();
@@ -176,57 +245,34 @@ impl Worker {
         Ok(())
     }
 
-    /// Expiry, cache answers and failures, counter publication.
+    /// Cache answers and failures, expiry, counter publication.
     fn tick(&mut self, now: Instant) {
-        self.forwarder.expire(now, EXPIRE_BUDGET);
-        self.drain_cache_answers();
-        if let Some(cache) = &self.cache {
-            let failures = cache.take_failures();
-            self.forwarder.counters_mut().cache_errors += failures;
-        }
-        self.shared.publish(self.forwarder.counters());
+        self.deliver_cache_answers();
+        self.executor.tick(now, EXPIRE_BUDGET, &self.shared);
     }
 
-    fn drain_cache_answers(&mut self) {
-        let Some(cache) = &self.cache else {
-            return;
+    fn deliver_cache_answers(&mut self) {
+        if let Some(cache) = &self.egress.cache {
+            cache.deliver(&mut self.executor, Instant::now());
+        }
+    }
+
+    /// Receives, decides and sends batches from one socket: VIP `vip` (an index into
+    /// the VIPs) or, for `None`, the internal socket.
+    fn drain(&mut self, vip: Option<usize>) {
+        let (fd, port, vip) = match vip {
+            None => (self.egress.internal.fd(), Port::Internal, None),
+            Some(i) => match (self.egress.to_clients.get(i), self.egress.vips.get(i)) {
+                (Some(outbox), Some(&vip)) => (outbox.fd(), Port::Vip, Some(vip)),
+                _ => return,
+            },
         };
-        let now = Instant::now();
-        while let Some(answer) = cache.try_answer() {
-            match answer.route {
-                Some(route) => {
-                    self.forwarder.restore(&answer.key, route, now);
-                }
-                None => self.forwarder.counters_mut().cache_misses += 1,
-            }
-        }
-    }
-
-    fn ask_cache(&mut self, key: FlowKey) {
-        let asked = self.cache.as_ref().is_some_and(|c| c.lookup(key));
-        if !asked {
-            self.forwarder.counters_mut().cache_errors += 1;
-        }
-    }
-
-    fn record_in_cache(&mut self, key: FlowKey, route: ufrag_common::forward::Route) {
-        let recorded = self.cache.as_ref().is_some_and(|c| c.record(key, route));
-        if !recorded && self.cache.is_some() {
-            self.forwarder.counters_mut().cache_errors += 1;
-        }
-    }
-
-    fn drain_vip(&mut self, vip_index: usize) {
-        let Some(vip) = self.vips.get(vip_index).copied() else {
-            return;
-        };
-        let fd = self.vip_sockets[vip_index].as_raw_fd();
         for _ in 0..BATCHES_PER_WAKEUP {
             let n = match self.recv.recv(fd) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) => {
-                    tracing::warn!(worker = self.index, %vip, error = %e, "receive failed");
+                    tracing::warn!(worker = self.index, ?vip, error = %e, "receive failed");
                     break;
                 }
             };
@@ -234,178 +280,20 @@ impl Worker {
             for i in 0..n {
                 let Some(d) = self.recv.get(i) else { continue };
                 if d.truncated {
-                    self.forwarder.counters_mut().dropped(DropReason::TooLarge);
+                    self.executor
+                        .drop_received(port, d.data.len(), DropReason::TooLarge);
                     continue;
                 }
-                match self.forwarder.from_client(d.data, d.source, vip, now) {
-                    Verdict::Forward {
-                        to,
-                        header,
-                        record,
-                        payload_at,
-                    } => {
-                        let mut head = [0u8; ufrag_common::frame::MAX_HEADER_LEN];
-                        let len = header.emit(&mut head).unwrap_or(0);
-                        queue(
-                            &mut self.to_internal,
-                            self.internal.as_raw_fd(),
-                            &mut self.forwarder,
-                            Direction::In,
-                            to,
-                            &head[..len],
-                            &d.data[payload_at..],
-                        );
-                        if let Some(route) = record {
-                            let key = FlowKey::new(d.source, vip);
-                            self.record_in_cache(key, route);
-                        }
-                    }
-                    Verdict::LookupRoute { key } => self.ask_cache(key),
-                    Verdict::Drop(_) | Verdict::Return { .. } | Verdict::Relay { .. } => {}
-                }
+                let decision = match vip {
+                    Some(vip) => self.executor.decide_client(d.data, d.source, vip, now),
+                    None => self.executor.decide_internal(d.data, d.source, now),
+                };
+                self.executor.carry_out(decision, d.data, &mut self.egress);
             }
-            flush(
-                &mut self.to_internal,
-                self.internal.as_raw_fd(),
-                &mut self.forwarder,
-                Direction::In,
-            );
-            if n < crate::mmsg::BATCH {
+            self.executor.flush(&mut self.egress);
+            if n < BATCH {
                 break;
             }
         }
-    }
-
-    fn drain_internal(&mut self) {
-        let fd = self.internal.as_raw_fd();
-        for _ in 0..BATCHES_PER_WAKEUP {
-            let n = match self.recv.recv(fd) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) => {
-                    tracing::warn!(worker = self.index, error = %e, "internal receive failed");
-                    break;
-                }
-            };
-            let now = Instant::now();
-            for i in 0..n {
-                let Some(d) = self.recv.get(i) else { continue };
-                if d.truncated {
-                    self.forwarder.counters_mut().dropped(DropReason::TooLarge);
-                    continue;
-                }
-                match self.forwarder.from_internal(d.data, d.source, now) {
-                    Verdict::Return {
-                        client,
-                        vip,
-                        payload_at,
-                    } => {
-                        let Some(j) = self.vips.iter().position(|v| *v == vip) else {
-                            continue;
-                        };
-                        queue(
-                            &mut self.to_clients[j],
-                            self.vip_sockets[j].as_raw_fd(),
-                            &mut self.forwarder,
-                            Direction::Out,
-                            client,
-                            &[],
-                            &d.data[payload_at..],
-                        );
-                    }
-                    Verdict::Relay { to } => {
-                        queue(
-                            &mut self.to_internal,
-                            fd,
-                            &mut self.forwarder,
-                            Direction::Out,
-                            to,
-                            &[],
-                            d.data,
-                        );
-                    }
-                    Verdict::Forward {
-                        to,
-                        header,
-                        record,
-                        payload_at,
-                    } => {
-                        let mut head = [0u8; ufrag_common::frame::MAX_HEADER_LEN];
-                        let len = header.emit(&mut head).unwrap_or(0);
-                        queue(
-                            &mut self.to_internal,
-                            fd,
-                            &mut self.forwarder,
-                            Direction::In,
-                            to,
-                            &head[..len],
-                            &d.data[payload_at..],
-                        );
-                        if let Some(route) = record {
-                            self.record_in_cache(FlowKey::new(header.client, header.vip), route);
-                        }
-                    }
-                    Verdict::LookupRoute { key } => self.ask_cache(key),
-                    Verdict::Drop(_) => {}
-                }
-            }
-            for j in 0..self.to_clients.len() {
-                flush(
-                    &mut self.to_clients[j],
-                    self.vip_sockets[j].as_raw_fd(),
-                    &mut self.forwarder,
-                    Direction::Out,
-                );
-            }
-            flush(
-                &mut self.to_internal,
-                fd,
-                &mut self.forwarder,
-                Direction::Out,
-            );
-            if n < crate::mmsg::BATCH {
-                break;
-            }
-        }
-    }
-}
-
-/// Sends a batch; datagrams the kernel refused are counted as `send_failed` and taken
-/// back out of the forwarded count of `direction`.
-/// Queues `head` + `body` for `to`, flushing the batch first when it is full; a datagram
-/// too large for a buffer is counted as `too_large`.
-#[allow(clippy::too_many_arguments)]
-fn queue(
-    batch: &mut SendBatch,
-    fd: std::os::fd::RawFd,
-    forwarder: &mut Forwarder,
-    direction: Direction,
-    to: SocketAddr,
-    head: &[u8],
-    body: &[u8],
-) {
-    if batch.is_full() {
-        flush(batch, fd, forwarder, direction);
-    }
-    if !batch.push(to, head, body) {
-        forwarder.counters_mut().dropped(DropReason::TooLarge);
-    }
-}
-
-fn flush(
-    batch: &mut SendBatch,
-    fd: std::os::fd::RawFd,
-    forwarder: &mut Forwarder,
-    direction: Direction,
-) {
-    if batch.is_empty() {
-        return;
-    }
-    let result = batch.flush(fd);
-    if result.failed > 0 {
-        let counters = forwarder.counters_mut();
-        counters.drops[DropReason::SendFailed.index()] += result.failed as u64;
-        let d = direction as usize;
-        counters.packets[d] = counters.packets[d].saturating_sub(result.failed as u64);
     }
 }

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 
+use crate::execute::{Executor, RouteCacheRequest};
 use crate::flow::FlowKey;
 use crate::forward::Route;
 
@@ -32,25 +33,12 @@ pub const COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 
-/// What a worker asks of the cache.
+/// A worker's request, as the helper thread sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheRequest {
-    /// Store (or refresh) a flow's route with the idle-timeout TTL.
-    Record {
-        /// The flow.
-        key: FlowKey,
-        /// Where it goes.
-        route: Route,
-        /// The asking worker (failures are counted against it).
-        worker: usize,
-    },
-    /// Look a flow up; the answer goes to `worker`.
-    Lookup {
-        /// The flow.
-        key: FlowKey,
-        /// The asking worker.
-        worker: usize,
-    },
+struct CacheRequest {
+    request: RouteCacheRequest,
+    /// The asking worker: answers go to it, failures are counted against it.
+    worker: usize,
 }
 
 /// The answer to a lookup.
@@ -72,39 +60,31 @@ pub struct CacheClient {
 }
 
 impl CacheClient {
-    /// Queues a record; false when the queue is full (count it as a cache error).
-    pub fn record(&self, key: FlowKey, route: Route) -> bool {
-        self.try_send(CacheRequest::Record {
-            key,
-            route,
+    /// Queues a request; false when the queue is full (a cache error for the caller).
+    pub fn submit(&self, request: RouteCacheRequest) -> bool {
+        let request = CacheRequest {
+            request,
             worker: self.worker,
-        })
-    }
-
-    /// Queues a lookup; false when the queue is full (count it as a cache error).
-    pub fn lookup(&self, key: FlowKey) -> bool {
-        self.try_send(CacheRequest::Lookup {
-            key,
-            worker: self.worker,
-        })
-    }
-
-    fn try_send(&self, request: CacheRequest) -> bool {
+        };
         match self.requests.try_send(request) {
             Ok(()) => true,
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => false,
         }
     }
 
-    /// The next lookup answer, if one is waiting.
-    pub fn try_answer(&self) -> Option<CacheAnswer> {
-        self.answers.try_recv().ok()
-    }
-
-    /// Failures the helper saw for this worker's requests since the last call (Redis
-    /// down, timeouts, answer queue full). Add them to the worker's cache errors.
-    pub fn take_failures(&self) -> u64 {
-        self.failures.swap(0, Ordering::Relaxed)
+    /// Hands every waiting answer to `executor` (a route restores the flow, none is a
+    /// miss) and adds the failures the helper saw since the last call (Redis down,
+    /// timeouts, answer queue full) to its cache errors. Never waits.
+    pub fn deliver(&self, executor: &mut Executor, now: Instant) {
+        while let Ok(answer) = self.answers.try_recv() {
+            match answer.route {
+                Some(route) => {
+                    executor.restore(&answer.key, route, now);
+                }
+                None => executor.cache_miss(),
+            }
+        }
+        executor.cache_failures(self.failures.swap(0, Ordering::Relaxed));
     }
 }
 
@@ -231,8 +211,7 @@ impl Helper {
     }
 
     fn fail(&self, request: &CacheRequest) {
-        let (CacheRequest::Lookup { worker, .. } | CacheRequest::Record { worker, .. }) = *request;
-        if let Some(f) = self.failures.get(worker) {
+        if let Some(f) = self.failures.get(request.worker) {
             f.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -280,8 +259,8 @@ impl Helper {
             self.fail(&request);
             return;
         };
-        let result = match request {
-            CacheRequest::Record { key, route, .. } => redis::cmd("SET")
+        let result = match request.request {
+            RouteCacheRequest::Record { key, route } => redis::cmd("SET")
                 .arg(redis_key(&key))
                 .arg(redis_value(&route))
                 .arg("PX")
@@ -292,7 +271,7 @@ impl Helper {
                 )
                 .query::<()>(connection)
                 .map(|()| None),
-            CacheRequest::Lookup { key, .. } => redis::cmd("GET")
+            RouteCacheRequest::Lookup { key } => redis::cmd("GET")
                 .arg(redis_key(&key))
                 .query::<Option<String>>(connection)
                 .map(Some),
@@ -300,9 +279,10 @@ impl Helper {
         match result {
             Ok(None) => {}
             Ok(Some(value)) => {
-                let CacheRequest::Lookup { key, worker } = request else {
+                let RouteCacheRequest::Lookup { key } = request.request else {
                     return;
                 };
+                let worker = request.worker;
                 let answer = CacheAnswer {
                     key,
                     route: value.as_deref().and_then(parse_value),

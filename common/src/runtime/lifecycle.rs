@@ -1,11 +1,18 @@
 //! Process lifecycle shared by both relays: logging setup, SIGTERM/SIGINT handling, the
-//! drain sequence, and pinning the calling thread to a CPU.
+//! drain sequence, pinning threads to CPUs, and [`Running`], which starts and stops a
+//! relay's workers, route cache and HTTP endpoints whatever the backend.
 
+use std::io;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
 use crate::metrics::RelayMetrics;
+use crate::runtime::cache::{CacheClient, RouteCache, WakeFn};
+use crate::runtime::http::HttpEndpoints;
 
 /// Sets up structured logs on stderr; `RUST_LOG` filters (default `info`).
 pub fn init_logging() {
@@ -62,4 +69,168 @@ pub fn drain(metrics: &RelayMetrics, drain_time: Duration, stop: &AtomicBool) {
 /// kernel refuses.
 pub fn pin_current_thread(cpu: usize) -> bool {
     core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+}
+
+/// A relay backend's worker: what the shared lifecycle needs of it.
+pub trait RelayWorker: Send + 'static {
+    /// Attaches the worker's route-cache client (before it runs).
+    fn set_cache(&mut self, cache: CacheClient);
+    /// Runs until `stop` is set.
+    fn run(self, stop: &AtomicBool) -> io::Result<()>;
+}
+
+/// A running relay, whichever its backend: pinned workers, the route cache, the HTTP
+/// endpoints, and readiness. Stopping it is [`Running::drain`] then [`Running::join`].
+#[derive(Debug)]
+pub struct Running {
+    /// Its metrics (readiness included).
+    pub metrics: Arc<RelayMetrics>,
+    stop: Arc<AtomicBool>,
+    workers: Vec<JoinHandle<io::Result<()>>>,
+    cache: Option<RouteCache>,
+    http: Option<HttpEndpoints>,
+}
+
+impl Running {
+    /// Starts the route cache (when configured; `wakers[i]` interrupts worker `i`'s
+    /// wait when an answer arrives), the HTTP endpoints, and the workers, worker `i` in
+    /// a thread pinned to `config.worker_cpus[i]`; then marks the relay ready. Nothing
+    /// is left running when an error is returned.
+    pub fn start<W: RelayWorker>(
+        config: &RelayConfig,
+        metrics: Arc<RelayMetrics>,
+        mut workers: Vec<W>,
+        wakers: Vec<WakeFn>,
+    ) -> io::Result<Self> {
+        let cache = match &config.redis_url {
+            Some(url) => {
+                let (cache, clients) = RouteCache::start(url, config.idle_timeout, wakers)
+                    .map_err(|e| io::Error::other(format!("redis_url: {e}")))?;
+                for (worker, client) in workers.iter_mut().zip(clients) {
+                    worker.set_cache(client);
+                }
+                Some(cache)
+            }
+            None => None,
+        };
+        let http =
+            HttpEndpoints::start(config.metrics_addr, Arc::clone(&metrics)).map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("metrics_addr {}: {e}", config.metrics_addr),
+                )
+            })?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut running = Running {
+            metrics,
+            stop,
+            workers: Vec::with_capacity(workers.len()),
+            cache,
+            http: Some(http),
+        };
+        for (index, (worker, &cpu)) in workers.into_iter().zip(&config.worker_cpus).enumerate() {
+            let stop = Arc::clone(&running.stop);
+            let spawned = std::thread::Builder::new()
+                .name(format!("relay-w{index}"))
+                .spawn(move || {
+                    if !pin_current_thread(cpu) {
+                        tracing::warn!(worker = index, cpu, "could not pin worker to its CPU");
+                    }
+                    worker.run(&stop)
+                });
+            match spawned {
+                Ok(handle) => running.workers.push(handle),
+                Err(e) => {
+                    let _ = running.join();
+                    return Err(e);
+                }
+            }
+        }
+        running.metrics.set_ready(true);
+        Ok(running)
+    }
+
+    /// The HTTP endpoints' address.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.http.as_ref().map(HttpEndpoints::local_addr)
+    }
+
+    /// The stop flag the workers watch.
+    pub fn stop_flag(&self) -> &AtomicBool {
+        &self.stop
+    }
+
+    /// Readiness off at once, existing flows keep forwarding for `drain_time`, then the
+    /// workers are told to stop.
+    pub fn drain(&self, drain_time: Duration) {
+        drain(&self.metrics, drain_time, &self.stop);
+    }
+
+    /// Stops the workers (after the caller's drain), then the cache and HTTP endpoints.
+    /// Returns the first worker error, if any.
+    pub fn join(mut self) -> io::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut result = Ok(());
+        for handle in self.workers.drain(..) {
+            match handle.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = result.and(Err(e)),
+                Err(_) => result = result.and(Err(io::Error::other("a worker panicked"))),
+            }
+        }
+        if let Some(cache) = self.cache.take() {
+            cache.stop();
+        }
+        if let Some(http) = self.http.take() {
+            http.stop();
+        }
+        result
+    }
+}
+
+/// A relay binary's life after its configuration is loaded: install the signal
+/// handlers, `start` (which reports its own error and picks the exit code), wait for
+/// SIGTERM/SIGINT, drain for `drain_time`, join. Returns the process exit code (1 when
+/// a worker failed).
+pub fn serve<R>(
+    name: &str,
+    drain_time: Duration,
+    start: impl FnOnce() -> Result<R, std::process::ExitCode>,
+    running: impl Fn(&R) -> &Running,
+    join: impl FnOnce(R) -> io::Result<()>,
+) -> std::process::ExitCode {
+    let signal = match TerminationSignal::register() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("{name}: cannot install signal handlers: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let relay = match start() {
+        Ok(r) => r,
+        Err(code) => return code,
+    };
+    signal.wait();
+    running(&relay).drain(drain_time);
+    match join(relay) {
+        Ok(()) => {
+            tracing::info!("{name} stopped");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{name}: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Loads the relay configuration from the parsed flags and the hint-key environment
+/// variable; on error prints it and returns exit code 2.
+pub fn load_config(name: &str, args: &RelayArgs) -> Result<RelayConfig, std::process::ExitCode> {
+    let env_keys = std::env::var(HINT_KEYS_ENV).ok();
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    RelayConfig::load(args, env_keys.as_deref(), online).map_err(|e| {
+        eprintln!("{name}: {e}");
+        std::process::ExitCode::from(2)
+    })
 }

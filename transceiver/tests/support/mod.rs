@@ -8,7 +8,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use relay_mio::relay::Relay;
+use relay_mio::relay::{Relay, Running};
 use ufrag_common::config::{RelayArgs, RelayConfig};
 
 pub const KEYS: &str = "1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
@@ -35,7 +35,7 @@ fn free_tcp_port(ip: Ipv4Addr) -> u16 {
 
 /// A relay-mio running in this process.
 pub struct TestRelay {
-    pub relay: Option<Relay>,
+    pub relay: Option<Running>,
     pub vip: SocketAddr,
     pub internal: SocketAddr,
 }

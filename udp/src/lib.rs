@@ -1,13 +1,15 @@
-//! Batched UDP I/O with `recvmmsg(2)` and `sendmmsg(2)`: the only unsafe code in this
-//! crate, kept to building the kernel's message arrays and reading socket addresses.
+//! Batched UDP socket I/O with `recvmmsg(2)` and `sendmmsg(2)`, shared by relay-mio and
+//! the perf load tools (quinn-udp is the model): the only unsafe code, kept to building
+//! the kernel's message arrays and reading socket addresses.
 //!
 //! A [`RecvBatch`] owns `BATCH` receive buffers and the `mmsghdr`/`iovec`/address arrays
 //! pointing into them, all allocated once; [`RecvBatch::recv`] fills up to `BATCH`
 //! datagrams in one non-blocking syscall. A [`SendBatch`] owns `BATCH` outgoing buffers;
-//! [`SendBatch::push`] copies a datagram (optionally behind a header) into the next one,
-//! and [`SendBatch::flush`] sends them all with as few `sendmmsg` calls as the kernel
-//! allows. Nothing here allocates after construction and nothing ever blocks: a socket
-//! that cannot take more datagrams (EAGAIN) makes the rest of the batch count as failed.
+//! [`SendBatch::push`] copies a datagram (optionally behind a header) into the next one
+//! together with a caller's token, and [`SendBatch::flush`] sends them all with as few
+//! `sendmmsg` calls as the kernel allows and hands every token back with its outcome.
+//! Nothing here allocates after construction and nothing ever blocks: a socket that
+//! cannot take more datagrams (EAGAIN) makes the rest of the batch fail.
 
 use std::io;
 use std::mem::{size_of, zeroed};
@@ -48,9 +50,13 @@ impl std::fmt::Debug for RecvBatch {
     }
 }
 
-fn zeroed_boxed<T>(n: usize) -> Box<[T]> {
-    // SAFETY: only instantiated with libc's plain C structs (sockaddr_storage, iovec,
-    // mmsghdr), for which all-zero bytes are a valid value.
+/// `n` all-zero values of a plain C struct.
+///
+/// # Safety
+/// All-zero bytes must be a valid value of `T` (true of libc's `sockaddr_storage`,
+/// `iovec` and `mmsghdr`, the only types it is used with).
+unsafe fn zeroed_boxed<T>(n: usize) -> Box<[T]> {
+    // SAFETY: the caller guarantees that all-zero bytes are a valid T.
     (0..n).map(|_| unsafe { zeroed::<T>() }).collect()
 }
 
@@ -59,8 +65,9 @@ fn zeroed_boxed<T>(n: usize) -> Box<[T]> {
 // ownership with it, and nothing else holds those pointers.
 unsafe impl Send for RecvBatch {}
 
-// SAFETY: as for RecvBatch: every pointer points into the SendBatch's own boxed memory.
-unsafe impl Send for SendBatch {}
+// SAFETY: as for RecvBatch: every pointer points into the SendBatch's own boxed memory;
+// the tokens are moved with the batch, so they must be Send themselves.
+unsafe impl<T: Send> Send for SendBatch<T> {}
 
 impl Default for RecvBatch {
     fn default() -> Self {
@@ -71,11 +78,20 @@ impl Default for RecvBatch {
 impl RecvBatch {
     /// Allocates the buffers and wires the kernel's arrays to them, once.
     pub fn new() -> Self {
+        // SAFETY: sockaddr_storage, iovec and mmsghdr are plain C structs (integers and
+        // raw pointers), valid when all-zero.
+        let (addrs, iovecs, hdrs) = unsafe {
+            (
+                zeroed_boxed(BATCH),
+                zeroed_boxed(BATCH),
+                zeroed_boxed(BATCH),
+            )
+        };
         let mut batch = RecvBatch {
             bufs: vec![[0u8; BUF_LEN]; BATCH].into_boxed_slice(),
-            addrs: zeroed_boxed(BATCH),
-            iovecs: zeroed_boxed(BATCH),
-            hdrs: zeroed_boxed(BATCH),
+            addrs,
+            iovecs,
+            hdrs,
             len: 0,
         };
         // The boxed slices never move or resize, so these pointers stay valid for the
@@ -218,45 +234,62 @@ fn std_to_sockaddr(
 pub struct Flushed {
     /// Datagrams the kernel accepted.
     pub sent: usize,
-    /// Datagrams dropped: socket buffer full, unreachable, or an address the socket's
-    /// family cannot carry.
+    /// Datagrams the kernel refused: socket buffer full, unreachable, permission.
     pub failed: usize,
     /// Bytes of the datagrams the kernel accepted.
     pub bytes: usize,
 }
 
-/// Preallocated state for `sendmmsg` on one socket.
-pub struct SendBatch {
+/// Why [`SendBatch::push`] queued nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushError {
+    /// The batch is full: flush first.
+    Full,
+    /// Header and body together exceed [`BUF_LEN`].
+    TooLarge,
+    /// An IPv6 destination on an IPv4 socket.
+    WrongFamily,
+}
+
+/// Preallocated state for `sendmmsg` on one socket, with one caller's token `T` per
+/// queued datagram (e.g. what to count when its send succeeds or fails).
+pub struct SendBatch<T = ()> {
     ipv6_socket: bool,
     bufs: Box<[[u8; BUF_LEN]]>,
     addrs: Box<[libc::sockaddr_storage]>,
     iovecs: Box<[libc::iovec]>,
     hdrs: Box<[libc::mmsghdr]>,
-    len: usize,
-    /// Pushes refused because the address family did not match the socket.
-    unsendable: usize,
+    tokens: Vec<T>,
 }
 
-impl std::fmt::Debug for SendBatch {
+impl<T> std::fmt::Debug for SendBatch<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SendBatch")
-            .field("len", &self.len)
+            .field("len", &self.tokens.len())
             .finish_non_exhaustive()
     }
 }
 
-impl SendBatch {
+impl<T> SendBatch<T> {
     /// A batch for a socket of the given family (IPv6 sockets also carry IPv4 as mapped
     /// addresses).
     pub fn new(ipv6_socket: bool) -> Self {
+        // SAFETY: sockaddr_storage, iovec and mmsghdr are plain C structs (integers and
+        // raw pointers), valid when all-zero.
+        let (addrs, iovecs, hdrs) = unsafe {
+            (
+                zeroed_boxed(BATCH),
+                zeroed_boxed(BATCH),
+                zeroed_boxed(BATCH),
+            )
+        };
         let mut batch = SendBatch {
             ipv6_socket,
             bufs: vec![[0u8; BUF_LEN]; BATCH].into_boxed_slice(),
-            addrs: zeroed_boxed(BATCH),
-            iovecs: zeroed_boxed(BATCH),
-            hdrs: zeroed_boxed(BATCH),
-            len: 0,
-            unsendable: 0,
+            addrs,
+            iovecs,
+            hdrs,
+            tokens: Vec::with_capacity(BATCH),
         };
         for i in 0..BATCH {
             batch.iovecs[i].iov_base = batch.bufs[i].as_mut_ptr().cast();
@@ -270,46 +303,52 @@ impl SendBatch {
 
     /// True when no more datagrams fit before a flush.
     pub fn is_full(&self) -> bool {
-        self.len == BATCH
+        self.tokens.len() == BATCH
     }
 
     /// True when nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.tokens.is_empty()
     }
 
-    /// Queues `head` followed by `body` for `dest`. Returns false (and queues nothing)
-    /// when the batch is full or the datagram is larger than a buffer; the caller flushes
-    /// or counts the drop.
-    pub fn push(&mut self, dest: SocketAddr, head: &[u8], body: &[u8]) -> bool {
+    /// Queues `head` followed by `body` for `dest`, with `token`. On error nothing is
+    /// queued and the token comes back with the reason.
+    pub fn push(
+        &mut self,
+        dest: SocketAddr,
+        head: &[u8],
+        body: &[u8],
+        token: T,
+    ) -> Result<(), (T, PushError)> {
         let total = head.len() + body.len();
-        if self.len == BATCH || total > BUF_LEN {
-            return false;
+        let i = self.tokens.len();
+        if i == BATCH {
+            return Err((token, PushError::Full));
         }
-        let i = self.len;
+        if total > BUF_LEN {
+            return Err((token, PushError::TooLarge));
+        }
         let Some(name_len) = std_to_sockaddr(dest, self.ipv6_socket, &mut self.addrs[i]) else {
-            self.unsendable += 1;
-            return true;
+            return Err((token, PushError::WrongFamily));
         };
         self.bufs[i][..head.len()].copy_from_slice(head);
         self.bufs[i][head.len()..total].copy_from_slice(body);
         self.iovecs[i].iov_len = total;
         self.hdrs[i].msg_hdr.msg_namelen = name_len;
-        self.len += 1;
-        true
+        self.tokens.push(token);
+        Ok(())
     }
 
-    /// Sends everything queued. Never blocks: on EAGAIN the remainder is dropped and
-    /// counted; a datagram the kernel rejects (unreachable, permission) is skipped and
-    /// counted, and the rest still go out.
-    pub fn flush(&mut self, fd: RawFd) -> Flushed {
-        let mut out = Flushed {
-            failed: std::mem::take(&mut self.unsendable),
-            ..Flushed::default()
-        };
+    /// Sends everything queued and calls `settle(token, sent)` once per datagram, in
+    /// queue order. Never blocks: on EAGAIN the remainder fails; a datagram the kernel
+    /// rejects (unreachable, permission) fails alone and the rest still go out.
+    pub fn flush(&mut self, fd: RawFd, mut settle: impl FnMut(T, bool)) -> Flushed {
+        let len = self.tokens.len();
+        let mut out = Flushed::default();
+        let mut outcomes = self.tokens.drain(..);
         let mut start = 0;
-        while start < self.len {
-            let remaining = self.len - start;
+        while start < len {
+            let remaining = len - start;
             // SAFETY: hdrs[start..len] are initialised mmsghdr whose name and iovec
             // pointers point into buffers owned by `self`, alive for the call, with
             // lengths set by `push`.
@@ -328,6 +367,7 @@ impl SendBatch {
                     .iter()
                     .map(|v| v.iov_len)
                     .sum::<usize>();
+                outcomes.by_ref().take(n).for_each(|t| settle(t, true));
                 start += n;
                 continue;
             }
@@ -336,20 +376,44 @@ impl SendBatch {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock => {
                     out.failed += remaining;
+                    outcomes.by_ref().for_each(|t| settle(t, false));
                     break;
                 }
                 // The first datagram was refused (e.g. ECONNREFUSED from an earlier ICMP,
                 // ENETUNREACH): skip it and carry on with the rest.
                 _ => {
                     out.failed += 1;
+                    outcomes.by_ref().take(1).for_each(|t| settle(t, false));
                     start += 1;
                 }
             }
         }
-        self.len = 0;
         out
     }
 }
+
+/// Creates a non-blocking UDP socket bound to `addr` with large buffers, and
+/// `SO_REUSEPORT` when several sockets share the address (one per worker).
+pub fn bind_udp(addr: SocketAddr, reuse_port: bool) -> io::Result<std::net::UdpSocket> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    if reuse_port {
+        socket.set_reuse_port(true)?;
+    }
+    if addr.is_ipv6() {
+        // Dual-stack when bound to [::]: IPv4 clients arrive as mapped addresses.
+        socket.set_only_v6(false)?;
+    }
+    // Best effort: the kernel caps these at net.core.{r,w}mem_max.
+    let _ = socket.set_recv_buffer_size(SOCKET_BUFFER);
+    let _ = socket.set_send_buffer_size(SOCKET_BUFFER);
+    socket.set_nonblocking(true)?;
+    socket.bind(&addr.into())?;
+    Ok(socket.into())
+}
+
+/// Socket buffers [`bind_udp`] asks for: room for bursts on a small machine.
+pub const SOCKET_BUFFER: usize = 4 << 20;
 
 /// Which UDP offloads the kernel accepts on a socket.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,272 @@
+//! Starting and stopping relay-afxdp: check the interface, load our XDP program, open
+//! one AF_XDP socket per worker (worker *i* serves RX queue *i*), attach the program,
+//! then hand the workers to the shared lifecycle ([`Running`]: route cache, HTTP
+//! endpoints, pinned threads, drain, join). The program is detached when the relay is
+//! joined (or the process dies: it is held by a BPF link).
+
+use std::io;
+use std::os::fd::OwnedFd;
+use std::sync::atomic::AtomicBool;
+
+use ufrag_common::config::RelayConfig;
+use ufrag_common::flow::FlowTable;
+use ufrag_common::forward::{ForwardPolicy, Forwarder};
+use ufrag_common::metrics::RelayMetrics;
+use ufrag_common::runtime::cache::{CacheClient, WakeFn};
+use ufrag_common::runtime::lifecycle::{RelayWorker, Running};
+
+use crate::neighbours::Neighbours;
+use crate::steering::{AttachMode, Steering};
+use crate::worker::{AfXdpWorker, PollMode, WorkerParts};
+use crate::xsk::{XdpSocket, XskConfig};
+
+/// How the AF_XDP socket is bound.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BindMode {
+    /// The kernel copies frames into the UMEM (every driver, veth included).
+    Copy,
+    /// The NIC writes into the UMEM (drivers with zero-copy support; the kernel's
+    /// refusal is reported).
+    Zerocopy,
+}
+
+/// The options relay-afxdp adds to the relay's own.
+#[derive(Clone, Debug, clap::Args)]
+pub struct AfXdpOptions {
+    /// The interface carrying the VIPs and the internal address.
+    #[arg(long, value_name = "IFNAME")]
+    pub interface: String,
+    /// XDP attach mode.
+    #[arg(long, value_enum, default_value_t = AttachMode::Skb)]
+    pub xdp_mode: AttachMode,
+    /// AF_XDP bind mode (veth supports copy only).
+    #[arg(long, value_enum, default_value_t = BindMode::Copy)]
+    pub bind_mode: BindMode,
+    /// busy: spin on the rings (DPDK style); wakeup: sleep in poll(2) when idle.
+    #[arg(long, value_enum, default_value_t = PollMode::Wakeup)]
+    pub poll: PollMode,
+    /// UMEM frame size, 2048..=4096.
+    #[arg(long, default_value_t = 2048)]
+    pub frame_size: u32,
+    /// Entries per ring: a power of two, 2048..=4096.
+    #[arg(long, default_value_t = 2048)]
+    pub ring_size: u32,
+    /// Frames per receive batch.
+    #[arg(long, default_value_t = 64)]
+    pub batch: usize,
+}
+
+/// Why relay-afxdp could not start: a configuration error (exit code 2) or a failure of
+/// the kernel or the system (exit code 1).
+#[derive(Debug)]
+pub enum StartError {
+    /// The options do not fit this machine or each other.
+    Config(String),
+    /// The kernel refused something.
+    System(io::Error),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Config(e) => write!(f, "invalid configuration: {e}"),
+            StartError::System(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+fn system(what: impl std::fmt::Display) -> impl FnOnce(io::Error) -> StartError {
+    move |e| StartError::System(io::Error::new(e.kind(), format!("{what}: {e}")))
+}
+
+/// What the interface offers, read from sysfs.
+#[derive(Debug)]
+struct Interface {
+    index: u32,
+    rx_queues: usize,
+    mac: [u8; 6],
+}
+
+impl Interface {
+    fn read(name: &str) -> Result<Self, StartError> {
+        let sys = format!("/sys/class/net/{name}");
+        let index = std::fs::read_to_string(format!("{sys}/ifindex"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| StartError::Config(format!("`interface`: no interface {name}")))?;
+        let rx_queues = std::fs::read_dir(format!("{sys}/queues"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+                    .count()
+            })
+            .unwrap_or(1)
+            .max(1);
+        let mac = std::fs::read_to_string(format!("{sys}/address"))
+            .ok()
+            .and_then(|s| parse_mac(s.trim()))
+            .unwrap_or([0; 6]);
+        Ok(Interface {
+            index,
+            rx_queues,
+            mac,
+        })
+    }
+}
+
+fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let bytes: Vec<u8> = text
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16).ok())
+        .collect::<Option<_>>()?;
+    bytes.try_into().ok()
+}
+
+/// Checks the options against each other and the interface.
+fn validate(
+    config: &RelayConfig,
+    options: &AfXdpOptions,
+    rx_queues: usize,
+) -> Result<(), StartError> {
+    if config.workers() > rx_queues {
+        return Err(StartError::Config(format!(
+            "`workers`: {} workers but {} has {rx_queues} RX queue(s); one socket per queue",
+            config.workers(),
+            options.interface
+        )));
+    }
+    if !options.ring_size.is_power_of_two() || !(2048..=4096).contains(&options.ring_size) {
+        return Err(StartError::Config(
+            "`ring_size` must be a power of two from 2048 to 4096".into(),
+        ));
+    }
+    if !(2048..=4096).contains(&options.frame_size) {
+        return Err(StartError::Config(
+            "`frame_size` must be 2048..=4096".into(),
+        ));
+    }
+    if options.batch == 0 {
+        return Err(StartError::Config("`batch` must be at least 1".into()));
+    }
+    Ok(())
+}
+
+impl RelayWorker for AfXdpWorker {
+    fn set_cache(&mut self, cache: CacheClient) {
+        AfXdpWorker::set_cache(self, cache);
+    }
+
+    fn run(self, stop: &AtomicBool) -> io::Result<()> {
+        let index = self.index();
+        let polls = AfXdpWorker::run(self, stop);
+        tracing::info!(
+            worker = index,
+            productive = polls.productive,
+            empty = polls.empty,
+            "worker stopped"
+        );
+        Ok(())
+    }
+}
+
+/// A running relay-afxdp: the shared lifecycle, and the BPF link that keeps our
+/// program attached (dropped after the workers stop).
+#[derive(Debug)]
+pub struct RunningAfXdp {
+    running: Running,
+    link: OwnedFd,
+    _steering: Steering,
+}
+
+impl RunningAfXdp {
+    /// The shared lifecycle (metrics, drain).
+    pub fn running(&self) -> &Running {
+        &self.running
+    }
+
+    /// Stops the workers, then detaches the program, then stops the cache and HTTP.
+    pub fn join(self) -> io::Result<()> {
+        let result = self.running.join();
+        drop(self.link);
+        result
+    }
+}
+
+/// relay-afxdp's entry point.
+#[derive(Debug)]
+pub struct Relay;
+
+impl Relay {
+    /// Validates the options against the interface, loads the XDP program, opens and
+    /// registers one AF_XDP socket per worker, attaches the program, and starts the
+    /// workers, route cache and HTTP endpoints.
+    pub fn start(config: &RelayConfig, options: &AfXdpOptions) -> Result<RunningAfXdp, StartError> {
+        let interface = Interface::read(&options.interface)?;
+        validate(config, options, interface.rx_queues)?;
+        let mut ports: Vec<u16> = config.vips.iter().map(|v| v.port()).collect();
+        ports.extend((0..config.workers()).map(|i| config.worker_internal_addr(i).port()));
+        let steering = Steering::load(&ports, interface.rx_queues as u32)
+            .map_err(system("loading the XDP program"))?;
+        let xsk_config = XskConfig {
+            frames: 4096,
+            frame_size: options.frame_size,
+            headroom: 128,
+            ring_size: options.ring_size,
+            zerocopy: options.bind_mode == BindMode::Zerocopy,
+            need_wakeup: true,
+        };
+        let metrics = RelayMetrics::new("afxdp", config.workers());
+        let policy = ForwardPolicy::from(config);
+        let mut workers = Vec::with_capacity(config.workers());
+        for index in 0..config.workers() {
+            let queue = index as u32;
+            let socket = XdpSocket::open(interface.index, queue, xsk_config).map_err(system(
+                format!("AF_XDP socket on {} queue {index}", options.interface),
+            ))?;
+            steering
+                .register_socket(queue, socket.fd())
+                .map_err(system("registering the socket"))?;
+            let now = std::time::Instant::now();
+            let table = FlowTable::new(config.flows_per_worker, config.idle_timeout, now)
+                .map_err(|e| StartError::Config(e.to_string()))?;
+            let neighbours = Neighbours::new(interface.index)
+                .map_err(system("reading the neighbour table (netlink)"))?;
+            workers.push(AfXdpWorker::new(WorkerParts {
+                index,
+                socket,
+                forwarder: Forwarder::new(policy.clone(), table, now),
+                shared: metrics.worker(index),
+                vips: config.vips.clone(),
+                internal: config.worker_internal_addr(index),
+                if_mac: interface.mac,
+                neighbours,
+                mode: options.poll,
+                batch: options.batch,
+            }));
+        }
+        let link = steering
+            .attach(interface.index, options.xdp_mode)
+            .map_err(system(format!("attaching to {}", options.interface)))?;
+        // Workers read cache answers every tick: no wakeup needed.
+        let wakers: Vec<WakeFn> = (0..workers.len())
+            .map(|_| Box::new(|| {}) as WakeFn)
+            .collect();
+        let running =
+            Running::start(config, metrics, workers, wakers).map_err(StartError::System)?;
+        tracing::info!(
+            interface = %options.interface,
+            xdp_mode = ?options.xdp_mode,
+            bind_mode = ?options.bind_mode,
+            poll = ?options.poll,
+            workers = config.workers(),
+            "relay-afxdp ready"
+        );
+        Ok(RunningAfXdp {
+            running,
+            link,
+            _steering: steering,
+        })
+    }
+}
