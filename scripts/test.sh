@@ -60,6 +60,19 @@ if [ "$fuzz_seconds" -gt 0 ]; then
 else
   echo "!! FUZZING SKIPPED (FUZZ_SECONDS=0): the fuzz targets did not run" >&2
 fi
+# Every child a test starts is owned (testkit::OwnedChild: killed on drop and on the
+# death of the thread that started it). Check that none of our binaries outlived the run.
+survivors=$(for p in /proc/[0-9]*; do
+  exe=$(readlink "$p/exe" 2>/dev/null) || continue
+  case "$exe" in "$PWD"/target/*) echo "  pid ${p#/proc/}: $exe";; esac
+done)
+if [ -n "$survivors" ]; then
+  echo "!! processes started by the tests are still running:" >&2
+  echo "$survivors" >&2
+  exit 1
+fi
+echo "== no test process survived the run"
+
 # One closing line for the whole run, summed over every test binary above.
 passed=$(grep -Eo 'test result: ok\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')

@@ -34,7 +34,7 @@ impl BareForwarder {
         to: SocketAddr,
         cpu: usize,
     ) -> std::io::Result<Self> {
-        let socket = crate::netns::in_netns(ns, move || bind_udp(listen, false))??;
+        let socket = testkit::netns::in_netns(ns, move || bind_udp(listen, false))??;
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
         let thread = std::thread::Builder::new()

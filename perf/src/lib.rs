@@ -3,14 +3,12 @@
 //! routing work), the search for the maximum loss-free rate, and the report.
 //!
 //! Everything runs on loopback addresses chosen per run (127.x.y.z) or inside network
-//! namespaces the run creates ([`testbed`]), bounded in packets and time.
+//! namespaces the run creates (`testkit::testbed`), bounded in packets and time.
 
 #![deny(unsafe_code)]
 
 pub mod bare;
 pub mod load;
-pub mod netns;
 pub mod probe;
 pub mod report;
 pub mod sessions;
-pub mod testbed;

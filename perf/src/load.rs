@@ -56,7 +56,7 @@ impl Sink {
         framed: bool,
         epoch: Instant,
     ) -> std::io::Result<Self> {
-        let socket = crate::netns::in_netns(ns, move || bind_udp(addr, false))??;
+        let socket = testkit::netns::in_netns(ns, move || bind_udp(addr, false))??;
         let addr = socket.local_addr()?;
         let state = Arc::new(Mutex::new(SinkState {
             received: 0,
@@ -202,7 +202,7 @@ impl Generator {
         clients: usize,
         epoch: Instant,
     ) -> std::io::Result<Self> {
-        let sockets = crate::netns::in_netns(ns, move || {
+        let sockets = testkit::netns::in_netns(ns, move || {
             (0..clients)
                 .map(|_| bind_udp(SocketAddr::from((ip, 0)), false))
                 .collect::<std::io::Result<Vec<_>>>()

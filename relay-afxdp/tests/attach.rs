@@ -6,23 +6,25 @@
 //! fought. With a socket bound, steered datagrams are rewritten in place and sent back.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 
-use perf::testbed::Testbed;
-use perf::testbed::tools::{
+use testkit::OwnedChild;
+
+use testkit::testbed::Testbed;
+use testkit::testbed::tools::{
     built, probe_through_relay, relay_link_shown, require_root, start_relay, wait_until_no_xdp,
 };
 
 /// Starts steer_hold in the relay namespace and waits for "attached".
-fn hold(bed: &Testbed, mode: &str) -> Result<Child, String> {
-    let mut child = bed
+fn hold(bed: &Testbed, mode: &str) -> Result<OwnedChild, String> {
+    let mut command = bed
         .relay
-        .command(built("examples/steer_hold").to_str().unwrap())
+        .command(built("examples/steer_hold").to_str().unwrap());
+    command
         .args([bed.relay.ifname.as_str(), mode, "3478", "40000"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    let mut child = OwnedChild::spawn(&mut command).unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut line)
@@ -30,8 +32,11 @@ fn hold(bed: &Testbed, mode: &str) -> Result<Child, String> {
     if line.trim() == "attached" {
         Ok(child)
     } else {
-        let out = child.wait_with_output().unwrap();
-        Err(String::from_utf8_lossy(&out.stderr).to_string())
+        let mut err = String::new();
+        if let Some(mut stderr) = child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+        }
+        Err(err)
     }
 }
 
@@ -77,14 +82,14 @@ fn native_mode_attaches_passes_the_kernel_its_traffic_and_goes_away_on_sigkill()
 fn check_af_xdp_echo(mode: &str) {
     require_root();
     let bed = Testbed::up().unwrap();
-    let mut echo = bed
+    let mut command = bed
         .relay
-        .command(built("examples/xsk_echo").to_str().unwrap())
+        .command(built("examples/xsk_echo").to_str().unwrap());
+    command
         .args([bed.relay.ifname.as_str(), mode, "3478", "101"])
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::piped());
+    let mut echo = OwnedChild::spawn(&mut command).unwrap();
     let mut out = BufReader::new(echo.stdout.take().unwrap());
     let mut line = String::new();
     out.read_line(&mut line).unwrap();

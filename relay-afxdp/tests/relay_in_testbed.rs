@@ -8,8 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use perf::testbed::Testbed;
-use perf::testbed::tools::{
+use testkit::testbed::Testbed;
+use testkit::testbed::tools::{
     probe_through_relay_in, relay_http, relay_metric, require_root, start_relay_in,
     wait_until_no_xdp,
 };

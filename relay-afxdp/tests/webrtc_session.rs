@@ -7,9 +7,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use perf::netns::in_netns;
-use perf::testbed::Testbed;
-use perf::testbed::tools::{KEYS, built, require_root, start_relay};
+use testkit::netns::in_netns;
+use testkit::testbed::Testbed;
+use testkit::testbed::tools::{KEYS, built, require_root, start_relay};
 use transceiver::client::{Client, HttpResponse, http_request, run_until};
 
 fn request_from(
@@ -44,9 +44,10 @@ fn session_through_relay_afxdp(xdp_mode: &str) {
     );
     let vip = SocketAddr::from((bed.relay.addr, 3478));
     let http = SocketAddr::from((bed.transceiver.addr, 8080));
-    let mut xcvr = bed
+    let mut command = bed
         .transceiver
-        .command(built("transceiver").to_str().unwrap())
+        .command(built("transceiver").to_str().unwrap());
+    command
         .args([
             "--http-addr",
             &http.to_string(),
@@ -61,9 +62,8 @@ fn session_through_relay_afxdp(xdp_mode: &str) {
         ])
         .env("UFRAG_RELAY_HINT_KEYS", KEYS)
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+        .stderr(Stdio::null());
+    let mut xcvr = testkit::OwnedChild::spawn(&mut command).unwrap();
     let cli = bed.client.ns.clone();
     let deadline = Instant::now() + Duration::from_secs(10);
     while request_from(&cli, http, "GET", "/readyz".into(), None).map(|r| r.status) != Some(200) {

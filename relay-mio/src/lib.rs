@@ -3,7 +3,9 @@
 //! decision, route cache, metrics and lifecycle shared with the AF_XDP backend through
 //! `ufrag-common`.
 //!
-//! The batched socket I/O lives in `ufrag-udp`, which the perf load tools share.
+//! The batched socket I/O (the only unsafe code it needs) lives in `ufrag-udp`, which the
+//! perf load tools share; this crate has none.
+#![forbid(unsafe_code)]
 
 pub mod relay;
 pub mod worker;

@@ -1,6 +1,8 @@
 //! The `relay-mio` binary: parse the shared relay flags, load and validate the config,
 //! run until SIGTERM/SIGINT, drain, exit 0.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::Parser;

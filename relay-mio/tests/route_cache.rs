@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use support::*;
 
-fn setup_with(net: &Net, redis: Option<&TestRedis>) -> RelaySetup {
+fn setup_with(net: &Net, redis: Option<&RedisServer>) -> RelaySetup {
     let mut extra = vec![];
     if let Some(r) = redis {
         extra.extend(["--redis-url".to_string(), r.url()]);
@@ -23,7 +23,7 @@ fn setup_with(net: &Net, redis: Option<&TestRedis>) -> RelaySetup {
 #[test]
 fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet() {
     let net = Net::new();
-    let redis = TestRedis::start(&net);
+    let redis = net.redis();
     let setup = setup_with(&net, Some(&redis));
     let transceiver = net.transceiver();
     let client = net.client();
@@ -84,7 +84,7 @@ fn without_redis_a_restarted_relay_waits_for_the_next_stun() {
 #[test]
 fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects() {
     let net = Net::new();
-    let mut redis = TestRedis::start(&net);
+    let mut redis = net.redis();
     let redis_addr = redis.addr;
     let setup = setup_with(&net, Some(&redis));
     let transceiver = net.transceiver();
@@ -123,7 +123,7 @@ fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects() {
 
     // Redis comes back (empty): the relay reconnects (backoff ≤ 2 s). A flow made once it
     // has is recorded, and a restarted relay restores that flow from the cache.
-    let _redis = TestRedis::start_on(&net, redis_addr);
+    let _redis = net.redis_on(redis_addr);
     let deadline = std::time::Instant::now() + WAIT;
     let recorded = loop {
         let attempt = net.client();

@@ -6,13 +6,14 @@
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use perf::bare::BareForwarder;
 use perf::load::{Generator, Sink, cpu_seconds, max_loss_free};
 use perf::report::{Row, json_lines, markdown};
+use testkit::OwnedChild;
 use ufrag_common::hint::{HintKey, HintKeys};
 
 #[derive(Debug, Parser)]
@@ -126,14 +127,8 @@ fn loopback_ip(last: u8) -> Ipv4Addr {
     )
 }
 
-struct RelayChild(Child);
-
-impl Drop for RelayChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// A relay started by the suite: killed on drop, and by the kernel if perf dies.
+struct RelayChild(OwnedChild);
 
 fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
@@ -156,7 +151,8 @@ fn start_relay(
         "{} missing: cargo build --release -p relay-mio",
         relay.display()
     );
-    let child = Command::new(relay)
+    let mut command = Command::new(relay);
+    command
         .args([
             "--vip",
             &vip.to_string(),
@@ -177,10 +173,8 @@ fn start_relay(
         ])
         .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
         .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("relay-mio starts");
-    let child = RelayChild(child);
+        .stdout(Stdio::null());
+    let child = RelayChild(OwnedChild::spawn(&mut command).expect("relay-mio starts"));
     let deadline = Instant::now() + Duration::from_secs(10);
     while http_status(metrics, "/readyz") != Some(200) {
         assert!(Instant::now() < deadline, "relay-mio did not become ready");
@@ -224,14 +218,8 @@ fn main() {
     }
 }
 
-struct TransceiverChild(Child);
-
-impl Drop for TransceiverChild {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+/// A transceiver started by the suite: killed on drop, and by the kernel if perf dies.
+struct TransceiverChild(OwnedChild);
 
 fn start_transceiver(
     http: SocketAddr,
@@ -265,13 +253,10 @@ fn start_transceiver(
         ]),
         None => cmd.arg("--direct"),
     };
-    let child = TransceiverChild(
-        cmd.env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("transceiver starts"),
-    );
+    cmd.env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    let child = TransceiverChild(OwnedChild::spawn(&mut cmd).expect("transceiver starts"));
     let deadline = Instant::now() + Duration::from_secs(10);
     while http_status(http, "/readyz") != Some(200) {
         assert!(
@@ -412,7 +397,7 @@ fn write_report(out: &std::path::Path, report: &str, rows: Option<&[Row]>) {
 /// GET `path` from `addr` inside namespace `ns`; the status code.
 fn http_status_in(ns: &str, addr: SocketAddr, path: &str) -> Option<u16> {
     let path = path.to_string();
-    let stream = perf::netns::in_netns(Some(ns), move || {
+    let stream = testkit::netns::in_netns(Some(ns), move || {
         TcpStream::connect_timeout(&addr, Duration::from_millis(300))
     })
     .ok()?
@@ -425,7 +410,7 @@ fn http_status_in(ns: &str, addr: SocketAddr, path: &str) -> Option<u16> {
 }
 
 fn compare(search: &Search, only: &[String], out: &std::path::Path) {
-    use perf::testbed::Testbed;
+    use testkit::testbed::Testbed;
     perf::load::pin_to_load_cpu();
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -531,9 +516,8 @@ fn compare(search: &Search, only: &[String], out: &std::path::Path) {
             path.display()
         );
         let sink = Sink::start_in(Some(&bed.transceiver.ns), sink_addr, true, epoch).expect("sink");
-        let child = bed
-            .relay
-            .command(path.to_str().unwrap())
+        let mut command = bed.relay.command(path.to_str().unwrap());
+        command
             .args([
                 "--vip",
                 &vip.to_string(),
@@ -552,10 +536,8 @@ fn compare(search: &Search, only: &[String], out: &std::path::Path) {
             .args(&extra)
             .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
             .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("relay starts");
-        let relay = RelayChild(child);
+            .stdout(Stdio::null());
+        let relay = RelayChild(OwnedChild::spawn(&mut command).expect("relay starts"));
         let deadline = Instant::now() + Duration::from_secs(10);
         while http_status_in(&bed.relay.ns, metrics, "/readyz") != Some(200) {
             assert!(Instant::now() < deadline, "{name} did not become ready");

@@ -6,7 +6,7 @@
 //! - **loopback** (default): everything binds to a random 127.x.y.z address of its own,
 //!   so tests run in parallel (and two runs never collide);
 //! - **the netns testbed** (`RELAY_TESTBED=1`, root): each test gets its own testbed
-//!   (`perf::testbed`); clients live in the client namespace, fake transceivers in the
+//!   (`testkit::testbed`); clients live in the client namespace, fake transceivers in the
 //!   transceiver namespace, the relay (and a second one for global mode) in its own.
 //!   `RELAY_XDP_MODE=skb|native` adds `--interface <relay's veth> --xdp-mode <mode>`, which
 //!   is how relay-afxdp runs the very same suite.
@@ -18,48 +18,23 @@
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use perf::netns::in_netns;
-use perf::testbed::{Host, Testbed, TestbedOptions};
+use testkit::OwnedChild;
+pub use testkit::addr::{free_tcp_port, unique_ip};
+use testkit::netns::in_netns;
+use testkit::testbed::{Host, Testbed, TestbedOptions};
 use ufrag_common::frame::FrameHeader;
-use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
+use ufrag_common::hint::{HintKeys, RoutingHint};
 use ufrag_common::stun;
 
-/// The hint key every relay in the suite gets (id 1).
-pub const KEY_HEX: &str = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+#[allow(unused_imports)] // each test file uses a different part of the harness
+pub use testkit::keys::{KEY_HEX, KEYS, keys};
+
 /// How long any wait in the suite may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(10);
-
-pub fn keys() -> HintKeys {
-    let secret: Vec<u8> = (0u8..32).collect();
-    HintKeys::new(HintKey::new(1, &secret).unwrap(), None).unwrap()
-}
-
-/// A fresh loopback address, unique within this run (pid-seeded, then counted).
-pub fn unique_ip() -> Ipv4Addr {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
-    Ipv4Addr::new(
-        127,
-        100 + (pid % 100) as u8,
-        ((pid / 100) % 250) as u8 + 1,
-        (n % 250) as u8 + 1,
-    )
-}
-
-/// A free TCP port on `ip` (bind 0, read, release).
-pub fn free_tcp_port(ip: Ipv4Addr) -> u16 {
-    std::net::TcpListener::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 pub fn relay_binary() -> String {
     std::env::var("RELAY_UNDER_TEST")
@@ -186,7 +161,7 @@ impl Net {
 
 /// A relay child process; killed on drop.
 pub struct RelayProcess {
-    pub child: Child,
+    pub child: OwnedChild,
     pub vips: Vec<SocketAddr>,
     pub internal: SocketAddr,
     pub metrics: SocketAddr,
@@ -273,14 +248,13 @@ impl RelayProcess {
             Some(h) => h.command(&relay_binary()),
             None => Command::new(relay_binary()),
         };
-        let child = command
+        command
             .args(&args)
-            .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
+            .env("UFRAG_RELAY_HINT_KEYS", KEYS)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .expect("relay binary starts");
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = OwnedChild::spawn(&mut command).expect("relay binary starts");
         let relay = RelayProcess {
             child,
             vips,
@@ -404,8 +378,7 @@ impl RelayProcess {
 
 impl Drop for RelayProcess {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.stop();
         let _ = std::fs::remove_file(&self.log);
     }
 }
@@ -547,123 +520,20 @@ pub fn dtls() -> Vec<u8> {
     p
 }
 
-#[path = "redis.rs"]
-mod redis;
-pub use redis::RedisServer;
+pub use testkit::redis::RedisServer;
 
-/// A private `redis-server` reachable from the relay: on loopback, or in the testbed's
-/// transceiver namespace (the relay reaches it across the bridge).
-pub struct TestRedis {
-    server: Option<RedisServer>,
-    child: Option<Child>,
-    pub addr: SocketAddr,
-    ns: Option<String>,
-}
-
-impl TestRedis {
-    pub fn start(net: &Net) -> TestRedis {
-        match net.transceiver_ns() {
-            None => {
-                let server = RedisServer::start_at(unique_ip());
-                TestRedis {
-                    addr: server.addr,
-                    server: Some(server),
-                    child: None,
-                    ns: None,
-                }
-            }
-            Some(_) => Self::start_on(net, SocketAddr::from((net.transceiver_ip(), 6379))),
+impl Net {
+    /// A private `redis-server` the relay can reach: on a fresh loopback address, or in
+    /// the testbed's transceiver namespace (the relay reaches it across the bridge).
+    pub fn redis(&self) -> RedisServer {
+        match self.transceiver_ns() {
+            None => RedisServer::start_at(unique_ip()),
+            Some(_) => self.redis_on(SocketAddr::from((self.transceiver_ip(), 6379))),
         }
     }
 
-    /// Starts again on `addr` (after `kill`).
-    pub fn start_on(net: &Net, addr: SocketAddr) -> TestRedis {
-        let Some(ns) = net.transceiver_ns() else {
-            let server = RedisServer::start_on(addr);
-            return TestRedis {
-                addr,
-                server: Some(server),
-                child: None,
-                ns: None,
-            };
-        };
-        let child = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &ns,
-                "redis-server",
-                "--bind",
-                &addr.ip().to_string(),
-            ])
-            .args([
-                "--port",
-                &addr.port().to_string(),
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-                "--dir",
-                "/tmp",
-            ])
-            .args(["--protected-mode", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server must be installed (scripts/test.sh installs it)");
-        let redis = TestRedis {
-            server: None,
-            child: Some(child),
-            addr,
-            ns: Some(ns),
-        };
-        let deadline = Instant::now() + WAIT;
-        while redis.connect().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start on {addr}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        redis
-    }
-
-    fn connect(&self) -> Option<TcpStream> {
-        let addr = self.addr;
-        in_netns(self.ns.as_deref(), move || {
-            TcpStream::connect_timeout(&addr, Duration::from_millis(200))
-        })
-        .ok()?
-        .ok()
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis://{}", self.addr)
-    }
-
-    /// `GET key` over a raw RESP connection.
-    pub fn get(&self, key: &str) -> Option<String> {
-        redis::resp_get(self.connect()?, key)
-    }
-
-    /// Waits (bounded) until the relay has recorded the flow of `client` on `vip`.
-    pub fn wait_for_flow(&self, client: SocketAddr, vip: SocketAddr) -> String {
-        redis::wait_for_flow(|key| self.get(key), client, vip)
-    }
-
-    pub fn kill(&mut self) {
-        if let Some(s) = &mut self.server {
-            s.kill();
-        }
-        if let Some(c) = &mut self.child {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Drop for TestRedis {
-    fn drop(&mut self) {
-        self.kill();
+    /// A `redis-server` on `addr` (again, after one was killed there).
+    pub fn redis_on(&self, addr: SocketAddr) -> RedisServer {
+        RedisServer::start_on(addr, self.transceiver_ns().as_deref())
     }
 }

@@ -4,34 +4,18 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::process::{Command, Stdio};
+
 use std::time::{Duration, Instant};
+use testkit::OwnedChild;
 
 use relay_mio::relay::{Relay, Running};
 use ufrag_common::config::{RelayArgs, RelayConfig};
 
-pub const KEYS: &str = "1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
-
-pub fn unique_ip() -> Ipv4Addr {
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    let pid = std::process::id();
-    Ipv4Addr::new(
-        127,
-        10 + (pid % 80) as u8,
-        ((pid / 80) % 250) as u8 + 1,
-        (n % 250) as u8 + 1,
-    )
-}
-
-fn free_tcp_port(ip: Ipv4Addr) -> u16 {
-    std::net::TcpListener::bind((ip, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub use testkit::addr::{free_tcp_port, unique_ip};
+pub use testkit::keys::KEYS;
+#[allow(unused_imports)] // not every test file needs redis
+pub use testkit::redis::RedisServer;
 
 /// A relay-mio running in this process.
 pub struct TestRelay {
@@ -96,7 +80,7 @@ impl Drop for TestRelay {
 
 /// The transceiver binary.
 pub struct Transceiver {
-    pub child: Child,
+    pub child: OwnedChild,
     pub http: SocketAddr,
     pub worker: SocketAddr,
     log: std::path::PathBuf,
@@ -134,13 +118,11 @@ impl Transceiver {
         cmd.args(extra);
         cmd.envs(env.iter().copied());
         let log = std::env::temp_dir().join(format!("xcvr-{}-{ip}.log", std::process::id()));
-        let child = cmd
-            .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+        cmd.env("UFRAG_RELAY_HINT_KEYS", KEYS)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
+            .stderr(std::fs::File::create(&log).unwrap());
+        let child = OwnedChild::spawn(&mut cmd).expect("the transceiver starts");
         let t = Transceiver {
             child,
             http,
@@ -176,8 +158,7 @@ impl Transceiver {
 
 impl Drop for Transceiver {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.child.stop();
         let _ = std::fs::remove_file(&self.log);
     }
 }
@@ -188,8 +169,3 @@ pub use transceiver::client::*;
 pub fn new_client() -> Client {
     Client::new_on(unique_ip())
 }
-
-#[path = "../../../relay-mio/tests/support/redis.rs"]
-mod redis;
-#[allow(unused_imports)] // not every test file needs redis
-pub use redis::RedisServer;

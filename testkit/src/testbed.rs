@@ -269,16 +269,15 @@ impl Drop for Testbed {
 
 /// Helpers for tests and benchmarks that run binaries inside the testbed.
 pub mod tools {
-    use std::io::{Read, Write};
-    use std::net::{SocketAddr, TcpStream};
+    use std::io::Read;
+    use std::net::SocketAddr;
     use std::path::PathBuf;
-    use std::process::{Child, Stdio};
+    use std::process::Stdio;
     use std::time::{Duration, Instant};
 
     use super::Testbed;
-
-    /// The hint keys every testbed relay gets.
-    pub const KEYS: &str = "1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
+    use crate::child::OwnedChild;
+    pub use crate::keys::KEYS;
     /// The relay's metrics address inside its namespace.
     pub const METRICS: &str = "127.0.0.1:9100";
 
@@ -342,7 +341,7 @@ pub mod tools {
 
     /// Starts `binary` as the relay (VIP 10.77.0.2:3478, internal :40000, one worker) with
     /// `extra` flags, and waits until `/readyz` answers 200.
-    pub fn start_relay(bed: &Testbed, binary: &str, cpu: &str, extra: &[&str]) -> Child {
+    pub fn start_relay(bed: &Testbed, binary: &str, cpu: &str, extra: &[&str]) -> OwnedChild {
         start_relay_in(bed, false, binary, cpu, extra)
     }
 
@@ -354,13 +353,14 @@ pub mod tools {
         binary: &str,
         cpu: &str,
         extra: &[&str],
-    ) -> Child {
+    ) -> OwnedChild {
         let vip = vip(bed, ipv6).to_string();
         let internal = SocketAddr::new(bed.relay.ip(ipv6), 40000).to_string();
         let transceiver_net = if ipv6 { "fd77::/64" } else { "10.77.0.0/24" };
-        let mut child = bed
+        let mut command = bed
             .relay
-            .command(built(binary).to_str().expect("UTF-8 path"))
+            .command(built(binary).to_str().expect("UTF-8 path"));
+        command
             .args([
                 "--vip",
                 &vip,
@@ -373,9 +373,8 @@ pub mod tools {
             .args(extra)
             .env("UFRAG_RELAY_HINT_KEYS", KEYS)
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("relay starts");
+            .stderr(Stdio::piped());
+        let mut child = OwnedChild::spawn(&mut command).expect("relay starts");
         let deadline = Instant::now() + Duration::from_secs(10);
         while !relay_http(bed, "/readyz").contains(" 200 ") {
             if let Ok(Some(status)) = child.try_wait() {
@@ -398,18 +397,9 @@ pub mod tools {
     /// response, or an empty string when nothing answers.
     pub fn relay_http(bed: &Testbed, path: &str) -> String {
         let addr: SocketAddr = METRICS.parse().expect("a socket address");
-        let Ok(Ok(mut s)) = crate::netns::in_netns(Some(&bed.relay.ns), move || {
-            TcpStream::connect_timeout(&addr, Duration::from_millis(300))
-        }) else {
-            return String::new();
-        };
-        let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-        if write!(s, "GET {path} HTTP/1.0\r\n\r\n").is_err() {
-            return String::new();
-        }
-        let mut text = String::new();
-        let _ = s.read_to_string(&mut text);
-        text
+        crate::http::get(Some(&bed.relay.ns), addr, path)
+            .map(|(_, text)| text)
+            .unwrap_or_default()
     }
 
     /// The sum of the relay's metric series starting with `series`.
@@ -432,13 +422,13 @@ pub mod tools {
     pub fn probe_through_relay_in(bed: &Testbed, ipv6: bool, count: u64) -> String {
         let vip = vip(bed, ipv6).to_string();
         let transceiver = SocketAddr::new(bed.transceiver.ip(ipv6), 41000).to_string();
-        let mut fake = bed
+        let mut command = bed
             .transceiver
-            .command(built("perf").to_str().expect("UTF-8 path"))
+            .command(built("perf").to_str().expect("UTF-8 path"));
+        command
             .args(["fake-transceiver", "--bind", &transceiver, "--idle", "5s"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("fake transceiver starts");
+            .stdout(Stdio::null());
+        let fake = OwnedChild::spawn(&mut command).expect("fake transceiver starts");
         std::thread::sleep(Duration::from_millis(200));
         let probe = bed
             .client
@@ -454,8 +444,7 @@ pub mod tools {
             ])
             .output()
             .expect("probe runs");
-        let _ = fake.kill();
-        let _ = fake.wait();
+        drop(fake);
         String::from_utf8_lossy(&probe.stdout).trim().to_string()
     }
 }

@@ -1,0 +1,23 @@
+//! The test kit: what the tests and the benchmarks of every crate share, and nothing
+//! that ships. It depends only on `ufrag-common`, so no crate's tests form a dependency
+//! cycle through it.
+//!
+//! - [`addr`]: loopback addresses and ports unique to a test.
+//! - [`child`]: child processes owned by their test (killed on drop and on parent death).
+//! - [`http`]: the one HTTP client, and the wait until an endpoint is ready.
+//! - [`netns`]: running code inside a network namespace.
+//! - [`testbed`]: the one-armed relay topology in namespaces, and the tools to run
+//!   binaries in it.
+//! - [`redis`]: a private `redis-server` per test.
+//! - [`keys`]: the hint key every test uses.
+#![deny(unsafe_code)]
+
+pub mod addr;
+pub mod child;
+pub mod http;
+pub mod keys;
+pub mod netns;
+pub mod redis;
+pub mod testbed;
+
+pub use child::OwnedChild;
