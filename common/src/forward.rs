@@ -198,10 +198,6 @@ impl Forwarder {
         &self.policy
     }
 
-    fn drop(reason: impl Into<DropReason>) -> Verdict {
-        Verdict::Drop(reason.into())
-    }
-
     /// Decides a datagram that arrived from `client` on public `vip`.
     pub fn from_client(
         &mut self,
@@ -225,7 +221,7 @@ impl Forwarder {
         let datagram = &received[payload_at..];
         let kind = DatagramKind::classify(datagram);
         if kind == DatagramKind::Other {
-            return Self::drop(DropReason::Unclassified);
+            return Verdict::Drop(DropReason::Unclassified);
         }
         let key = FlowKey::new(client, vip);
         let header = FrameHeader::new(client, vip);
@@ -255,11 +251,11 @@ impl Forwarder {
             if self.policy.route_cache {
                 return Verdict::LookupRoute { key };
             }
-            return Self::drop(DropReason::NoFlow);
+            return Verdict::Drop(DropReason::NoFlow);
         }
         let route = match self.authenticate_binding_request(datagram, return_via) {
             Ok(route) => route,
-            Err(reason) => return Self::drop(reason),
+            Err(reason) => return Verdict::Drop(reason),
         };
         let state = FlowState {
             route,
@@ -267,7 +263,7 @@ impl Forwarder {
         };
         match self.table.insert(&key, state, now) {
             Ok(_) => {}
-            Err(InsertError::TableFull) => return Self::drop(DropReason::TableFull),
+            Err(InsertError::TableFull) => return Verdict::Drop(DropReason::TableFull),
         }
         if let Some(flow) = self.table.lookup(&key, now) {
             flow.record_in(datagram.len());
@@ -367,11 +363,11 @@ impl Forwarder {
         let from_transceiver = contains(&self.policy.allowed_transceiver_networks, source);
         let from_cluster_relay = self.policy.clusters.values().any(|r| *r == source);
         if !(from_global || from_transceiver || from_cluster_relay) {
-            return Self::drop(DropReason::FrameSourceNotAllowed);
+            return Verdict::Drop(DropReason::FrameSourceNotAllowed);
         }
         let (header, payload) = match FrameHeader::parse(frame) {
             Ok(parsed) => parsed,
-            Err(e) => return Self::drop(e),
+            Err(e) => return Verdict::Drop(e.into()),
         };
         let key = FlowKey::new(header.client, header.vip);
         // A frame from a global relay carries a client's datagram towards a transceiver.
@@ -409,7 +405,7 @@ impl Forwarder {
                 }
             },
         };
-        outcome.unwrap_or_else(Self::drop)
+        outcome.unwrap_or_else(Verdict::Drop)
     }
 
     /// Installs a route the cache returned for `key` (unless a flow appeared meanwhile).

@@ -5,7 +5,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use relay_afxdp::relay::{AfXdpOptions, Relay, RunningAfXdp, StartError};
+use relay_afxdp::relay::{AfXdpOptions, Relay, StartError};
 use ufrag_common::config::RelayArgs;
 use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
 
@@ -36,20 +36,14 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    serve(
-        "relay-afxdp",
-        config.drain_time,
-        || {
-            Relay::start(&config, &cli.afxdp).map_err(|e| {
-                eprintln!("relay-afxdp: {e}");
-                // A configuration error exits 2 before anything runs; the rest exit 1.
-                match e {
-                    StartError::Config(_) => ExitCode::from(2),
-                    StartError::System(_) => ExitCode::FAILURE,
-                }
-            })
-        },
-        RunningAfXdp::running,
-        RunningAfXdp::join,
-    )
+    serve("relay-afxdp", config.drain_time, || {
+        Relay::start(&config, &cli.afxdp).map_err(|e| {
+            eprintln!("relay-afxdp: {e}");
+            // A configuration error exits 2 before anything runs; the rest exit 1.
+            match e {
+                StartError::Config(_) => ExitCode::from(2),
+                StartError::System(_) => ExitCode::FAILURE,
+            }
+        })
+    })
 }

@@ -5,7 +5,6 @@
 //! joined (or the process dies: it is held by a BPF link).
 
 use std::io;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::AtomicBool;
 
 use ufrag_common::config::RelayConfig;
@@ -171,29 +170,6 @@ impl RelayWorker for AfXdpWorker {
     }
 }
 
-/// A running relay-afxdp: the shared lifecycle, and the BPF link that keeps our
-/// program attached (dropped after the workers stop).
-#[derive(Debug)]
-pub struct RunningAfXdp {
-    running: Running,
-    link: OwnedFd,
-    _steering: Steering,
-}
-
-impl RunningAfXdp {
-    /// The shared lifecycle (metrics, drain).
-    pub fn running(&self) -> &Running {
-        &self.running
-    }
-
-    /// Stops the workers, then detaches the program, then stops the cache and HTTP.
-    pub fn join(self) -> io::Result<()> {
-        let result = self.running.join();
-        drop(self.link);
-        result
-    }
-}
-
 /// relay-afxdp's entry point.
 #[derive(Debug)]
 pub struct Relay;
@@ -201,8 +177,9 @@ pub struct Relay;
 impl Relay {
     /// Validates the options against the interface, loads the XDP program, opens and
     /// registers one AF_XDP socket per worker, attaches the program, and starts the
-    /// workers, route cache and HTTP endpoints.
-    pub fn start(config: &RelayConfig, options: &AfXdpOptions) -> Result<RunningAfXdp, StartError> {
+    /// workers, route cache and HTTP endpoints. The program stays attached until the
+    /// workers have stopped ([`Running::join`]).
+    pub fn start(config: &RelayConfig, options: &AfXdpOptions) -> Result<Running, StartError> {
         let interface = Interface::read(&options.interface)?;
         validate(config, options, interface.rx_queues)?;
         let mut ports: Vec<u16> = config.vips.iter().map(|v| v.port()).collect();
@@ -253,8 +230,10 @@ impl Relay {
         let wakers: Vec<WakeFn> = (0..workers.len())
             .map(|_| Box::new(|| {}) as WakeFn)
             .collect();
-        let running =
+        let mut running =
             Running::start(config, metrics, workers, wakers).map_err(StartError::System)?;
+        running.hold(link);
+        running.hold(steering);
         tracing::info!(
             interface = %options.interface,
             xdp_mode = ?options.xdp_mode,
@@ -263,10 +242,6 @@ impl Relay {
             workers = config.workers(),
             "relay-afxdp ready"
         );
-        Ok(RunningAfXdp {
-            running,
-            link,
-            _steering: steering,
-        })
+        Ok(running)
     }
 }

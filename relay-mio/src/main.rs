@@ -6,7 +6,7 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use relay_mio::relay::{Relay, Running};
+use relay_mio::relay::Relay;
 use ufrag_common::config::RelayArgs;
 use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
 
@@ -42,16 +42,10 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(code) => return code,
     };
-    serve(
-        "relay-mio",
-        config.drain_time,
-        || {
-            Relay::start(&config).map_err(|e| {
-                eprintln!("relay-mio: {e}");
-                ExitCode::FAILURE
-            })
-        },
-        |r: &Running| r,
-        Running::join,
-    )
+    serve("relay-mio", config.drain_time, || {
+        Relay::start(&config).map_err(|e| {
+            eprintln!("relay-mio: {e}");
+            ExitCode::FAILURE
+        })
+    })
 }

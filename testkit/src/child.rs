@@ -40,6 +40,17 @@ impl OwnedChild {
         })
     }
 
+    /// `None` while the child runs; once it has exited, its status and whatever it wrote
+    /// to a piped stderr.
+    pub fn exit_report(&mut self) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        let mut err = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut stderr, &mut err);
+        }
+        Some(format!("{status}: {err}"))
+    }
+
     /// Kills and reaps the child now (idempotent).
     pub fn stop(&mut self) {
         let _ = self.child.kill();

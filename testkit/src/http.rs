@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::netns::in_netns;
 
-/// `GET path` from `addr`, inside namespace `ns` when given: `(status, whole response)`,
-/// or `None` when nothing answers within a few hundred milliseconds.
+/// `GET path` from `addr`, inside namespace `ns` when given: `(status, body)`, or `None`
+/// when nothing answers within a few hundred milliseconds.
 pub fn get(ns: Option<&str>, addr: SocketAddr, path: &str) -> Option<(u16, String)> {
     let mut s = in_netns(ns, move || {
         TcpStream::connect_timeout(&addr, Duration::from_millis(300))
@@ -20,11 +20,15 @@ pub fn get(ns: Option<&str>, addr: SocketAddr, path: &str) -> Option<(u16, Strin
     let mut text = String::new();
     s.read_to_string(&mut text).ok()?;
     let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    Some((status, text))
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+        .unwrap_or_default();
+    Some((status, body))
 }
 
 /// Waits until `GET /readyz` on `addr` answers 200, at most `limit`; panics naming
-/// `what` (and what `exited` reports, when it says the process is gone) otherwise.
+/// `what` otherwise, or as soon as `exited` reports why the process is gone.
 pub fn wait_ready(
     ns: Option<&str>,
     addr: SocketAddr,

@@ -269,7 +269,6 @@ impl Drop for Testbed {
 
 /// Helpers for tests and benchmarks that run binaries inside the testbed.
 pub mod tools {
-    use std::io::Read;
     use std::net::SocketAddr;
     use std::path::PathBuf;
     use std::process::Stdio;
@@ -375,26 +374,19 @@ pub mod tools {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = OwnedChild::spawn(&mut command).expect("relay starts");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while !relay_http(bed, "/readyz").contains(" 200 ") {
-            if let Ok(Some(status)) = child.try_wait() {
-                let mut err = String::new();
-                if let Some(mut e) = child.stderr.take() {
-                    let _ = e.read_to_string(&mut err);
-                }
-                panic!("{binary} exited {status}: {err}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{binary} never became ready in the testbed"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let metrics: SocketAddr = METRICS.parse().expect("a socket address");
+        crate::http::wait_ready(
+            Some(&bed.relay.ns),
+            metrics,
+            binary,
+            Duration::from_secs(10),
+            || child.exit_report(),
+        );
         child
     }
 
-    /// GETs `path` from the relay's metrics endpoint inside its namespace: the whole
-    /// response, or an empty string when nothing answers.
+    /// GETs `path` from the relay's metrics endpoint inside its namespace: the body, or
+    /// an empty string when nothing answers.
     pub fn relay_http(bed: &Testbed, path: &str) -> String {
         let addr: SocketAddr = METRICS.parse().expect("a socket address");
         crate::http::get(Some(&bed.relay.ns), addr, path)

@@ -89,6 +89,9 @@ pub struct Running {
     workers: Vec<JoinHandle<io::Result<()>>>,
     cache: Option<RouteCache>,
     http: Option<HttpEndpoints>,
+    /// Resources a backend needs while its workers run (relay-afxdp: the BPF link that
+    /// keeps its XDP program attached); released right after the workers stop.
+    held: Vec<Box<dyn std::any::Any + Send>>,
 }
 
 impl Running {
@@ -127,6 +130,7 @@ impl Running {
             workers: Vec::with_capacity(workers.len()),
             cache,
             http: Some(http),
+            held: Vec::new(),
         };
         for (index, (worker, &cpu)) in workers.into_iter().zip(&config.worker_cpus).enumerate() {
             let stop = Arc::clone(&running.stop);
@@ -148,6 +152,11 @@ impl Running {
         }
         running.metrics.set_ready(true);
         Ok(running)
+    }
+
+    /// Keeps `resource` alive until the workers have stopped.
+    pub fn hold(&mut self, resource: impl Send + 'static) {
+        self.held.push(Box::new(resource));
     }
 
     /// The HTTP endpoints' address.
@@ -178,6 +187,7 @@ impl Running {
                 Err(_) => result = result.and(Err(io::Error::other("a worker panicked"))),
             }
         }
+        self.held.clear();
         if let Some(cache) = self.cache.take() {
             cache.stop();
         }
@@ -192,12 +202,10 @@ impl Running {
 /// handlers, `start` (which reports its own error and picks the exit code), wait for
 /// SIGTERM/SIGINT, drain for `drain_time`, join. Returns the process exit code (1 when
 /// a worker failed).
-pub fn serve<R>(
+pub fn serve(
     name: &str,
     drain_time: Duration,
-    start: impl FnOnce() -> Result<R, std::process::ExitCode>,
-    running: impl Fn(&R) -> &Running,
-    join: impl FnOnce(R) -> io::Result<()>,
+    start: impl FnOnce() -> Result<Running, std::process::ExitCode>,
 ) -> std::process::ExitCode {
     let signal = match TerminationSignal::register() {
         Ok(s) => s,
@@ -211,8 +219,8 @@ pub fn serve<R>(
         Err(code) => return code,
     };
     signal.wait();
-    running(&relay).drain(drain_time);
-    match join(relay) {
+    relay.drain(drain_time);
+    match relay.join() {
         Ok(()) => {
             tracing::info!("{name} stopped");
             std::process::ExitCode::SUCCESS

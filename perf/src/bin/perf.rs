@@ -4,8 +4,7 @@
 //! `perf sessions` measures WebRTC sessions. Each writes a Markdown report (and JSON lines).
 //! Hidden subcommands are the testbed's tools (fake transceiver, relay probe).
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,6 +13,7 @@ use perf::bare::BareForwarder;
 use perf::load::{Generator, Sink, cpu_seconds, max_loss_free};
 use perf::report::{Row, json_lines, markdown};
 use testkit::OwnedChild;
+use testkit::http::wait_ready;
 use ufrag_common::hint::{HintKey, HintKeys};
 
 #[derive(Debug, Parser)]
@@ -39,6 +39,9 @@ struct Search {
     #[arg(long, default_value_t = 20_000)]
     fixed_pps: u64,
 }
+
+/// How long a started relay or transceiver may take to become ready.
+const READY: Duration = Duration::from_secs(10);
 
 /// How long a trial waits for stragglers before reading the sink.
 const SETTLE: Duration = Duration::from_millis(300);
@@ -130,14 +133,6 @@ fn loopback_ip(last: u8) -> Ipv4Addr {
 /// A relay started by the suite: killed on drop, and by the kernel if perf dies.
 struct RelayChild(OwnedChild);
 
-fn http_status(addr: SocketAddr, path: &str) -> Option<u16> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(300)).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
-    let mut t = String::new();
-    s.read_to_string(&mut t).ok()?;
-    t.split_whitespace().nth(1)?.parse().ok()
-}
-
 fn start_relay(
     workers: usize,
     vip: SocketAddr,
@@ -174,12 +169,8 @@ fn start_relay(
         .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
-    let child = RelayChild(OwnedChild::spawn(&mut command).expect("relay-mio starts"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while http_status(metrics, "/readyz") != Some(200) {
-        assert!(Instant::now() < deadline, "relay-mio did not become ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = RelayChild(OwnedChild::spawn(&mut command).expect("relay-mio starts"));
+    wait_ready(None, metrics, "relay-mio", READY, || child.0.exit_report());
     child
 }
 
@@ -256,15 +247,8 @@ fn start_transceiver(
     cmd.env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
-    let child = TransceiverChild(OwnedChild::spawn(&mut cmd).expect("transceiver starts"));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while http_status(http, "/readyz") != Some(200) {
-        assert!(
-            Instant::now() < deadline,
-            "transceiver did not become ready"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = TransceiverChild(OwnedChild::spawn(&mut cmd).expect("transceiver starts"));
+    wait_ready(None, http, "transceiver", READY, || child.0.exit_report());
     child
 }
 
@@ -395,20 +379,6 @@ fn write_report(out: &std::path::Path, report: &str, rows: Option<&[Row]>) {
 }
 
 /// GET `path` from `addr` inside namespace `ns`; the status code.
-fn http_status_in(ns: &str, addr: SocketAddr, path: &str) -> Option<u16> {
-    let path = path.to_string();
-    let stream = testkit::netns::in_netns(Some(ns), move || {
-        TcpStream::connect_timeout(&addr, Duration::from_millis(300))
-    })
-    .ok()?
-    .ok()?;
-    let mut s = stream;
-    write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
-    let mut t = String::new();
-    s.read_to_string(&mut t).ok()?;
-    t.split_whitespace().nth(1)?.parse().ok()
-}
-
 fn compare(search: &Search, only: &[String], out: &std::path::Path) {
     use testkit::testbed::Testbed;
     perf::load::pin_to_load_cpu();
@@ -537,12 +507,10 @@ fn compare(search: &Search, only: &[String], out: &std::path::Path) {
             .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null());
-        let relay = RelayChild(OwnedChild::spawn(&mut command).expect("relay starts"));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while http_status_in(&bed.relay.ns, metrics, "/readyz") != Some(200) {
-            assert!(Instant::now() < deadline, "{name} did not become ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut relay = RelayChild(OwnedChild::spawn(&mut command).expect("relay starts"));
+        wait_ready(Some(&bed.relay.ns), metrics, &name, READY, || {
+            relay.0.exit_report()
+        });
         let mut generator =
             Generator::new_in(Some(&bed.client.ns), bed.client.addr, CLIENTS, epoch)
                 .expect("generator");

@@ -16,8 +16,7 @@
 #![allow(dead_code, unreachable_pub)] // each test file uses a different part of the harness
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -288,7 +287,7 @@ impl RelayProcess {
 
     /// GETs a path of the relay's HTTP endpoint (inside its namespace in the testbed).
     pub fn http(&self, path: &str) -> Option<(u16, String)> {
-        http_get_in(self.ns.as_deref(), self.metrics, path)
+        testkit::http::get(self.ns.as_deref(), self.metrics, path)
     }
 
     fn wait_ready(&self) {
@@ -381,25 +380,6 @@ impl Drop for RelayProcess {
         self.child.stop();
         let _ = std::fs::remove_file(&self.log);
     }
-}
-
-/// A minimal HTTP/1.0 GET from inside namespace `ns`; `(status, body)`.
-pub fn http_get_in(ns: Option<&str>, addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = in_netns(ns, move || {
-        TcpStream::connect_timeout(&addr, Duration::from_millis(500))
-    })
-    .ok()?
-    .ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: relay\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Some((status, body))
 }
 
 /// A UDP endpoint with a receive timeout.
