@@ -25,8 +25,10 @@ use crate::xsk::{RxFrame, XdpSocket};
 
 /// How often the worker expires flows, refreshes neighbours and publishes counters.
 pub const TICK: Duration = Duration::from_millis(50);
-/// How long a frame may wait for its next hop's MAC before it is dropped.
-pub const HOLD: Duration = Duration::from_millis(200);
+/// How long a frame may wait for its next hop's MAC before it is dropped: the kernel's
+/// default ARP/ND retransmit time (`retrans_time_ms`), so one lost request or a busy
+/// machine does not cost the first packets of a flow.
+pub const HOLD: Duration = Duration::from_secs(1);
 /// How many frames may wait for MACs at once.
 pub const MAX_PENDING: usize = 256;
 /// Flows expired per tick at most.

@@ -382,6 +382,11 @@ impl Drop for RelayProcess {
     }
 }
 
+/// How long a test waits for a datagram that should arrive.
+pub const ARRIVAL_WAIT: Duration = Duration::from_secs(3);
+/// How long a test listens to confirm that nothing (more) arrives.
+pub const QUIET_WAIT: Duration = Duration::from_millis(300);
+
 /// A UDP endpoint with a receive timeout.
 pub struct Endpoint {
     pub socket: UdpSocket,
@@ -397,9 +402,7 @@ impl Endpoint {
         let socket = in_netns(ns, move || UdpSocket::bind((ip, 0)))
             .unwrap()
             .unwrap();
-        socket
-            .set_read_timeout(Some(Duration::from_millis(300)))
-            .unwrap();
+        socket.set_read_timeout(Some(ARRIVAL_WAIT)).unwrap();
         Endpoint { socket }
     }
 
@@ -411,8 +414,20 @@ impl Endpoint {
         self.socket.send_to(data, to).unwrap();
     }
 
-    /// The next datagram within the timeout.
+    /// The next datagram, waiting at most [`ARRIVAL_WAIT`] (generous: a datagram that
+    /// should arrive may be late on a busy machine).
     pub fn recv(&self) -> Option<(Vec<u8>, SocketAddr)> {
+        self.recv_within(ARRIVAL_WAIT)
+    }
+
+    /// True if nothing arrives within [`QUIET_WAIT`]. Callers first wait for the relay's
+    /// counters to show the datagram was handled, so this short wait cannot pass early.
+    pub fn nothing_arrives(&self) -> bool {
+        self.recv_within(QUIET_WAIT).is_none()
+    }
+
+    fn recv_within(&self, wait: Duration) -> Option<(Vec<u8>, SocketAddr)> {
+        self.socket.set_read_timeout(Some(wait)).ok()?;
         let mut buf = [0u8; 4096];
         let (n, from) = self.socket.recv_from(&mut buf).ok()?;
         Some((buf[..n].to_vec(), from))
@@ -440,10 +455,12 @@ impl Endpoint {
         self.send(relay_internal, &f);
     }
 
-    /// Drains anything waiting (short timeout) and returns how many datagrams arrived.
+    /// Drains what has arrived (until [`QUIET_WAIT`] passes without a datagram) and
+    /// returns how many datagrams there were. Callers first wait for the relay's counters
+    /// to show it forwarded them.
     pub fn count_arrivals(&self) -> usize {
         let mut n = 0;
-        while self.recv().is_some() {
+        while self.recv_within(QUIET_WAIT).is_some() {
             n += 1;
         }
         n
