@@ -10,16 +10,17 @@ use std::process::Stdio;
 
 use testkit::OwnedChild;
 
+use testkit::cargo_build::{bin, example};
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::{
-    built, probe_through_relay, relay_link_shown, require_root, start_relay, wait_until_no_xdp,
+    probe_through_relay, relay_link_shown, require_root, start_relay, wait_until_no_xdp,
 };
 
 /// Starts steer_hold in the relay namespace and waits for "attached".
 fn hold(bed: &Testbed, mode: &str) -> Result<OwnedChild, String> {
     let mut command = bed
         .relay
-        .command(built("examples/steer_hold").to_str().unwrap());
+        .command(example("relay-afxdp", "steer_hold").to_str().unwrap());
     command
         .args([bed.relay.ifname.as_str(), mode, "3478", "40000"])
         .stdout(Stdio::piped())
@@ -84,7 +85,7 @@ fn check_af_xdp_echo(mode: &str) {
     let bed = Testbed::up().unwrap();
     let mut command = bed
         .relay
-        .command(built("examples/xsk_echo").to_str().unwrap());
+        .command(example("relay-afxdp", "xsk_echo").to_str().unwrap());
     command
         .args([bed.relay.ifname.as_str(), mode, "3478", "101"])
         .stdout(Stdio::piped())
@@ -98,7 +99,7 @@ fn check_af_xdp_echo(mode: &str) {
     let vip = format!("{}:3478", bed.relay.addr);
     let probe = bed
         .client
-        .command(built("perf").to_str().unwrap())
+        .command(bin("perf").to_str().unwrap())
         .args([
             "relay-probe",
             "--vip",

@@ -7,9 +7,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use testkit::cargo_build::bin;
 use testkit::netns::in_netns;
 use testkit::testbed::Testbed;
-use testkit::testbed::tools::{KEYS, built, require_root, start_relay};
+use testkit::testbed::tools::{KEYS, require_root, start_relay};
 use transceiver::client::{Client, HttpResponse, http_request, run_until};
 
 fn request_from(
@@ -46,7 +47,7 @@ fn session_through_relay_afxdp(xdp_mode: &str) {
     let http = SocketAddr::from((bed.transceiver.addr, 8080));
     let mut command = bed
         .transceiver
-        .command(built("transceiver").to_str().unwrap());
+        .command(bin("transceiver").to_str().unwrap());
     command
         .args([
             "--http-addr",

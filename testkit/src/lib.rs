@@ -3,6 +3,7 @@
 //! cycle through it.
 //!
 //! - [`addr`]: loopback addresses and ports unique to a test.
+//! - [`cargo_build`]: another crate's binary or an example, built through cargo on demand.
 //! - [`child`]: child processes owned by their test (killed on drop and on parent death).
 //! - [`http`]: the one HTTP client, and the wait until an endpoint is ready.
 //! - [`netns`]: running code inside a network namespace.
@@ -10,14 +11,17 @@
 //!   binaries in it.
 //! - [`redis`]: a private `redis-server` per test.
 //! - [`keys`]: the hint key every test uses.
+//! - [`relay_suite`]: the relay behaviour suite every relay backend runs.
 #![deny(unsafe_code)]
 
 pub mod addr;
+pub mod cargo_build;
 pub mod child;
 pub mod http;
 pub mod keys;
 pub mod netns;
 pub mod redis;
+pub mod relay_suite;
 pub mod testbed;
 
 pub use child::OwnedChild;

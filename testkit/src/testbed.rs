@@ -267,14 +267,25 @@ impl Drop for Testbed {
     }
 }
 
+/// True when this process runs as root (the testbed needs CAP_NET_ADMIN and, for XDP,
+/// CAP_BPF).
+pub fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().next())
+        == Some("0")
+}
+
 /// Helpers for tests and benchmarks that run binaries inside the testbed.
 pub mod tools {
     use std::net::SocketAddr;
-    use std::path::PathBuf;
     use std::process::Stdio;
     use std::time::{Duration, Instant};
 
     use super::Testbed;
+    use crate::cargo_build::bin;
     use crate::child::OwnedChild;
     pub use crate::keys::KEYS;
     /// The relay's metrics address inside its namespace.
@@ -283,32 +294,10 @@ pub mod tools {
     /// Fails loudly unless running as root (the testbed needs CAP_NET_ADMIN and, for
     /// XDP, CAP_BPF). CI runs as root; a test never silently skips.
     pub fn require_root() {
-        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-        let uid = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|v| v.split_whitespace().next())
-            .unwrap_or("");
-        assert_eq!(
-            uid, "0",
+        assert!(
+            super::is_root(),
             "this test needs root (network namespaces, XDP); CI runs as root"
         );
-    }
-
-    /// A binary or example built next to the running executable (`target/<profile>/…`).
-    pub fn built(relative: &str) -> PathBuf {
-        let exe = std::env::current_exe().expect("own path");
-        let mut dir = exe.parent().expect("a directory").to_path_buf();
-        if dir.ends_with("deps") {
-            dir.pop();
-        }
-        let path = dir.join(relative);
-        assert!(
-            path.exists(),
-            "{} missing: build the workspace first (cargo test --workspace does)",
-            path.display()
-        );
-        path
     }
 
     /// What `ip link show` says of the relay's interface; an attached XDP program shows
@@ -356,9 +345,7 @@ pub mod tools {
         let vip = vip(bed, ipv6).to_string();
         let internal = SocketAddr::new(bed.relay.ip(ipv6), 40000).to_string();
         let transceiver_net = if ipv6 { "fd77::/64" } else { "10.77.0.0/24" };
-        let mut command = bed
-            .relay
-            .command(built(binary).to_str().expect("UTF-8 path"));
+        let mut command = bed.relay.command(bin(binary).to_str().expect("UTF-8 path"));
         command
             .args([
                 "--vip",
@@ -416,7 +403,7 @@ pub mod tools {
         let transceiver = SocketAddr::new(bed.transceiver.ip(ipv6), 41000).to_string();
         let mut command = bed
             .transceiver
-            .command(built("perf").to_str().expect("UTF-8 path"));
+            .command(bin("perf").to_str().expect("UTF-8 path"));
         command
             .args(["fake-transceiver", "--bind", &transceiver, "--idle", "5s"])
             .stdout(Stdio::null());
@@ -424,7 +411,7 @@ pub mod tools {
         std::thread::sleep(Duration::from_millis(200));
         let probe = bed
             .client
-            .command(built("perf").to_str().expect("UTF-8 path"))
+            .command(bin("perf").to_str().expect("UTF-8 path"))
             .args([
                 "relay-probe",
                 "--vip",

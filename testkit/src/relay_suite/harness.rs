@@ -1,19 +1,14 @@
-//! The behaviour-suite harness: a relay binary run as a child process, fake transceivers
-//! built from `common`'s frame codec, clients sending STUN built the way browsers do,
-//! metrics read over HTTP, and a private `redis-server`.
+//! The suite's harness: a relay binary run as a child process, fake transceivers built
+//! from `common`'s frame codec, clients sending STUN built the way browsers do, metrics
+//! read over HTTP, and a private `redis-server`.
 //!
-//! The suite runs in one of two places, and every test is written for both:
-//! - **loopback** (default): everything binds to a random 127.x.y.z address of its own,
-//!   so tests run in parallel (and two runs never collide);
-//! - **the netns testbed** (`RELAY_TESTBED=1`, root): each test gets its own testbed
-//!   (`testkit::testbed`); clients live in the client namespace, fake transceivers in the
-//!   transceiver namespace, the relay (and a second one for global mode) in its own.
-//!   `RELAY_XDP_MODE=skb|native` adds `--interface <relay's veth> --xdp-mode <mode>`, which
-//!   is how relay-afxdp runs the very same suite.
-//!
-//! The relay under test is `relay-mio` unless `RELAY_UNDER_TEST` names another binary
-//! that takes the same flags.
-#![allow(dead_code, unreachable_pub)] // each test file uses a different part of the harness
+//! Where hosts live is the [`Backend`]'s [`Place`]:
+//! - **loopback**: everything binds to a random 127.x.y.z address of its own, so tests
+//!   run in parallel (and two runs never collide);
+//! - **the netns testbed** (root): each test gets its own testbed (`crate::testbed`);
+//!   clients live in the client namespace, fake transceivers in the transceiver
+//!   namespace, the relay (and a second one for global mode) in its own. A backend with
+//!   an XDP mode also gets `--interface <relay's veth> --xdp-mode <mode>`.
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -21,79 +16,49 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use testkit::OwnedChild;
-pub use testkit::addr::{free_tcp_port, unique_ip};
-use testkit::netns::in_netns;
-use testkit::testbed::{Host, Testbed, TestbedOptions};
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKeys, RoutingHint};
 use ufrag_common::stun;
 
-#[allow(unused_imports)] // each test file uses a different part of the harness
-pub use testkit::keys::{KEY_HEX, KEYS, keys};
+use super::{Backend, Place};
+use crate::OwnedChild;
+pub use crate::addr::{free_tcp_port, unique_ip};
+pub use crate::keys::{KEY_HEX, KEYS, keys};
+use crate::netns::in_netns;
+pub use crate::redis::RedisServer;
+use crate::testbed::{Host, Testbed, TestbedOptions};
 
 /// How long any wait in the suite may take before the test fails.
 pub const WAIT: Duration = Duration::from_secs(10);
 
-pub fn relay_binary() -> String {
-    std::env::var("RELAY_UNDER_TEST")
-        .unwrap_or_else(|_| env!("CARGO_BIN_EXE_relay-mio").to_string())
-}
-
-fn in_testbed() -> bool {
-    std::env::var("RELAY_TESTBED").is_ok_and(|v| v == "1")
-}
-
-fn xdp_mode() -> Option<String> {
-    std::env::var("RELAY_XDP_MODE")
-        .ok()
-        .filter(|m| !m.is_empty())
-}
-
-/// Flags a binary needs besides the shared ones (relay-afxdp: an interface). For runs
-/// outside the testbed (config errors, --help), the loopback interface does.
-pub fn backend_args() -> Vec<String> {
-    match xdp_mode() {
-        Some(_) => vec!["--interface".into(), "lo".into()],
-        None => vec![],
-    }
-}
-
 /// The network a test's hosts live on.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct Net {
+    backend: Backend,
     bed: Option<Arc<Testbed>>,
     relay_ips: [Ipv4Addr; 2],
     transceiver_ip: Ipv4Addr,
 }
 
 impl Net {
-    /// A network for one test: loopback addresses, or a fresh testbed.
-    pub fn new() -> Net {
-        Self::with(TestbedOptions {
-            queues: 1,
-            second_relay: true,
-        })
-    }
-
-    /// With `queues` RX queues on the relays' interfaces (testbed only).
-    pub fn with_queues(queues: u32) -> Net {
-        Self::with(TestbedOptions {
-            queues,
-            second_relay: true,
-        })
-    }
-
-    fn with(options: TestbedOptions) -> Net {
-        if in_testbed() {
-            let bed = Testbed::up_with(options).expect("the testbed needs root; CI runs as root");
+    /// A network for one test of `backend`: loopback addresses, or a fresh testbed with
+    /// `queues` RX queues on the relays' interfaces.
+    pub(super) fn new(backend: &Backend, queues: u32) -> Net {
+        if backend.place == Place::Testbed {
+            let bed = Testbed::up_with(TestbedOptions {
+                queues,
+                second_relay: true,
+            })
+            .expect("the testbed needs root; CI runs as root");
             Net {
+                backend: backend.clone(),
                 relay_ips: [bed.relay.addr, bed.relay2.as_ref().expect("asked for").addr],
                 transceiver_ip: bed.transceiver.addr,
                 bed: Some(Arc::new(bed)),
             }
         } else {
             Net {
+                backend: backend.clone(),
                 bed: None,
                 relay_ips: [unique_ip(), unique_ip()],
                 transceiver_ip: unique_ip(),
@@ -159,6 +124,7 @@ impl Net {
 }
 
 /// A relay child process; killed on drop.
+#[derive(Debug)]
 pub struct RelayProcess {
     pub child: OwnedChild,
     pub vips: Vec<SocketAddr>,
@@ -170,7 +136,7 @@ pub struct RelayProcess {
 }
 
 /// How to start a relay: flags beyond the ones every test needs.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct RelaySetup {
     pub vips: usize,
     pub workers: usize,
@@ -180,13 +146,14 @@ pub struct RelaySetup {
     pub host: usize,
 }
 
-impl Default for RelaySetup {
-    fn default() -> Self {
+impl RelaySetup {
+    /// One VIP, one worker, host 0, no extra flags, on `net`.
+    pub fn on(net: Net) -> RelaySetup {
         RelaySetup {
             vips: 1,
             workers: 1,
             extra: vec![],
-            net: Net::new(),
+            net,
             host: 0,
         }
     }
@@ -228,12 +195,12 @@ impl RelayProcess {
                 args.extend([flag.to_string(), value.to_string()]);
             }
         }
-        if let (Some(h), Some(mode)) = (&host, xdp_mode()) {
+        if let (Some(h), Some(mode)) = (&host, setup.net.backend.xdp) {
             args.extend([
                 "--interface".into(),
                 h.ifname.clone(),
                 "--xdp-mode".into(),
-                mode,
+                mode.flag().into(),
             ]);
         }
         args.extend(setup.extra.iter().cloned());
@@ -243,9 +210,10 @@ impl RelayProcess {
             internal.ip(),
             unique_ip()
         ));
+        let binary = &setup.net.backend.binary;
         let mut command = match &host {
-            Some(h) => h.command(&relay_binary()),
-            None => Command::new(relay_binary()),
+            Some(h) => h.command(binary.to_str().expect("UTF-8 path")),
+            None => Command::new(binary),
         };
         command
             .args(&args)
@@ -287,7 +255,7 @@ impl RelayProcess {
 
     /// GETs a path of the relay's HTTP endpoint (inside its namespace in the testbed).
     pub fn http(&self, path: &str) -> Option<(u16, String)> {
-        testkit::http::get(self.ns.as_deref(), self.metrics, path)
+        crate::http::get(self.ns.as_deref(), self.metrics, path)
     }
 
     fn wait_ready(&self) {
@@ -388,6 +356,7 @@ pub const ARRIVAL_WAIT: Duration = Duration::from_secs(3);
 pub const QUIET_WAIT: Duration = Duration::from_millis(300);
 
 /// A UDP endpoint with a receive timeout.
+#[derive(Debug)]
 pub struct Endpoint {
     pub socket: UdpSocket,
 }
@@ -516,8 +485,6 @@ pub fn dtls() -> Vec<u8> {
     p.extend_from_slice(&[1, 0, 0, 0]);
     p
 }
-
-pub use testkit::redis::RedisServer;
 
 impl Net {
     /// A private `redis-server` the relay can reach: on a fresh loopback address, or in

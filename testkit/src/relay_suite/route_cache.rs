@@ -2,11 +2,10 @@
 //! from the first SRTP-like packet; without Redis the next STUN restores it; Redis dying
 //! mid-run does not stop forwarding, and the relay reconnects when it is back.
 
-mod support;
-
 use std::time::Duration;
 
-use support::*;
+use super::Backend;
+use super::harness::*;
 
 fn setup_with(net: &Net, redis: Option<&RedisServer>) -> RelaySetup {
     let mut extra = vec![];
@@ -15,14 +14,12 @@ fn setup_with(net: &Net, redis: Option<&RedisServer>) -> RelaySetup {
     }
     RelaySetup {
         extra,
-        net: net.clone(),
-        ..Default::default()
+        ..RelaySetup::on(net.clone())
     }
 }
 
-#[test]
-fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet() {
-    let net = Net::new();
+pub fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet(b: &Backend) {
+    let net = b.net();
     let redis = net.redis();
     let setup = setup_with(&net, Some(&redis));
     let transceiver = net.transceiver();
@@ -58,9 +55,8 @@ fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet() {
     assert_eq!(client.recv().expect("reply").0, rtp(3));
 }
 
-#[test]
-fn without_redis_a_restarted_relay_waits_for_the_next_stun() {
-    let net = Net::new();
+pub fn without_redis_a_restarted_relay_waits_for_the_next_stun(b: &Backend) {
+    let net = b.net();
     let setup = setup_with(&net, None);
     let transceiver = net.transceiver();
     let client = net.client();
@@ -81,9 +77,8 @@ fn without_redis_a_restarted_relay_waits_for_the_next_stun() {
     assert_eq!(relay.total("ufrag_relay_cache_hits_total", ""), 0.0);
 }
 
-#[test]
-fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects() {
-    let net = Net::new();
+pub fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects(b: &Backend) {
+    let net = b.net();
     let mut redis = net.redis();
     let redis_addr = redis.addr;
     let setup = setup_with(&net, Some(&redis));
@@ -94,25 +89,15 @@ fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects() {
     assert!(transceiver.recv_frame().is_some());
 
     redis.kill();
-    // Read while sending, so the fake transceiver's own receive buffer cannot overflow
-    // (AF_XDP copy-mode frames arrive with a large truesize).
-    let reader = transceiver.socket.try_clone().unwrap();
-    let counter = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        let mut n = 0;
-        while reader.recv_from(&mut buf).is_ok() {
-            n += 1;
-        }
-        n
-    });
-    for seq in 0..200 {
+    // One at a time, so what is measured is the relay, not the fake transceiver's
+    // receive buffer on a busy machine (AF_XDP copy-mode frames have a large truesize).
+    for seq in 0..50 {
         client.send(relay.vip(), &rtp(seq));
+        let (_, payload, _) = transceiver
+            .recv_frame()
+            .expect("existing flows keep forwarding with redis down");
+        assert_eq!(payload, rtp(seq));
     }
-    let arrived = counter.join().unwrap();
-    assert_eq!(
-        arrived, 200,
-        "existing flows keep forwarding with redis down"
-    );
     // New flows are still made from STUN; recording them fails and is counted.
     let second = net.client();
     second.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 2));

@@ -1,0 +1,500 @@
+//! The relay behaviour cases: a running relay binary driven over UDP, with fake
+//! transceivers and STUN built the way browsers send it, written against the flags and
+//! metrics both backends share (the [`Backend`] picks the binary and the place).
+//!
+//! What happens to each kind of bad input is stated by the test that sends it: which drop
+//! reason counts it, and that nothing reaches the transceiver or the client.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::Backend;
+use super::harness::*;
+use ufrag_common::frame::FrameHeader;
+use ufrag_common::hint::{HintKey, HintKeys};
+
+/// A relay, a transceiver and a client, with a flow already made by a Binding Request.
+struct Session {
+    relay: RelayProcess,
+    transceiver: Endpoint,
+    client: Endpoint,
+}
+
+fn established(setup: &RelaySetup) -> Session {
+    let relay = RelayProcess::start(setup);
+    let transceiver = relay.net().transceiver();
+    let client = relay.net().client();
+    let stun = binding_request_for(transceiver.addr(), 0, 1);
+    client.send(relay.vip(), &stun);
+    let (header, payload, from) = transceiver.recv_frame().expect("Binding Request forwarded");
+    assert_eq!(header, FrameHeader::new(client.addr(), relay.vip()));
+    assert_eq!(payload, stun);
+    assert_eq!(
+        from.ip(),
+        relay.internal.ip(),
+        "frames come from the worker's internal socket"
+    );
+    Session {
+        relay,
+        transceiver,
+        client,
+    }
+}
+
+pub fn a_valid_binding_request_creates_a_flow_that_dtls_and_rtp_reuse(b: &Backend) {
+    let s = established(&b.setup());
+    for datagram in [dtls(), rtp(1), rtp(2)] {
+        s.client.send(s.relay.vip(), &datagram);
+        let (header, payload, _) = s.transceiver.recv_frame().expect("forwarded on the flow");
+        assert_eq!(header.client, s.client.addr());
+        assert_eq!(payload, datagram, "forwarded opaquely");
+    }
+    s.relay.wait_for("counters", |r| {
+        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 4.0
+    });
+    assert_eq!(s.relay.total("ufrag_relay_flows_created_total", ""), 1.0);
+    assert_eq!(s.relay.total("ufrag_relay_flows_active", ""), 1.0);
+}
+
+pub fn the_return_path_reaches_the_right_client_from_the_vip_it_used(b: &Backend) {
+    let relay = RelayProcess::start(&RelaySetup {
+        vips: 2,
+        ..b.setup()
+    });
+    let transceiver = relay.net().transceiver();
+    let (a, b) = (relay.net().client(), relay.net().client());
+    a.send(
+        relay.vips[0],
+        &binding_request_for(transceiver.addr(), 0, 1),
+    );
+    b.send(
+        relay.vips[1],
+        &binding_request_for(transceiver.addr(), 0, 2),
+    );
+    let mut seen = vec![];
+    for _ in 0..2 {
+        let (h, _, from) = transceiver.recv_frame().expect("both forwarded");
+        seen.push((h, from));
+    }
+    for (h, from) in seen {
+        let answer = rtp(7);
+        transceiver.send_frame(from, h.client, h.vip, &answer);
+        let client = if h.client == a.addr() { &a } else { &b };
+        let (got, source) = client.recv().expect("the client gets the reply");
+        assert_eq!(got, answer, "header stripped, payload untouched");
+        assert_eq!(source, h.vip, "sent from the VIP the client used");
+    }
+    assert!(
+        a.nothing_arrives() && b.nothing_arrives(),
+        "one datagram out per datagram in"
+    );
+    relay.wait_for("out counters", |r| {
+        r.total("ufrag_relay_packets_total", "direction=\"out\"") == 2.0
+    });
+}
+
+pub fn each_bad_first_packet_is_dropped_counted_and_not_forwarded(b: &Backend) {
+    let relay = RelayProcess::start(&b.setup());
+    let transceiver = relay.net().transceiver();
+    let good = binding_request_for(transceiver.addr(), 0, 1);
+
+    let forged = binding_request_with(
+        &HintKeys::new(HintKey::new(1, &[9; 32]).unwrap(), None).unwrap(),
+        transceiver.addr(),
+        0,
+        2,
+    );
+    let unknown_key = binding_request_with(
+        &HintKeys::new(
+            HintKey::new(5, &(0u8..32).collect::<Vec<_>>()).unwrap(),
+            None,
+        )
+        .unwrap(),
+        transceiver.addr(),
+        0,
+        3,
+    );
+    let disallowed: SocketAddr = "10.9.9.9:40000".parse().unwrap();
+    let mut bad_integrity = good.clone();
+    let n = bad_integrity.len();
+    bad_integrity[n - 20] ^= 1;
+
+    let cases: Vec<(&str, Vec<u8>, &str)> = vec![
+        (
+            "hint MAC forged under another secret",
+            forged,
+            "hint_bad_mac",
+        ),
+        (
+            "hint under an unknown key id",
+            unknown_key,
+            "hint_unknown_key",
+        ),
+        (
+            "hint naming a destination outside the allowed networks",
+            binding_request_for(disallowed, 0, 4),
+            "hint_destination_not_allowed",
+        ),
+        (
+            "MESSAGE-INTEGRITY that fails under the derived password",
+            bad_integrity,
+            "stun_bad_integrity",
+        ),
+        (
+            "truncated STUN",
+            good[..30].to_vec(),
+            "stun_length_mismatch",
+        ),
+        (
+            "STUN shorter than its header",
+            good[..10].to_vec(),
+            "stun_too_short",
+        ),
+        ("garbage first byte", vec![0xEE; 64], "unclassified"),
+        ("empty datagram", vec![], "unclassified"),
+    ];
+    for (i, (what, datagram, reason)) in cases.iter().enumerate() {
+        // A fresh client per case, so that no flow from an earlier case is reused.
+        let client = relay.net().client();
+        client.send(relay.vip(), datagram);
+        relay.wait_for(what, |r| r.drops(reason) >= 1.0);
+        client.send(relay.vip(), &rtp(i as u16));
+        relay.wait_for("the follow-up RTP dropped too", |r| {
+            r.drops("no_flow") >= (i + 1) as f64
+        });
+    }
+    assert!(
+        transceiver.nothing_arrives(),
+        "nothing reached the transceiver"
+    );
+    assert_eq!(relay.total("ufrag_relay_flows_created_total", ""), 0.0);
+}
+
+pub fn non_stun_without_a_flow_is_never_forwarded(b: &Backend) {
+    let relay = RelayProcess::start(&b.setup());
+    let transceiver = relay.net().transceiver();
+    let client = relay.net().client();
+    for seq in 0..20 {
+        client.send(relay.vip(), &rtp(seq));
+        client.send(relay.vip(), &dtls());
+    }
+    relay.wait_for("40 no_flow drops", |r| r.drops("no_flow") == 40.0);
+    assert!(transceiver.nothing_arrives());
+    assert!(
+        client.nothing_arrives(),
+        "the relay never answers a client itself"
+    );
+}
+
+pub fn return_frames_without_a_flow_or_from_elsewhere_are_dropped(b: &Backend) {
+    let s = established(&b.setup());
+    let internal = s.relay.internal_of(0);
+    let stranger: SocketAddr = SocketAddr::from((unique_ip(), 5555));
+    s.transceiver
+        .send_frame(internal, stranger, s.relay.vip(), &rtp(1));
+    s.relay
+        .wait_for("return_no_flow", |r| r.drops("return_no_flow") == 1.0);
+    // A raw datagram to the internal port is not a frame.
+    s.transceiver.send(internal, &rtp(2));
+    s.relay
+        .wait_for("frame_not_a_frame", |r| r.drops("frame_not_a_frame") == 1.0);
+    // A second transceiver (allowed network) cannot answer for the first one's client.
+    let other = s.relay.net().transceiver();
+    other.send_frame(internal, s.client.addr(), s.relay.vip(), &rtp(3));
+    s.relay.wait_for("return_wrong_source", |r| {
+        r.drops("return_wrong_source") == 1.0
+    });
+    assert!(s.client.nothing_arrives(), "no reply reached anyone");
+    assert!(stranger.port() > 0);
+}
+
+pub fn frames_from_outside_the_transceiver_networks_are_dropped_before_parsing(b: &Backend) {
+    let net = b.net();
+    let relay = RelayProcess::start(&RelaySetup {
+        extra: vec![
+            "--allow-transceiver-net".into(),
+            format!("{}/32", net.transceiver_ip()),
+        ],
+        ..RelaySetup::on(net)
+    });
+    let outsider = relay.net().client(); // a client's address: not a transceiver network
+    outsider.send_frame(
+        relay.internal_of(0),
+        "198.51.100.1:1".parse().unwrap(),
+        relay.vip(),
+        &rtp(1),
+    );
+    outsider.send(relay.internal_of(0), b"garbage");
+    relay.wait_for("frame_source_not_allowed", |r| {
+        r.drops("frame_source_not_allowed") == 2.0
+    });
+    let insider = relay.net().transceiver();
+    insider.send_frame(
+        relay.internal_of(0),
+        "198.51.100.1:1".parse().unwrap(),
+        relay.vip(),
+        &rtp(1),
+    );
+    relay.wait_for("return_no_flow (source allowed)", |r| {
+        r.drops("return_no_flow") == 1.0
+    });
+}
+
+pub fn idle_flows_expire_and_then_need_stun_again(b: &Backend) {
+    let s = established(&RelaySetup {
+        extra: vec!["--idle-timeout".into(), "500ms".into()],
+        ..b.setup()
+    });
+    s.relay.wait_for("flow expired", |r| {
+        r.total("ufrag_relay_flows_expired_total", "") == 1.0
+    });
+    assert_eq!(s.relay.total("ufrag_relay_flows_active", ""), 0.0);
+    s.client.send(s.relay.vip(), &rtp(1));
+    s.relay
+        .wait_for("no_flow after expiry", |r| r.drops("no_flow") == 1.0);
+    assert!(s.transceiver.nothing_arrives());
+    s.client.send(
+        s.relay.vip(),
+        &binding_request_for(s.transceiver.addr(), 0, 1),
+    );
+    assert!(
+        s.transceiver.recv_frame().is_some(),
+        "the next STUN recreates the flow"
+    );
+}
+
+pub fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding(b: &Backend) {
+    let relay = RelayProcess::start(&RelaySetup {
+        extra: vec!["--flows-per-worker".into(), "2".into()],
+        ..b.setup()
+    });
+    let transceiver = relay.net().transceiver();
+    let clients: Vec<Endpoint> = (0..3).map(|_| relay.net().client()).collect();
+    for (i, c) in clients.iter().enumerate() {
+        c.send(
+            relay.vip(),
+            &binding_request_for(transceiver.addr(), 0, i as u8),
+        );
+    }
+    // The relay's own accounting first (published every 50 ms): two forwarded, one
+    // refused. Only then count what arrived, so a slow machine cannot fail the count.
+    relay.wait_for("two forwarded, one table_full", |r| {
+        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 2.0
+            && r.drops("table_full") == 1.0
+            && r.total("ufrag_relay_flows_refused_total", "") == 1.0
+    });
+    assert_eq!(transceiver.count_arrivals(), 2, "two flows fit");
+    for c in &clients[..2] {
+        c.send(relay.vip(), &rtp(9));
+    }
+    relay.wait_for("the old flows forwarded RTP", |r| {
+        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 4.0
+    });
+    assert_eq!(transceiver.count_arrivals(), 2, "old flows keep forwarding");
+}
+
+pub fn two_workers_are_both_used_and_each_pinned_to_its_own_core(b: &Backend) {
+    let relay = RelayProcess::start(&RelaySetup {
+        workers: 2,
+        ..RelaySetup::on(b.net_with_queues(2))
+    });
+    let transceiver = relay.net().transceiver();
+    // SO_REUSEPORT spreads clients by address hash: 32 clients reach both workers.
+    let clients: Vec<Endpoint> = (0..32).map(|_| relay.net().client()).collect();
+    for (i, c) in clients.iter().enumerate() {
+        c.send(
+            relay.vip(),
+            &binding_request_for(transceiver.addr(), 0, i as u8),
+        );
+    }
+    relay.wait_for("32 forwarded", |r| {
+        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 32.0
+    });
+    assert_eq!(transceiver.count_arrivals(), 32);
+    relay.wait_for("both workers forwarded", |r| {
+        let m = r.metrics();
+        (0..2).all(|w| {
+            m.get(&format!(
+                "ufrag_relay_packets_total{{worker=\"{w}\",direction=\"in\"}}"
+            ))
+            .copied()
+            .unwrap_or(0.0)
+                > 0.0
+        })
+    });
+    // Each worker thread is pinned to exactly one CPU, and they differ.
+    let mut cpus = vec![];
+    for task in std::fs::read_dir(format!("/proc/{}/task", relay.pid())).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap();
+        if comm.trim().starts_with("relay-w") {
+            let status = std::fs::read_to_string(dir.join("status")).unwrap();
+            let allowed = status
+                .lines()
+                .find(|l| l.starts_with("Cpus_allowed_list:"))
+                .unwrap();
+            cpus.push(allowed.split_whitespace().nth(1).unwrap().to_string());
+        }
+    }
+    cpus.sort();
+    assert_eq!(
+        cpus,
+        vec!["0".to_string(), "1".to_string()],
+        "worker affinities"
+    );
+}
+
+pub fn global_relay_to_cluster_relay_to_transceiver_and_back(b: &Backend) {
+    let net = b.net();
+    let transceiver = net.transceiver();
+    let global_ip = net.relay_ip(1);
+    // Cluster 1's relay accepts frames only from the global relay's address.
+    let cluster = RelayProcess::start(&RelaySetup {
+        extra: vec![
+            "--cluster-id".into(),
+            "1".into(),
+            "--allow-global-relay-net".into(),
+            format!("{global_ip}/32"),
+        ],
+        ..RelaySetup::on(net.clone())
+    });
+    let global = RelayProcess::start(&RelaySetup {
+        extra: vec![
+            "--cluster-id".into(),
+            "0".into(),
+            "--cluster-relay".into(),
+            format!("1={}", cluster.internal_of(0)),
+        ],
+        host: 1,
+        ..RelaySetup::on(net.clone())
+    });
+    let client = net.client();
+    let stun = binding_request_for(transceiver.addr(), 1, 1);
+    client.send(global.vip(), &stun);
+    let (h, payload, from) = transceiver
+        .recv_frame()
+        .expect("reached the transceiver through both relays");
+    assert_eq!(
+        h.client,
+        client.addr(),
+        "the client's address travels along"
+    );
+    assert_eq!(h.vip, global.vip());
+    assert_eq!(payload, stun);
+    assert_eq!(from, cluster.internal_of(0));
+    client.send(global.vip(), &rtp(1));
+    assert_eq!(transceiver.recv_frame().unwrap().1, rtp(1));
+
+    transceiver.send_frame(from, h.client, h.vip, &rtp(2));
+    let (reply, source) = client.recv().expect("reply back through both relays");
+    assert_eq!(reply, rtp(2));
+    assert_eq!(source, global.vip());
+}
+
+pub fn a_cluster_relay_refuses_frames_from_non_global_relays(b: &Backend) {
+    let net = b.net();
+    let cluster = RelayProcess::start(&RelaySetup {
+        extra: vec![
+            "--cluster-id".into(),
+            "1".into(),
+            "--allow-global-relay-net".into(),
+            format!("{}/32", net.unused_ip()),
+        ],
+        ..RelaySetup::on(net)
+    });
+    let transceiver = cluster.net().transceiver();
+    // From an allowed transceiver network, a frame is a *return* frame, not a client's:
+    // no flow → dropped, never forwarded to the transceiver the hint names.
+    let pretender = cluster.net().transceiver();
+    pretender.send_frame(
+        cluster.internal_of(0),
+        "198.51.100.9:9".parse().unwrap(),
+        cluster.vip(),
+        &binding_request_for(transceiver.addr(), 1, 1),
+    );
+    cluster.wait_for("return_no_flow", |r| r.drops("return_no_flow") == 1.0);
+    assert!(transceiver.nothing_arrives());
+}
+
+pub fn sigterm_turns_readiness_off_keeps_forwarding_during_drain_then_exits_0(b: &Backend) {
+    let mut s = established(&RelaySetup {
+        extra: vec!["--drain-time".into(), "1500ms".into()],
+        ..b.setup()
+    });
+    s.relay.terminate();
+    let deadline = std::time::Instant::now() + WAIT;
+    while s.relay.http("/readyz").map(|(code, _)| code) != Some(503) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "readyz never went 503"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(s.relay.http("/healthz").map(|(c, _)| c), Some(200));
+    s.client.send(s.relay.vip(), &rtp(5));
+    assert_eq!(
+        s.transceiver
+            .recv_frame()
+            .expect("still forwarding while draining")
+            .1,
+        rtp(5)
+    );
+    assert_eq!(s.relay.wait_exit(), Some(0));
+}
+
+pub fn a_bad_config_exits_non_zero_naming_the_field(b: &Backend) {
+    let out = std::process::Command::new(&b.binary)
+        .args(b.outside_testbed_args())
+        .args([
+            "--vip",
+            "127.0.0.1:3478",
+            "--internal-addr",
+            "127.0.0.1:40000",
+            "--allow-transceiver-net",
+            "127.0.0.0/8",
+            "--idle-timeout",
+            "5ms",
+        ])
+        .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`idle_timeout`"), "{stderr}");
+
+    let out = std::process::Command::new(&b.binary)
+        .args(b.outside_testbed_args())
+        .args([
+            "--vip",
+            "127.0.0.1:3478",
+            "--internal-addr",
+            "127.0.0.1:40000",
+            "--allow-transceiver-net",
+            "127.0.0.0/8",
+        ])
+        .env_remove("UFRAG_RELAY_HINT_KEYS")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("`hint_keys_file`"));
+}
+
+pub fn help_explains_the_flags(b: &Backend) {
+    let out = std::process::Command::new(&b.binary)
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for flag in [
+        "--vip",
+        "--internal-addr",
+        "--allow-transceiver-net",
+        "--hint-keys-file",
+        "--redis-url",
+        "--drain-time",
+        "UFRAG_RELAY_HINT_KEYS",
+    ] {
+        assert!(help.contains(flag), "--help mentions {flag}");
+    }
+}
