@@ -5,7 +5,8 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use transceiver::client::{Client, http_request};
+use testkit::http::request as http_request;
+use testkit::webrtc_client::Client;
 
 /// Setup times of one session.
 #[derive(Clone, Copy, Debug)]

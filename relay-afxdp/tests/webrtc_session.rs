@@ -8,10 +8,11 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use testkit::cargo_build::bin;
+use testkit::http::{HttpResponse, request as http_request};
 use testkit::netns::in_netns;
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::{KEYS, require_root, start_relay};
-use transceiver::client::{Client, HttpResponse, http_request, run_until};
+use testkit::webrtc_client::{Client, run_until};
 
 fn request_from(
     ns: &str,

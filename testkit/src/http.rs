@@ -1,5 +1,6 @@
-//! The one HTTP client of the tests and tools: a bounded HTTP/1.0 GET (from inside a
-//! namespace when asked), and a wait until an endpoint answers 200.
+//! The one HTTP client of the tests and tools: a bounded HTTP/1.1 request with
+//! `Connection: close` (from inside a namespace when asked), its response, and a wait
+//! until an endpoint answers 200.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -7,24 +8,94 @@ use std::time::{Duration, Instant};
 
 use crate::netns::in_netns;
 
-/// `GET path` from `addr`, inside namespace `ns` when given: `(status, body)`, or `None`
-/// when nothing answers within a few hundred milliseconds.
+/// How long a connection attempt may take.
+const CONNECT_WAIT: Duration = Duration::from_millis(500);
+/// How long the whole answer may take (WHIP answers wait for ICE gathering).
+const READ_WAIT: Duration = Duration::from_secs(10);
+
+/// An HTTP response.
+#[derive(Debug)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers in order.
+    pub headers: Vec<(String, String)>,
+    /// Body as text.
+    pub body: String,
+}
+
+impl HttpResponse {
+    /// The first header called `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// `method path` to `addr` with an optional `(content type, body)` and extra headers;
+/// `None` when nothing answers in time or the answer is not HTTP.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &str)>,
+    extra_headers: &[(&str, &str)],
+) -> Option<HttpResponse> {
+    request_in(None, addr, method, path, body, extra_headers)
+}
+
+/// [`request`] from inside network namespace `ns` when given.
+pub fn request_in(
+    ns: Option<&str>,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &str)>,
+    extra_headers: &[(&str, &str)],
+) -> Option<HttpResponse> {
+    let mut s = in_netns(ns, move || TcpStream::connect_timeout(&addr, CONNECT_WAIT))
+        .ok()?
+        .ok()?;
+    s.set_read_timeout(Some(READ_WAIT)).ok()?;
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in extra_headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    match body {
+        Some((content_type, b)) => req.push_str(&format!(
+            "Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{b}",
+            b.len()
+        )),
+        None => req.push_str("Content-Length: 0\r\n\r\n"),
+    }
+    s.write_all(req.as_bytes()).ok()?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).ok()?;
+    parse_response(&String::from_utf8_lossy(&raw))
+}
+
+/// `GET path` from `addr`, inside namespace `ns` when given: `(status, body)`.
 pub fn get(ns: Option<&str>, addr: SocketAddr, path: &str) -> Option<(u16, String)> {
-    let mut s = in_netns(ns, move || {
-        TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+    request_in(ns, addr, "GET", path, None, &[]).map(|r| (r.status, r.body))
+}
+
+fn parse_response(text: &str) -> Option<HttpResponse> {
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let mut lines = head.lines();
+    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
+    let headers = lines
+        .filter_map(|l| {
+            l.split_once(':')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
+        .collect();
+    Some(HttpResponse {
+        status,
+        headers,
+        body: body.to_string(),
     })
-    .ok()?
-    .ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").ok()?;
-    let mut text = String::new();
-    s.read_to_string(&mut text).ok()?;
-    let status = text.split_whitespace().nth(1)?.parse().ok()?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default();
-    Some((status, body))
 }
 
 /// Waits until `GET /readyz` on `addr` answers 200, at most `limit`; panics naming
@@ -46,5 +117,20 @@ pub fn wait_ready(
             "{what} was not ready on {addr} within {limit:?}"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_response_splits_into_status_headers_and_body() {
+        let r = parse_response("HTTP/1.1 201 Created\r\nLocation: /s/1\r\nX: y\r\n\r\nv=0\r\n")
+            .unwrap();
+        assert_eq!(r.status, 201);
+        assert_eq!(r.header("location"), Some("/s/1"));
+        assert_eq!(r.body, "v=0\r\n");
+        assert!(parse_response("not http").is_none());
     }
 }

@@ -12,6 +12,7 @@
 //! - [`redis`]: a private `redis-server` per test.
 //! - [`keys`]: the hint key every test uses.
 //! - [`relay_suite`]: the relay behaviour suite every relay backend runs.
+//! - [`webrtc_client`]: the str0m client peer the end-to-end tests and `perf` drive.
 #![deny(unsafe_code)]
 
 pub mod addr;
@@ -23,5 +24,6 @@ pub mod netns;
 pub mod redis;
 pub mod relay_suite;
 pub mod testbed;
+pub mod webrtc_client;
 
 pub use child::OwnedChild;

@@ -4,7 +4,6 @@
 //! demo page.
 #![forbid(unsafe_code)]
 
-pub mod client;
 pub mod metrics;
 pub mod model;
 pub mod page;

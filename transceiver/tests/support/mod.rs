@@ -163,7 +163,8 @@ impl Drop for Transceiver {
     }
 }
 
-pub use transceiver::client::*;
+pub use testkit::http::request as http_request;
+pub use testkit::webrtc_client::*;
 
 /// A client on a fresh loopback address.
 pub fn new_client() -> Client {

@@ -1,14 +1,14 @@
-//! A str0m client peer and a minimal HTTP client, for the end-to-end tests and the
-//! session benchmarks: full ICE (not lite), one Opus audio m-line, the `events` data
-//! channel, WHIP-style signaling, paced audio, counters of what came back.
+//! A str0m client peer for the end-to-end tests and the session benchmarks: full ICE
+//! (not lite), one Opus audio m-line, the `events` data channel, WHIP-style signaling
+//! (over [`crate::http`]), paced audio, counters of what came back.
 //!
-//! It is test and load tooling, not part of the server: it lives in the library so that
-//! `perf` can drive the same peer the tests drive.
+//! It is test and load tooling, not part of the server: it lives in the test kit so that
+//! `perf` drives the same peer the tests drive.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::time::{Duration, Instant};
 
+use crate::http::{HttpResponse, request};
 use str0m::change::{SdpAnswer, SdpPendingOffer};
 use str0m::channel::ChannelId;
 use str0m::media::{Direction, Frequency, MediaKind, MediaTime, Mid, Pt};
@@ -17,68 +17,6 @@ use str0m::{Candidate, Event, Input, Output, Rtc};
 
 /// How long `run_until` waits.
 pub const WAIT: Duration = Duration::from_secs(15);
-
-/// An HTTP response.
-#[derive(Debug)]
-pub struct HttpResponse {
-    /// Status code.
-    pub status: u16,
-    /// Headers in order.
-    pub headers: Vec<(String, String)>,
-    /// Body as text.
-    pub body: String,
-}
-
-impl HttpResponse {
-    /// The first header called `name` (case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-}
-
-/// One HTTP/1.1 request with `Connection: close`; `None` on any transport error.
-pub fn http_request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<(&str, &str)>,
-    extra_headers: &[(&str, &str)],
-) -> Option<HttpResponse> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n");
-    for (k, v) in extra_headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    match body {
-        Some((content_type, b)) => req.push_str(&format!(
-            "Content-Type: {content_type}\r\nContent-Length: {}\r\n\r\n{b}",
-            b.len()
-        )),
-        None => req.push_str("Content-Length: 0\r\n\r\n"),
-    }
-    s.write_all(req.as_bytes()).ok()?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).ok()?;
-    let text = String::from_utf8_lossy(&raw).to_string();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let mut lines = head.lines();
-    let status = lines.next()?.split_whitespace().nth(1)?.parse().ok()?;
-    let headers = lines
-        .filter_map(|l| {
-            l.split_once(':')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect();
-    Some(HttpResponse {
-        status,
-        headers,
-        body: body.to_string(),
-    })
-}
 
 /// A str0m client peer: full ICE (not lite), one audio m-line, the `events` channel.
 #[derive(Debug)]
@@ -164,7 +102,7 @@ impl Client {
 
     /// POSTs the offer; on 201 applies the answer.
     pub fn signal(&mut self, http: SocketAddr) -> HttpResponse {
-        let r = http_request(
+        let r = request(
             http,
             "POST",
             "/v1/sessions",
@@ -251,7 +189,7 @@ impl Client {
             creds.ufrag, creds.pass
         );
         let location = self.location.clone().expect("signal first");
-        let r = http_request(
+        let r = request(
             http,
             "PATCH",
             &location,
