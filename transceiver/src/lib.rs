@@ -1,11 +1,14 @@
 //! The transceiver: WebRTC sessions on str0m behind the relay. WHIP-style signaling
-//! ([`signaling`]), one UDP socket per worker holding many sessions with O(1) demux
-//! ([`worker`]), the model seam and the built-in echo model ([`model`]), metrics, and the
-//! demo page.
+//! ([`signaling`]); per worker one UDP socket and its I/O ([`worker`]) around a sans-IO
+//! table of sessions with O(1) demux and one timer heap ([`session_table`]), each session
+//! in str0m's input/`poll_output` shape ([`session`]); the model seam and the built-in
+//! echo model ([`model`]), metrics with enum reasons ([`metrics`]), and the demo page.
 #![forbid(unsafe_code)]
 
 pub mod metrics;
 pub mod model;
 pub mod page;
+pub mod session;
+pub mod session_table;
 pub mod signaling;
 pub mod worker;

@@ -1,5 +1,7 @@
 //! Transceiver metrics: sessions by state and end reason, datagrams, drops by reason,
-//! echoed audio, and session setup time; Prometheus text via `prometheus-client`.
+//! echoed audio, and session setup time; Prometheus text via `prometheus-client`. Reasons
+//! are enums ([`DropReason`], [`EndReason`]) indexing counters made once, so counting a
+//! datagram never allocates.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -10,8 +12,100 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use ufrag_common::frame::FrameError;
 
-type Labels = Vec<(&'static str, String)>;
+type Labels = Vec<(&'static str, &'static str)>;
+
+/// Declares a reason enum with a stable label per variant, `ALL` in index order, and a
+/// dense index for counter arrays.
+macro_rules! reasons {
+    ($(#[$meta:meta])* $name:ident { $( $(#[$doc:meta])* $variant:ident = $label:literal, )+ }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $( $(#[$doc])* $variant, )+
+        }
+
+        impl $name {
+            /// Every value, in index order.
+            pub const ALL: &'static [$name] = &[$( $name::$variant, )+];
+
+            /// The `reason` label value.
+            pub const fn label(self) -> &'static str {
+                match self {
+                    $( $name::$variant => $label, )+
+                }
+            }
+
+            /// A dense index for counter arrays.
+            pub const fn index(self) -> usize {
+                self as usize
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Why a datagram the worker received (or meant to send) went nowhere.
+    DropReason {
+        /// A frame from outside the allowed relay networks (relay mode).
+        FrameSourceNotAllowed = "frame_source_not_allowed",
+        /// Shorter than its frame header says.
+        FrameTooShort = "frame_too_short",
+        /// Not a frame at all (relay mode expects frames only).
+        FrameNotAFrame = "frame_not_a_frame",
+        /// A frame version this code does not know.
+        FrameUnknownVersion = "frame_unknown_version",
+        /// Reserved frame bits set.
+        FrameReservedBits = "frame_reserved_bits",
+        /// A frame header with no datagram behind it.
+        FrameEmptyPayload = "frame_empty_payload",
+        /// No session for this STUN ufrag or client path.
+        NoSession = "no_session",
+        /// str0m could not parse the datagram.
+        Unparsable = "unparsable",
+        /// str0m refused the input.
+        RtcRefused = "rtc_refused",
+        /// An outgoing datagram for a session no relay has sent anything for yet.
+        NoRelay = "no_relay",
+        /// An outgoing datagram too large for one framed datagram.
+        TooLarge = "too_large",
+        /// The socket refused to send.
+        SendFailed = "send_failed",
+    }
+}
+
+impl From<FrameError> for DropReason {
+    fn from(e: FrameError) -> Self {
+        match e {
+            FrameError::TooShort | FrameError::BufferTooSmall => DropReason::FrameTooShort,
+            FrameError::NotAFrame => DropReason::FrameNotAFrame,
+            FrameError::UnknownVersion => DropReason::FrameUnknownVersion,
+            FrameError::ReservedBitsSet => DropReason::FrameReservedBits,
+            FrameError::EmptyPayload => DropReason::FrameEmptyPayload,
+        }
+    }
+}
+
+reasons! {
+    /// Why a session ended.
+    EndReason {
+        /// The transceiver is shutting down.
+        Shutdown = "shutdown",
+        /// DELETE from signaling.
+        Deleted = "deleted",
+        /// str0m reported an error.
+        RtcError = "rtc_error",
+        /// ICE lost the client.
+        IceDisconnected = "ice_disconnected",
+        /// The peer closed it (DTLS close).
+        Closed = "closed",
+        /// Not connected within the connect timeout.
+        ConnectTimeout = "connect_timeout",
+        /// Nothing received within the idle timeout.
+        Idle = "idle",
+    }
+}
 
 /// All transceiver metrics; cheap to share (`Arc`).
 #[derive(Debug)]
@@ -19,9 +113,12 @@ pub struct TransceiverMetrics {
     registry: Registry,
     sessions_active: Gauge,
     sessions_created: Counter,
-    sessions_ended: Family<Labels, Counter>,
-    datagrams: Family<Labels, Counter>,
-    drops: Family<Labels, Counter>,
+    /// Indexed by [`EndReason::index`]; every label exists from the start.
+    sessions_ended: Vec<Counter>,
+    datagrams_in: Counter,
+    datagrams_out: Counter,
+    /// Indexed by [`DropReason::index`].
+    drops: Vec<Counter>,
     audio_echoed: Counter,
     ice_restarts: Counter,
     connect_seconds: Histogram,
@@ -79,13 +176,24 @@ impl TransceiverMetrics {
             "Time from signaling to ICE+DTLS connected.",
             connect_seconds.clone(),
         );
+        // One counter per label value, made once: counting never allocates.
+        let by = |family: &Family<Labels, Counter>, name: &'static str, value: &'static str| {
+            family.get_or_create(&vec![(name, value)]).clone()
+        };
         TransceiverMetrics {
             registry,
             sessions_active,
             sessions_created,
-            sessions_ended,
-            datagrams,
-            drops,
+            sessions_ended: EndReason::ALL
+                .iter()
+                .map(|r| by(&sessions_ended, "reason", r.label()))
+                .collect(),
+            datagrams_in: by(&datagrams, "direction", "in"),
+            datagrams_out: by(&datagrams, "direction", "out"),
+            drops: DropReason::ALL
+                .iter()
+                .map(|r| by(&drops, "reason", r.label()))
+                .collect(),
             audio_echoed,
             ice_restarts,
             connect_seconds,
@@ -105,32 +213,24 @@ impl TransceiverMetrics {
     }
 
     /// A session ended.
-    pub fn session_ended(&self, reason: &'static str) {
+    pub fn session_ended(&self, reason: EndReason) {
         self.sessions_active.dec();
-        self.sessions_ended
-            .get_or_create(&vec![("reason", reason.to_string())])
-            .inc();
+        self.sessions_ended[reason.index()].inc();
     }
 
     /// A datagram arrived.
     pub fn datagram_in(&self) {
-        self.datagrams
-            .get_or_create(&vec![("direction", "in".to_string())])
-            .inc();
+        self.datagrams_in.inc();
     }
 
     /// A datagram left.
     pub fn datagram_out(&self) {
-        self.datagrams
-            .get_or_create(&vec![("direction", "out".to_string())])
-            .inc();
+        self.datagrams_out.inc();
     }
 
     /// A datagram was dropped.
-    pub fn dropped(&self, reason: &str) {
-        self.drops
-            .get_or_create(&vec![("reason", reason.to_string())])
-            .inc();
+    pub fn dropped(&self, reason: DropReason) {
+        self.drops[reason.index()].inc();
     }
 
     /// The model sent an audio packet back.

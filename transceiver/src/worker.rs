@@ -1,14 +1,11 @@
-//! One transceiver worker: one UDP socket, the str0m `Rtc` of every session assigned to
-//! it, O(1) demultiplexing (server ufrag → session for STUN, client address → session for
-//! everything else), per-session timers in a heap (only due sessions are woken), and the
-//! model backend.
+//! One transceiver worker: one UDP socket (mio), the framing to and from the relay, and
+//! the glue between its [`SessionTable`] of [`Session`]s and the model backend. The
+//! sessions and the table are sans-IO; this is the only part that touches a socket.
 //!
 //! In relay mode every datagram arrives as a frame from an allowed relay network and every
 //! reply goes back, framed, to the relay the client's traffic came from. In direct mode
 //! (for comparison) the socket talks to clients itself.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -18,23 +15,25 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use ipnet::IpNet;
 use mio::{Events, Interest, Poll, Token, Waker};
+use str0m::IceCreds;
 use str0m::change::SdpOffer;
-use str0m::channel::ChannelId;
-use str0m::media::{Frequency, MediaTime, Mid, Pt};
-use str0m::net::{Protocol, Receive};
-use str0m::{Candidate, Event, IceConnectionState, IceCreds, Input, Output, Rtc};
-use ufrag_common::demux::DatagramKind;
+use str0m::net::Transmit;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
 use ufrag_common::hint::{HintKeys, RoutingHint};
-use ufrag_common::stun::StunView;
 
-use crate::metrics::TransceiverMetrics;
-use crate::model::{AudioFrame, ModelBackend, ModelInput, ModelOutput, SessionId};
+use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
+use crate::model::{ModelBackend, ModelInput, ModelOutput, SessionId};
+use crate::session::{Session, SessionOutput};
+use crate::session_table::{ClientPath, SessionTable, Unrouted};
 
 const SOCKET: Token = Token(0);
 const WAKE: Token = Token(1);
-/// Name of the data channel the model talks on.
-pub const EVENTS_CHANNEL: &str = "events";
+/// The largest datagram a worker receives or sends (str0m's own limit is below it).
+const MAX_DATAGRAM: usize = 2048;
+/// How often sessions are checked for the connect and idle timeouts.
+const HOUSEKEEPING: Duration = Duration::from_millis(250);
+/// The longest the loop sleeps without a due timer.
+const MAX_SLEEP: Duration = Duration::from_millis(100);
 
 /// Why signaling failed, as the HTTP layer reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,22 +111,6 @@ impl WorkerConfig {
     }
 }
 
-struct Session {
-    rtc: Rtc,
-    ufrag: String,
-    /// The (client, VIP) pair of the nominated path once known.
-    client: Option<(SocketAddr, SocketAddr)>,
-    /// The relay that last sent this session's traffic.
-    relay: Option<SocketAddr>,
-    next_timeout: Instant,
-    started: bool,
-    audio: Option<(Mid, Pt)>,
-    events: Option<ChannelId>,
-    pending_events: Vec<String>,
-    created: Instant,
-    last_receive: Instant,
-}
-
 /// The shared, lock-free view of a worker the signaling side reads.
 #[derive(Debug, Default)]
 pub struct WorkerLoad {
@@ -155,10 +138,7 @@ pub struct Worker {
     poll: Poll,
     commands: Receiver<Command>,
     load: Arc<WorkerLoad>,
-    sessions: HashMap<SessionId, Session>,
-    by_ufrag: HashMap<String, SessionId>,
-    by_client: HashMap<(SocketAddr, SocketAddr), SessionId>,
-    timers: BinaryHeap<Reverse<(Instant, SessionId)>>,
+    sessions: SessionTable<Session>,
     model: Box<dyn ModelBackend>,
     metrics: Arc<TransceiverMetrics>,
     outputs: Vec<ModelOutput>,
@@ -213,10 +193,7 @@ impl Worker {
                 poll,
                 commands: rx,
                 load,
-                sessions: HashMap::new(),
-                by_ufrag: HashMap::new(),
-                by_client: HashMap::new(),
-                timers: BinaryHeap::new(),
+                sessions: SessionTable::default(),
                 model,
                 metrics,
                 outputs: Vec::new(),
@@ -225,29 +202,27 @@ impl Worker {
         ))
     }
 
-    /// Runs until `stop` is set and, if `drain` was asked, until the sessions are gone.
+    /// Runs until `stop` is set, then ends every session.
     pub fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
         let mut events = Events::with_capacity(64);
-        let mut buf = vec![0u8; 2048];
+        let mut buf = vec![0u8; MAX_DATAGRAM];
         let mut housekeeping = Instant::now();
         loop {
             if stop.load(Ordering::Relaxed) {
-                let ids: Vec<SessionId> = self.sessions.keys().copied().collect();
-                for id in ids {
-                    self.end(id, "shutdown");
+                for id in self.sessions.ids() {
+                    self.end(id, EndReason::Shutdown);
                 }
                 return Ok(());
             }
             let now = Instant::now();
-            let mut deadline = now + Duration::from_millis(100);
-            if let Some(Reverse((t, _))) = self.timers.peek() {
-                deadline = deadline.min(*t);
-            }
-            if let Some(t) = self.model.next_due() {
-                deadline = deadline.min(t);
-            }
-            let timeout = deadline.saturating_duration_since(now);
-            match self.poll.poll(&mut events, Some(timeout)) {
+            let deadline = [self.sessions.next_wakeup(), self.model.next_due()]
+                .into_iter()
+                .flatten()
+                .fold(now + MAX_SLEEP, Instant::min);
+            match self
+                .poll
+                .poll(&mut events, Some(deadline.saturating_duration_since(now)))
+            {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -260,10 +235,15 @@ impl Worker {
                 }
             }
             let now = Instant::now();
-            self.fire_timers(now);
+            while let Some(id) = self.sessions.pop_due(now) {
+                if let Some(session) = self.sessions.get_mut(id) {
+                    session.handle_timeout(now);
+                }
+                self.drive(id, now);
+            }
             self.model.poll(now, &mut self.outputs);
             self.apply_model_outputs(now);
-            if now.duration_since(housekeeping) >= Duration::from_millis(250) {
+            if now.duration_since(housekeeping) >= HOUSEKEEPING {
                 housekeeping = now;
                 self.expire_sessions(now);
             }
@@ -279,8 +259,7 @@ impl Worker {
                     random,
                     reply,
                 } => {
-                    let result = self.create(id, offer, random);
-                    let _ = reply.send(result);
+                    let _ = reply.send(self.create(id, offer, random));
                 }
                 Command::Restart {
                     id,
@@ -291,10 +270,8 @@ impl Worker {
                     let _ = reply.send(self.restart_ice(id, remote, random));
                 }
                 Command::Delete { id, reply } => {
-                    let existed = self.sessions.contains_key(&id);
-                    if existed {
-                        self.end(id, "deleted");
-                    }
+                    let existed = self.sessions.get_mut(id).is_some();
+                    self.end(id, EndReason::Deleted);
                     let _ = reply.send(existed);
                 }
             }
@@ -326,13 +303,12 @@ impl Worker {
         random: [u8; 6],
     ) -> Option<IceCreds> {
         let local = self.mint_credentials(random);
-        let session = self.sessions.get_mut(&id)?;
-        let mut api = session.rtc.direct_api();
-        api.set_local_ice_credentials(local.clone());
-        api.set_remote_ice_credentials(remote);
-        self.by_ufrag.remove(&session.ufrag);
-        session.ufrag = local.ufrag.clone();
-        self.by_ufrag.insert(local.ufrag.clone(), id);
+        if !self.sessions.rekey(id, local.ufrag.clone()) {
+            return None;
+        }
+        self.sessions
+            .get_mut(id)?
+            .restart_ice(local.clone(), remote);
         self.metrics.ice_restart();
         self.drive(id, Instant::now());
         Some(local)
@@ -349,41 +325,13 @@ impl Worker {
         }
         let now = Instant::now();
         let creds = self.mint_credentials(random);
-        let mut rtc = Rtc::builder()
-            .set_ice_lite(true)
-            .set_local_ice_credentials(creds.clone())
-            .clear_codecs()
-            .enable_opus(true, false)
-            .build(now);
-        let candidate = Candidate::host(self.cfg.advertise, "udp").map_err(|e| {
-            SignalError::BadOffer(format!("cannot advertise {}: {e}", self.cfg.advertise))
-        })?;
-        rtc.add_local_candidate(candidate);
-        let answer = rtc
-            .sdp_api()
-            .accept_offer(offer)
-            .map_err(|e| SignalError::BadOffer(format!("offer not accepted: {e}")))?;
-        let answer = answer.to_sdp_string();
-        if !answer.contains("opus/48000") {
+        let ufrag = creds.ufrag.clone();
+        let (session, answer) = Session::accept(id, offer, creds, self.cfg.advertise, now)?;
+        if self.sessions.insert(id, ufrag, session).is_err() {
             return Err(SignalError::BadOffer(
-                "no usable audio codec: Opus is required".into(),
+                "session id or ufrag collision: try again".into(),
             ));
         }
-        let session = Session {
-            rtc,
-            ufrag: creds.ufrag,
-            client: None,
-            relay: None,
-            next_timeout: now,
-            started: false,
-            audio: None,
-            events: None,
-            pending_events: Vec::new(),
-            created: now,
-            last_receive: now,
-        };
-        self.by_ufrag.insert(session.ufrag.clone(), id);
-        self.sessions.insert(id, session);
         self.load
             .sessions
             .store(self.sessions.len(), Ordering::Relaxed);
@@ -392,15 +340,11 @@ impl Worker {
         Ok(answer)
     }
 
-    fn end(&mut self, id: SessionId, reason: &'static str) {
-        let Some(mut session) = self.sessions.remove(&id) else {
+    fn end(&mut self, id: SessionId, reason: EndReason) {
+        let Some(mut session) = self.sessions.remove(id) else {
             return;
         };
-        session.rtc.disconnect();
-        self.by_ufrag.remove(&session.ufrag);
-        if let Some(key) = session.client {
-            self.by_client.remove(&key);
-        }
+        session.disconnect();
         self.load
             .sessions
             .store(self.sessions.len(), Ordering::Relaxed);
@@ -409,11 +353,15 @@ impl Worker {
             Instant::now(),
             ModelInput::SessionEnded {
                 session: id,
-                reason,
+                reason: reason.label(),
             },
             &mut self.outputs,
         );
-        tracing::debug!(session = format!("{id:016x}"), reason, "session ended");
+        tracing::debug!(
+            session = format!("{id:016x}"),
+            reason = reason.label(),
+            "session ended"
+        );
     }
 
     fn receive_all(&mut self, buf: &mut [u8]) {
@@ -427,221 +375,126 @@ impl Worker {
                     return;
                 }
             };
-            let now = Instant::now();
-            let datagram = &buf[..n];
-            let (client, local, relay, payload) = if self.cfg.direct {
-                (source, self.cfg.bind, None, datagram)
-            } else {
-                if !contains(&self.cfg.allowed_relays, source) {
-                    self.metrics.dropped("frame_source_not_allowed");
-                    continue;
-                }
-                match FrameHeader::parse(datagram) {
-                    Ok((h, p)) => (h.client, h.vip, Some(source), p),
-                    Err(e) => {
-                        self.metrics.dropped(e.as_str());
-                        continue;
-                    }
-                }
-            };
             self.metrics.datagram_in();
-            let id = if DatagramKind::classify(payload) == DatagramKind::Stun {
-                StunView::parse(payload)
-                    .ok()
-                    .and_then(|v| v.ufrags().ok())
-                    .and_then(|u| std::str::from_utf8(u.server).ok())
-                    .and_then(|u| self.by_ufrag.get(u).copied())
-            } else {
-                self.by_client.get(&(client, local)).copied()
-            };
-            let Some(id) = id else {
-                self.metrics.dropped("no_session");
-                continue;
-            };
-            let Some(session) = self.sessions.get_mut(&id) else {
-                self.metrics.dropped("no_session");
-                continue;
-            };
-            let Ok(receive) = Receive::new(Protocol::Udp, client, local, payload) else {
-                self.metrics.dropped("unparsable");
-                continue;
-            };
-            if session.client != Some((client, local)) {
-                if let Some(old) = session.client.replace((client, local)) {
-                    self.by_client.remove(&old);
-                }
-                self.by_client.insert((client, local), id);
+            let now = Instant::now();
+            if let Err(reason) = self.receive(now, source, &buf[..n]) {
+                self.metrics.dropped(reason);
             }
-            if relay.is_some() {
-                session.relay = relay;
-            }
-            session.last_receive = now;
-            if let Err(e) = session.rtc.handle_input(Input::Receive(now, receive)) {
-                tracing::debug!(error = %e, "input refused");
-                self.metrics.dropped("rtc_refused");
-                continue;
-            }
-            self.drive(id, now);
         }
     }
 
-    fn fire_timers(&mut self, now: Instant) {
-        while let Some(Reverse((t, id))) = self.timers.peek().copied() {
-            if t > now {
-                break;
-            }
-            self.timers.pop();
-            let Some(session) = self.sessions.get_mut(&id) else {
-                continue;
+    /// One datagram from `source`: unframe it (relay mode), find its session, hand it
+    /// over, and carry out what the session then asks.
+    fn receive(
+        &mut self,
+        now: Instant,
+        source: SocketAddr,
+        datagram: &[u8],
+    ) -> Result<(), DropReason> {
+        let (path, relay, payload) = if self.cfg.direct {
+            let path = ClientPath {
+                client: source,
+                local: self.cfg.bind,
             };
-            if session.next_timeout > now {
-                continue; // a stale entry: the session was rescheduled later
+            (path, None, datagram)
+        } else {
+            if !contains(&self.cfg.allowed_relays, source) {
+                return Err(DropReason::FrameSourceNotAllowed);
             }
-            if session.rtc.handle_input(Input::Timeout(now)).is_err() {
-                self.end(id, "rtc_error");
-                continue;
-            }
-            self.drive(id, now);
-        }
+            let (header, payload) = FrameHeader::parse(datagram)?;
+            let path = ClientPath {
+                client: header.client,
+                local: header.vip,
+            };
+            (path, Some(source), payload)
+        };
+        let id = self
+            .sessions
+            .route(payload, path)
+            .map_err(|_: Unrouted| DropReason::NoSession)?;
+        let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
+        session.handle_receive(now, path.client, path.local, relay, payload)?;
+        self.sessions.learn_path(id, path);
+        self.drive(id, now);
+        Ok(())
     }
 
-    /// Drains the session's outputs: transmits go out, events go to the model, and the
-    /// next timeout is scheduled.
+    /// Carries out what session `id` asks until it waits for a timeout or has ended:
+    /// datagrams go out, model inputs go to the model, the wake-up is scheduled.
     fn drive(&mut self, id: SessionId, now: Instant) {
-        let mut frame = [0u8; 2048 + MAX_HEADER_LEN];
-        let mut ended = None;
-        {
-            let Some(session) = self.sessions.get_mut(&id) else {
+        loop {
+            let Some(session) = self.sessions.get_mut(id) else {
                 return;
             };
-            loop {
-                match session.rtc.poll_output() {
-                    Ok(Output::Transmit(t)) => {
-                        let (to, bytes) = if self.cfg.direct {
-                            (t.destination, &t.contents[..])
-                        } else {
-                            let Some(relay) = session.relay else {
-                                continue;
-                            };
-                            let header = FrameHeader::new(t.destination, t.source);
-                            let n = header.emit(&mut frame).unwrap_or(0);
-                            let len = n + t.contents.len();
-                            if len > frame.len() {
-                                continue;
-                            }
-                            frame[n..len].copy_from_slice(&t.contents);
-                            (relay, &frame[..len])
-                        };
-                        match self.socket.send_to(bytes, to) {
-                            Ok(_) => self.metrics.datagram_out(),
-                            Err(_) => self.metrics.dropped("send_failed"),
-                        }
-                    }
-                    Ok(Output::Timeout(t)) => {
-                        session.next_timeout = t;
-                        self.timers.push(Reverse((t, id)));
-                        break;
-                    }
-                    Ok(Output::Event(event)) => match event {
-                        Event::Connected => {
-                            session.started = true;
-                            self.metrics
-                                .session_connected(now.duration_since(session.created));
-                            self.model.handle(
-                                now,
-                                ModelInput::SessionStarted { session: id },
-                                &mut self.outputs,
-                            );
-                        }
-                        Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
-                            ended = Some("ice_disconnected");
-                        }
-                        Event::MediaAdded(m) => {
-                            session.audio = session.audio.or(Some((m.mid, Pt::from(111u8))));
-                        }
-                        Event::MediaData(d) => {
-                            session.audio = Some((d.mid, d.pt));
-                            let frame = AudioFrame {
-                                seq: **d.seq_range.end() as u16,
-                                timestamp: d.time.numer() as u32,
-                                payload: d.data.to_vec(),
-                            };
-                            self.model.handle(
-                                now,
-                                ModelInput::Audio { session: id, frame },
-                                &mut self.outputs,
-                            );
-                        }
-                        Event::ChannelOpen(cid, label) if label == EVENTS_CHANNEL => {
-                            session.events = Some(cid);
-                            for json in std::mem::take(&mut session.pending_events) {
-                                if let Some(mut ch) = session.rtc.channel(cid) {
-                                    let _ = ch.write(false, json.as_bytes());
-                                }
-                            }
-                        }
-                        Event::ChannelData(d) if Some(d.id) == session.events && !d.binary => {
-                            if let Ok(json) = String::from_utf8(d.data) {
-                                self.model.handle(
-                                    now,
-                                    ModelInput::Event { session: id, json },
-                                    &mut self.outputs,
-                                );
-                            }
-                        }
-                        _ => {}
-                    },
-                    Err(e) => {
-                        tracing::debug!(error = %e, "session failed");
-                        ended = Some("rtc_error");
-                        break;
+            let relay = session.relay();
+            match session.poll_output() {
+                SessionOutput::Transmit(t) => {
+                    if let Err(reason) = self.transmit(relay, &t) {
+                        self.metrics.dropped(reason);
                     }
                 }
+                SessionOutput::Model(input) => self.model.handle(now, input, &mut self.outputs),
+                SessionOutput::Connected(after) => {
+                    self.metrics.session_connected(after);
+                    self.model.handle(
+                        now,
+                        ModelInput::SessionStarted { session: id },
+                        &mut self.outputs,
+                    );
+                }
+                SessionOutput::Timeout(at) => {
+                    self.sessions.schedule(id, at);
+                    break;
+                }
+                SessionOutput::Ended(reason) => {
+                    self.end(id, reason);
+                    break;
+                }
             }
-            if !session.rtc.is_alive() && ended.is_none() {
-                ended = Some("closed");
-            }
-        }
-        if let Some(reason) = ended {
-            self.end(id, reason);
         }
         self.apply_model_outputs(now);
     }
 
+    /// Sends one of a session's datagrams: to the client itself (direct mode) or framed
+    /// to the relay its traffic came through.
+    fn transmit(&self, relay: Option<SocketAddr>, t: &Transmit) -> Result<(), DropReason> {
+        let mut frame = [0u8; MAX_DATAGRAM + MAX_HEADER_LEN];
+        let (to, bytes) = if self.cfg.direct {
+            (t.destination, &t.contents[..])
+        } else {
+            let relay = relay.ok_or(DropReason::NoRelay)?;
+            let header = FrameHeader::new(t.destination, t.source);
+            let n = header.emit(&mut frame).map_err(|_| DropReason::TooLarge)?;
+            let out = frame
+                .get_mut(n..n + t.contents.len())
+                .ok_or(DropReason::TooLarge)?;
+            out.copy_from_slice(&t.contents);
+            (relay, &frame[..n + t.contents.len()])
+        };
+        self.socket
+            .send_to(bytes, to)
+            .map_err(|_| DropReason::SendFailed)?;
+        self.metrics.datagram_out();
+        Ok(())
+    }
+
+    /// Hands what the model produced to its sessions, then drives each session touched.
     fn apply_model_outputs(&mut self, now: Instant) {
         while !self.outputs.is_empty() {
-            let outputs = std::mem::take(&mut self.outputs);
             let mut touched = Vec::new();
-            for out in outputs {
-                match out {
-                    ModelOutput::Audio { session, frame } => {
-                        let Some(s) = self.sessions.get_mut(&session) else {
-                            continue;
-                        };
-                        let Some((mid, pt)) = s.audio else { continue };
-                        let Some(writer) = s.rtc.writer(mid) else {
-                            continue;
-                        };
-                        let time =
-                            MediaTime::new(u64::from(frame.timestamp), Frequency::FORTY_EIGHT_KHZ);
-                        if writer.write(pt, now, time, frame.payload).is_ok() {
-                            self.metrics.audio_echoed();
-                        }
-                        touched.push(session);
+            for out in std::mem::take(&mut self.outputs) {
+                let id = match &out {
+                    ModelOutput::Audio { session, .. } | ModelOutput::Event { session, .. } => {
+                        *session
                     }
-                    ModelOutput::Event { session, json } => {
-                        let Some(s) = self.sessions.get_mut(&session) else {
-                            continue;
-                        };
-                        match s.events.and_then(|cid| s.rtc.channel(cid)) {
-                            Some(mut ch) => {
-                                let _ = ch.write(false, json.as_bytes());
-                            }
-                            None => s.pending_events.push(json),
-                        }
-                        touched.push(session);
-                    }
+                };
+                let Some(session) = self.sessions.get_mut(id) else {
+                    continue;
+                };
+                if session.handle_model(now, out) {
+                    self.metrics.audio_echoed();
                 }
+                touched.push(id);
             }
             touched.sort_unstable();
             touched.dedup();
@@ -652,18 +505,11 @@ impl Worker {
     }
 
     fn expire_sessions(&mut self, now: Instant) {
-        let expired: Vec<(SessionId, &'static str)> = self
+        let (connect, idle) = (self.cfg.connect_timeout, self.cfg.idle_timeout);
+        let expired: Vec<(SessionId, EndReason)> = self
             .sessions
             .iter()
-            .filter_map(|(id, s)| {
-                if !s.started && now.duration_since(s.created) > self.cfg.connect_timeout {
-                    Some((*id, "connect_timeout"))
-                } else if now.duration_since(s.last_receive) > self.cfg.idle_timeout {
-                    Some((*id, "idle"))
-                } else {
-                    None
-                }
-            })
+            .filter_map(|(id, s)| Some((id, s.expiry(now, connect, idle)?)))
             .collect();
         for (id, reason) in expired {
             self.end(id, reason);

@@ -1,0 +1,482 @@
+//! One WebRTC session in str0m's own sans-IO shape: input goes in (`handle_receive`,
+//! `handle_timeout`, `handle_model`), and `poll_output` is called until it returns a
+//! timeout or the end. str0m's events become model inputs here; the worker only moves
+//! bytes and schedules wake-ups.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use str0m::change::SdpOffer;
+use str0m::channel::ChannelId;
+use str0m::media::{Frequency, MediaTime, Mid, Pt};
+use str0m::net::{Protocol, Receive, Transmit};
+use str0m::{Candidate, Event, IceConnectionState, IceCreds, Input, Output, Rtc};
+
+use crate::metrics::{DropReason, EndReason};
+use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
+use crate::worker::SignalError;
+
+/// Name of the data channel the model talks on.
+pub const EVENTS_CHANNEL: &str = "events";
+/// The Opus payload type offered by browsers; used until media tells us otherwise.
+const OPUS_PT: u8 = 111;
+
+/// What a session asks of its worker next.
+#[derive(Debug)]
+pub enum SessionOutput {
+    /// Send this datagram (to the client; the worker frames it for the relay).
+    Transmit(Transmit),
+    /// Hand this to the model.
+    Model(ModelInput),
+    /// ICE and DTLS are up, this long after the session was created.
+    Connected(Duration),
+    /// Nothing more until this time, or until new input.
+    Timeout(Instant),
+    /// The session is over; remove it.
+    Ended(EndReason),
+}
+
+/// See the module documentation.
+#[derive(Debug)]
+pub struct Session {
+    id: SessionId,
+    rtc: Rtc,
+    created: Instant,
+    last_receive: Instant,
+    connected: bool,
+    audio: Option<(Mid, Pt)>,
+    events: Option<ChannelId>,
+    /// Model events written before the `events` channel opened.
+    pending_events: Vec<String>,
+    /// The relay that last sent this session's traffic (relay mode).
+    relay: Option<SocketAddr>,
+    /// Set once the session has failed; `poll_output` reports it next.
+    ended: Option<EndReason>,
+}
+
+impl Session {
+    /// A session answering `offer` as ICE lite with `local` credentials and one host
+    /// candidate, `advertise`: the session and its SDP answer. Only Opus audio is
+    /// accepted.
+    pub fn accept(
+        id: SessionId,
+        offer: SdpOffer,
+        local: IceCreds,
+        advertise: SocketAddr,
+        now: Instant,
+    ) -> Result<(Session, String), SignalError> {
+        let mut rtc = Rtc::builder()
+            .set_ice_lite(true)
+            .set_local_ice_credentials(local)
+            .clear_codecs()
+            .enable_opus(true, false)
+            .build(now);
+        let candidate = Candidate::host(advertise, "udp")
+            .map_err(|e| SignalError::BadOffer(format!("cannot advertise {advertise}: {e}")))?;
+        rtc.add_local_candidate(candidate);
+        let answer = rtc
+            .sdp_api()
+            .accept_offer(offer)
+            .map_err(|e| SignalError::BadOffer(format!("offer not accepted: {e}")))?
+            .to_sdp_string();
+        if !answer.contains("opus/48000") {
+            return Err(SignalError::BadOffer(
+                "no usable audio codec: Opus is required".into(),
+            ));
+        }
+        let session = Session {
+            id,
+            rtc,
+            created: now,
+            last_receive: now,
+            connected: false,
+            audio: None,
+            events: None,
+            pending_events: Vec::new(),
+            relay: None,
+            ended: None,
+        };
+        Ok((session, answer))
+    }
+
+    /// The relay the session's traffic last came through (relay mode).
+    pub fn relay(&self) -> Option<SocketAddr> {
+        self.relay
+    }
+
+    /// A datagram from `client` to `local` (via `relay` in relay mode).
+    pub fn handle_receive(
+        &mut self,
+        now: Instant,
+        client: SocketAddr,
+        local: SocketAddr,
+        relay: Option<SocketAddr>,
+        payload: &[u8],
+    ) -> Result<(), DropReason> {
+        let receive = Receive::new(Protocol::Udp, client, local, payload)
+            .map_err(|_| DropReason::Unparsable)?;
+        self.rtc
+            .handle_input(Input::Receive(now, receive))
+            .map_err(|e| {
+                tracing::debug!(error = %e, "input refused");
+                DropReason::RtcRefused
+            })?;
+        if relay.is_some() {
+            self.relay = relay;
+        }
+        self.last_receive = now;
+        Ok(())
+    }
+
+    /// Time has passed: str0m's timers (ICE, DTLS retransmits, RTCP) run.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        if self.rtc.handle_input(Input::Timeout(now)).is_err() {
+            self.ended = Some(EndReason::RtcError);
+        }
+    }
+
+    /// Something the model sent this session: audio to play or an event to write.
+    /// Returns true if audio was written.
+    pub fn handle_model(&mut self, now: Instant, output: ModelOutput) -> bool {
+        match output {
+            ModelOutput::Audio { frame, .. } => {
+                let Some((mid, pt)) = self.audio else {
+                    return false;
+                };
+                let Some(writer) = self.rtc.writer(mid) else {
+                    return false;
+                };
+                let time = MediaTime::new(u64::from(frame.timestamp), Frequency::FORTY_EIGHT_KHZ);
+                writer.write(pt, now, time, frame.payload).is_ok()
+            }
+            ModelOutput::Event { json, .. } => {
+                match self.events.and_then(|cid| self.rtc.channel(cid)) {
+                    Some(mut channel) => {
+                        let _ = channel.write(false, json.as_bytes());
+                    }
+                    None => self.pending_events.push(json),
+                }
+                false
+            }
+        }
+    }
+
+    /// New ICE credentials on both sides (an ICE restart).
+    pub fn restart_ice(&mut self, local: IceCreds, remote: IceCreds) {
+        let mut api = self.rtc.direct_api();
+        api.set_local_ice_credentials(local);
+        api.set_remote_ice_credentials(remote);
+    }
+
+    /// Why the session should end at `now` for lack of progress, if it should: not
+    /// connected within `connect_timeout`, or nothing received within `idle_timeout`.
+    pub fn expiry(
+        &self,
+        now: Instant,
+        connect_timeout: Duration,
+        idle_timeout: Duration,
+    ) -> Option<EndReason> {
+        if !self.connected && now.duration_since(self.created) > connect_timeout {
+            Some(EndReason::ConnectTimeout)
+        } else if now.duration_since(self.last_receive) > idle_timeout {
+            Some(EndReason::Idle)
+        } else {
+            None
+        }
+    }
+
+    /// Closes the session (DTLS close alert, SCTP shutdown are not waited for).
+    pub fn disconnect(&mut self) {
+        self.rtc.disconnect();
+    }
+
+    /// The next thing the worker must do for this session. Call until it returns
+    /// [`SessionOutput::Timeout`] or [`SessionOutput::Ended`].
+    pub fn poll_output(&mut self) -> SessionOutput {
+        loop {
+            if let Some(reason) = self.ended {
+                return SessionOutput::Ended(reason);
+            }
+            let output = match self.rtc.poll_output() {
+                Ok(output) => output,
+                Err(e) => {
+                    tracing::debug!(error = %e, "session failed");
+                    self.ended = Some(EndReason::RtcError);
+                    continue;
+                }
+            };
+            match output {
+                Output::Transmit(t) => return SessionOutput::Transmit(t),
+                Output::Timeout(t) => {
+                    if !self.rtc.is_alive() {
+                        self.ended = Some(EndReason::Closed);
+                        continue;
+                    }
+                    return SessionOutput::Timeout(t);
+                }
+                Output::Event(event) => {
+                    if let Some(out) = self.on_event(event) {
+                        return out;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Turns one str0m event into what the worker must do, if anything.
+    fn on_event(&mut self, event: Event) -> Option<SessionOutput> {
+        let session = self.id;
+        match event {
+            Event::Connected => {
+                self.connected = true;
+                let since = self.last_receive.saturating_duration_since(self.created);
+                Some(SessionOutput::Connected(since))
+            }
+            Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                self.ended = Some(EndReason::IceDisconnected);
+                None
+            }
+            Event::MediaAdded(m) => {
+                self.audio = self.audio.or(Some((m.mid, Pt::from(OPUS_PT))));
+                None
+            }
+            Event::MediaData(d) => {
+                self.audio = Some((d.mid, d.pt));
+                let frame = AudioFrame {
+                    seq: **d.seq_range.end() as u16,
+                    timestamp: d.time.numer() as u32,
+                    payload: d.data.to_vec(),
+                };
+                Some(SessionOutput::Model(ModelInput::Audio { session, frame }))
+            }
+            Event::ChannelOpen(cid, label) if label == EVENTS_CHANNEL => {
+                self.events = Some(cid);
+                for json in std::mem::take(&mut self.pending_events) {
+                    if let Some(mut channel) = self.rtc.channel(cid) {
+                        let _ = channel.write(false, json.as_bytes());
+                    }
+                }
+                None
+            }
+            Event::ChannelData(d) if Some(d.id) == self.events && !d.binary => {
+                let json = String::from_utf8(d.data).ok()?;
+                Some(SessionOutput::Model(ModelInput::Event { session, json }))
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! A [`Session`] against a str0m client peer in memory: datagrams are handed across
+    //! by the test, time is the test's. No socket, no thread, no wall clock.
+
+    use str0m::change::SdpAnswer;
+    use str0m::media::{Direction, MediaKind};
+
+    use super::*;
+
+    const CLIENT: SocketAddr = SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 7)),
+        5000,
+    );
+    const VIP: SocketAddr = SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(203, 0, 113, 1)),
+        3478,
+    );
+    const RELAY: SocketAddr = SocketAddr::new(
+        std::net::IpAddr::V4(std::net::Ipv4Addr::new(10, 0, 0, 2)),
+        40000,
+    );
+
+    /// A client with one Opus m-line and the `events` channel, and the session that
+    /// answered it.
+    struct Pair {
+        client: Rtc,
+        channel: ChannelId,
+        session: Session,
+        now: Instant,
+        /// What the session asked of the worker, apart from transmits and timeouts.
+        seen: Vec<SessionOutput>,
+    }
+
+    fn pair() -> Pair {
+        let now = Instant::now();
+        let mut client = Rtc::builder()
+            .clear_codecs()
+            .enable_opus(true, false)
+            .build(now);
+        client.add_local_candidate(Candidate::host(CLIENT, "udp").unwrap());
+        let mut api = client.sdp_api();
+        api.add_media(MediaKind::Audio, Direction::SendRecv, None, None, None);
+        let channel = api.add_channel(EVENTS_CHANNEL.into());
+        let (offer, pending) = api.apply().unwrap();
+        let creds = IceCreds {
+            ufrag: "serverUfrag".into(),
+            pass: "serverPasswordOf22chars".into(),
+        };
+        let (session, answer) = Session::accept(7, offer, creds, VIP, now).unwrap();
+        let answer = SdpAnswer::from_sdp_string(&answer).unwrap();
+        client.sdp_api().accept_answer(pending, answer).unwrap();
+        Pair {
+            client,
+            channel,
+            session,
+            now,
+            seen: vec![],
+        }
+    }
+
+    impl Pair {
+        /// Moves datagrams both ways and advances time to the next timeout, `rounds`
+        /// times.
+        fn run(&mut self, rounds: usize) {
+            for _ in 0..rounds {
+                let mut next = self.now + Duration::from_millis(50);
+                loop {
+                    match self.client.poll_output().unwrap() {
+                        Output::Transmit(t) => {
+                            assert_eq!((t.source, t.destination), (CLIENT, VIP));
+                            self.session
+                                .handle_receive(self.now, CLIENT, VIP, Some(RELAY), &t.contents)
+                                .unwrap();
+                        }
+                        Output::Timeout(t) => {
+                            next = next.min(t);
+                            break;
+                        }
+                        Output::Event(_) => {}
+                    }
+                }
+                loop {
+                    match self.session.poll_output() {
+                        SessionOutput::Transmit(t) => {
+                            assert_eq!((t.source, t.destination), (VIP, CLIENT));
+                            let receive =
+                                Receive::new(Protocol::Udp, VIP, CLIENT, &t.contents).unwrap();
+                            self.client
+                                .handle_input(Input::Receive(self.now, receive))
+                                .unwrap();
+                        }
+                        SessionOutput::Timeout(t) => {
+                            next = next.min(t);
+                            break;
+                        }
+                        other => self.seen.push(other),
+                    }
+                }
+                self.now = next.max(self.now + Duration::from_millis(1));
+                self.client.handle_input(Input::Timeout(self.now)).unwrap();
+                self.session.handle_timeout(self.now);
+            }
+        }
+
+        fn connected(&self) -> bool {
+            self.seen
+                .iter()
+                .any(|o| matches!(o, SessionOutput::Connected(_)))
+        }
+    }
+
+    #[test]
+    fn connects_in_memory_and_the_events_channel_reaches_the_model_and_back() {
+        let mut p = pair();
+        p.run(200);
+        assert!(p.connected(), "ICE lite + DTLS connect: {:?}", p.seen);
+        assert_eq!(
+            p.session.relay(),
+            Some(RELAY),
+            "replies go to the relay it came from"
+        );
+        assert!(p.session.events.is_some(), "the events channel opened");
+
+        // Client → model.
+        p.client
+            .channel(p.channel)
+            .unwrap()
+            .write(false, b"{\"ping\":1}")
+            .unwrap();
+        p.run(20);
+        let to_model: Vec<&ModelInput> = p
+            .seen
+            .iter()
+            .filter_map(|o| match o {
+                SessionOutput::Model(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            to_model,
+            [&ModelInput::Event {
+                session: 7,
+                json: "{\"ping\":1}".into()
+            }]
+        );
+
+        // Model → client.
+        p.session.handle_model(
+            p.now,
+            ModelOutput::Event {
+                session: 7,
+                json: "{\"pong\":1}".into(),
+            },
+        );
+        let mut got = None;
+        for _ in 0..20 {
+            p.run(1);
+            while let Ok(Output::Event(e)) = p.client.poll_output() {
+                if let Event::ChannelData(d) = e {
+                    got = Some(String::from_utf8(d.data).unwrap());
+                }
+            }
+            if got.is_some() {
+                break;
+            }
+        }
+        assert_eq!(got.as_deref(), Some("{\"pong\":1}"));
+    }
+
+    #[test]
+    fn a_session_that_never_connects_expires_and_an_idle_one_too() {
+        let p = pair();
+        let (connect, idle) = (Duration::from_secs(10), Duration::from_secs(30));
+        assert_eq!(p.session.expiry(p.now, connect, idle), None);
+        assert_eq!(
+            p.session
+                .expiry(p.now + Duration::from_secs(11), connect, idle),
+            Some(EndReason::ConnectTimeout)
+        );
+        let mut p = pair();
+        p.run(200);
+        assert!(p.connected());
+        let last = p.session.last_receive;
+        assert_eq!(
+            p.session
+                .expiry(last + Duration::from_secs(29), connect, idle),
+            None
+        );
+        assert_eq!(
+            p.session
+                .expiry(last + Duration::from_secs(31), connect, idle),
+            Some(EndReason::Idle)
+        );
+    }
+
+    #[test]
+    fn garbage_is_refused_with_a_reason_and_the_session_survives() {
+        let mut p = pair();
+        assert_eq!(
+            p.session
+                .handle_receive(p.now, CLIENT, VIP, Some(RELAY), &[]),
+            Err(DropReason::Unparsable)
+        );
+        assert_eq!(
+            p.session.relay(),
+            None,
+            "a refused datagram teaches nothing"
+        );
+        p.run(200);
+        assert!(p.connected());
+    }
+}

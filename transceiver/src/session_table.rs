@@ -1,0 +1,348 @@
+//! The sans-IO session table of one worker: sessions by id, by server ICE ufrag (how a
+//! STUN request finds its session) and by client path (how DTLS, SRTP and SCTP find
+//! theirs), and one timer heap so that only due sessions are woken. O(1) per datagram;
+//! no socket, no clock of its own: the worker passes `now`.
+
+use std::cmp::Reverse;
+use std::collections::hash_map::Entry;
+use std::collections::{BinaryHeap, HashMap};
+use std::net::SocketAddr;
+use std::time::Instant;
+
+use ufrag_common::demux::DatagramKind;
+use ufrag_common::stun::StunView;
+
+use crate::model::SessionId;
+
+/// The path a client's datagrams take: its address and the address it sent to (the VIP
+/// in relay mode, the worker's socket in direct mode).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClientPath {
+    /// The client's address.
+    pub client: SocketAddr,
+    /// The address it sent to.
+    pub local: SocketAddr,
+}
+
+/// Why a datagram found no session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unrouted {
+    /// STUN whose USERNAME names no server ufrag of this table (or no USERNAME at all).
+    UnknownUfrag,
+    /// Anything else from a path no session has used.
+    UnknownPath,
+}
+
+#[derive(Debug)]
+struct Slot<S> {
+    session: S,
+    ufrag: String,
+    path: Option<ClientPath>,
+    next_timeout: Option<Instant>,
+}
+
+/// See the module documentation. `S` is the session (the worker's is
+/// [`crate::session::Session`]; tests use anything).
+#[derive(Debug)]
+pub struct SessionTable<S> {
+    slots: HashMap<SessionId, Slot<S>>,
+    by_ufrag: HashMap<String, SessionId>,
+    by_path: HashMap<ClientPath, SessionId>,
+    /// `(when, session)`; an entry whose time is not the session's `next_timeout` any
+    /// more is stale and skipped.
+    timers: BinaryHeap<Reverse<(Instant, SessionId)>>,
+}
+
+impl<S> Default for SessionTable<S> {
+    fn default() -> Self {
+        SessionTable {
+            slots: HashMap::new(),
+            by_ufrag: HashMap::new(),
+            by_path: HashMap::new(),
+            timers: BinaryHeap::new(),
+        }
+    }
+}
+
+impl<S> SessionTable<S> {
+    /// Sessions held.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True when no session is held.
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Adds `session` under `id`, reached by STUN for server ufrag `ufrag`. Refuses (and
+    /// hands the session back) if the id or the ufrag is taken.
+    pub fn insert(&mut self, id: SessionId, ufrag: String, session: S) -> Result<(), S> {
+        if self.slots.contains_key(&id) || self.by_ufrag.contains_key(&ufrag) {
+            return Err(session);
+        }
+        self.by_ufrag.insert(ufrag.clone(), id);
+        self.slots.insert(
+            id,
+            Slot {
+                session,
+                ufrag,
+                path: None,
+                next_timeout: None,
+            },
+        );
+        Ok(())
+    }
+
+    /// Removes a session and every way to reach it; its timers go stale.
+    pub fn remove(&mut self, id: SessionId) -> Option<S> {
+        let slot = self.slots.remove(&id)?;
+        self.by_ufrag.remove(&slot.ufrag);
+        if let Some(path) = slot.path {
+            self.by_path.remove(&path);
+        }
+        Some(slot.session)
+    }
+
+    /// The session `id`.
+    pub fn get_mut(&mut self, id: SessionId) -> Option<&mut S> {
+        self.slots.get_mut(&id).map(|s| &mut s.session)
+    }
+
+    /// Every session id (for shutdown and expiry).
+    pub fn ids(&self) -> Vec<SessionId> {
+        self.slots.keys().copied().collect()
+    }
+
+    /// Every session, with its id.
+    pub fn iter(&self) -> impl Iterator<Item = (SessionId, &S)> {
+        self.slots.iter().map(|(id, slot)| (*id, &slot.session))
+    }
+
+    /// The session a datagram from `path` belongs to: STUN by the server ufrag in its
+    /// USERNAME (the part before the colon), anything else by the path.
+    pub fn route(&self, payload: &[u8], path: ClientPath) -> Result<SessionId, Unrouted> {
+        if DatagramKind::classify(payload) == DatagramKind::Stun {
+            StunView::parse(payload)
+                .ok()
+                .and_then(|view| view.ufrags().ok())
+                .and_then(|ufrags| std::str::from_utf8(ufrags.server).ok())
+                .and_then(|ufrag| self.by_ufrag.get(ufrag).copied())
+                .ok_or(Unrouted::UnknownUfrag)
+        } else {
+            self.by_path
+                .get(&path)
+                .copied()
+                .ok_or(Unrouted::UnknownPath)
+        }
+    }
+
+    /// Records that session `id`'s traffic now comes over `path` (the nominated pair, or
+    /// a client that moved): non-STUN datagrams from `path` route to it from now on, and
+    /// its previous path no longer does. A path another session held moves to `id`.
+    pub fn learn_path(&mut self, id: SessionId, path: ClientPath) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        if slot.path == Some(path) {
+            return;
+        }
+        if let Some(old) = slot.path.replace(path) {
+            self.by_path.remove(&old);
+        }
+        if let Some(previous) = self.by_path.insert(path, id)
+            && previous != id
+            && let Some(other) = self.slots.get_mut(&previous)
+        {
+            other.path = None;
+        }
+    }
+
+    /// Gives session `id` a new server ufrag (ICE restart): STUN for the old one no
+    /// longer reaches it. False if there is no such session or the ufrag is taken.
+    pub fn rekey(&mut self, id: SessionId, ufrag: String) -> bool {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return false;
+        };
+        match self.by_ufrag.entry(ufrag.clone()) {
+            Entry::Occupied(_) => false,
+            Entry::Vacant(vacant) => {
+                vacant.insert(id);
+                self.by_ufrag.remove(&slot.ufrag);
+                slot.ufrag = ufrag;
+                true
+            }
+        }
+    }
+
+    /// Wakes session `id` at `at` (replacing its previous wake-up).
+    pub fn schedule(&mut self, id: SessionId, at: Instant) {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return;
+        };
+        if slot.next_timeout != Some(at) {
+            slot.next_timeout = Some(at);
+            self.timers.push(Reverse((at, id)));
+        }
+    }
+
+    /// The earliest wake-up (possibly a stale one: waking early is harmless).
+    pub fn next_wakeup(&self) -> Option<Instant> {
+        self.timers.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// The next session whose wake-up is due at `now`, skipping stale entries; each due
+    /// wake-up is returned once.
+    pub fn pop_due(&mut self, now: Instant) -> Option<SessionId> {
+        while let Some(Reverse((at, id))) = self.timers.peek().copied() {
+            if at > now {
+                return None;
+            }
+            self.timers.pop();
+            if let Some(slot) = self.slots.get_mut(&id)
+                && slot.next_timeout == Some(at)
+            {
+                slot.next_timeout = None;
+                return Some(id);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use ufrag_common::stun::write_binding_request;
+
+    use super::*;
+
+    fn path(client_port: u16) -> ClientPath {
+        ClientPath {
+            client: SocketAddr::from(([198, 51, 100, 7], client_port)),
+            local: SocketAddr::from(([203, 0, 113, 1], 3478)),
+        }
+    }
+
+    fn stun_for(server_ufrag: &str) -> Vec<u8> {
+        let mut buf = [0u8; 512];
+        let n = write_binding_request(&mut buf, &[7; 12], server_ufrag.as_bytes(), b"cli1", b"pw")
+            .unwrap();
+        buf[..n].to_vec()
+    }
+
+    const SRTP: &[u8] = &[0x80, 111, 0, 1, 0, 0, 0, 0, 0, 0, 0, 1, 0xAB];
+
+    fn table() -> SessionTable<&'static str> {
+        let mut t = SessionTable::default();
+        t.insert(1, "ufragOne".into(), "one").unwrap();
+        t.insert(2, "ufragTwo".into(), "two").unwrap();
+        t
+    }
+
+    #[test]
+    fn stun_routes_by_server_ufrag_and_the_rest_by_learnt_path() {
+        let mut t = table();
+        assert_eq!(t.route(&stun_for("ufragTwo"), path(1)), Ok(2));
+        assert_eq!(
+            t.route(&stun_for("nobody"), path(1)),
+            Err(Unrouted::UnknownUfrag)
+        );
+        // STUN by its first byte, but not a STUN message: no ufrag to route by.
+        assert_eq!(t.route(&[0, 1, 0, 0], path(1)), Err(Unrouted::UnknownUfrag));
+        assert_eq!(t.route(SRTP, path(1)), Err(Unrouted::UnknownPath));
+        t.learn_path(2, path(1));
+        assert_eq!(t.route(SRTP, path(1)), Ok(2));
+        assert_eq!(t.route(SRTP, path(9)), Err(Unrouted::UnknownPath));
+    }
+
+    #[test]
+    fn a_new_path_replaces_the_old_one_and_a_taken_path_moves() {
+        let mut t = table();
+        t.learn_path(1, path(1));
+        t.learn_path(1, path(2)); // the client moved (a new nominated pair)
+        assert_eq!(t.route(SRTP, path(1)), Err(Unrouted::UnknownPath));
+        assert_eq!(t.route(SRTP, path(2)), Ok(1));
+        t.learn_path(2, path(2)); // a path now used by another session
+        assert_eq!(t.route(SRTP, path(2)), Ok(2));
+        t.remove(1); // removing the previous holder keeps the new holder's path
+        assert_eq!(t.route(SRTP, path(2)), Ok(2));
+    }
+
+    #[test]
+    fn remove_forgets_every_way_in() {
+        let mut t = table();
+        t.learn_path(1, path(1));
+        assert_eq!(t.remove(1), Some("one"));
+        assert_eq!(t.remove(1), None);
+        assert_eq!(
+            t.route(&stun_for("ufragOne"), path(1)),
+            Err(Unrouted::UnknownUfrag)
+        );
+        assert_eq!(t.route(SRTP, path(1)), Err(Unrouted::UnknownPath));
+        assert_eq!(t.len(), 1);
+        // The ufrag and id are free again.
+        assert!(t.insert(1, "ufragOne".into(), "again").is_ok());
+    }
+
+    #[test]
+    fn taken_ids_and_ufrags_are_refused() {
+        let mut t = table();
+        assert_eq!(t.insert(1, "fresh".into(), "x"), Err("x"));
+        assert_eq!(t.insert(3, "ufragOne".into(), "y"), Err("y"));
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn rekey_moves_stun_to_the_new_ufrag_only() {
+        let mut t = table();
+        assert!(t.rekey(1, "ufragNew".into()));
+        assert_eq!(t.route(&stun_for("ufragNew"), path(1)), Ok(1));
+        assert_eq!(
+            t.route(&stun_for("ufragOne"), path(1)),
+            Err(Unrouted::UnknownUfrag)
+        );
+        assert!(!t.rekey(1, "ufragTwo".into()), "taken by session 2");
+        assert!(!t.rekey(9, "other".into()), "no such session");
+        assert_eq!(t.route(&stun_for("ufragNew"), path(1)), Ok(1));
+    }
+
+    #[test]
+    fn only_due_sessions_wake_once_each_and_rescheduling_makes_old_entries_stale() {
+        let mut t = table();
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        t.schedule(1, now + ms(10));
+        t.schedule(2, now + ms(20));
+        t.schedule(1, now + ms(30)); // moved later: the 10 ms entry is stale
+        assert_eq!(t.next_wakeup(), Some(now + ms(10)));
+        assert_eq!(
+            t.pop_due(now + ms(15)),
+            None,
+            "the stale entry wakes no one"
+        );
+        assert_eq!(t.pop_due(now + ms(25)), Some(2));
+        assert_eq!(t.pop_due(now + ms(25)), None, "once");
+        assert_eq!(t.pop_due(now + ms(30)), Some(1));
+        t.schedule(2, now + ms(40));
+        t.remove(2);
+        assert_eq!(
+            t.pop_due(now + ms(50)),
+            None,
+            "a removed session never wakes"
+        );
+        assert_eq!(t.next_wakeup(), None);
+    }
+
+    #[test]
+    fn scheduling_the_same_time_twice_queues_one_entry() {
+        let mut t = table();
+        let at = Instant::now();
+        t.schedule(1, at);
+        t.schedule(1, at);
+        assert_eq!(t.pop_due(at), Some(1));
+        assert_eq!(t.pop_due(at), None);
+        assert_eq!(t.next_wakeup(), None);
+    }
+}
