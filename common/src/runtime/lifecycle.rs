@@ -198,14 +198,33 @@ impl Running {
     }
 }
 
-/// A relay binary's life after its configuration is loaded: install the signal
-/// handlers, `start` (which reports its own error and picks the exit code), wait for
-/// SIGTERM/SIGINT, drain for `drain_time`, join. Returns the process exit code (1 when
-/// a worker failed).
-pub fn serve(
+/// A started service as [`serve`] sees it: it can drain, then be joined.
+pub trait Service {
+    /// Stops taking new work (readiness off), lets existing work run for `drain_time`,
+    /// then asks the workers to stop.
+    fn drain(&self, drain_time: Duration);
+    /// Waits for the workers; an error if one failed.
+    fn join(self) -> io::Result<()>;
+}
+
+impl Service for Running {
+    fn drain(&self, drain_time: Duration) {
+        Running::drain(self, drain_time);
+    }
+
+    fn join(self) -> io::Result<()> {
+        Running::join(self)
+    }
+}
+
+/// A binary's life after its configuration is loaded (every binary of this project has
+/// this shape): install the signal handlers, `start` (which reports its own error and
+/// picks the exit code), wait for SIGTERM/SIGINT, drain for `drain_time`, join. Returns
+/// the process exit code (1 when a worker failed).
+pub fn serve<S: Service>(
     name: &str,
     drain_time: Duration,
-    start: impl FnOnce() -> Result<Running, std::process::ExitCode>,
+    start: impl FnOnce() -> Result<S, std::process::ExitCode>,
 ) -> std::process::ExitCode {
     let signal = match TerminationSignal::register() {
         Ok(s) => s,
@@ -214,13 +233,13 @@ pub fn serve(
             return std::process::ExitCode::FAILURE;
         }
     };
-    let relay = match start() {
-        Ok(r) => r,
+    let service = match start() {
+        Ok(s) => s,
         Err(code) => return code,
     };
     signal.wait();
-    relay.drain(drain_time);
-    match relay.join() {
+    service.drain(drain_time);
+    match service.join() {
         Ok(()) => {
             tracing::info!("{name} stopped");
             std::process::ExitCode::SUCCESS
