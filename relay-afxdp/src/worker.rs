@@ -20,7 +20,7 @@ use ufrag_common::metrics::{DropReason, Port, SharedCounters};
 use ufrag_common::runtime::cache::CacheClient;
 
 use crate::neighbours::Neighbours;
-use crate::packet::{headers_len, parse_udp, write_udp};
+use crate::packet::{Rewrite, parse_udp, plan, write_udp};
 use crate::xsk::{RxFrame, XdpSocket};
 
 /// How often the worker expires flows, refreshes neighbours and publishes counters.
@@ -177,18 +177,21 @@ impl Egress for XskEgress {
     /// Rewrites the frame in place: a frame header (if any) goes just before the bytes
     /// to send, new Ethernet/IP/UDP headers just before that; the payload never moves.
     fn transmit(&mut self, frame: UmemFrame, tx: Transmit, tally: &mut Tally<'_>) {
-        let Some(body_len) = frame.payload_len.checked_sub(tx.payload_at) else {
-            return self.fail(frame.addr, tx.ticket, DropReason::TooLarge, tally);
+        let planned = plan(Rewrite {
+            payload_at: frame.payload_at,
+            payload_len: frame.payload_len,
+            skip: tx.payload_at,
+            frame_header_len: tx.header.map_or(0, |h| h.encoded_len()),
+            to: tx.to,
+        });
+        let layout = match planned {
+            Ok(layout) => layout,
+            Err(reason) => return self.fail(frame.addr, tx.ticket, reason, tally),
         };
-        let body_at = frame.payload_at + tx.payload_at;
-        let header_len = tx.header.map_or(0, |h| h.encoded_len());
-        let Some(start) = body_at.checked_sub(header_len + headers_len(&tx.to)) else {
-            return self.fail(frame.addr, tx.ticket, DropReason::TooLarge, tally);
-        };
-        if let Some(header) = tx.header {
+        if let (Some(header), Some(at)) = (tx.header, layout.frame_header_at) {
             let buf = self.socket.frame_buffer(frame.addr);
             let emitted = buf
-                .get_mut(body_at - header_len..body_at)
+                .get_mut(at..at + header.encoded_len())
                 .and_then(|out| header.emit(out).ok());
             if emitted.is_none() {
                 return self.fail(frame.addr, tx.ticket, DropReason::TooLarge, tally);
@@ -200,10 +203,10 @@ impl Egress for XskEgress {
         };
         self.emit(
             frame,
-            start,
+            layout.start,
             src,
             tx.to,
-            header_len + body_len,
+            layout.udp_payload_len,
             tx.ticket,
             tally,
         );

@@ -82,6 +82,8 @@ fn native_mode_attaches_passes_the_kernel_its_traffic_and_goes_away_on_sigkill()
 /// socket, are rewritten in place in the UMEM and transmitted back to the client.
 fn check_af_xdp_echo(mode: &str) {
     require_root();
+    // Built before xsk_echo starts: it waits only so long for the probe.
+    let perf = bin("perf");
     let bed = Testbed::up().unwrap();
     let mut command = bed
         .relay
@@ -99,7 +101,7 @@ fn check_af_xdp_echo(mode: &str) {
     let vip = format!("{}:3478", bed.relay.addr);
     let probe = bed
         .client
-        .command(bin("perf").to_str().unwrap())
+        .command(perf.to_str().unwrap())
         .args([
             "relay-probe",
             "--vip",
