@@ -9,6 +9,10 @@ use std::ops::{Deref, DerefMut};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 
+use nix::sys::prctl;
+use nix::sys::signal::Signal;
+use nix::unistd::{Pid, getppid};
+
 /// A running child that is killed and reaped on drop.
 #[derive(Debug)]
 pub struct OwnedChild {
@@ -25,11 +29,9 @@ impl OwnedChild {
         // with the parent.
         unsafe {
             command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                prctl::set_pdeathsig(Signal::SIGKILL)?;
                 // The parent may have died between fork and prctl.
-                if libc::getppid() == 1 {
+                if getppid() == Pid::from_raw(1) {
                     return Err(io::Error::other("parent died before the child started"));
                 }
                 Ok(())
@@ -80,6 +82,8 @@ impl Drop for OwnedChild {
 
 #[cfg(test)]
 mod tests {
+    use nix::sys::wait::{WaitPidFlag, waitpid};
+
     use super::*;
 
     fn alive(pid: u32) -> bool {
@@ -109,8 +113,7 @@ mod tests {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         while alive(pid) {
             // Reap it if it is our zombie, so `alive` can see it go.
-            // SAFETY: waitpid on a pid we started; WNOHANG never blocks.
-            unsafe { libc::waitpid(pid as i32, std::ptr::null_mut(), libc::WNOHANG) };
+            let _ = waitpid(Pid::from_raw(pid as i32), Some(WaitPidFlag::WNOHANG));
             assert!(std::time::Instant::now() < deadline, "the orphan lives on");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
