@@ -96,24 +96,33 @@ impl Direction {
     }
 }
 
-macro_rules! drop_reasons {
-    ($( $(#[$doc:meta])* $variant:ident = $label:literal ),+ $(,)?) => {
-        /// Why a datagram was dropped. Every drop is counted under exactly one reason.
+/// Declares a `Copy` enum whose variants each carry a stable metric label, with `ALL`
+/// (index order), `COUNT`, `label()` and a dense `index()` for counter arrays. The
+/// relay's and the transceiver's reasons use it.
+#[macro_export]
+macro_rules! label_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident {
+            $( $(#[$doc:meta])* $variant:ident = $label:literal ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum DropReason {
+        $vis enum $name {
             $( $(#[$doc])* $variant, )+
         }
 
-        impl DropReason {
-            /// Every reason, in index order.
-            pub const ALL: &'static [DropReason] = &[$( DropReason::$variant, )+];
-            /// The number of reasons.
+        impl $name {
+            /// Every value, in index order.
+            pub const ALL: &'static [$name] = &[$( $name::$variant, )+];
+            /// The number of values.
             pub const COUNT: usize = Self::ALL.len();
 
-            /// The `reason` label value.
+            /// The label value.
             pub const fn label(self) -> &'static str {
                 match self {
-                    $( DropReason::$variant => $label, )+
+                    $( $name::$variant => $label, )+
                 }
             }
 
@@ -126,89 +135,92 @@ macro_rules! drop_reasons {
     };
 }
 
-drop_reasons! {
-    /// First byte outside the STUN, DTLS and RTP/RTCP ranges (or an empty datagram).
-    Unclassified = "unclassified",
-    /// DTLS or RTP/RTCP from a client without a flow, no route cache configured.
-    NoFlow = "no_flow",
-    /// DTLS or RTP/RTCP without a flow: dropped while the route cache is asked.
-    NoFlowCacheLookup = "no_flow_cache_lookup",
-    /// A valid STUN message without a flow that is not a Binding Request.
-    NotBindingRequest = "not_binding_request",
-    /// STUN shorter than its 20-byte header.
-    StunTooShort = "stun_too_short",
-    /// STUN first byte with a top bit set.
-    StunNotStun = "stun_not_stun",
-    /// STUN magic cookie wrong.
-    StunBadMagicCookie = "stun_bad_magic_cookie",
-    /// STUN length field differs from the datagram length.
-    StunLengthMismatch = "stun_length_mismatch",
-    /// STUN length not a multiple of 4.
-    StunLengthNotAligned = "stun_length_not_aligned",
-    /// A STUN attribute runs past the message.
-    StunAttributeOverrun = "stun_attribute_overrun",
-    /// Too many STUN attributes.
-    StunTooManyAttributes = "stun_too_many_attributes",
-    /// A STUN attribute after FINGERPRINT.
-    StunAttributeAfterFingerprint = "stun_attribute_after_fingerprint",
-    /// MESSAGE-INTEGRITY of the wrong size.
-    StunBadIntegrityLength = "stun_bad_integrity_length",
-    /// FINGERPRINT of the wrong size.
-    StunBadFingerprintLength = "stun_bad_fingerprint_length",
-    /// Binding Request without USERNAME.
-    StunMissingUsername = "stun_missing_username",
-    /// USERNAME not "<ufrag>:<ufrag>".
-    StunBadUsername = "stun_bad_username",
-    /// Binding Request without MESSAGE-INTEGRITY.
-    StunMissingIntegrity = "stun_missing_integrity",
-    /// MESSAGE-INTEGRITY failed under the derived password.
-    StunBadIntegrity = "stun_bad_integrity",
-    /// FINGERPRINT required but absent.
-    StunMissingFingerprint = "stun_missing_fingerprint",
-    /// FINGERPRINT did not match.
-    StunBadFingerprint = "stun_bad_fingerprint",
-    /// Server ufrag of the wrong length.
-    HintBadLength = "hint_bad_length",
-    /// Server ufrag with a non-ICE character.
-    HintBadAlphabet = "hint_bad_alphabet",
-    /// Hint version unknown.
-    HintUnknownVersion = "hint_unknown_version",
-    /// Hint key id unknown.
-    HintUnknownKey = "hint_unknown_key",
-    /// Hint MAC wrong.
-    HintBadMac = "hint_bad_mac",
-    /// Hint destination outside the allowed transceiver networks.
-    HintDestinationNotAllowed = "hint_destination_not_allowed",
-    /// Hint names a cluster with no relay configured.
-    UnknownCluster = "unknown_cluster",
-    /// The flow table is full of live flows.
-    TableFull = "table_full",
-    /// A frame shorter than its header.
-    FrameTooShort = "frame_too_short",
-    /// A datagram on an internal port that is not a frame.
-    FrameNotAFrame = "frame_not_a_frame",
-    /// A frame of an unknown version.
-    FrameUnknownVersion = "frame_unknown_version",
-    /// A frame with reserved bits set.
-    FrameReservedBits = "frame_reserved_bits",
-    /// A frame with no datagram.
-    FrameEmptyPayload = "frame_empty_payload",
-    /// A frame from a source outside the allowed networks.
-    FrameSourceNotAllowed = "frame_source_not_allowed",
-    /// A return frame for a client that has no flow.
-    ReturnNoFlow = "return_no_flow",
-    /// A return frame naming a VIP this relay does not serve.
-    ReturnUnknownVip = "return_unknown_vip",
-    /// A return frame from a transceiver other than the flow's.
-    ReturnWrongSource = "return_wrong_source",
-    /// The kernel refused to send (buffer full, unreachable).
-    SendFailed = "send_failed",
-    /// A datagram too large to frame within the MTU of the buffers.
-    TooLarge = "too_large",
-    /// No MAC address known yet for the next hop (AF_XDP; the kernel is asked to resolve).
-    NeighbourUnresolved = "neighbour_unresolved",
-    /// A steered frame addressed to neither a VIP nor this worker's internal address.
-    NotForRelay = "not_for_relay",
+label_enum! {
+    /// Why a datagram was dropped. Every drop is counted under exactly one reason.
+    pub enum DropReason {
+        /// First byte outside the STUN, DTLS and RTP/RTCP ranges (or an empty datagram).
+        Unclassified = "unclassified",
+        /// DTLS or RTP/RTCP from a client without a flow, no route cache configured.
+        NoFlow = "no_flow",
+        /// DTLS or RTP/RTCP without a flow: dropped while the route cache is asked.
+        NoFlowCacheLookup = "no_flow_cache_lookup",
+        /// A valid STUN message without a flow that is not a Binding Request.
+        NotBindingRequest = "not_binding_request",
+        /// STUN shorter than its 20-byte header.
+        StunTooShort = "stun_too_short",
+        /// STUN first byte with a top bit set.
+        StunNotStun = "stun_not_stun",
+        /// STUN magic cookie wrong.
+        StunBadMagicCookie = "stun_bad_magic_cookie",
+        /// STUN length field differs from the datagram length.
+        StunLengthMismatch = "stun_length_mismatch",
+        /// STUN length not a multiple of 4.
+        StunLengthNotAligned = "stun_length_not_aligned",
+        /// A STUN attribute runs past the message.
+        StunAttributeOverrun = "stun_attribute_overrun",
+        /// Too many STUN attributes.
+        StunTooManyAttributes = "stun_too_many_attributes",
+        /// A STUN attribute after FINGERPRINT.
+        StunAttributeAfterFingerprint = "stun_attribute_after_fingerprint",
+        /// MESSAGE-INTEGRITY of the wrong size.
+        StunBadIntegrityLength = "stun_bad_integrity_length",
+        /// FINGERPRINT of the wrong size.
+        StunBadFingerprintLength = "stun_bad_fingerprint_length",
+        /// Binding Request without USERNAME.
+        StunMissingUsername = "stun_missing_username",
+        /// USERNAME not "<ufrag>:<ufrag>".
+        StunBadUsername = "stun_bad_username",
+        /// Binding Request without MESSAGE-INTEGRITY.
+        StunMissingIntegrity = "stun_missing_integrity",
+        /// MESSAGE-INTEGRITY failed under the derived password.
+        StunBadIntegrity = "stun_bad_integrity",
+        /// FINGERPRINT required but absent.
+        StunMissingFingerprint = "stun_missing_fingerprint",
+        /// FINGERPRINT did not match.
+        StunBadFingerprint = "stun_bad_fingerprint",
+        /// Server ufrag of the wrong length.
+        HintBadLength = "hint_bad_length",
+        /// Server ufrag with a non-ICE character.
+        HintBadAlphabet = "hint_bad_alphabet",
+        /// Hint version unknown.
+        HintUnknownVersion = "hint_unknown_version",
+        /// Hint key id unknown.
+        HintUnknownKey = "hint_unknown_key",
+        /// Hint MAC wrong.
+        HintBadMac = "hint_bad_mac",
+        /// Hint destination outside the allowed transceiver networks.
+        HintDestinationNotAllowed = "hint_destination_not_allowed",
+        /// Hint names a cluster with no relay configured.
+        UnknownCluster = "unknown_cluster",
+        /// The flow table is full of live flows.
+        TableFull = "table_full",
+        /// A frame shorter than its header.
+        FrameTooShort = "frame_too_short",
+        /// A datagram on an internal port that is not a frame.
+        FrameNotAFrame = "frame_not_a_frame",
+        /// A frame of an unknown version.
+        FrameUnknownVersion = "frame_unknown_version",
+        /// A frame with reserved bits set.
+        FrameReservedBits = "frame_reserved_bits",
+        /// A frame with no datagram.
+        FrameEmptyPayload = "frame_empty_payload",
+        /// A frame from a source outside the allowed networks.
+        FrameSourceNotAllowed = "frame_source_not_allowed",
+        /// A return frame for a client that has no flow.
+        ReturnNoFlow = "return_no_flow",
+        /// A return frame naming a VIP this relay does not serve.
+        ReturnUnknownVip = "return_unknown_vip",
+        /// A return frame from a transceiver other than the flow's.
+        ReturnWrongSource = "return_wrong_source",
+        /// The kernel refused to send (buffer full, unreachable).
+        SendFailed = "send_failed",
+        /// A datagram too large to frame within the MTU of the buffers.
+        TooLarge = "too_large",
+        /// No MAC address known yet for the next hop (AF_XDP; the kernel is asked to resolve).
+        NeighbourUnresolved = "neighbour_unresolved",
+        /// A steered frame addressed to neither a VIP nor this worker's internal address.
+        NotForRelay = "not_for_relay",
+    }
 }
 
 impl From<StunError> for DropReason {

@@ -12,7 +12,7 @@ use testkit::http::{HttpResponse, request as http_request};
 use testkit::netns::in_netns;
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::{KEYS, require_root, start_relay};
-use testkit::webrtc_client::{Client, run_until};
+use testkit::webrtc_client::{Client, converse_with_echo};
 
 fn request_from(
     ns: &str,
@@ -95,30 +95,9 @@ fn session_through_relay_afxdp(xdp_mode: &str) {
     );
     client.apply_answer(&answer);
 
-    let mut clients = vec![client];
-    run_until(
-        &mut clients,
-        "ICE + DTLS connected through relay-afxdp",
-        |c| c.connected_at.is_some() && c.channel_open,
-    );
-    run_until(&mut clients, "session.created", |c| {
-        c.messages.iter().any(|m| m.contains("session.created"))
-    });
-    assert!(clients[0].send_text(r#"{"type":"ping","id":3}"#));
-    run_until(&mut clients, "pong", |c| {
-        c.messages.iter().any(|m| m == r#"{"type":"pong","id":3}"#)
-    });
-    let start = Instant::now();
-    for i in 0..25u32 {
-        while start.elapsed() < Duration::from_millis(20 * u64::from(i)) {
-            clients[0].step();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(clients[0].send_audio());
-    }
-    run_until(&mut clients, "echoed audio", |c| c.audio_received >= 20);
+    let client = converse_with_echo(client, "through relay-afxdp", 25, 20);
 
-    let location = clients[0].location.clone().unwrap();
+    let location = client.location.clone().unwrap();
     assert_eq!(
         request_from(&cli, http, "DELETE", location, None).map(|r| r.status),
         Some(204)

@@ -290,6 +290,36 @@ pub fn run_until(clients: &mut [Client], what: &str, done: impl Fn(&Client) -> b
     }
 }
 
+/// The echo model's conversation with one signaled client, each step waited for: ICE
+/// and DTLS connect (`path` names the way in the failure message) and the `events`
+/// channel opens, `session.created` arrives, a ping is answered by its pong, then
+/// `packets` Opus packets paced at 20 ms go out and at least `echoed` come back.
+pub fn converse_with_echo(client: Client, path: &str, packets: u32, echoed: usize) -> Client {
+    let mut clients = vec![client];
+    run_until(
+        &mut clients,
+        &format!("ICE + DTLS connected {path}, events channel open"),
+        |c| c.connected_at.is_some() && c.channel_open,
+    );
+    run_until(&mut clients, "session.created", |c| {
+        c.messages.iter().any(|m| m.contains("session.created"))
+    });
+    assert!(clients[0].send_text(r#"{"type":"ping","id":7}"#));
+    run_until(&mut clients, "pong", |c| {
+        c.messages.iter().any(|m| m == r#"{"type":"pong","id":7}"#)
+    });
+    let start = Instant::now();
+    for i in 0..packets {
+        while start.elapsed() < Duration::from_millis(20 * u64::from(i)) {
+            clients[0].step();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(clients[0].send_audio());
+    }
+    run_until(&mut clients, "echoed audio", |c| c.audio_received >= echoed);
+    clients.remove(0)
+}
+
 /// An SDP offer with only a data channel (no audio), for signaling tests.
 pub fn offer_without_audio() -> String {
     let mut rtc = Rtc::builder().build(Instant::now());

@@ -13,41 +13,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use ufrag_common::frame::FrameError;
+use ufrag_common::label_enum;
 
 type Labels = Vec<(&'static str, &'static str)>;
 
-/// Declares a reason enum with a stable label per variant, `ALL` in index order, and a
-/// dense index for counter arrays.
-macro_rules! reasons {
-    ($(#[$meta:meta])* $name:ident { $( $(#[$doc:meta])* $variant:ident = $label:literal, )+ }) => {
-        $(#[$meta])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-        pub enum $name {
-            $( $(#[$doc])* $variant, )+
-        }
-
-        impl $name {
-            /// Every value, in index order.
-            pub const ALL: &'static [$name] = &[$( $name::$variant, )+];
-
-            /// The `reason` label value.
-            pub const fn label(self) -> &'static str {
-                match self {
-                    $( $name::$variant => $label, )+
-                }
-            }
-
-            /// A dense index for counter arrays.
-            pub const fn index(self) -> usize {
-                self as usize
-            }
-        }
-    };
-}
-
-reasons! {
+label_enum! {
     /// Why a datagram the worker received (or meant to send) went nowhere.
-    DropReason {
+    pub enum DropReason {
         /// A frame from outside the allowed relay networks (relay mode).
         FrameSourceNotAllowed = "frame_source_not_allowed",
         /// Shorter than its frame header says.
@@ -71,7 +43,7 @@ reasons! {
         /// An outgoing datagram too large for one framed datagram.
         TooLarge = "too_large",
         /// The socket refused to send.
-        SendFailed = "send_failed",
+        SendFailed = "send_failed"
     }
 }
 
@@ -87,9 +59,9 @@ impl From<FrameError> for DropReason {
     }
 }
 
-reasons! {
+label_enum! {
     /// Why a session ended.
-    EndReason {
+    pub enum EndReason {
         /// The transceiver is shutting down.
         Shutdown = "shutdown",
         /// DELETE from signaling.
@@ -103,7 +75,7 @@ reasons! {
         /// Not connected within the connect timeout.
         ConnectTimeout = "connect_timeout",
         /// Nothing received within the idle timeout.
-        Idle = "idle",
+        Idle = "idle"
     }
 }
 

@@ -2,8 +2,6 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
 use support::*;
 
 #[test]
@@ -22,33 +20,11 @@ fn a_session_through_the_relay_echoes_audio_and_answers_pings_then_deletes() {
         "the only candidate is the relay VIP"
     );
 
-    let mut clients = vec![client];
-    run_until(
-        &mut clients,
-        "ICE + DTLS connected, events channel open",
-        |c| c.connected_at.is_some() && c.channel_open,
-    );
-    run_until(&mut clients, "session.created", |c| {
-        c.messages.iter().any(|m| m.contains("session.created"))
-    });
-    assert!(clients[0].send_text(r#"{"type":"ping","id":7}"#));
-    run_until(&mut clients, "pong", |c| {
-        c.messages.iter().any(|m| m == r#"{"type":"pong","id":7}"#)
-    });
-
     // 50 packets of audio (1 s), paced at 20 ms; the echo comes back.
-    let start = Instant::now();
-    for i in 0..50 {
-        while start.elapsed() < Duration::from_millis(20 * i) {
-            clients[0].step();
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert!(clients[0].send_audio());
-    }
-    run_until(&mut clients, "echoed audio", |c| c.audio_received >= 45);
+    let client = converse_with_echo(client, "through relay-mio", 50, 45);
     assert!(xcvr.metric("ufrag_transceiver_audio_echoed_total") >= 45.0);
 
-    let location = clients[0].location.clone().unwrap();
+    let location = client.location.clone().unwrap();
     assert_eq!(
         http_request(xcvr.http, "DELETE", &location, None, &[])
             .unwrap()
