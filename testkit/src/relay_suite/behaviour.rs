@@ -41,6 +41,18 @@ fn established(setup: &RelaySetup) -> Session {
     }
 }
 
+/// `n` clients, each of which has sent a Binding Request for a session on `transceiver`.
+fn clients_with_flows(relay: &RelayProcess, transceiver: &Endpoint, n: u8) -> Vec<Endpoint> {
+    let clients: Vec<Endpoint> = (0..n).map(|_| relay.net().client()).collect();
+    for (i, c) in clients.iter().enumerate() {
+        c.send(
+            relay.vip(),
+            &binding_request_for(transceiver.addr(), 0, i as u8),
+        );
+    }
+    clients
+}
+
 pub fn a_valid_binding_request_creates_a_flow_that_dtls_and_rtp_reuse(b: &Backend) {
     let s = established(&b.setup());
     for datagram in [dtls(), rtp(1), rtp(2)] {
@@ -269,13 +281,7 @@ pub fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding(b: &Backend
         ..b.setup()
     });
     let transceiver = relay.net().transceiver();
-    let clients: Vec<Endpoint> = (0..3).map(|_| relay.net().client()).collect();
-    for (i, c) in clients.iter().enumerate() {
-        c.send(
-            relay.vip(),
-            &binding_request_for(transceiver.addr(), 0, i as u8),
-        );
-    }
+    let clients = clients_with_flows(&relay, &transceiver, 3);
     // The relay's own accounting first (published every 50 ms): two forwarded, one
     // refused. Only then count what arrived, so a slow machine cannot fail the count.
     relay.wait_for("two forwarded, one table_full", |r| {
@@ -300,13 +306,7 @@ pub fn two_workers_are_both_used_and_each_pinned_to_its_own_core(b: &Backend) {
     });
     let transceiver = relay.net().transceiver();
     // SO_REUSEPORT spreads clients by address hash: 32 clients reach both workers.
-    let clients: Vec<Endpoint> = (0..32).map(|_| relay.net().client()).collect();
-    for (i, c) in clients.iter().enumerate() {
-        c.send(
-            relay.vip(),
-            &binding_request_for(transceiver.addr(), 0, i as u8),
-        );
-    }
+    let _clients = clients_with_flows(&relay, &transceiver, 32);
     relay.wait_for("32 forwarded", |r| {
         r.total("ufrag_relay_packets_total", "direction=\"in\"") == 32.0
     });
