@@ -299,6 +299,30 @@ pub fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding(b: &Backend
     assert_eq!(transceiver.count_arrivals(), 2, "old flows keep forwarding");
 }
 
+/// A backlog larger than one turn of the worker (relay-mio: 16 batches of 64) is drained
+/// with no further traffic to wake the worker. On this kernel (6.18) a UDP socket wakes
+/// its edge-triggered epoll waiters only when its queue goes from empty to not empty, so
+/// a worker that slept with data queued would never wake again under load (every new
+/// datagram is dropped): perf saw exactly that after an overload trial.
+pub fn a_backlog_beyond_one_turn_is_drained_without_new_traffic(b: &Backend) {
+    const BACKLOG: u16 = 1500;
+    let s = established(&b.setup());
+    s.relay.signal("STOP");
+    for seq in 0..BACKLOG {
+        s.client.send(s.relay.vip(), &rtp(seq));
+    }
+    s.relay.signal("CONT");
+    s.relay.wait_for("the whole backlog forwarded", |r| {
+        r.total("ufrag_relay_packets_total", "direction=\"in\"") == f64::from(BACKLOG) + 1.0
+    });
+    // Still awake: the next datagram goes through (after whatever of the backlog the
+    // fake transceiver's own buffer kept).
+    s.transceiver.count_arrivals();
+    s.client.send(s.relay.vip(), &rtp(BACKLOG));
+    let (_, payload, _) = s.transceiver.recv_frame().expect("forwarding goes on");
+    assert_eq!(payload, rtp(BACKLOG));
+}
+
 pub fn two_workers_are_both_used_and_each_pinned_to_its_own_core(b: &Backend) {
     let relay = RelayProcess::start(&RelaySetup {
         workers: 2,

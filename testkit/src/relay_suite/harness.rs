@@ -320,11 +320,16 @@ impl RelayProcess {
 
     /// Sends SIGTERM.
     pub fn terminate(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends signal `name` (`TERM`, `STOP`, `CONT`) to the relay.
+    pub fn signal(&self, name: &str) {
         let status = Command::new("kill")
-            .args(["-TERM", &self.pid().to_string()])
+            .args([&format!("-{name}"), &self.pid().to_string()])
             .status()
             .unwrap();
-        assert!(status.success());
+        assert!(status.success(), "kill -{name}");
     }
 
     /// Waits for exit; returns the exit code.

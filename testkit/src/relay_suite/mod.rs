@@ -184,6 +184,10 @@ pub const CASES: &[Case] = &[
         "a_full_table_refuses_new_flows_while_old_ones_keep_forwarding",
         behaviour::a_full_table_refuses_new_flows_while_old_ones_keep_forwarding,
     ),
+    case(
+        "a_backlog_beyond_one_turn_is_drained_without_new_traffic",
+        behaviour::a_backlog_beyond_one_turn_is_drained_without_new_traffic,
+    ),
     Case {
         name: "two_workers_are_both_used_and_each_pinned_to_its_own_core",
         run: behaviour::two_workers_are_both_used_and_each_pinned_to_its_own_core,
