@@ -79,6 +79,7 @@ impl Session {
             .accept_offer(offer)
             .map_err(|e| SignalError::BadOffer(format!("offer not accepted: {e}")))?
             .to_sdp_string();
+        let answer = complete_candidates(&answer);
         if !answer.contains("opus/48000") {
             return Err(SignalError::BadOffer(
                 "no usable audio codec: Opus is required".into(),
@@ -267,12 +268,52 @@ impl Session {
     }
 }
 
+/// Makes an ICE-lite answer complete in every m-section: each section that is not
+/// rejected (port 0) carries every candidate and `a=end-of-candidates`. Clients differ in
+/// which m-section of a bundle they read candidates from (aiortc 1.16 reads the last one,
+/// and str0m writes them in the first only); servers that interoperate widely repeat
+/// them, and an ICE-lite answer has no candidates to trickle later (RFC 8838 §4).
+pub fn complete_candidates(sdp: &str) -> String {
+    let lines: Vec<&str> = sdp.split("\r\n").filter(|l| !l.is_empty()).collect();
+    let mut candidates: Vec<&str> = Vec::new();
+    for line in &lines {
+        if line.starts_with("a=candidate:") && !candidates.contains(line) {
+            candidates.push(line);
+        }
+    }
+    let mut out = String::with_capacity(sdp.len() + 128 * candidates.len());
+    let mut in_live_section = false;
+    let close_section = |out: &mut String, live: bool| {
+        if live {
+            for c in &candidates {
+                out.push_str(c);
+                out.push_str("\r\n");
+            }
+            out.push_str("a=end-of-candidates\r\n");
+        }
+    };
+    for line in &lines {
+        if line.starts_with("m=") {
+            close_section(&mut out, in_live_section);
+            // `m=<media> <port> <proto> …`: port 0 rejects the section.
+            in_live_section = line.split(' ').nth(1) != Some("0");
+        }
+        if line.starts_with("a=candidate:") || *line == "a=end-of-candidates" {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    close_section(&mut out, in_live_section);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     //! A [`Session`] against a str0m client peer in memory: datagrams are handed across
     //! by the test, time is the test's. No socket, no thread, no wall clock.
 
-    use str0m::change::SdpAnswer;
+    use str0m::change::{SdpAnswer, SdpPendingOffer};
     use str0m::media::{Direction, MediaKind};
 
     use super::*;
@@ -301,8 +342,8 @@ mod tests {
         seen: Vec<SessionOutput>,
     }
 
-    fn pair() -> Pair {
-        let now = Instant::now();
+    /// A str0m client at [`CLIENT`] offering Opus and the `events` channel.
+    fn client_offer(now: Instant) -> (Rtc, ChannelId, SdpOffer, SdpPendingOffer) {
         let mut client = Rtc::builder()
             .clear_codecs()
             .enable_opus(true, false)
@@ -312,11 +353,20 @@ mod tests {
         api.add_media(MediaKind::Audio, Direction::SendRecv, None, None, None);
         let channel = api.add_channel(EVENTS_CHANNEL.into());
         let (offer, pending) = api.apply().unwrap();
-        let creds = IceCreds {
+        (client, channel, offer, pending)
+    }
+
+    fn server_credentials() -> IceCreds {
+        IceCreds {
             ufrag: "serverUfrag".into(),
             pass: "serverPasswordOf22chars".into(),
-        };
-        let (session, answer) = Session::accept(7, offer, creds, VIP, now).unwrap();
+        }
+    }
+
+    fn pair() -> Pair {
+        let now = Instant::now();
+        let (mut client, channel, offer, pending) = client_offer(now);
+        let (session, answer) = Session::accept(7, offer, server_credentials(), VIP, now).unwrap();
         let answer = SdpAnswer::from_sdp_string(&answer).unwrap();
         client.sdp_api().accept_answer(pending, answer).unwrap();
         Pair {
@@ -461,6 +511,43 @@ mod tests {
                 .expiry(last + Duration::from_secs(31), connect, idle),
             Some(EndReason::Idle)
         );
+    }
+
+    #[test]
+    fn every_live_m_section_carries_the_candidates_and_their_end() {
+        let sdp = "v=0\r\no=- 1 2 IN IP4 0.0.0.0\r\ns=-\r\na=group:BUNDLE 0 1\r\n\
+                   m=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n\
+                   a=candidate:1 1 udp 2130706431 203.0.113.1 3478 typ host\r\n\
+                   m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\na=mid:1\r\n\
+                   m=video 0 UDP/TLS/RTP/SAVPF 96\r\na=mid:2\r\n";
+        let done = complete_candidates(sdp);
+        let sections: Vec<&str> = done.split("m=").collect();
+        assert!(
+            !sections[0].contains("a=candidate"),
+            "none at session level"
+        );
+        for live in &sections[1..3] {
+            assert_eq!(live.matches("a=candidate:1 1 udp").count(), 1, "{live}");
+            assert!(live.ends_with("a=end-of-candidates\r\n"), "{live}");
+        }
+        assert!(
+            !sections[3].contains("a=candidate"),
+            "not in a rejected section"
+        );
+        assert_eq!(complete_candidates(&done), done, "idempotent");
+    }
+
+    #[test]
+    fn the_answer_str0m_writes_is_completed_in_every_section() {
+        let now = Instant::now();
+        let (_client, _, offer, _) = client_offer(now);
+        let (_, answer) = Session::accept(8, offer, server_credentials(), VIP, now).unwrap();
+        let sections: Vec<&str> = answer.split("\r\nm=").skip(1).collect();
+        assert_eq!(sections.len(), 2, "audio and the data channel: {answer}");
+        for section in sections {
+            assert!(section.contains("typ host"), "{section}");
+            assert!(section.contains("a=end-of-candidates"), "{section}");
+        }
     }
 
     #[test]

@@ -2,6 +2,12 @@
 //! STUN request finds its session) and by client path (how DTLS, SRTP and SCTP find
 //! theirs), and one timer heap so that only due sessions are woken. O(1) per datagram;
 //! no socket, no clock of its own: the worker passes `now`.
+//!
+//! A session has as many paths as the client has addresses that passed an authenticated
+//! ICE check (browsers check from every local address, IPv4 and IPv6, Wi-Fi and VPN,
+//! and may send media on any valid pair), up to [`MAX_PATHS`]. The worker teaches a
+//! path when the session answers on it: an ICE-lite agent answers only authenticated
+//! checks, so an unauthenticated datagram can never add a path.
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
@@ -33,11 +39,15 @@ pub enum Unrouted {
     UnknownPath,
 }
 
+/// Paths one session may hold; learning one more forgets the least recently learnt.
+pub const MAX_PATHS: usize = 8;
+
 #[derive(Debug)]
 struct Slot<S> {
     session: S,
     ufrag: String,
-    path: Option<ClientPath>,
+    /// Oldest first.
+    paths: Vec<ClientPath>,
     next_timeout: Option<Instant>,
 }
 
@@ -87,7 +97,7 @@ impl<S> SessionTable<S> {
             Slot {
                 session,
                 ufrag,
-                path: None,
+                paths: Vec::new(),
                 next_timeout: None,
             },
         );
@@ -98,8 +108,8 @@ impl<S> SessionTable<S> {
     pub fn remove(&mut self, id: SessionId) -> Option<S> {
         let slot = self.slots.remove(&id)?;
         self.by_ufrag.remove(&slot.ufrag);
-        if let Some(path) = slot.path {
-            self.by_path.remove(&path);
+        for path in &slot.paths {
+            self.by_path.remove(path);
         }
         Some(slot.session)
     }
@@ -137,25 +147,35 @@ impl<S> SessionTable<S> {
         }
     }
 
-    /// Records that session `id`'s traffic now comes over `path` (the nominated pair, or
-    /// a client that moved): non-STUN datagrams from `path` route to it from now on, and
-    /// its previous path no longer does. A path another session held moves to `id`.
+    /// Records that session `id` uses `path` (it answered an authenticated check there,
+    /// or sends media there): non-STUN datagrams from `path` route to it from now on. A
+    /// session holds at most [`MAX_PATHS`]; a path another session held moves to `id`.
     pub fn learn_path(&mut self, id: SessionId, path: ClientPath) {
         let Some(slot) = self.slots.get_mut(&id) else {
             return;
         };
-        if slot.path == Some(path) {
+        if let Some(at) = slot.paths.iter().position(|p| *p == path) {
+            // Known: make it the most recent.
+            let known = slot.paths.remove(at);
+            slot.paths.push(known);
             return;
         }
-        if let Some(old) = slot.path.replace(path) {
-            self.by_path.remove(&old);
+        if slot.paths.len() == MAX_PATHS {
+            let oldest = slot.paths.remove(0);
+            self.by_path.remove(&oldest);
         }
+        slot.paths.push(path);
         if let Some(previous) = self.by_path.insert(path, id)
             && previous != id
             && let Some(other) = self.slots.get_mut(&previous)
         {
-            other.path = None;
+            other.paths.retain(|p| *p != path);
         }
+    }
+
+    /// The paths session `id` holds, oldest first.
+    pub fn paths(&self, id: SessionId) -> &[ClientPath] {
+        self.slots.get(&id).map_or(&[], |slot| &slot.paths)
     }
 
     /// Gives session `id` a new server ufrag (ICE restart): STUN for the old one no
@@ -257,17 +277,36 @@ mod tests {
         assert_eq!(t.route(SRTP, path(9)), Err(Unrouted::UnknownPath));
     }
 
+    /// A browser with several addresses checks from each and may send media from any:
+    /// every answered path routes (the stall of issue 10 was one path per session).
     #[test]
-    fn a_new_path_replaces_the_old_one_and_a_taken_path_moves() {
+    fn every_learnt_path_routes_to_its_session() {
         let mut t = table();
-        t.learn_path(1, path(1));
-        t.learn_path(1, path(2)); // the client moved (a new nominated pair)
-        assert_eq!(t.route(SRTP, path(1)), Err(Unrouted::UnknownPath));
+        t.learn_path(1, path(1)); // Wi-Fi
+        t.learn_path(1, path(2)); // VPN
+        assert_eq!(t.route(SRTP, path(1)), Ok(1));
         assert_eq!(t.route(SRTP, path(2)), Ok(1));
-        t.learn_path(2, path(2)); // a path now used by another session
-        assert_eq!(t.route(SRTP, path(2)), Ok(2));
+        assert_eq!(t.paths(1), [path(1), path(2)]);
+        t.learn_path(1, path(1));
+        assert_eq!(t.paths(1), [path(2), path(1)], "most recent last");
+    }
+
+    #[test]
+    fn paths_are_bounded_per_session_and_a_taken_path_moves() {
+        let mut t = table();
+        for port in 0..MAX_PATHS as u16 + 3 {
+            t.learn_path(1, path(100 + port));
+        }
+        assert_eq!(t.paths(1).len(), MAX_PATHS);
+        for forgotten in 100..103 {
+            assert_eq!(t.route(SRTP, path(forgotten)), Err(Unrouted::UnknownPath));
+        }
+        assert_eq!(t.route(SRTP, path(103)), Ok(1));
+        t.learn_path(2, path(103)); // now another session's path
+        assert_eq!(t.route(SRTP, path(103)), Ok(2));
+        assert!(!t.paths(1).contains(&path(103)));
         t.remove(1); // removing the previous holder keeps the new holder's path
-        assert_eq!(t.route(SRTP, path(2)), Ok(2));
+        assert_eq!(t.route(SRTP, path(103)), Ok(2));
     }
 
     #[test]

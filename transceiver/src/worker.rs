@@ -414,7 +414,6 @@ impl Worker {
             .map_err(|_: Unrouted| DropReason::NoSession)?;
         let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
         session.handle_receive(now, path.client, path.local, relay, payload)?;
-        self.sessions.learn_path(id, path);
         self.drive(id, now);
         Ok(())
     }
@@ -429,6 +428,13 @@ impl Worker {
             let relay = session.relay();
             match session.poll_output() {
                 SessionOutput::Transmit(t) => {
+                    // The session answers only on paths that passed an authenticated
+                    // check (or were nominated): datagrams from there are its own.
+                    let path = ClientPath {
+                        client: t.destination,
+                        local: t.source,
+                    };
+                    self.sessions.learn_path(id, path);
                     if let Err(reason) = self.transmit(relay, &t) {
                         self.metrics.dropped(reason);
                     }
