@@ -26,6 +26,23 @@ if ! command -v node >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
 fi
 
+# The browser tests run headless Chromium from Debian and aiortc from PyPI.
+if ! command -v chromium >/dev/null; then
+  echo "== installing chromium"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
+if ! python3 -c 'import ensurepip' 2>/dev/null; then
+  echo "== installing python3-venv"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+fi
+aiortc_version=1.16.0
+export UFRAG_AIORTC_PYTHON="$PWD/target/interop-venv/bin/python"
+if ! "$UFRAG_AIORTC_PYTHON" -c "import aiortc; assert aiortc.__version__ == '$aiortc_version'" 2>/dev/null; then
+  echo "== installing aiortc $aiortc_version in target/interop-venv"
+  python3 -m venv target/interop-venv
+  target/interop-venv/bin/pip install -q "aiortc==$aiortc_version"
+fi
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 

@@ -252,6 +252,41 @@ impl Testbed {
         Ok(())
     }
 
+    /// Gives the client a second interface on the bridge with address `addr` (/24), as a
+    /// laptop on Wi-Fi and a VPN has: a WebRTC stack gathers one host candidate per
+    /// interface and checks from each. Goes with the testbed.
+    pub fn add_client_interface(&self, addr: Ipv4Addr) -> io::Result<()> {
+        let ifname = format!("{}2", self.client.ifname);
+        let peer = format!("{ifname}b");
+        ip(&[
+            "link",
+            "add",
+            &ifname,
+            "netns",
+            &self.client.ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+            "netns",
+            &self.bridge_ns,
+        ])?;
+        ip(&[
+            "-n",
+            &self.bridge_ns,
+            "link",
+            "set",
+            &peer,
+            "master",
+            "br0",
+            "up",
+        ])?;
+        let cidr = format!("{addr}/24");
+        ip(&["-n", &self.client.ns, "addr", "add", &cidr, "dev", &ifname])?;
+        ip(&["-n", &self.client.ns, "link", "set", &ifname, "up"])
+    }
+
     /// The namespaces this testbed made (for checks that nothing is left).
     pub fn namespaces(&self) -> &[String] {
         &self.namespaces

@@ -145,6 +145,13 @@ impl Transceiver {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The whole `/metrics` text (empty if it does not answer).
+    pub fn metrics_text(&self) -> String {
+        http_request(self.http, "GET", "/metrics", None, &[])
+            .map(|r| r.body)
+            .unwrap_or_default()
+    }
+
     pub fn metric(&self, series_prefix: &str) -> f64 {
         let body = http_request(self.http, "GET", "/metrics", None, &[])
             .unwrap()
