@@ -279,6 +279,22 @@ impl<'a> StunView<'a> {
         self.message
     }
 
+    /// The value of the first attribute of type `kind` before MESSAGE-INTEGRITY (what the
+    /// integrity covers), if any. The walk is over a message `parse` validated.
+    pub fn attribute(&self, kind: u16) -> Option<&'a [u8]> {
+        let end = self.integrity_at.unwrap_or(self.message.len());
+        let mut at = HEADER_LEN;
+        while at + ATTR_HEADER_LEN <= end {
+            let value_len = usize::from(be16(self.message, at + 2));
+            let value_at = at + ATTR_HEADER_LEN;
+            if be16(self.message, at) == kind {
+                return self.message.get(value_at..value_at + value_len);
+            }
+            at = value_at + ((value_len + 3) & !3);
+        }
+        None
+    }
+
     /// The 14-bit message type.
     pub fn message_type(&self) -> u16 {
         be16(self.message, 0) & 0x3FFF

@@ -74,6 +74,21 @@ fn rfc5769_2_1_sample_request() {
 }
 
 #[test]
+fn rfc5769_2_1_attributes_before_the_integrity_are_found_by_type() {
+    let msg = sample_request();
+    let view = StunView::parse(&msg).unwrap();
+    assert_eq!(view.attribute(attr::PRIORITY), Some(&hex("6e0001ff")[..]));
+    assert_eq!(view.attribute(attr::USERNAME), Some(&b"evtj:h6vY"[..]));
+    assert_eq!(
+        view.attribute(attr::ICE_CONTROLLED).map(<[u8]>::len),
+        Some(8)
+    );
+    assert_eq!(view.attribute(attr::USE_CANDIDATE), None);
+    // FINGERPRINT follows MESSAGE-INTEGRITY: not covered, not returned.
+    assert_eq!(view.attribute(attr::FINGERPRINT), None);
+}
+
+#[test]
 fn rfc5769_2_1_sample_request_reencodes_identically() {
     let msg = sample_request();
     let mut buf = [0xa5u8; 128];

@@ -12,6 +12,8 @@ use str0m::media::{Frequency, MediaTime, Mid, Pt};
 use str0m::net::{Protocol, Receive, Transmit};
 use str0m::{Candidate, Event, IceConnectionState, IceCreds, Input, Output, Rtc};
 
+use ufrag_common::stun::{METHOD_BINDING, StunClass, StunView, StunWriter, attr};
+
 use crate::metrics::{DropReason, EndReason};
 use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
 use crate::worker::SignalError;
@@ -52,6 +54,10 @@ pub struct Session {
     relay: Option<SocketAddr>,
     /// Set once the session has failed; `poll_output` reports it next.
     ended: Option<EndReason>,
+    /// The server ICE password: what the client's checks are signed with.
+    local_password: String,
+    /// A path has been nominated (by the client, or by [`Session::nominate_checked_path`]).
+    nominated: bool,
 }
 
 impl Session {
@@ -65,6 +71,7 @@ impl Session {
         advertise: SocketAddr,
         now: Instant,
     ) -> Result<(Session, String), SignalError> {
+        let local_password = local.pass.clone();
         let mut rtc = Rtc::builder()
             .set_ice_lite(true)
             .set_local_ice_credentials(local)
@@ -96,6 +103,8 @@ impl Session {
             pending_events: Vec::new(),
             relay: None,
             ended: None,
+            local_password,
+            nominated: false,
         };
         Ok((session, answer))
     }
@@ -126,7 +135,53 @@ impl Session {
             self.relay = relay;
         }
         self.last_receive = now;
+        if !self.nominated {
+            self.nominate_checked_path(now, client, local, payload);
+        }
         Ok(())
+    }
+
+    /// Makes the path of the first authenticated check the send path at once. ICE-lite
+    /// servers in production send on the path of the first valid check; str0m's lite
+    /// agent waits for the client's USE-CANDIDATE, which Chromium sends one check
+    /// interval (about 50 ms) later, and holds its DTLS flight until then. So the
+    /// client's first valid Binding Request goes to str0m once more, as a transaction of
+    /// our own with USE-CANDIDATE added and signed again with the server password. The
+    /// client nominates as it likes later on, and str0m follows it; it discards the
+    /// answer to a transaction it did not start (RFC 8489 §6.3).
+    fn nominate_checked_path(
+        &mut self,
+        now: Instant,
+        client: SocketAddr,
+        local: SocketAddr,
+        payload: &[u8],
+    ) {
+        let Ok(check) = StunView::parse(payload) else {
+            return;
+        };
+        if !check.is_binding_request() {
+            return;
+        }
+        if check.attribute(attr::USE_CANDIDATE).is_some() {
+            self.nominated = true; // the client has nominated itself
+            return;
+        }
+        if check
+            .verify_integrity(self.local_password.as_bytes())
+            .is_err()
+        {
+            return;
+        }
+        let mut buf = [0u8; 512];
+        let Some(len) = nomination_of(&check, self.local_password.as_bytes(), &mut buf) else {
+            return;
+        };
+        let Ok(receive) = Receive::new(Protocol::Udp, client, local, &buf[..len]) else {
+            return;
+        };
+        if self.rtc.handle_input(Input::Receive(now, receive)).is_ok() {
+            self.nominated = true;
+        }
     }
 
     /// Time has passed: str0m's timers (ICE, DTLS retransmits, RTCP) run.
@@ -164,6 +219,8 @@ impl Session {
 
     /// New ICE credentials on both sides (an ICE restart).
     pub fn restart_ice(&mut self, local: IceCreds, remote: IceCreds) {
+        self.local_password.clone_from(&local.pass);
+        self.nominated = false;
         let mut api = self.rtc.direct_api();
         api.set_local_ice_credentials(local);
         api.set_remote_ice_credentials(remote);
@@ -266,6 +323,28 @@ impl Session {
             _ => None,
         }
     }
+}
+
+/// `check` as a nomination: the same USERNAME, PRIORITY and role attribute, plus
+/// USE-CANDIDATE, under a transaction id of our own, signed with `password`. `None` if
+/// the check lacks an attribute a request needs or `buf` is too small.
+fn nomination_of(check: &StunView<'_>, password: &[u8], buf: &mut [u8]) -> Option<usize> {
+    let username = check.attribute(attr::USERNAME)?;
+    let priority = check.attribute(attr::PRIORITY)?;
+    let (role, tie_breaker) = [attr::ICE_CONTROLLING, attr::ICE_CONTROLLED]
+        .into_iter()
+        .find_map(|role| Some((role, check.attribute(role)?)))?;
+    let mut transaction = *check.transaction_id();
+    transaction[11] ^= 0xff; // not the client's: its answer must not settle the client's
+    let mut w = StunWriter::new(buf, METHOD_BINDING, StunClass::Request, &transaction).ok()?;
+    w.attribute(attr::USERNAME, username)
+        .and_then(|w| w.attribute(attr::PRIORITY, priority))
+        .and_then(|w| w.attribute(role, tie_breaker))
+        .and_then(|w| w.attribute(attr::USE_CANDIDATE, &[]))
+        .and_then(|w| w.integrity(password))
+        .and_then(|w| w.fingerprint())
+        .ok()?;
+    Some(w.finish())
 }
 
 /// Makes an ICE-lite answer complete in every m-section: each section that is not
@@ -548,6 +627,59 @@ mod tests {
             assert!(section.contains("typ host"), "{section}");
             assert!(section.contains("a=end-of-candidates"), "{section}");
         }
+    }
+
+    /// The STUN answers (binding success) the session sends right after `input`,
+    /// by transaction id.
+    fn answers_after(session: &mut Session, input: &[u8], now: Instant) -> Vec<[u8; 12]> {
+        session
+            .handle_receive(now, CLIENT, VIP, Some(RELAY), input)
+            .unwrap();
+        let mut answers = vec![];
+        while let SessionOutput::Transmit(t) = session.poll_output() {
+            if let Ok(view) = StunView::parse(&t.contents) {
+                answers.push(*view.transaction_id());
+            }
+        }
+        answers
+    }
+
+    #[test]
+    fn the_first_valid_check_is_nominated_at_once_and_only_a_valid_one() {
+        let now = Instant::now();
+        let (mut client, _, offer, _) = client_offer(now);
+        let client_ufrag = client.direct_api().local_ice_credentials().ufrag;
+        let creds = server_credentials();
+        let (mut session, _) = Session::accept(9, offer, creds.clone(), VIP, now).unwrap();
+        let check = |password: &[u8], txid: [u8; 12]| {
+            let mut buf = [0u8; 512];
+            let n = ufrag_common::stun::write_binding_request(
+                &mut buf,
+                &txid,
+                creds.ufrag.as_bytes(),
+                client_ufrag.as_bytes(),
+                password,
+            )
+            .unwrap();
+            buf[..n].to_vec()
+        };
+        // Signed with the wrong password: not answered, nothing nominated.
+        let forged = check(b"not-the-server-password", [1; 12]);
+        assert_eq!(
+            answers_after(&mut session, &forged, now),
+            Vec::<[u8; 12]>::new()
+        );
+        assert!(!session.nominated);
+        // A valid check without USE-CANDIDATE: answered, and nominated on the client's
+        // behalf (str0m answers our own transaction too).
+        let valid = check(creds.pass.as_bytes(), [2; 12]);
+        let mut ours = [2; 12];
+        ours[11] ^= 0xff;
+        assert_eq!(answers_after(&mut session, &valid, now), [[2; 12], ours]);
+        assert!(session.nominated);
+        // Once nominated, later checks are just answered.
+        let again = check(creds.pass.as_bytes(), [3; 12]);
+        assert_eq!(answers_after(&mut session, &again, now), [[3; 12]]);
     }
 
     #[test]
