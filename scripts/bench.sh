@@ -6,7 +6,8 @@
 #   3. flow-table memory per flow and for 1M flows;
 #   4. loopback forwarding: relay-mio with 1 and 2 workers against a bare
 #      recvmmsg/sendmmsg forwarder, in one run (report in target/perf/loopback.md);
-#   5. WebRTC sessions through relay-mio and direct: setup times and echo capacity of one
+#   5. WebRTC sessions through relay-mio and direct: setup times of str0m clients and of
+#      headless Chromium (timeline, ping RTT, echo ratio), and echo capacity of one
 #      transceiver worker (report in target/perf/sessions.md);
 #   6. side by side on the netns testbed: direct path, bare forwarder, relay-mio and
 #      relay-afxdp in each mode (report in target/perf/compare.md; needs root).
@@ -15,6 +16,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# perf sessions runs headless Chromium on the demo page.
+if ! command -v chromium >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+fi
 if ! command -v valgrind >/dev/null; then
   apt-get update -qq && apt-get install -y -qq valgrind
 fi

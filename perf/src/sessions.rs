@@ -1,10 +1,12 @@
-//! Session-level measurements with real WebRTC peers (str0m clients): setup time from
-//! the signaling POST to ICE+DTLS connected and to the first echoed audio packet, and how
-//! many concurrent echo sessions one transceiver worker carries with under 1 % audio loss.
+//! Session-level measurements with real WebRTC peers: setup time from the signaling
+//! POST to ICE+DTLS connected and to the first echoed audio packet for str0m clients and
+//! for headless Chromium on the demo page (with ping RTT and echo ratio), and how many
+//! concurrent echo sessions one transceiver worker carries with under 1 % audio loss.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
+use testkit::browser::{Chromium, ReportListener};
 use testkit::http::request as http_request;
 use testkit::webrtc_client::Client;
 
@@ -15,6 +17,64 @@ pub struct Setup {
     pub connected: Duration,
     /// POST → first echoed audio packet.
     pub first_echo: Duration,
+}
+
+/// What the demo page reported for one Chromium session (milliseconds from the POST).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BrowserRun {
+    /// POST → ICE connected.
+    pub ice_ms: f64,
+    /// POST → DTLS connected (the peer connection `connected`).
+    pub dtls_ms: f64,
+    /// POST → first echoed audio packet.
+    pub first_echo_ms: f64,
+    /// Ping round trips over the `events` channel, the first second included.
+    pub rtt_p50_ms: f64,
+    /// The 99th percentile of those.
+    pub rtt_p99_ms: f64,
+    /// Echoed audio packets over sent ones.
+    pub echoed: f64,
+}
+
+/// One Chromium session on the demo page at `http`, talking for `talk`: what the page
+/// reported, or why there is no report.
+pub fn browser_session(http: SocketAddr, talk: Duration) -> Result<BrowserRun, String> {
+    let listener =
+        ReportListener::bind(None, Ipv4Addr::LOCALHOST.into()).map_err(|e| e.to_string())?;
+    let url = format!(
+        "http://{http}/?auto={}&report={}",
+        talk.as_secs_f64(),
+        listener.url()
+    );
+    let mut chromium = Chromium::open(None, &url).map_err(|e| e.to_string())?;
+    let body = listener
+        .receive(talk + Duration::from_secs(30), || {
+            chromium.child.exit_report()
+        })
+        .map_err(|e| e.to_string())?;
+    let report: serde_json::Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+    if let Some(error) = report.get("error") {
+        return Err(format!("the page failed: {error}"));
+    }
+    let number = |key: &str| {
+        report[key]
+            .as_f64()
+            .ok_or_else(|| format!("no {key} in {report}"))
+    };
+    Ok(BrowserRun {
+        ice_ms: number("ice_connected_ms")?,
+        dtls_ms: number("dtls_connected_ms")?,
+        first_echo_ms: number("first_echo_ms")?,
+        rtt_p50_ms: number("rtt_p50_ms")?,
+        rtt_p99_ms: number("rtt_p99_ms")?,
+        echoed: number("audio_received_later")? / number("audio_sent")?.max(1.0),
+    })
+}
+
+/// The median of `values` (0 for none).
+pub fn median(values: &mut [f64]) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied().unwrap_or(0.0)
 }
 
 /// Runs `count` sessions one after the other against the signaling endpoint `http`,

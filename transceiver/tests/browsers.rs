@@ -14,8 +14,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::io::Read;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use support::*;
 use testkit::OwnedChild;
-use testkit::netns::in_netns;
+use testkit::browser::{Chromium, ReportListener};
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::{require_root, start_relay};
 
@@ -31,16 +31,6 @@ use testkit::testbed::tools::{require_root, start_relay};
 const SECONDS: u32 = 4;
 /// How long a client may take to report, all included.
 const REPORT_WAIT: Duration = Duration::from_secs(60);
-
-/// `program` on `PATH`, or a failure saying who installs it.
-fn installed(program: &str, installer: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .into_iter()
-        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
-        .map(|dir| dir.join(program))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("`{program}` is not installed: {installer} installs it"))
-}
 
 /// The Python of the aiortc virtualenv.
 fn aiortc_python() -> PathBuf {
@@ -61,125 +51,25 @@ fn aiortc_python() -> PathBuf {
     path
 }
 
-/// A one-shot HTTP listener the demo page POSTs its result to.
-struct ReportListener {
-    listener: TcpListener,
-}
-
-impl ReportListener {
-    fn bind(ns: Option<&str>, ip: std::net::IpAddr) -> ReportListener {
-        let listener = in_netns(ns, move || TcpListener::bind((ip, 0)))
-            .unwrap()
-            .unwrap();
-        listener.set_nonblocking(true).unwrap();
-        ReportListener { listener }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/", self.listener.local_addr().unwrap())
-    }
-
-    /// The JSON body of the first POST (answered 204), waiting at most [`REPORT_WAIT`]
-    /// and only while `gone` does not report the client's exit; `watch` runs on every
-    /// wait.
-    fn receive(
-        &self,
-        mut gone: impl FnMut() -> Option<String>,
-        watch: &mut SessionWatch<'_>,
-    ) -> Value {
-        let deadline = Instant::now() + REPORT_WAIT;
-        let stream = loop {
-            match self.listener.accept() {
-                Ok((stream, _)) => break stream,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    watch.sample();
-                    if let Some(why) = gone() {
-                        panic!("the client exited without reporting: {why}");
-                    }
-                    assert!(
-                        Instant::now() < deadline,
-                        "no report within {REPORT_WAIT:?}"
-                    );
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Err(e) => panic!("accepting the report: {e}"),
-            }
-        };
-        stream.set_nonblocking(false).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        let mut reader = BufReader::new(&stream);
-        let mut length = 0;
-        loop {
-            let mut line = String::new();
-            reader.read_line(&mut line).unwrap();
-            if line.trim().is_empty() {
-                break;
-            }
-            if let Some((name, value)) = line.split_once(':')
-                && name.eq_ignore_ascii_case("content-length")
-            {
-                length = value.trim().parse().unwrap();
-            }
-        }
-        let mut body = vec![0; length];
-        reader.read_exact(&mut body).unwrap();
-        let _ = (&stream).write_all(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
-        serde_json::from_slice(&body).unwrap_or_else(|e| {
-            panic!(
-                "report is not JSON ({e}): {}",
-                String::from_utf8_lossy(&body)
-            )
+/// The page's report at `listener`, sampling `watch` while waiting; fails if the
+/// browser exits first.
+fn report_of(
+    listener: &ReportListener,
+    chromium: &mut Chromium,
+    watch: &mut SessionWatch<'_>,
+) -> Value {
+    let body = listener
+        .receive(REPORT_WAIT, || {
+            watch.sample();
+            chromium.child.exit_report()
         })
-    }
-}
-
-/// Headless Chromium on `url`, with a fake microphone granted without asking; its
-/// profile directory goes with it.
-struct Chromium {
-    child: OwnedChild,
-    profile: PathBuf,
-}
-
-impl Chromium {
-    fn open(host: Option<&testkit::testbed::Host>, url: &str) -> Chromium {
-        let chromium = installed("chromium", "scripts/test.sh (apt-get install chromium)");
-        let profile =
-            std::env::temp_dir().join(format!("chromium-{}-{}", std::process::id(), unique_ip()));
-        let origin = url.split("/?").next().unwrap().to_string();
-        let mut command = match host {
-            Some(h) => h.command(chromium.to_str().unwrap()),
-            None => Command::new(&chromium),
-        };
-        command
-            .args([
-                "--headless=new",
-                "--no-sandbox", // root in CI
-                "--disable-gpu",
-                "--no-first-run",
-                "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream",
-                "--allow-loopback-in-peer-connection",
-            ])
-            // getUserMedia needs a secure context; loopback is one, a testbed address is not.
-            .arg(format!(
-                "--unsafely-treat-insecure-origin-as-secure={origin}"
-            ))
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(url)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let child = OwnedChild::spawn(&mut command).expect("chromium starts");
-        Chromium { child, profile }
-    }
-}
-
-impl Drop for Chromium {
-    fn drop(&mut self) {
-        self.child.stop();
-        let _ = std::fs::remove_dir_all(&self.profile);
-    }
+        .expect("the page reports");
+    serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!(
+            "report is not JSON ({e}): {}",
+            String::from_utf8_lossy(&body)
+        )
+    })
 }
 
 /// What every client's report must show: connected, every ping answered, audio echoed,
@@ -274,15 +164,15 @@ impl<'a> SessionWatch<'a> {
 fn chromium_runs_the_demo_page_through_relay_mio() {
     let relay = TestRelay::start(&[]);
     let xcvr = Transceiver::start(Some(relay.vip), &[]);
-    let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into());
+    let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
     let url = format!(
         "http://{}/?auto={SECONDS}&report={}",
         xcvr.http,
         report.url()
     );
-    let mut chromium = Chromium::open(None, &url);
+    let mut chromium = Chromium::open(None, &url).unwrap();
     let mut watch = SessionWatch::new(|| xcvr.metrics_text());
-    let result = report.receive(|| chromium.child.exit_report(), &mut watch);
+    let result = report_of(&report, &mut chromium, &mut watch);
     assert_talked(&result, "chromium");
     assert_echoed_while_talking(&result, "chromium");
     watch.assert_no_drops_then_deleted();
@@ -379,16 +269,16 @@ fn chromium_with_two_addresses_loses_nothing_at_session_start() {
         Duration::from_secs(10),
         || xcvr.exit_report(),
     );
-    let report = ReportListener::bind(Some(&bed.client.ns), bed.client.addr.into());
+    let report = ReportListener::bind(Some(&bed.client.ns), bed.client.addr.into()).unwrap();
     let url = format!("http://{http}/?auto={SECONDS}&report={}", report.url());
-    let mut chromium = Chromium::open(Some(&bed.client), &url);
+    let mut chromium = Chromium::open(Some(&bed.client), &url).unwrap();
     let ns = bed.transceiver.ns.clone();
     let mut watch = SessionWatch::new(move || {
         testkit::http::get(Some(&ns), http, "/metrics")
             .map(|(_, body)| body)
             .unwrap_or_default()
     });
-    let result = report.receive(|| chromium.child.exit_report(), &mut watch);
+    let result = report_of(&report, &mut chromium, &mut watch);
     assert_talked(&result, "chromium (two addresses)");
     assert_echoed_while_talking(&result, "chromium (two addresses)");
     watch.assert_no_drops_then_deleted();

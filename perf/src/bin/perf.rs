@@ -101,6 +101,12 @@ enum Cmd {
         /// How long every client talks in each capacity step.
         #[arg(long, default_value = "5s", value_parser = humantime_duration)]
         talk: Duration,
+        /// Chromium sessions per path (one after the other; 0: none).
+        #[arg(long, default_value_t = 10)]
+        browser_sessions: usize,
+        /// How long each Chromium session talks (pings every 50 ms, from the start).
+        #[arg(long, default_value = "10s", value_parser = humantime_duration)]
+        browser_talk: Duration,
         /// Where to write the Markdown report.
         #[arg(long, default_value = "target/perf/sessions.md")]
         out: std::path::PathBuf,
@@ -182,8 +188,10 @@ fn main() {
             setups,
             steps,
             talk,
+            browser_sessions,
+            browser_talk,
             out,
-        } => sessions(setups, &steps, talk, &out),
+        } => sessions(setups, &steps, talk, (browser_sessions, browser_talk), &out),
         Cmd::Compare { search, only, out } => compare(&search, &only, &out),
         Cmd::FakeTransceiver { bind, max, idle } => {
             let echoed =
@@ -252,8 +260,14 @@ fn start_transceiver(
     child
 }
 
-fn sessions(setups: usize, steps: &[usize], talk: Duration, out: &std::path::Path) {
-    use perf::sessions::{load_step, quantile_ms, setup_times};
+fn sessions(
+    setups: usize,
+    steps: &[usize],
+    talk: Duration,
+    (browsers, browser_talk): (usize, Duration),
+    out: &std::path::Path,
+) {
+    use perf::sessions::{browser_session, load_step, median, quantile_ms, setup_times};
     use std::fmt::Write as _;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let limit = Duration::from_secs(10);
@@ -310,6 +324,48 @@ fn sessions(setups: usize, steps: &[usize], talk: Duration, out: &std::path::Pat
             }
             Err(e) => {
                 let _ = writeln!(report, "| {name} | failed: {e} | | |");
+            }
+        }
+    }
+    let _ = writeln!(
+        report,
+        "\n## Headless Chromium on the demo page\n\n{browsers} sessions per path, one after the \
+         other, each talking {browser_talk:?} with the fake microphone and a ping every 50 ms over \
+         `events` from the moment it opens; medians over the sessions (RTT percentiles are each \
+         session's own, the first second included).\n"
+    );
+    let _ = writeln!(
+        report,
+        "| path | sessions | POST → ICE ms | POST → DTLS ms | POST → first echo ms | ping RTT p50 / p99 ms | echoed |"
+    );
+    let _ = writeln!(report, "|---|---:|---:|---:|---:|---|---:|");
+    for (name, http) in [("through relay-mio", relayed_http), ("direct", direct_http)] {
+        if browsers == 0 {
+            break;
+        }
+        eprintln!("chromium sessions {name}…");
+        let runs: Result<Vec<_>, String> = (0..browsers)
+            .map(|_| browser_session(http, browser_talk))
+            .collect();
+        match runs {
+            Ok(runs) => {
+                let of = |f: fn(&perf::sessions::BrowserRun) -> f64| {
+                    median(&mut runs.iter().map(f).collect::<Vec<_>>())
+                };
+                let _ = writeln!(
+                    report,
+                    "| {name} | {} | {:.0} | {:.0} | {:.0} | {:.1} / {:.1} | {:.3} |",
+                    runs.len(),
+                    of(|r| r.ice_ms),
+                    of(|r| r.dtls_ms),
+                    of(|r| r.first_echo_ms),
+                    of(|r| r.rtt_p50_ms),
+                    of(|r| r.rtt_p99_ms),
+                    of(|r| r.echoed),
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(report, "| {name} | failed: {e} | | | | | |");
             }
         }
     }
