@@ -5,7 +5,8 @@
 //
 // `?auto=SECONDS&report=URL` runs one session without a click for SECONDS, ends it with
 // DELETE, and POSTs the result (JSON, the fields of `result` below) to URL: how the
-// browser tests drive a real Chromium through this very page.
+// browser tests drive a real Chromium through this very page. `&end=none` leaves the
+// session running (no DELETE, no close) for a test that then closes the browser.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -191,6 +192,7 @@ async function stop() {
     audio_received_later: after.received,
     path: after.path,
   });
+  if (params.get("end") === "none") return result; // the test closes the browser itself
   // DELETE first: closing the peer connection first would end the session by its DTLS
   // close alert, and DELETE would find nothing (404).
   result.delete_status = (await fetch(location, { method: "DELETE" })).status;

@@ -4,6 +4,9 @@
 //! ICE and DTLS connected, every ping over `events` answered, audio echoed, no datagram
 //! of the session dropped as `no_session`, and DELETE ending the session.
 //!
+//! A page left open keeps its session alive past the idle timeout; a browser killed
+//! without a word ends it as `idle`.
+//!
 //! Chromium also runs in the netns testbed with two IPv4 addresses, checking from both
 //! (the common case for real users: Wi-Fi and VPN, IPv4 and IPv6): media from either
 //! must reach the session from the start.
@@ -176,6 +179,37 @@ fn chromium_runs_the_demo_page_through_relay_mio() {
     assert_talked(&result, "chromium");
     assert_echoed_while_talking(&result, "chromium");
     watch.assert_no_drops_then_deleted();
+}
+
+/// The page talks for twice the idle timeout (media and consent checks keep the session
+/// alive), then the browser is killed without a word: the session ends as `idle`.
+#[test]
+fn a_closed_page_ends_its_session_as_idle_and_an_open_one_lives_on() {
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--idle-timeout", "2s"]);
+    let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+    let url = format!(
+        "http://{}/?auto=4&end=none&report={}",
+        xcvr.http,
+        report.url()
+    );
+    let mut chromium = Chromium::open(None, &url).unwrap();
+    let mut watch = SessionWatch::new(|| xcvr.metrics_text());
+    let result = report_of(&report, &mut chromium, &mut watch);
+    assert!(result.get("error").is_none(), "{result}");
+    assert!(result["pongs"].as_u64().unwrap() > 0, "{result}");
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_sessions_active"),
+        1.0,
+        "alive after twice the idle timeout: {result}"
+    );
+    drop(chromium); // SIGKILL: no DTLS close, no DELETE
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while xcvr.metric("ufrag_transceiver_sessions_ended_total{reason=\"idle\"}") < 1.0 {
+        assert!(Instant::now() < deadline, "the session never ended as idle");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(xcvr.metric("ufrag_transceiver_sessions_active"), 0.0);
 }
 
 fn aiortc_through_relay_mio(policy: &str) {
