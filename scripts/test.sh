@@ -26,11 +26,13 @@ if ! command -v node >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
 fi
 
-# The browser tests run headless Chromium from Debian and aiortc from PyPI.
-if ! command -v chromium >/dev/null; then
-  echo "== installing chromium"
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-fi
+# The browser tests run headless Chromium and Firefox ESR from Debian, aiortc from PyPI.
+for browser in chromium firefox-esr; do
+  if ! command -v "$browser" >/dev/null; then
+    echo "== installing $browser"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$browser" >/dev/null
+  fi
+done
 if ! python3 -c 'import ensurepip' 2>/dev/null; then
   echo "== installing python3-venv"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null

@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use testkit::browser::{Chromium, ReportListener};
+use testkit::browser::{Browser, Engine, ReportListener};
 use testkit::http::request as http_request;
 use testkit::webrtc_client::Client;
 
@@ -46,7 +46,7 @@ pub fn browser_session(http: SocketAddr, talk: Duration) -> Result<BrowserRun, S
         talk.as_secs_f64(),
         listener.url()
     );
-    let mut chromium = Chromium::open(None, &url).map_err(|e| e.to_string())?;
+    let mut chromium = Browser::open(Engine::Chromium, None, &url).map_err(|e| e.to_string())?;
     let body = listener
         .receive(talk + Duration::from_secs(30), || {
             chromium.child.exit_report()

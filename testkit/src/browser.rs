@@ -1,6 +1,6 @@
-//! Headless Chromium (Debian's `chromium`) running the transceiver's demo page
-//! unattended (`/?auto=SECONDS&report=URL`), and the one-shot listener the page POSTs its
-//! JSON result to. Used by the browser tests and by `perf sessions`.
+//! Headless browsers (Debian's `chromium` and `firefox-esr`) running the transceiver's
+//! demo page unattended (`/?auto=SECONDS&report=URL`), and the one-shot listener the page
+//! POSTs its JSON result to. Used by the browser tests and by `perf sessions`.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{IpAddr, TcpListener};
@@ -101,53 +101,97 @@ impl ReportListener {
     }
 }
 
-/// Headless Chromium on a URL, with a fake microphone granted without asking; killed,
+/// A browser we did not write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    /// Debian's `chromium`.
+    Chromium,
+    /// Debian's `firefox-esr`.
+    Firefox,
+}
+
+/// A headless browser on a URL, with a fake microphone granted without asking; killed,
 /// and its profile directory removed, on drop.
 #[derive(Debug)]
-pub struct Chromium {
+pub struct Browser {
     /// The browser process.
     pub child: OwnedChild,
     profile: PathBuf,
 }
 
-impl Chromium {
-    /// Opens `url` (in `host`'s namespace when given).
-    pub fn open(host: Option<&Host>, url: &str) -> io::Result<Chromium> {
-        let chromium = installed("chromium", "scripts/test.sh (apt-get install chromium)")?;
+/// Firefox preferences for an unattended run: a fake microphone without a prompt,
+/// getUserMedia on plain HTTP (the testbed's origins are not secure contexts), loopback
+/// ICE candidates, and nothing that phones home.
+const FIREFOX_PREFS: &str = r#"user_pref("media.navigator.streams.fake", true);
+user_pref("media.navigator.permission.disabled", true);
+user_pref("media.devices.insecure.enabled", true);
+user_pref("media.getusermedia.insecure.enabled", true);
+user_pref("media.peerconnection.ice.loopback", true);
+user_pref("browser.shell.checkDefaultBrowser", false);
+user_pref("datareporting.policy.dataSubmissionEnabled", false);
+user_pref("toolkit.telemetry.enabled", false);
+"#;
+
+impl Browser {
+    /// Opens `url` in `engine` (in `host`'s namespace when given).
+    pub fn open(engine: Engine, host: Option<&Host>, url: &str) -> io::Result<Browser> {
         let profile = std::env::temp_dir().join(format!(
-            "chromium-{}-{}",
+            "browser-{}-{}",
             std::process::id(),
             crate::addr::unique_ip()
         ));
-        let origin = url.split("/?").next().unwrap_or(url).to_string();
+        let (program, args) = match engine {
+            Engine::Chromium => {
+                let origin = url.split("/?").next().unwrap_or(url);
+                let args = vec![
+                    "--headless=new".to_string(),
+                    "--no-sandbox".into(), // root in CI
+                    "--disable-gpu".into(),
+                    "--no-first-run".into(),
+                    "--use-fake-ui-for-media-stream".into(),
+                    "--use-fake-device-for-media-stream".into(),
+                    "--allow-loopback-in-peer-connection".into(),
+                    // getUserMedia needs a secure context; loopback is one, a testbed
+                    // address is not.
+                    format!("--unsafely-treat-insecure-origin-as-secure={origin}"),
+                    format!("--user-data-dir={}", profile.display()),
+                    url.into(),
+                ];
+                let program = installed("chromium", "scripts/test.sh (apt-get install chromium)")?;
+                (program, args)
+            }
+            Engine::Firefox => {
+                std::fs::create_dir_all(&profile)?;
+                std::fs::write(profile.join("user.js"), FIREFOX_PREFS)?;
+                let args = vec![
+                    "--headless".to_string(),
+                    "--no-remote".into(),
+                    "--profile".into(),
+                    profile.display().to_string(),
+                    url.into(),
+                ];
+                let program = installed(
+                    "firefox-esr",
+                    "scripts/test.sh (apt-get install firefox-esr)",
+                )?;
+                (program, args)
+            }
+        };
         let mut command = match host {
-            Some(h) => h.command(&chromium.to_string_lossy()),
-            None => Command::new(&chromium),
+            Some(h) => h.command(&program.to_string_lossy()),
+            None => Command::new(&program),
         };
         command
-            .args([
-                "--headless=new",
-                "--no-sandbox", // root in CI
-                "--disable-gpu",
-                "--no-first-run",
-                "--use-fake-ui-for-media-stream",
-                "--use-fake-device-for-media-stream",
-                "--allow-loopback-in-peer-connection",
-            ])
-            // getUserMedia needs a secure context; loopback is one, a testbed address is not.
-            .arg(format!(
-                "--unsafely-treat-insecure-origin-as-secure={origin}"
-            ))
-            .arg(format!("--user-data-dir={}", profile.display()))
-            .arg(url)
+            .args(&args)
+            .env("MOZ_HEADLESS", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let child = OwnedChild::spawn(&mut command)?;
-        Ok(Chromium { child, profile })
+        Ok(Browser { child, profile })
     }
 }
 
-impl Drop for Chromium {
+impl Drop for Browser {
     fn drop(&mut self) {
         self.child.stop();
         let _ = std::fs::remove_dir_all(&self.profile);
