@@ -391,17 +391,20 @@ fn sessions(
     );
     let _ = writeln!(
         report,
-        "| sessions | connected | audio sent | echoes received | loss | transceiver worker CPU | relay worker CPU | load client CPU ({client_threads} thread(s), sum) |"
+        "| sessions | connected | audio sent | echoes received | loss | transceiver worker CPU | relay worker CPU | load client CPU ({client_threads} thread(s), sum) | machine busy |"
     );
-    let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(report, "|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut client_bound = false;
+    let mut machine_bound = false;
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let ips: Vec<Ipv4Addr> = (70..80).map(loopback_ip).collect();
     let mut best = 0;
     for &n in steps {
         eprintln!("capacity: {n} sessions…");
-        let (xcvr_before, relay_before, t0) = (
+        let (xcvr_before, relay_before, machine_before, t0) = (
             cpu_seconds(relayed.0.id(), Some("xcvr-w")),
             cpu_seconds(_relay.0.id(), Some("relay-w")),
+            perf::load::machine_busy_seconds(),
             Instant::now(),
         );
         let step = load_step(relayed_http, &ips, n, talk, client_threads);
@@ -409,10 +412,12 @@ fn sessions(
         let xcvr_cpu = (cpu_seconds(relayed.0.id(), Some("xcvr-w")) - xcvr_before) / wall * 100.0;
         let relay_cpu = (cpu_seconds(_relay.0.id(), Some("relay-w")) - relay_before) / wall * 100.0;
         let client_cpu = step.client_cpu_seconds / wall * 100.0;
+        let machine = (perf::load::machine_busy_seconds() - machine_before) / wall / cpus * 100.0;
         client_bound = client_cpu >= 90.0 * client_threads as f64 && xcvr_cpu < 90.0;
+        machine_bound = machine >= 90.0 && xcvr_cpu < 90.0;
         let _ = writeln!(
             report,
-            "| {} | {} | {} | {} | {:.2} % | {xcvr_cpu:.0} % | {relay_cpu:.0} % | {client_cpu:.0} % |",
+            "| {} | {} | {} | {} | {:.2} % | {xcvr_cpu:.0} % | {relay_cpu:.0} % | {client_cpu:.0} % | {machine:.0} % |",
             step.sessions,
             step.connected,
             step.sent,
@@ -437,6 +442,19 @@ fn sessions(
              not its measure."
         );
     }
+    if machine_bound {
+        let _ = writeln!(
+            report,
+            "\n**The machine was the limit** at the last step: all its CPUs near busy (workers, \
+             clients and the kernel's loopback traffic share them) while the transceiver worker \
+             was not: it could not get the CPU it needed."
+        );
+    }
+    let _ = writeln!(
+        report,
+        "\nCPU shares are averaged over the whole step: signaling, connecting, {talk:?} of talk \
+         and 0.5 s of settling."
+    );
     drop(relayed);
     write_report(out, &report, None);
 }
