@@ -274,6 +274,18 @@ impl RelayConfig {
             ));
         }
         for (i, vip) in vips.iter().enumerate() {
+            // A wildcard VIP cannot work: the frame tells the transceiver which VIP the
+            // client used (str0m checks it against its candidate), and a reply must leave
+            // from exactly that address; a wildcard socket knows neither.
+            if vip.ip().is_unspecified() {
+                return Err(bad(
+                    "vips",
+                    format!(
+                        "{vip}: a wildcard address cannot be a VIP; name the public address \
+                         clients send to (one --vip per address)"
+                    ),
+                ));
+            }
             if vip.port() == 0 {
                 return Err(bad(
                     "vips",

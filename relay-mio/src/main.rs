@@ -23,7 +23,7 @@ use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
 ///
 /// Example:
 ///   UFRAG_RELAY_HINT_KEYS=1:000102030405060708090a0b0c0d0e0f \
-///   relay-mio --vip 0.0.0.0:3478 --internal-addr 10.0.0.5:40000 \
+///   relay-mio --vip 203.0.113.10:3478 --internal-addr 10.0.0.5:40000 \
 ///             --allow-transceiver-net 10.0.0.0/8
 ///
 /// Then: GET /metrics, /healthz, /readyz on --metrics-addr (default 127.0.0.1:9100).

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use str0m::change::SdpOffer;
+use subtle::ConstantTimeEq;
 
 use crate::metrics::TransceiverMetrics;
 use crate::model::SessionId;
@@ -120,9 +121,16 @@ impl Signaling {
         let Some(token) = &self.token else {
             return true;
         };
+        // Constant time in the token's content: a wrong guess teaches nothing about how
+        // many leading bytes were right.
         request.headers().iter().any(|h| {
             h.field.equiv("Authorization")
-                && h.value.as_str().strip_prefix("Bearer ") == Some(token.as_str())
+                && h.value
+                    .as_str()
+                    .strip_prefix("Bearer ")
+                    .is_some_and(|presented| {
+                        bool::from(presented.as_bytes().ct_eq(token.as_bytes()))
+                    })
         })
     }
 

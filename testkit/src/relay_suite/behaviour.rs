@@ -501,6 +501,27 @@ pub fn a_bad_config_exits_non_zero_naming_the_field(b: &Backend) {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("`hint_keys_file`"));
+
+    // A wildcard VIP cannot work (the frame carries the VIP, replies leave from it).
+    let out = std::process::Command::new(&b.binary)
+        .args(b.outside_testbed_args())
+        .args([
+            "--vip",
+            "0.0.0.0:3478",
+            "--internal-addr",
+            "127.0.0.1:40000",
+            "--allow-transceiver-net",
+            "127.0.0.0/8",
+        ])
+        .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`vips`") && stderr.contains("wildcard"),
+        "{stderr}"
+    );
 }
 
 pub fn help_explains_the_flags(b: &Backend) {
