@@ -13,7 +13,8 @@
 //! | `OPTIONS` (CORS preflight) | `204` with the CORS headers |
 //! | `GET /` | the demo page; `GET /metrics`, `/healthz`, `/readyz` |
 //!
-//! Every answer carries CORS headers so a page on another origin can call the API.
+//! Every answer of the session API (`/v1/sessions…`) carries CORS headers so a page on
+//! another origin can call it; metrics, health and the demo page carry none.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -168,7 +169,13 @@ impl Signaling {
             (_, "/v1/sessions") => text(405, "method not allowed"),
             _ => text(404, "not found"),
         };
-        with_cors(response)
+        // Only the session API is for pages of other origins; metrics, health and the
+        // demo page are not.
+        if path.starts_with("/v1/sessions") {
+            with_cors(response)
+        } else {
+            response
+        }
     }
 
     fn create(&self, request: &mut tiny_http::Request) -> Response {

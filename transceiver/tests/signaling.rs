@@ -88,6 +88,18 @@ fn each_bad_signaling_input_gets_its_status_code() {
             .unwrap()
             .contains("Location")
     );
+    // Metrics and health are not for other origins.
+    for path in ["/metrics", "/readyz", "/healthz"] {
+        let r = http_request(
+            xcvr.http,
+            "GET",
+            path,
+            None,
+            &[("Origin", "https://evil.example")],
+        )
+        .unwrap();
+        assert_eq!(r.header("Access-Control-Allow-Origin"), None, "{path}");
+    }
     assert_eq!(
         xcvr.metric("ufrag_transceiver_sessions_created_total"),
         0.0,
