@@ -467,61 +467,44 @@ pub fn sigterm_turns_readiness_off_keeps_forwarding_during_drain_then_exits_0(b:
 }
 
 pub fn a_bad_config_exits_non_zero_naming_the_field(b: &Backend) {
-    let out = std::process::Command::new(&b.binary)
-        .args(b.outside_testbed_args())
-        .args([
-            "--vip",
-            "127.0.0.1:3478",
-            "--internal-addr",
-            "127.0.0.1:40000",
-            "--allow-transceiver-net",
-            "127.0.0.0/8",
-            "--idle-timeout",
-            "5ms",
-        ])
-        .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let keys = format!("1:{KEY_HEX}");
+    let stderr = refused_config(b, "127.0.0.1:3478", &["--idle-timeout", "5ms"], Some(&keys));
     assert!(stderr.contains("`idle_timeout`"), "{stderr}");
 
-    let out = std::process::Command::new(&b.binary)
-        .args(b.outside_testbed_args())
-        .args([
-            "--vip",
-            "127.0.0.1:3478",
-            "--internal-addr",
-            "127.0.0.1:40000",
-            "--allow-transceiver-net",
-            "127.0.0.0/8",
-        ])
-        .env_remove("UFRAG_RELAY_HINT_KEYS")
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("`hint_keys_file`"));
+    let stderr = refused_config(b, "127.0.0.1:3478", &[], None);
+    assert!(stderr.contains("`hint_keys_file`"), "{stderr}");
 
     // A wildcard VIP cannot work (the frame carries the VIP, replies leave from it).
-    let out = std::process::Command::new(&b.binary)
-        .args(b.outside_testbed_args())
-        .args([
-            "--vip",
-            "0.0.0.0:3478",
-            "--internal-addr",
-            "127.0.0.1:40000",
-            "--allow-transceiver-net",
-            "127.0.0.0/8",
-        ])
-        .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused_config(b, "0.0.0.0:3478", &[], Some(&keys));
     assert!(
         stderr.contains("`vips`") && stderr.contains("wildcard"),
         "{stderr}"
     );
+}
+
+/// Runs the backend outside any testbed with `vip`, otherwise valid flags plus `extra`
+/// and the hint keys (none when `None`); asserts that it refuses to start with exit
+/// code 2 and returns its stderr.
+fn refused_config(b: &Backend, vip: &str, extra: &[&str], hint_keys: Option<&str>) -> String {
+    let mut cmd = std::process::Command::new(&b.binary);
+    cmd.args(b.outside_testbed_args())
+        .args([
+            "--vip",
+            vip,
+            "--internal-addr",
+            "127.0.0.1:40000",
+            "--allow-transceiver-net",
+            "127.0.0.0/8",
+        ])
+        .args(extra);
+    match hint_keys {
+        Some(keys) => cmd.env("UFRAG_RELAY_HINT_KEYS", keys),
+        None => cmd.env_remove("UFRAG_RELAY_HINT_KEYS"),
+    };
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    stderr
 }
 
 pub fn help_explains_the_flags(b: &Backend) {

@@ -1,12 +1,11 @@
 //! End-to-end harness: an in-process relay-mio (real sockets, real worker threads) and
 //! the transceiver binary as a child process; the str0m client peer and the HTTP client
-//! come from `transceiver::client`.
+//! come from `testkit` (`webrtc_client`, `http`).
 #![allow(dead_code, unreachable_pub)]
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 
-use std::time::{Duration, Instant};
 use testkit::OwnedChild;
 
 use relay_mio::relay::{Relay, Running};
@@ -123,21 +122,20 @@ impl Transceiver {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let child = OwnedChild::spawn(&mut cmd).expect("the transceiver starts");
-        let t = Transceiver {
+        let mut t = Transceiver {
             child,
             http,
             worker,
             log,
         };
-        let deadline = Instant::now() + WAIT;
-        while http_request(t.http, "GET", "/readyz", None, &[]).map(|r| r.status) != Some(200) {
-            assert!(
-                Instant::now() < deadline,
-                "transceiver not ready: {}",
-                t.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let log = t.log.clone();
+        testkit::http::wait_ready(None, t.http, "the transceiver", WAIT, || {
+            let why = t.child.exit_report()?;
+            Some(format!(
+                "{why}\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            ))
+        });
         t
     }
 
