@@ -26,6 +26,8 @@ pub struct Setup {
 /// What the demo page reported for one Chromium session (milliseconds from the POST).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct BrowserRun {
+    /// POST → the answer applied (`setRemoteDescription` resolved).
+    pub answer_ms: f64,
     /// POST → ICE connected.
     pub ice_ms: f64,
     /// POST → DTLS connected (the peer connection `connected`).
@@ -66,6 +68,7 @@ pub fn browser_session(http: SocketAddr, talk: Duration) -> Result<BrowserRun, S
             .ok_or_else(|| format!("no {key} in {report}"))
     };
     Ok(BrowserRun {
+        answer_ms: number("answer_ms")?,
         ice_ms: number("ice_connected_ms")?,
         dtls_ms: number("dtls_connected_ms")?,
         first_echo_ms: number("first_echo_ms")?,

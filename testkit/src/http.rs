@@ -81,6 +81,21 @@ pub fn get(ns: Option<&str>, addr: SocketAddr, path: &str) -> Option<(u16, Strin
     request_in(ns, addr, "GET", path, None, &[]).map(|r| (r.status, r.body))
 }
 
+/// The sum of the Prometheus text-format series in `text` whose line starts with
+/// `series_prefix` (a name, or a name and the start of its labels).
+pub fn metric_sum(text: &str, series_prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(series_prefix))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
+}
+
+/// [`metric_sum`] over the `/metrics` of `addr` (inside namespace `ns` when given);
+/// 0 when nothing answers.
+pub fn metric(ns: Option<&str>, addr: SocketAddr, series_prefix: &str) -> f64 {
+    get(ns, addr, "/metrics").map_or(0.0, |(_, text)| metric_sum(&text, series_prefix))
+}
+
 fn parse_response(text: &str) -> Option<HttpResponse> {
     let (head, body) = text.split_once("\r\n\r\n")?;
     let mut lines = head.lines();
@@ -132,5 +147,13 @@ mod tests {
         assert_eq!(r.header("location"), Some("/s/1"));
         assert_eq!(r.body, "v=0\r\n");
         assert!(parse_response("not http").is_none());
+    }
+
+    #[test]
+    fn a_metric_sums_the_series_that_start_with_its_prefix() {
+        let text = "# HELP x_total X.\nx_total{w=\"0\"} 2\nx_total{w=\"1\"} 3.5\nx_other 9\n";
+        assert_eq!(metric_sum(text, "x_total"), 5.5);
+        assert_eq!(metric_sum(text, "x_total{w=\"1\""), 3.5);
+        assert_eq!(metric_sum(text, "y"), 0.0);
     }
 }

@@ -418,11 +418,7 @@ pub mod tools {
 
     /// The sum of the relay's metric series starting with `series`.
     pub fn relay_metric(bed: &Testbed, series: &str) -> f64 {
-        relay_http(bed, "/metrics")
-            .lines()
-            .filter(|l| l.starts_with(series))
-            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-            .sum()
+        crate::http::metric_sum(&relay_http(bed, "/metrics"), series)
     }
 
     /// A fake transceiver (echoing frames) in the transceiver namespace and a probe from

@@ -1,7 +1,8 @@
 //! The transceiver: WebRTC sessions on str0m behind the relay. WHIP-style signaling
 //! ([`signaling`]); per worker one UDP socket and its I/O ([`worker`]) around a sans-IO
 //! table of sessions with O(1) demux and one timer heap ([`session_table`]), each session
-//! in str0m's input/`poll_output` shape ([`session`]); the model seam and the built-in
+//! in str0m's input/`poll_output` shape ([`session`]), built off the media path on the
+//! signaling thread ([`setup`]); the model seam and the built-in
 //! echo model ([`model`]), metrics with enum reasons ([`metrics`]), the demo page, and
 //! the service that starts, drains and joins it all ([`service`]).
 #![forbid(unsafe_code)]
@@ -12,5 +13,6 @@ pub mod page;
 pub mod service;
 pub mod session;
 pub mod session_table;
+pub mod setup;
 pub mod signaling;
 pub mod worker;

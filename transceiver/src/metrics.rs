@@ -114,8 +114,9 @@ impl TransceiverMetrics {
         let drops = Family::<Labels, Counter>::default();
         let audio_echoed = Counter::default();
         let ice_restarts = Counter::default();
-        let connect_seconds =
-            Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0]);
+        let connect_seconds = Histogram::new([
+            0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+        ]);
         registry.register(
             "sessions_active",
             "Sessions held by the workers.",

@@ -122,6 +122,9 @@ impl Transceiver {
         if opts.workers == 0 {
             return Err(StartError::Config("`workers`: must be at least 1".into()));
         }
+        let dtls_cert = crate::setup::process_certificate().ok_or_else(|| {
+            StartError::System("the crypto provider cannot make a DTLS certificate".into())
+        })?;
         let metrics = Arc::new(TransceiverMetrics::new());
         let stop = Arc::new(AtomicBool::new(false));
         let mut handles = vec![];
@@ -139,6 +142,7 @@ impl Transceiver {
                 allowed_relays: opts.allowed_relays.clone(),
                 keys: keys.clone(),
                 cluster: opts.cluster_id,
+                dtls_cert: dtls_cert.clone(),
                 max_sessions: opts.max_sessions_per_worker,
                 connect_timeout: opts.connect_timeout,
                 idle_timeout: opts.idle_timeout,

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use str0m::change::SdpOffer;
 use str0m::channel::ChannelId;
+use str0m::config::DtlsCert;
 use str0m::media::{Frequency, MediaTime, Mid, Pt};
 use str0m::net::{Protocol, Receive, Transmit};
 use str0m::{Candidate, Event, IceConnectionState, IceCreds, Input, Output, Rtc};
@@ -61,20 +62,22 @@ pub struct Session {
 }
 
 impl Session {
-    /// A session answering `offer` as ICE lite with `local` credentials and one host
-    /// candidate, `advertise`: the session and its SDP answer. Only Opus audio is
-    /// accepted.
+    /// A session answering `offer` as ICE lite with `local` credentials, one host
+    /// candidate, `advertise`, and the DTLS certificate `dtls_cert`: the session and its
+    /// SDP answer. Only Opus audio is accepted.
     pub fn accept(
         id: SessionId,
         offer: SdpOffer,
         local: IceCreds,
         advertise: SocketAddr,
+        dtls_cert: DtlsCert,
         now: Instant,
     ) -> Result<(Session, String), SignalError> {
         let local_password = local.pass.clone();
         let mut rtc = Rtc::builder()
             .set_ice_lite(true)
             .set_local_ice_credentials(local)
+            .set_dtls_cert(dtls_cert)
             .clear_codecs()
             .enable_opus(true, false)
             .build(now);
@@ -435,6 +438,10 @@ mod tests {
         (client, channel, offer, pending)
     }
 
+    fn cert() -> DtlsCert {
+        crate::setup::process_certificate().expect("aws-lc-rs makes certificates")
+    }
+
     fn server_credentials() -> IceCreds {
         IceCreds {
             ufrag: "serverUfrag".into(),
@@ -445,7 +452,8 @@ mod tests {
     fn pair() -> Pair {
         let now = Instant::now();
         let (mut client, channel, offer, pending) = client_offer(now);
-        let (session, answer) = Session::accept(7, offer, server_credentials(), VIP, now).unwrap();
+        let (session, answer) =
+            Session::accept(7, offer, server_credentials(), VIP, cert(), now).unwrap();
         let answer = SdpAnswer::from_sdp_string(&answer).unwrap();
         client.sdp_api().accept_answer(pending, answer).unwrap();
         Pair {
@@ -620,7 +628,8 @@ mod tests {
     fn the_answer_str0m_writes_is_completed_in_every_section() {
         let now = Instant::now();
         let (_client, _, offer, _) = client_offer(now);
-        let (_, answer) = Session::accept(8, offer, server_credentials(), VIP, now).unwrap();
+        let (_, answer) =
+            Session::accept(8, offer, server_credentials(), VIP, cert(), now).unwrap();
         let sections: Vec<&str> = answer.split("\r\nm=").skip(1).collect();
         assert_eq!(sections.len(), 2, "audio and the data channel: {answer}");
         for section in sections {
@@ -650,7 +659,7 @@ mod tests {
         let (mut client, _, offer, _) = client_offer(now);
         let client_ufrag = client.direct_api().local_ice_credentials().ufrag;
         let creds = server_credentials();
-        let (mut session, _) = Session::accept(9, offer, creds.clone(), VIP, now).unwrap();
+        let (mut session, _) = Session::accept(9, offer, creds.clone(), VIP, cert(), now).unwrap();
         let check = |password: &[u8], txid: [u8; 12]| {
             let mut buf = [0u8; 512];
             let n = ufrag_common::stun::write_binding_request(

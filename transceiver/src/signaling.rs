@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use str0m::change::SdpOffer;
 use subtle::ConstantTimeEq;
@@ -218,18 +218,27 @@ impl Signaling {
             return text(503, "no workers").with_header(header("Retry-After", "5"));
         };
         let id = u64::from_be_bytes(random_bytes());
-        let (tx, rx) = crossbeam_channel::bounded(1);
-        let cmd = Command::Create {
-            id,
-            offer,
-            random: random_bytes(),
-            reply: tx,
+        // The costly part of a new session is built here, not on the worker.
+        let new = match worker
+            .mint
+            .session(id, offer, random_bytes(), Instant::now())
+        {
+            Ok(new) => Box::new(new),
+            Err(SignalError::BadOffer(reason)) => {
+                return text(400, reason.lines().next().unwrap_or("bad offer"));
+            }
+            Err(SignalError::Full) => {
+                return text(503, "at capacity").with_header(header("Retry-After", "5"));
+            }
         };
+        let answer = new.answer.clone();
+        let (tx, rx) = crossbeam_channel::bounded(1);
+        let cmd = Command::Create { id, new, reply: tx };
         if worker.commands.try_send(cmd).is_err() || worker.waker.wake().is_err() {
             return text(503, "worker busy").with_header(header("Retry-After", "1"));
         }
         match rx.recv_timeout(WORKER_TIMEOUT) {
-            Ok(Ok(answer)) => {
+            Ok(Ok(())) => {
                 self.owners.lock().expect("owners").insert(id, index);
                 tiny_http::Response::from_string(answer)
                     .with_status_code(201)

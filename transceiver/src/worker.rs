@@ -16,15 +16,16 @@ use crossbeam_channel::{Receiver, Sender};
 use ipnet::IpNet;
 use mio::{Events, Interest, Poll, Token, Waker};
 use str0m::IceCreds;
-use str0m::change::SdpOffer;
+use str0m::config::DtlsCert;
 use str0m::net::Transmit;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
-use ufrag_common::hint::{HintKeys, RoutingHint};
+use ufrag_common::hint::HintKeys;
 
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
 use crate::model::{ModelBackend, ModelInput, ModelOutput, SessionId};
 use crate::session::{Session, SessionOutput};
 use crate::session_table::{ClientPath, SessionTable, Unrouted};
+use crate::setup::{NewSession, SessionMint};
 
 const SOCKET: Token = Token(0);
 const WAKE: Token = Token(1);
@@ -47,16 +48,15 @@ pub enum SignalError {
 /// A request from the signaling side.
 #[derive(Debug)]
 pub enum Command {
-    /// Create a session from an SDP offer; answer with its id and SDP answer.
+    /// Take a session signaling has built (see [`crate::setup`]); answer whether it
+    /// was taken.
     Create {
         /// The session id chosen by signaling.
         id: SessionId,
-        /// The offer.
-        offer: SdpOffer,
-        /// Random bits for the routing hint.
-        random: [u8; 6],
-        /// Where the answer goes.
-        reply: Sender<Result<String, SignalError>>,
+        /// The session, its ufrag and answer.
+        new: Box<NewSession>,
+        /// Where the outcome goes.
+        reply: Sender<Result<(), SignalError>>,
     },
     /// ICE restart (RFC 9725 §4.3): the client's new credentials in, a new server ufrag
     /// (routing to this same worker) and password out.
@@ -96,19 +96,14 @@ pub struct WorkerConfig {
     pub keys: HintKeys,
     /// The cluster written into hints.
     pub cluster: u16,
+    /// The process's DTLS certificate, shared by every session.
+    pub dtls_cert: DtlsCert,
     /// Sessions this worker may hold.
     pub max_sessions: usize,
     /// A session that has not connected by then is ended.
     pub connect_timeout: Duration,
     /// A session that has received nothing for this long is ended.
     pub idle_timeout: Duration,
-}
-
-/// The address hints name for this worker: where relays must send its frames.
-impl WorkerConfig {
-    fn hint_target(&self) -> SocketAddr {
-        self.bind
-    }
 }
 
 /// The shared, lock-free view of a worker the signaling side reads.
@@ -129,11 +124,14 @@ pub struct WorkerHandle {
     pub load: Arc<WorkerLoad>,
     /// Its socket address.
     pub addr: SocketAddr,
+    /// What signaling needs to build this worker's sessions.
+    pub mint: Arc<SessionMint>,
 }
 
 /// One worker; see the module documentation.
 pub struct Worker {
     cfg: WorkerConfig,
+    mint: Arc<SessionMint>,
     socket: mio::net::UdpSocket,
     poll: Poll,
     commands: Receiver<Command>,
@@ -182,15 +180,24 @@ impl Worker {
         if cfg.direct {
             cfg.advertise = addr;
         }
+        let mint = Arc::new(SessionMint {
+            keys: cfg.keys.clone(),
+            cluster: cfg.cluster,
+            hint_target: addr,
+            advertise: cfg.advertise,
+            dtls_cert: cfg.dtls_cert.clone(),
+        });
         let handle = WorkerHandle {
             commands: tx,
             waker,
             load: Arc::clone(&load),
             addr,
+            mint: Arc::clone(&mint),
         };
         Ok((
             Worker {
                 cfg,
+                mint,
                 socket,
                 poll,
                 commands: rx,
@@ -255,13 +262,8 @@ impl Worker {
     fn handle_commands(&mut self) {
         while let Ok(cmd) = self.commands.try_recv() {
             match cmd {
-                Command::Create {
-                    id,
-                    offer,
-                    random,
-                    reply,
-                } => {
-                    let _ = reply.send(self.create(id, offer, random));
+                Command::Create { id, new, reply } => {
+                    let _ = reply.send(self.create(id, *new));
                 }
                 Command::Restart {
                     id,
@@ -280,31 +282,13 @@ impl Worker {
         }
     }
 
-    /// Mints a server ufrag (routing hint to this worker) and its derived password.
-    fn mint_credentials(&self, random: [u8; 6]) -> IceCreds {
-        let target = RoutingHint {
-            cluster: self.cfg.cluster,
-            transceiver: self.cfg.hint_target(),
-        };
-        let ufrag = self.cfg.keys.encode(&target, random);
-        let pass = self
-            .cfg
-            .keys
-            .ice_password(self.cfg.keys.current().id(), ufrag.as_bytes())
-            .expect("the current key derives passwords");
-        IceCreds {
-            ufrag: ufrag.as_str().to_string(),
-            pass: pass.as_str().to_string(),
-        }
-    }
-
     fn restart_ice(
         &mut self,
         id: SessionId,
         remote: IceCreds,
         random: [u8; 6],
     ) -> Option<IceCreds> {
-        let local = self.mint_credentials(random);
+        let local = self.mint.credentials(random);
         if !self.sessions.rekey(id, local.ufrag.clone()) {
             return None;
         }
@@ -316,20 +300,13 @@ impl Worker {
         Some(local)
     }
 
-    fn create(
-        &mut self,
-        id: SessionId,
-        offer: SdpOffer,
-        random: [u8; 6],
-    ) -> Result<String, SignalError> {
+    /// Inserts a session signaling built; refused when the worker is full or the id or
+    /// ufrag is taken.
+    fn create(&mut self, id: SessionId, new: NewSession) -> Result<(), SignalError> {
         if self.sessions.len() >= self.cfg.max_sessions {
             return Err(SignalError::Full);
         }
-        let now = Instant::now();
-        let creds = self.mint_credentials(random);
-        let ufrag = creds.ufrag.clone();
-        let (session, answer) = Session::accept(id, offer, creds, self.cfg.advertise, now)?;
-        if self.sessions.insert(id, ufrag, session).is_err() {
+        if self.sessions.insert(id, new.ufrag, new.session).is_err() {
             return Err(SignalError::BadOffer(
                 "session id or ufrag collision: try again".into(),
             ));
@@ -338,8 +315,8 @@ impl Worker {
             .sessions
             .store(self.sessions.len(), Ordering::Relaxed);
         self.metrics.session_created();
-        self.drive(id, now);
-        Ok(answer)
+        self.drive(id, Instant::now());
+        Ok(())
     }
 
     fn end(&mut self, id: SessionId, reason: EndReason) {

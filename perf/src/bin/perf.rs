@@ -346,17 +346,27 @@ fn sessions(
     );
     let _ = writeln!(
         report,
-        "| path | sessions | POST → ICE ms | POST → DTLS ms | POST → first echo ms | ping RTT p50 / p99 ms | echoed |"
+        "| path | sessions | POST → answer applied ms | POST → ICE ms | POST → DTLS ms | transceiver: created → DTLS ms (mean) | POST → first echo ms | ping RTT p50 / p99 ms | echoed |"
     );
-    let _ = writeln!(report, "|---|---:|---:|---:|---:|---|---:|");
+    let _ = writeln!(report, "|---|---:|---:|---:|---:|---:|---:|---|---:|");
     for (name, http) in [("through relay-mio", relayed_http), ("direct", direct_http)] {
         if browsers == 0 {
             break;
         }
         eprintln!("chromium sessions {name}…");
+        let connect_seconds = |suffix: &str| {
+            testkit::http::metric(
+                None,
+                http,
+                &format!("ufrag_transceiver_connect_seconds_{suffix}"),
+            )
+        };
+        let (sum_before, count_before) = (connect_seconds("sum"), connect_seconds("count"));
         let runs: Result<Vec<_>, String> = (0..browsers)
             .map(|_| browser_session(http, browser_talk))
             .collect();
+        let server_connect_ms = 1e3 * (connect_seconds("sum") - sum_before)
+            / (connect_seconds("count") - count_before).max(1.0);
         match runs {
             Ok(runs) => {
                 let of = |f: fn(&perf::sessions::BrowserRun) -> f64| {
@@ -364,10 +374,12 @@ fn sessions(
                 };
                 let _ = writeln!(
                     report,
-                    "| {name} | {} | {:.0} | {:.0} | {:.0} | {:.1} / {:.1} | {:.3} |",
+                    "| {name} | {} | {:.0} | {:.0} | {:.0} | {:.1} | {:.0} | {:.1} / {:.1} | {:.3} |",
                     runs.len(),
+                    of(|r| r.answer_ms),
                     of(|r| r.ice_ms),
                     of(|r| r.dtls_ms),
+                    server_connect_ms,
                     of(|r| r.first_echo_ms),
                     of(|r| r.rtt_p50_ms),
                     of(|r| r.rtt_p99_ms),
@@ -375,7 +387,7 @@ fn sessions(
                 );
             }
             Err(e) => {
-                let _ = writeln!(report, "| {name} | failed: {e} | | | | | |");
+                let _ = writeln!(report, "| {name} | failed: {e} | | | | | | | |");
             }
         }
     }

@@ -154,10 +154,7 @@ impl Transceiver {
         let body = http_request(self.http, "GET", "/metrics", None, &[])
             .unwrap()
             .body;
-        body.lines()
-            .filter(|l| l.starts_with(series_prefix))
-            .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-            .sum()
+        testkit::http::metric_sum(&body, series_prefix)
     }
 }
 
