@@ -21,6 +21,11 @@
 //! drain_time = "5s"
 //! redis_url = "redis://127.0.0.1:6379"    # absent: in-memory only
 //! metrics_addr = "127.0.0.1:9100"
+//! max_flows_per_session = 8               # live flows one server ufrag may hold per worker
+//! new_flows_per_prefix = 200              # new flows per second from one source prefix
+//! rate_limit_prefix_v4 = 24               # how sources are grouped for that rate
+//! rate_limit_prefix_v6 = 56
+//! new_flows_per_worker = 5000             # new flows per second in one worker
 //!
 //! [clusters]                              # cluster id → that cluster's relay (global mode)
 //! 2 = "198.51.100.7:3479"
@@ -34,6 +39,7 @@ use std::time::Duration;
 use ipnet::IpNet;
 use serde::Deserialize;
 
+use crate::admission::AdmissionPolicy;
 use crate::flow::MAX_CAPACITY;
 use crate::hint::HintKeys;
 
@@ -147,6 +153,21 @@ pub struct RelayArgs {
     /// Where /metrics, /healthz and /readyz listen.
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Live flows one session (server ufrag) may hold in one worker (default 8).
+    #[arg(long, value_name = "N")]
+    pub max_flows_per_session: Option<u16>,
+    /// New flows per second (and burst) from one source prefix (default 200).
+    #[arg(long, value_name = "N")]
+    pub new_flows_per_prefix: Option<u32>,
+    /// IPv4 prefix length sources are rate-limited by (default 24).
+    #[arg(long, value_name = "LEN")]
+    pub rate_limit_prefix_v4: Option<u8>,
+    /// IPv6 prefix length sources are rate-limited by (default 56).
+    #[arg(long, value_name = "LEN")]
+    pub rate_limit_prefix_v6: Option<u8>,
+    /// New flows per second (and burst) in one worker (default 5000).
+    #[arg(long, value_name = "N")]
+    pub new_flows_per_worker: Option<u32>,
 }
 
 /// The config file, as written: every key optional, unknown keys rejected.
@@ -167,6 +188,11 @@ struct FileConfig {
     drain_time: Option<String>,
     redis_url: Option<String>,
     metrics_addr: Option<SocketAddr>,
+    max_flows_per_session: Option<u16>,
+    new_flows_per_prefix: Option<u32>,
+    rate_limit_prefix_v4: Option<u8>,
+    rate_limit_prefix_v6: Option<u8>,
+    new_flows_per_worker: Option<u32>,
 }
 
 /// A validated relay configuration.
@@ -198,6 +224,8 @@ pub struct RelayConfig {
     pub redis_url: Option<String>,
     /// Metrics and health listen address.
     pub metrics_addr: SocketAddr,
+    /// What one session, source prefix and worker may cost in new flows.
+    pub admission: AdmissionPolicy,
 }
 
 impl RelayConfig {
@@ -265,6 +293,8 @@ impl RelayConfig {
                 flag
             }
         }
+
+        let mut admission = admission_policy(&file, args)?;
 
         let vips = pick(args.vips.clone(), file.vips);
         if vips.is_empty() {
@@ -456,6 +486,9 @@ impl RelayConfig {
             .or(file.metrics_addr)
             .unwrap_or(DEFAULT_METRICS_ADDR);
 
+        // A transaction id is remembered as long as a flow lives without traffic.
+        admission.replay_window = idle_timeout;
+
         Ok(RelayConfig {
             vips,
             internal_addr,
@@ -470,8 +503,71 @@ impl RelayConfig {
             drain_time,
             redis_url,
             metrics_addr,
+            admission,
         })
     }
+}
+
+/// The admission limits from flags and file, validated.
+fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPolicy, ConfigError> {
+    let default = AdmissionPolicy::default();
+    let max_flows_per_session = args
+        .max_flows_per_session
+        .or(file.max_flows_per_session)
+        .unwrap_or(default.max_flows_per_session);
+    if max_flows_per_session == 0 {
+        return Err(bad(
+            "max_flows_per_session",
+            "0: a session needs at least one flow",
+        ));
+    }
+    let rate = |field: &str, flag: Option<u32>, file: Option<u32>, default: u32| {
+        let value = flag.or(file).unwrap_or(default);
+        if value == 0 || value > 10_000_000 {
+            return Err(bad(
+                field,
+                format!("{value}: must be 1..=10000000 per second"),
+            ));
+        }
+        Ok(value)
+    };
+    let prefix = |field: &str, flag: Option<u8>, file: Option<u8>, default: u8, max: u8| {
+        let value = flag.or(file).unwrap_or(default);
+        if value > max {
+            return Err(bad(field, format!("{value}: a prefix length is 0..={max}")));
+        }
+        Ok(value)
+    };
+    Ok(AdmissionPolicy {
+        max_flows_per_session,
+        new_flows_per_prefix: rate(
+            "new_flows_per_prefix",
+            args.new_flows_per_prefix,
+            file.new_flows_per_prefix,
+            default.new_flows_per_prefix,
+        )?,
+        prefix_len_v4: prefix(
+            "rate_limit_prefix_v4",
+            args.rate_limit_prefix_v4,
+            file.rate_limit_prefix_v4,
+            default.prefix_len_v4,
+            32,
+        )?,
+        prefix_len_v6: prefix(
+            "rate_limit_prefix_v6",
+            args.rate_limit_prefix_v6,
+            file.rate_limit_prefix_v6,
+            default.prefix_len_v6,
+            128,
+        )?,
+        new_flows_per_worker: rate(
+            "new_flows_per_worker",
+            args.new_flows_per_worker,
+            file.new_flows_per_worker,
+            default.new_flows_per_worker,
+        )?,
+        replay_window: default.replay_window,
+    })
 }
 
 /// The dotted key of the line holding byte `at` of a TOML text (`table.key`), for errors.

@@ -352,5 +352,6 @@ impl Executor {
         self.counters.flows_created = c.created;
         self.counters.flows_expired = c.expired;
         self.counters.flows_refused = c.refused;
+        self.counters.flows_shed = c.shed;
     }
 }

@@ -164,6 +164,8 @@ pub struct TableCounters {
     pub refused: u64,
     /// Flows removed explicitly.
     pub removed: u64,
+    /// Live flows removed by [`FlowTable::shed_where`] to make room.
+    pub shed: u64,
 }
 
 /// What an insert did.
@@ -419,6 +421,47 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
         let flow = self.release(at);
         self.counters.removed += 1;
         Some(flow)
+    }
+
+    /// How long the flow has been idle at `now`, without marking it used.
+    pub fn idle_for(&self, key: &FlowKey, now: Instant) -> Option<Duration> {
+        let key = key.pack();
+        let at = self.find(&key, self.hash(&key))?;
+        let last_seen = self.slots[self.slot_of(at) as usize].last_seen;
+        Some(Duration::from_millis(
+            self.ticks(now).saturating_sub(last_seen),
+        ))
+    }
+
+    /// Removes the least recently used flow among the `scan` least recently used for
+    /// which `shed(flow, idle at now)` holds, and returns it; counted in
+    /// [`TableCounters::shed`]. O(`scan`).
+    pub fn shed_where(
+        &mut self,
+        now: Instant,
+        scan: usize,
+        mut shed: impl FnMut(&Flow<V>, Duration) -> bool,
+    ) -> Option<(FlowKey, Flow<V>)> {
+        let now_ms = self.ticks(now);
+        let mut slot = self.tail;
+        for _ in 0..scan {
+            if slot == NIL {
+                return None;
+            }
+            let entry = &self.slots[slot as usize];
+            let idle = Duration::from_millis(now_ms.saturating_sub(entry.last_seen));
+            if shed(&entry.flow, idle) {
+                let key = entry.key;
+                let at = self
+                    .find(&key, self.hash(&key))
+                    .expect("every linked slot is indexed");
+                let flow = self.release(at);
+                self.counters.shed += 1;
+                return Some((key.unpack(), flow));
+            }
+            slot = entry.prev;
+        }
+        None
     }
 
     /// Removes the least recently used flow if it has been idle for the timeout at `now`,

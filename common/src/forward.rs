@@ -11,20 +11,39 @@
 //!
 //! 1. First byte (RFC 7983): neither STUN, DTLS nor RTP/RTCP → drop `unclassified`.
 //! 2. Flow hit → [`Verdict::Forward`] to the flow's next hop, framed with the client
-//!    address and VIP. A Binding Request on a hit is forwarded too; if its hint now routes
+//!    address and VIP. The flow's first DTLS or media datagram marks it *proven* and
+//!    asks the backend to write its route to the route cache (`record`; refreshed every
+//!    third of the idle timeout while it carries traffic, so the cache entry outlives
+//!    the flow only while the flow lives). A flow that carried only STUN is never
+//!    cached. A Binding Request on a hit is forwarded too; if the flow has been idle for
+//!    [`REROUTE_MIN_IDLE`] (a consent interval) and the request's hint now routes
 //!    elsewhere (a new session reusing the client's address) and authenticates fully,
-//!    the flow follows it.
+//!    the flow follows it. A live flow never moves on one request.
 //! 3. Flow miss, STUN: it must be a Binding Request whose server ufrag is an authentic
 //!    hint ([`HintKeys::authenticate`]), whose MESSAGE-INTEGRITY verifies under the
 //!    derived password, and whose FINGERPRINT (when present) matches. If the hint's
 //!    cluster is ours, its transceiver must lie in the allowed networks; otherwise the
-//!    next hop is that cluster's relay (global mode). Then the flow is created and the
-//!    datagram forwarded; `record` tells the backend to write the route to the cache
-//!    (also every third of the idle timeout while the flow carries traffic, so the
-//!    cache entry's TTL outlives the flow's idle timer only while the flow lives).
+//!    next hop is that cluster's relay (global mode). Then admission
+//!    ([`crate::admission`]) must allow it: not a replay of a transaction that already
+//!    made a flow from another address, fewer than `max_flows_per_session` live flows
+//!    for its server ufrag, and a token from its source prefix's and the worker's
+//!    buckets. In a full table, an expired flow or one that carried only STUN for
+//!    [`SHED_MIN_IDLE`] makes room; a proven live flow is never evicted. Then the flow
+//!    is created and the datagram forwarded.
+//!
 //! 4. Flow miss, DTLS or RTP/RTCP: with a route cache, [`Verdict::LookupRoute`] (the
 //!    datagram itself is dropped and counted as `no_flow_cache_lookup`); without one,
 //!    drop `no_flow`. A non-STUN datagram is never forwarded without a flow.
+//!
+//! # What one session can cost
+//!
+//! An attacker holding one session's credentials (or one captured request) gets, per
+//! worker: one flow per captured request (copies are replays), at most
+//! `max_flows_per_session` flows for requests it signs itself, each flow forwarding its
+//! datagrams to the session's own transceiver, which answers one datagram per request
+//! (no amplification). Flows it never uses for DTLS or media are shed first when the
+//! table fills, are never written to Redis, and cannot take over a live flow. What
+//! many sessions or spoofed sources can cost is bounded by the prefix and worker rates.
 //!
 //! # From the internal side (on the worker's internal port)
 //!
@@ -43,10 +62,11 @@
 
 use core::net::SocketAddr;
 use std::collections::BTreeMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 
+use crate::admission::{Admission, AdmissionPolicy, FlowRequest, SessionTag};
 use crate::config::RelayConfig;
 use crate::demux::DatagramKind;
 use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
@@ -72,6 +92,29 @@ pub struct FlowState {
     /// When the route was last written to the route cache, in seconds since the
     /// forwarder started.
     pub recorded_at_s: u32,
+    /// The session whose Binding Request created the flow (0 for a flow restored from
+    /// the route cache, which counts for no session).
+    pub session: SessionTag,
+    /// The client sent DTLS or media on this flow: it is a session's path, not just a
+    /// STUN exchange (only such flows are cached, and they are never shed).
+    pub proven: bool,
+}
+
+/// A flow that has been idle this long may follow its client to another session's
+/// transceiver (RFC 7675's consent interval: a live session sends consent checks and
+/// media more often than this, so a spoofed request cannot take its flow).
+pub const REROUTE_MIN_IDLE: Duration = Duration::from_secs(5);
+/// When the table is full, a flow that has carried nothing but STUN and has been idle
+/// this long may be shed to make room.
+pub const SHED_MIN_IDLE: Duration = Duration::from_secs(1);
+/// How many of the least recently used flows are looked at for one to shed.
+pub const SHED_SCAN: usize = 16;
+
+/// The parts of an authentic first Binding Request that admission needs.
+#[derive(Clone, Copy, Debug)]
+struct FirstRequest<'d> {
+    server_ufrag: &'d [u8],
+    transaction_id: &'d [u8; 12],
 }
 
 /// What the backend must do with a datagram.
@@ -131,6 +174,8 @@ pub struct ForwardPolicy {
     pub hint_keys: HintKeys,
     /// Whether a route cache is configured.
     pub route_cache: bool,
+    /// What one session, source prefix and worker may cost in new flows.
+    pub admission: AdmissionPolicy,
 }
 
 impl From<&RelayConfig> for ForwardPolicy {
@@ -143,6 +188,7 @@ impl From<&RelayConfig> for ForwardPolicy {
             clusters: c.clusters.clone(),
             hint_keys: c.hint_keys.clone(),
             route_cache: c.redis_url.is_some(),
+            admission: c.admission,
         }
     }
 }
@@ -157,6 +203,7 @@ fn contains(networks: &[IpNet], addr: SocketAddr) -> bool {
 pub struct Forwarder {
     policy: ForwardPolicy,
     table: FlowTable<FlowState>,
+    admission: Admission,
     started: Instant,
     refresh_every_s: u32,
 }
@@ -176,9 +223,11 @@ impl Forwarder {
         let refresh_every_s = u32::try_from(table.idle_timeout().as_secs() / 3)
             .unwrap_or(u32::MAX)
             .max(1);
+        let admission = Admission::new(policy.admission, table.capacity(), now);
         Forwarder {
             policy,
             table,
+            admission,
             started: now,
             refresh_every_s,
         }
@@ -196,6 +245,11 @@ impl Forwarder {
     /// The policy.
     pub fn policy(&self) -> &ForwardPolicy {
         &self.policy
+    }
+
+    /// The admission state (live flows per session).
+    pub fn admission(&self) -> &Admission {
+        &self.admission
     }
 
     /// Decides a datagram that arrived from `client` on public `vip`.
@@ -228,17 +282,31 @@ impl Forwarder {
         let seconds = self.seconds(now);
         let refresh_every_s = self.refresh_every_s;
         let route_cache = self.policy.route_cache;
+        // Only a STUN datagram may move its flow, and only an idle one: read the idle
+        // time before the lookup marks the flow used.
+        let idle_before = match kind {
+            DatagramKind::Stun => self.table.idle_for(&key, now),
+            _ => None,
+        };
         if let Some(flow) = self.table.lookup(&key, now) {
-            let route = flow.value.route;
+            let state = flow.value;
             flow.record_in(datagram.len());
             let mut record = None;
-            if route_cache && seconds.wrapping_sub(flow.value.recorded_at_s) >= refresh_every_s {
+            if kind != DatagramKind::Stun && !state.proven {
+                // DTLS or media: the flow is a session's path now, worth caching.
+                flow.value.proven = true;
                 flow.value.recorded_at_s = seconds;
-                record = Some(route);
+                record = route_cache.then_some(state.route);
+            } else if route_cache
+                && state.proven
+                && seconds.wrapping_sub(state.recorded_at_s) >= refresh_every_s
+            {
+                flow.value.recorded_at_s = seconds;
+                record = Some(state.route);
             }
-            let mut to = route.next_hop;
-            if kind == DatagramKind::Stun {
-                to = self.follow_rerouted_session(datagram, &key, route, return_via, now);
+            let mut to = state.route.next_hop;
+            if idle_before.is_some_and(|idle| idle >= REROUTE_MIN_IDLE) {
+                to = self.follow_rerouted_session(datagram, &key, state, return_via, now);
             }
             return Verdict::Forward {
                 to,
@@ -253,37 +321,68 @@ impl Forwarder {
             }
             return Verdict::Drop(DropReason::NoFlow);
         }
-        let route = match self.authenticate_binding_request(datagram, return_via) {
-            Ok(route) => route,
+        let (route, request) = match self.authenticate_binding_request(datagram, return_via) {
+            Ok(admitted) => admitted,
             Err(reason) => return Verdict::Drop(reason),
         };
+        let request = FlowRequest {
+            session: self.admission.session_tag(request.server_ufrag),
+            source: client,
+            flow: self.admission.tag_of(key),
+            transaction_id: request.transaction_id,
+        };
+        if let Err(reason) = self.admission.check(&request, now) {
+            return Verdict::Drop(reason);
+        }
+        self.make_room(now);
         let state = FlowState {
             route,
             recorded_at_s: seconds,
+            session: request.session,
+            proven: false,
         };
         match self.table.insert(&key, state, now) {
-            Ok(_) => {}
+            Ok(_) => self.admission.admitted(&request, now),
             Err(InsertError::TableFull) => return Verdict::Drop(DropReason::TableFull),
         }
         if let Some(flow) = self.table.lookup(&key, now) {
             flow.record_in(datagram.len());
         }
+        // Not cached yet: only a flow that carries DTLS or media is written to the cache.
         Verdict::Forward {
             to: route.next_hop,
             header,
             payload_at,
-            record: route_cache.then_some(route),
+            record: None,
+        }
+    }
+
+    /// Frees a slot when the table is full: an expired flow first, else one that has
+    /// carried nothing but STUN for [`SHED_MIN_IDLE`]. Every removal here leaves its
+    /// session's count. If nothing could go, the insert that follows is refused (and
+    /// counted) by the table.
+    fn make_room(&mut self, now: Instant) {
+        if self.table.len() < self.table.capacity() {
+            return;
+        }
+        let removed = self.table.pop_expired(now).or_else(|| {
+            self.table.shed_where(now, SHED_SCAN, |flow, idle| {
+                !flow.value.proven && idle >= SHED_MIN_IDLE
+            })
+        });
+        if let Some((_, flow)) = removed {
+            self.admission.left(flow.value.session);
         }
     }
 
     /// The full first-packet check: Binding Request, authentic hint, MESSAGE-INTEGRITY
     /// under the derived password, FINGERPRINT if present, destination allowed (our
     /// cluster) or a known cluster relay (another cluster).
-    fn authenticate_binding_request(
+    fn authenticate_binding_request<'d>(
         &self,
-        datagram: &[u8],
+        datagram: &'d [u8],
         return_via: Option<SocketAddr>,
-    ) -> Result<Route, DropReason> {
+    ) -> Result<(Route, FirstRequest<'d>), DropReason> {
         let view = StunView::parse(datagram)?;
         if !view.is_binding_request() {
             return Err(DropReason::NotBindingRequest);
@@ -314,22 +413,30 @@ impl Forwarder {
                 .get(&verified.hint.cluster)
                 .ok_or(DropReason::UnknownCluster)?
         };
-        Ok(Route {
+        let route = Route {
             next_hop,
             return_via,
-        })
+        };
+        let request = FirstRequest {
+            server_ufrag: server,
+            transaction_id: view.transaction_id(),
+        };
+        Ok((route, request))
     }
 
-    /// A Binding Request on an existing flow whose authentic hint routes elsewhere moves
-    /// the flow: the client's address now belongs to a new session. Returns the next hop.
+    /// A Binding Request on a flow idle for [`REROUTE_MIN_IDLE`] whose authentic hint
+    /// routes elsewhere moves the flow: the client's address now belongs to a new
+    /// session (which must prove the flow again, within its own flow cap). Returns the
+    /// next hop.
     fn follow_rerouted_session(
         &mut self,
         datagram: &[u8],
         key: &FlowKey,
-        route: Route,
+        state: FlowState,
         return_via: Option<SocketAddr>,
         now: Instant,
     ) -> SocketAddr {
+        let route = state.route;
         let Some(hint) = StunView::parse(datagram)
             .ok()
             .and_then(|view| view.ufrags().ok())
@@ -342,19 +449,33 @@ impl Forwarder {
         if same_cluster && hint.hint.transceiver == route.next_hop {
             return route.next_hop;
         }
-        match self.authenticate_binding_request(datagram, return_via) {
-            Ok(new_route) if new_route != route => {
-                // An update of an existing key: never refused for lack of room. The
-                // cache learns the new route at the next refresh.
-                let state = FlowState {
-                    route: new_route,
-                    recorded_at_s: self.seconds(now).wrapping_sub(self.refresh_every_s),
-                };
-                let _ = self.table.insert(key, state, now);
-                new_route.next_hop
-            }
-            _ => route.next_hop,
+        let Ok((new_route, request)) = self.authenticate_binding_request(datagram, return_via)
+        else {
+            return route.next_hop;
+        };
+        if new_route == route {
+            return route.next_hop;
         }
+        let request = FlowRequest {
+            session: self.admission.session_tag(request.server_ufrag),
+            source: key.client,
+            flow: self.admission.tag_of(key),
+            transaction_id: request.transaction_id,
+        };
+        if self.admission.check(&request, now).is_err() {
+            return route.next_hop;
+        }
+        // An update of an existing key: never refused for lack of room.
+        let moved = FlowState {
+            route: new_route,
+            recorded_at_s: self.seconds(now),
+            session: request.session,
+            proven: false,
+        };
+        let _ = self.table.insert(key, moved, now);
+        self.admission.left(state.session);
+        self.admission.admitted(&request, now);
+        new_route.next_hop
     }
 
     /// Decides a datagram that arrived from `source` on the worker's internal port.
@@ -423,9 +544,14 @@ impl Forwarder {
         if !destination_ok {
             return Err(RestoreRefused::DestinationNotAllowed);
         }
+        self.make_room(now);
+        // Only proven flows are cached, so a restored flow is proven; it counts for no
+        // session (the cache holds routes, not ufrags).
         let state = FlowState {
             route,
             recorded_at_s: self.seconds(now),
+            session: SessionTag(0),
+            proven: true,
         };
         match self.table.insert(key, state, now) {
             Ok(Inserted::Created | Inserted::Updated) => Ok(()),
@@ -435,6 +561,14 @@ impl Forwarder {
 
     /// Expires up to `budget` idle flows at `now`; returns how many.
     pub fn expire(&mut self, now: Instant, budget: usize) -> usize {
-        self.table.expire(now, budget)
+        let mut expired = 0;
+        while expired < budget {
+            let Some((_, flow)) = self.table.pop_expired(now) else {
+                break;
+            };
+            self.admission.left(flow.value.session);
+            expired += 1;
+        }
+        expired
     }
 }

@@ -8,6 +8,7 @@
 //! - [`hint`]: the routing hint in the server ufrag, and the stateless ICE password.
 //! - [`frame`]: the relay ↔ transceiver frame header.
 //! - [`flow`]: the fixed-capacity flow table with idle expiry.
+//! - [`admission`]: what one session, source prefix and worker may cost in new flows.
 //! - [`forward`]: the forwarding decision for one datagram, shared by both backends.
 //! - [`execute`]: carrying a decision out through a backend's egress, and counting every
 //!   datagram exactly once.
@@ -20,6 +21,7 @@
 //! input and take time as an argument; tests assert all three.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod config;
 pub mod demux;
 pub mod execute;

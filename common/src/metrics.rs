@@ -18,6 +18,7 @@
 //! | `ufrag_relay_flows_created_total`      | counter | worker               |
 //! | `ufrag_relay_flows_expired_total`      | counter | worker               |
 //! | `ufrag_relay_flows_refused_total`      | counter | worker               |
+//! | `ufrag_relay_flows_shed_total`         | counter | worker               |
 //! | `ufrag_relay_cache_hits_total`         | counter | worker               |
 //! | `ufrag_relay_cache_misses_total`       | counter | worker               |
 //! | `ufrag_relay_cache_errors_total`       | counter | worker               |
@@ -192,8 +193,17 @@ label_enum! {
         HintDestinationNotAllowed = "hint_destination_not_allowed",
         /// Hint names a cluster with no relay configured.
         UnknownCluster = "unknown_cluster",
-        /// The flow table is full of live flows.
+        /// The flow table is full of live flows that proved themselves with DTLS or media.
         TableFull = "table_full",
+        /// An authentic Binding Request whose transaction already created a flow from
+        /// another address: a replay.
+        ReplayedRequest = "replayed_request",
+        /// The session (server ufrag) already holds its cap of live flows.
+        SessionFlowLimit = "session_flow_limit",
+        /// The source prefix's rate of new flows is spent.
+        PrefixRateLimit = "prefix_rate_limit",
+        /// The worker's rate of new flows is spent.
+        WorkerRateLimit = "worker_rate_limit",
         /// A frame shorter than its header.
         FrameTooShort = "frame_too_short",
         /// A datagram on an internal port that is not a frame.
@@ -294,6 +304,7 @@ pub struct WorkerCounters {
     pub flows_expired: u64,
     /// Flow inserts refused (table full).
     pub flows_refused: u64,
+    pub flows_shed: u64,
     /// Route-cache lookups that found a route.
     pub cache_hits: u64,
     /// Route-cache lookups that found nothing.
@@ -315,6 +326,7 @@ impl Default for WorkerCounters {
             flows_created: 0,
             flows_expired: 0,
             flows_refused: 0,
+            flows_shed: 0,
             cache_hits: 0,
             cache_misses: 0,
             cache_errors: 0,
@@ -383,6 +395,7 @@ pub struct SharedCounters {
     flows_created: AtomicU64,
     flows_expired: AtomicU64,
     flows_refused: AtomicU64,
+    flows_shed: AtomicU64,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
     cache_errors: AtomicU64,
@@ -401,6 +414,7 @@ impl Default for SharedCounters {
             flows_created: AtomicU64::new(0),
             flows_expired: AtomicU64::new(0),
             flows_refused: AtomicU64::new(0),
+            flows_shed: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
             cache_errors: AtomicU64::new(0),
@@ -432,6 +446,7 @@ impl SharedCounters {
             (&self.flows_created, local.flows_created),
             (&self.flows_expired, local.flows_expired),
             (&self.flows_refused, local.flows_refused),
+            (&self.flows_shed, local.flows_shed),
             (&self.cache_hits, local.cache_hits),
             (&self.cache_misses, local.cache_misses),
             (&self.cache_errors, local.cache_errors),
@@ -454,6 +469,7 @@ impl SharedCounters {
             flows_created: self.flows_created.load(Ordering::Relaxed),
             flows_expired: self.flows_expired.load(Ordering::Relaxed),
             flows_refused: self.flows_refused.load(Ordering::Relaxed),
+            flows_shed: self.flows_shed.load(Ordering::Relaxed),
             cache_hits: self.cache_hits.load(Ordering::Relaxed),
             cache_misses: self.cache_misses.load(Ordering::Relaxed),
             cache_errors: self.cache_errors.load(Ordering::Relaxed),
@@ -516,6 +532,7 @@ impl RelayMetrics {
             total.flows_created += s.flows_created;
             total.flows_expired += s.flows_expired;
             total.flows_refused += s.flows_refused;
+            total.flows_shed += s.flows_shed;
             total.cache_hits += s.cache_hits;
             total.cache_misses += s.cache_misses;
             total.cache_errors += s.cache_errors;
@@ -573,6 +590,12 @@ const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
         "New flows refused because the table was full of live flows.",
         MetricType::Counter,
         |c| c.flows_refused,
+    ),
+    (
+        "ufrag_relay_flows_shed",
+        "Flows that carried nothing but STUN, shed to make room in a full table.",
+        MetricType::Counter,
+        |c| c.flows_shed,
     ),
     (
         "ufrag_relay_cache_hits",

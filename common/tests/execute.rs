@@ -93,6 +93,12 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
         a(VIP),
         t0,
     );
+    assert_eq!(
+        r.egress.cache_requests,
+        [RouteCacheRequest::Lookup { key }],
+        "a flow that carried only STUN is not cached"
+    );
+    r.from_client(&RTP, a(CLIENT), a(VIP), t0);
     let route = Route {
         next_hop: a(TRANSCEIVER),
         return_via: None,

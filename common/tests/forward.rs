@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 
 use support::{
     CLIENT, CLUSTER, DTLS, PlannedEgress, RTP, SECRET, TRANSCEIVER, TestRelay, VIP, a,
-    binding_request, frame, policy,
+    binding_request, binding_request_with_transaction, frame, policy,
 };
 use ufrag_common::flow::{FlowKey, FlowTable};
-use ufrag_common::forward::{ForwardPolicy, Forwarder, Route, Verdict};
+use ufrag_common::forward::{
+    ForwardPolicy, Forwarder, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE, Verdict,
+};
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
 use ufrag_common::metrics::{Direction, DropReason};
@@ -273,7 +275,7 @@ fn bad_input_on_an_established_flow_does_not_break_it() {
 }
 
 #[test]
-fn a_new_authentic_session_on_the_same_client_address_moves_the_flow() {
+fn a_new_authentic_session_on_the_same_client_address_moves_only_an_idle_flow() {
     let t0 = Instant::now();
     let mut fwd = forwarder(t0);
     fwd.from_client(
@@ -282,20 +284,123 @@ fn a_new_authentic_session_on_the_same_client_address_moves_the_flow() {
         a(VIP),
         t0,
     );
-    let v = fwd.from_client(
-        &binding_request("10.0.0.3:40000", CLUSTER, 2),
-        a(CLIENT),
-        a(VIP),
-        t0,
+    let elsewhere = binding_request("10.0.0.3:40000", CLUSTER, 2);
+    // The flow carries media: an authentic request for another session (replayed, or
+    // sent with a spoofed source by someone holding that session's credentials) does
+    // not take it.
+    let busy = t0 + REROUTE_MIN_IDLE;
+    fwd.from_client(&RTP, a(CLIENT), a(VIP), busy - Duration::from_millis(20));
+    let v = fwd.from_client(&elsewhere, a(CLIENT), a(VIP), busy);
+    assert!(
+        matches!(v, Verdict::Forward { to, .. } if to == a(TRANSCEIVER)),
+        "a live flow moved: {v:?}"
     );
+    // Idle for a consent interval (the old session is gone): the flow follows.
+    let idle = busy + REROUTE_MIN_IDLE;
+    let v = fwd.from_client(&elsewhere, a(CLIENT), a(VIP), idle);
     assert!(
         matches!(v, Verdict::Forward { to, .. } if to == a("10.0.0.3:40000")),
         "{v:?}"
     );
     assert!(
-        matches!(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0), Verdict::Forward { to, .. } if to == a("10.0.0.3:40000"))
+        matches!(fwd.from_client(&RTP, a(CLIENT), a(VIP), idle), Verdict::Forward { to, .. } if to == a("10.0.0.3:40000"))
     );
     assert_eq!(fwd.table().len(), 1);
+}
+
+#[test]
+fn one_sessions_request_replayed_from_many_sources_creates_one_flow_and_new_requests_at_most_the_cap()
+ {
+    let t0 = Instant::now();
+    let mut fwd = forwarder_with(policy(), 4096, t0);
+    let cap = usize::from(fwd.policy().admission.max_flows_per_session);
+    let request = binding_request(TRANSCEIVER, CLUSTER, 1);
+    let mut forwarded = 0;
+    for i in 0..1000u32 {
+        let source = SocketAddr::from(([198, 18, (i >> 8) as u8, i as u8], 40_000));
+        if let Verdict::Forward { .. } = fwd.from_client(&request, source, a(VIP), t0) {
+            forwarded += 1;
+        }
+    }
+    assert_eq!(
+        forwarded, 1,
+        "only the first copy of one request creates a flow"
+    );
+    assert_eq!(
+        fwd.counters().drops_of(DropReason::ReplayedRequest),
+        999,
+        "every replay is counted"
+    );
+    // A credential holder can sign new requests (new transaction ids) for the same
+    // session: each creates a flow until the session's cap.
+    let mut created = 1;
+    for i in 0..100u16 {
+        let fresh = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 1, i);
+        let source = SocketAddr::from(([198, 19, (i >> 8) as u8, i as u8], 40_000));
+        if let Verdict::Forward { .. } = fwd.from_client(&fresh, source, a(VIP), t0) {
+            created += 1;
+        }
+    }
+    assert_eq!(created, cap);
+    assert_eq!(fwd.table().len(), cap);
+    assert_eq!(
+        fwd.counters().drops_of(DropReason::SessionFlowLimit),
+        100 - (cap as u64 - 1)
+    );
+    // Another session still gets its flow.
+    assert!(matches!(
+        fwd.from_client(
+            &binding_request(TRANSCEIVER, CLUSTER, 2),
+            a(CLIENT),
+            a(VIP),
+            t0
+        ),
+        Verdict::Forward { .. }
+    ));
+}
+
+#[test]
+fn a_full_table_sheds_a_flow_that_carried_only_stun_before_refusing_a_new_one() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder_with(policy(), 2, t0);
+    let proven = a("198.51.100.1:1");
+    let stun_only = a("198.51.100.2:2");
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        proven,
+        a(VIP),
+        t0,
+    );
+    fwd.from_client(&RTP, proven, a(VIP), t0);
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 2),
+        stun_only,
+        a(VIP),
+        t0,
+    );
+    let later = t0 + SHED_MIN_IDLE;
+    fwd.from_client(&RTP, proven, a(VIP), later);
+    // Full: the STUN-only flow, idle for SHED_MIN_IDLE, makes room.
+    let newcomer = a("198.51.100.3:3");
+    let v = fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 3),
+        newcomer,
+        a(VIP),
+        later,
+    );
+    assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+    assert!(fwd.table().peek(&FlowKey::new(stun_only, a(VIP))).is_none());
+    assert!(fwd.table().peek(&FlowKey::new(proven, a(VIP))).is_some());
+    assert_eq!(fwd.table().counters().shed, 1);
+    // The newcomer is STUN-only but fresh; the other flow is proven: nothing to shed.
+    let v = fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 4),
+        a("198.51.100.4:4"),
+        a(VIP),
+        later,
+    );
+    assert_eq!(v, Verdict::Drop(DropReason::TableFull));
+    assert!(fwd.table().peek(&FlowKey::new(proven, a(VIP))).is_some());
 }
 
 #[test]
@@ -652,6 +757,7 @@ fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
         Verdict::Forward { record, .. } => record,
         other => panic!("{other:?}"),
     };
+    // Only a flow that carried DTLS or media is cached: not at its first request.
     assert_eq!(
         record_of(fwd.from_client(
             &binding_request(TRANSCEIVER, CLUSTER, 1),
@@ -659,6 +765,10 @@ fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
             a(VIP),
             t0
         )),
+        None
+    );
+    assert_eq!(
+        record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0)),
         Some(route)
     );
     assert_eq!(

@@ -139,6 +139,7 @@ fn the_counter_does_count() {
 #[test]
 fn the_forwarder_and_executor_do_not_allocate() {
     use support::{Fate, PlannedEgress, TestRelay};
+    use ufrag_common::admission::AdmissionPolicy;
     use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
 
     let keys = HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap();
@@ -152,6 +153,11 @@ fn the_forwarder_and_executor_do_not_allocate() {
         clusters: Default::default(),
         hint_keys: keys.clone(),
         route_cache: true,
+        // The 512 clients share one /24.
+        admission: AdmissionPolicy {
+            new_flows_per_prefix: 100_000,
+            ..AdmissionPolicy::default()
+        },
     };
     let t0 = Instant::now();
     let forwarder = Forwarder::new(
@@ -167,24 +173,31 @@ fn the_forwarder_and_executor_do_not_allocate() {
         Fate::QueueThenFail,
     ];
     let mut fwd = TestRelay::new(forwarder, PlannedEgress::planned(plan));
-    let ufrag = keys.encode(
-        &RoutingHint {
-            cluster: 1,
-            transceiver,
-        },
-        [1; 6],
-    );
-    let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-    let mut request = [0u8; 256];
-    let n = stun::write_binding_request(
-        &mut request,
-        &[9; 12],
-        ufrag.as_bytes(),
-        b"cli0",
-        password.as_bytes(),
-    )
-    .unwrap();
-    let request = &request[..n];
+    // One session (ufrag) and transaction per client port, as real clients have: one
+    // request replayed from 512 ports would be refused as a replay.
+    let requests: Vec<Vec<u8>> = (0..512u16)
+        .map(|port| {
+            let [hi, lo] = port.to_be_bytes();
+            let ufrag = keys.encode(
+                &RoutingHint {
+                    cluster: 1,
+                    transceiver,
+                },
+                [1, 2, 3, 4, hi, lo],
+            );
+            let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+            let mut request = [0u8; 256];
+            let n = stun::write_binding_request(
+                &mut request,
+                &[9, 9, 9, 9, 9, 9, 9, 9, 9, 9, hi, lo],
+                ufrag.as_bytes(),
+                b"cli0",
+                password.as_bytes(),
+            )
+            .unwrap();
+            request[..n].to_vec()
+        })
+        .collect();
     let rtp = [0x80u8; 172];
     let mut frame = [0u8; MAX_HEADER_LEN + 172];
 
@@ -192,6 +205,7 @@ fn the_forwarder_and_executor_do_not_allocate() {
     for i in 0..5_000u32 {
         let now = t0 + Duration::from_millis(5 * u64::from(i));
         let client = SocketAddr::from(([198, 51, 100, 1], 1024 + (i % 512) as u16));
+        let request = &requests[(i % 512) as usize];
         assert!(matches!(
             fwd.from_client(request, client, vip, now),
             Verdict::Forward { .. }

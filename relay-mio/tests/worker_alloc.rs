@@ -69,6 +69,7 @@ fn the_worker_does_not_allocate_per_packet() {
         clusters: Default::default(),
         hint_keys: keys.clone(),
         route_cache: false,
+        admission: Default::default(),
     };
     let metrics = RelayMetrics::new("mio", 1);
     let shared: Arc<SharedCounters> = metrics.worker(0);
@@ -94,30 +95,37 @@ fn the_worker_does_not_allocate_per_packet() {
         .set_read_timeout(Some(Duration::from_secs(2)))
         .unwrap();
     let clients: Vec<UdpSocket> = (0..16).map(|_| UdpSocket::bind((ip, 0)).unwrap()).collect();
-    let ufrag = keys.encode(
-        &RoutingHint {
-            cluster: 0,
-            transceiver: transceiver.local_addr().unwrap(),
-        },
-        [1; 6],
-    );
-    let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-    let mut stun_buf = [0u8; 512];
-    let n = stun::write_binding_request(
-        &mut stun_buf,
-        &[1; 12],
-        ufrag.as_bytes(),
-        b"cli1",
-        pwd.as_bytes(),
-    )
-    .unwrap();
+    // One session and transaction per client, as real clients have (one request sent
+    // from 16 addresses would be refused as a replay).
+    let requests: Vec<Vec<u8>> = (0..clients.len() as u8)
+        .map(|i| {
+            let ufrag = keys.encode(
+                &RoutingHint {
+                    cluster: 0,
+                    transceiver: transceiver.local_addr().unwrap(),
+                },
+                [i; 6],
+            );
+            let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+            let mut stun_buf = [0u8; 512];
+            let n = stun::write_binding_request(
+                &mut stun_buf,
+                &[i; 12],
+                ufrag.as_bytes(),
+                b"cli1",
+                pwd.as_bytes(),
+            )
+            .unwrap();
+            stun_buf[..n].to_vec()
+        })
+        .collect();
     let rtp = [0x80u8; 172];
     let mut buf = [0u8; 2048];
 
     let mut round = |rtp_per_client: usize| -> usize {
         let mut got = 0;
-        for c in &clients {
-            c.send_to(&stun_buf[..n], vip).unwrap();
+        for (c, request) in clients.iter().zip(&requests) {
+            c.send_to(request, vip).unwrap();
             for _ in 0..rtp_per_client {
                 c.send_to(&rtp, vip).unwrap();
             }

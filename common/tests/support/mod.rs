@@ -185,6 +185,10 @@ impl TestRelay {
     pub fn table(&self) -> &FlowTable<FlowState> {
         self.executor.forwarder().table()
     }
+
+    pub fn policy(&self) -> &ForwardPolicy {
+        self.executor.forwarder().policy()
+    }
 }
 
 // Keys, addresses and datagrams the forwarding tests share.
@@ -209,6 +213,7 @@ pub fn policy() -> ForwardPolicy {
         clusters: BTreeMap::new(),
         hint_keys: keys(),
         route_cache: false,
+        admission: Default::default(),
     }
 }
 
@@ -216,8 +221,31 @@ pub const VIP: &str = "203.0.113.10:3478";
 pub const CLIENT: &str = "198.51.100.7:50000";
 pub const TRANSCEIVER: &str = "10.0.0.2:40000";
 
-/// A browser-shaped Binding Request for a session on `transceiver` in `cluster`.
+/// A browser-shaped Binding Request for a session on `transceiver` in `cluster`, the
+/// session named by `random`, with transaction id `[random; 12]`.
 pub fn binding_request(transceiver: &str, cluster: u16, random: u8) -> Vec<u8> {
+    signed_binding_request(transceiver, cluster, random, &[random; 12])
+}
+
+/// [`binding_request`] with its own transaction id: what a holder of the session's
+/// credentials can sign as often as it likes.
+pub fn binding_request_with_transaction(
+    transceiver: &str,
+    cluster: u16,
+    random: u8,
+    transaction: u16,
+) -> Vec<u8> {
+    let mut id = [0xa5; 12];
+    id[..2].copy_from_slice(&transaction.to_be_bytes());
+    signed_binding_request(transceiver, cluster, random, &id)
+}
+
+fn signed_binding_request(
+    transceiver: &str,
+    cluster: u16,
+    random: u8,
+    transaction_id: &[u8; 12],
+) -> Vec<u8> {
     let keys = keys();
     let ufrag = keys.encode(
         &RoutingHint {
@@ -230,7 +258,7 @@ pub fn binding_request(transceiver: &str, cluster: u16, random: u8) -> Vec<u8> {
     let mut buf = [0u8; 256];
     let n = stun::write_binding_request(
         &mut buf,
-        &[random; 12],
+        transaction_id,
         ufrag.as_bytes(),
         b"cli1",
         password.as_bytes(),

@@ -175,6 +175,9 @@ fn start_relay(
             "--metrics-addr",
             &metrics.to_string(),
         ])
+        // Every load client is one host: its hundreds of sessions, set up at once, are
+        // not an attack, so the per-prefix rate of new flows is lifted.
+        .args(["--new-flows-per-prefix", "1000000"])
         .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());

@@ -453,6 +453,27 @@ pub fn binding_request_with(
     cluster: u16,
     seed: u8,
 ) -> Vec<u8> {
+    signed_binding_request(keys, transceiver, cluster, seed, [seed; 12])
+}
+
+/// [`binding_request_for`] with its own transaction id: what a holder of the session's
+/// credentials can sign as often as it likes.
+pub fn binding_request_with_transaction(
+    transceiver: SocketAddr,
+    cluster: u16,
+    seed: u8,
+    transaction_id: [u8; 12],
+) -> Vec<u8> {
+    signed_binding_request(&keys(), transceiver, cluster, seed, transaction_id)
+}
+
+fn signed_binding_request(
+    keys: &HintKeys,
+    transceiver: SocketAddr,
+    cluster: u16,
+    seed: u8,
+    transaction_id: [u8; 12],
+) -> Vec<u8> {
     let ufrag = keys.encode(
         &RoutingHint {
             cluster,
@@ -466,7 +487,7 @@ pub fn binding_request_with(
     let mut buf = [0u8; 512];
     let n = stun::write_binding_request(
         &mut buf,
-        &[seed; 12],
+        &transaction_id,
         ufrag.as_bytes(),
         b"c1i3",
         password.as_bytes(),

@@ -10,6 +10,7 @@
 //! A backend's test target is a `harness = false` test whose `main` is one call:
 //! `testkit::relay_suite::run(&[Backend::mio(env!("CARGO_BIN_EXE_relay-mio"), Place::Loopback), …])`.
 
+pub mod admission;
 pub mod behaviour;
 pub mod harness;
 pub mod route_cache;
@@ -212,6 +213,10 @@ pub const CASES: &[Case] = &[
     case(
         "help_explains_the_flags",
         behaviour::help_explains_the_flags,
+    ),
+    case(
+        "one_sessions_request_replayed_from_many_sources_creates_one_flow",
+        admission::one_sessions_request_replayed_from_many_sources_creates_one_flow,
     ),
     case(
         "route_cache_a_restarted_relay_restores_the_flow_from_the_first_srtp_packet",

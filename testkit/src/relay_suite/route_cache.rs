@@ -27,6 +27,13 @@ pub fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet(b: &Backen
     let relay = RelayProcess::start(&setup);
     client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
     assert!(transceiver.recv_frame().is_some());
+    // A flow that carried only STUN is not cached (spoofed STUN must not fill Redis)…
+    std::thread::sleep(Duration::from_millis(300));
+    let key = format!("ufrag-relay:flow:{}|{}", client.addr(), relay.vip());
+    assert_eq!(redis.get(&key), None, "a STUN-only flow was cached");
+    // …its first DTLS or media datagram has it recorded.
+    client.send(relay.vip(), &rtp(0));
+    assert!(transceiver.recv_frame().is_some());
     let value = redis.wait_for_flow(client.addr(), relay.vip());
     assert_eq!(
         value,
@@ -110,10 +117,18 @@ pub fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects(b: 
     // has is recorded, and a restarted relay restores that flow from the cache.
     let _redis = net.redis_on(redis_addr);
     let deadline = std::time::Instant::now() + WAIT;
+    let mut session = 3u8;
     let recorded = loop {
+        // A new session each time (one request from a new address would be a replay).
         let attempt = net.client();
-        attempt.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 3));
+        attempt.send(
+            relay.vip(),
+            &binding_request_for(transceiver.addr(), 0, session),
+        );
         assert!(transceiver.recv_frame().is_some());
+        attempt.send(relay.vip(), &rtp(0));
+        assert!(transceiver.recv_frame().is_some());
+        session = session.wrapping_add(1);
         std::thread::sleep(Duration::from_millis(200));
         let key = format!("ufrag-relay:flow:{}|{}", attempt.addr(), relay.vip());
         if _redis.get(&key).is_some() {

@@ -1,0 +1,385 @@
+//! Who may create a flow, and what one session, one source prefix and one worker may
+//! cost: live flows per session (server ufrag), token buckets for new flows per source
+//! prefix and per worker, and a filter that recognises a replayed Binding Request.
+//! Fixed memory, no allocation after construction, O(1) per decision.
+//!
+//! A Binding Request that authenticates proves only that its sender once saw (or holds)
+//! the session's credentials, not that it owns the source address: UDP sources are
+//! spoofable. So:
+//!
+//! - **Per session**: at most `max_flows_per_session` live flows carry one server ufrag
+//!   (NAT rebinding and a handful of candidates need no more). A credential holder can
+//!   therefore aim at most that many flows, and the transceiver's answers through them,
+//!   at third parties, per worker.
+//! - **Replay**: a request whose transaction id already created a flow from another
+//!   address within the window creates nothing (a client's retransmission comes from the
+//!   same address and finds its flow).
+//! - **Per source prefix** (/24 IPv4, /56 IPv6 by default) and **per worker**: token
+//!   buckets bound the rate of new flows. Prefix buckets are a fixed array indexed by a
+//!   keyed hash of the prefix; two prefixes that share a bucket share its rate, which
+//!   errs towards refusing, never towards admitting more.
+
+use core::net::{IpAddr, SocketAddr};
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+use std::time::{Duration, Instant};
+
+use crate::metrics::DropReason;
+
+/// Prefix token buckets per worker (a power of two).
+const PREFIX_BUCKETS: usize = 1 << 14;
+/// Remembered transaction ids per worker (a power of two).
+const REPLAY_SLOTS: usize = 1 << 12;
+
+/// The limits; see the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmissionPolicy {
+    /// Live flows one server ufrag may hold in one worker.
+    pub max_flows_per_session: u16,
+    /// New flows per second from one source prefix (also its burst).
+    pub new_flows_per_prefix: u32,
+    /// The IPv4 prefix length sources are grouped by.
+    pub prefix_len_v4: u8,
+    /// The IPv6 prefix length sources are grouped by.
+    pub prefix_len_v6: u8,
+    /// New flows per second in one worker (also its burst).
+    pub new_flows_per_worker: u32,
+    /// How long a transaction id that created a flow is remembered.
+    pub replay_window: Duration,
+}
+
+impl Default for AdmissionPolicy {
+    fn default() -> Self {
+        AdmissionPolicy {
+            max_flows_per_session: 8,
+            new_flows_per_prefix: 200,
+            prefix_len_v4: 24,
+            prefix_len_v6: 56,
+            new_flows_per_worker: 5_000,
+            replay_window: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A token bucket in thousandths of a token, refilled from the elapsed milliseconds.
+#[derive(Clone, Copy, Debug, Default)]
+struct TokenBucket {
+    milli_tokens: u64,
+    at_ms: u64,
+    /// Whether the bucket was ever used (an unused bucket starts full).
+    used: bool,
+}
+
+impl TokenBucket {
+    /// Takes one token at `now_ms` for a bucket of `per_second` tokens per second and a
+    /// burst of as many; whether there was one.
+    fn take(&mut self, now_ms: u64, per_second: u32) -> bool {
+        let full = u64::from(per_second) * 1000;
+        if !self.used {
+            *self = TokenBucket {
+                milli_tokens: full,
+                at_ms: now_ms,
+                used: true,
+            };
+        }
+        let refill = now_ms.saturating_sub(self.at_ms) * u64::from(per_second);
+        self.milli_tokens = (self.milli_tokens + refill).min(full);
+        self.at_ms = now_ms;
+        if self.milli_tokens < 1000 {
+            return false;
+        }
+        self.milli_tokens -= 1000;
+        true
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct ReplayEntry {
+    transaction: u64,
+    flow: u64,
+    at_ms: u64,
+}
+
+/// One worker's admission state.
+#[derive(Debug)]
+pub struct Admission {
+    policy: AdmissionPolicy,
+    hasher: RandomState,
+    /// Session tag → live flows. Reserved for twice the flow capacity, so neither an
+    /// insert nor the in-place cleanup of removed entries ever allocates.
+    flows_per_session: HashMap<u64, u16>,
+    prefixes: Box<[TokenBucket]>,
+    worker: TokenBucket,
+    replays: Box<[ReplayEntry]>,
+    started: Instant,
+}
+
+/// A session's identity in the admission state: a keyed hash of its server ufrag.
+/// Never 0 (0 marks a flow restored from the route cache, which counts for no session).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SessionTag(pub u64);
+
+/// What admitting a flow needs to know about its first request.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowRequest<'a> {
+    /// The session the request names.
+    pub session: SessionTag,
+    /// The request's source.
+    pub source: SocketAddr,
+    /// A keyed hash of the flow's key (client and VIP).
+    pub flow: u64,
+    /// The STUN transaction id.
+    pub transaction_id: &'a [u8; 12],
+}
+
+impl Admission {
+    /// Admission for a worker whose flow table holds `flow_capacity` flows, from `now`.
+    pub fn new(policy: AdmissionPolicy, flow_capacity: usize, now: Instant) -> Self {
+        Admission {
+            policy,
+            hasher: RandomState::new(),
+            flows_per_session: HashMap::with_capacity(flow_capacity.saturating_mul(2)),
+            prefixes: vec![TokenBucket::default(); PREFIX_BUCKETS].into_boxed_slice(),
+            worker: TokenBucket::default(),
+            replays: vec![ReplayEntry::default(); REPLAY_SLOTS].into_boxed_slice(),
+            started: now,
+        }
+    }
+
+    /// The limits.
+    pub fn policy(&self) -> &AdmissionPolicy {
+        &self.policy
+    }
+
+    /// The tag of the session whose server ufrag is `server_ufrag`.
+    pub fn session_tag(&self, server_ufrag: &[u8]) -> SessionTag {
+        SessionTag(self.hasher.hash_one(server_ufrag).max(1))
+    }
+
+    /// A keyed hash of anything hashable (flow keys for [`FlowRequest::flow`]).
+    pub fn tag_of(&self, value: impl core::hash::Hash) -> u64 {
+        self.hasher.hash_one(value)
+    }
+
+    fn ms(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.started).as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Live flows of `session`.
+    pub fn flows_of(&self, session: SessionTag) -> u16 {
+        self.flows_per_session.get(&session.0).copied().unwrap_or(0)
+    }
+
+    /// Whether `request` may create a flow at `now`: replay, session cap, then the
+    /// prefix and worker buckets (a refused request spends no token of a later check).
+    pub fn check(&mut self, request: &FlowRequest<'_>, now: Instant) -> Result<(), DropReason> {
+        let now_ms = self.ms(now);
+        let window_ms = u64::try_from(self.policy.replay_window.as_millis()).unwrap_or(u64::MAX);
+        let transaction = self.hasher.hash_one(request.transaction_id);
+        let seen = self.replays[transaction as usize & (REPLAY_SLOTS - 1)];
+        if seen.transaction == transaction
+            && seen.flow != request.flow
+            && now_ms.saturating_sub(seen.at_ms) < window_ms
+        {
+            return Err(DropReason::ReplayedRequest);
+        }
+        if self.flows_of(request.session) >= self.policy.max_flows_per_session {
+            return Err(DropReason::SessionFlowLimit);
+        }
+        let prefix = self.prefix_bucket(request.source.ip());
+        if !self.prefixes[prefix].take(now_ms, self.policy.new_flows_per_prefix) {
+            return Err(DropReason::PrefixRateLimit);
+        }
+        if !self.worker.take(now_ms, self.policy.new_flows_per_worker) {
+            return Err(DropReason::WorkerRateLimit);
+        }
+        Ok(())
+    }
+
+    /// `request` created a flow at `now`.
+    pub fn admitted(&mut self, request: &FlowRequest<'_>, now: Instant) {
+        let transaction = self.hasher.hash_one(request.transaction_id);
+        self.replays[transaction as usize & (REPLAY_SLOTS - 1)] = ReplayEntry {
+            transaction,
+            flow: request.flow,
+            at_ms: self.ms(now),
+        };
+        self.joined(request.session);
+    }
+
+    /// A flow now belongs to `session` (created, or moved to it).
+    pub fn joined(&mut self, session: SessionTag) {
+        *self.flows_per_session.entry(session.0).or_insert(0) += 1;
+    }
+
+    /// A flow of `session` is gone (expired, shed, or moved away).
+    pub fn left(&mut self, session: SessionTag) {
+        if let Some(count) = self.flows_per_session.get_mut(&session.0) {
+            *count -= 1;
+            if *count == 0 {
+                self.flows_per_session.remove(&session.0);
+            }
+        }
+    }
+
+    fn prefix_bucket(&self, ip: IpAddr) -> usize {
+        let masked: u128 = match ip.to_canonical() {
+            IpAddr::V4(v4) => {
+                let keep = u32::MAX
+                    .checked_shl(32 - u32::from(self.policy.prefix_len_v4.min(32)))
+                    .unwrap_or(0);
+                u128::from(u32::from(v4) & keep) | 1 << 127
+            }
+            IpAddr::V6(v6) => {
+                let keep = u128::MAX
+                    .checked_shl(128 - u32::from(self.policy.prefix_len_v6.min(128)))
+                    .unwrap_or(0);
+                u128::from(v6) & keep & !(1 << 127) | 1 << 126
+            }
+        };
+        self.hasher.hash_one(masked) as usize & (PREFIX_BUCKETS - 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request<'t>(session: u64, source: &str, flow: u64, txid: &'t [u8; 12]) -> FlowRequest<'t> {
+        FlowRequest {
+            session: SessionTag(session),
+            source: source.parse().unwrap(),
+            flow,
+            transaction_id: txid,
+        }
+    }
+
+    fn admit(a: &mut Admission, r: &FlowRequest<'_>, now: Instant) -> Result<(), DropReason> {
+        a.check(r, now)?;
+        a.admitted(r, now);
+        Ok(())
+    }
+
+    #[test]
+    fn a_session_holds_at_most_its_cap_of_live_flows_and_regains_room_when_one_leaves() {
+        let now = Instant::now();
+        let policy = AdmissionPolicy {
+            max_flows_per_session: 3,
+            ..AdmissionPolicy::default()
+        };
+        let mut a = Admission::new(policy, 64, now);
+        for i in 0..3u8 {
+            let txid = [i; 12];
+            admit(
+                &mut a,
+                &request(7, "198.51.100.1:1000", u64::from(i), &txid),
+                now,
+            )
+            .unwrap();
+        }
+        let txid = [9; 12];
+        let fourth = request(7, "198.51.100.1:1000", 9, &txid);
+        assert_eq!(a.check(&fourth, now), Err(DropReason::SessionFlowLimit));
+        // Another session is not affected.
+        let other_txid = [10; 12];
+        admit(
+            &mut a,
+            &request(8, "198.51.100.1:1001", 10, &other_txid),
+            now,
+        )
+        .unwrap();
+        a.left(SessionTag(7));
+        admit(&mut a, &fourth, now).unwrap();
+        assert_eq!(a.flows_of(SessionTag(7)), 3);
+    }
+
+    #[test]
+    fn a_transaction_that_created_a_flow_creates_no_other_within_the_window() {
+        let now = Instant::now();
+        let mut a = Admission::new(AdmissionPolicy::default(), 64, now);
+        let txid = [1; 12];
+        admit(&mut a, &request(7, "198.51.100.1:1000", 1, &txid), now).unwrap();
+        let replay = request(7, "203.0.113.9:4000", 2, &txid);
+        assert_eq!(a.check(&replay, now), Err(DropReason::ReplayedRequest));
+        // The same flow asking again (its own retransmission) is not a replay.
+        assert_eq!(
+            a.check(&request(7, "198.51.100.1:1000", 1, &txid), now),
+            Ok(())
+        );
+        // After the window the id is forgotten (the session cap still applies).
+        let later = now + AdmissionPolicy::default().replay_window;
+        assert_eq!(a.check(&replay, later), Ok(()));
+    }
+
+    #[test]
+    fn a_prefix_gets_its_rate_and_burst_and_other_prefixes_are_unaffected() {
+        let now = Instant::now();
+        let policy = AdmissionPolicy {
+            max_flows_per_session: u16::MAX,
+            new_flows_per_prefix: 10,
+            ..AdmissionPolicy::default()
+        };
+        let mut a = Admission::new(policy, 1024, now);
+        let txid = |i: u32| {
+            let mut t = [0u8; 12];
+            t[..4].copy_from_slice(&i.to_be_bytes());
+            t
+        };
+        // Ten from one /24 (different hosts and ports), then refused.
+        for i in 0..10u32 {
+            let t = txid(i);
+            let source = format!("198.51.100.{}:{}", i + 1, 1000 + i);
+            admit(&mut a, &request(1, &source, u64::from(i), &t), now).unwrap();
+        }
+        let t = txid(10);
+        let eleventh = request(1, "198.51.100.200:5", 10, &t);
+        assert_eq!(a.check(&eleventh, now), Err(DropReason::PrefixRateLimit));
+        // Another /24 has its own bucket (the test's two prefixes do not collide: the
+        // check is repeated with a third prefix if they happen to share a bucket).
+        let t2 = txid(11);
+        let other = ["203.0.113.1:5", "192.0.2.1:5"]
+            .iter()
+            .map(|s| a.check(&request(1, s, 11, &t2), now))
+            .any(|r| r.is_ok());
+        assert!(other, "a different prefix is refused");
+        // 100 ms later one more token is there.
+        assert_eq!(a.check(&eleventh, now + Duration::from_millis(100)), Ok(()));
+    }
+
+    #[test]
+    fn ipv6_sources_are_grouped_by_their_56_bit_prefix() {
+        let now = Instant::now();
+        let policy = AdmissionPolicy {
+            max_flows_per_session: u16::MAX,
+            new_flows_per_prefix: 2,
+            ..AdmissionPolicy::default()
+        };
+        let mut a = Admission::new(policy, 64, now);
+        let t = [0u8; 12];
+        let same_56 = ["[2001:db8:0:ab01::1]:1", "[2001:db8:0:abff::2]:2"];
+        for (i, s) in same_56.iter().enumerate() {
+            assert_eq!(a.check(&request(1, s, i as u64, &t), now), Ok(()));
+        }
+        assert_eq!(
+            a.check(&request(1, "[2001:db8:0:ab42::3]:3", 3, &t), now),
+            Err(DropReason::PrefixRateLimit)
+        );
+    }
+
+    #[test]
+    fn the_worker_bucket_bounds_new_flows_over_all_prefixes() {
+        let now = Instant::now();
+        let policy = AdmissionPolicy {
+            max_flows_per_session: u16::MAX,
+            new_flows_per_worker: 5,
+            ..AdmissionPolicy::default()
+        };
+        let mut a = Admission::new(policy, 64, now);
+        let t = [0u8; 12];
+        let results: Vec<_> = (0..6u64)
+            .map(|i| a.check(&request(1, &format!("10.{i}.0.1:1"), i, &t), now))
+            .collect();
+        assert!(results[..5].iter().all(|r| r.is_ok()), "{results:?}");
+        assert_eq!(results[5], Err(DropReason::WorkerRateLimit));
+    }
+}
