@@ -34,6 +34,11 @@ label_enum! {
         FrameEmptyPayload = "frame_empty_payload",
         /// No session for this STUN ufrag or client path.
         NoSession = "no_session",
+        /// A check from a new client address after the session adopted its share of
+        /// new addresses for now.
+        PathBudget = "path_budget",
+        /// A check for one session from a path another live session holds.
+        PathTaken = "path_taken",
         /// str0m could not parse the datagram.
         Unparsable = "unparsable",
         /// str0m refused the input.

@@ -187,6 +187,11 @@ impl Session {
         }
     }
 
+    /// How long the session has received nothing, at `now`.
+    pub fn idle_at(&self, now: Instant) -> Duration {
+        now.saturating_duration_since(self.last_receive)
+    }
+
     /// Time has passed: str0m's timers (ICE, DTLS retransmits, RTCP) run.
     pub fn handle_timeout(&mut self, now: Instant) {
         if self.rtc.handle_input(Input::Timeout(now)).is_err() {

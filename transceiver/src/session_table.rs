@@ -8,12 +8,18 @@
 //! and may send media on any valid pair), up to [`MAX_PATHS`]. The worker teaches a
 //! path when the session answers on it: an ICE-lite agent answers only authenticated
 //! checks, so an unauthenticated datagram can never add a path.
+//!
+//! Someone holding a session's credentials can still sign checks from spoofed
+//! addresses. So before such a check reaches str0m the worker asks [`SessionTable::admit_path`]:
+//! a session adopts at most [`MAX_PATHS`] new addresses at once and one more per
+//! [`PATH_REFILL`] after that, and it never takes a path another session holds while
+//! that session still receives (a live session's media cannot be aimed elsewhere).
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::{BinaryHeap, HashMap};
 use std::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::stun::StunView;
@@ -41,6 +47,37 @@ pub enum Unrouted {
 
 /// Paths one session may hold; learning one more forgets the least recently learnt.
 pub const MAX_PATHS: usize = 8;
+/// A session regains room for one new path this often (RFC 7675's consent interval).
+pub const PATH_REFILL: Duration = Duration::from_secs(5);
+
+/// Why a check from a path its session does not hold is not handed to the session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PathRefused {
+    /// The session adopted its share of new addresses for now.
+    Budget,
+    /// Another session holds the path and still receives on it.
+    Taken,
+}
+
+/// New paths a session may still adopt: [`MAX_PATHS`] at first, one more per
+/// [`PATH_REFILL`].
+#[derive(Clone, Copy, Debug)]
+struct PathBudget {
+    left: usize,
+    refilled_at: Option<Instant>,
+}
+
+impl PathBudget {
+    fn refill(&mut self, now: Instant) {
+        let since = *self.refilled_at.get_or_insert(now);
+        let periods = now.saturating_duration_since(since).as_nanos() / PATH_REFILL.as_nanos();
+        if periods > 0 {
+            let periods = usize::try_from(periods).unwrap_or(MAX_PATHS);
+            self.left = (self.left + periods).min(MAX_PATHS);
+            self.refilled_at = Some(now);
+        }
+    }
+}
 
 #[derive(Debug)]
 struct Slot<S> {
@@ -48,6 +85,7 @@ struct Slot<S> {
     ufrag: String,
     /// Oldest first.
     paths: Vec<ClientPath>,
+    budget: PathBudget,
     next_timeout: Option<Instant>,
 }
 
@@ -98,6 +136,10 @@ impl<S> SessionTable<S> {
                 session,
                 ufrag,
                 paths: Vec::new(),
+                budget: PathBudget {
+                    left: MAX_PATHS,
+                    refilled_at: None,
+                },
                 next_timeout: None,
             },
         );
@@ -164,6 +206,7 @@ impl<S> SessionTable<S> {
             let oldest = slot.paths.remove(0);
             self.by_path.remove(&oldest);
         }
+        slot.budget.left = slot.budget.left.saturating_sub(1);
         slot.paths.push(path);
         if let Some(previous) = self.by_path.insert(path, id)
             && previous != id
@@ -171,6 +214,37 @@ impl<S> SessionTable<S> {
         {
             other.paths.retain(|p| *p != path);
         }
+    }
+
+    /// Whether a check for session `id` from `path` may reach the session at `now`: yes
+    /// for a path it holds; for a new one, while its budget lasts and unless another
+    /// session holds the path and `holder_is_idle` says that session is still live.
+    pub fn admit_path(
+        &mut self,
+        id: SessionId,
+        path: ClientPath,
+        now: Instant,
+        holder_is_idle: impl Fn(&S) -> bool,
+    ) -> Result<(), PathRefused> {
+        let Some(slot) = self.slots.get(&id) else {
+            return Ok(());
+        };
+        if slot.paths.contains(&path) {
+            return Ok(());
+        }
+        if let Some(holder) = self.by_path.get(&path)
+            && *holder != id
+            && let Some(other) = self.slots.get(holder)
+            && !holder_is_idle(&other.session)
+        {
+            return Err(PathRefused::Taken);
+        }
+        let budget = &mut self.slots.get_mut(&id).expect("looked up above").budget;
+        budget.refill(now);
+        if budget.left == 0 {
+            return Err(PathRefused::Budget);
+        }
+        Ok(())
     }
 
     /// The paths session `id` holds, oldest first.
@@ -307,6 +381,45 @@ mod tests {
         assert!(!t.paths(1).contains(&path(103)));
         t.remove(1); // removing the previous holder keeps the new holder's path
         assert_eq!(t.route(SRTP, path(103)), Ok(2));
+    }
+
+    #[test]
+    fn a_session_adopts_max_paths_new_addresses_then_one_per_refill_interval() {
+        let mut t = table();
+        let t0 = Instant::now();
+        let never_idle = |_: &&str| false;
+        for port in 0..MAX_PATHS as u16 {
+            assert_eq!(t.admit_path(1, path(200 + port), t0, never_idle), Ok(()));
+            t.learn_path(1, path(200 + port));
+        }
+        assert_eq!(
+            t.admit_path(1, path(300), t0, never_idle),
+            Err(PathRefused::Budget)
+        );
+        // Known paths are always fine; the other session has its own budget.
+        assert_eq!(t.admit_path(1, path(200), t0, never_idle), Ok(()));
+        assert_eq!(t.admit_path(2, path(300), t0, never_idle), Ok(()));
+        // One more per interval.
+        let later = t0 + PATH_REFILL;
+        assert_eq!(t.admit_path(1, path(300), later, never_idle), Ok(()));
+        t.learn_path(1, path(300));
+        assert_eq!(
+            t.admit_path(1, path(301), later, never_idle),
+            Err(PathRefused::Budget)
+        );
+    }
+
+    #[test]
+    fn a_path_of_a_live_session_is_not_taken_by_another_but_an_idle_ones_is() {
+        let mut t = table();
+        let t0 = Instant::now();
+        t.learn_path(1, path(7));
+        assert_eq!(
+            t.admit_path(2, path(7), t0, |holder| *holder != "one"),
+            Err(PathRefused::Taken),
+            "session one is live"
+        );
+        assert_eq!(t.admit_path(2, path(7), t0, |_| true), Ok(()));
     }
 
     #[test]

@@ -18,13 +18,14 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use str0m::IceCreds;
 use str0m::config::DtlsCert;
 use str0m::net::Transmit;
+use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
 use ufrag_common::hint::HintKeys;
 
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
 use crate::model::{ModelBackend, ModelInput, ModelOutput, SessionId};
 use crate::session::{Session, SessionOutput};
-use crate::session_table::{ClientPath, SessionTable, Unrouted};
+use crate::session_table::{ClientPath, PathRefused, SessionTable, Unrouted};
 use crate::setup::{NewSession, SessionMint};
 
 const SOCKET: Token = Token(0);
@@ -35,6 +36,9 @@ const MAX_DATAGRAM: usize = 2048;
 const HOUSEKEEPING: Duration = Duration::from_millis(250);
 /// The longest the loop sleeps without a due timer.
 const MAX_SLEEP: Duration = Duration::from_millis(100);
+/// A session that has received nothing for this long no longer holds its paths against
+/// another session's checks (a live one receives media or consent checks far more often).
+const PATH_HOLDER_IDLE: Duration = Duration::from_secs(5);
 
 /// Why signaling failed, as the HTTP layer reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -391,6 +395,17 @@ impl Worker {
             .sessions
             .route(payload, path)
             .map_err(|_: Unrouted| DropReason::NoSession)?;
+        if DatagramKind::classify(payload) == DatagramKind::Stun {
+            let idle_for = PATH_HOLDER_IDLE;
+            self.sessions
+                .admit_path(id, path, now, |holder: &Session| {
+                    holder.idle_at(now) >= idle_for
+                })
+                .map_err(|refused| match refused {
+                    PathRefused::Budget => DropReason::PathBudget,
+                    PathRefused::Taken => DropReason::PathTaken,
+                })?;
+        }
         let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
         session.handle_receive(now, path.client, path.local, relay, payload)?;
         self.drive(id, now);
