@@ -56,6 +56,8 @@ fn session_through_relay_afxdp(xdp_mode: &str) {
             "--bind",
             &format!("{}:41000", bed.transceiver.addr),
         ])
+        // The testbed's private network; the page sends no token.
+        .arg("--allow-unauthenticated")
         .args([
             "--advertise",
             &vip.to_string(),

@@ -65,6 +65,23 @@ impl From<FrameError> for DropReason {
 }
 
 label_enum! {
+    /// Why the signaling endpoint refused a connection or a request before handling it.
+    pub enum HttpRefusal {
+        /// Every connection slot was taken; the new connection was closed at once.
+        ConnectionCap = "connection_cap",
+        /// The client's address spent its rate of session POSTs (429).
+        PostRate = "post_rate",
+        /// The body was larger than allowed (413).
+        BodyTooLarge = "body_too_large",
+        /// The body did not arrive in time (408).
+        BodyTooSlow = "body_too_slow",
+        /// The headers did not arrive in time, or were too large or too many (hyper
+        /// closed the connection).
+        BadHeaders = "bad_headers"
+    }
+}
+
+label_enum! {
     /// Why a session ended.
     pub enum EndReason {
         /// The transceiver is shutting down.
@@ -99,6 +116,9 @@ pub struct TransceiverMetrics {
     audio_echoed: Counter,
     ice_restarts: Counter,
     connect_seconds: Histogram,
+    /// Indexed by [`HttpRefusal::index`].
+    http_refusals: Vec<Counter>,
+    worker_failures: Counter,
     ready: AtomicBool,
 }
 
@@ -154,6 +174,18 @@ impl TransceiverMetrics {
             "Time from signaling to ICE+DTLS connected.",
             connect_seconds.clone(),
         );
+        let http_refusals = Family::<Labels, Counter>::default();
+        registry.register(
+            "http_refusals",
+            "Signaling connections and requests refused before handling, by reason.",
+            http_refusals.clone(),
+        );
+        let worker_failures = Counter::default();
+        registry.register(
+            "worker_failures",
+            "Workers that stopped (a panic or an I/O error): readiness turns off.",
+            worker_failures.clone(),
+        );
         // One counter per label value, made once: counting never allocates.
         let by = |family: &Family<Labels, Counter>, name: &'static str, value: &'static str| {
             family.get_or_create(&vec![(name, value)]).clone()
@@ -175,6 +207,11 @@ impl TransceiverMetrics {
             audio_echoed,
             ice_restarts,
             connect_seconds,
+            http_refusals: HttpRefusal::ALL
+                .iter()
+                .map(|r| by(&http_refusals, "reason", r.label()))
+                .collect(),
+            worker_failures,
             ready: AtomicBool::new(false),
         }
     }
@@ -219,6 +256,16 @@ impl TransceiverMetrics {
     /// An ICE restart was applied.
     pub fn ice_restart(&self) {
         self.ice_restarts.inc();
+    }
+
+    /// Signaling refused a connection or request.
+    pub fn http_refused(&self, reason: HttpRefusal) {
+        self.http_refusals[reason.index()].inc();
+    }
+
+    /// A worker stopped.
+    pub fn worker_failed(&self) {
+        self.worker_failures.inc();
     }
 
     /// Readiness.

@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,13 +15,15 @@ use ipnet::IpNet;
 use ufrag_common::hint::HintKeys;
 use ufrag_common::runtime::lifecycle::Service;
 
+use crate::http::HttpServer;
 use crate::metrics::TransceiverMetrics;
 use crate::model::EchoModel;
-use crate::signaling::Signaling;
+use crate::signaling::{MAX_WORKERS, Signaling};
 use crate::worker::{Worker, WorkerConfig};
 
-/// Threads answering signaling and metrics requests.
-const HTTP_THREADS: usize = 4;
+/// Debug builds only: `panic-worker-N` makes worker N panic at its first housekeeping,
+/// so tests can show what a dying worker does to readiness.
+pub const FAULT_ENV: &str = "UFRAG_TRANSCEIVER_FAULT";
 
 /// WebRTC sessions behind the relay: WHIP signaling, str0m, and the echo model.
 ///
@@ -28,8 +31,9 @@ const HTTP_THREADS: usize = 4;
 /// advertises one ICE candidate, the relay's VIP (--advertise), with a server ufrag that
 /// routes to this worker. DELETE the Location to end the session. GET / is a demo page.
 ///
-/// Hint keys: --hint-keys-file or UFRAG_RELAY_HINT_KEYS (the relay's keys). Bearer token
-/// (optional): UFRAG_TRANSCEIVER_TOKEN.
+/// Hint keys: --hint-keys-file or UFRAG_RELAY_HINT_KEYS (the relay's keys). Bearer token:
+/// UFRAG_TRANSCEIVER_TOKEN; required when --http-addr is not a loopback address, unless
+/// --allow-unauthenticated says otherwise.
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "transceiver", version, verbatim_doc_comment)]
 pub struct TransceiverOptions {
@@ -72,6 +76,15 @@ pub struct TransceiverOptions {
     /// On SIGTERM: refuse new sessions, let existing ones run this long.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub drain_time: Duration,
+    /// Concurrent signaling connections; one beyond is closed at once.
+    #[arg(long, default_value_t = 1024, value_name = "N")]
+    pub http_max_connections: usize,
+    /// Session POSTs per second from one client address (twice that at once); beyond: 429.
+    #[arg(long, default_value_t = 50.0, value_name = "N")]
+    pub posts_per_second_per_ip: f64,
+    /// Serve signaling on a non-loopback address without a bearer token (logged loudly).
+    #[arg(long)]
+    pub allow_unauthenticated: bool,
 }
 
 /// Why the transceiver could not start.
@@ -96,10 +109,9 @@ impl std::fmt::Display for StartError {
 pub struct Transceiver {
     metrics: Arc<TransceiverMetrics>,
     signaling: Arc<Signaling>,
-    server: Arc<tiny_http::Server>,
+    http: HttpServer,
     stop: Arc<AtomicBool>,
-    workers: Vec<JoinHandle<io::Result<()>>>,
-    http: Vec<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for Transceiver {
@@ -119,8 +131,37 @@ impl Transceiver {
                 "`allow_relay_net`: at least one network is required in relay mode".into(),
             ));
         }
-        if opts.workers == 0 {
-            return Err(StartError::Config("`workers`: must be at least 1".into()));
+        if opts.workers == 0 || opts.workers > MAX_WORKERS {
+            return Err(StartError::Config(format!(
+                "`workers`: must be 1..={MAX_WORKERS} (a session id names its worker in one byte)"
+            )));
+        }
+        if opts.http_max_connections == 0 {
+            return Err(StartError::Config(
+                "`http_max_connections`: must be at least 1".into(),
+            ));
+        }
+        if !opts.posts_per_second_per_ip.is_finite() || opts.posts_per_second_per_ip <= 0.0 {
+            return Err(StartError::Config(
+                "`posts_per_second_per_ip`: must be above 0".into(),
+            ));
+        }
+        let token = std::env::var("UFRAG_TRANSCEIVER_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        if token.is_none() && !opts.http_addr.ip().is_loopback() {
+            if !opts.allow_unauthenticated {
+                return Err(StartError::Config(format!(
+                    "`http_addr`: {} is not loopback and no bearer token is set \
+                     (UFRAG_TRANSCEIVER_TOKEN); pass --allow-unauthenticated to serve anyone",
+                    opts.http_addr
+                )));
+            }
+            tracing::warn!(
+                http = %opts.http_addr,
+                "SIGNALING IS UNAUTHENTICATED on a non-loopback address (--allow-unauthenticated): \
+                 anyone who reaches it can create sessions"
+            );
         }
         let dtls_cert = crate::setup::process_certificate().ok_or_else(|| {
             StartError::System("the crypto provider cannot make a DTLS certificate".into())
@@ -151,46 +192,53 @@ impl Transceiver {
             let (worker, handle) = Worker::bind(cfg, model, Arc::clone(&metrics))
                 .map_err(|e| StartError::System(format!("binding worker {index}: {e}")))?;
             tracing::info!(worker = index, addr = %handle.addr, "worker bound");
+            let (load, stop) = (Arc::clone(&handle.load), Arc::clone(&stop));
             handles.push(handle);
-            let stop = Arc::clone(&stop);
+            let worker_metrics = Arc::clone(&metrics);
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("xcvr-w{index}"))
-                    .spawn(move || worker.run(&stop))
+                    .spawn(move || {
+                        let outcome =
+                            std::panic::catch_unwind(AssertUnwindSafe(|| worker.run(&stop)));
+                        if stop.load(Ordering::Relaxed) && matches!(outcome, Ok(Ok(()))) {
+                            return;
+                        }
+                        // A worker that stops on its own takes its sessions with it:
+                        // signaling sends it nothing more and readiness turns off.
+                        load.alive.store(false, Ordering::Relaxed);
+                        worker_metrics.worker_failed();
+                        match outcome {
+                            Ok(Ok(())) => tracing::error!(worker = index, "worker stopped"),
+                            Ok(Err(e)) => {
+                                tracing::error!(worker = index, error = %e, "worker failed")
+                            }
+                            Err(_) => tracing::error!(worker = index, "worker panicked"),
+                        }
+                    })
                     .map_err(|e| StartError::System(format!("spawning worker {index}: {e}")))?,
             );
         }
         let signaling = Arc::new(Signaling::new(
             handles,
-            std::env::var("UFRAG_TRANSCEIVER_TOKEN").ok(),
+            token,
             Arc::clone(&metrics),
+            opts.posts_per_second_per_ip,
         ));
-        let server = tiny_http::Server::http(opts.http_addr)
-            .map(Arc::new)
-            .map_err(|e| StartError::System(format!("http_addr {}: {e}", opts.http_addr)))?;
-        let mut http = vec![];
-        for i in 0..HTTP_THREADS {
-            let (server, signaling) = (Arc::clone(&server), Arc::clone(&signaling));
-            let thread = std::thread::Builder::new()
-                .name(format!("http-{i}"))
-                .spawn(move || {
-                    while let Ok(mut request) = server.recv() {
-                        let response = signaling.handle(&mut request);
-                        let _ = request.respond(response);
-                    }
-                })
-                .map_err(|e| StartError::System(format!("spawning http thread: {e}")))?;
-            http.push(thread);
-        }
+        let http = HttpServer::start(
+            opts.http_addr,
+            Arc::clone(&signaling),
+            opts.http_max_connections,
+        )
+        .map_err(|e| StartError::System(format!("http_addr {}: {e}", opts.http_addr)))?;
         metrics.set_ready(true);
         tracing::info!(http = %opts.http_addr, direct = opts.direct, "transceiver ready");
         Ok(Transceiver {
             metrics,
             signaling,
-            server,
+            http,
             stop,
             workers,
-            http,
         })
     }
 }
@@ -207,23 +255,17 @@ impl Service for Transceiver {
         std::thread::sleep(drain_time);
     }
 
-    /// Ends every session, stops the workers and the HTTP threads.
+    /// Ends every session, stops the workers and the HTTP server.
     fn join(self) -> io::Result<()> {
         self.stop.store(true, Ordering::Relaxed);
-        let mut result = Ok(());
         for worker in self.workers {
-            match worker.join() {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => result = Err(e),
-                Err(_) => result = Err(io::Error::other("a worker panicked")),
-            }
+            let _ = worker.join();
         }
-        for _ in &self.http {
-            self.server.unblock();
+        self.http.stop();
+        if self.signaling.all_workers_alive() {
+            Ok(())
+        } else {
+            Err(io::Error::other("a worker had failed"))
         }
-        for thread in self.http {
-            let _ = thread.join();
-        }
-        result
     }
 }

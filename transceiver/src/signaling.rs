@@ -10,38 +10,136 @@
 //! | a wrong content type | `415` |
 //! | every worker full, or draining | `503` with `Retry-After` |
 //! | missing or wrong bearer token (when one is configured) | `401` |
+//! | more session POSTs from one client address than its rate allows | `429` with `Retry-After` |
+//! | a body over 64 KiB (POST and PATCH) | `413` |
 //! | `OPTIONS` (CORS preflight) | `204` with the CORS headers |
 //! | `GET /` | the demo page; `GET /metrics`, `/healthz`, `/readyz` |
 //!
 //! Every answer of the session API (`/v1/sessions…`) carries CORS headers so a page on
 //! another origin can call it; metrics, health and the demo page carry none.
+//!
+//! This module decides; [`crate::http`] is the transport that bounds what a request may
+//! cost before it gets here (connections, header size and count, body size, time).
+//! A session id carries its worker's index in its low byte, so DELETE and PATCH find
+//! the worker without any table that could grow.
 
 use std::collections::HashMap;
 use std::io::Read;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use hyper::{HeaderMap, Method};
 use str0m::change::SdpOffer;
 use subtle::ConstantTimeEq;
 
-use crate::metrics::TransceiverMetrics;
+use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::model::SessionId;
 use crate::worker::{Command, SignalError, WorkerHandle};
 
-/// Largest accepted offer.
-pub const MAX_OFFER_BYTES: usize = 64 * 1024;
+/// Largest accepted request body (an offer or a trickle fragment).
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
 /// How long signaling waits for a worker.
 const WORKER_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most workers a transceiver may have: a session id names its worker in one byte.
+pub const MAX_WORKERS: usize = 256;
+/// Client addresses whose POST rate is remembered; beyond, full buckets are forgotten.
+const MAX_RATE_ENTRIES: usize = 65_536;
 
-/// The signaling state shared by the HTTP threads.
+/// A response as signaling writes it; the transport turns it into HTTP.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignalResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers.
+    pub headers: Vec<(&'static str, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+impl SignalResponse {
+    fn new(status: u16, content_type: &str, body: impl Into<Vec<u8>>) -> Self {
+        SignalResponse {
+            status,
+            headers: vec![("Content-Type", content_type.to_string())],
+            body: body.into(),
+        }
+    }
+
+    fn with(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers.push((name, value.into()));
+        self
+    }
+
+    /// The first header called `name`.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A plain-text answer with one line.
+pub fn text(status: u16, body: &str) -> SignalResponse {
+    SignalResponse::new(status, "text/plain; charset=utf-8", format!("{body}\n"))
+}
+
+fn with_cors(r: SignalResponse) -> SignalResponse {
+    r.with("Access-Control-Allow-Origin", "*")
+        .with(
+            "Access-Control-Allow-Methods",
+            "GET, POST, PATCH, DELETE, OPTIONS",
+        )
+        .with(
+            "Access-Control-Allow-Headers",
+            "Content-Type, Authorization",
+        )
+        .with("Access-Control-Expose-Headers", "Location")
+}
+
+/// A token bucket per client address for session POSTs.
+#[derive(Debug)]
+struct PostRate {
+    per_second: f64,
+    buckets: Mutex<HashMap<IpAddr, (f64, Instant)>>,
+}
+
+impl PostRate {
+    /// Takes one POST for `peer` at `now`: a bucket of `per_second` with a burst of twice
+    /// that.
+    fn take(&self, peer: IpAddr, now: Instant) -> bool {
+        let burst = 2.0 * self.per_second;
+        let mut buckets = self.buckets.lock().expect("post rate");
+        if buckets.len() >= MAX_RATE_ENTRIES {
+            // Forget addresses whose bucket has refilled: they lose nothing.
+            let per_second = self.per_second;
+            buckets.retain(|_, (tokens, at)| {
+                *tokens + now.saturating_duration_since(*at).as_secs_f64() * per_second < burst
+            });
+        }
+        let (tokens, at) = buckets.entry(peer).or_insert((burst, now));
+        *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * self.per_second)
+            .min(burst);
+        *at = now;
+        if *tokens < 1.0 {
+            return false;
+        }
+        *tokens -= 1.0;
+        true
+    }
+}
+
+/// The signaling state shared by the HTTP handlers.
 #[derive(Debug)]
 pub struct Signaling {
     workers: Vec<WorkerHandle>,
     token: Option<String>,
     metrics: Arc<TransceiverMetrics>,
     accepting: AtomicBool,
-    owners: Mutex<HashMap<SessionId, usize>>,
+    http_alive: AtomicBool,
+    post_rate: PostRate,
 }
 
 /// Random bytes from the kernel (signaling only, never per packet).
@@ -50,31 +148,6 @@ pub fn random_bytes<const N: usize>() -> [u8; N] {
     let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom exists");
     f.read_exact(&mut out).expect("/dev/urandom reads");
     out
-}
-
-fn header(name: &str, value: &str) -> tiny_http::Header {
-    tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()).expect("valid header")
-}
-
-type Response = tiny_http::Response<std::io::Cursor<Vec<u8>>>;
-
-fn text(status: u16, body: &str) -> Response {
-    tiny_http::Response::from_string(format!("{body}\n"))
-        .with_status_code(status)
-        .with_header(header("Content-Type", "text/plain; charset=utf-8"))
-}
-
-fn with_cors(r: Response) -> Response {
-    r.with_header(header("Access-Control-Allow-Origin", "*"))
-        .with_header(header(
-            "Access-Control-Allow-Methods",
-            "GET, POST, PATCH, DELETE, OPTIONS",
-        ))
-        .with_header(header(
-            "Access-Control-Allow-Headers",
-            "Content-Type, Authorization",
-        ))
-        .with_header(header("Access-Control-Expose-Headers", "Location"))
 }
 
 /// Checks an offer before any worker sees it: parses, has audio, offers Opus.
@@ -97,19 +170,45 @@ pub fn check_offer(body: &str) -> Result<SdpOffer, String> {
     Ok(offer)
 }
 
+/// The id of a new session on worker `worker`: random, with the worker in the low byte.
+fn session_id(worker: usize) -> SessionId {
+    (u64::from_be_bytes(random_bytes()) & !0xff) | worker as u64
+}
+
+/// The worker a session id names, and the id; `None` for a malformed id.
+fn parse_session_id(text: &str, workers: usize) -> Option<(SessionId, usize)> {
+    if text.len() != 16 {
+        return None;
+    }
+    let id = u64::from_str_radix(text, 16).ok()?;
+    let worker = (id & 0xff) as usize;
+    (worker < workers).then_some((id, worker))
+}
+
+fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
 impl Signaling {
-    /// Signaling over these workers, with an optional bearer token.
+    /// Signaling over these workers (at most [`MAX_WORKERS`]), with an optional bearer
+    /// token and a rate of session POSTs per client address.
     pub fn new(
         workers: Vec<WorkerHandle>,
         token: Option<String>,
         metrics: Arc<TransceiverMetrics>,
+        posts_per_second: f64,
     ) -> Self {
+        assert!(workers.len() <= MAX_WORKERS, "checked at start");
         Signaling {
             workers,
             token,
             metrics,
             accepting: AtomicBool::new(true),
-            owners: Mutex::new(HashMap::new()),
+            http_alive: AtomicBool::new(true),
+            post_rate: PostRate {
+                per_second: posts_per_second,
+                buckets: Mutex::new(HashMap::new()),
+            },
         }
     }
 
@@ -118,53 +217,74 @@ impl Signaling {
         self.accepting.store(false, Ordering::Relaxed);
     }
 
-    fn authorized(&self, request: &tiny_http::Request) -> bool {
+    /// The HTTP server stopped serving: readiness turns off for good.
+    pub fn http_died(&self) {
+        self.http_alive.store(false, Ordering::Relaxed);
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &TransceiverMetrics {
+        &self.metrics
+    }
+
+    /// Ready: started, not draining, every worker and the HTTP server alive.
+    pub fn is_ready(&self) -> bool {
+        self.metrics.is_ready()
+            && self.accepting.load(Ordering::Relaxed)
+            && self.http_alive.load(Ordering::Relaxed)
+            && self.all_workers_alive()
+    }
+
+    /// Whether no worker has stopped on its own.
+    pub fn all_workers_alive(&self) -> bool {
+        self.workers
+            .iter()
+            .all(|w| w.load.alive.load(Ordering::Relaxed))
+    }
+
+    fn authorized(&self, headers: &HeaderMap) -> bool {
         let Some(token) = &self.token else {
             return true;
         };
         // Constant time in the token's content: a wrong guess teaches nothing about how
         // many leading bytes were right.
-        request.headers().iter().any(|h| {
-            h.field.equiv("Authorization")
-                && h.value
-                    .as_str()
-                    .strip_prefix("Bearer ")
-                    .is_some_and(|presented| {
-                        bool::from(presented.as_bytes().ct_eq(token.as_bytes()))
-                    })
-        })
+        header_str(headers, "authorization")
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .is_some_and(|presented| bool::from(presented.as_bytes().ct_eq(token.as_bytes())))
     }
 
-    /// Answers one request.
-    pub fn handle(&self, request: &mut tiny_http::Request) -> Response {
-        let path = request.url().split('?').next().unwrap_or("").to_string();
-        let method = request.method().clone();
-        use tiny_http::Method::{Delete, Get, Options, Post};
-        let response = match (&method, path.as_str()) {
-            (Options, _) => text(204, ""),
-            (Get, "/") => tiny_http::Response::from_string(crate::page::PAGE)
-                .with_header(header("Content-Type", "text/html; charset=utf-8")),
-            (Get, "/app.js") => tiny_http::Response::from_string(crate::page::APP_JS)
-                .with_header(header("Content-Type", "text/javascript; charset=utf-8")),
-            (Get, "/healthz") => text(200, "ok"),
-            (Get, "/readyz")
-                if self.metrics.is_ready() && self.accepting.load(Ordering::Relaxed) =>
-            {
-                text(200, "ready")
+    /// Answers one request from `peer`, whose body the transport has read in full
+    /// (at most [`MAX_BODY_BYTES`]). May block on a worker for up to 5 s.
+    pub fn handle(
+        &self,
+        peer: IpAddr,
+        method: &Method,
+        path: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> SignalResponse {
+        let response = match (method, path) {
+            (&Method::OPTIONS, _) => text(204, ""),
+            (&Method::GET, "/") => {
+                SignalResponse::new(200, "text/html; charset=utf-8", crate::page::PAGE)
             }
-            (Get, "/readyz") => text(503, "not ready"),
-            (Get, "/metrics") => tiny_http::Response::from_string(self.metrics.render())
-                .with_header(header(
-                    "Content-Type",
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                )),
-            (Post, "/v1/sessions") => self.create(request),
-            (Delete, p) if p.starts_with("/v1/sessions/") => {
-                self.delete(request, &p["/v1/sessions/".len()..])
+            (&Method::GET, "/app.js") => {
+                SignalResponse::new(200, "text/javascript; charset=utf-8", crate::page::APP_JS)
             }
-            (tiny_http::Method::Patch, p) if p.starts_with("/v1/sessions/") => {
-                let id = p["/v1/sessions/".len()..].to_string();
-                self.patch(request, &id)
+            (&Method::GET, "/healthz") => text(200, "ok"),
+            (&Method::GET, "/readyz") if self.is_ready() => text(200, "ready"),
+            (&Method::GET, "/readyz") => text(503, "not ready"),
+            (&Method::GET, "/metrics") => SignalResponse::new(
+                200,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                self.metrics.render(),
+            ),
+            (&Method::POST, "/v1/sessions") => self.create(peer, headers, body),
+            (&Method::DELETE, p) if p.starts_with("/v1/sessions/") => {
+                self.delete(headers, &p["/v1/sessions/".len()..])
+            }
+            (&Method::PATCH, p) if p.starts_with("/v1/sessions/") => {
+                self.patch(headers, &p["/v1/sessions/".len()..], body)
             }
             (_, "/v1/sessions") => text(405, "method not allowed"),
             _ => text(404, "not found"),
@@ -178,46 +298,39 @@ impl Signaling {
         }
     }
 
-    fn create(&self, request: &mut tiny_http::Request) -> Response {
-        if !self.authorized(request) {
+    fn create(&self, peer: IpAddr, headers: &HeaderMap, body: &[u8]) -> SignalResponse {
+        if !self.authorized(headers) {
             return text(401, "missing or wrong bearer token");
         }
-        let content_type = request
-            .headers()
-            .iter()
-            .find(|h| h.field.equiv("Content-Type"))
-            .map(|h| h.value.as_str().to_ascii_lowercase());
+        if !self.post_rate.take(peer, Instant::now()) {
+            self.metrics.http_refused(HttpRefusal::PostRate);
+            return text(429, "too many sessions from this address").with("Retry-After", "1");
+        }
+        let content_type = header_str(headers, "content-type").map(str::to_ascii_lowercase);
         if !content_type.is_some_and(|c| c.starts_with("application/sdp")) {
             return text(415, "Content-Type must be application/sdp");
         }
-        let mut body = String::new();
-        let read = request
-            .as_reader()
-            .take(MAX_OFFER_BYTES as u64 + 1)
-            .read_to_string(&mut body);
-        if read.is_err() {
+        let Ok(body) = std::str::from_utf8(body) else {
             return text(400, "the offer is not UTF-8 text");
-        }
-        if body.len() > MAX_OFFER_BYTES {
-            return text(413, "offer too large");
-        }
-        let offer = match check_offer(&body) {
+        };
+        let offer = match check_offer(body) {
             Ok(o) => o,
             Err(reason) => return text(400, &reason),
         };
         if !self.accepting.load(Ordering::Relaxed) {
-            return text(503, "draining").with_header(header("Retry-After", "5"));
+            return text(503, "draining").with("Retry-After", "5");
         }
-        // The least loaded worker takes the session.
+        // The least loaded live worker takes the session.
         let Some((index, worker)) = self
             .workers
             .iter()
             .enumerate()
+            .filter(|(_, w)| w.load.alive.load(Ordering::Relaxed))
             .min_by_key(|(_, w)| w.load.sessions.load(Ordering::Relaxed))
         else {
-            return text(503, "no workers").with_header(header("Retry-After", "5"));
+            return text(503, "no workers").with("Retry-After", "5");
         };
-        let id = u64::from_be_bytes(random_bytes());
+        let id = session_id(index);
         // The costly part of a new session is built here, not on the worker.
         let new = match worker
             .mint
@@ -228,63 +341,40 @@ impl Signaling {
                 return text(400, reason.lines().next().unwrap_or("bad offer"));
             }
             Err(SignalError::Full) => {
-                return text(503, "at capacity").with_header(header("Retry-After", "5"));
+                return text(503, "at capacity").with("Retry-After", "5");
             }
         };
         let answer = new.answer.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
         let cmd = Command::Create { id, new, reply: tx };
         if worker.commands.try_send(cmd).is_err() || worker.waker.wake().is_err() {
-            return text(503, "worker busy").with_header(header("Retry-After", "1"));
+            return text(503, "worker busy").with("Retry-After", "1");
         }
         match rx.recv_timeout(WORKER_TIMEOUT) {
-            Ok(Ok(())) => {
-                self.owners.lock().expect("owners").insert(id, index);
-                tiny_http::Response::from_string(answer)
-                    .with_status_code(201)
-                    .with_header(header("Content-Type", "application/sdp"))
-                    .with_header(header("Location", &format!("/v1/sessions/{id:016x}")))
-            }
+            Ok(Ok(())) => SignalResponse::new(201, "application/sdp", answer)
+                .with("Location", format!("/v1/sessions/{id:016x}")),
             Ok(Err(SignalError::BadOffer(reason))) => {
                 text(400, reason.lines().next().unwrap_or("bad offer"))
             }
-            Ok(Err(SignalError::Full)) => {
-                text(503, "at capacity").with_header(header("Retry-After", "5"))
-            }
-            Err(_) => text(503, "worker did not answer").with_header(header("Retry-After", "1")),
+            Ok(Err(SignalError::Full)) => text(503, "at capacity").with("Retry-After", "5"),
+            Err(_) => text(503, "worker did not answer").with("Retry-After", "1"),
         }
     }
 
-    fn patch(&self, request: &mut tiny_http::Request, id: &str) -> Response {
-        if !self.authorized(request) {
+    fn patch(&self, headers: &HeaderMap, id: &str, body: &[u8]) -> SignalResponse {
+        if !self.authorized(headers) {
             return text(401, "missing or wrong bearer token");
         }
-        let content_type = request
-            .headers()
-            .iter()
-            .find(|h| h.field.equiv("Content-Type"))
-            .map(|h| h.value.as_str().to_ascii_lowercase());
+        let content_type = header_str(headers, "content-type").map(str::to_ascii_lowercase);
         if !content_type.is_some_and(|c| c.starts_with("application/trickle-ice-sdpfrag")) {
             return text(415, "Content-Type must be application/trickle-ice-sdpfrag");
         }
-        let owner = u64::from_str_radix(id, 16).ok().and_then(|id| {
-            self.owners
-                .lock()
-                .expect("owners")
-                .get(&id)
-                .map(|i| (id, *i))
-        });
-        let Some((id, index)) = owner else {
+        let Some((id, index)) = parse_session_id(id, self.workers.len()) else {
             return text(404, "no such session");
         };
-        let mut body = String::new();
-        let read = request
-            .as_reader()
-            .take(MAX_OFFER_BYTES as u64)
-            .read_to_string(&mut body);
-        if read.is_err() {
+        let Ok(body) = std::str::from_utf8(body) else {
             return text(400, "the fragment is not UTF-8 text");
-        }
+        };
         let value = |key: &str| {
             body.lines()
                 .find_map(|l| l.trim().strip_prefix(key))
@@ -302,27 +392,27 @@ impl Signaling {
             reply: tx,
         };
         if worker.commands.try_send(cmd).is_err() || worker.waker.wake().is_err() {
-            return text(503, "worker busy").with_header(header("Retry-After", "1"));
+            return text(503, "worker busy").with("Retry-After", "1");
         }
         match rx.recv_timeout(WORKER_TIMEOUT) {
-            Ok(Some(local)) => tiny_http::Response::from_string(format!(
-                "a=ice-ufrag:{}\r\na=ice-pwd:{}\r\n",
-                local.ufrag, local.pass
-            ))
-            .with_header(header("Content-Type", "application/trickle-ice-sdpfrag")),
+            Ok(Some(local)) => SignalResponse::new(
+                200,
+                "application/trickle-ice-sdpfrag",
+                format!(
+                    "a=ice-ufrag:{}\r\na=ice-pwd:{}\r\n",
+                    local.ufrag, local.pass
+                ),
+            ),
             Ok(None) => text(404, "no such session"),
             Err(_) => text(503, "worker did not answer"),
         }
     }
 
-    fn delete(&self, request: &tiny_http::Request, id: &str) -> Response {
-        if !self.authorized(request) {
+    fn delete(&self, headers: &HeaderMap, id: &str) -> SignalResponse {
+        if !self.authorized(headers) {
             return text(401, "missing or wrong bearer token");
         }
-        let Ok(id) = u64::from_str_radix(id, 16) else {
-            return text(404, "no such session");
-        };
-        let Some(index) = self.owners.lock().expect("owners").remove(&id) else {
+        let Some((id, index)) = parse_session_id(id, self.workers.len()) else {
             return text(404, "no such session");
         };
         let worker = &self.workers[index];
@@ -333,7 +423,7 @@ impl Signaling {
             .is_err()
             || worker.waker.wake().is_err()
         {
-            return text(503, "worker busy").with_header(header("Retry-After", "1"));
+            return text(503, "worker busy").with("Retry-After", "1");
         }
         match rx.recv_timeout(WORKER_TIMEOUT) {
             Ok(true) => text(204, ""),
@@ -354,5 +444,35 @@ mod tests {
                 .unwrap_err()
                 .starts_with("malformed SDP offer")
         );
+    }
+
+    #[test]
+    fn a_session_id_names_its_worker_and_malformed_ids_name_none() {
+        for worker in [0, 1, 7] {
+            let id = session_id(worker);
+            assert_eq!(
+                parse_session_id(&format!("{id:016x}"), 8),
+                Some((id, worker))
+            );
+        }
+        let on_worker_9 = format!("{:016x}", session_id(9));
+        assert_eq!(parse_session_id(&on_worker_9, 8), None, "no such worker");
+        assert_eq!(parse_session_id("zz", 8), None);
+        assert_eq!(parse_session_id("0123", 8), None);
+    }
+
+    #[test]
+    fn one_address_gets_twice_its_rate_at_once_then_its_rate() {
+        let rate = PostRate {
+            per_second: 5.0,
+            buckets: Mutex::new(HashMap::new()),
+        };
+        let t0 = Instant::now();
+        let peer: IpAddr = "198.51.100.7".parse().unwrap();
+        let other: IpAddr = "198.51.100.8".parse().unwrap();
+        assert_eq!((0..12).filter(|_| rate.take(peer, t0)).count(), 10);
+        assert!(rate.take(other, t0), "another address has its own bucket");
+        assert!(rate.take(peer, t0 + Duration::from_millis(200)));
+        assert!(!rate.take(peer, t0 + Duration::from_millis(200)));
     }
 }

@@ -111,10 +111,13 @@ pub struct WorkerConfig {
 }
 
 /// The shared, lock-free view of a worker the signaling side reads.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct WorkerLoad {
     /// Sessions the worker holds.
     pub sessions: AtomicUsize,
+    /// False once the worker's thread has stopped (a panic or an I/O error): signaling
+    /// sends it nothing more, and readiness turns off.
+    pub alive: AtomicBool,
 }
 
 /// A running worker's handle.
@@ -178,7 +181,10 @@ impl Worker {
             .register(&mut socket, SOCKET, Interest::READABLE)?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
         let (tx, rx) = crossbeam_channel::bounded(1024);
-        let load = Arc::new(WorkerLoad::default());
+        let load = Arc::new(WorkerLoad {
+            sessions: AtomicUsize::new(0),
+            alive: AtomicBool::new(true),
+        });
         let mut cfg = cfg;
         cfg.bind = addr;
         if cfg.direct {
@@ -258,8 +264,19 @@ impl Worker {
             self.apply_model_outputs(now);
             if now.duration_since(housekeeping) >= HOUSEKEEPING {
                 housekeeping = now;
+                #[cfg(debug_assertions)]
+                self.injected_fault();
                 self.expire_sessions(now);
             }
+        }
+    }
+
+    /// Debug builds: panics if [`crate::service::FAULT_ENV`] names this worker.
+    #[cfg(debug_assertions)]
+    fn injected_fault(&self) {
+        let wanted = format!("panic-worker-{}", self.cfg.index);
+        if std::env::var(crate::service::FAULT_ENV).is_ok_and(|v| v == wanted) {
+            panic!("fault injected: {wanted}");
         }
     }
 

@@ -293,6 +293,8 @@ fn browser_in_testbed(engine: Engine, two_interfaces: bool) -> f64 {
             "--bind",
             "10.77.0.3:41000",
         ])
+        // The testbed's private network; the page sends no token.
+        .arg("--allow-unauthenticated")
         .args([
             "--advertise",
             "10.77.0.2:3478",

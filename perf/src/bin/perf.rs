@@ -256,6 +256,8 @@ fn start_transceiver(
         "1",
     ]);
     cmd.args(["--max-sessions-per-worker", "5000"]);
+    // The load clients are one address: lift the per-address POST rate.
+    cmd.args(["--posts-per-second-per-ip", "1000000"]);
     match advertise {
         Some(vip) => cmd.args([
             "--advertise",

@@ -1,0 +1,193 @@
+//! The signaling transport: HTTP/1.1 on hyper, bounding what one connection and one
+//! request may cost before [`crate::signaling`] sees it.
+//!
+//! | limit | value | what happens |
+//! |---|---|---|
+//! | concurrent connections | `--http-max-connections` (1024) | a connection beyond is closed at once (`http_refusals{reason="connection_cap"}`) |
+//! | time to send a request's headers | 5 s | the connection is closed |
+//! | header block | 16 KiB, 64 headers | the connection is closed (hyper answers 431 where it can) |
+//! | body | 64 KiB | `413` |
+//! | time to send a body | 10 s | `408` |
+//! | a connection's whole life | 60 s | closed (keep-alive clients reconnect) |
+//! | handlers running at once | 32 threads | further requests wait for one |
+//!
+//! Slow clients cost an idle task each, not a thread: 200 connections trickling one byte
+//! a second leave POST, `/healthz` and `/readyz` answering (tested).
+
+use std::convert::Infallible;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::sync::{Notify, Semaphore};
+
+use crate::metrics::HttpRefusal;
+use crate::signaling::{MAX_BODY_BYTES, SignalResponse, Signaling, text};
+
+/// How long a client may take to send a request's headers.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a client may take to send a request's body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a connection lives.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// Largest header block (hyper's read buffer) and header count.
+const MAX_HEADER_BYTES: usize = 16 * 1024;
+const MAX_HEADERS: usize = 64;
+/// Handlers running at once (each may wait up to 5 s for a worker).
+const HANDLER_THREADS: usize = 32;
+/// Threads driving connections.
+const IO_THREADS: usize = 2;
+
+/// The running HTTP server.
+#[derive(Debug)]
+pub struct HttpServer {
+    shutdown: Arc<Notify>,
+    thread: Option<JoinHandle<()>>,
+    addr: SocketAddr,
+}
+
+impl HttpServer {
+    /// Binds `addr` and serves `signaling` with at most `max_connections` connections.
+    pub fn start(
+        addr: SocketAddr,
+        signaling: Arc<Signaling>,
+        max_connections: usize,
+    ) -> io::Result<HttpServer> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(IO_THREADS)
+            .max_blocking_threads(HANDLER_THREADS)
+            .thread_name("http")
+            .enable_all()
+            .build()?;
+        let listener = runtime.block_on(tokio::net::TcpListener::bind(addr))?;
+        let addr = listener.local_addr()?;
+        let shutdown = Arc::new(Notify::new());
+        let stop = Arc::clone(&shutdown);
+        let thread = std::thread::Builder::new()
+            .name("http-accept".into())
+            .spawn(move || {
+                let served = Arc::clone(&signaling);
+                runtime.block_on(accept_loop(listener, served, max_connections, stop));
+                // However the loop ended, the endpoint no longer serves.
+                signaling.http_died();
+                runtime.shutdown_timeout(Duration::from_secs(1));
+            })?;
+        Ok(HttpServer {
+            shutdown,
+            thread: Some(thread),
+            addr,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, closes connections, and waits for the server thread.
+    pub fn stop(mut self) {
+        self.shutdown.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    signaling: Arc<Signaling>,
+    max_connections: usize,
+    shutdown: Arc<Notify>,
+) {
+    let slots = Arc::new(Semaphore::new(max_connections));
+    loop {
+        let accepted = tokio::select! {
+            () = shutdown.notified() => return,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+            signaling.metrics().http_refused(HttpRefusal::ConnectionCap);
+            drop(stream);
+            continue;
+        };
+        let signaling = Arc::clone(&signaling);
+        tokio::spawn(async move {
+            let handler = Arc::clone(&signaling);
+            let service =
+                service_fn(move |request| respond(request, peer.ip(), Arc::clone(&handler)));
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .max_buf_size(MAX_HEADER_BYTES)
+                .max_headers(MAX_HEADERS)
+                .serve_connection(TokioIo::new(stream), service);
+            if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_LIFETIME, connection).await
+                && (e.is_parse() || e.is_parse_too_large() || e.is_timeout())
+            {
+                signaling.metrics().http_refused(HttpRefusal::BadHeaders);
+            }
+            drop(slot);
+        });
+    }
+}
+
+/// Reads the body within its limits, then lets signaling answer on a handler thread.
+async fn respond(
+    request: Request<Incoming>,
+    peer: IpAddr,
+    signaling: Arc<Signaling>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let (parts, body) = request.into_parts();
+    let collected =
+        tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY_BYTES).collect()).await;
+    let answer = match collected {
+        Err(_) => {
+            signaling.metrics().http_refused(HttpRefusal::BodyTooSlow);
+            text(408, "the body did not arrive in time")
+        }
+        Ok(Err(e)) if e.is::<LengthLimitError>() => {
+            signaling.metrics().http_refused(HttpRefusal::BodyTooLarge);
+            text(413, "body too large (64 KiB at most)")
+        }
+        Ok(Err(_)) => text(400, "the body could not be read"),
+        Ok(Ok(body)) => {
+            let body = body.to_bytes();
+            tokio::task::spawn_blocking(move || {
+                signaling.handle(peer, &parts.method, parts.uri.path(), &parts.headers, &body)
+            })
+            .await
+            .unwrap_or_else(|_| text(500, "the handler failed"))
+        }
+    };
+    Ok(into_hyper(answer))
+}
+
+fn into_hyper(answer: SignalResponse) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(Bytes::from(answer.body)));
+    *response.status_mut() = hyper::StatusCode::from_u16(answer.status)
+        .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in answer.headers {
+        if let Ok(value) = hyper::header::HeaderValue::from_str(&value) {
+            response.headers_mut().append(name, value);
+        }
+    }
+    response
+}

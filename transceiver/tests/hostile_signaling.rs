@@ -1,0 +1,252 @@
+//! Signaling under hostile clients, against the real binary: slow clients (headers and
+//! bodies trickled a byte a second) leave POST, `/healthz` and `/readyz` answering and are
+//! cut off; oversized bodies get 413 (PATCH too); connections beyond the cap are closed
+//! at once; one address's POST rate is bounded (429); a non-loopback address needs a
+//! token; a dead worker turns readiness off while the other worker keeps serving.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// Slow connections opened by the slow-client test (half trickle headers, half bodies).
+const SLOW_CLIENTS: usize = 200;
+/// How long the slow clients keep trickling while the real requests are made.
+const TRICKLE_FOR: Duration = Duration::from_secs(3);
+/// The server's limits (transceiver::http): the test waits at most this long for them.
+const CUT_OFF_WAIT: Duration = Duration::from_secs(30);
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).expect("the listener accepts");
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    s
+}
+
+/// True once the server has closed `s` (end of stream or reset), after reading any
+/// response it sent; `seen` collects what it sent.
+fn closed_by_server(s: &mut TcpStream, seen: &mut Vec<u8>) -> bool {
+    let mut buf = [0u8; 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn slow_clients_do_not_stop_signaling_and_are_cut_off() {
+    let xcvr = Transceiver::start(Some("127.0.0.1:3478".parse().unwrap()), &[]);
+    let mut headers: Vec<TcpStream> = (0..SLOW_CLIENTS / 2).map(|_| connect(xcvr.http)).collect();
+    let mut bodies: Vec<TcpStream> = (0..SLOW_CLIENTS / 2)
+        .map(|_| {
+            let mut s = connect(xcvr.http);
+            s.write_all(
+                b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/sdp\r\n\
+                  Content-Length: 1000\r\n\r\n",
+            )
+            .unwrap();
+            s
+        })
+        .collect();
+    let header_bytes = b"GET /healthz HTTP/1.1\r\nHost: x\r\n";
+    let started = Instant::now();
+    let mut sent = 0;
+    while started.elapsed() < TRICKLE_FOR {
+        for s in &mut headers {
+            let _ = s.write_all(&header_bytes[sent % header_bytes.len()..][..1]);
+        }
+        for s in &mut bodies {
+            let _ = s.write_all(b"v");
+        }
+        sent += 1;
+        // While they trickle, the real requests are answered.
+        assert_eq!(
+            testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0),
+            Some(200)
+        );
+        assert_eq!(
+            testkit::http::get(None, xcvr.http, "/readyz").map(|r| r.0),
+            Some(200)
+        );
+        let mut client = new_client();
+        assert_eq!(client.signal(xcvr.http).status, 201, "POST is answered");
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    // The server cuts them off: headers after 5 s, bodies with 408 after 10 s.
+    let deadline = Instant::now() + CUT_OFF_WAIT;
+    let mut responses = vec![Vec::new(); bodies.len()];
+    let mut open_headers = headers.len();
+    let mut open_bodies = bodies.len();
+    while (open_headers > 0 || open_bodies > 0) && Instant::now() < deadline {
+        open_headers = headers
+            .iter_mut()
+            .filter_map(|s| (!closed_by_server(s, &mut Vec::new())).then_some(()))
+            .count();
+        open_bodies = bodies
+            .iter_mut()
+            .zip(&mut responses)
+            .filter_map(|(s, seen)| (!closed_by_server(s, seen)).then_some(()))
+            .count();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(open_headers, 0, "slow header senders are cut off");
+    assert_eq!(open_bodies, 0, "slow body senders are cut off");
+    for seen in &responses {
+        let seen = String::from_utf8_lossy(seen);
+        assert!(
+            seen.starts_with("HTTP/1.1 408"),
+            "a slow body gets 408: {seen}"
+        );
+    }
+    assert!(xcvr.metric("ufrag_transceiver_http_refusals_total{reason=\"body_too_slow\"}") >= 1.0);
+}
+
+#[test]
+fn bodies_over_64_kib_get_413_on_post_and_patch() {
+    let xcvr = Transceiver::start(Some("127.0.0.1:3478".parse().unwrap()), &[]);
+    let big = "a".repeat(64 * 1024 + 1);
+    let post = http_request(
+        xcvr.http,
+        "POST",
+        "/v1/sessions",
+        Some(("application/sdp", &big)),
+        &[],
+    );
+    assert_eq!(post.map(|r| r.status), Some(413));
+    let patch = http_request(
+        xcvr.http,
+        "PATCH",
+        "/v1/sessions/0000000000000100",
+        Some(("application/trickle-ice-sdpfrag", &big)),
+        &[],
+    );
+    assert_eq!(
+        patch.map(|r| r.status),
+        Some(413),
+        "PATCH is not silently cut"
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_http_refusals_total{reason=\"body_too_large\"}"),
+        2.0
+    );
+}
+
+#[test]
+fn connections_beyond_the_cap_are_closed_at_once_and_counted() {
+    let cap = 20;
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--http-max-connections", &cap.to_string()],
+    );
+    // The harness's readiness check used a connection that is closed by now; fill every
+    // slot with idle connections (they send nothing).
+    std::thread::sleep(Duration::from_millis(200));
+    let idle: Vec<TcpStream> = (0..cap).map(|_| connect(xcvr.http)).collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut extra = connect(xcvr.http);
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let _ = extra.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n");
+    let mut buf = [0u8; 64];
+    let read = extra.read(&mut buf);
+    assert!(
+        matches!(read, Ok(0) | Err(_))
+            && !matches!(&read, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the connection beyond the cap is closed, not served: {read:?}"
+    );
+    drop(idle);
+    // Slots free again: the endpoint serves.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0) != Some(200) {
+        assert!(Instant::now() < deadline, "slots were not freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(xcvr.metric("ufrag_transceiver_http_refusals_total{reason=\"connection_cap\"}") >= 1.0);
+}
+
+#[test]
+fn one_address_posting_too_fast_gets_429() {
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--posts-per-second-per-ip", "2"],
+    );
+    // Twice the rate at once, then 429 (the offers are garbage: the rate counts POSTs,
+    // before any work on the body).
+    let statuses: Vec<u16> = (0..6)
+        .map(|_| {
+            http_request(
+                xcvr.http,
+                "POST",
+                "/v1/sessions",
+                Some(("application/sdp", "x")),
+                &[],
+            )
+            .unwrap()
+            .status
+        })
+        .collect();
+    assert_eq!(statuses[..4], [400, 400, 400, 400], "{statuses:?}");
+    assert!(statuses[4..].iter().all(|s| *s == 429), "{statuses:?}");
+    assert!(xcvr.metric("ufrag_transceiver_http_refusals_total{reason=\"post_rate\"}") >= 2.0);
+}
+
+#[test]
+fn a_non_loopback_address_without_a_token_is_refused_unless_allowed() {
+    let out = Command::new(env!("CARGO_BIN_EXE_transceiver"))
+        .args([
+            "--http-addr",
+            "0.0.0.0:0",
+            "--bind",
+            "127.0.0.1:0",
+            "--direct",
+        ])
+        .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+        .env_remove("UFRAG_TRANSCEIVER_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("`http_addr`") && stderr.contains("--allow-unauthenticated"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_dead_worker_turns_readiness_off_and_the_other_keeps_serving() {
+    let xcvr = Transceiver::start_with_env(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--workers", "2"],
+        &[("UFRAG_TRANSCEIVER_FAULT", "panic-worker-0")],
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while testkit::http::get(None, xcvr.http, "/readyz").map(|r| r.0) != Some(503) {
+        assert!(
+            Instant::now() < deadline,
+            "readiness stayed on with a dead worker"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(xcvr.metric("ufrag_transceiver_worker_failures_total"), 1.0);
+    assert_eq!(
+        testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0),
+        Some(200)
+    );
+    // New sessions go to the live worker (its index is the id's low byte).
+    for _ in 0..4 {
+        let mut client = new_client();
+        let r = client.signal(xcvr.http);
+        assert_eq!(r.status, 201, "{}", r.body);
+        let location = r.header("location").expect("a Location");
+        assert!(location.ends_with("01"), "{location}");
+    }
+}
