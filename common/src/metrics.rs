@@ -23,6 +23,7 @@
 //! | `ufrag_relay_cache_misses_total`       | counter | worker               |
 //! | `ufrag_relay_cache_errors_total`       | counter | worker               |
 //! | `ufrag_relay_ready`                    | gauge   |                      |
+//! | `ufrag_relay_worker_failures_total`    | counter |                      |
 //! | `ufrag_relay_build_info`               | gauge   | backend, version     |
 //!
 //! `direction` is `in` (client → transceiver) or `out` (transceiver → client); `reason`
@@ -484,6 +485,7 @@ pub struct RelayMetrics {
     backend: &'static str,
     workers: Vec<Arc<SharedCounters>>,
     ready: AtomicBool,
+    worker_failures: AtomicU64,
 }
 
 impl RelayMetrics {
@@ -493,6 +495,7 @@ impl RelayMetrics {
             backend,
             workers: (0..workers).map(|_| Arc::default()).collect(),
             ready: AtomicBool::new(false),
+            worker_failures: AtomicU64::new(0),
         })
     }
 
@@ -506,9 +509,15 @@ impl RelayMetrics {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
-    /// Whether the relay is ready.
+    /// Whether the relay is ready: started, not draining, and no worker has stopped on
+    /// its own (its flows would be lost, its share of the port unserved).
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.load(Ordering::Relaxed) && self.worker_failures.load(Ordering::Relaxed) == 0
+    }
+
+    /// A worker stopped on its own (a panic or an I/O error): readiness turns off.
+    pub fn worker_failed(&self) {
+        self.worker_failures.fetch_add(1, Ordering::Relaxed);
     }
 
     /// The sum of all workers' last published counters.
@@ -653,6 +662,14 @@ impl Collector for RelayMetrics {
             MetricType::Gauge,
         )?;
         ConstGauge::new(i64::from(self.is_ready())).encode(e)?;
+
+        let e = encoder.encode_descriptor(
+            "ufrag_relay_worker_failures",
+            "Workers that stopped on their own (a panic or an I/O error); readiness is off.",
+            None,
+            MetricType::Counter,
+        )?;
+        ConstCounter::new(self.worker_failures.load(Ordering::Relaxed)).encode(e)?;
 
         type PerLabel = fn(&WorkerCounters, usize) -> u64;
         let families: [(&str, &str, &str, &[&str], PerLabel); 6] = [

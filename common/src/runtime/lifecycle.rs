@@ -4,6 +4,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -134,13 +135,32 @@ impl Running {
         };
         for (index, (worker, &cpu)) in workers.into_iter().zip(&config.worker_cpus).enumerate() {
             let stop = Arc::clone(&running.stop);
+            let metrics = Arc::clone(&running.metrics);
             let spawned = std::thread::Builder::new()
                 .name(format!("relay-w{index}"))
                 .spawn(move || {
                     if !pin_current_thread(cpu) {
                         tracing::warn!(worker = index, cpu, "could not pin worker to its CPU");
                     }
-                    worker.run(&stop)
+                    let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        injected_fault(index, &metrics);
+                        worker.run(&stop)
+                    }));
+                    let stopped_on_its_own =
+                        !stop.load(Ordering::Relaxed) || !matches!(outcome, Ok(Ok(())));
+                    if stopped_on_its_own {
+                        // Its flows are gone and its share of the port is unserved:
+                        // readiness turns off so the load balancer moves traffic away.
+                        metrics.worker_failed();
+                        match &outcome {
+                            Ok(Ok(())) => tracing::error!(worker = index, "worker stopped"),
+                            Ok(Err(e)) => {
+                                tracing::error!(worker = index, error = %e, "worker failed")
+                            }
+                            Err(_) => tracing::error!(worker = index, "worker panicked"),
+                        }
+                    }
+                    outcome.unwrap_or_else(|_| Err(io::Error::other("the worker panicked")))
                 });
             match spawned {
                 Ok(handle) => running.workers.push(handle),
@@ -184,7 +204,7 @@ impl Running {
             match handle.join() {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => result = result.and(Err(e)),
-                Err(_) => result = result.and(Err(io::Error::other("a worker panicked"))),
+                Err(_) => result = result.and(Err(io::Error::other("a worker thread died"))),
             }
         }
         self.held.clear();
@@ -195,6 +215,22 @@ impl Running {
             http.stop();
         }
         result
+    }
+}
+
+/// Debug builds only: `panic-worker-N` makes worker N panic 300 ms after the relay is
+/// ready, so tests can show what a dying worker does to readiness.
+pub const FAULT_ENV: &str = "UFRAG_RELAY_FAULT";
+
+fn injected_fault(index: usize, metrics: &RelayMetrics) {
+    if cfg!(debug_assertions)
+        && std::env::var(FAULT_ENV).is_ok_and(|v| v == format!("panic-worker-{index}"))
+    {
+        while !metrics.is_ready() {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        panic!("fault injected: panic-worker-{index}");
     }
 }
 

@@ -507,6 +507,22 @@ fn refused_config(b: &Backend, vip: &str, extra: &[&str], hint_keys: Option<&str
     stderr
 }
 
+pub fn a_dead_worker_turns_readiness_off_and_is_counted(b: &Backend) {
+    let relay = RelayProcess::start(&RelaySetup {
+        env: vec![(
+            ufrag_common::runtime::lifecycle::FAULT_ENV.into(),
+            "panic-worker-0".into(),
+        )],
+        ..b.setup()
+    });
+    relay.wait_for("the failure counted", |r| {
+        r.metrics().get("ufrag_relay_worker_failures_total") == Some(&1.0)
+    });
+    assert_eq!(relay.http("/readyz").map(|r| r.0), Some(503));
+    assert_eq!(relay.http("/healthz").map(|r| r.0), Some(200));
+    assert_eq!(relay.metrics().get("ufrag_relay_ready"), Some(&0.0));
+}
+
 pub fn help_explains_the_flags(b: &Backend) {
     let out = std::process::Command::new(&b.binary)
         .arg("--help")

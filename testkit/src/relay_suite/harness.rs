@@ -144,6 +144,8 @@ pub struct RelaySetup {
     pub net: Net,
     /// Which relay host (0, or 1 for the second relay of global mode).
     pub host: usize,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
 }
 
 impl RelaySetup {
@@ -155,6 +157,7 @@ impl RelaySetup {
             extra: vec![],
             net,
             host: 0,
+            env: vec![],
         }
     }
 }
@@ -219,6 +222,7 @@ impl RelayProcess {
             .args(&args)
             .env("UFRAG_RELAY_HINT_KEYS", KEYS)
             .env("RUST_LOG", "info")
+            .envs(setup.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let child = OwnedChild::spawn(&mut command).expect("relay binary starts");

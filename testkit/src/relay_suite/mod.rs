@@ -211,6 +211,10 @@ pub const CASES: &[Case] = &[
         behaviour::a_bad_config_exits_non_zero_naming_the_field,
     ),
     case(
+        "a_dead_worker_turns_readiness_off_and_is_counted",
+        behaviour::a_dead_worker_turns_readiness_off_and_is_counted,
+    ),
+    case(
         "help_explains_the_flags",
         behaviour::help_explains_the_flags,
     ),
