@@ -170,6 +170,21 @@ pub fn check_offer(body: &str) -> Result<SdpOffer, String> {
     Ok(offer)
 }
 
+/// The client's new ICE credentials in a trickle-ice-sdpfrag (an ICE restart), if it
+/// carries both `a=ice-ufrag` and `a=ice-pwd`.
+pub fn trickle_credentials(fragment: &str) -> Option<str0m::IceCreds> {
+    let value = |key: &str| {
+        fragment
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key))
+            .map(|v| v.trim().to_string())
+    };
+    Some(str0m::IceCreds {
+        ufrag: value("a=ice-ufrag:")?,
+        pass: value("a=ice-pwd:")?,
+    })
+}
+
 /// The id of a new session on worker `worker`: random, with the worker in the low byte.
 fn session_id(worker: usize) -> SessionId {
     (u64::from_be_bytes(random_bytes()) & !0xff) | worker as u64
@@ -375,19 +390,14 @@ impl Signaling {
         let Ok(body) = std::str::from_utf8(body) else {
             return text(400, "the fragment is not UTF-8 text");
         };
-        let value = |key: &str| {
-            body.lines()
-                .find_map(|l| l.trim().strip_prefix(key))
-                .map(|v| v.trim().to_string())
-        };
-        let (Some(ufrag), Some(pass)) = (value("a=ice-ufrag:"), value("a=ice-pwd:")) else {
+        let Some(remote) = trickle_credentials(body) else {
             return text(204, "");
         };
         let worker = &self.workers[index];
         let (tx, rx) = crossbeam_channel::bounded(1);
         let cmd = Command::Restart {
             id,
-            remote: str0m::IceCreds { ufrag, pass },
+            remote,
             random: random_bytes(),
             reply: tx,
         };
