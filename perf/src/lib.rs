@@ -11,4 +11,5 @@ pub mod bare;
 pub mod load;
 pub mod probe;
 pub mod report;
+pub mod resilience;
 pub mod sessions;

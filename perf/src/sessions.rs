@@ -170,14 +170,14 @@ impl LoadStep {
 /// Clients one thread drives: one mio poll over their sockets, and str0m's timeouts, so
 /// an idle client costs nothing (stepping every client every half millisecond made the
 /// load client, not the transceiver, the limit at a few hundred sessions).
-struct ClientGroup {
-    clients: Vec<Client>,
+pub(crate) struct ClientGroup {
+    pub(crate) clients: Vec<Client>,
     poll: Poll,
     events: Events,
 }
 
 impl ClientGroup {
-    fn new(clients: Vec<Client>) -> std::io::Result<ClientGroup> {
+    pub(crate) fn new(clients: Vec<Client>) -> std::io::Result<ClientGroup> {
         let poll = Poll::new()?;
         for (i, c) in clients.iter().enumerate() {
             poll.registry().register(
@@ -224,6 +224,12 @@ impl ClientGroup {
     /// Connects, then sends one audio packet every 20 ms per connected client for `talk`,
     /// then lets the last echoes arrive.
     fn talk(&mut self, talk: Duration) {
+        self.connect();
+        self.talk_connected(talk);
+    }
+
+    /// Steps the clients until every signaled one has connected (at most 20 s).
+    pub(crate) fn connect(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         while self
             .clients
@@ -233,6 +239,11 @@ impl ClientGroup {
         {
             self.run_until(Instant::now() + Duration::from_millis(5));
         }
+    }
+
+    /// Sends one audio packet every 20 ms per connected client for `talk`, then lets the
+    /// last echoes arrive.
+    pub(crate) fn talk_connected(&mut self, talk: Duration) {
         let start = Instant::now();
         let mut tick = 0u32;
         while start.elapsed() < talk {

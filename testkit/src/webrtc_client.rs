@@ -48,6 +48,16 @@ pub struct Client {
     pub messages: Vec<String>,
     /// Audio packets received.
     pub audio_received: usize,
+    /// When the last echoed audio packet arrived.
+    pub last_audio_at: Option<Instant>,
+    /// The longest time between two echoed audio packets as str0m delivered them (its
+    /// receive buffer holds packets behind a lost one for a while).
+    pub longest_audio_gap: Duration,
+    /// When the last RTP datagram arrived at the socket.
+    pub last_rtp_at: Option<Instant>,
+    /// The longest time between two RTP datagrams arriving at the socket: the gap on the
+    /// wire, before any buffering.
+    pub longest_rtp_gap: Duration,
     /// Audio packets sent.
     pub audio_sent: usize,
     /// STUN datagrams sent (connectivity and consent checks).
@@ -92,6 +102,10 @@ impl Client {
             channel_open: false,
             messages: vec![],
             audio_received: 0,
+            last_audio_at: None,
+            longest_audio_gap: Duration::ZERO,
+            last_rtp_at: None,
+            longest_rtp_gap: Duration::ZERO,
             audio_sent: 0,
             stun_sent: 0,
             next_timeout: now,
@@ -144,6 +158,13 @@ impl Client {
         self.drain();
         let mut buf = [0u8; 2048];
         while let Ok((n, source)) = self.socket.recv_from(&mut buf) {
+            // RTP, not RTCP (RFC 5761: RTCP packet types 192–223 in the second byte).
+            if n >= 12 && buf[0] & 0xc0 == 0x80 && !(192..=223).contains(&buf[1]) {
+                let now = Instant::now();
+                if let Some(last) = self.last_rtp_at.replace(now) {
+                    self.longest_rtp_gap = self.longest_rtp_gap.max(now - last);
+                }
+            }
             let Ok(r) = Receive::new(Protocol::Udp, source, self.local, &buf[..n]) else {
                 continue;
             };
@@ -173,8 +194,12 @@ impl Client {
                             .push(String::from_utf8_lossy(&d.data).to_string());
                     }
                     Event::MediaData(_) => {
+                        let now = Instant::now();
                         self.audio_received += 1;
-                        self.first_audio_at.get_or_insert_with(Instant::now);
+                        self.first_audio_at.get_or_insert(now);
+                        if let Some(last) = self.last_audio_at.replace(now) {
+                            self.longest_audio_gap = self.longest_audio_gap.max(now - last);
+                        }
                     }
                     _ => {}
                 },
