@@ -9,17 +9,21 @@
 #   5. WebRTC sessions through relay-mio and direct: setup times of str0m clients and of
 #      headless Chromium (timeline, ping RTT, echo ratio), and echo capacity of one
 #      transceiver worker (report in target/perf/sessions.md);
-#   6. side by side on the netns testbed: direct path, bare forwarder, relay-mio and
+#   6. live sessions next to a junk flood and through kill -9 of the relay, with and
+#      without Redis (report in target/perf/resilience.md);
+#   7. side by side on the netns testbed: direct path, bare forwarder, relay-mio and
 #      relay-afxdp in each mode (report in target/perf/compare.md; needs root).
-# Set SKIP_MICRO=1 to run only steps 4 to 6.
+# Set SKIP_MICRO=1 to run only steps 4 to 7.
 # Installs valgrind and iai-callgrind-runner when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# perf sessions runs headless Chromium on the demo page.
-if ! command -v chromium >/dev/null; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-fi
+# perf sessions runs headless Chromium on the demo page; perf resilience a redis-server.
+for tool in chromium redis-server; do
+  if ! command -v "$tool" >/dev/null; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
+  fi
+done
 if ! command -v valgrind >/dev/null; then
   apt-get update -qq && apt-get install -y -qq valgrind
 fi
@@ -41,5 +45,7 @@ cargo build --locked --release -q -p relay-mio -p relay-afxdp -p transceiver -p 
 target/release/perf loopback --out target/perf/loopback.md
 echo "== WebRTC sessions (perf sessions)"
 target/release/perf sessions --out target/perf/sessions.md
+echo "== live sessions under junk and through relay restarts (perf resilience)"
+target/release/perf resilience --out target/perf/resilience.md
 echo "== side by side on the netns testbed (perf compare; needs root)"
 target/release/perf compare --out target/perf/compare.md
