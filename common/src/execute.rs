@@ -27,19 +27,36 @@
 //!
 //! A new flow's route (and its periodic refresh) and a lookup for a datagram without a
 //! flow go to the egress as [`RouteCacheRequest`]s; a refused request is a counted cache
-//! error. Answers come back through [`Executor::restore`] / [`Executor::cache_miss`].
+//! error. Answers come back through [`Executor::cache_answer`].
+//!
+//! While the cache is asked, the datagram that asked waits (is *parked*) when the
+//! backend can send a copy of it later ([`Egress::bytes_of`]: sockets can, AF_XDP frames
+//! are rewritten in place and cannot): up to [`PARKED_DATAGRAMS`] per worker, each for
+//! at most [`PARK_WAIT`]. When the route comes back the parked datagrams are decided
+//! again and sent, so a relay restart costs a flow no packet beyond the ones sent while
+//! no process held the port; on a miss, a refused route or the deadline they are
+//! dropped as `no_flow_cache_lookup`. A parked datagram counts as in flight until then.
+//! While a datagram is parked for a flow, later datagrams of that flow do not ask the
+//! cache again (a burst of media without a flow costs Redis one question).
 //!
 //! # The tick
 //!
 //! [`Executor::tick`] expires idle flows within a budget and publishes the counters.
 
 use core::net::SocketAddr;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::flow::FlowKey;
 use crate::forward::{Forwarder, RestoreRefused, Route, Verdict};
 use crate::frame::{FrameHeader, MAX_HEADER_LEN};
 use crate::metrics::{Direction, DropReason, Port, SharedCounters, WorkerCounters};
+
+/// Datagrams one worker holds while the route cache is asked about their flows.
+pub const PARKED_DATAGRAMS: usize = 64;
+/// The longest a datagram waits for the route cache (its command timeout).
+pub const PARK_WAIT: Duration = Duration::from_millis(250);
+/// The largest datagram that can be parked.
+const PARKED_BYTES: usize = 2048;
 
 /// Which of the worker's sockets a datagram leaves from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,6 +165,32 @@ pub trait Egress {
     fn release(&mut self, received: Self::Received<'_>) {
         let _ = received;
     }
+
+    /// The bytes of a received datagram, when this backend can send a copy of them
+    /// later ([`Egress::from_bytes`]). `None` (the default): a datagram that waits for
+    /// a route lookup is dropped, not parked.
+    fn bytes_of<'r>(received: Self::Received<'r>) -> Option<&'r [u8]> {
+        let _ = received;
+        None
+    }
+
+    /// A received datagram backed by `bytes` (a parked copy); `Some` whenever
+    /// [`Egress::bytes_of`] is.
+    fn from_bytes<'r>(bytes: &'r [u8]) -> Option<Self::Received<'r>> {
+        let _ = bytes;
+        None
+    }
+}
+
+/// One parked datagram.
+#[derive(Debug)]
+struct ParkedSlot {
+    key: Option<FlowKey>,
+    since: Instant,
+    /// Bytes as counted when received.
+    counted: u32,
+    len: usize,
+    data: Box<[u8; PARKED_BYTES]>,
 }
 
 /// A datagram counted as received and decided, not yet carried out.
@@ -156,6 +199,7 @@ pub trait Egress {
 pub struct Decision {
     verdict: Verdict,
     bytes: u32,
+    now: Instant,
 }
 
 impl Decision {
@@ -170,14 +214,26 @@ impl Decision {
 pub struct Executor {
     forwarder: Forwarder,
     counters: WorkerCounters,
+    /// Preallocated: parking never allocates.
+    parked: Vec<ParkedSlot>,
 }
 
 impl Executor {
     /// An executor around a worker's forwarder.
     pub fn new(forwarder: Forwarder) -> Self {
+        let started = Instant::now();
         Executor {
             forwarder,
             counters: WorkerCounters::default(),
+            parked: (0..PARKED_DATAGRAMS)
+                .map(|_| ParkedSlot {
+                    key: None,
+                    since: started,
+                    counted: 0,
+                    len: 0,
+                    data: Box::new([0; PARKED_BYTES]),
+                })
+                .collect(),
         }
     }
 
@@ -207,14 +263,22 @@ impl Executor {
     ) -> Decision {
         let bytes = self.received(Port::Vip, datagram.len());
         let verdict = self.forwarder.from_client(datagram, client, vip, now);
-        Decision { verdict, bytes }
+        Decision {
+            verdict,
+            bytes,
+            now,
+        }
     }
 
     /// Counts and decides a datagram that arrived from `source` on the internal port.
     pub fn decide_internal(&mut self, frame: &[u8], source: SocketAddr, now: Instant) -> Decision {
         let bytes = self.received(Port::Internal, frame.len());
         let verdict = self.forwarder.from_internal(frame, source, now);
-        Decision { verdict, bytes }
+        Decision {
+            verdict,
+            bytes,
+            now,
+        }
     }
 
     /// Counts a datagram the backend dropped before any decision (truncated, not for the
@@ -231,7 +295,11 @@ impl Executor {
         received: E::Received<'_>,
         egress: &mut E,
     ) -> Verdict {
-        let Decision { verdict, bytes } = decision;
+        let Decision {
+            verdict,
+            bytes,
+            now,
+        } = decision;
         let ticket = |direction| Ticket { direction, bytes };
         let transmit = match verdict {
             Verdict::Forward {
@@ -273,9 +341,18 @@ impl Executor {
                 ticket: ticket(Direction::Out),
             },
             Verdict::LookupRoute { key } => {
-                self.counters
-                    .dropped(DropReason::NoFlowCacheLookup, bytes as usize);
-                self.ask_cache(egress, RouteCacheRequest::Lookup { key });
+                // One question per flow at a time: a datagram parked for this key means
+                // its lookup is on its way.
+                let asked = self.parked.iter().any(|slot| slot.key == Some(key));
+                if !asked {
+                    self.ask_cache(egress, RouteCacheRequest::Lookup { key });
+                }
+                let parked =
+                    E::bytes_of(received).is_some_and(|data| self.park(key, data, bytes, now));
+                if !parked {
+                    self.counters
+                        .dropped(DropReason::NoFlowCacheLookup, bytes as usize);
+                }
                 egress.release(received);
                 return verdict;
             }
@@ -304,6 +381,103 @@ impl Executor {
             counters: &mut self.counters,
         };
         egress.flush(&mut tally);
+    }
+
+    /// Keeps a copy of `data` (counted as `counted` bytes) until the cache answers for
+    /// `key`; false when every slot is taken or it is too large (it is dropped then).
+    fn park(&mut self, key: FlowKey, data: &[u8], counted: u32, now: Instant) -> bool {
+        if data.len() > PARKED_BYTES {
+            return false;
+        }
+        let Some(slot) = self.parked.iter_mut().find(|s| s.key.is_none()) else {
+            return false;
+        };
+        slot.key = Some(key);
+        slot.since = now;
+        slot.counted = counted;
+        slot.len = data.len();
+        slot.data[..data.len()].copy_from_slice(data);
+        true
+    }
+
+    /// Drops the parked datagrams for which `which` holds, as `no_flow_cache_lookup`.
+    fn discard_parked(&mut self, which: impl Fn(&ParkedSlot) -> bool) {
+        for slot in &mut self.parked {
+            if slot.key.is_some() && which(slot) {
+                slot.key = None;
+                self.counters
+                    .dropped(DropReason::NoFlowCacheLookup, slot.counted as usize);
+            }
+        }
+    }
+
+    /// The cache's answer for `key`: a route restores the flow and sends what was parked
+    /// for it; no route is a miss, and what was parked is dropped.
+    pub fn cache_answer<E: Egress>(
+        &mut self,
+        key: &FlowKey,
+        route: Option<Route>,
+        now: Instant,
+        egress: &mut E,
+    ) {
+        let restored = match route {
+            Some(route) => self.restore(key, route, now),
+            None => {
+                self.cache_miss();
+                false
+            }
+        };
+        if !restored {
+            self.discard_parked(|slot| slot.key == Some(*key));
+            return;
+        }
+        for i in 0..self.parked.len() {
+            if self.parked[i].key != Some(*key) {
+                continue;
+            }
+            self.parked[i].key = None;
+            let slot = &self.parked[i];
+            let data = &slot.data[..slot.len];
+            let verdict = self.forwarder.from_client(data, key.client, key.vip, now);
+            let ticket = Ticket {
+                direction: Direction::In,
+                bytes: slot.counted,
+            };
+            match (verdict, E::from_bytes(data)) {
+                (
+                    Verdict::Forward {
+                        to,
+                        header,
+                        payload_at,
+                        record,
+                    },
+                    Some(received),
+                ) => {
+                    if let Some(route) = record
+                        && !egress.route_cache(RouteCacheRequest::Record { key: *key, route })
+                    {
+                        self.counters.cache_errors += 1;
+                    }
+                    let transmit = Transmit {
+                        to,
+                        from: Source::Internal,
+                        header: Some(header),
+                        payload_at,
+                        ticket,
+                    };
+                    let mut tally = Tally {
+                        counters: &mut self.counters,
+                    };
+                    egress.transmit(received, transmit, &mut tally);
+                }
+                (Verdict::Drop(reason), _) => {
+                    self.counters.dropped(reason, ticket.bytes as usize);
+                }
+                _ => self
+                    .counters
+                    .dropped(DropReason::NoFlowCacheLookup, ticket.bytes as usize),
+            }
+        }
     }
 
     /// Installs a route the cache returned for `key`. A cached next hop outside the
@@ -339,8 +513,10 @@ impl Executor {
         self.forwarder.expire(now, budget)
     }
 
-    /// The periodic work: expiry within `budget`, then publication of the counters.
+    /// The periodic work: parked datagrams past [`PARK_WAIT`] dropped, expiry within
+    /// `budget`, then publication of the counters.
     pub fn tick(&mut self, now: Instant, budget: usize, shared: &SharedCounters) {
+        self.discard_parked(|slot| now.saturating_duration_since(slot.since) >= PARK_WAIT);
         self.expire(now, budget);
         shared.publish(self.counters());
     }

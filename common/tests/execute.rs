@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use support::{
-    CLIENT, CLUSTER, Fate, PlannedEgress, RTP, TRANSCEIVER, TestRelay, VIP, a, binding_request,
-    frame, policy,
+    CLIENT, CLUSTER, Fate, ParkingEgress, PlannedEgress, RTP, TRANSCEIVER, TestRelay, VIP, a,
+    binding_request, frame, policy,
 };
-use ufrag_common::execute::{RouteCacheRequest, Source};
+use ufrag_common::execute::{Executor, PARK_WAIT, RouteCacheRequest, Source};
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Route};
 use ufrag_common::frame::FrameHeader;
-use ufrag_common::metrics::{Direction, DropReason, Port};
+use ufrag_common::metrics::{Direction, DropReason, Port, SharedCounters};
 
 fn relay(policy: ForwardPolicy, capacity: usize, egress: PlannedEgress, t0: Instant) -> TestRelay {
     let table = FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap();
@@ -115,6 +115,75 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
     r.from_client(&RTP, a("198.51.100.8:1"), a(VIP), t0);
     assert_eq!(r.counters().cache_errors, 1);
     assert_eq!(r.counters().drops_of(DropReason::NoFlowCacheLookup), 2);
+}
+
+/// With a backend that can keep a copy (sockets), the datagram that triggers a lookup
+/// waits for the answer instead of being dropped: a route sends it on, a miss or the
+/// deadline drops it, and until then it is in flight.
+#[test]
+fn a_datagram_waiting_for_a_route_lookup_is_sent_when_the_route_comes() {
+    let t0 = Instant::now();
+    let cached = ForwardPolicy {
+        route_cache: true,
+        ..policy()
+    };
+    let table = FlowTable::new(8, Duration::from_secs(30), t0).unwrap();
+    let mut executor = Executor::new(Forwarder::new(cached, table, t0));
+    let mut egress = ParkingEgress(PlannedEgress::logging());
+    let client = a(CLIENT);
+    let key = FlowKey::new(client, a(VIP));
+    let route = Route {
+        next_hop: a(TRANSCEIVER),
+        return_via: None,
+    };
+    let arrive = |executor: &mut Executor, egress: &mut ParkingEgress, from, now| {
+        let d = executor.decide_client(&RTP, from, a(VIP), now);
+        executor.carry_out(d, &RTP[..], egress);
+    };
+
+    arrive(&mut executor, &mut egress, client, t0);
+    arrive(&mut executor, &mut egress, client, t0);
+    assert_eq!(
+        egress.0.cache_requests,
+        [RouteCacheRequest::Lookup { key }],
+        "one question per flow while one is on its way"
+    );
+    assert_eq!(
+        executor.counters().drops_of(DropReason::NoFlowCacheLookup),
+        0
+    );
+    assert_eq!(
+        executor.counters().in_flight(),
+        Some((2, 2 * RTP.len() as u64))
+    );
+    executor.cache_answer(&key, Some(route), t0, &mut egress);
+    executor.flush(&mut egress);
+    assert_eq!(egress.0.sent.len(), 2, "both parked datagrams went on");
+    assert_eq!(egress.0.sent[0].to, a(TRANSCEIVER));
+    assert!(egress.0.sent[0].bytes.ends_with(&RTP));
+    assert_eq!(executor.counters().packets[Direction::In as usize], 2);
+    assert_eq!(executor.counters().in_flight(), Some((0, 0)));
+
+    // A miss drops what waited; so does the deadline.
+    let other = a("198.51.100.8:1");
+    arrive(&mut executor, &mut egress, other, t0);
+    executor.cache_answer(&FlowKey::new(other, a(VIP)), None, t0, &mut egress);
+    assert_eq!(
+        executor.counters().drops_of(DropReason::NoFlowCacheLookup),
+        1
+    );
+    let third = a("198.51.100.9:1");
+    arrive(&mut executor, &mut egress, third, t0);
+    let shared = SharedCounters::default();
+    executor.tick(t0 + PARK_WAIT / 2, 8, &shared);
+    assert_eq!(executor.counters().in_flight(), Some((1, RTP.len() as u64)));
+    executor.tick(t0 + PARK_WAIT, 8, &shared);
+    assert_eq!(
+        executor.counters().drops_of(DropReason::NoFlowCacheLookup),
+        2
+    );
+    assert_eq!(executor.counters().in_flight(), Some((0, 0)));
+    assert_eq!(egress.0.sent.len(), 2, "nothing else was sent");
 }
 
 /// One step of a random run.

@@ -237,3 +237,43 @@ fn the_forwarder_and_executor_do_not_allocate() {
     );
     assert!(fwd.counters().flows_expired > 100, "expiry was exercised");
 }
+
+#[test]
+fn parking_a_datagram_for_a_route_lookup_does_not_allocate() {
+    use support::{CLIENT, ParkingEgress, PlannedEgress, RTP, TRANSCEIVER, VIP, a, policy};
+    use ufrag_common::execute::{Executor, PARK_WAIT};
+    use ufrag_common::forward::{ForwardPolicy, Forwarder, Route};
+    use ufrag_common::metrics::SharedCounters;
+
+    let t0 = Instant::now();
+    let cached = ForwardPolicy {
+        route_cache: true,
+        ..policy()
+    };
+    let table = FlowTable::new(64, Duration::from_secs(30), t0).unwrap();
+    let mut executor = Executor::new(Forwarder::new(cached, table, t0));
+    let mut egress = ParkingEgress(PlannedEgress::planned(vec![]));
+    let shared = SharedCounters::default();
+    let route = Route {
+        next_hop: a(TRANSCEIVER),
+        return_via: None,
+    };
+    let before = allocations();
+    for round in 0..200u16 {
+        let now = t0 + PARK_WAIT * u32::from(round);
+        let client = SocketAddr::new(a(CLIENT).ip(), 1000 + round);
+        // Parked, then sent once the route comes (or dropped at the deadline, every other
+        // round).
+        let d = executor.decide_client(&RTP, client, a(VIP), now);
+        executor.carry_out(d, &RTP[..], &mut egress);
+        if round % 2 == 0 {
+            let key = FlowKey::new(client, a(VIP));
+            executor.cache_answer(&key, Some(route), now, &mut egress);
+        }
+        executor.flush(&mut egress);
+        executor.tick(now + PARK_WAIT, 8, &shared);
+    }
+    assert_eq!(allocations() - before, 0, "parking allocated");
+    assert_eq!(executor.counters().in_flight(), Some((0, 0)));
+    assert_eq!(executor.counters().packets[Direction::In as usize], 100);
+}

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
 use ufrag_common::forward::Forwarder;
 use ufrag_common::metrics::{DropReason, Port, SharedCounters};
-use ufrag_common::runtime::cache::CacheClient;
+use ufrag_common::runtime::cache::{CacheClient, deliver_answers};
 
 use crate::neighbours::Neighbours;
 use crate::packet::{Rewrite, parse_udp, plan, write_udp};
@@ -344,9 +344,12 @@ impl AfXdpWorker {
 
     fn tick(&mut self, now: Instant) {
         self.egress.neighbours.refresh();
-        if let Some(cache) = &self.egress.cache {
-            cache.deliver(&mut self.executor, now);
-        }
+        deliver_answers(
+            &mut self.executor,
+            &mut self.egress,
+            |egress| egress.cache.as_ref(),
+            now,
+        );
         self.executor.tick(now, EXPIRE_BUDGET, &self.shared);
     }
 

@@ -16,7 +16,7 @@ use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder};
 use ufrag_common::frame::MAX_HEADER_LEN;
 use ufrag_common::metrics::{DropReason, Port, SharedCounters};
-use ufrag_common::runtime::cache::CacheClient;
+use ufrag_common::runtime::cache::{CacheClient, deliver_answers};
 use ufrag_udp::{BATCH, PushError, RecvBatch, SendBatch, bind_udp};
 
 /// How often a worker expires flows and publishes its counters.
@@ -120,6 +120,14 @@ struct SocketEgress {
 
 impl Egress for SocketEgress {
     type Received<'a> = &'a [u8];
+
+    fn bytes_of<'r>(received: Self::Received<'r>) -> Option<&'r [u8]> {
+        Some(received)
+    }
+
+    fn from_bytes<'r>(bytes: &'r [u8]) -> Option<Self::Received<'r>> {
+        Some(bytes)
+    }
 
     fn transmit(&mut self, received: &[u8], tx: Transmit, tally: &mut Tally<'_>) {
         let Some(body) = received.get(tx.payload_at..) else {
@@ -264,9 +272,12 @@ impl Worker {
     }
 
     fn deliver_cache_answers(&mut self) {
-        if let Some(cache) = &self.egress.cache {
-            cache.deliver(&mut self.executor, Instant::now());
-        }
+        deliver_answers(
+            &mut self.executor,
+            &mut self.egress,
+            |egress| egress.cache.as_ref(),
+            Instant::now(),
+        );
     }
 
     /// Receives, decides and sends up to [`BATCHES_PER_TURN`] batches from one socket:

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 
-use crate::execute::{Executor, RouteCacheRequest};
+use crate::execute::{Egress, Executor, RouteCacheRequest};
 use crate::flow::FlowKey;
 use crate::forward::Route;
 
@@ -72,20 +72,34 @@ impl CacheClient {
         }
     }
 
-    /// Hands every waiting answer to `executor` (a route restores the flow, none is a
-    /// miss) and adds the failures the helper saw since the last call (Redis down,
-    /// timeouts, answer queue full) to its cache errors. Never waits.
-    pub fn deliver(&self, executor: &mut Executor, now: Instant) {
-        while let Ok(answer) = self.answers.try_recv() {
-            match answer.route {
-                Some(route) => {
-                    executor.restore(&answer.key, route, now);
-                }
-                None => executor.cache_miss(),
-            }
-        }
-        executor.cache_failures(self.failures.swap(0, Ordering::Relaxed));
+    /// The next answer waiting for this worker, if any. Never waits.
+    pub fn next_answer(&self) -> Option<CacheAnswer> {
+        self.answers.try_recv().ok()
     }
+
+    /// The failures the helper saw for this worker since the last call (Redis down,
+    /// timeouts, answer queue full).
+    pub fn take_failures(&self) -> u64 {
+        self.failures.swap(0, Ordering::Relaxed)
+    }
+}
+
+/// Hands every answer waiting in `cache` to `executor` (a route restores the flow and
+/// sends what was parked for it through `egress`; none is a miss), counts the helper's
+/// failures as cache errors, and flushes `egress`. `cache` is read through `cache_of`
+/// because backends keep it inside their egress.
+pub fn deliver_answers<E: Egress>(
+    executor: &mut Executor,
+    egress: &mut E,
+    cache_of: impl Fn(&E) -> Option<&CacheClient>,
+    now: Instant,
+) {
+    while let Some(answer) = cache_of(egress).and_then(CacheClient::next_answer) {
+        executor.cache_answer(&answer.key, answer.route, now, egress);
+    }
+    let failures = cache_of(egress).map_or(0, CacheClient::take_failures);
+    executor.cache_failures(failures);
+    executor.flush(egress);
 }
 
 /// Wakes a worker (e.g. a `mio::Waker`); called from the helper thread.

@@ -133,6 +133,39 @@ impl Egress for PlannedEgress {
     }
 }
 
+/// A [`PlannedEgress`] that can send a copy of a datagram later, as a socket backend
+/// can: datagrams that wait for a route lookup are parked.
+#[derive(Debug, Default)]
+pub struct ParkingEgress(pub PlannedEgress);
+
+impl Egress for ParkingEgress {
+    type Received<'r> = &'r [u8];
+
+    fn transmit(&mut self, received: &[u8], tx: Transmit, tally: &mut Tally<'_>) {
+        self.0.transmit(received, tx, tally);
+    }
+
+    fn flush(&mut self, tally: &mut Tally<'_>) {
+        self.0.flush(tally);
+    }
+
+    fn route_cache(&mut self, request: RouteCacheRequest) -> bool {
+        self.0.route_cache(request)
+    }
+
+    fn release(&mut self, received: &[u8]) {
+        self.0.release(received);
+    }
+
+    fn bytes_of<'r>(received: Self::Received<'r>) -> Option<&'r [u8]> {
+        Some(received)
+    }
+
+    fn from_bytes<'r>(bytes: &'r [u8]) -> Option<Self::Received<'r>> {
+        Some(bytes)
+    }
+}
+
 /// A worker's decision and execution against a [`PlannedEgress`], with the
 /// `Forwarder`-shaped calls the forwarding tests use.
 #[derive(Debug)]

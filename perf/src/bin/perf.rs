@@ -889,11 +889,14 @@ fn resilience(n: usize, talk: Duration, junk_factor: u64, out: &std::path::Path)
     // ufrag): the first copy makes a flow, every other copy is a replay.
     let valid = perf::probe::binding_request(&keys, worker, 201);
     let before = relay_drops(metrics);
+    let misses = || testkit::http::metric(None, metrics, "ufrag_relay_cache_misses_total");
+    let misses_before = misses();
     let rate = junk_factor * live_pps;
     let (junked, sent) = talk_while(http, clients, n, talk, lead, || {
         junk_flood(vip, loopback_ip(94), 64, rate, talk / 2, &valid).unwrap_or(0)
     });
     let after = relay_drops(metrics);
+    let lookups_answered = misses() - misses_before;
     let mut by_reason: Vec<(String, f64)> = after
         .iter()
         .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
@@ -910,7 +913,8 @@ fn resilience(n: usize, talk: Duration, junk_factor: u64, out: &std::path::Path)
         &format!("junk at {junk_factor}× the live rate"),
         &junked,
         &format!(
-            "{sent} datagrams at {rate} pps for {:?}; relay drops: {reasons}",
+            "{sent} datagrams at {rate} pps for {:?}; relay drops: {reasons}; Redis \
+             lookups answered (misses): {lookups_answered:.0}",
             talk / 2
         ),
     );
