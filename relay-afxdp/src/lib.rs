@@ -2,15 +2,14 @@
 //! metrics and forwarding decisions (`ufrag_common::forward`) as relay-mio.
 //!
 //! Our own XDP steering program ([`program`]), assembled from BPF instructions in Rust,
-//! loaded by a thin layer on the raw `bpf(2)` syscall ([`bpf`]) and attached through a BPF
+//! loaded by the project's BPF toolkit (`ufrag_bpf`) and attached through a BPF
 //! link ([`steering`]); one AF_XDP socket per RX queue with its own UMEM ([`xsk`], on the
 //! pure ring arithmetic of [`ring`]); in-place UDP frame rewriting with full checksums
 //! ([`packet`]); next hops from the kernel's neighbour and routing tables over rtnetlink
 //! ([`netlink`], [`neighbours`]); and the per-queue forwarding loop ([`worker`]).
-//! Unsafe code lives only in `bpf` and `xsk`.
+//! Unsafe code lives only in `xsk` (and in `ufrag_bpf::sys`).
 #![deny(unsafe_code)]
 
-pub mod bpf;
 pub mod neighbours;
 pub mod netlink;
 pub mod packet;

@@ -5,8 +5,8 @@
 use std::io;
 use std::os::fd::OwnedFd;
 
-use crate::bpf;
 use crate::program::{self, STAT_PASSED, STAT_STEERED};
+use ufrag_bpf::sys::{self as bpf, Map};
 
 /// How to attach the program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -30,22 +30,21 @@ pub struct SteeringStats {
 #[derive(Debug)]
 pub struct Steering {
     prog: OwnedFd,
-    ports: OwnedFd,
-    xsks: OwnedFd,
-    stats: OwnedFd,
+    ports: Map,
+    xsks: Map,
+    stats: Map,
 }
 
 impl Steering {
     /// Creates the maps, loads the program and marks `ports` as the relay's.
     pub fn load(ports: &[u16], queues: u32) -> io::Result<Self> {
-        let port_map = bpf::map_create(bpf::MAP_ARRAY, 4, 1, 65_536, "relay_ports")?;
-        let xsks = bpf::map_create(bpf::MAP_XSKMAP, 4, 4, queues.max(1), "relay_xsks")?;
-        let stats = bpf::map_create(bpf::MAP_ARRAY, 4, 8, 2, "relay_stats")?;
-        use std::os::fd::AsRawFd as _;
-        let insns = program::steering(port_map.as_raw_fd(), xsks.as_raw_fd(), stats.as_raw_fd());
+        let port_map = Map::create(bpf::MAP_ARRAY, 4, 1, 65_536, "relay_ports")?;
+        let xsks = Map::create(bpf::MAP_XSKMAP, 4, 4, queues.max(1), "relay_xsks")?;
+        let stats = Map::create(bpf::MAP_ARRAY, 4, 8, 2, "relay_stats")?;
+        let insns = program::steering(port_map.raw_fd(), xsks.raw_fd(), stats.raw_fd());
         let prog = bpf::prog_load_xdp(&insns, "relay_steer")?;
         for port in ports {
-            bpf::map_update(&port_map, &program::port_key(*port).to_ne_bytes(), &[1])?;
+            port_map.update(&program::port_key(*port).to_ne_bytes(), &[1])?;
         }
         Ok(Steering {
             prog,
@@ -62,11 +61,7 @@ impl Steering {
 
     /// The decision counters.
     pub fn stats(&self) -> io::Result<SteeringStats> {
-        let read = |index: u32| -> io::Result<u64> {
-            let mut v = [0u8; 8];
-            bpf::map_lookup(&self.stats, &index.to_ne_bytes(), &mut v)?;
-            Ok(u64::from_ne_bytes(v))
-        };
+        let read = |index: u32| -> io::Result<u64> { Ok(self.stats.counters(index)?.iter().sum()) };
         Ok(SteeringStats {
             passed: read(STAT_PASSED)?,
             steered: read(STAT_STEERED)?,
@@ -95,16 +90,17 @@ impl Steering {
 
     /// Steers queue `queue`'s relay traffic to the AF_XDP socket `fd`.
     pub fn register_socket(&self, queue: u32, fd: std::os::fd::RawFd) -> io::Result<()> {
-        bpf::map_update(&self.xsks, &queue.to_ne_bytes(), &(fd as u32).to_ne_bytes())
+        self.xsks
+            .update(&queue.to_ne_bytes(), &(fd as u32).to_ne_bytes())
     }
 
     /// The XSKMAP, for AF_XDP sockets to be registered in.
     pub fn xsks(&self) -> &OwnedFd {
-        &self.xsks
+        self.xsks.fd()
     }
 
     /// The ports map.
     pub fn ports(&self) -> &OwnedFd {
-        &self.ports
+        self.ports.fd()
     }
 }
