@@ -11,8 +11,10 @@
 #      transceiver worker (report in target/perf/sessions.md);
 #   6. live sessions next to a junk flood and through kill -9 of the relay, with and
 #      without Redis (report in target/perf/resilience.md);
-#   7. side by side on the netns testbed: direct path, bare forwarder, relay-mio and
-#      relay-afxdp in each mode (report in target/perf/compare.md; needs root).
+#   7. side by side on the netns testbed: the direct path, what a user would pick instead
+#      (naive std::net relay, bare mmsg forwarder, nftables DNAT+SNAT, nginx stream
+#      proxy), relay-mio and relay-afxdp in each mode, each searched 3 times, counted by
+#      an XDP sink (report in target/perf/compare.md and .json; needs root).
 # Set SKIP_MICRO=1 to run only steps 4 to 7.
 # Installs valgrind and iai-callgrind-runner when missing.
 set -euo pipefail
@@ -24,6 +26,11 @@ for tool in chromium redis-server; do
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
   fi
 done
+# perf compare runs the alternatives: nftables and nginx's stream module.
+if ! command -v nft >/dev/null || [ ! -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    nftables nginx-light libnginx-mod-stream >/dev/null
+fi
 if ! command -v valgrind >/dev/null; then
   apt-get update -qq && apt-get install -y -qq valgrind
 fi

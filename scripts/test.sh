@@ -20,6 +20,12 @@ if ! command -v ping >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iputils-ping >/dev/null
 fi
 
+# perf's BPF load tools are tested against the kernel's own NAT (nftables).
+if ! command -v nft >/dev/null; then
+  echo "== installing nftables"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nftables >/dev/null
+fi
+
 # The transceiver's page test syntax-checks its JavaScript with node.
 if ! command -v node >/dev/null; then
   echo "== installing nodejs"

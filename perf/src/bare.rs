@@ -1,6 +1,8 @@
 //! The bare forwarder: receives datagrams on one socket and sends each, unchanged, to one
 //! fixed destination with the same batched `recvmmsg`/`sendmmsg` the relay uses. No
 //! parsing, no flow table, no frame header: the floor any relay's cost is compared with.
+//! [`NaiveForwarder`] does the same one datagram per `recv_from`/`send_to`, as a first
+//! relay written with `std::net` would.
 
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -71,6 +73,56 @@ impl BareForwarder {
 }
 
 impl Drop for BareForwarder {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A forwarder with one `recv_from` and one `send_to` per datagram (std::net, blocking).
+#[derive(Debug)]
+pub struct NaiveForwarder {
+    /// Where it listens.
+    pub listen: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl NaiveForwarder {
+    /// Starts forwarding from `listen` (in namespace `ns`) to `to` on its own thread
+    /// pinned to `cpu`, named `naive-fwd`.
+    pub fn start_in(
+        ns: Option<&str>,
+        listen: SocketAddr,
+        to: SocketAddr,
+        cpu: usize,
+    ) -> std::io::Result<Self> {
+        let socket = testkit::netns::in_netns(ns, move || bind_udp(listen, false))??;
+        socket.set_read_timeout(Some(Duration::from_millis(20)))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("naive-fwd".into())
+            .spawn(move || {
+                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                let mut buf = [0u8; 2048];
+                while !stopping.load(Ordering::Relaxed) {
+                    if let Ok((n, _)) = socket.recv_from(&mut buf) {
+                        let _ = socket.send_to(&buf[..n], to);
+                    }
+                }
+            })?;
+        Ok(NaiveForwarder {
+            listen,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for NaiveForwarder {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {

@@ -7,9 +7,13 @@
 
 #![deny(unsafe_code)]
 
+pub mod alternatives;
 pub mod bare;
+pub mod environment;
 pub mod load;
+pub mod placement;
 pub mod probe;
 pub mod report;
 pub mod resilience;
 pub mod sessions;
+pub mod xdp;

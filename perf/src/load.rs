@@ -124,7 +124,8 @@ impl Sink {
         s.latency_ns.reset();
     }
 
-    fn take(&self) -> (u64, Histogram<u64>) {
+    /// What arrived since the last reset (count, latency histogram), resetting both.
+    pub fn take(&self) -> (u64, Histogram<u64>) {
         let mut s = self.state.lock().expect("sink state");
         let h = std::mem::replace(&mut s.latency_ns, new_histogram());
         (std::mem::take(&mut s.received), h)
@@ -169,6 +170,29 @@ pub struct Trial {
 }
 
 impl Trial {
+    /// A trial at `offered_pps` that sent `sent` in `seconds`, of which `received`
+    /// arrived; latency from `latency_ns` (which may hold a sample of them).
+    pub fn from_counts(
+        offered_pps: u64,
+        sent: u64,
+        seconds: f64,
+        received: u64,
+        latency_ns: &Histogram<u64>,
+    ) -> Trial {
+        let us = |q: f64| latency_ns.value_at_quantile(q) as f64 / 1_000.0;
+        Trial {
+            offered_pps,
+            sent_pps: (sent as f64 / seconds.max(1e-9)) as u64,
+            sent,
+            received,
+            latency_us: if latency_ns.is_empty() {
+                [0.0; 3]
+            } else {
+                [us(0.5), us(0.99), us(0.999)]
+            },
+        }
+    }
+
     /// Fraction lost.
     pub fn loss(&self) -> f64 {
         if self.sent == 0 {
@@ -202,9 +226,29 @@ impl Generator {
         clients: usize,
         epoch: Instant,
     ) -> std::io::Result<Self> {
+        Self::bound_in(ns, ip, 0, clients, epoch)
+    }
+
+    /// Like [`Generator::new_in`], on ports `first_port` to `first_port + clients - 1`
+    /// (0: any), so that frames another tool sends from those ports belong to the flows
+    /// these sockets make.
+    pub fn bound_in(
+        ns: Option<&str>,
+        ip: Ipv4Addr,
+        first_port: u16,
+        clients: usize,
+        epoch: Instant,
+    ) -> std::io::Result<Self> {
         let sockets = testkit::netns::in_netns(ns, move || {
             (0..clients)
-                .map(|_| bind_udp(SocketAddr::from((ip, 0)), false))
+                .map(|i| {
+                    let port = if first_port == 0 {
+                        0
+                    } else {
+                        first_port + i as u16
+                    };
+                    bind_udp(SocketAddr::from((ip, port)), false)
+                })
                 .collect::<std::io::Result<Vec<_>>>()
         })??;
         let out: Vec<_> = sockets
@@ -242,6 +286,15 @@ impl Generator {
         sink: &Sink,
     ) -> Trial {
         sink.reset();
+        let (sent, elapsed) = self.send_paced(to, rate_pps, duration);
+        std::thread::sleep(settle);
+        let (received, h) = sink.take();
+        Trial::from_counts(rate_pps, sent, elapsed, received, &h)
+    }
+
+    /// Sends at `rate_pps` to `to` for `duration`, spread over the clients; returns
+    /// (datagrams sent, seconds it took).
+    pub fn send_paced(&mut self, to: SocketAddr, rate_pps: u64, duration: Duration) -> (u64, f64) {
         let mut payload = [0u8; DATAGRAM_LEN];
         payload[0] = 0x80;
         payload[1] = 111;
@@ -274,21 +327,33 @@ impl Generator {
             }
             std::thread::sleep(Duration::from_micros(500));
         }
-        let elapsed = start.elapsed().as_secs_f64();
-        std::thread::sleep(settle);
-        let (received, h) = sink.take();
-        let us = |q: f64| h.value_at_quantile(q) as f64 / 1_000.0;
-        Trial {
-            offered_pps: rate_pps,
-            sent_pps: (sent as f64 / elapsed.max(1e-9)) as u64,
-            sent,
-            received,
-            latency_us: if received > 0 {
-                [us(0.5), us(0.99), us(0.999)]
-            } else {
-                [0.0; 3]
-            },
-        }
+        (sent, start.elapsed().as_secs_f64())
+    }
+}
+
+/// What a search drives: one trial at a rate.
+pub trait Load {
+    /// Offers `rate_pps` for `duration` and counts what arrived.
+    fn trial(&mut self, rate_pps: u64, duration: Duration) -> Trial;
+}
+
+/// The socket generator and sink: `sendmmsg` load to `to`, counted by a UDP socket.
+#[derive(Debug)]
+pub struct SocketLoad<'a> {
+    /// The sender.
+    pub generator: &'a mut Generator,
+    /// The receiver.
+    pub sink: &'a Sink,
+    /// Where the load goes.
+    pub to: SocketAddr,
+    /// How long to wait for stragglers.
+    pub settle: Duration,
+}
+
+impl Load for SocketLoad<'_> {
+    fn trial(&mut self, rate_pps: u64, duration: Duration) -> Trial {
+        self.generator
+            .trial(self.to, rate_pps, duration, self.settle, self.sink)
     }
 }
 
@@ -321,64 +386,132 @@ pub fn pin_to_load_cpu() {
     let _ = core_affinity::set_for_current(core_affinity::CoreId { id: LOAD_CPU });
 }
 
-/// Finds the highest rate with < 0.1 % loss: doubles from `start` until a trial fails,
-/// the generator cannot keep up, or `max` is reached, then bisects `steps` times. The
-/// best trial is the loss-free one with the highest *achieved* send rate.
+/// What set the limit of one search.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// The setup lost packets above the maximum (the generator reached the rate).
+    Loss,
+    /// The generator could not offer the next rate: the tool, not the setup, was the limit.
+    Generator,
+    /// The search reached its highest rate loss-free.
+    Ceiling,
+    /// No trial was loss-free: there is no maximum to report.
+    NoLossFree,
+}
+
+impl Limit {
+    /// How the report names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Limit::Loss => "loss",
+            Limit::Generator => "generator",
+            Limit::Ceiling => "search ceiling",
+            Limit::NoLossFree => "no loss-free trial",
+        }
+    }
+}
+
+/// One search for the highest loss-free rate.
+#[derive(Clone, Debug)]
+pub struct SearchRun {
+    /// The loss-free trial with the highest achieved rate; `None` if no trial was.
+    pub best: Option<Trial>,
+    /// What stopped the search.
+    pub limit: Limit,
+    /// Every trial, in order.
+    pub trials: Vec<Trial>,
+}
+
+/// Finds the highest rate with < 0.1 % loss: doubles from `start` until a trial loses,
+/// the generator cannot keep up, or `max` is reached; then bisects between the last
+/// loss-free rate and the first lossy one until they are within `precision` (a fraction:
+/// 0.02 is ± 2 %) of each other. A lossy first trial bisects down towards zero and gives
+/// up below `start / 64`. A lossy trial is never reported as the maximum.
 pub fn max_loss_free(
     mut trial: impl FnMut(u64) -> Trial,
     start: u64,
     max: u64,
-    steps: u32,
-) -> (Trial, Vec<Trial>) {
-    let mut log = vec![];
+    precision: f64,
+) -> SearchRun {
+    let mut trials = vec![];
     let mut best: Option<Trial> = None;
-    let mut rate = start;
-    let mut failed_at = None;
-    let mut lo = 0;
-    loop {
+    let mut rate = start.min(max);
+    let mut lo = 0u64;
+    let hi = loop {
         let t = trial(rate);
-        log.push(t);
+        trials.push(t);
+        if !t.loss_free() {
+            break rate;
+        }
+        best = better(best, t);
+        lo = rate;
+        let limit = if t.generator_bound() {
+            Limit::Generator
+        } else if rate >= max {
+            Limit::Ceiling
+        } else {
+            rate = rate.saturating_mul(2).min(max);
+            continue;
+        };
+        return SearchRun {
+            best,
+            limit,
+            trials,
+        };
+    };
+    let mut hi = hi;
+    let floor = (start / 64).max(1);
+    while hi - lo > ((lo as f64 * precision) as u64).max(1) && hi > floor {
+        let mid = lo + (hi - lo) / 2;
+        let t = trial(mid);
+        trials.push(t);
         if t.loss_free() {
             best = better(best, t);
-            lo = rate;
-            if t.generator_bound() || rate >= max {
-                break;
-            }
-            rate = (rate * 2).min(max);
+            lo = mid;
         } else {
-            failed_at = Some(rate);
-            break;
+            hi = mid;
         }
     }
-    if let Some(mut hi) = failed_at {
-        for _ in 0..steps {
-            let mid = (lo + hi) / 2;
-            if mid <= lo || hi - lo < start / 8 {
-                break;
-            }
-            let t = trial(mid);
-            log.push(t);
-            if t.loss_free() {
-                best = better(best, t);
-                lo = mid;
-            } else {
-                hi = mid;
-            }
-        }
+    SearchRun {
+        limit: if best.is_some() {
+            Limit::Loss
+        } else {
+            Limit::NoLossFree
+        },
+        best,
+        trials,
     }
-    let best = best.unwrap_or(log[0]);
-    (best, log)
 }
 
-/// Busy seconds of the whole machine so far (all CPUs; wall minus idle, iowait and
-/// steal, from /proc/stat), which also catches softirq work the tick accounting misses.
-pub fn machine_busy_seconds() -> f64 {
+/// Median, minimum and maximum of `values` (`None` when empty).
+pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+    if values.is_empty() {
+        return None;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    let median = if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    };
+    Some((median, v[0], v[v.len() - 1]))
+}
+
+/// Busy seconds of CPU `cpu` so far (wall minus idle, iowait and steal, from its
+/// `/proc/stat` line), softirq work included: what a core spent, whoever it ran for.
+pub fn cpu_busy_seconds(cpu: usize) -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
         return 0.0;
     };
-    let Some(line) = stat.lines().next() else {
-        return 0.0;
-    };
+    let name = format!("cpu{cpu}");
+    stat.lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+        .map_or(0.0, busy_of_stat_line)
+}
+
+fn busy_of_stat_line(line: &str) -> f64 {
     let v: Vec<f64> = line
         .split_whitespace()
         .skip(1)
@@ -389,6 +522,15 @@ pub fn machine_busy_seconds() -> f64 {
     }
     let total: f64 = v.iter().take(8).sum();
     (total - v[3] - v[4] - v[7]) / 100.0
+}
+
+/// Busy seconds of the whole machine so far (all CPUs; wall minus idle, iowait and
+/// steal, from /proc/stat), which also catches softirq work the tick accounting misses.
+pub fn machine_busy_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    stat.lines().next().map_or(0.0, busy_of_stat_line)
 }
 
 fn better(best: Option<Trial>, t: Trial) -> Option<Trial> {
@@ -434,24 +576,71 @@ mod tests {
     }
 
     #[test]
-    fn search_brackets_the_capacity() {
-        let (best, log) = max_loss_free(fake(100_000), 10_000, 1_000_000, 8);
-        assert!(best.loss_free());
-        assert!(
-            best.offered_pps <= 100_000 && best.offered_pps > 90_000,
-            "{best:?}"
-        );
-        assert!(
-            log.iter().any(|t| !t.loss_free()),
-            "a failing trial bounds the search"
-        );
+    fn search_brackets_the_capacity_within_the_precision() {
+        for capacity in [33_333, 100_000, 271_000, 999_000] {
+            let run = max_loss_free(fake(capacity), 20_000, 2_000_000, 0.02);
+            let best = run.best.expect("a loss-free trial");
+            assert!(best.loss_free());
+            assert!(
+                best.offered_pps <= capacity && best.offered_pps as f64 >= 0.98 * capacity as f64,
+                "capacity {capacity}: {best:?}"
+            );
+            assert_eq!(run.limit, Limit::Loss);
+            assert!(
+                run.trials.iter().any(|t| !t.loss_free()),
+                "a failing trial bounds the search"
+            );
+        }
     }
 
     #[test]
     fn search_stops_at_the_maximum() {
-        let (best, log) = max_loss_free(fake(u64::MAX), 10_000, 40_000, 8);
-        assert_eq!(best.offered_pps, 40_000);
-        assert_eq!(log.len(), 3);
+        let run = max_loss_free(fake(u64::MAX), 10_000, 40_000, 0.02);
+        assert_eq!(run.best.unwrap().offered_pps, 40_000);
+        assert_eq!(run.limit, Limit::Ceiling);
+        assert_eq!(run.trials.len(), 3);
+    }
+
+    #[test]
+    fn a_setup_that_loses_at_every_rate_has_no_maximum() {
+        let run = max_loss_free(
+            |rate| Trial {
+                received: rate / 2,
+                ..fake(0)(rate)
+            },
+            20_000,
+            1_000_000,
+            0.02,
+        );
+        assert!(run.best.is_none(), "a lossy trial is never the maximum");
+        assert_eq!(run.limit, Limit::NoLossFree);
+        assert!(
+            run.trials.len() < 12,
+            "gives up below start/64: {}",
+            run.trials.len()
+        );
+    }
+
+    #[test]
+    fn a_generator_that_falls_short_is_named_as_the_limit() {
+        let run = max_loss_free(
+            |rate| Trial {
+                sent_pps: rate.min(150_000),
+                ..fake(u64::MAX)(rate)
+            },
+            20_000,
+            1_000_000,
+            0.02,
+        );
+        assert_eq!(run.limit, Limit::Generator);
+        assert_eq!(run.best.unwrap().sent_pps, 150_000);
+    }
+
+    #[test]
+    fn spread_is_median_min_max() {
+        assert_eq!(spread(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
+        assert_eq!(spread(&[4.0, 1.0]), Some((2.5, 1.0, 4.0)));
+        assert_eq!(spread(&[]), None);
     }
 
     #[test]

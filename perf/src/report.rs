@@ -1,120 +1,358 @@
-//! The report: one row per setup, as Markdown for people and JSON lines for machines.
+//! The report: one row per setup, each measured by repeated searches, as Markdown for
+//! people and JSON for machines, with a verdict computed from the rows.
 
 use std::fmt::Write as _;
 
-use crate::load::Trial;
+use crate::load::{Limit, SearchRun, Trial, spread};
+
+/// One search of a setup and what its cores spent at its maximum.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The search.
+    pub search: SearchRun,
+    /// Busy time of the forwarder's core (or threads) per forwarded packet at the
+    /// maximum, µs.
+    pub forwarder_us_per_packet: Option<f64>,
+    /// Share of the forwarder's core busy at the maximum.
+    pub forwarder_busy: Option<f64>,
+    /// Share of the load tools' core busy at the maximum.
+    pub tools_busy: Option<f64>,
+    /// Busy time of the whole machine per packet at the maximum, µs.
+    pub machine_us_per_packet: Option<f64>,
+}
+
+/// A core this busy at the maximum was the limit.
+pub const SATURATED: f64 = 0.95;
+
+impl Run {
+    /// What limited this run: the search's reason, refined by which core was saturated.
+    pub fn limit(&self) -> String {
+        match self.search.limit {
+            Limit::Loss if self.tools_busy.is_some_and(|b| b >= SATURATED) => "tools core".into(),
+            Limit::Loss if self.forwarder_busy.is_some_and(|b| b >= SATURATED) => {
+                "forwarder core".into()
+            }
+            other => other.label().into(),
+        }
+    }
+}
 
 /// One measured setup.
 #[derive(Clone, Debug)]
 pub struct Row {
     /// Setup name.
     pub setup: String,
-    /// The best loss-free trial.
-    pub best: Trial,
-    /// CPU seconds per forwarded packet of the forwarding threads at the best rate, µs.
-    pub cpu_us_per_packet: f64,
-    /// Busy CPU time of the whole machine (every core, kernel included) per packet at the
-    /// best rate, µs.
-    pub machine_us_per_packet: f64,
-    /// The trial at the fixed moderate load.
+    /// Every repetition.
+    pub runs: Vec<Run>,
+    /// The trial at the fixed moderate load (latency).
     pub fixed: Trial,
-    /// Every trial of the search, in order.
-    pub search: Vec<Trial>,
+    /// Busy-polling: its core is 100 % busy by construction.
+    pub busy_polls: bool,
 }
 
-/// Renders the table.
-pub fn markdown(rows: &[Row], fixed_pps: u64, command: &str) -> String {
-    markdown_titled(
-        "Loopback forwarding: relay-mio against a bare mmsg forwarder",
-        rows,
-        fixed_pps,
-        command,
-    )
+impl Row {
+    /// Max loss-free pps over the runs that found one: (median, min, max).
+    pub fn max_pps(&self) -> Option<(f64, f64, f64)> {
+        let v: Vec<f64> = self
+            .runs
+            .iter()
+            .filter_map(|r| r.search.best.map(|b| b.sent_pps as f64))
+            .collect();
+        spread(&v)
+    }
+
+    /// Forwarder µs per packet at each run's maximum: (median, min, max).
+    pub fn forwarder_us(&self) -> Option<(f64, f64, f64)> {
+        let v: Vec<f64> = self
+            .runs
+            .iter()
+            .filter_map(|r| r.forwarder_us_per_packet)
+            .collect();
+        spread(&v)
+    }
+
+    fn median_of(&self, f: impl Fn(&Run) -> Option<f64>) -> Option<f64> {
+        let v: Vec<f64> = self.runs.iter().filter_map(f).collect();
+        spread(&v).map(|s| s.0)
+    }
+
+    /// The limits of the runs, deduplicated, in order.
+    pub fn limits(&self) -> String {
+        let mut seen: Vec<String> = vec![];
+        for r in &self.runs {
+            let l = r.limit();
+            if !seen.contains(&l) {
+                seen.push(l);
+            }
+        }
+        seen.join(", ")
+    }
+
+    /// True when every run's maximum was set by the setup, not by the tools or the
+    /// search's ceiling.
+    pub fn setup_limited(&self) -> bool {
+        self.runs
+            .iter()
+            .all(|r| matches!(r.limit().as_str(), "loss" | "forwarder core"))
+    }
 }
 
-/// Renders the table under `title`.
-pub fn markdown_titled(title: &str, rows: &[Row], fixed_pps: u64, command: &str) -> String {
+fn spread_text((median, min, max): (f64, f64, f64), digits: usize) -> String {
+    format!("{median:.digits$} [{min:.digits$}–{max:.digits$}]")
+}
+
+fn kpps(v: (f64, f64, f64)) -> String {
+    spread_text((v.0 / 1e3, v.1 / 1e3, v.2 / 1e3), 0) + "k"
+}
+
+fn pct(v: Option<f64>) -> String {
+    v.map_or("–".into(), |v| format!("{:.0} %", v * 100.0))
+}
+
+/// Renders the report under `title`; `notes` go after the table (topology, placement).
+pub fn markdown(title: &str, rows: &[Row], fixed_pps: u64, command: &str, notes: &str) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# {title}\n");
     let _ = writeln!(out, "Command: `{command}`  ");
+    let runs = rows.first().map_or(0, |r| r.runs.len());
     let _ = writeln!(
         out,
-        "200-byte datagrams, 32 client flows, client → transceiver direction; loss-free = loss < 0.1 %. \
-         The generator and the sink run pinned to CPU 0; the bare forwarder and a 1-worker relay \
-         on CPU 1; a 2-worker relay on CPUs 0 and 1 (sharing CPU 0 with the load tools). \
-         `gen-bound`: the generator could not reach the offered rate, so the machine, not the \
-         forwarder, set the limit. \"max loss-free pps\" is the achieved send rate of the best \
-         loss-free trial.\n"
+        "200-byte datagrams, client → transceiver; loss-free = loss < 0.1 %. Each setup is \
+         searched {runs} times (bisection to ± 2 %); figures are median [min–max] over the \
+         searches. \"max loss-free pps\" is the achieved send rate of the best loss-free trial; \
+         \"limit\" says what stopped each search: `loss` (the setup dropped above it), \
+         `forwarder core` / `tools core` (that core was ≥ {:.0} % busy), `generator` (the \
+         generator fell short of the offered rate), `search ceiling`, or `no loss-free trial` \
+         (then no maximum is shown).\n",
+        SATURATED * 100.0
     );
+    let direct_p99 = rows
+        .iter()
+        .find(|r| r.setup.starts_with("direct"))
+        .map(|r| (r.fixed.latency_us[1], r.fixed.latency_us[2]));
     let _ = writeln!(
         out,
-        "| setup | max loss-free pps | loss there | CPU µs/pkt (forwarder) | machine CPU µs/pkt | gen-bound | p50 / p99 / p99.9 µs at {fixed_pps} pps |"
+        "| setup | max loss-free pps | limit | forwarder µs/pkt | forwarder core busy | tools core busy | machine µs/pkt | p50 / p99 / p99.9 µs at {fixed_pps} pps | added p99 / p99.9 µs |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|:---:|---|");
+    let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---|---|");
     for r in rows {
+        let added = match direct_p99 {
+            Some((p99, p999)) if !r.setup.starts_with("direct") && r.fixed.received > 0 => {
+                format!(
+                    "{:+.0} / {:+.0}",
+                    r.fixed.latency_us[1] - p99,
+                    r.fixed.latency_us[2] - p999
+                )
+            }
+            _ => "–".into(),
+        };
         let _ = writeln!(
             out,
-            "| {} | {} | {:.3} % | {} | {:.2} | {} | {:.0} / {:.0} / {:.0} |",
+            "| {} | {} | {} | {}{} | {} | {} | {} | {} | {added} |",
             r.setup,
-            r.best.sent_pps,
-            r.best.loss() * 100.0,
-            if r.cpu_us_per_packet > 0.0 {
-                format!("{:.2}", r.cpu_us_per_packet)
+            r.max_pps().map_or("none".into(), kpps),
+            r.limits(),
+            r.forwarder_us().map_or("–".into(), |v| spread_text(v, 2)),
+            if r.busy_polls { " (busy poll)" } else { "" },
+            pct(r.median_of(|x| x.forwarder_busy)),
+            pct(r.median_of(|x| x.tools_busy)),
+            r.median_of(|x| x.machine_us_per_packet)
+                .map_or("–".into(), |v| format!("{v:.2}")),
+            if r.fixed.received > 0 {
+                format!(
+                    "{:.0} / {:.0} / {:.0}",
+                    r.fixed.latency_us[0], r.fixed.latency_us[1], r.fixed.latency_us[2]
+                )
             } else {
                 "–".into()
             },
-            r.machine_us_per_packet,
-            if r.best.generator_bound() {
-                "yes"
-            } else {
-                "no"
-            },
-            r.fixed.latency_us[0],
-            r.fixed.latency_us[1],
-            r.fixed.latency_us[2],
         );
     }
+    let _ = writeln!(out, "\n{}", verdict(rows));
+    out.push_str(notes);
     let _ = writeln!(out, "\n## Search trials\n");
     let _ = writeln!(
         out,
-        "| setup | offered pps | achieved pps | sent | received | loss |"
+        "| setup | search | offered pps | achieved pps | sent | received | loss |"
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
     for r in rows {
-        for t in &r.search {
-            let _ = writeln!(
-                out,
-                "| {} | {} | {} | {} | {} | {:.3} % |",
-                r.setup,
-                t.offered_pps,
-                t.sent_pps,
-                t.sent,
-                t.received,
-                t.loss() * 100.0
-            );
+        for (i, run) in r.runs.iter().enumerate() {
+            for t in &run.search.trials {
+                let _ = writeln!(
+                    out,
+                    "| {} | {} | {} | {} | {} | {} | {:.3} % |",
+                    r.setup,
+                    i + 1,
+                    t.offered_pps,
+                    t.sent_pps,
+                    t.sent,
+                    t.received,
+                    t.loss() * 100.0
+                );
+            }
         }
     }
     out
 }
 
-/// One JSON object per row (no dependency on a JSON crate: the fields are numbers and a
-/// plain name).
-pub fn json_lines(rows: &[Row]) -> String {
-    let mut out = String::new();
-    for r in rows {
+/// Audio packets per second one voice session costs a relay: 50 each way.
+pub const VOICE_SESSION_PPS: f64 = 100.0;
+
+/// The verdict, computed from the rows: relay-mio against the best relay-afxdp row (by
+/// forwarder µs per packet), and each against the alternatives a user would pick.
+pub fn verdict(rows: &[Row]) -> String {
+    let mut out = String::from("## Verdict\n\n");
+    let find = |name: &str| rows.iter().find(|r| r.setup == name);
+    let cost = |r: &Row| r.forwarder_us().map(|v| v.0);
+    let Some(mio) = find("relay-mio") else {
+        out.push_str("relay-mio was not measured: no verdict.\n");
+        return out;
+    };
+    let Some(mio_us) = cost(mio) else {
+        out.push_str("relay-mio had no loss-free trial: no verdict.\n");
+        return out;
+    };
+    let sessions = |us: f64| 1e6 / us / VOICE_SESSION_PPS;
+    let _ = writeln!(
+        out,
+        "- relay-mio costs **{mio_us:.2} µs** of its core per packet: about **{:.0} voice sessions per core** at {VOICE_SESSION_PPS:.0} packets per second each (50 each way).",
+        sessions(mio_us)
+    );
+    let afxdp = rows
+        .iter()
+        .filter(|r| r.setup.starts_with("relay-afxdp") && !r.busy_polls)
+        .filter_map(|r| cost(r).map(|c| (r, c)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    match afxdp {
+        Some((row, us)) => {
+            let saving = 1.0 - us / mio_us;
+            let _ = writeln!(
+                out,
+                "- {} costs **{us:.2} µs** per packet: kernel bypass {} **{:.0} %** of a core per packet ({:.0} sessions per core), {}.",
+                row.setup,
+                if saving >= 0.0 { "saves" } else { "costs" },
+                saving.abs() * 100.0,
+                sessions(us),
+                if saving >= 0.33 {
+                    "enough to be worth its operational cost"
+                } else {
+                    "too little on this host to be worth its operational cost (a dedicated NIC queue, CAP_NET_RAW/BPF, no kernel firewall or tc on its path)"
+                }
+            );
+        }
+        None => out
+            .push_str("- relay-afxdp (wakeup mode) was not measured or had no loss-free trial.\n"),
+    }
+    let mio_pps = mio.max_pps().map(|v| v.0);
+    for (alt, goal) in [
+        ("nginx stream proxy, 1 worker", 2.5),
+        ("naive recv_from/send_to relay", 1.2),
+    ] {
+        if let (Some(row), Some(mio_pps)) = (find(alt), mio_pps)
+            && let Some((alt_pps, _, _)) = row.max_pps()
+        {
+            let ratio = mio_pps / alt_pps;
+            let _ = writeln!(
+                out,
+                "- relay-mio carries **{ratio:.2}×** the {alt} (goal ≥ {goal}×: {}).",
+                if ratio >= goal { "met" } else { "not met" }
+            );
+        }
+    }
+    for reference in ["nftables DNAT+SNAT (kernel)", "in-kernel XDP rewrite relay"] {
+        if let (Some(row), Some(us)) = (find(reference), find(reference).and_then(cost)) {
+            if us < 0.5 {
+                let _ = writeln!(
+                    out,
+                    "- {} ran in the kernel's softirq on the tools' core (its work was not steered to the forwarder core: `perf compare --steer`), so its cost is not comparable here.",
+                    row.setup
+                );
+                continue;
+            }
+            let _ = writeln!(
+                out,
+                "- {} costs {us:.2} µs per packet: relay-mio spends {:.1}× that.",
+                row.setup,
+                mio_us / us
+            );
+        }
+    }
+    let fastest = rows
+        .iter()
+        .filter(|r| !r.setup.starts_with("direct"))
+        .filter_map(|r| r.max_pps().map(|v| v.0))
+        .fold(0.0, f64::max);
+    if let Some(direct) = find("direct path (no relay)").and_then(Row::max_pps) {
         let _ = writeln!(
             out,
-            "{{\"setup\":\"{}\",\"max_loss_free_pps\":{},\"loss\":{:.6},\"cpu_us_per_packet\":{:.3},\"machine_us_per_packet\":{:.3},\"generator_bound\":{},\"p50_us\":{:.1},\"p99_us\":{:.1},\"p999_us\":{:.1}}}",
-            r.setup,
-            r.best.sent_pps,
-            r.best.loss(),
-            r.cpu_us_per_packet,
-            r.machine_us_per_packet,
-            r.best.generator_bound(),
-            r.fixed.latency_us[0],
-            r.fixed.latency_us[1],
-            r.fixed.latency_us[2],
+            "- The direct path carried {:.0}k pps, {:.1}× the fastest forwarder row ({:.0}k): {}.",
+            direct.0 / 1e3,
+            direct.0 / fastest.max(1.0),
+            fastest / 1e3,
+            if direct.0 >= 2.0 * fastest {
+                "the tools were not the limit of any row"
+            } else {
+                "the tools may limit the fastest rows (see each row's limit)"
+            }
+        );
+    }
+    let tool_limited: Vec<&str> = rows
+        .iter()
+        .filter(|r| !r.setup.starts_with("direct") && !r.setup_limited())
+        .map(|r| r.setup.as_str())
+        .collect();
+    if !tool_limited.is_empty() {
+        let _ = writeln!(
+            out,
+            "- Not limited by the setup itself in every search (see \"limit\"): {}.",
+            tool_limited.join(", ")
         );
     }
     out
+}
+
+/// The rows as one JSON document.
+pub fn json(rows: &[Row], environment: &serde_json::Value) -> String {
+    let verdict_text = verdict(rows);
+    let rows: Vec<serde_json::Value> = rows
+        .iter()
+        .map(|r| {
+            let s = |v: Option<(f64, f64, f64)>| {
+                v.map(|(m, lo, hi)| serde_json::json!({"median": m, "min": lo, "max": hi}))
+            };
+            serde_json::json!({
+                "setup": r.setup,
+                "max_loss_free_pps": s(r.max_pps()),
+                "forwarder_us_per_packet": s(r.forwarder_us()),
+                "busy_polls": r.busy_polls,
+                "limits": r.runs.iter().map(Run::limit).collect::<Vec<_>>(),
+                "runs": r.runs.iter().map(|run| serde_json::json!({
+                    "max_loss_free_pps": run.search.best.map(|b| b.sent_pps),
+                    "limit": run.limit(),
+                    "forwarder_us_per_packet": run.forwarder_us_per_packet,
+                    "forwarder_busy": run.forwarder_busy,
+                    "tools_busy": run.tools_busy,
+                    "machine_us_per_packet": run.machine_us_per_packet,
+                    "trials": run.search.trials.iter().map(|t| serde_json::json!({
+                        "offered_pps": t.offered_pps, "sent_pps": t.sent_pps,
+                        "sent": t.sent, "received": t.received,
+                    })).collect::<Vec<_>>(),
+                })).collect::<Vec<_>>(),
+                "fixed": {
+                    "offered_pps": r.fixed.offered_pps,
+                    "received": r.fixed.received,
+                    "p50_us": r.fixed.latency_us[0],
+                    "p99_us": r.fixed.latency_us[1],
+                    "p999_us": r.fixed.latency_us[2],
+                },
+            })
+        })
+        .collect();
+    serde_json::to_string_pretty(&serde_json::json!({
+        "environment": environment,
+        "rows": rows,
+        "verdict": verdict_text,
+    }))
+    .expect("JSON")
 }

@@ -252,6 +252,12 @@ impl Testbed {
         Ok(())
     }
 
+    /// The bridge's end of `host`'s veth pair: (namespace, interface name). A frame
+    /// transmitted on the host's interface arrives there.
+    pub fn bridge_side(&self, host: &Host) -> (String, String) {
+        (self.bridge_ns.clone(), format!("{}b", host.ifname))
+    }
+
     /// Gives the client a second interface on the bridge with address `addr` (/24), as a
     /// laptop on Wi-Fi and a VPN has: a WebRTC stack gathers one host candidate per
     /// interface and checks from each. Goes with the testbed.

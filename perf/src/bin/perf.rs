@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use clap::{Parser, Subcommand};
 use perf::bare::BareForwarder;
 use perf::load::{Generator, Sink, cpu_seconds, max_loss_free};
-use perf::report::{Row, json_lines, markdown};
+use perf::report::{Row, Run};
 use testkit::OwnedChild;
 use testkit::http::wait_ready;
 use ufrag_common::hint::{HintKey, HintKeys};
@@ -33,11 +33,18 @@ struct Search {
     #[arg(long, default_value_t = 20_000)]
     start_pps: u64,
     /// Highest rate tried.
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = 4_000_000)]
     max_pps: u64,
     /// The fixed load at which latency is reported.
     #[arg(long, default_value_t = 20_000)]
     fixed_pps: u64,
+    /// Searches per setup (median and spread are over these).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// The search stops when the highest loss-free and the lowest lossy rate are this
+    /// close (a fraction of the former).
+    #[arg(long, default_value_t = 0.02)]
+    precision: f64,
 }
 
 /// How long a started relay or transceiver may take to become ready.
@@ -52,7 +59,7 @@ enum Cmd {
     Loopback {
         #[command(flatten)]
         search: Search,
-        /// Where to write the Markdown report (JSON lines go next to it, .jsonl).
+        /// Where to write the Markdown report (JSON goes next to it, .json).
         #[arg(long, default_value = "target/perf/loopback.md")]
         out: std::path::PathBuf,
     },
@@ -61,11 +68,20 @@ enum Cmd {
     Compare {
         #[command(flatten)]
         search: Search,
-        /// Only these setups (comma-separated names: direct, bare, mio, afxdp-skb-wakeup,
-        /// afxdp-skb-busy, afxdp-native-wakeup, afxdp-native-busy); default all.
+        /// Only these setups (comma-separated names: direct, naive, bare, nftables, nginx,
+        /// mio, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup, afxdp-native-busy);
+        /// default all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
-        /// Where to write the Markdown report (JSON lines go next to it, .jsonl).
+        /// The generator: `sockets` (sendmmsg from 32 client sockets) or `live-frames`
+        /// (BPF_PROG_RUN live frames; see the README for its limit on this kernel).
+        #[arg(long, default_value = "sockets")]
+        generator: String,
+        /// Steer the relay interface's kernel receive work to the forwarder's core (RPS,
+        /// threaded NAPI) and the wire's to the tools' core.
+        #[arg(long, default_value_t = false)]
+        steer: bool,
+        /// Where to write the Markdown report (JSON goes next to it, .json).
         #[arg(long, default_value = "target/perf/compare.md")]
         out: std::path::PathBuf,
     },
@@ -233,7 +249,13 @@ fn main() {
             (browser_sessions, browser_talk),
             &out,
         ),
-        Cmd::Compare { search, only, out } => compare(&search, &only, &out),
+        Cmd::Compare {
+            search,
+            only,
+            generator,
+            steer,
+            out,
+        } => compare(&search, &only, &generator, steer, &out),
         Cmd::Resilience {
             sessions,
             talk,
@@ -512,32 +534,92 @@ fn sessions(
 
 /// Prints the Markdown report and writes it to `out`, with the rows as JSON lines next to
 /// it (`.jsonl`) when there are rows.
-fn write_report(out: &std::path::Path, report: &str, rows: Option<&[Row]>) {
+fn write_report(out: &std::path::Path, report: &str, json: Option<String>) {
     print!("{report}");
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).expect("report directory");
     }
     std::fs::write(out, report).expect("write report");
-    if let Some(rows) = rows {
-        std::fs::write(out.with_extension("jsonl"), json_lines(rows)).expect("write json");
+    if let Some(json) = json {
+        std::fs::write(out.with_extension("json"), json).expect("write json");
     }
     eprintln!("report: {}", out.display());
 }
 
-/// GET `path` from `addr` inside namespace `ns`; the status code.
-fn compare(search: &Search, only: &[String], out: &std::path::Path) {
+/// The first client port of the generators (each client one port up): the socket
+/// generator binds them to make the relay's flows, the XDP generator sends from them.
+const FIRST_CLIENT_PORT: u16 = 20_000;
+/// The sink's UDP port on the transceiver host.
+const SINK_PORT: u16 = 41_000;
+/// The XDP sink passes one frame in this many to the latency socket.
+const SAMPLE_EVERY: u32 = 8;
+/// The forwarder's core on the testbed; the tools get [`perf::load::LOAD_CPU`].
+const FORWARDER_CPU: usize = 1;
+
+/// One setup of `perf compare`: what runs in the relay's place.
+enum Setup {
+    Direct,
+    Naive,
+    Bare,
+    Nftables,
+    Nginx,
+    Relay {
+        name: String,
+        binary: &'static str,
+        extra: Vec<String>,
+        busy_polls: bool,
+    },
+}
+
+impl Setup {
+    fn name(&self) -> String {
+        match self {
+            Setup::Direct => "direct path (no relay)".into(),
+            Setup::Naive => "naive recv_from/send_to relay".into(),
+            Setup::Bare => "bare mmsg forwarder".into(),
+            Setup::Nftables => "nftables DNAT+SNAT (kernel)".into(),
+            Setup::Nginx => "nginx stream proxy, 1 worker".into(),
+            Setup::Relay { name, .. } => name.clone(),
+        }
+    }
+}
+
+/// What a running setup holds until its row is measured (dropped after).
+#[allow(dead_code)] // held for their Drop
+enum Running {
+    Nothing,
+    Naive(perf::bare::NaiveForwarder),
+    Bare(BareForwarder),
+    Nftables(perf::alternatives::Nftables),
+    Nginx(perf::alternatives::Nginx),
+    Relay(RelayChild),
+}
+
+fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: &std::path::Path) {
+    let live_frames = match generator {
+        "sockets" => false,
+        "live-frames" => true,
+        other => panic!("--generator {other}: sockets or live-frames"),
+    };
+    use perf::xdp::{Iface, XdpGenerator, XdpLoad, XdpSink};
+    use std::net::SocketAddrV4;
     use testkit::testbed::Testbed;
     perf::load::pin_to_load_cpu();
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let bed = Testbed::up().expect("the testbed needs root (ip netns, veth, bridge)");
+    let placement = if steer {
+        perf::placement::steer(&bed, FORWARDER_CPU, perf::load::LOAD_CPU)
+    } else {
+        perf::placement::Placement::default()
+    };
     let epoch = Instant::now();
     let keys = HintKeys::new(
         HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
         None,
     )
     .unwrap();
-    let sink_addr = SocketAddr::from((bed.transceiver.addr, 41_000));
+    let sink_addr = SocketAddrV4::new(bed.transceiver.addr, SINK_PORT);
     let vip = SocketAddr::from((bed.relay.addr, 3478));
     let internal = SocketAddr::from((bed.relay.addr, 40_000));
     let metrics = SocketAddr::from(([127, 0, 0, 1], 9100));
@@ -546,58 +628,34 @@ fn compare(search: &Search, only: &[String], out: &std::path::Path) {
         .parent()
         .expect("a directory")
         .to_path_buf();
-    let mut rows = vec![];
+    let iface = |h: &testkit::testbed::Host| Iface::lookup(&h.ns, &h.ifname).expect("interface");
+    let client_if = iface(&bed.client);
+    let relay_if = iface(&bed.relay);
+    let xcv_if = iface(&bed.transceiver);
+    let (br_ns, br_if) = bed.bridge_side(&bed.client);
+    let client_peer = Iface::lookup(&br_ns, &br_if).expect("bridge port");
+    let mut sink = Some(XdpSink::attach(&xcv_if, SINK_PORT, SAMPLE_EVERY).expect("XDP sink"));
 
-    let make_flows = |generator: &Generator| {
-        let transceiver = sink_addr;
-        // Twice: the first datagram towards a next hop AF_XDP has not resolved is dropped.
-        for _ in 0..2 {
-            generator
-                .send_each(vip, |i, _| {
-                    perf::probe::binding_request(&keys, transceiver, i as u8)
-                })
-                .expect("binding requests");
-            std::thread::sleep(Duration::from_millis(300));
+    let mut setups = vec![];
+    for (key, setup) in [
+        ("direct", Setup::Direct),
+        ("naive", Setup::Naive),
+        ("bare", Setup::Bare),
+        ("nftables", Setup::Nftables),
+        ("nginx", Setup::Nginx),
+        (
+            "mio",
+            Setup::Relay {
+                name: "relay-mio".into(),
+                binary: "relay-mio",
+                extra: vec![],
+                busy_polls: false,
+            },
+        ),
+    ] {
+        if wanted(key) {
+            setups.push(setup);
         }
-    };
-
-    if wanted("direct") {
-        let sink =
-            Sink::start_in(Some(&bed.transceiver.ns), sink_addr, false, epoch).expect("sink");
-        let mut generator =
-            Generator::new_in(Some(&bed.client.ns), bed.client.addr, CLIENTS, epoch)
-                .expect("generator");
-        rows.push(measure(
-            "direct path (no relay)",
-            &mut generator,
-            &sink,
-            sink_addr,
-            search,
-            || 0.0,
-        ));
-    }
-    if wanted("bare") {
-        let sink =
-            Sink::start_in(Some(&bed.transceiver.ns), sink_addr, false, epoch).expect("sink");
-        let listen = SocketAddr::from((bed.relay.addr, 4000));
-        let _fwd = BareForwarder::start_in(Some(&bed.relay.ns), listen, sink_addr, 1)
-            .expect("bare forwarder");
-        let mut generator =
-            Generator::new_in(Some(&bed.client.ns), bed.client.addr, CLIENTS, epoch)
-                .expect("generator");
-        let pid = std::process::id();
-        rows.push(measure(
-            "bare mmsg forwarder",
-            &mut generator,
-            &sink,
-            listen,
-            search,
-            || cpu_seconds(pid, Some("bare-fwd")),
-        ));
-    }
-    let mut relays: Vec<(String, Vec<String>)> = vec![];
-    if wanted("mio") {
-        relays.push(("relay-mio".into(), vec![]));
     }
     for (xdp, poll) in [
         ("skb", "wakeup"),
@@ -606,85 +664,193 @@ fn compare(search: &Search, only: &[String], out: &std::path::Path) {
         ("native", "busy"),
     ] {
         if wanted(&format!("afxdp-{xdp}-{poll}")) {
-            relays.push((
-                format!("relay-afxdp {xdp} {poll}"),
-                vec![
-                    "--interface".into(),
-                    bed.relay.ifname.clone(),
-                    "--xdp-mode".into(),
-                    xdp.into(),
-                    "--poll".into(),
-                    poll.into(),
-                ],
-            ));
+            setups.push(Setup::Relay {
+                name: format!("relay-afxdp {xdp} {poll}"),
+                binary: "relay-afxdp",
+                extra: [
+                    "--interface",
+                    &bed.relay.ifname,
+                    "--xdp-mode",
+                    xdp,
+                    "--poll",
+                    poll,
+                ]
+                .map(String::from)
+                .to_vec(),
+                busy_polls: poll == "busy",
+            });
         }
     }
-    for (name, extra) in relays {
-        let binary = if name == "relay-mio" {
-            "relay-mio"
-        } else {
-            "relay-afxdp"
+
+    let mut rows = vec![];
+    for setup in setups {
+        let name = setup.name();
+        let to = |port: u16| SocketAddrV4::new(bed.relay.addr, port);
+        let (dst, dst_mac, framed) = match &setup {
+            Setup::Direct => (sink_addr, xcv_if.mac, false),
+            Setup::Naive => (to(4001), relay_if.mac, false),
+            Setup::Bare => (to(4000), relay_if.mac, false),
+            Setup::Nftables => (to(3478), relay_if.mac, false),
+            Setup::Nginx => (to(4002), relay_if.mac, false),
+            Setup::Relay { .. } => (to(3478), relay_if.mac, true),
         };
-        let path = exe_dir.join(binary);
-        assert!(
-            path.exists(),
-            "{} missing: cargo build --release -p {binary}",
-            path.display()
+        let running = match &setup {
+            Setup::Direct => Running::Nothing,
+            Setup::Naive => Running::Naive(
+                perf::bare::NaiveForwarder::start_in(
+                    Some(&bed.relay.ns),
+                    SocketAddr::V4(dst),
+                    SocketAddr::V4(sink_addr),
+                    FORWARDER_CPU,
+                )
+                .expect("naive forwarder"),
+            ),
+            Setup::Bare => Running::Bare(
+                BareForwarder::start_in(
+                    Some(&bed.relay.ns),
+                    SocketAddr::V4(dst),
+                    SocketAddr::V4(sink_addr),
+                    FORWARDER_CPU,
+                )
+                .expect("bare forwarder"),
+            ),
+            Setup::Nftables => Running::Nftables(
+                perf::alternatives::Nftables::start(&bed.relay.ns, dst, sink_addr)
+                    .expect("nftables (nft installed by scripts/bench.sh)"),
+            ),
+            Setup::Nginx => Running::Nginx(
+                perf::alternatives::Nginx::start(&bed.relay.ns, dst, sink_addr, FORWARDER_CPU)
+                    .expect("nginx (installed by scripts/bench.sh)"),
+            ),
+            Setup::Relay { binary, extra, .. } => {
+                let path = exe_dir.join(binary);
+                assert!(
+                    path.exists(),
+                    "{} missing: cargo build --release -p {binary}",
+                    path.display()
+                );
+                let mut command = bed.relay.command(path.to_str().unwrap());
+                command
+                    .args([
+                        "--vip",
+                        &vip.to_string(),
+                        "--internal-addr",
+                        &internal.to_string(),
+                    ])
+                    .args(["--workers", "1", "--cpus", &FORWARDER_CPU.to_string()])
+                    .args(["--allow-transceiver-net", "10.77.0.0/24"])
+                    .args(["--metrics-addr", &metrics.to_string()])
+                    .args(extra)
+                    .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
+                    .env("RUST_LOG", "warn")
+                    .stdout(Stdio::null());
+                let mut relay = RelayChild(OwnedChild::spawn(&mut command).expect("relay starts"));
+                wait_ready(Some(&bed.relay.ns), metrics, &name, READY, || {
+                    relay.0.exit_report()
+                });
+                Running::Relay(relay)
+            }
+        };
+        // Native XDP gives the relay's interface NAPI threads: pin them to its core.
+        perf::placement::pin_napi_threads(&bed.relay.ifname, FORWARDER_CPU);
+        // The flows: one Binding Request per client port, sent twice (the first datagram
+        // towards a next hop AF_XDP has not resolved is dropped).
+        let mut flow_maker = Some(
+            Generator::bound_in(
+                Some(&bed.client.ns),
+                bed.client.addr,
+                FIRST_CLIENT_PORT,
+                CLIENTS,
+                epoch,
+            )
+            .expect("client sockets"),
         );
-        let sink = Sink::start_in(Some(&bed.transceiver.ns), sink_addr, true, epoch).expect("sink");
-        let mut command = bed.relay.command(path.to_str().unwrap());
-        command
-            .args([
-                "--vip",
-                &vip.to_string(),
-                "--internal-addr",
-                &internal.to_string(),
-            ])
-            .args([
-                "--workers",
-                "1",
-                "--cpus",
-                "1",
-                "--allow-transceiver-net",
-                "10.77.0.0/24",
-            ])
-            .args(["--metrics-addr", &metrics.to_string()])
-            .args(&extra)
-            .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null());
-        let mut relay = RelayChild(OwnedChild::spawn(&mut command).expect("relay starts"));
-        wait_ready(Some(&bed.relay.ns), metrics, &name, READY, || {
-            relay.0.exit_report()
-        });
-        let mut generator =
-            Generator::new_in(Some(&bed.client.ns), bed.client.addr, CLIENTS, epoch)
-                .expect("generator");
-        make_flows(&generator);
-        let pid = relay.0.id();
-        rows.push(measure(&name, &mut generator, &sink, vip, search, || {
-            cpu_seconds(pid, Some("relay-w"))
+        if matches!(setup, Setup::Relay { .. }) {
+            for _ in 0..2 {
+                flow_maker
+                    .as_ref()
+                    .expect("the client sockets")
+                    .send_each(SocketAddr::V4(dst), |i, _| {
+                        perf::probe::binding_request(&keys, SocketAddr::V4(sink_addr), i as u8)
+                    })
+                    .expect("binding requests");
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+        let generator = if live_frames {
+            perf::xdp::Sender::LiveFrames(
+                XdpGenerator::new(
+                    client_if.clone(),
+                    &client_peer,
+                    dst_mac,
+                    SocketAddrV4::new(bed.client.addr, FIRST_CLIENT_PORT),
+                    CLIENTS as u16,
+                    dst,
+                    epoch,
+                )
+                .expect("XDP generator"),
+            )
+        } else {
+            // The sockets that made the flows send the load.
+            perf::xdp::Sender::Sockets(
+                flow_maker.take().expect("the client sockets"),
+                SocketAddr::V4(dst),
+            )
+        };
+        let sampler = Sink::start_in(
+            Some(&bed.transceiver.ns),
+            SocketAddr::V4(sink_addr),
+            framed,
+            epoch,
+        )
+        .expect("latency socket");
+        let mut load = XdpLoad {
+            generator,
+            sink: sink.take().expect("the sink"),
+            sampler,
+            settle: SETTLE,
+        };
+        let busy_polls = matches!(
+            setup,
+            Setup::Relay {
+                busy_polls: true,
+                ..
+            }
+        );
+        rows.push(measure(&name, &mut load, search, busy_polls, || {
+            perf::load::cpu_busy_seconds(FORWARDER_CPU)
         }));
-        drop(relay);
+        sink = Some(load.sink);
+        drop(flow_maker);
+        drop(running);
     }
+    drop(sink);
+    let environment = perf::environment::record(&bed, &placement);
     drop(bed);
 
-    let mut report = perf::report::markdown_titled(
-        "Side by side on the netns testbed: direct, bare forwarder, relay-mio, relay-afxdp",
+    let mut notes = String::from(
+        "\n## How this was measured\n\nTopology: a one-armed relay behind a Linux bridge (client, relay and \
+         transceiver namespaces, each a veth to a bridge namespace). The load tools are BPF programs: the \
+         generator transmits prebuilt frames from the client's veth with BPF_PROG_RUN live frames, the sink \
+         counts them in XDP on the transceiver's veth and passes one in 8 to a socket for latency. Every \
+         forwarder runs on CPU 1, and everything its path costs in the kernel is steered there too (RPS and \
+         threaded NAPI of the relay's interface), so \"forwarder µs/pkt\" is CPU 1's busy time (user, system \
+         and softirq) per forwarded packet; the tools, the bridge and the sink run on CPU 0. A busy-polling \
+         worker keeps its core 100 % busy by construction, so its µs/pkt is an upper bound.\n\n",
+    );
+    notes.push_str(&perf::environment::markdown(&environment));
+    let report = perf::report::markdown(
+        "Side by side on the netns testbed: is kernel bypass warranted?",
         &rows,
         search.fixed_pps,
         &command,
+        &notes,
     );
-    report.push_str(
-        "\nTopology: one-armed relay behind a Linux bridge (client, relay and transceiver namespaces, veth to a \
-         bridge namespace). Forwarders run on CPU 1; the generator and the sink share CPU 0. Busy-poll workers \
-         are 100 % busy by construction, so their CPU per packet is their core's time divided by packets. \
-         Machine CPU counts every core, kernel and softirq included (wall − idle − iowait − steal).\n",
-    );
-    write_report(out, &report, Some(&rows));
+    write_report(out, &report, Some(perf::report::json(&rows, &environment)));
 }
 
 fn loopback(search: &Search, out: &std::path::Path) {
+    use perf::load::SocketLoad;
     perf::load::pin_to_load_cpu();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let epoch = Instant::now();
@@ -702,12 +868,17 @@ fn loopback(search: &Search, out: &std::path::Path) {
             .expect("bare forwarder");
         let mut generator = Generator::new(loopback_ip(4), CLIENTS, epoch).expect("generator");
         let pid = std::process::id();
+        let mut load = SocketLoad {
+            generator: &mut generator,
+            sink: &sink,
+            to: fwd.listen,
+            settle: SETTLE,
+        };
         rows.push(measure(
             "bare mmsg forwarder",
-            &mut generator,
-            &sink,
-            fwd.listen,
+            &mut load,
             search,
+            false,
             || cpu_seconds(pid, Some("bare-fwd")),
         ));
     }
@@ -734,70 +905,103 @@ fn loopback(search: &Search, out: &std::path::Path) {
             .expect("binding requests");
         std::thread::sleep(Duration::from_millis(300));
         let pid = relay.0.id();
+        let mut load = SocketLoad {
+            generator: &mut generator,
+            sink: &sink,
+            to: vip,
+            settle: SETTLE,
+        };
         rows.push(measure(
             &format!(
                 "relay-mio, {workers} worker{}",
                 if workers > 1 { "s" } else { "" }
             ),
-            &mut generator,
-            &sink,
-            vip,
+            &mut load,
             search,
+            false,
             || cpu_seconds(pid, Some("relay-w")),
         ));
     }
 
-    let report = markdown(&rows, search.fixed_pps, &command);
-    write_report(out, &report, Some(&rows));
+    let notes = "\nOn loopback the generator (sendmmsg) and the sink (recvmmsg) run pinned to CPU 0; the bare \
+                 forwarder and a 1-worker relay on CPU 1; a 2-worker relay on CPUs 0 and 1 (sharing CPU 0 with \
+                 the tools). \"forwarder µs/pkt\" is the CPU time of the forwarding threads only.\n";
+    let report = perf::report::markdown(
+        "Loopback forwarding: relay-mio against a bare mmsg forwarder",
+        &rows,
+        search.fixed_pps,
+        &command,
+        notes,
+    );
+    write_report(
+        out,
+        &report,
+        Some(perf::report::json(&rows, &serde_json::json!({}))),
+    );
 }
 
+/// Searches `load` `search.repeats` times, recording at each maximum what the forwarder
+/// (`forwarder_busy`: its busy seconds so far), the tools' core and the machine spent;
+/// then one trial at the fixed rate for latency.
 fn measure(
     name: &str,
-    generator: &mut Generator,
-    sink: &Sink,
-    to: SocketAddr,
+    load: &mut dyn perf::load::Load,
     search: &Search,
-    cpu: impl Fn() -> f64,
+    busy_polls: bool,
+    forwarder_busy: impl Fn() -> f64,
 ) -> Row {
+    use perf::load::{LOAD_CPU, cpu_busy_seconds, machine_busy_seconds};
     eprintln!("measuring {name}…");
-    let mut cpu_at = std::collections::HashMap::new();
-    let (best, trials) = max_loss_free(
-        |rate| {
-            let before = cpu();
-            let machine_before = perf::load::machine_busy_seconds();
-            let t = generator.trial(to, rate, search.trial, SETTLE, sink);
-            let machine = perf::load::machine_busy_seconds() - machine_before;
-            cpu_at.insert(rate, (cpu() - before, t.received, machine));
-            eprintln!(
-                "  {rate:>8} pps offered: sent {:>8}, received {:>8}, loss {:.3} %",
-                t.sent,
-                t.received,
-                t.loss() * 100.0
-            );
-            t
-        },
-        search.start_pps,
-        search.max_pps,
-        6,
-    );
-    let cpu_us_per_packet = cpu_at
-        .get(&best.offered_pps)
-        .map_or(0.0, |(secs, received, _)| {
-            secs * 1e6 / (*received).max(1) as f64
+    let mut runs = vec![];
+    for repeat in 0..search.repeats.max(1) {
+        let mut costs = std::collections::HashMap::new();
+        let run = max_loss_free(
+            |rate| {
+                let (f0, t0, m0) = (
+                    forwarder_busy(),
+                    cpu_busy_seconds(LOAD_CPU),
+                    machine_busy_seconds(),
+                );
+                let wall = Instant::now();
+                let t = load.trial(rate, search.trial);
+                let wall = wall.elapsed().as_secs_f64();
+                let costs_now = (
+                    forwarder_busy() - f0,
+                    cpu_busy_seconds(LOAD_CPU) - t0,
+                    machine_busy_seconds() - m0,
+                );
+                costs.insert(rate, (costs_now, t.received, wall));
+                eprintln!(
+                    "  [{}/{}] {rate:>8} pps offered: achieved {:>8}, received {:>9}, loss {:.3} %",
+                    repeat + 1,
+                    search.repeats,
+                    t.sent_pps,
+                    t.received,
+                    t.loss() * 100.0
+                );
+                t
+            },
+            search.start_pps,
+            search.max_pps,
+            search.precision,
+        );
+        let at_best = run.best.and_then(|b| costs.get(&b.offered_pps).copied());
+        runs.push(Run {
+            forwarder_us_per_packet: at_best
+                .map(|((f, _, _), received, _)| f * 1e6 / received.max(1) as f64),
+            forwarder_busy: at_best.map(|((f, _, _), _, wall)| f / wall),
+            tools_busy: at_best.map(|((_, t, _), _, wall)| t / wall),
+            machine_us_per_packet: at_best
+                .map(|((_, _, m), received, _)| m * 1e6 / received.max(1) as f64),
+            search: run,
         });
-    let machine_us_per_packet = cpu_at
-        .get(&best.offered_pps)
-        .map_or(0.0, |(_, received, machine)| {
-            machine * 1e6 / (*received).max(1) as f64
-        });
-    let fixed = generator.trial(to, search.fixed_pps, search.trial, SETTLE, sink);
+    }
+    let fixed = load.trial(search.fixed_pps, search.trial);
     Row {
         setup: name.to_string(),
-        best,
-        cpu_us_per_packet,
-        machine_us_per_packet,
+        runs,
         fixed,
-        search: trials,
+        busy_polls,
     }
 }
 

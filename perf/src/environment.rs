@@ -1,0 +1,112 @@
+//! The environment record of a report: the machine, the kernel, the interfaces and how
+//! the work was placed, so that two reports can be compared knowing what differed.
+
+use std::fmt::Write as _;
+use std::process::Command;
+
+use serde_json::{Value, json};
+use testkit::testbed::Testbed;
+
+use crate::placement::Placement;
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(path).map_or_else(|_| "unknown".into(), |s| s.trim().to_string())
+}
+
+fn first_line_of(program: &str, args: &[&str]) -> String {
+    Command::new(program).args(args).output().map_or_else(
+        |_| "not installed".into(),
+        |o| {
+            let text = if o.stdout.is_empty() {
+                o.stderr
+            } else {
+                o.stdout
+            };
+            String::from_utf8_lossy(&text)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        },
+    )
+}
+
+/// What this run ran on.
+pub fn record(bed: &Testbed, placement: &Placement) -> Value {
+    let cpuinfo = read("/proc/cpuinfo");
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split_once(':'))
+        .map_or("unknown".into(), |(_, m)| m.trim().to_string());
+    let driver = Command::new("ip")
+        .args([
+            "-n",
+            &bed.relay.ns,
+            "-d",
+            "link",
+            "show",
+            "dev",
+            &bed.relay.ifname,
+        ])
+        .output()
+        .map(|o| {
+            let text = String::from_utf8_lossy(&o.stdout).to_string();
+            if text.contains("veth") {
+                "veth"
+            } else {
+                "unknown"
+            }
+            .to_string()
+        })
+        .unwrap_or_else(|_| "unknown".into());
+    json!({
+        "cpu_model": model,
+        "vcpus": std::thread::available_parallelism().map_or(0, |p| p.get()),
+        "kernel": read("/proc/sys/kernel/osrelease"),
+        "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "interfaces": format!("{} veth pairs on a Linux bridge", bed.namespaces().len() - 1),
+        "driver": driver,
+        "af_xdp": "copy mode (veth has no zero-copy); native XDP on veth copies each skb into an xdp_buff",
+        "placement": placement.notes,
+        "tools": {
+            "generator": "BPF_PROG_RUN live frames (XDP_TX on the client's veth)",
+            "sink": "XDP per-CPU counter on the transceiver's veth, 1 in 8 passed to a socket for latency",
+            "nginx": first_line_of("nginx", &["-v"]),
+            "nft": first_line_of("nft", &["--version"]),
+        },
+    })
+}
+
+/// The record as a Markdown section.
+pub fn markdown(env: &Value) -> String {
+    let mut out = String::from("## Environment\n\n");
+    let field = |k: &str| {
+        env.get(k).map_or("–".into(), |v| {
+            v.as_str().map_or(v.to_string(), String::from)
+        })
+    };
+    for (label, key) in [
+        ("CPU", "cpu_model"),
+        ("vCPUs", "vcpus"),
+        ("kernel", "kernel"),
+        ("CPU governor", "governor"),
+        ("interfaces", "interfaces"),
+        ("driver", "driver"),
+        ("AF_XDP", "af_xdp"),
+    ] {
+        let _ = writeln!(out, "- {label}: {}", field(key));
+    }
+    if let Some(notes) = env.get("placement").and_then(Value::as_array) {
+        for n in notes {
+            let _ = writeln!(out, "- placement: {}", n.as_str().unwrap_or(""));
+        }
+    }
+    if let Some(tools) = env.get("tools").and_then(Value::as_object) {
+        for (k, v) in tools {
+            let _ = writeln!(out, "- {k}: {}", v.as_str().unwrap_or(""));
+        }
+    }
+    out
+}

@@ -1,0 +1,114 @@
+//! Where each piece of work runs on the testbed, so that a core's busy time is one
+//! thing's cost: the relay core pays everything the relay path costs (its receive
+//! processing, as a NIC queue whose interrupt is affine to it would make it, and its
+//! own work), the tools core pays the generator, the bridge (the wire) and the sink.
+//!
+//! - Receive Packet Steering on the relay's interface sends the kernel's receive work
+//!   for it (IP, UDP, nftables, the socket queue) to the relay core.
+//! - Threaded NAPI on the relay's interface, its threads pinned to the relay core, moves
+//!   native XDP (and AF_XDP's copy into the UMEM) there too.
+//! - RPS on the bridge's end of the relay's veth sends what the relay transmits back to
+//!   the tools core: the bridge forward and the sink are not the relay's cost.
+
+use std::io;
+use std::process::Command;
+
+use testkit::testbed::Testbed;
+
+/// What [`steer`] set, for the environment record.
+#[derive(Clone, Debug, Default)]
+pub struct Placement {
+    /// One line per knob: what it is and whether it took.
+    pub notes: Vec<String>,
+}
+
+fn sh_in(ns: &str, script: &str) -> io::Result<()> {
+    let out = Command::new("ip")
+        .args(["netns", "exec", ns, "sh", "-c", script])
+        .output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{script}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+fn mask(cpu: usize) -> String {
+    format!("{:x}", 1u64 << cpu)
+}
+
+/// Steers the relay's receive work to `relay_cpu` and the wire's to `tools_cpu`.
+pub fn steer(bed: &Testbed, relay_cpu: usize, tools_cpu: usize) -> Placement {
+    let mut p = Placement::default();
+    let relay_if = &bed.relay.ifname;
+    let mut note = |what: String, r: io::Result<()>| {
+        p.notes.push(match r {
+            Ok(()) => what,
+            Err(e) => format!("{what}: FAILED ({e})"),
+        });
+    };
+    note(
+        format!("RPS of the relay's interface → CPU {relay_cpu}"),
+        sh_in(
+            &bed.relay.ns,
+            &format!(
+                "for q in /sys/class/net/{relay_if}/queues/rx-*; do echo {} > $q/rps_cpus; done",
+                mask(relay_cpu)
+            ),
+        ),
+    );
+    note(
+        "threaded NAPI on the relay's interface".into(),
+        sh_in(
+            &bed.relay.ns,
+            &format!("echo 1 > /sys/class/net/{relay_if}/threaded"),
+        ),
+    );
+    let (br_ns, br_if) = bed.bridge_side(&bed.relay);
+    note(
+        format!("RPS of the bridge's end of the relay's veth → CPU {tools_cpu}"),
+        sh_in(
+            &br_ns,
+            &format!(
+                "for q in /sys/class/net/{br_if}/queues/rx-*; do echo {} > $q/rps_cpus; done",
+                mask(tools_cpu)
+            ),
+        ),
+    );
+    p
+}
+
+/// Pins the NAPI threads of interface `ifname` (named `napi/<ifname>-<id>`, which exist
+/// while the interface has NAPI, e.g. with an XDP program) to `cpu`; how many it pinned.
+pub fn pin_napi_threads(ifname: &str, cpu: usize) -> usize {
+    let prefix = format!("napi/{ifname}");
+    let prefix = &prefix[..prefix.len().min(15)];
+    let mut pinned = 0;
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    for entry in procs.flatten() {
+        let Ok(comm) = std::fs::read_to_string(entry.path().join("comm")) else {
+            continue;
+        };
+        if !comm.trim().starts_with(prefix) {
+            continue;
+        }
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let ok = Command::new("taskset")
+            .args(["-p", "-c", &cpu.to_string(), &pid.to_string()])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        pinned += usize::from(ok);
+    }
+    pinned
+}
