@@ -41,6 +41,23 @@ impl Insn {
     }
 }
 
+/// Checks that every jump of `program` lands inside it and that it ends in an exit:
+/// what the verifier would refuse first, checked without loading (no root needed).
+pub fn check_jumps(program: &[Insn]) -> Result<(), String> {
+    if program.last().map(|i| i.code) != Some(JMP | EXIT) {
+        return Err("the program does not end in exit".into());
+    }
+    for (i, insn) in program.iter().enumerate() {
+        if insn.is_jump() {
+            let to = i as isize + 1 + insn.off as isize;
+            if !(0..program.len() as isize).contains(&to) {
+                return Err(format!("insn {i} jumps to {to}"));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// XDP verdicts.
 pub mod action {
     /// Something went wrong (counted by the kernel's xdp_exception tracepoint).
@@ -90,7 +107,9 @@ const ADD: u8 = 0x00;
 const SUB: u8 = 0x10;
 const AND: u8 = 0x50;
 const LSH: u8 = 0x60;
+const RSH: u8 = 0x70;
 const MOD: u8 = 0x90;
+const XOR: u8 = 0xa0;
 const MOV: u8 = 0xb0;
 const END: u8 = 0xd0;
 const TO_BE: u8 = 0x08;
@@ -99,6 +118,8 @@ const JA: u8 = 0x00;
 pub const JEQ: u8 = 0x10;
 /// `>` (unsigned)
 pub const JGT: u8 = 0x20;
+/// `>=` (unsigned)
+pub const JGE: u8 = 0x30;
 /// `!=`
 pub const JNE: u8 = 0x50;
 /// `<` (unsigned)
@@ -157,6 +178,14 @@ impl Asm {
     pub fn lsh_imm(&mut self, dst: u8, imm: i32) {
         self.raw(ALU64 | LSH | K, dst, 0, 0, imm);
     }
+    /// `dst >>= imm` (logical)
+    pub fn rsh_imm(&mut self, dst: u8, imm: i32) {
+        self.raw(ALU64 | RSH | K, dst, 0, 0, imm);
+    }
+    /// `dst ^= imm`
+    pub fn xor_imm(&mut self, dst: u8, imm: i32) {
+        self.raw(ALU64 | XOR | K, dst, 0, 0, imm);
+    }
     /// `dst %= imm` (unsigned; `imm` must not be 0)
     pub fn mod_imm(&mut self, dst: u8, imm: i32) {
         assert_ne!(imm, 0, "BPF refuses a modulo by zero");
@@ -199,7 +228,7 @@ impl Asm {
     pub fn exit(&mut self) {
         self.raw(JMP | EXIT, 0, 0, 0, 0);
     }
-    /// `if (dst op src_or_imm) goto target` (`op`: [`JEQ`], [`JGT`], [`JNE`], [`JLT`])
+    /// `if (dst op src_or_imm) goto target` (`op`: [`JEQ`], [`JGT`], [`JGE`], [`JNE`], [`JLT`])
     pub fn jump(&mut self, op: u8, dst: u8, src_or_imm: Result<u8, i32>, target: &'static str) {
         self.fixups.push((self.insns.len(), target));
         match src_or_imm {
@@ -281,6 +310,11 @@ mod tests {
         assert_eq!(p[1].imm as u32, 0x5566_7788);
         assert_eq!(p[2].imm as u32, 0x1122_3344);
         assert!(p[0].is_jump() && p[3].is_jump() && !p[4].is_jump());
+        assert_eq!(check_jumps(&p), Ok(()));
+        let mut out_of_range = p.clone();
+        out_of_range[0].off = 40;
+        assert!(check_jumps(&out_of_range).is_err());
+        assert!(check_jumps(&p[..4]).is_err(), "no exit at the end");
     }
 
     #[test]

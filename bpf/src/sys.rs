@@ -244,6 +244,11 @@ pub fn prog_load_xdp(insns: &[Insn], name: &str) -> io::Result<OwnedFd> {
 
 /// Runs the program once on `frame` (`BPF_PROG_TEST_RUN`); returns its verdict.
 pub fn prog_test_run(prog: &OwnedFd, frame: &[u8]) -> io::Result<u32> {
+    prog_test_run_output(prog, frame).map(|(verdict, _)| verdict)
+}
+
+/// Runs the program once on `frame`; returns its verdict and the frame as it left it.
+pub fn prog_test_run_output(prog: &OwnedFd, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
     let mut out = vec![0u8; frame.len() + 256];
     let mut a = Attr::new();
     a.u32(0, prog.as_raw_fd() as u32)
@@ -253,7 +258,10 @@ pub fn prog_test_run(prog: &OwnedFd, frame: &[u8]) -> io::Result<u32> {
         .u64(24, out.as_mut_ptr() as u64)
         .u32(32, 1);
     sys_bpf(CMD_PROG_TEST_RUN, &mut a)?;
-    Ok(a.get_u32(4))
+    // The kernel wrote data_size_out bytes (at most the buffer we gave it).
+    let written = (a.get_u32(12) as usize).min(out.len());
+    out.truncate(written);
+    Ok((a.get_u32(4), out))
 }
 
 /// Runs the program `repeat` times on copies of `frame` as if they had arrived on

@@ -8,7 +8,8 @@ use std::process::{Command, Stdio};
 
 use testkit::OwnedChild;
 
-fn run(mut command: Command, what: &str) -> io::Result<()> {
+/// Runs `command`; its stderr becomes the error when it fails.
+pub(crate) fn run(mut command: Command, what: &str) -> io::Result<()> {
     let out = command.output()?;
     if out.status.success() {
         Ok(())
@@ -20,7 +21,9 @@ fn run(mut command: Command, what: &str) -> io::Result<()> {
     }
 }
 
-fn in_ns(ns: &str, program: &str, args: &[&str]) -> Command {
+/// `program args…` inside namespace `ns` (`ip netns exec`, which also mounts the
+/// namespace's own /sys).
+pub(crate) fn in_ns(ns: &str, program: &str, args: &[&str]) -> Command {
     let mut c = Command::new("ip");
     c.args(["netns", "exec", ns, program]).args(args);
     c

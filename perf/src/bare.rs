@@ -14,13 +14,49 @@ use std::time::Duration;
 use mio::{Events, Interest, Poll, Token};
 use ufrag_udp::{RecvBatch, SendBatch, bind_udp};
 
+/// A thread pinned to a core that runs until dropped (its loop checks the flag).
+#[derive(Debug)]
+struct PinnedLoop {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl PinnedLoop {
+    fn spawn(
+        name: &str,
+        cpu: usize,
+        body: impl FnOnce(&AtomicBool) + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                body(&stopping);
+            })?;
+        Ok(PinnedLoop {
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for PinnedLoop {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A running bare forwarder.
 #[derive(Debug)]
 pub struct BareForwarder {
     /// Where it listens.
     pub listen: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _loop: PinnedLoop,
 }
 
 impl BareForwarder {
@@ -37,47 +73,32 @@ impl BareForwarder {
         cpu: usize,
     ) -> std::io::Result<Self> {
         let socket = testkit::netns::in_netns(ns, move || bind_udp(listen, false))??;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("bare-fwd".into())
-            .spawn(move || {
-                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-                let mut socket = mio::net::UdpSocket::from_std(socket);
-                let mut poll = Poll::new().expect("epoll");
-                poll.registry()
-                    .register(&mut socket, Token(0), Interest::READABLE)
-                    .expect("register");
-                let mut events = Events::with_capacity(8);
-                let mut recv = RecvBatch::new();
-                let mut send = SendBatch::new(to.is_ipv6());
-                let fd = socket.as_raw_fd();
-                while !stopping.load(Ordering::Relaxed) {
-                    let _ = poll.poll(&mut events, Some(Duration::from_millis(20)));
-                    while let Ok(n @ 1..) = recv.recv(fd) {
-                        for i in 0..n {
-                            if let Some(d) = recv.get(i) {
-                                let _ = send.push(to, &[], d.data, ());
-                            }
+        let pinned = PinnedLoop::spawn("bare-fwd", cpu, move |stopping| {
+            let mut socket = mio::net::UdpSocket::from_std(socket);
+            let mut poll = Poll::new().expect("epoll");
+            poll.registry()
+                .register(&mut socket, Token(0), Interest::READABLE)
+                .expect("register");
+            let mut events = Events::with_capacity(8);
+            let mut recv = RecvBatch::new();
+            let mut send = SendBatch::new(to.is_ipv6());
+            let fd = socket.as_raw_fd();
+            while !stopping.load(Ordering::Relaxed) {
+                let _ = poll.poll(&mut events, Some(Duration::from_millis(20)));
+                while let Ok(n @ 1..) = recv.recv(fd) {
+                    for i in 0..n {
+                        if let Some(d) = recv.get(i) {
+                            let _ = send.push(to, &[], d.data, ());
                         }
-                        send.flush(fd, |(), _| {});
                     }
+                    send.flush(fd, |(), _| {});
                 }
-            })?;
+            }
+        })?;
         Ok(BareForwarder {
             listen,
-            stop,
-            thread: Some(thread),
+            _loop: pinned,
         })
-    }
-}
-
-impl Drop for BareForwarder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
@@ -86,8 +107,7 @@ impl Drop for BareForwarder {
 pub struct NaiveForwarder {
     /// Where it listens.
     pub listen: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    _loop: PinnedLoop,
 }
 
 impl NaiveForwarder {
@@ -101,32 +121,17 @@ impl NaiveForwarder {
     ) -> std::io::Result<Self> {
         let socket = testkit::netns::in_netns(ns, move || bind_udp(listen, false))??;
         socket.set_read_timeout(Some(Duration::from_millis(20)))?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name("naive-fwd".into())
-            .spawn(move || {
-                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-                let mut buf = [0u8; 2048];
-                while !stopping.load(Ordering::Relaxed) {
-                    if let Ok((n, _)) = socket.recv_from(&mut buf) {
-                        let _ = socket.send_to(&buf[..n], to);
-                    }
+        let pinned = PinnedLoop::spawn("naive-fwd", cpu, move |stopping| {
+            let mut buf = [0u8; 2048];
+            while !stopping.load(Ordering::Relaxed) {
+                if let Ok((n, _)) = socket.recv_from(&mut buf) {
+                    let _ = socket.send_to(&buf[..n], to);
                 }
-            })?;
+            }
+        })?;
         Ok(NaiveForwarder {
             listen,
-            stop,
-            thread: Some(thread),
+            _loop: pinned,
         })
-    }
-}
-
-impl Drop for NaiveForwarder {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }

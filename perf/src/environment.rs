@@ -33,7 +33,7 @@ fn first_line_of(program: &str, args: &[&str]) -> String {
 }
 
 /// What this run ran on.
-pub fn record(bed: &Testbed, placement: &Placement) -> Value {
+pub fn record(bed: &Testbed, placement: &Placement, live_frames: bool) -> Value {
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo
         .lines()
@@ -71,7 +71,11 @@ pub fn record(bed: &Testbed, placement: &Placement) -> Value {
         "af_xdp": "copy mode (veth has no zero-copy); native XDP on veth copies each skb into an xdp_buff",
         "placement": placement.notes,
         "tools": {
-            "generator": "BPF_PROG_RUN live frames (XDP_TX on the client's veth)",
+            "generator": if live_frames {
+                "BPF_PROG_RUN live frames (XDP_TX on the client's veth), paced in the program"
+            } else {
+                "sendmmsg from 32 client sockets"
+            },
             "sink": "XDP per-CPU counter on the transceiver's veth, 1 in 8 passed to a socket for latency",
             "nginx": first_line_of("nginx", &["-v"]),
             "nft": first_line_of("nft", &["--version"]),

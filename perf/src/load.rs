@@ -152,6 +152,7 @@ pub struct Generator {
     clients: Vec<(UdpSocket, SendBatch)>,
     epoch: Instant,
     seq: u16,
+    payload_len: usize,
 }
 
 /// The outcome of one trial.
@@ -259,7 +260,14 @@ impl Generator {
             clients: out,
             epoch,
             seq: 0,
+            payload_len: DATAGRAM_LEN,
         })
+    }
+
+    /// Sends `len`-byte datagrams (at least 12) instead of [`DATAGRAM_LEN`].
+    pub fn with_payload_len(mut self, len: usize) -> Self {
+        self.payload_len = len.max(12);
+        self
     }
 
     /// Each client sends `datagram(i)` once to `to` (e.g. the Binding Request that makes
@@ -295,7 +303,7 @@ impl Generator {
     /// Sends at `rate_pps` to `to` for `duration`, spread over the clients; returns
     /// (datagrams sent, seconds it took).
     pub fn send_paced(&mut self, to: SocketAddr, rate_pps: u64, duration: Duration) -> (u64, f64) {
-        let mut payload = [0u8; DATAGRAM_LEN];
+        let mut payload = vec![0u8; self.payload_len];
         payload[0] = 0x80;
         payload[1] = 111;
         let start = Instant::now();
@@ -483,8 +491,11 @@ pub fn max_loss_free(
     }
 }
 
+/// Median, minimum and maximum of some measurements.
+pub type Spread = (f64, f64, f64);
+
 /// Median, minimum and maximum of `values` (`None` when empty).
-pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
+pub fn spread(values: &[f64]) -> Option<Spread> {
     if values.is_empty() {
         return None;
     }
@@ -499,19 +510,17 @@ pub fn spread(values: &[f64]) -> Option<(f64, f64, f64)> {
     Some((median, v[0], v[v.len() - 1]))
 }
 
-/// Busy seconds of CPU `cpu` so far (wall minus idle, iowait and steal, from its
-/// `/proc/stat` line), softirq work included: what a core spent, whoever it ran for.
-pub fn cpu_busy_seconds(cpu: usize) -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
-        return 0.0;
-    };
-    let name = format!("cpu{cpu}");
-    stat.lines()
-        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
-        .map_or(0.0, busy_of_stat_line)
+/// Seconds since boot (CLOCK_BOOTTIME: the wall clock `/proc/stat` counts idle time in).
+fn boot_seconds() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map_or(0.0, |t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
 }
 
-fn busy_of_stat_line(line: &str) -> f64 {
+/// Idle, iowait and steal seconds of a `/proc/stat` cpu line: the time it was not busy.
+/// These are exact under NO_HZ (the kernel accounts idle time when it stops the tick),
+/// while the user/system/softirq columns are sampled by the tick and miss softirq work
+/// done between ticks of an otherwise idle CPU, so busy time is wall time minus these.
+fn not_busy_seconds(line: &str) -> f64 {
     let v: Vec<f64> = line
         .split_whitespace()
         .skip(1)
@@ -520,17 +529,33 @@ fn busy_of_stat_line(line: &str) -> f64 {
     if v.len() < 8 {
         return 0.0;
     }
-    let total: f64 = v.iter().take(8).sum();
-    (total - v[3] - v[4] - v[7]) / 100.0
+    (v[3] + v[4] + v[7]) / 100.0 // USER_HZ
 }
 
-/// Busy seconds of the whole machine so far (all CPUs; wall minus idle, iowait and
-/// steal, from /proc/stat), which also catches softirq work the tick accounting misses.
+/// Busy seconds of CPU `cpu` since boot (wall time minus its idle, iowait and steal),
+/// softirq work included: what a core spent, whoever it ran for. Only differences of two
+/// readings mean anything.
+pub fn cpu_busy_seconds(cpu: usize) -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
+        return 0.0;
+    };
+    let name = format!("cpu{cpu}");
+    stat.lines()
+        .find(|l| l.split_whitespace().next() == Some(name.as_str()))
+        .map_or(0.0, |line| boot_seconds() - not_busy_seconds(line))
+}
+
+/// Busy seconds of the whole machine since boot (every online CPU's wall time minus its
+/// idle, iowait and steal), which also catches softirq work the tick accounting misses.
 pub fn machine_busy_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/stat") else {
         return 0.0;
     };
-    stat.lines().next().map_or(0.0, busy_of_stat_line)
+    let cpus: Vec<&str> = stat
+        .lines()
+        .filter(|l| l.starts_with("cpu") && l.as_bytes().get(3).is_some_and(u8::is_ascii_digit))
+        .collect();
+    cpus.len() as f64 * boot_seconds() - cpus.iter().map(|l| not_busy_seconds(l)).sum::<f64>()
 }
 
 fn better(best: Option<Trial>, t: Trial) -> Option<Trial> {
@@ -634,6 +659,23 @@ mod tests {
         );
         assert_eq!(run.limit, Limit::Generator);
         assert_eq!(run.best.unwrap().sent_pps, 150_000);
+    }
+
+    #[test]
+    fn not_busy_is_idle_iowait_and_steal() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let line = "cpu0 10 0 20 300 5 1 2 7 0 0";
+        assert!((not_busy_seconds(line) - 3.12).abs() < 1e-9);
+        assert_eq!(
+            not_busy_seconds("cpu0 1 2"),
+            0.0,
+            "a short line counts nothing"
+        );
+        let (a, b) = (cpu_busy_seconds(0), cpu_busy_seconds(0));
+        assert!(
+            b >= a - 0.011,
+            "busy time does not run backwards: {a} then {b}"
+        );
     }
 
     #[test]

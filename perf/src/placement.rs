@@ -6,7 +6,8 @@
 //! - Receive Packet Steering on the relay's interface sends the kernel's receive work
 //!   for it (IP, UDP, nftables, the socket queue) to the relay core.
 //! - Threaded NAPI on the relay's interface, its threads pinned to the relay core, moves
-//!   native XDP (and AF_XDP's copy into the UMEM) there too.
+//!   native XDP (and AF_XDP's copy into the UMEM) there too ([`pin_napi_threads`], once
+//!   the relay's XDP program is attached).
 //! - RPS on the bridge's end of the relay's veth sends what the relay transmits back to
 //!   the tools core: the bridge forward and the sink are not the relay's cost.
 
@@ -23,17 +24,10 @@ pub struct Placement {
 }
 
 fn sh_in(ns: &str, script: &str) -> io::Result<()> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", ns, "sh", "-c", script])
-        .output()?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(io::Error::other(format!(
-            "{script}: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        )))
-    }
+    crate::alternatives::run(
+        crate::alternatives::in_ns(ns, "sh", &["-c", script]),
+        script,
+    )
 }
 
 fn mask(cpu: usize) -> String {
@@ -60,13 +54,6 @@ pub fn steer(bed: &Testbed, relay_cpu: usize, tools_cpu: usize) -> Placement {
             ),
         ),
     );
-    note(
-        "threaded NAPI on the relay's interface".into(),
-        sh_in(
-            &bed.relay.ns,
-            &format!("echo 1 > /sys/class/net/{relay_if}/threaded"),
-        ),
-    );
     let (br_ns, br_if) = bed.bridge_side(&bed.relay);
     note(
         format!("RPS of the bridge's end of the relay's veth → CPU {tools_cpu}"),
@@ -81,9 +68,14 @@ pub fn steer(bed: &Testbed, relay_cpu: usize, tools_cpu: usize) -> Placement {
     p
 }
 
-/// Pins the NAPI threads of interface `ifname` (named `napi/<ifname>-<id>`, which exist
-/// while the interface has NAPI, e.g. with an XDP program) to `cpu`; how many it pinned.
-pub fn pin_napi_threads(ifname: &str, cpu: usize) -> usize {
+/// Turns on threaded NAPI for `host`'s interface and pins its NAPI threads (named
+/// `napi/<ifname>-<id>`) to `cpu`; how many it pinned. A veth has NAPI only while it has
+/// an XDP program (or GRO), so this is for after the relay has attached one; without
+/// NAPI it pins nothing.
+pub fn pin_napi_threads(ns: &str, ifname: &str, cpu: usize) -> usize {
+    if sh_in(ns, &format!("echo 1 > /sys/class/net/{ifname}/threaded")).is_err() {
+        return 0;
+    }
     let prefix = format!("napi/{ifname}");
     let prefix = &prefix[..prefix.len().min(15)];
     let mut pinned = 0;

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::load::{Limit, SearchRun, Trial, spread};
+use crate::load::{Limit, SearchRun, Spread, Trial, spread};
 
 /// One search of a setup and what its cores spent at its maximum.
 #[derive(Clone, Debug)]
@@ -52,7 +52,7 @@ pub struct Row {
 
 impl Row {
     /// Max loss-free pps over the runs that found one: (median, min, max).
-    pub fn max_pps(&self) -> Option<(f64, f64, f64)> {
+    pub fn max_pps(&self) -> Option<Spread> {
         let v: Vec<f64> = self
             .runs
             .iter()
@@ -62,7 +62,7 @@ impl Row {
     }
 
     /// Forwarder µs per packet at each run's maximum: (median, min, max).
-    pub fn forwarder_us(&self) -> Option<(f64, f64, f64)> {
+    pub fn forwarder_us(&self) -> Option<Spread> {
         let v: Vec<f64> = self
             .runs
             .iter()
@@ -97,11 +97,11 @@ impl Row {
     }
 }
 
-fn spread_text((median, min, max): (f64, f64, f64), digits: usize) -> String {
+fn spread_text((median, min, max): Spread, digits: usize) -> String {
     format!("{median:.digits$} [{min:.digits$}–{max:.digits$}]")
 }
 
-fn kpps(v: (f64, f64, f64)) -> String {
+fn kpps(v: Spread) -> String {
     spread_text((v.0 / 1e3, v.1 / 1e3, v.2 / 1e3), 0) + "k"
 }
 
@@ -265,7 +265,7 @@ pub fn verdict(rows: &[Row]) -> String {
             if us < 0.5 {
                 let _ = writeln!(
                     out,
-                    "- {} ran in the kernel's softirq on the tools' core (its work was not steered to the forwarder core: `perf compare --steer`), so its cost is not comparable here.",
+                    "- {} ran in the kernel's softirq on the tools' core (its work was not steered to the forwarder core: run without `--no-steer`), so its cost is not comparable here.",
                     row.setup
                 );
                 continue;
@@ -318,7 +318,7 @@ pub fn json(rows: &[Row], environment: &serde_json::Value) -> String {
     let rows: Vec<serde_json::Value> = rows
         .iter()
         .map(|r| {
-            let s = |v: Option<(f64, f64, f64)>| {
+            let s = |v: Option<Spread>| {
                 v.map(|(m, lo, hi)| serde_json::json!({"median": m, "min": lo, "max": hi}))
             };
             serde_json::json!({
@@ -355,4 +355,109 @@ pub fn json(rows: &[Row], environment: &serde_json::Value) -> String {
         "verdict": verdict_text,
     }))
     .expect("JSON")
+}
+
+/// One horizontal bar chart of `(label, (median, min, max))`: a bar to the median and a
+/// whisker from min to max; `None` values get a "none" label and no bar.
+fn svg_bars(
+    out: &mut String,
+    top: f64,
+    title: &str,
+    unit: &str,
+    bars: &[(String, Option<Spread>)],
+) -> f64 {
+    const LABEL_W: f64 = 260.0;
+    const PLOT_W: f64 = 420.0;
+    const ROW_H: f64 = 22.0;
+    let scale_max = bars
+        .iter()
+        .filter_map(|(_, v)| v.map(|v| v.2))
+        .fold(0.0, f64::max)
+        .max(1e-9);
+    let _ = writeln!(
+        out,
+        r#"<text x="10" y="{:.0}" font-weight="bold">{title}</text>"#,
+        top + 16.0
+    );
+    let mut y = top + 28.0;
+    for (label, value) in bars {
+        let _ = writeln!(
+            out,
+            r#"<text x="{:.0}" y="{:.0}" text-anchor="end">{label}</text>"#,
+            LABEL_W - 8.0,
+            y + 14.0
+        );
+        match value {
+            Some((median, min, max)) => {
+                let x = |v: f64| LABEL_W + PLOT_W * v / scale_max;
+                let _ = writeln!(
+                    out,
+                    r##"<rect x="{LABEL_W}" y="{:.0}" width="{:.1}" height="16" fill="#4a7fb5"/>"##,
+                    y + 2.0,
+                    x(*median) - LABEL_W
+                );
+                let _ = writeln!(
+                    out,
+                    r#"<line x1="{:.1}" x2="{:.1}" y1="{:.0}" y2="{:.0}" stroke="black"/>"#,
+                    x(*min),
+                    x(*max),
+                    y + 10.0,
+                    y + 10.0
+                );
+                let _ = writeln!(
+                    out,
+                    r#"<text x="{:.1}" y="{:.0}">{} {unit}</text>"#,
+                    x(*max) + 6.0,
+                    y + 14.0,
+                    if *median >= 1000.0 {
+                        format!("{:.0}k", median / 1e3)
+                    } else {
+                        format!("{median:.2}")
+                    }
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    r#"<text x="{LABEL_W}" y="{:.0}" fill="gray">none</text>"#,
+                    y + 14.0
+                );
+            }
+        }
+        y += ROW_H;
+    }
+    y + 10.0
+}
+
+/// The report's charts as one SVG: max loss-free pps and forwarder µs per packet, each
+/// a median bar with a min–max whisker per setup.
+pub fn svg(rows: &[Row]) -> String {
+    let mut body = String::new();
+    let pps: Vec<_> = rows
+        .iter()
+        .map(|r| (r.setup.clone(), r.max_pps()))
+        .collect();
+    let cost: Vec<_> = rows
+        .iter()
+        .filter(|r| !r.setup.starts_with("direct"))
+        .map(|r| (r.setup.clone(), r.forwarder_us()))
+        .collect();
+    let y = svg_bars(
+        &mut body,
+        0.0,
+        "max loss-free packets per second",
+        "pps",
+        &pps,
+    );
+    let y = svg_bars(
+        &mut body,
+        y,
+        "forwarder core µs per packet (lower is better)",
+        "µs",
+        &cost,
+    );
+    format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"{y:.0}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{body}</svg>\n"
+    )
 }

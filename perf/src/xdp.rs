@@ -4,7 +4,9 @@
 //! in live-frames mode (the mechanism behind xdp-trafficgen): a small XDP program stamps
 //! each copy with a flow (source port), a sequence number and the send time, and returns
 //! `XDP_TX`, so the frame leaves the client's veth as if a NIC had sent it: no socket, no
-//! syscall per batch of 64, no IP output path. [`XdpSink`] counts frames for one UDP
+//! syscall per frame or batch, no IP output path; the program paces itself against
+//! `bpf_ktime_get_ns` in one long run (a run per slice cost ~24 ms to tear down at
+//! times on this kernel), stopped by a signal. [`XdpSink`] counts frames for one UDP
 //! port in XDP on the receiving veth (per-CPU counters, `XDP_DROP`) and passes one in
 //! `sample_every` to the kernel, where the socket [`crate::load::Sink`] reads its send
 //! time for latency. Both speak the datagram format of [`crate::load`].
@@ -13,12 +15,14 @@ use std::io;
 use std::net::SocketAddrV4;
 use std::os::fd::OwnedFd;
 use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ufrag_bpf::asm::{Asm, B, DW, H, Insn, JEQ, JGT, JNE, action, helper};
+use ufrag_bpf::asm::{Asm, B, DW, H, Insn, JEQ, JGE, JGT, JLT, JNE, action, helper};
 use ufrag_bpf::sys::{self as bpf, Map};
 
-use crate::load::{DATAGRAM_LEN, Load, Sink, Trial};
+use crate::load::{Load, Sink, Trial};
 
 const ETH: usize = 14;
 const IPV4: usize = 20;
@@ -84,12 +88,16 @@ struct Attached {
     _link: OwnedFd,
 }
 
-/// CLOCK_MONOTONIC (what `bpf_ktime_get_ns` reads) at `epoch`, in nanoseconds.
-fn ktime_at(epoch: Instant) -> u64 {
+/// CLOCK_MONOTONIC now (what `bpf_ktime_get_ns` reads), in nanoseconds.
+fn ktime_now() -> u64 {
     let now =
         nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
-    let now_ns = now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64;
-    now_ns.saturating_sub(epoch.elapsed().as_nanos() as u64)
+    now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
+}
+
+/// CLOCK_MONOTONIC at `epoch`, in nanoseconds.
+fn ktime_at(epoch: Instant) -> u64 {
+    ktime_now().saturating_sub(epoch.elapsed().as_nanos() as u64)
 }
 
 /// The Internet checksum of `bytes` (RFC 1071).
@@ -106,18 +114,20 @@ fn checksum(bytes: &[u8]) -> u16 {
 
 /// The frame every generated datagram starts from: Ethernet, IPv4 (checksummed), UDP
 /// with checksum 0 (none, which IPv4 allows, so stamping the payload needs no fix-up),
-/// and a [`DATAGRAM_LEN`]-byte payload that starts like RTP.
+/// and a `payload_len`-byte payload (at least 12) that starts like RTP.
 pub fn template_frame(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
     src: SocketAddrV4,
     dst: SocketAddrV4,
+    payload_len: usize,
 ) -> Vec<u8> {
-    let mut f = Vec::with_capacity(PAYLOAD + DATAGRAM_LEN);
+    let payload_len = payload_len.max(12);
+    let mut f = Vec::with_capacity(PAYLOAD + payload_len);
     f.extend_from_slice(&dst_mac);
     f.extend_from_slice(&src_mac);
     f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let total = (IPV4 + UDP + DATAGRAM_LEN) as u16;
+    let total = (IPV4 + UDP + payload_len) as u16;
     let mut ip = vec![0x45, 0];
     ip.extend_from_slice(&total.to_be_bytes());
     ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]); // id, DF, TTL, UDP, checksum
@@ -128,9 +138,9 @@ pub fn template_frame(
     f.extend_from_slice(&ip);
     f.extend_from_slice(&src.port().to_be_bytes());
     f.extend_from_slice(&dst.port().to_be_bytes());
-    f.extend_from_slice(&((UDP + DATAGRAM_LEN) as u16).to_be_bytes());
+    f.extend_from_slice(&((UDP + payload_len) as u16).to_be_bytes());
     f.extend_from_slice(&[0, 0]);
-    let mut payload = [0u8; DATAGRAM_LEN];
+    let mut payload = vec![0u8; payload_len];
     payload[0] = 0x80;
     payload[1] = 111;
     f.extend_from_slice(&payload);
@@ -140,13 +150,34 @@ pub fn template_frame(
 /// Bytes of the template the generator's program writes into every frame.
 const STAMPED_HEADER: usize = PAYLOAD + 2;
 
-/// The generator's program: the template's headers and first two payload bytes written
-/// in full (live-frame pages come back from the stack recycled, not reset: a frame that
-/// was NATed or routed on the way returns with that path's addresses in it); `seq += 1`
-/// (a per-CPU counter); source port `base_port + seq % flows`; payload bytes 2–3 the
-/// sequence number, 4–11 the time since the epoch (ns, big endian); `XDP_TX`.
+/// The generator's pacing state, one array value of `u64`s (their byte offsets).
+mod state {
+    /// When the next frame is due (CLOCK_MONOTONIC ns).
+    pub(super) const NEXT_NS: i16 = 0;
+    /// Nanoseconds between frames.
+    pub(super) const INTERVAL_NS: i16 = 8;
+    /// Frames sent so far.
+    pub(super) const SENT: i16 = 16;
+    /// Frames to send.
+    pub(super) const TOTAL: i16 = 24;
+    /// How far behind the schedule may fall before it is reset (ns): the largest burst.
+    pub(super) const BURST_NS: i16 = 32;
+    /// When the first frame was due (set by the first run: the schedule starts there).
+    pub(super) const FIRST_NS: i16 = 40;
+    /// The value's size.
+    pub(super) const LEN: usize = 48;
+}
+
+/// The generator's program. Paced in the kernel: a frame that is not yet due (by
+/// `bpf_ktime_get_ns` against the state's schedule), or beyond the total, is dropped back
+/// to the page pool; a due one advances the schedule (never letting it fall more than a
+/// burst behind, so a stall does not turn into a flood), is counted, gets the template's
+/// headers written in full (live-frame pages come back from the stack recycled, not
+/// reset: a frame that was NATed or routed on the way returns with that path's addresses
+/// in it), source port `base_port + sent % flows`, payload bytes 2–3 the count and 4–11
+/// the time since the epoch (ns, big endian), and leaves with `XDP_TX`.
 pub fn generator_program(
-    seq_fd: i32,
+    state_fd: i32,
     template: &[u8],
     base_port: u16,
     flows: u16,
@@ -160,34 +191,48 @@ pub fn generator_program(
     a.mov_reg(4, 9);
     a.add_imm(4, (PAYLOAD + 12) as i32);
     a.jump(JGT, 4, Ok(3), "abort");
-    for (i, word) in template[..STAMPED_HEADER].chunks(4).enumerate() {
-        let mut w = [0u8; 4];
-        w[..word.len()].copy_from_slice(word);
-        if word.len() == 4 {
-            a.store_imm(ufrag_bpf::asm::W, 9, (i * 4) as i16, i32::from_le_bytes(w));
-        } else {
-            let half = u16::from_le_bytes([w[0], w[1]]);
-            a.store_imm(H, 9, (i * 4) as i16, i32::from(half));
-        }
-    }
-    a.lookup_array(seq_fd, 0, "abort");
-    a.load(DW, 7, 0, 0);
-    a.add_imm(7, 1);
-    a.store_reg(DW, 0, 0, 7);
-    a.mov_reg(8, 7);
-    a.mod_imm(8, i32::from(flows.max(1)));
-    a.add_imm(8, i32::from(base_port));
-    a.to_be(8, 16);
-    a.store_reg(H, 9, (ETH + IPV4) as i16, 8);
-    a.mov_reg(8, 7);
-    a.to_be(8, 16);
-    a.store_reg(H, 9, (PAYLOAD + 2) as i16, 8);
+    a.lookup_array(state_fd, 0, "abort");
+    a.mov_reg(8, 0); // the state
     a.call(helper::KTIME_GET_NS);
+    a.mov_reg(7, 0); // now
+    a.load(DW, 1, 8, state::NEXT_NS);
+    a.jump(JNE, 1, Err(0), "scheduled");
+    a.mov_reg(1, 7); // the first run starts the schedule
+    a.store_reg(DW, 8, state::FIRST_NS, 7);
+    a.label("scheduled");
+    a.jump(JLT, 7, Ok(1), "drop"); // not due yet
+    a.load(DW, 2, 8, state::SENT);
+    a.load(DW, 3, 8, state::TOTAL);
+    a.jump(JGE, 2, Ok(3), "drop"); // all sent
+    a.load(DW, 4, 8, state::INTERVAL_NS);
+    a.add_reg(1, 4);
+    a.load(DW, 5, 8, state::BURST_NS);
+    a.mov_reg(0, 7);
+    a.sub_reg(0, 5); // the earliest the schedule may be
+    a.jump(JGE, 1, Ok(0), "on_schedule");
+    a.mov_reg(1, 0);
+    a.label("on_schedule");
+    a.store_reg(DW, 8, state::NEXT_NS, 1);
+    a.add_imm(2, 1);
+    a.store_reg(DW, 8, state::SENT, 2);
+    store_bytes(&mut a, 9, 0, &template[..STAMPED_HEADER]);
+    a.mov_reg(3, 2);
+    a.mod_imm(3, i32::from(flows.max(1)));
+    a.add_imm(3, i32::from(base_port));
+    a.to_be(3, 16);
+    a.store_reg(H, 9, (ETH + IPV4) as i16, 3);
+    a.mov_reg(3, 2);
+    a.to_be(3, 16);
+    a.store_reg(H, 9, (PAYLOAD + 2) as i16, 3);
+    a.mov_reg(0, 7);
     a.mov_imm64(1, epoch_ktime);
     a.sub_reg(0, 1);
     a.to_be(0, 64);
     a.store_reg(DW, 9, (PAYLOAD + 4) as i16, 0);
     a.mov_imm(0, action::TX as i32);
+    a.exit();
+    a.label("drop");
+    a.mov_imm(0, action::DROP as i32);
     a.exit();
     a.label("abort");
     a.mov_imm(0, action::ABORTED as i32);
@@ -232,6 +277,122 @@ pub fn sink_program(counts_fd: i32, port: u16, sample_every: u32) -> Vec<Insn> {
     a.finish()
 }
 
+/// Writes `bytes` at `reg + offset` with immediate stores (4 bytes at a time, then 2).
+fn store_bytes(a: &mut Asm, reg: u8, offset: usize, bytes: &[u8]) {
+    let mut at = 0;
+    while at < bytes.len() {
+        let left = bytes.len() - at;
+        if left >= 4 {
+            let w = i32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
+            a.store_imm(ufrag_bpf::asm::W, reg, (offset + at) as i16, w);
+            at += 4;
+        } else {
+            assert!(left >= 2, "even lengths only");
+            let h = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+            a.store_imm(H, reg, (offset + at) as i16, i32::from(h));
+            at += 2;
+        }
+    }
+}
+
+/// What the in-kernel reference relay rewrites a datagram to the VIP into.
+#[derive(Clone, Copy, Debug)]
+pub struct Rewrite {
+    /// The relay's address and port that clients send to.
+    pub vip: SocketAddrV4,
+    /// The relay interface's MAC (the new source).
+    pub relay_mac: [u8; 6],
+    /// Where datagrams go.
+    pub to: SocketAddrV4,
+    /// Its MAC (the next hop: one L2 segment, as on the testbed).
+    pub to_mac: [u8; 6],
+}
+
+/// The in-kernel XDP rewrite relay, the reference any relay is measured against: an
+/// IPv4 UDP datagram (no options) to the VIP gets new Ethernet addresses, source
+/// address the VIP, destination `to`, TTL 64, a recomputed IPv4 checksum and UDP
+/// checksum 0 (none, which IPv4 allows), and leaves through the interface it came in on
+/// (`XDP_TX`); everything else passes. No flow table and no hint check: the floor of
+/// what forwarding costs.
+pub fn relay_program(r: &Rewrite) -> Vec<Insn> {
+    let le32 = |ip: std::net::Ipv4Addr| i32::from_le_bytes(ip.octets());
+    let le16 = |port: u16| i32::from(u16::from_le_bytes(port.to_be_bytes()));
+    let mut a = Asm::default();
+    a.load(ufrag_bpf::asm::W, 2, 1, 0);
+    a.load(ufrag_bpf::asm::W, 3, 1, 4);
+    a.mov_reg(4, 2);
+    a.add_imm(4, PAYLOAD as i32);
+    a.jump(JGT, 4, Ok(3), "pass");
+    a.load(H, 5, 2, 12);
+    a.jump(JNE, 5, Err(0x0008), "pass");
+    a.load(B, 5, 2, ETH as i16);
+    a.jump(JNE, 5, Err(0x45), "pass");
+    a.load(B, 5, 2, (ETH + 9) as i16);
+    a.jump(JNE, 5, Err(17), "pass");
+    a.load(ufrag_bpf::asm::W, 5, 2, (ETH + 16) as i16);
+    a.jump(JNE, 5, Err(le32(*r.vip.ip())), "pass");
+    a.load(H, 5, 2, (ETH + IPV4 + 2) as i16);
+    a.jump(JNE, 5, Err(le16(r.vip.port())), "pass");
+    let mut macs = r.to_mac.to_vec();
+    macs.extend_from_slice(&r.relay_mac);
+    store_bytes(&mut a, 2, 0, &macs);
+    a.store_imm(B, 2, (ETH + 8) as i16, 64); // TTL
+    a.store_imm(H, 2, (ETH + 10) as i16, 0); // checksum, recomputed below
+    let mut addrs = r.vip.ip().octets().to_vec();
+    addrs.extend_from_slice(&r.to.ip().octets());
+    store_bytes(&mut a, 2, ETH + 12, &addrs);
+    a.store_imm(H, 2, (ETH + IPV4 + 2) as i16, le16(r.to.port()));
+    a.store_imm(H, 2, (ETH + IPV4 + 6) as i16, 0); // no UDP checksum
+    // The ones' complement sum of the header's ten 16-bit words (in load order: the
+    // sum is the same in either byte order), folded twice and inverted.
+    a.mov_imm(5, 0);
+    for word in 0..10 {
+        a.load(H, 4, 2, (ETH + 2 * word) as i16);
+        a.add_reg(5, 4);
+    }
+    for _ in 0..2 {
+        a.mov_reg(4, 5);
+        a.rsh_imm(4, 16);
+        a.and_imm(5, 0xffff);
+        a.add_reg(5, 4);
+    }
+    a.xor_imm(5, 0xffff);
+    a.store_reg(H, 2, (ETH + 10) as i16, 5);
+    a.mov_imm(0, action::TX as i32);
+    a.exit();
+    a.label("pass");
+    a.mov_imm(0, action::PASS as i32);
+    a.exit();
+    a.finish()
+}
+
+/// The reference relay attached to the relay's interface (native XDP), with the
+/// `XDP_PASS` program its veth peer needs for `XDP_TX` frames; detached on drop.
+#[derive(Debug)]
+pub struct XdpRelay {
+    _relay: Attached,
+    _peer: Attached,
+}
+
+impl XdpRelay {
+    /// Attaches to `on`, whose veth peer is `peer`.
+    pub fn attach(on: &Iface, peer: &Iface, rewrite: &Rewrite) -> io::Result<Self> {
+        let peer_prog = bpf::prog_load_xdp(&pass_program(), "perf_pass")?;
+        let peer = peer.attach_native(peer_prog)?;
+        let prog = bpf::prog_load_xdp(&relay_program(rewrite), "perf_xdp_relay")?;
+        Ok(XdpRelay {
+            _relay: on.attach_native(prog)?,
+            _peer: peer,
+        })
+    }
+
+    /// Its verdict and output on one frame (`BPF_PROG_TEST_RUN`), for tests.
+    pub fn run_once(rewrite: &Rewrite, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
+        let prog = bpf::prog_load_xdp(&relay_program(rewrite), "perf_xdp_relay")?;
+        bpf::prog_test_run_output(&prog, frame)
+    }
+}
+
 /// `return XDP_PASS`: what a veth needs on the far end before `XDP_TX` frames can reach it.
 fn pass_program() -> Vec<Insn> {
     let mut a = Asm::default();
@@ -243,8 +404,8 @@ fn pass_program() -> Vec<Insn> {
 /// Live-frame transmitter on one interface.
 #[derive(Debug)]
 pub struct XdpGenerator {
-    prog: std::sync::Arc<OwnedFd>,
-    _seq: Map,
+    prog: Arc<OwnedFd>,
+    state: Map,
     frame: Vec<u8>,
     from: Iface,
     _peer: Attached,
@@ -252,63 +413,125 @@ pub struct XdpGenerator {
 
 /// Frames per `BPF_PROG_RUN` batch (the kernel's NAPI budget).
 const LIVE_BATCH: u32 = 64;
-/// Frames per `BPF_PROG_RUN` call at most.
-const MAX_BURST: u64 = 256;
+/// The largest burst after a stall, in frames.
+const MAX_BURST: u64 = 64;
+
+/// The signal that ends a generator's `BPF_PROG_RUN` (which returns EINTR once a signal
+/// is pending); its handler does nothing else.
+const STOP_SIGNAL: i32 = signal_hook::consts::SIGUSR1;
+
+fn install_stop_handler() -> io::Result<()> {
+    static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| {
+            signal_hook::flag::register(STOP_SIGNAL, Arc::new(AtomicBool::new(false)))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(io::Error::other)
+}
 
 impl XdpGenerator {
-    /// Frames from `src` (ports `src.port()` to `src.port() + flows - 1`) to `dst`,
-    /// transmitted on `from` towards `dst_mac`. `peer` is the far end of `from`'s veth
-    /// pair; it gets an `XDP_PASS` program so that veth accepts XDP frames.
+    /// Copies of `frame` (a [`template_frame`]), from its source port up to `flows` ports
+    /// above it, transmitted on `from`. `peer` is the far end of `from`'s veth pair; it
+    /// gets an `XDP_PASS` program so that veth accepts XDP frames.
     pub fn new(
         from: Iface,
         peer: &Iface,
-        dst_mac: [u8; 6],
-        src: SocketAddrV4,
+        frame: Vec<u8>,
         flows: u16,
-        dst: SocketAddrV4,
         epoch: Instant,
     ) -> io::Result<Self> {
+        if frame.len() < PAYLOAD + 12 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a template frame",
+            ));
+        }
+        install_stop_handler()?;
         let peer_prog = bpf::prog_load_xdp(&pass_program(), "perf_pass")?;
         let peer = peer.attach_native(peer_prog)?;
-        let seq = Map::create(bpf::MAP_PERCPU_ARRAY, 4, 8, 1, "perf_gen_seq")?;
-        let frame = template_frame(from.mac, dst_mac, src, dst);
-        let insns = generator_program(seq.raw_fd(), &frame, src.port(), flows, ktime_at(epoch));
+        let state = Map::create(bpf::MAP_ARRAY, 4, state::LEN as u32, 1, "perf_gen_state")?;
+        let base_port = u16::from_be_bytes([frame[ETH + IPV4], frame[ETH + IPV4 + 1]]);
+        let insns = generator_program(state.raw_fd(), &frame, base_port, flows, ktime_at(epoch));
         let prog = bpf::prog_load_xdp(&insns, "perf_gen")?;
         Ok(XdpGenerator {
-            prog: std::sync::Arc::new(prog),
-            _seq: seq,
+            prog: Arc::new(prog),
+            state,
             frame,
             from,
             _peer: peer,
         })
     }
 
-    /// Transmits at `rate_pps` for `duration`, paced in 0.5 ms slices, from a thread in
-    /// the interface's namespace pinned to the load CPU; returns (frames sent, seconds).
+    fn write_state(&self, fields: [u64; state::LEN / 8]) -> io::Result<()> {
+        let value: Vec<u8> = fields.iter().flat_map(|f| f.to_ne_bytes()).collect();
+        self.state.update(&0u32.to_ne_bytes(), &value)
+    }
+
+    fn read_state(&self, field: i16) -> io::Result<u64> {
+        let mut value = [0u8; state::LEN];
+        self.state.lookup(&0u32.to_ne_bytes(), &mut value)?;
+        let at = field as usize;
+        Ok(u64::from_ne_bytes(
+            value[at..at + 8].try_into().expect("8 bytes"),
+        ))
+    }
+
+    /// Transmits `rate_pps × duration` frames at `rate_pps`, paced by the program, from
+    /// one `BPF_PROG_RUN` on a thread in the interface's namespace pinned to the load CPU
+    /// (it busy-polls that core), stopped by a signal once all are sent or the time is
+    /// well past; returns (frames sent, seconds from the first to the last).
     pub fn send(&self, rate_pps: u64, duration: Duration) -> io::Result<(u64, f64)> {
-        let prog = std::sync::Arc::clone(&self.prog);
+        let total = (rate_pps as f64 * duration.as_secs_f64()) as u64;
+        let interval_ns = (1e9 / rate_pps.max(1) as f64).max(1.0) as u64;
+        self.write_state([0, interval_ns, 0, total, MAX_BURST * interval_ns, 0])?;
+        let prog = Arc::clone(&self.prog);
         let frame = self.frame.clone();
         let ifindex = self.from.ifindex;
-        testkit::netns::in_netns(Some(&self.from.ns), move || {
+        let thread_id = Arc::new(std::sync::Mutex::new(None));
+        let done = Arc::new(AtomicBool::new(false));
+        let (id_out, done_out) = (Arc::clone(&thread_id), Arc::clone(&done));
+        let start = Instant::now();
+        let handle = testkit::netns::spawn_in(Some(&self.from.ns), "xdp-gen", move || {
             crate::load::pin_to_load_cpu();
-            let total = (rate_pps as f64 * duration.as_secs_f64()) as u64;
-            let start = Instant::now();
-            let mut sent = 0u64;
-            while sent < total {
-                let due = ((rate_pps as f64 * start.elapsed().as_secs_f64()) as u64).min(total);
-                if due > sent {
-                    // A call that fell behind sends at most one burst: a longer one would
-                    // overflow the queues on the way (a veth ring holds 256 frames) and
-                    // count as the setup's loss; falling short is the generator's.
-                    let n = (due - sent).min(MAX_BURST) as u32;
-                    bpf::prog_run_live(&prog, &frame, ifindex, 0, n, LIVE_BATCH)?;
-                    sent += u64::from(n);
-                } else {
-                    std::thread::sleep(Duration::from_micros(500));
+            *id_out.lock().expect("thread id") = Some(nix::sys::pthread::pthread_self());
+            let result = loop {
+                match bpf::prog_run_live(&prog, &frame, ifindex, 0, u32::MAX, LIVE_BATCH) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => break Ok(()),
+                    Err(e) => break Err(e),
+                    Ok(()) => {} // four billion runs done: go on
                 }
+            };
+            done_out.store(true, Ordering::SeqCst);
+            result
+        })?;
+        let deadline = duration + duration / 2 + Duration::from_millis(200);
+        let mut finished = None;
+        while start.elapsed() < deadline && !done.load(Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(1));
+            if self.read_state(state::SENT)? >= total {
+                finished = Some(ktime_now());
+                break;
             }
-            Ok((sent, start.elapsed().as_secs_f64()))
-        })?
+        }
+        while !done.load(Ordering::SeqCst) {
+            if let Some(id) = *thread_id.lock().expect("thread id") {
+                let _ = nix::sys::pthread::pthread_kill(id, nix::sys::signal::Signal::SIGUSR1);
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        handle
+            .join()
+            .map_err(|_| io::Error::other("generator thread panicked"))???;
+        let sent = self.read_state(state::SENT)?;
+        let first = self.read_state(state::FIRST_NS)?;
+        let last = finished.unwrap_or_else(ktime_now);
+        // The sending took from the first frame until the last was seen sent (polled each
+        // millisecond), plus the interval the last frame stands for.
+        let seconds = (last.saturating_sub(first) + interval_ns) as f64 / 1e9;
+        Ok((sent, seconds))
     }
 }
 
@@ -403,6 +626,7 @@ impl Load for XdpLoad {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::load::DATAGRAM_LEN;
 
     #[test]
     fn the_template_is_a_valid_ipv4_udp_frame() {
@@ -411,6 +635,7 @@ mod tests {
             [2, 0, 0, 0, 0, 2],
             "10.77.0.1:20000".parse().unwrap(),
             "10.77.0.2:3478".parse().unwrap(),
+            DATAGRAM_LEN,
         );
         assert_eq!(f.len(), PAYLOAD + DATAGRAM_LEN);
         assert_eq!(
@@ -429,21 +654,20 @@ mod tests {
             [2, 0, 0, 0, 0, 2],
             "10.77.0.1:20000".parse().unwrap(),
             "10.77.0.2:3478".parse().unwrap(),
+            DATAGRAM_LEN,
         );
+        let rewrite = Rewrite {
+            vip: "10.77.0.2:3478".parse().unwrap(),
+            relay_mac: [2; 6],
+            to: "10.77.0.3:41000".parse().unwrap(),
+            to_mac: [3; 6],
+        };
         for p in [
             generator_program(3, &template, 20_000, 32, 1),
             sink_program(4, 41_000, 64),
+            relay_program(&rewrite),
         ] {
-            assert_eq!(p.last().unwrap().encode()[0], 0x95);
-            for (i, insn) in p.iter().enumerate() {
-                if insn.is_jump() {
-                    let to = i as isize + 1 + insn.off as isize;
-                    assert!(
-                        (0..p.len() as isize).contains(&to),
-                        "insn {i} jumps to {to}"
-                    );
-                }
-            }
+            assert_eq!(ufrag_bpf::asm::check_jumps(&p), Ok(()));
         }
     }
 }

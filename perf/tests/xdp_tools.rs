@@ -6,35 +6,63 @@
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use perf::load::Sink;
-use perf::xdp::{Iface, XdpGenerator, XdpSink};
+use perf::load::{DATAGRAM_LEN, Sink};
+use perf::xdp::{Iface, XdpGenerator, XdpSink, template_frame};
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::require_root;
 
-#[test]
-fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
+/// A testbed and the interfaces the BPF tools use: the client's veth (the generator's),
+/// its bridge end (which needs a program for XDP frames to reach it), the relay's and
+/// the transceiver's (the sink's).
+struct Tools {
+    bed: Testbed,
+    client: Iface,
+    peer: Iface,
+    relay: Iface,
+    xcv: Iface,
+}
+
+fn tools() -> Tools {
     require_root();
     let bed = Testbed::up().expect("testbed");
-    let epoch = Instant::now();
-    let client = Iface::lookup(&bed.client.ns, &bed.client.ifname).expect("client veth");
+    let lookup = |h: &testkit::testbed::Host| Iface::lookup(&h.ns, &h.ifname).expect("veth");
     let (br_ns, br_if) = bed.bridge_side(&bed.client);
-    let peer = Iface::lookup(&br_ns, &br_if).expect("bridge port");
-    let xcv = Iface::lookup(&bed.transceiver.ns, &bed.transceiver.ifname).expect("xcv veth");
+    Tools {
+        client: lookup(&bed.client),
+        peer: Iface::lookup(&br_ns, &br_if).expect("bridge port"),
+        relay: lookup(&bed.relay),
+        xcv: lookup(&bed.transceiver),
+        bed,
+    }
+}
+
+#[test]
+fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
+    let Tools {
+        bed,
+        client,
+        peer,
+        xcv,
+        ..
+    } = tools();
+    let epoch = Instant::now();
     let dst = SocketAddrV4::new(bed.transceiver.addr, 41_000);
     let socket_sink =
         Sink::start_in(Some(&bed.transceiver.ns), SocketAddr::V4(dst), false, epoch).expect("sink");
     let mut sink = XdpSink::attach(&xcv, dst.port(), 16).expect("XDP sink");
-    // The client must know the transceiver's MAC: the testbed has no ARP for raw frames.
-    let generator = XdpGenerator::new(
-        client,
-        &peer,
-        xcv.mac,
-        SocketAddrV4::new(bed.client.addr, 20_000),
-        8,
-        dst,
-        epoch,
-    )
-    .expect("generator");
+    let client_mac = client.mac;
+    let frame_to = |port: u16, to: SocketAddrV4| {
+        // The client must know the transceiver's MAC: raw frames do no ARP.
+        template_frame(
+            client_mac,
+            xcv.mac,
+            SocketAddrV4::new(bed.client.addr, port),
+            to,
+            DATAGRAM_LEN,
+        )
+    };
+    let generator = XdpGenerator::new(client.clone(), &peer, frame_to(20_000, dst), 8, epoch)
+        .expect("generator");
 
     sink.reset();
     socket_sink.reset();
@@ -51,44 +79,25 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
     );
     eprintln!("sent {sent} in {secs:.3} s; sampled {sampled}");
 
-    // Traffic for another port passes the XDP sink: a socket on 41001 receives it.
+    // One XDP program per interface: the bridge port has the first generator's.
+    let other = SocketAddrV4::new(bed.transceiver.addr, 41_001);
+    assert!(
+        XdpGenerator::new(client.clone(), &peer, frame_to(21_000, other), 1, epoch).is_err(),
+        "a second generator on the same veth is refused"
+    );
+    drop(generator);
+    // Traffic for another port passes the XDP sink to the kernel untouched.
     let probe = Sink::start_in(
         Some(&bed.transceiver.ns),
-        SocketAddr::from((bed.transceiver.addr, 41_001)),
+        SocketAddr::V4(other),
         false,
         epoch,
     )
     .expect("second sink");
-    let gen_other = XdpGenerator::new(
-        Iface::lookup(&bed.client.ns, &bed.client.ifname).unwrap(),
-        &Iface::lookup(&br_ns, &br_if).unwrap(),
-        xcv.mac,
-        SocketAddrV4::new(bed.client.addr, 21_000),
-        1,
-        SocketAddrV4::new(bed.transceiver.addr, 41_001),
-        epoch,
-    );
-    // One XDP program per interface: the bridge port already has the first generator's.
-    assert!(
-        gen_other.is_err(),
-        "a second XDP program on the same port is refused"
-    );
-    drop(generator);
-    let gen_other = gen_other
-        .or_else(|_| {
-            XdpGenerator::new(
-                Iface::lookup(&bed.client.ns, &bed.client.ifname).unwrap(),
-                &Iface::lookup(&br_ns, &br_if).unwrap(),
-                xcv.mac,
-                SocketAddrV4::new(bed.client.addr, 21_000),
-                1,
-                SocketAddrV4::new(bed.transceiver.addr, 41_001),
-                epoch,
-            )
-        })
+    let generator = XdpGenerator::new(client, &peer, frame_to(21_000, other), 1, epoch)
         .expect("generator after the first is gone");
     sink.reset();
-    gen_other.send(10_000, Duration::from_millis(100)).unwrap();
+    generator.send(10_000, Duration::from_millis(100)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(sink.received(), 0, "not the sink's port: not counted");
     assert_eq!(probe.received(), 1_000, "passed to the kernel untouched");
@@ -100,29 +109,27 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
 /// the relay. The generator now writes every header byte of every frame.
 #[test]
 fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
-    require_root();
-    let bed = Testbed::up().expect("testbed");
+    let Tools {
+        bed,
+        client,
+        peer,
+        relay,
+        xcv,
+    } = tools();
     let epoch = Instant::now();
-    let client = Iface::lookup(&bed.client.ns, &bed.client.ifname).expect("client veth");
-    let (br_ns, br_if) = bed.bridge_side(&bed.client);
-    let peer = Iface::lookup(&br_ns, &br_if).expect("bridge port");
-    let relay = Iface::lookup(&bed.relay.ns, &bed.relay.ifname).expect("relay veth");
-    let xcv = Iface::lookup(&bed.transceiver.ns, &bed.transceiver.ifname).expect("xcv veth");
     let dst = SocketAddrV4::new(bed.transceiver.addr, 41_000);
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
     let _nat = perf::alternatives::Nftables::start(&bed.relay.ns, vip, dst)
         .expect("nftables (scripts/test.sh installs nft)");
     let mut sink = XdpSink::attach(&xcv, dst.port(), 1_000_000).expect("XDP sink");
-    let generator = XdpGenerator::new(
-        client,
-        &peer,
+    let frame = template_frame(
+        client.mac,
         relay.mac,
         SocketAddrV4::new(bed.client.addr, 20_000),
-        32,
         vip,
-        epoch,
-    )
-    .expect("generator");
+        DATAGRAM_LEN,
+    );
+    let generator = XdpGenerator::new(client, &peer, frame, 32, epoch).expect("generator");
     for rate in [1_000u64, 20_000] {
         sink.reset();
         let (sent, _) = generator
@@ -135,4 +142,70 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
             "at {rate} pps: every frame NATed and counted"
         );
     }
+}
+
+/// The Internet checksum of `bytes`; 0 over a header that carries a correct one.
+fn ones_complement_sum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum();
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[test]
+fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
+    require_root();
+    use perf::xdp::{Rewrite, XdpRelay};
+    let rewrite = Rewrite {
+        vip: "10.77.0.2:3478".parse().unwrap(),
+        relay_mac: [2, 0, 0, 0, 0, 2],
+        to: "10.77.0.3:41000".parse().unwrap(),
+        to_mac: [2, 0, 0, 0, 0, 3],
+    };
+    let client_mac = [2, 0, 0, 0, 0, 1];
+    let frame = template_frame(
+        client_mac,
+        rewrite.relay_mac,
+        "10.77.0.1:20005".parse().unwrap(),
+        rewrite.vip,
+        DATAGRAM_LEN,
+    );
+    let (verdict, out) = XdpRelay::run_once(&rewrite, &frame).expect("BPF_PROG_TEST_RUN");
+    assert_eq!(verdict, 3, "XDP_TX");
+    assert_eq!(&out[0..6], &rewrite.to_mac, "to the next hop");
+    assert_eq!(&out[6..12], &rewrite.relay_mac, "from the relay");
+    assert_eq!(out[22], 64, "TTL");
+    assert_eq!(&out[26..30], &[10, 77, 0, 2], "source: the VIP");
+    assert_eq!(
+        &out[30..34],
+        &[10, 77, 0, 3],
+        "destination: the transceiver"
+    );
+    assert_eq!(
+        ones_complement_sum(&out[14..34]),
+        0,
+        "a valid IPv4 checksum"
+    );
+    assert_eq!(
+        &out[34..36],
+        &20_005u16.to_be_bytes(),
+        "the client's port stays"
+    );
+    assert_eq!(&out[36..38], &41_000u16.to_be_bytes());
+    assert_eq!(&out[40..42], &[0, 0], "no UDP checksum");
+    assert_eq!(&out[42..], &frame[42..], "the payload untouched");
+
+    let other_port = template_frame(
+        client_mac,
+        rewrite.relay_mac,
+        "10.77.0.1:20005".parse().unwrap(),
+        "10.77.0.2:3479".parse().unwrap(),
+        DATAGRAM_LEN,
+    );
+    let (verdict, out) = XdpRelay::run_once(&rewrite, &other_port).expect("run");
+    assert_eq!((verdict, out), (2, other_port), "XDP_PASS, unchanged");
 }

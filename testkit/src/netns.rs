@@ -6,6 +6,27 @@ use std::io;
 
 use nix::sched::{CloneFlags, setns};
 
+/// Spawns a thread named `name` that enters namespace `ns` (`None`: stays in the current
+/// one) and runs `f`; unlike [`in_netns`] it does not wait for it. The thread fails with
+/// the `setns` error if the namespace cannot be entered.
+pub fn spawn_in<T: Send + 'static>(
+    ns: Option<&str>,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> io::Result<std::thread::JoinHandle<io::Result<T>>> {
+    let file = ns
+        .map(|ns| std::fs::File::open(format!("/var/run/netns/{ns}")))
+        .transpose()?;
+    std::thread::Builder::new()
+        .name(name.to_string())
+        .spawn(move || -> io::Result<T> {
+            if let Some(file) = file {
+                setns(&file, CloneFlags::CLONE_NEWNET)?;
+            }
+            Ok(f())
+        })
+}
+
 /// Runs `f` on a fresh thread that first enters namespace `ns` (`None`: the current one).
 pub fn in_netns<T: Send + 'static>(
     ns: Option<&str>,

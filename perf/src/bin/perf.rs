@@ -38,6 +38,9 @@ struct Search {
     /// The fixed load at which latency is reported.
     #[arg(long, default_value_t = 20_000)]
     fixed_pps: u64,
+    /// UDP payload bytes of every generated datagram (200: a voice packet; 1200: video).
+    #[arg(long, default_value_t = perf::load::DATAGRAM_LEN)]
+    size: usize,
     /// Searches per setup (median and spread are over these).
     #[arg(long, default_value_t = 3)]
     repeats: usize,
@@ -69,18 +72,19 @@ enum Cmd {
         #[command(flatten)]
         search: Search,
         /// Only these setups (comma-separated names: direct, naive, bare, nftables, nginx,
-        /// mio, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup, afxdp-native-busy);
+        /// xdp-relay, mio, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup, afxdp-native-busy);
         /// default all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
-        /// The generator: `sockets` (sendmmsg from 32 client sockets) or `live-frames`
-        /// (BPF_PROG_RUN live frames; see the README for its limit on this kernel).
-        #[arg(long, default_value = "sockets")]
+        /// The generator: `live-frames` (BPF_PROG_RUN live frames, paced in the kernel;
+        /// it busy-polls the tools' core) or `sockets` (sendmmsg from 32 client sockets).
+        #[arg(long, default_value = "live-frames")]
         generator: String,
-        /// Steer the relay interface's kernel receive work to the forwarder's core (RPS,
-        /// threaded NAPI) and the wire's to the tools' core.
+        /// Leave the relay interface's kernel receive work where veth puts it (on the
+        /// sender's core) instead of steering it to the forwarder's core (RPS, threaded
+        /// NAPI): higher maxima, but the forwarder's core then misses part of its cost.
         #[arg(long, default_value_t = false)]
-        steer: bool,
+        no_steer: bool,
         /// Where to write the Markdown report (JSON goes next to it, .json).
         #[arg(long, default_value = "target/perf/compare.md")]
         out: std::path::PathBuf,
@@ -253,9 +257,9 @@ fn main() {
             search,
             only,
             generator,
-            steer,
+            no_steer,
             out,
-        } => compare(&search, &only, &generator, steer, &out),
+        } => compare(&search, &only, &generator, !no_steer, &out),
         Cmd::Resilience {
             sessions,
             talk,
@@ -563,6 +567,7 @@ enum Setup {
     Bare,
     Nftables,
     Nginx,
+    XdpRelay,
     Relay {
         name: String,
         binary: &'static str,
@@ -579,6 +584,7 @@ impl Setup {
             Setup::Bare => "bare mmsg forwarder".into(),
             Setup::Nftables => "nftables DNAT+SNAT (kernel)".into(),
             Setup::Nginx => "nginx stream proxy, 1 worker".into(),
+            Setup::XdpRelay => "in-kernel XDP rewrite relay".into(),
             Setup::Relay { name, .. } => name.clone(),
         }
     }
@@ -592,6 +598,7 @@ enum Running {
     Bare(BareForwarder),
     Nftables(perf::alternatives::Nftables),
     Nginx(perf::alternatives::Nginx),
+    XdpRelay(perf::xdp::XdpRelay),
     Relay(RelayChild),
 }
 
@@ -643,6 +650,7 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
         ("bare", Setup::Bare),
         ("nftables", Setup::Nftables),
         ("nginx", Setup::Nginx),
+        ("xdp-relay", Setup::XdpRelay),
         (
             "mio",
             Setup::Relay {
@@ -692,6 +700,7 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
             Setup::Bare => (to(4000), relay_if.mac, false),
             Setup::Nftables => (to(3478), relay_if.mac, false),
             Setup::Nginx => (to(4002), relay_if.mac, false),
+            Setup::XdpRelay => (to(3478), relay_if.mac, false),
             Setup::Relay { .. } => (to(3478), relay_if.mac, true),
         };
         let running = match &setup {
@@ -722,6 +731,19 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
                 perf::alternatives::Nginx::start(&bed.relay.ns, dst, sink_addr, FORWARDER_CPU)
                     .expect("nginx (installed by scripts/bench.sh)"),
             ),
+            Setup::XdpRelay => {
+                let (ns, ifname) = bed.bridge_side(&bed.relay);
+                let peer = Iface::lookup(&ns, &ifname).expect("the relay's bridge port");
+                let rewrite = perf::xdp::Rewrite {
+                    vip: dst,
+                    relay_mac: relay_if.mac,
+                    to: sink_addr,
+                    to_mac: xcv_if.mac,
+                };
+                Running::XdpRelay(
+                    perf::xdp::XdpRelay::attach(&relay_if, &peer, &rewrite).expect("XDP relay"),
+                )
+            }
             Setup::Relay { binary, extra, .. } => {
                 let path = exe_dir.join(binary);
                 assert!(
@@ -751,8 +773,17 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
                 Running::Relay(relay)
             }
         };
-        // Native XDP gives the relay's interface NAPI threads: pin them to its core.
-        perf::placement::pin_napi_threads(&bed.relay.ifname, FORWARDER_CPU);
+        // Native XDP gives the relay's interface NAPI: run it threaded on the relay's core.
+        let napi_threads = if steer {
+            perf::placement::pin_napi_threads(&bed.relay.ns, &bed.relay.ifname, FORWARDER_CPU)
+        } else {
+            0
+        };
+        if napi_threads > 0 {
+            eprintln!(
+                "  {napi_threads} NAPI thread(s) of the relay's interface pinned to CPU {FORWARDER_CPU}"
+            );
+        }
         // The flows: one Binding Request per client port, sent twice (the first datagram
         // towards a next hop AF_XDP has not resolved is dropped).
         let mut flow_maker = Some(
@@ -782,10 +813,14 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
                 XdpGenerator::new(
                     client_if.clone(),
                     &client_peer,
-                    dst_mac,
-                    SocketAddrV4::new(bed.client.addr, FIRST_CLIENT_PORT),
+                    perf::xdp::template_frame(
+                        client_if.mac,
+                        dst_mac,
+                        SocketAddrV4::new(bed.client.addr, FIRST_CLIENT_PORT),
+                        dst,
+                        search.size,
+                    ),
                     CLIENTS as u16,
-                    dst,
                     epoch,
                 )
                 .expect("XDP generator"),
@@ -793,7 +828,10 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
         } else {
             // The sockets that made the flows send the load.
             perf::xdp::Sender::Sockets(
-                flow_maker.take().expect("the client sockets"),
+                flow_maker
+                    .take()
+                    .expect("the client sockets")
+                    .with_payload_len(search.size),
                 SocketAddr::V4(dst),
             )
         };
@@ -817,27 +855,58 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
                 ..
             }
         );
-        rows.push(measure(&name, &mut load, search, busy_polls, || {
+        let mut row = measure(&name, &mut load, search, busy_polls, || {
             perf::load::cpu_busy_seconds(FORWARDER_CPU)
-        }));
+        });
+        if live_frames {
+            // The live-frames generator busy-polls the tools' core: its busy share says
+            // nothing; a tools limit shows as the generator falling short.
+            for run in &mut row.runs {
+                run.tools_busy = None;
+            }
+        }
+        rows.push(row);
         sink = Some(load.sink);
         drop(flow_maker);
         drop(running);
     }
     drop(sink);
-    let environment = perf::environment::record(&bed, &placement);
+    let environment = perf::environment::record(&bed, &placement, live_frames);
     drop(bed);
 
-    let mut notes = String::from(
+    let generator_text = if live_frames {
+        "the generator transmits prebuilt frames from the client's veth with one BPF_PROG_RUN in live-frames \
+         mode, paced by its program against the kernel clock (it busy-polls CPU 0, so the tools core's busy \
+         share is not shown; a tools limit shows as the generator falling short)"
+    } else {
+        "the generator sends with sendmmsg from 32 client sockets, paced in 0.5 ms slices"
+    };
+    let placement_text = if steer {
+        "everything the relay's path costs in the kernel is steered there too (RPS and threaded NAPI of \
+         the relay's interface), so \"forwarder µs/pkt\" is all of the relay path's cost"
+    } else {
+        "its kernel receive work is not steered (veth runs it on the sender's CPU: the tools' core), so \
+         \"forwarder µs/pkt\" counts what the forwarder does from its socket or XDP program on; native XDP \
+         and nftables run on the tools' core (use --steer to move them)"
+    };
+    let mut notes = format!(
         "\n## How this was measured\n\nTopology: a one-armed relay behind a Linux bridge (client, relay and \
-         transceiver namespaces, each a veth to a bridge namespace). The load tools are BPF programs: the \
-         generator transmits prebuilt frames from the client's veth with BPF_PROG_RUN live frames, the sink \
-         counts them in XDP on the transceiver's veth and passes one in 8 to a socket for latency. Every \
-         forwarder runs on CPU 1, and everything its path costs in the kernel is steered there too (RPS and \
-         threaded NAPI of the relay's interface), so \"forwarder µs/pkt\" is CPU 1's busy time (user, system \
-         and softirq) per forwarded packet; the tools, the bridge and the sink run on CPU 0. A busy-polling \
-         worker keeps its core 100 % busy by construction, so its µs/pkt is an upper bound.\n\n",
+         transceiver namespaces, each a veth to a bridge namespace). {generator_text}; the sink counts frames \
+         in XDP on the transceiver's veth and passes one in {SAMPLE_EVERY} to a socket for latency. Every \
+         forwarder runs on CPU 1 and \"forwarder µs/pkt\" is CPU 1's busy time (user, system and softirq) per \
+         forwarded packet; {placement_text}. A busy-polling worker keeps its core 100 % busy by construction, \
+         so its µs/pkt is an upper bound.\n\n",
     );
+    if let Some(svg) = out
+        .with_extension("svg")
+        .file_name()
+        .and_then(|n| n.to_str())
+    {
+        notes.insert_str(
+            0,
+            &format!("\n![max loss-free pps and forwarder µs per packet]({svg})\n"),
+        );
+    }
     notes.push_str(&perf::environment::markdown(&environment));
     let report = perf::report::markdown(
         "Side by side on the netns testbed: is kernel bypass warranted?",
@@ -847,6 +916,7 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
         &notes,
     );
     write_report(out, &report, Some(perf::report::json(&rows, &environment)));
+    std::fs::write(out.with_extension("svg"), perf::report::svg(&rows)).expect("write svg");
 }
 
 fn loopback(search: &Search, out: &std::path::Path) {
