@@ -343,6 +343,11 @@ impl Generator {
 pub trait Load {
     /// Offers `rate_pps` for `duration` and counts what arrived.
     fn trial(&mut self, rate_pps: u64, duration: Duration) -> Trial;
+
+    /// The trial whose latency the report shows (by default, an ordinary trial).
+    fn latency_trial(&mut self, rate_pps: u64, duration: Duration) -> Trial {
+        self.trial(rate_pps, duration)
+    }
 }
 
 /// The socket generator and sink: `sendmmsg` load to `to`, counted by a UDP socket.

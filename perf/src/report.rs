@@ -222,23 +222,26 @@ pub fn verdict(rows: &[Row]) -> String {
     let afxdp = rows
         .iter()
         .filter(|r| r.setup.starts_with("relay-afxdp") && !r.busy_polls)
-        .filter_map(|r| cost(r).map(|c| (r, c)))
-        .min_by(|a, b| a.1.total_cmp(&b.1));
+        .filter_map(|r| r.forwarder_us().map(|c| (r, c)))
+        .min_by(|a, b| a.1.0.total_cmp(&b.1.0));
     match afxdp {
-        Some((row, us)) => {
+        Some((row, (us, _, us_max))) => {
             let saving = 1.0 - us / mio_us;
+            let mio_min = mio.forwarder_us().map_or(mio_us, |v| v.1);
+            let verdict = if us_max >= mio_min {
+                "but the two ranges overlap: this run cannot tell them apart"
+            } else if saving >= 0.33 {
+                "enough to be worth its operational cost"
+            } else {
+                "too little on this host to be worth its operational cost (a dedicated NIC queue, CAP_NET_RAW/BPF, no kernel firewall or tc on its path)"
+            };
             let _ = writeln!(
                 out,
-                "- {} costs **{us:.2} µs** per packet: kernel bypass {} **{:.0} %** of a core per packet ({:.0} sessions per core), {}.",
+                "- {} costs **{us:.2} µs** per packet: kernel bypass {} **{:.0} %** of a core per packet ({:.0} sessions per core), {verdict}.",
                 row.setup,
                 if saving >= 0.0 { "saves" } else { "costs" },
                 saving.abs() * 100.0,
                 sessions(us),
-                if saving >= 0.33 {
-                    "enough to be worth its operational cost"
-                } else {
-                    "too little on this host to be worth its operational cost (a dedicated NIC queue, CAP_NET_RAW/BPF, no kernel firewall or tc on its path)"
-                }
             );
         }
         None => out

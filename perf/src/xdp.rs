@@ -597,6 +597,10 @@ impl Sender {
 pub struct XdpLoad {
     /// The sender.
     pub generator: Sender,
+    /// The sender of the latency trial, if not `generator`: a busy-polling generator
+    /// shares its core with the latency socket and would put its own scheduling delay
+    /// into the tail.
+    pub latency_generator: Option<Sender>,
     /// The counter.
     pub sink: XdpSink,
     /// The socket the sink passes its sample to.
@@ -620,6 +624,17 @@ impl Load for XdpLoad {
         let received = self.sink.received();
         let (_, latency) = self.sampler.take();
         Trial::from_counts(rate_pps, sent, seconds, received, &latency)
+    }
+
+    fn latency_trial(&mut self, rate_pps: u64, duration: Duration) -> Trial {
+        let Some(mut other) = self.latency_generator.take() else {
+            return self.trial(rate_pps, duration);
+        };
+        std::mem::swap(&mut self.generator, &mut other);
+        let t = self.trial(rate_pps, duration);
+        std::mem::swap(&mut self.generator, &mut other);
+        self.latency_generator = Some(other);
+        t
     }
 }
 

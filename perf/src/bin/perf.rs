@@ -842,8 +842,13 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
             epoch,
         )
         .expect("latency socket");
+        // In live-frames mode the client sockets send the latency trial.
+        let latency_generator = flow_maker.take().map(|sockets| {
+            perf::xdp::Sender::Sockets(sockets.with_payload_len(search.size), SocketAddr::V4(dst))
+        });
         let mut load = XdpLoad {
             generator,
+            latency_generator,
             sink: sink.take().expect("the sink"),
             sampler,
             settle: SETTLE,
@@ -867,7 +872,6 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
         }
         rows.push(row);
         sink = Some(load.sink);
-        drop(flow_maker);
         drop(running);
     }
     drop(sink);
@@ -1066,7 +1070,7 @@ fn measure(
             search: run,
         });
     }
-    let fixed = load.trial(search.fixed_pps, search.trial);
+    let fixed = load.latency_trial(search.fixed_pps, search.trial);
     Row {
         setup: name.to_string(),
         runs,
