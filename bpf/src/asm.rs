@@ -228,6 +228,11 @@ impl Asm {
     pub fn exit(&mut self) {
         self.raw(JMP | EXIT, 0, 0, 0, 0);
     }
+    /// `return verdict` (an [`action`])
+    pub fn ret(&mut self, verdict: u32) {
+        self.mov_imm(0, verdict as i32);
+        self.exit();
+    }
     /// `if (dst op src_or_imm) goto target` (`op`: [`JEQ`], [`JGT`], [`JGE`], [`JNE`], [`JLT`])
     pub fn jump(&mut self, op: u8, dst: u8, src_or_imm: Result<u8, i32>, target: &'static str) {
         self.fixups.push((self.insns.len(), target));

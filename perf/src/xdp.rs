@@ -229,14 +229,11 @@ pub fn generator_program(
     a.sub_reg(0, 1);
     a.to_be(0, 64);
     a.store_reg(DW, 9, (PAYLOAD + 4) as i16, 0);
-    a.mov_imm(0, action::TX as i32);
-    a.exit();
+    a.ret(action::TX);
     a.label("drop");
-    a.mov_imm(0, action::DROP as i32);
-    a.exit();
+    a.ret(action::DROP);
     a.label("abort");
-    a.mov_imm(0, action::ABORTED as i32);
-    a.exit();
+    a.ret(action::ABORTED);
     a.finish()
 }
 
@@ -269,11 +266,9 @@ pub fn sink_program(counts_fd: i32, port: u16, sample_every: u32) -> Vec<Insn> {
     a.store_reg(DW, 0, 0, 7);
     a.mod_imm(7, sample_every.max(1) as i32);
     a.jump(JEQ, 7, Err(0), "pass");
-    a.mov_imm(0, action::DROP as i32);
-    a.exit();
+    a.ret(action::DROP);
     a.label("pass");
-    a.mov_imm(0, action::PASS as i32);
-    a.exit();
+    a.ret(action::PASS);
     a.finish()
 }
 
@@ -358,11 +353,9 @@ pub fn relay_program(r: &Rewrite) -> Vec<Insn> {
     }
     a.xor_imm(5, 0xffff);
     a.store_reg(H, 2, (ETH + 10) as i16, 5);
-    a.mov_imm(0, action::TX as i32);
-    a.exit();
+    a.ret(action::TX);
     a.label("pass");
-    a.mov_imm(0, action::PASS as i32);
-    a.exit();
+    a.ret(action::PASS);
     a.finish()
 }
 
@@ -396,8 +389,7 @@ impl XdpRelay {
 /// `return XDP_PASS`: what a veth needs on the far end before `XDP_TX` frames can reach it.
 fn pass_program() -> Vec<Insn> {
     let mut a = Asm::default();
-    a.mov_imm(0, action::PASS as i32);
-    a.exit();
+    a.ret(action::PASS);
     a.finish()
 }
 

@@ -86,8 +86,7 @@ pub fn steering(ports_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
 
     a.label("pass");
     a.count(stats_fd, STAT_PASSED, "pass_exit");
-    a.mov_imm(0, action::PASS as i32);
-    a.exit();
+    a.ret(action::PASS);
     a.finish()
 }
 
