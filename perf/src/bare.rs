@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use mio::{Events, Interest, Poll, Token};
-use ufrag_udp::{RecvBatch, SendBatch, bind_udp};
+use ufrag_udp::{RecvBatch, SendBatch};
 
 /// A thread pinned to a core that runs until dropped (its loop checks the flag).
 #[derive(Debug)]
@@ -72,7 +72,7 @@ impl BareForwarder {
         to: SocketAddr,
         cpu: usize,
     ) -> std::io::Result<Self> {
-        let socket = testkit::netns::in_netns(ns, move || bind_udp(listen, false))??;
+        let socket = crate::load::bind_in(ns, listen)?;
         let pinned = PinnedLoop::spawn("bare-fwd", cpu, move |stopping| {
             let mut socket = mio::net::UdpSocket::from_std(socket);
             let mut poll = Poll::new().expect("epoll");
@@ -119,7 +119,7 @@ impl NaiveForwarder {
         to: SocketAddr,
         cpu: usize,
     ) -> std::io::Result<Self> {
-        let socket = testkit::netns::in_netns(ns, move || bind_udp(listen, false))??;
+        let socket = crate::load::bind_in(ns, listen)?;
         socket.set_read_timeout(Some(Duration::from_millis(20)))?;
         let pinned = PinnedLoop::spawn("naive-fwd", cpu, move |stopping| {
             let mut buf = [0u8; 2048];

@@ -23,6 +23,12 @@ pub const DATAGRAM_LEN: usize = 200;
 /// Loss above this fraction fails a trial.
 pub const LOSS_FREE: f64 = 0.001;
 
+/// A UDP socket bound to `addr` in namespace `ns` (`None`: this one), with the relay's
+/// large buffers.
+pub fn bind_in(ns: Option<&str>, addr: SocketAddr) -> std::io::Result<UdpSocket> {
+    testkit::netns::in_netns(ns, move || bind_udp(addr, false))?
+}
+
 /// What arrived at the sink during one trial.
 #[derive(Debug)]
 struct SinkState {
@@ -56,7 +62,7 @@ impl Sink {
         framed: bool,
         epoch: Instant,
     ) -> std::io::Result<Self> {
-        let socket = testkit::netns::in_netns(ns, move || bind_udp(addr, false))??;
+        let socket = bind_in(ns, addr)?;
         let addr = socket.local_addr()?;
         let state = Arc::new(Mutex::new(SinkState {
             received: 0,

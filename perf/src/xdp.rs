@@ -100,8 +100,9 @@ fn ktime_at(epoch: Instant) -> u64 {
     ktime_now().saturating_sub(epoch.elapsed().as_nanos() as u64)
 }
 
-/// The Internet checksum of `bytes` (RFC 1071).
-fn checksum(bytes: &[u8]) -> u16 {
+/// The Internet checksum of `bytes` (RFC 1071): 0 over a header that carries a
+/// correct one.
+pub fn checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 = bytes
         .chunks(2)
         .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
@@ -635,15 +636,19 @@ mod tests {
     use super::*;
     use crate::load::DATAGRAM_LEN;
 
-    #[test]
-    fn the_template_is_a_valid_ipv4_udp_frame() {
-        let f = template_frame(
+    fn sample_template() -> Vec<u8> {
+        template_frame(
             [2, 0, 0, 0, 0, 1],
             [2, 0, 0, 0, 0, 2],
             "10.77.0.1:20000".parse().unwrap(),
             "10.77.0.2:3478".parse().unwrap(),
             DATAGRAM_LEN,
-        );
+        )
+    }
+
+    #[test]
+    fn the_template_is_a_valid_ipv4_udp_frame() {
+        let f = sample_template();
         assert_eq!(f.len(), PAYLOAD + DATAGRAM_LEN);
         assert_eq!(
             checksum(&f[ETH..ETH + IPV4]),
@@ -656,13 +661,7 @@ mod tests {
 
     #[test]
     fn the_programs_end_in_exit_and_jump_inside_themselves() {
-        let template = template_frame(
-            [2, 0, 0, 0, 0, 1],
-            [2, 0, 0, 0, 0, 2],
-            "10.77.0.1:20000".parse().unwrap(),
-            "10.77.0.2:3478".parse().unwrap(),
-            DATAGRAM_LEN,
-        );
+        let template = sample_template();
         let rewrite = Rewrite {
             vip: "10.77.0.2:3478".parse().unwrap(),
             relay_mac: [2; 6],

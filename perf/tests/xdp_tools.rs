@@ -144,18 +144,6 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
     }
 }
 
-/// The Internet checksum of `bytes`; 0 over a header that carries a correct one.
-fn ones_complement_sum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
-        .sum();
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
-
 #[test]
 fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
     require_root();
@@ -186,7 +174,7 @@ fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
         "destination: the transceiver"
     );
     assert_eq!(
-        ones_complement_sum(&out[14..34]),
+        perf::xdp::checksum(&out[14..34]),
         0,
         "a valid IPv4 checksum"
     );
