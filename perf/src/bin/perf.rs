@@ -786,21 +786,17 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
         }
         // The flows: one Binding Request per client port, sent twice (the first datagram
         // towards a next hop AF_XDP has not resolved is dropped).
-        let mut flow_maker = Some(
-            Generator::bound_in(
-                Some(&bed.client.ns),
-                bed.client.addr,
-                FIRST_CLIENT_PORT,
-                CLIENTS,
-                epoch,
-            )
-            .expect("client sockets"),
-        );
+        let flow_maker = Generator::bound_in(
+            Some(&bed.client.ns),
+            bed.client.addr,
+            FIRST_CLIENT_PORT,
+            CLIENTS,
+            epoch,
+        )
+        .expect("client sockets");
         if matches!(setup, Setup::Relay { .. }) {
             for _ in 0..2 {
                 flow_maker
-                    .as_ref()
-                    .expect("the client sockets")
                     .send_each(SocketAddr::V4(dst), |i, _| {
                         perf::probe::binding_request(&keys, SocketAddr::V4(sink_addr), i as u8)
                     })
@@ -808,32 +804,30 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
                 std::thread::sleep(Duration::from_millis(300));
             }
         }
-        let generator = if live_frames {
-            perf::xdp::Sender::LiveFrames(
-                XdpGenerator::new(
-                    client_if.clone(),
-                    &client_peer,
-                    perf::xdp::template_frame(
-                        client_if.mac,
-                        dst_mac,
-                        SocketAddrV4::new(bed.client.addr, FIRST_CLIENT_PORT),
-                        dst,
-                        search.size,
-                    ),
-                    CLIENTS as u16,
-                    epoch,
-                )
-                .expect("XDP generator"),
+        // The sockets that made the flows send the load, or in live-frames mode the
+        // latency trial.
+        let sockets = perf::xdp::Sender::Sockets(
+            flow_maker.with_payload_len(search.size),
+            SocketAddr::V4(dst),
+        );
+        let (generator, latency_generator) = if live_frames {
+            let frames = XdpGenerator::new(
+                client_if.clone(),
+                &client_peer,
+                perf::xdp::template_frame(
+                    client_if.mac,
+                    dst_mac,
+                    SocketAddrV4::new(bed.client.addr, FIRST_CLIENT_PORT),
+                    dst,
+                    search.size,
+                ),
+                CLIENTS as u16,
+                epoch,
             )
+            .expect("XDP generator");
+            (perf::xdp::Sender::LiveFrames(frames), Some(sockets))
         } else {
-            // The sockets that made the flows send the load.
-            perf::xdp::Sender::Sockets(
-                flow_maker
-                    .take()
-                    .expect("the client sockets")
-                    .with_payload_len(search.size),
-                SocketAddr::V4(dst),
-            )
+            (sockets, None)
         };
         let sampler = Sink::start_in(
             Some(&bed.transceiver.ns),
@@ -842,10 +836,6 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
             epoch,
         )
         .expect("latency socket");
-        // In live-frames mode the client sockets send the latency trial.
-        let latency_generator = flow_maker.take().map(|sockets| {
-            perf::xdp::Sender::Sockets(sockets.with_payload_len(search.size), SocketAddr::V4(dst))
-        });
         let mut load = XdpLoad {
             generator,
             latency_generator,
