@@ -39,6 +39,8 @@ label_enum! {
         PathBudget = "path_budget",
         /// A check for one session from a path another live session holds.
         PathTaken = "path_taken",
+        /// An incoming datagram longer than the receive buffer (cut by the kernel).
+        Truncated = "truncated",
         /// str0m could not parse the datagram.
         Unparsable = "unparsable",
         /// str0m refused the input.

@@ -2,12 +2,18 @@
 //! the glue between its [`SessionTable`] of [`Session`]s and the model backend. The
 //! sessions and the table are sans-IO; this is the only part that touches a socket.
 //!
+//! Socket I/O is batched: datagrams are read with `recvmmsg` up to
+//! [`ufrag_udp::BATCH`] at a time, and what the sessions send is queued and leaves with
+//! `sendmmsg` after each received batch and each turn of the loop (or when full), so a busy worker
+//! pays one receive and one send syscall per batch instead of one per datagram.
+//!
 //! In relay mode every datagram arrives as a frame from an allowed relay network and every
 //! reply goes back, framed, to the relay the client's traffic came from. In direct mode
 //! (for comparison) the socket talks to clients itself.
 
 use std::io;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -21,6 +27,7 @@ use str0m::net::Transmit;
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
 use ufrag_common::hint::HintKeys;
+use ufrag_udp::{PushError, RecvBatch, SendBatch};
 
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
 use crate::model::{ModelBackend, ModelInput, ModelOutput, SessionId};
@@ -30,8 +37,6 @@ use crate::setup::{NewSession, SessionMint};
 
 const SOCKET: Token = Token(0);
 const WAKE: Token = Token(1);
-/// The largest datagram a worker receives or sends (str0m's own limit is below it).
-const MAX_DATAGRAM: usize = 2048;
 /// How often sessions are checked for the connect and idle timeouts.
 const HOUSEKEEPING: Duration = Duration::from_millis(250);
 /// The longest the loop sleeps without a due timer.
@@ -147,6 +152,8 @@ pub struct Worker {
     model: Box<dyn ModelBackend>,
     metrics: Arc<TransceiverMetrics>,
     outputs: Vec<ModelOutput>,
+    /// Datagrams queued for the next `sendmmsg`.
+    outgoing: SendBatch,
 }
 
 impl std::fmt::Debug for Worker {
@@ -216,6 +223,7 @@ impl Worker {
                 model,
                 metrics,
                 outputs: Vec::new(),
+                outgoing: SendBatch::new(addr.is_ipv6()),
             },
             handle,
         ))
@@ -224,13 +232,14 @@ impl Worker {
     /// Runs until `stop` is set, then ends every session.
     pub fn run(mut self, stop: &AtomicBool) -> io::Result<()> {
         let mut events = Events::with_capacity(64);
-        let mut buf = vec![0u8; MAX_DATAGRAM];
+        let mut incoming = RecvBatch::new();
         let mut housekeeping = Instant::now();
         loop {
             if stop.load(Ordering::Relaxed) {
                 for id in self.sessions.ids() {
                     self.end(id, EndReason::Shutdown);
                 }
+                self.flush();
                 return Ok(());
             }
             let now = Instant::now();
@@ -248,7 +257,7 @@ impl Worker {
             }
             for event in events.iter() {
                 match event.token() {
-                    SOCKET => self.receive_all(&mut buf),
+                    SOCKET => self.receive_all(&mut incoming),
                     WAKE => self.handle_commands(),
                     _ => {}
                 }
@@ -268,6 +277,7 @@ impl Worker {
                 self.injected_fault();
                 self.expire_sessions(now);
             }
+            self.flush();
         }
     }
 
@@ -364,22 +374,31 @@ impl Worker {
         );
     }
 
-    fn receive_all(&mut self, buf: &mut [u8]) {
+    /// Reads and handles datagrams, a batch at a time, until the socket has none left.
+    fn receive_all(&mut self, incoming: &mut RecvBatch) {
         loop {
-            let (n, source) = match self.socket.recv_from(buf) {
-                Ok(r) => r,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            let n = match incoming.recv(self.socket.as_raw_fd()) {
+                Ok(0) => return,
+                Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "receive failed");
                     return;
                 }
             };
-            self.metrics.datagram_in();
             let now = Instant::now();
-            if let Err(reason) = self.receive(now, source, &buf[..n]) {
-                self.metrics.dropped(reason);
+            for datagram in (0..n).filter_map(|i| incoming.get(i)) {
+                self.metrics.datagram_in();
+                let handled = if datagram.truncated {
+                    Err(DropReason::Truncated)
+                } else {
+                    self.receive(now, datagram.source, datagram.data)
+                };
+                if let Err(reason) = handled {
+                    self.metrics.dropped(reason);
+                }
             }
+            // The replies to this batch leave before the next is read.
+            self.flush();
         }
     }
 
@@ -472,27 +491,44 @@ impl Worker {
         self.apply_model_outputs(now);
     }
 
-    /// Sends one of a session's datagrams: to the client itself (direct mode) or framed
-    /// to the relay its traffic came through.
-    fn transmit(&self, relay: Option<SocketAddr>, t: &Transmit) -> Result<(), DropReason> {
-        let mut frame = [0u8; MAX_DATAGRAM + MAX_HEADER_LEN];
-        let (to, bytes) = if self.cfg.direct {
-            (t.destination, &t.contents[..])
+    /// Queues one of a session's datagrams: to the client itself (direct mode) or framed
+    /// to the relay its traffic came through. A full batch is sent first.
+    fn transmit(&mut self, relay: Option<SocketAddr>, t: &Transmit) -> Result<(), DropReason> {
+        let mut header = [0u8; MAX_HEADER_LEN];
+        let (to, head) = if self.cfg.direct {
+            (t.destination, &header[..0])
         } else {
             let relay = relay.ok_or(DropReason::NoRelay)?;
-            let header = FrameHeader::new(t.destination, t.source);
-            let n = header.emit(&mut frame).map_err(|_| DropReason::TooLarge)?;
-            let out = frame
-                .get_mut(n..n + t.contents.len())
-                .ok_or(DropReason::TooLarge)?;
-            out.copy_from_slice(&t.contents);
-            (relay, &frame[..n + t.contents.len()])
+            let n = FrameHeader::new(t.destination, t.source)
+                .emit(&mut header)
+                .map_err(|_| DropReason::TooLarge)?;
+            (relay, &header[..n])
         };
-        self.socket
-            .send_to(bytes, to)
-            .map_err(|_| DropReason::SendFailed)?;
-        self.metrics.datagram_out();
-        Ok(())
+        if self.outgoing.is_full() {
+            self.flush();
+        }
+        self.outgoing
+            .push(to, head, &t.contents, ())
+            .map_err(|((), e)| match e {
+                PushError::TooLarge => DropReason::TooLarge,
+                PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
+            })
+    }
+
+    /// Sends every queued datagram in as few `sendmmsg` calls as the kernel takes, and
+    /// counts each as sent or failed.
+    fn flush(&mut self) {
+        if self.outgoing.is_empty() {
+            return;
+        }
+        let metrics = &self.metrics;
+        self.outgoing.flush(self.socket.as_raw_fd(), |(), sent| {
+            if sent {
+                metrics.datagram_out();
+            } else {
+                metrics.dropped(DropReason::SendFailed);
+            }
+        });
     }
 
     /// Hands what the model produced to its sessions, then drives each session touched.
