@@ -80,7 +80,13 @@ async function start() {
     }, PING_EVERY_MS);
     pinger.timer = timer;
   };
-  pc.ontrack = (e) => { $("remote").srcObject = e.streams[0] || new MediaStream([e.track]); };
+  pc.ontrack = (e) => {
+    $("remote").srcObject = e.streams[0] || new MediaStream([e.track]);
+    timeFirstFrame(e.receiver, (at) => {
+      result.first_echo_ms = Math.round(at - t0);
+      showTimeline(result);
+    });
+  };
   pc.oniceconnectionstatechange = () => {
     const s = pc.iceConnectionState;
     if ((s === "connected" || s === "completed") && result.ice_connected_ms === undefined) {
@@ -117,6 +123,21 @@ async function start() {
   log(`session ${location}`);
 }
 
+// Calls `onFirst(ms on the page's clock)` with the time the receiver delivered its first
+// audio frame: the time getSynchronizationSources() records (wall-clock ms), read by a
+// 2 ms poll that ends there. getStats() would be up to 50 ms late: Chromium serves a
+// cached report.
+function timeFirstFrame(receiver, onFirst) {
+  const poll = setInterval(() => {
+    const sources = receiver.getSynchronizationSources();
+    if (sources.length === 0) return;
+    clearInterval(poll);
+    const at = sources[0].timestamp;
+    // Chromium gives wall-clock ms, the spec (and Firefox) the page's own clock.
+    onFirst(at > performance.timeOrigin ? at - performance.timeOrigin : at);
+  }, 2);
+}
+
 // Reads getStats(): packets, levels, the selected path, and the first echoed packet.
 async function readStats(pc) {
   const report = await pc.getStats();
@@ -142,10 +163,6 @@ async function readStats(pc) {
 let lastShown = 0;
 async function showStats(pc, result, t0) {
   const s = await readStats(pc);
-  if (s.received > 0 && result.first_echo_ms === undefined) {
-    result.first_echo_ms = since(t0);
-    showTimeline(result);
-  }
   if (performance.now() - lastShown < 250) return;
   lastShown = performance.now();
   $("packets").textContent = `${s.sent} / ${s.received}`;
@@ -215,6 +232,10 @@ if (params.has("auto")) {
   (async () => {
     let result;
     try {
+      // A person clicks Talk some time after the page has loaded; starting at load
+      // would count Chromium's own start-up (its processes, the fake audio device) as
+      // session setup.
+      await new Promise((r) => setTimeout(r, 1000));
       await start();
       await new Promise((r) => setTimeout(r, 1000 * Number(params.get("auto"))));
       result = await stop();
