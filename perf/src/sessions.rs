@@ -153,8 +153,10 @@ pub struct LoadStep {
     pub sent: usize,
     /// Echoed packets received by all clients.
     pub received: usize,
-    /// CPU seconds the client threads used, all together.
+    /// CPU seconds the client threads used while the clients sent audio, all together.
     pub client_cpu_seconds: f64,
+    /// How long the clients sent audio: the window the step's CPU shares are taken over.
+    pub talk_seconds: f64,
 }
 
 impl LoadStep {
@@ -175,6 +177,12 @@ pub(crate) struct ClientGroup {
     poll: Poll,
     events: Events,
 }
+
+/// One Opus packet per client every 20 ms.
+const AUDIO_INTERVAL: Duration = Duration::from_millis(20);
+/// The number of evenly spaced instants within [`AUDIO_INTERVAL`] at which the clients of
+/// a group send their audio (client *i* at phase *i* mod 20, so 1 ms apart).
+const AUDIO_PHASES: usize = 20;
 
 impl ClientGroup {
     pub(crate) fn new(clients: Vec<Client>) -> std::io::Result<ClientGroup> {
@@ -221,13 +229,6 @@ impl ClientGroup {
         }
     }
 
-    /// Connects, then sends one audio packet every 20 ms per connected client for `talk`,
-    /// then lets the last echoes arrive.
-    fn talk(&mut self, talk: Duration) {
-        self.connect();
-        self.talk_connected(talk);
-    }
-
     /// Steps the clients until every signaled one has connected (at most 20 s).
     pub(crate) fn connect(&mut self) {
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -244,28 +245,47 @@ impl ClientGroup {
     /// Sends one audio packet every 20 ms per connected client for `talk`, then lets the
     /// last echoes arrive.
     pub(crate) fn talk_connected(&mut self, talk: Duration) {
+        self.send_audio_for(talk);
+        self.settle();
+    }
+
+    /// Lets the last echoes arrive.
+    fn settle(&mut self) {
+        self.run_until(Instant::now() + Duration::from_millis(500));
+    }
+
+    /// Sends one audio packet every 20 ms per connected client for `talk`. The clients' packets are spread over the 20 ms in
+    /// [`AUDIO_PHASES`] phases, as independent users' are: sending every client's packet
+    /// at the same instant would measure a burst of a whole step's sessions at once,
+    /// which no real population of talkers makes.
+    fn send_audio_for(&mut self, talk: Duration) {
         let start = Instant::now();
-        let mut tick = 0u32;
+        let phase_length = AUDIO_INTERVAL / AUDIO_PHASES as u32;
+        let mut tick = 0usize;
         while start.elapsed() < talk {
-            self.run_until(start + Duration::from_millis(20) * tick);
-            for c in self.clients.iter_mut().filter(|c| c.connected_at.is_some()) {
+            self.run_until(start + phase_length * tick as u32);
+            let phase = tick % AUDIO_PHASES;
+            let due = self.clients.iter_mut().enumerate();
+            for (_, c) in due.filter(|(i, c)| i % AUDIO_PHASES == phase && c.connected_at.is_some())
+            {
                 c.send_audio();
             }
             tick += 1;
         }
-        self.run_until(Instant::now() + Duration::from_millis(500));
     }
 }
 
 /// `n` concurrent sessions against `http`, clients spread over `threads` threads (each
 /// with its own poll and timeouts), each client on one of `ips`, talking for `talk`.
-pub fn load_step(
+/// `sample` is called just before the clients start sending audio (all connected) and
+/// just after they stop, so the caller can take CPU counters over the talk alone; both
+/// samples come back with the step.
+pub fn load_step<S>(
     http: SocketAddr,
     ips: &[Ipv4Addr],
-    n: usize,
-    talk: Duration,
-    threads: usize,
-) -> LoadStep {
+    (n, talk, threads): (usize, Duration, usize),
+    mut sample: impl FnMut() -> S,
+) -> (LoadStep, [S; 2]) {
     let mut clients: Vec<Client> = (0..n).map(|i| Client::new_on(ips[i % ips.len()])).collect();
     for c in &mut clients {
         let _ = c.signal(http);
@@ -275,25 +295,40 @@ pub fn load_step(
     for (i, c) in clients.into_iter().enumerate() {
         groups[i % threads].push(c);
     }
-    let (clients, cpu): (Vec<Vec<Client>>, Vec<f64>) = std::thread::scope(|scope| {
+    // The client threads and this one meet when every client has connected (the talk
+    // starts) and when every thread has sent its last audio (the talk ends).
+    let talk_edges = std::sync::Barrier::new(threads + 1);
+    let (clients, cpu, samples, talk_seconds) = std::thread::scope(|scope| {
         let handles: Vec<_> = groups
             .into_iter()
             .enumerate()
             .map(|(i, group)| {
+                let talk_edges = &talk_edges;
                 std::thread::Builder::new()
                     .name(format!("perf-client-{i}"))
                     .spawn_scoped(scope, move || {
                         let mut group = ClientGroup::new(group).expect("epoll");
-                        group.talk(talk);
-                        (group.clients, crate::load::thread_cpu_seconds())
+                        group.connect();
+                        talk_edges.wait();
+                        let cpu_before = crate::load::thread_cpu_seconds();
+                        group.send_audio_for(talk);
+                        let cpu = crate::load::thread_cpu_seconds() - cpu_before;
+                        talk_edges.wait();
+                        group.settle();
+                        (group.clients, cpu)
                     })
                     .expect("client thread")
             })
             .collect();
-        handles
+        talk_edges.wait();
+        let (first, t0) = (sample(), Instant::now());
+        talk_edges.wait();
+        let (last, talk_seconds) = (sample(), t0.elapsed().as_secs_f64());
+        let (clients, cpu): (Vec<Vec<Client>>, Vec<f64>) = handles
             .into_iter()
             .map(|h| h.join().expect("client thread"))
-            .unzip()
+            .unzip();
+        (clients, cpu, [first, last], talk_seconds)
     });
     let clients: Vec<Client> = clients.into_iter().flatten().collect();
     let step = LoadStep {
@@ -302,13 +337,14 @@ pub fn load_step(
         sent: clients.iter().map(|c| c.audio_sent).sum(),
         received: clients.iter().map(|c| c.audio_received).sum(),
         client_cpu_seconds: cpu.iter().sum(),
+        talk_seconds,
     };
     for c in &clients {
         if let Some(location) = &c.location {
             let _ = http_request(http, "DELETE", location, None, &[]);
         }
     }
-    step
+    (step, samples)
 }
 
 #[cfg(test)]
@@ -331,6 +367,7 @@ mod tests {
             sent: 1000,
             received: 995,
             client_cpu_seconds: 0.0,
+            talk_seconds: 0.0,
         };
         assert!((s.loss() - 0.005).abs() < 1e-12);
         assert_eq!(
@@ -340,6 +377,7 @@ mod tests {
                 sent: 0,
                 received: 0,
                 client_cpu_seconds: 0.0,
+                talk_seconds: 0.0,
             }
             .loss(),
             1.0

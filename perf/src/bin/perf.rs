@@ -478,18 +478,19 @@ fn sessions(
     let mut best = 0;
     for &n in steps {
         eprintln!("capacity: {n} sessions…");
-        let (xcvr_before, relay_before, machine_before, t0) = (
-            cpu_seconds(relayed.0.id(), Some("xcvr-w")),
-            cpu_seconds(_relay.0.id(), Some("relay-w")),
-            perf::load::machine_busy_seconds(),
-            Instant::now(),
-        );
-        let step = load_step(relayed_http, &ips, n, talk, client_threads);
-        let wall = t0.elapsed().as_secs_f64();
-        let xcvr_cpu = (cpu_seconds(relayed.0.id(), Some("xcvr-w")) - xcvr_before) / wall * 100.0;
-        let relay_cpu = (cpu_seconds(_relay.0.id(), Some("relay-w")) - relay_before) / wall * 100.0;
-        let client_cpu = step.client_cpu_seconds / wall * 100.0;
-        let machine = (perf::load::machine_busy_seconds() - machine_before) / wall / cpus * 100.0;
+        let counters = || {
+            [
+                cpu_seconds(relayed.0.id(), Some("xcvr-w")),
+                cpu_seconds(_relay.0.id(), Some("relay-w")),
+                perf::load::machine_busy_seconds(),
+            ]
+        };
+        let (step, [before, after]) =
+            load_step(relayed_http, &ips, (n, talk, client_threads), counters);
+        let share = |i: usize| (after[i] - before[i]) / step.talk_seconds * 100.0;
+        let (xcvr_cpu, relay_cpu) = (share(0), share(1));
+        let machine = share(2) / cpus;
+        let client_cpu = step.client_cpu_seconds / step.talk_seconds * 100.0;
         client_bound = client_cpu >= 90.0 * client_threads as f64 && xcvr_cpu < 90.0;
         machine_bound = machine >= 90.0 && xcvr_cpu < 90.0;
         let _ = writeln!(
@@ -529,8 +530,8 @@ fn sessions(
     }
     let _ = writeln!(
         report,
-        "\nCPU shares are averaged over the whole step: signaling, connecting, {talk:?} of talk \
-         and 0.5 s of settling."
+        "\nCPU shares are taken over the {talk:?} the clients send audio (all sessions \
+         connected), not over signaling and connecting."
     );
     drop(relayed);
     write_report(out, &report, None);
