@@ -54,23 +54,41 @@ fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 
+# From here on every suite runs even when an earlier one fails: a failure is recorded,
+# the closing summary always prints the real counts, and the exit code is non-zero.
+set +e
+failed_suites=()
+# Runs one suite ("$1" names it, the rest is the command), its output teed into the log.
+suite() {
+  local name=$1
+  shift
+  echo "== $name"
+  "$@" 2>&1 | tee -a "$log"
+  local status=${PIPESTATUS[0]}
+  if [ "$status" -ne 0 ]; then
+    echo "!! SUITE FAILED: $name (exit $status)" | tee -a "$log" >&2
+    failed_suites+=("$name")
+  fi
+}
+
+suite "the closing summary fails on a failure (self-check)" scripts/test-summary-selftest.sh
+
 # The workspace tests include the relay behaviour suite for every backend and place
 # (relay-mio: loopback and testbed; relay-afxdp: skb and native XDP in the testbed);
 # a case a backend cannot run is reported as ignored with its reason ("!! SKIPPED").
-echo "== cargo test (workspace, locked)"
-cargo test --workspace --locked 2>&1 | tee "$log"
-
-echo "== benches in test mode (each criterion bench runs once; iai bench must compile)"
-cargo test --locked -p ufrag-common --bench hot_path
-cargo build --locked -p ufrag-common --benches
+# --no-fail-fast: a failing test binary does not keep the others from running.
+suite "cargo test (workspace, locked)" cargo test --workspace --locked --no-fail-fast
+suite "criterion benches in test mode (each runs once)" \
+  cargo test --locked -p ufrag-common --bench hot_path
+suite "every bench builds" cargo build --locked --workspace --benches
 
 fuzz_seconds=${FUZZ_SECONDS:-15}
 if [ "$fuzz_seconds" -gt 0 ]; then
-  echo "== fuzz: every target for ${fuzz_seconds}s"
-  common/fuzz/run.sh "$fuzz_seconds"
+  suite "fuzz: every target for ${fuzz_seconds}s" common/fuzz/run.sh "$fuzz_seconds"
 else
   echo "!! FUZZING SKIPPED (FUZZ_SECONDS=0): the fuzz targets did not run" >&2
 fi
+
 # Every child a test starts is owned (testkit::OwnedChild: killed on drop and on the
 # death of the thread that started it). Check that none of our binaries outlived the run.
 survivors=$(for p in /proc/[0-9]*; do
@@ -80,17 +98,11 @@ done)
 if [ -n "$survivors" ]; then
   echo "!! processes started by the tests are still running:" >&2
   echo "$survivors" >&2
-  exit 1
+  failed_suites+=("no test process survives the run")
+else
+  echo "== no test process survived the run"
 fi
-echo "== no test process survived the run"
 
-# One closing line for the whole run, summed over every test binary above.
-passed=$(grep -Eo 'test result: ok\. [0-9]+ passed' "$log" | awk '{s+=$4} END {print s+0}')
-failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
-ignored=$(grep -Eo 'test result: ok\. [0-9]+ passed; [0-9]+ failed; [0-9]+ ignored' "$log" | awk '{s+=$8} END {print s+0}')
-echo "== all tests passed; fuzzing: ${fuzz_seconds}s per target"
-if [ "$ignored" -gt 0 ]; then
-  echo "!! ${ignored} skipped (not passed):" >&2
-  grep -h '^!! SKIPPED' "$log" | sort -u >&2 || true
-fi
-echo "tests: ${passed} passed, ${failed} failed, ${ignored} skipped"
+# One closing line for the whole run, summed over every test binary above (their
+# "test result:" lines, passing or failing), with every failed and skipped test named.
+scripts/test-summary.sh "$log" "${failed_suites[@]}"

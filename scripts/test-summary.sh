@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The closing summary of scripts/test.sh, from the log of its suites: the passed, failed
+# and skipped (ignored) tests summed over every "test result:" line, each failed and
+# skipped test by name, and the suites that failed (names after the log). Exits 1 when
+# any test or suite failed. Its own test: scripts/test-summary-selftest.sh.
+#
+#   scripts/test-summary.sh LOG [FAILED-SUITE ...]
+set -uo pipefail
+log=$1
+shift
+sum() { grep -Eo "test result: (ok|FAILED)\. [0-9]+ passed; [0-9]+ failed; [0-9]+ ignored" "$log" |
+  awk -v f="$1" '{s += $f} END {print s + 0}'; }
+passed=$(sum 4)
+failed=$(sum 6)
+ignored=$(sum 8)
+if [ "$failed" -gt 0 ]; then
+  echo "!! failed tests:" >&2
+  grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/  \1/' | sort -u >&2
+fi
+if [ "$ignored" -gt 0 ]; then
+  echo "!! ${ignored} skipped (not passed):" >&2
+  grep -E '^test .* \.\.\. ignored' "$log" | sed -E 's/^test (.*) \.\.\. ignored(, )?/  \1: /' | sort -u >&2
+  grep -h '^!! SKIPPED' "$log" | sort -u >&2
+fi
+if [ "$#" -gt 0 ]; then
+  echo "!! failed suites:" >&2
+  printf '  %s\n' "$@" >&2
+fi
+echo "tests: ${passed} passed, ${failed} failed, ${ignored} skipped; suites failed: $#"
+[ "$failed" -eq 0 ] && [ "$#" -eq 0 ]
