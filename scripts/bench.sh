@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: the benchmark suite.
-#   1. instruction counts of the hot path (callgrind via iai-callgrind): repeatable, what
-#      CI will gate on;
+#   1. instruction counts of the hot path (callgrind via iai-callgrind) against the
+#      committed baseline: the gate CI runs (scripts/instructions.sh);
 #   2. wall-clock ns/op of the hot path (criterion): for the perf lab;
 #   3. flow-table memory per flow and for 1M flows;
 #   4. loopback forwarding: relay-mio with 1 and 2 workers against a bare
@@ -16,7 +16,7 @@
 #      proxy), relay-mio and relay-afxdp in each mode, each searched 3 times, counted by
 #      an XDP sink (report in target/perf/compare.md and .json; needs root).
 # Set SKIP_MICRO=1 to run only steps 4 to 7.
-# Installs valgrind and iai-callgrind-runner when missing.
+# Installs what it needs when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,17 +31,10 @@ if ! command -v nft >/dev/null || [ ! -e /usr/lib/nginx/modules/ngx_stream_modul
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     nftables nginx-light libnginx-mod-stream >/dev/null
 fi
-if ! command -v valgrind >/dev/null; then
-  apt-get update -qq && apt-get install -y -qq valgrind
-fi
-runner_version=0.16.1 # must equal the iai-callgrind version in Cargo.lock
-if ! cargo install --list | grep -q "^iai-callgrind-runner v$runner_version:"; then
-  cargo install --locked iai-callgrind-runner --version "$runner_version"
-fi
 
 if [ -z "${SKIP_MICRO:-}" ]; then
-  echo "== instruction counts (iai-callgrind)"
-  cargo bench --locked -p ufrag-common --bench hot_path_instructions
+  # The same instruction counts and gate as CI (installs valgrind and the iai runner).
+  scripts/instructions.sh
   echo "== wall clock (criterion)"
   cargo bench --locked -p ufrag-common --bench hot_path
   echo "== flow table memory"

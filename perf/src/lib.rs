@@ -10,6 +10,7 @@
 pub mod alternatives;
 pub mod bare;
 pub mod environment;
+pub mod gate;
 pub mod load;
 pub mod placement;
 pub mod probe;

@@ -150,6 +150,20 @@ enum Cmd {
         #[arg(long, default_value = "target/perf/resilience.md")]
         out: std::path::PathBuf,
     },
+    /// The CI gate: the hot-path benches' callgrind instruction counts (iai-callgrind
+    /// summaries) against the committed baseline; exits 1 when one rose more than 2 %.
+    /// Run through `scripts/instructions.sh`, which runs the benches first.
+    Gate {
+        /// Where the benches wrote their `summary.json` files.
+        #[arg(long, default_value = "target/iai")]
+        summaries: std::path::PathBuf,
+        /// The committed baseline.
+        #[arg(long, default_value = "common/benches/instructions.baseline")]
+        baseline: std::path::PathBuf,
+        /// Write this run's counts as the new baseline instead of gating.
+        #[arg(long)]
+        accept: bool,
+    },
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -266,6 +280,11 @@ fn main() {
             junk_factor,
             out,
         } => resilience(sessions, talk, junk_factor, &out),
+        Cmd::Gate {
+            summaries,
+            baseline,
+            accept,
+        } => std::process::exit(gate(&summaries, &baseline, accept)),
         Cmd::FakeTransceiver { bind, max, idle } => {
             let echoed =
                 perf::probe::fake_transceiver(bind, max, idle).expect("fake transceiver runs");
@@ -535,6 +554,55 @@ fn sessions(
     );
     drop(relayed);
     write_report(out, &report, None);
+}
+
+/// `perf gate`: prints the table and returns the exit code (0: passed or accepted).
+fn gate(summaries: &std::path::Path, baseline: &std::path::Path, accept: bool) -> i32 {
+    use perf::gate::{TOLERANCE, compare, parse_baseline, passes, read_summaries, table};
+    let now = match read_summaries(summaries) {
+        Ok(now) if !now.is_empty() => now,
+        Ok(_) => {
+            eprintln!("gate: no summary.json under {}", summaries.display());
+            return 2;
+        }
+        Err(e) => {
+            eprintln!("gate: {}: {e}", summaries.display());
+            return 2;
+        }
+    };
+    if accept {
+        std::fs::write(baseline, perf::gate::render_baseline(&now)).expect("write the baseline");
+        println!(
+            "gate: {} benches written to {}",
+            now.len(),
+            baseline.display()
+        );
+        return 0;
+    }
+    let committed = match std::fs::read_to_string(baseline)
+        .map_err(|e| e.to_string())
+        .and_then(|text| parse_baseline(&text))
+    {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gate: {}: {e}", baseline.display());
+            return 2;
+        }
+    };
+    let rows = compare(&committed, &now, TOLERANCE);
+    print!("{}", table(&rows, TOLERANCE));
+    if passes(&rows) {
+        println!("gate: passed ({} benches)", rows.len());
+        0
+    } else {
+        println!(
+            "gate: FAILED: a bench rose more than {:.0} %, or has no baseline, or did not run; \
+             if the change is intended, accept it with `scripts/instructions.sh --accept` and \
+             commit the baseline diff",
+            TOLERANCE * 100.0
+        );
+        1
+    }
 }
 
 /// Prints the Markdown report and writes it to `out`, with the rows as JSON lines next to
