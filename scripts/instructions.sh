@@ -22,11 +22,17 @@ if ! cargo install --list | grep -q "^iai-callgrind-runner v$runner_version:"; t
   cargo install --locked -q iai-callgrind-runner --version "$runner_version"
 fi
 
-summaries=target/iai/ufrag-common/hot_path_instructions
+# Every instruction-count bench: the relay's parsers, forwarder and flow table
+# (ufrag-common), relay-afxdp's frame rewrite, the transceiver's demux.
+benches=(ufrag-common:hot_path_instructions relay-afxdp:rewrite_instructions
+  transceiver:demux_instructions)
+summaries=target/iai
 rm -rf "$summaries" # a bench that no longer runs must not be read from an old summary
-echo "== instruction counts (iai-callgrind)"
-cargo bench --locked -q -p ufrag-common --bench hot_path_instructions -- --save-summary=json \
-  >target/iai-bench.log 2>&1 || { cat target/iai-bench.log; exit 1; }
+for bench in "${benches[@]}"; do
+  echo "== instruction counts: ${bench/:/ }"
+  cargo bench --locked -q -p "${bench%%:*}" --bench "${bench#*:}" -- --save-summary=json \
+    >target/iai-bench.log 2>&1 || { cat target/iai-bench.log; exit 1; }
+done
 gate() { cargo run --locked -q -p perf --bin perf -- gate --summaries "$summaries" "$@"; }
 if [ "${1:-}" = "--accept" ]; then
   gate --accept

@@ -95,3 +95,74 @@ pub(crate) fn full_table(n: u32) -> (BenchTable, Instant) {
 pub(crate) fn scattered(i: u64, n: u32) -> u32 {
     ((i.wrapping_mul(2_654_435_761)) % u64::from(n)) as u32
 }
+
+/// The client of the forwarder benches and where its session lives.
+pub(crate) const CLIENT: &str = "198.51.100.7:50000";
+pub(crate) const TRANSCEIVER: &str = "10.0.0.2:40000";
+
+/// [`CLIENT`] as an address, built without parsing text (a const, not counted work).
+pub(crate) fn client() -> SocketAddr {
+    SocketAddr::from(([198, 51, 100, 7], 50_000))
+}
+
+/// [`TRANSCEIVER`] as an address.
+pub(crate) fn transceiver() -> SocketAddr {
+    SocketAddr::from(([10, 0, 0, 2], 40_000))
+}
+/// Another cluster's relay, for global mode.
+pub(crate) const CLUSTER_RELAY: &str = "192.0.2.50:40000";
+
+/// A DTLS record header and 80 bytes of handshake, as a client's flight starts.
+pub(crate) const DTLS: [u8; 93] = {
+    let mut p = [0x33; 93];
+    p[0] = 0x16;
+    p[1] = 0xfe;
+    p[2] = 0xfd;
+    p
+};
+
+/// The forwarding policy of a relay in cluster `cluster_id` that knows cluster 1's
+/// relay (so a hint for cluster 1 is forwarded there when `cluster_id` is not 1).
+pub(crate) fn policy(cluster_id: u16) -> ufrag_common::forward::ForwardPolicy {
+    ufrag_common::forward::ForwardPolicy {
+        vips: vec![VIP],
+        allowed_transceiver_networks: vec!["10.0.0.0/8".parse().unwrap()],
+        global_relay_networks: vec![],
+        cluster_id,
+        clusters: [(1, CLUSTER_RELAY.parse().unwrap())].into_iter().collect(),
+        hint_keys: first_packet().keys,
+        route_cache: false,
+        admission: Default::default(),
+    }
+}
+
+/// A forwarder (1024 flows) in `cluster_id` that has not seen the client yet, with the
+/// client's first Binding Request.
+pub(crate) fn fresh_forwarder(
+    cluster_id: u16,
+) -> (ufrag_common::forward::Forwarder, Vec<u8>, Instant) {
+    let t0 = Instant::now();
+    let table = FlowTable::new(1024, IDLE, t0).unwrap();
+    let forwarder = ufrag_common::forward::Forwarder::new(policy(cluster_id), table, t0);
+    (forwarder, first_packet().request, t0)
+}
+
+/// A forwarder in our own cluster whose flow for the client carried its first request
+/// and a DTLS datagram (proven): what every later datagram of the session meets.
+pub(crate) fn established_forwarder() -> (ufrag_common::forward::Forwarder, Instant) {
+    let (mut forwarder, request, t0) = fresh_forwarder(1);
+    let (client, vip) = (CLIENT.parse().unwrap(), VIP);
+    forwarder.from_client(&request, client, vip, t0);
+    forwarder.from_client(&DTLS, client, vip, t0);
+    (forwarder, t0)
+}
+
+/// A frame from the transceiver carrying an SRTP datagram back to the client.
+pub(crate) fn return_frame() -> Vec<u8> {
+    let header = ufrag_common::frame::FrameHeader::new(CLIENT.parse().unwrap(), VIP);
+    let mut frame = vec![0u8; ufrag_common::frame::MAX_HEADER_LEN + RTP.len()];
+    let n = header.emit(&mut frame).unwrap();
+    frame[n..n + RTP.len()].copy_from_slice(&RTP);
+    frame.truncate(n + RTP.len());
+    frame
+}

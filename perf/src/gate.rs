@@ -191,12 +191,11 @@ pub fn read_summaries(dir: &Path) -> io::Result<Counts> {
     Ok(counts)
 }
 
-/// The bench name (`module::function` without the bench file's own name, then `.id`
-/// for a case) and its total `Ir` from one summary.
+/// The bench name (`file::group::function`, then `.id` for a case) and its total `Ir`
+/// from one summary.
 fn summary_count(text: &str) -> Result<(String, u64), String> {
     let summary: serde_json::Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
     let module = summary["module_path"].as_str().ok_or("no module_path")?;
-    let module = module.split_once("::").map_or(module, |(_, rest)| rest);
     let name = match summary["id"].as_str() {
         Some(id) => format!("{module}.{id}"),
         None => module.to_string(),
@@ -274,9 +273,15 @@ mod tests {
             {"Ir": {"metrics": {"Both": [{"Int": 120}, {"Int": 100}]}}}}}}}]}"#;
         assert_eq!(
             summary_count(text).unwrap(),
-            ("flow_table::hit.flows_1k".to_string(), 120)
+            (
+                "hot_path_instructions::flow_table::hit.flows_1k".to_string(),
+                120
+            )
         );
         let no_case = text.replace(r#""id": "flows_1k","#, r#""id": null,"#);
-        assert_eq!(summary_count(&no_case).unwrap().0, "flow_table::hit");
+        assert_eq!(
+            summary_count(&no_case).unwrap().0,
+            "hot_path_instructions::flow_table::hit"
+        );
     }
 }
