@@ -49,6 +49,12 @@ impl FlowKey {
         FlowKey { client, vip }
     }
 
+    /// The key as the 36 bytes the flow table hashes (IPv4 as IPv4-mapped IPv6): what
+    /// another table keyed by an address pair can hash in one write too.
+    pub fn hash_bytes(&self) -> [u8; 36] {
+        self.pack().bytes()
+    }
+
     fn pack(&self) -> PackedKey {
         PackedKey {
             client_ip: ip16(self.client.ip()),
@@ -83,16 +89,21 @@ impl core::hash::Hash for PackedKey {
     /// One 36-byte write: a derived `Hash` would make six hasher calls (fields plus
     /// length prefixes), which costs more than the SipHash rounds themselves.
     fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        state.write(&self.bytes());
+    }
+}
+
+impl PackedKey {
+    /// The key as 36 bytes: both addresses (IPv4 mapped), then both ports.
+    fn bytes(&self) -> [u8; 36] {
         let mut bytes = [0u8; 36];
         bytes[..16].copy_from_slice(&self.client_ip);
         bytes[16..32].copy_from_slice(&self.vip_ip);
         bytes[32..34].copy_from_slice(&self.client_port.to_ne_bytes());
         bytes[34..].copy_from_slice(&self.vip_port.to_ne_bytes());
-        state.write(&bytes);
+        bytes
     }
-}
 
-impl PackedKey {
     fn unpack(&self) -> FlowKey {
         FlowKey {
             client: SocketAddr::new(unpack_ip(self.client_ip), self.client_port),
