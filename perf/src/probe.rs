@@ -69,7 +69,7 @@ pub fn relay_probe(
     keys: &HintKeys,
     vip: SocketAddr,
     transceiver: SocketAddr,
-    count: u64,
+    (count, session): (u64, u8),
 ) -> std::io::Result<ProbeResult> {
     let any: std::net::IpAddr = if vip.is_ipv4() {
         std::net::Ipv4Addr::UNSPECIFIED.into()
@@ -78,7 +78,7 @@ pub fn relay_probe(
     };
     let socket = UdpSocket::bind((any, 0))?;
     socket.set_read_timeout(Some(Duration::from_millis(500)))?;
-    socket.send_to(&binding_request(keys, transceiver, 7), vip)?;
+    socket.send_to(&binding_request(keys, transceiver, session), vip)?;
     let mut buf = [0u8; 2048];
     // The Binding Request itself comes back (the fake transceiver echoes every frame).
     let _ = socket.recv_from(&mut buf);

@@ -436,6 +436,17 @@ pub mod tools {
 
     /// Like [`probe_through_relay`], over IPv6 when `ipv6`.
     pub fn probe_through_relay_in(bed: &Testbed, ipv6: bool, count: u64) -> String {
+        probe_session_through_relay_in(bed, ipv6, count, 7)
+    }
+
+    /// Like [`probe_through_relay_in`], for session `session` (a second probe of one
+    /// relay must name another session: the first one's request would be a replay).
+    pub fn probe_session_through_relay_in(
+        bed: &Testbed,
+        ipv6: bool,
+        count: u64,
+        session: u8,
+    ) -> String {
         let vip = vip(bed, ipv6).to_string();
         let transceiver = SocketAddr::new(bed.transceiver.ip(ipv6), 41000).to_string();
         let mut command = bed
@@ -457,6 +468,8 @@ pub mod tools {
                 &transceiver,
                 "--count",
                 &count.to_string(),
+                "--session",
+                &session.to_string(),
             ])
             .output()
             .expect("probe runs");

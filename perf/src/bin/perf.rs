@@ -108,6 +108,10 @@ enum Cmd {
         transceiver: SocketAddr,
         #[arg(long, default_value_t = 100)]
         count: u64,
+        /// Which session the probe's Binding Request names (its ufrag and transaction):
+        /// two probes of one relay need two, or the second is refused as a replay.
+        #[arg(long, default_value_t = 7)]
+        session: u8,
     },
     /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
     /// setup times, and concurrent echo sessions one worker carries.
@@ -294,13 +298,15 @@ fn main() {
             vip,
             transceiver,
             count,
+            session,
         } => {
             let keys = HintKeys::new(
                 HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
                 None,
             )
             .unwrap();
-            let r = perf::probe::relay_probe(&keys, vip, transceiver, count).expect("probe runs");
+            let r = perf::probe::relay_probe(&keys, vip, transceiver, (count, session))
+                .expect("probe runs");
             println!("received {}/{}", r.received, r.sent);
             if r.received != r.sent {
                 std::process::exit(1);

@@ -1,0 +1,226 @@
+//! relay-afxdp's worker on a real AF_XDP socket in the netns testbed (root only; CI runs
+//! as root), forwarding a flow both ways under a counting allocator: after a warm-up
+//! flow, the worker thread allocates nothing per packet (rings, parse, decide, rewrite,
+//! checksums, counters, ticks). The relay runs in process, in this test binary started
+//! again inside the relay's namespace.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use relay_afxdp::relay::{AfXdpOptions, Relay};
+use testkit::child::OwnedChild;
+use testkit::testbed::Testbed;
+use testkit::testbed::tools::{
+    KEYS, METRICS, probe_session_through_relay_in, probe_through_relay_in, require_root, vip,
+};
+use ufrag_common::config::{RelayArgs, RelayConfig};
+
+struct CountingAllocator;
+
+static ARMED: AtomicBool = AtomicBool::new(false);
+static WORKER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether this thread is a relay worker: unknown until its first counted allocation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Unknown,
+    Asking,
+    Worker,
+    Other,
+}
+
+thread_local! {
+    static ROLE: Cell<Role> = const { Cell::new(Role::Unknown) };
+}
+
+fn count() {
+    if !ARMED.load(Ordering::Relaxed) {
+        return;
+    }
+    let role = ROLE.with(|r| {
+        if r.get() == Role::Unknown {
+            // Reading the name may itself allocate on a thread std has not named yet;
+            // `Asking` keeps that nested call from recursing.
+            r.set(Role::Asking);
+            let worker = std::thread::current()
+                .name()
+                .is_some_and(|n| n.starts_with("relay-w"));
+            r.set(if worker { Role::Worker } else { Role::Other });
+        }
+        r.get()
+    });
+    if role == Role::Worker {
+        WORKER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: forwards every call unchanged to the system allocator; the bookkeeping uses a
+// const-initialised thread-local Cell and atomics, which never allocate.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count();
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// The relay's flags and the AF_XDP options, as the binary parses them.
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    relay: RelayArgs,
+    #[command(flatten)]
+    afxdp: AfXdpOptions,
+}
+
+/// Where the parent tells the child what to do, and the child answers: `arm` (count from
+/// now), `report` (stop counting, write `count`, stop the relay).
+const CONTROL_DIR_ENV: &str = "UFRAG_AFXDP_ALLOC_CONTROL";
+
+/// The control directory, removed however the test ends.
+struct ControlDir(std::path::PathBuf);
+
+impl ControlDir {
+    fn create() -> Self {
+        let dir = std::env::temp_dir().join(format!("afxdp-alloc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        ControlDir(dir)
+    }
+}
+
+impl Drop for ControlDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The parent: builds the testbed, runs the relay in a child test process inside the
+/// relay's namespace (`ip netns exec`, so `/sys` shows the namespace's interfaces), and
+/// drives a warm-up flow, then a counted one, through it.
+#[test]
+#[ignore = "relay-afxdp's worker allocates in its 50 ms tick: Neighbours::refresh dumps the \
+            kernel's neighbour table over netlink on the worker thread (109 allocations while \
+            forwarding 500 datagrams each way, every one from the tick); moving that refresh \
+            off the worker is issue 13. Run with --ignored to see it fail"]
+fn the_afxdp_worker_does_not_allocate_per_packet() {
+    if std::env::var_os(CONTROL_DIR_ENV).is_some() {
+        return relay_in_namespace();
+    }
+    require_root();
+    let bed = Testbed::up().unwrap();
+    let control = ControlDir::create();
+    let control = &control.0;
+    let internal = std::net::SocketAddr::new(bed.relay.ip(false), 40000).to_string();
+    let vip = vip(&bed, false).to_string();
+    let exe = std::env::current_exe().unwrap();
+    let mut command = bed.relay.command(exe.to_str().unwrap());
+    command
+        .args([
+            "--exact",
+            "the_afxdp_worker_does_not_allocate_per_packet",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(CONTROL_DIR_ENV, control)
+        .env(
+            "UFRAG_AFXDP_ALLOC_ARGS",
+            format!("{vip} {internal} {}", bed.relay.ifname),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = OwnedChild::spawn(&mut command).unwrap();
+    let metrics = METRICS.parse().unwrap();
+    testkit::http::wait_ready(
+        Some(&bed.relay.ns),
+        metrics,
+        "relay-afxdp",
+        Duration::from_secs(20),
+        || child.exit_report(),
+    );
+
+    // Warm-up: the first flow fills the neighbour cache and sizes every buffer.
+    let warm = probe_through_relay_in(&bed, false, 200);
+    assert!(warm.contains("received 200/200"), "warm-up probe: {warm}");
+    std::fs::write(control.join("arm"), "").unwrap();
+    let said = probe_session_through_relay_in(&bed, false, 500, 8);
+    std::fs::write(control.join("report"), "").unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let count = loop {
+        if let Ok(text) = std::fs::read_to_string(control.join("count"))
+            && text.ends_with('\n')
+        {
+            break text;
+        }
+        if let Some(why) = child.exit_report() {
+            panic!("the relay process ended without a count: {why}");
+        }
+        assert!(Instant::now() < deadline, "no allocation count within 20 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(said.contains("received 500/500"), "counted probe: {said}");
+    let allocations: u64 = count.trim().parse().unwrap();
+    assert_eq!(
+        allocations, 0,
+        "relay-afxdp's worker allocated {allocations} times while forwarding 500 datagrams each way"
+    );
+}
+
+/// The child: relay-afxdp in process, its worker threads' allocations counted between
+/// `arm` and `report`.
+fn relay_in_namespace() {
+    let control = std::path::PathBuf::from(std::env::var_os(CONTROL_DIR_ENV).unwrap());
+    let args = std::env::var("UFRAG_AFXDP_ALLOC_ARGS").unwrap();
+    let [vip, internal, ifname]: [&str; 3] =
+        args.split(' ').collect::<Vec<_>>().try_into().unwrap();
+    let cli = Cli::try_parse_from([
+        "relay-afxdp",
+        "--vip",
+        vip,
+        "--internal-addr",
+        internal,
+        "--allow-transceiver-net",
+        "10.77.0.0/24",
+        "--workers",
+        "1",
+        "--cpus",
+        "1",
+        "--metrics-addr",
+        METRICS,
+        "--interface",
+        ifname,
+    ])
+    .expect("the flags parse");
+    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let config = RelayConfig::load(&cli.relay, Some(KEYS), online).expect("the config loads");
+    let running = Relay::start(&config, &cli.afxdp).expect("relay-afxdp starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !control.join("arm").exists() {
+        assert!(Instant::now() < deadline, "never armed");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    ARMED.store(true, Ordering::SeqCst);
+    while !control.join("report").exists() {
+        assert!(Instant::now() < deadline, "never asked for the count");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    ARMED.store(false, Ordering::SeqCst);
+    let count = WORKER_ALLOCATIONS.load(Ordering::SeqCst);
+    running.join().expect("the workers stop cleanly");
+    std::fs::write(control.join("count"), format!("{count}\n")).unwrap();
+}
