@@ -1,97 +1,67 @@
 //! Next-hop MAC addresses from the kernel, IPv4 and IPv6: the neighbour table and the
-//! main routing table of the relay's interface, read over rtnetlink ([`crate::netlink`])
-//! every tick, never hard-coded. The next hop of a destination is the gateway of its
-//! longest-prefix route, or the destination itself when on the link. A next hop with no
-//! MAC yet is counted by the caller, and the kernel is asked to resolve it (ARP or
-//! neighbour discovery) by sending it an empty datagram from an ordinary socket;
-//! requests are rate-limited per address.
+//! main routing table of the relay's interface, read over rtnetlink ([`crate::netlink`]),
+//! never hard-coded. The next hop of a destination is the gateway of its longest-prefix
+//! route, or the destination itself when on the link.
 //!
-//! A miss re-reads the tables at most once per millisecond, so a neighbour the kernel has
-//! just learnt (from the client's own ARP request, say) is found at once.
+//! The reading is done off the worker: each [`Neighbours`] has a refresher thread that
+//! re-reads the tables every [`REFRESH_EVERY`] and publishes a new [`View`] when they
+//! changed; the worker adopts the newest view on its tick and on a miss, which costs an
+//! atomic load and, when there is a new view, a lock to clone an `Arc`. No syscall and no
+//! allocation on the worker thread. A next hop with no MAC yet is counted by the caller
+//! and handed to the refresher (a bounded channel; a full one drops the request), which
+//! asks the kernel to resolve it (ARP or neighbour discovery) by sending it an empty
+//! datagram from an ordinary socket, at most every 200 ms per address, and re-reads the
+//! tables every millisecond while a resolution is pending, so only the very first
+//! packets to a new neighbour miss.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::netlink::{Neighbour, Route, RouteSocket, contains};
 
-/// One interface's view of its neighbours.
-#[derive(Debug)]
-pub struct Neighbours {
-    ifindex: u32,
-    netlink: Option<RouteSocket>,
+/// How often the refresher re-reads the kernel's tables when nothing is pending.
+pub const REFRESH_EVERY: Duration = Duration::from_millis(50);
+/// How often it re-reads them while a neighbour it was asked about is unresolved.
+const RESOLVING_EVERY: Duration = Duration::from_millis(1);
+/// How long a resolution request keeps the fast re-reads going, and how often one
+/// address is asked about at most.
+const RESOLVE_WINDOW: Duration = Duration::from_millis(200);
+/// Unresolved next hops queued for the refresher; more are dropped (asked again later).
+const PENDING: usize = 64;
+
+/// One reading of an interface's tables.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct View {
     macs: HashMap<IpAddr, [u8; 6]>,
     /// This interface's routes, longest prefix first.
     routes: Vec<Route>,
-    asked: HashMap<IpAddr, Instant>,
-    resolver_v4: Option<UdpSocket>,
-    resolver_v6: Option<UdpSocket>,
-    refreshed: Instant,
 }
 
-impl Neighbours {
-    /// The neighbours of interface `ifindex`, read now. Fails only if no netlink socket
-    /// can be opened.
-    pub fn new(ifindex: u32) -> std::io::Result<Self> {
-        let mut n = Neighbours {
-            ifindex,
-            netlink: Some(RouteSocket::open()?),
-            macs: HashMap::new(),
-            routes: vec![],
-            asked: HashMap::new(),
-            resolver_v4: UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok(),
-            resolver_v6: UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)).ok(),
-            refreshed: Instant::now(),
-        };
-        n.refresh();
-        Ok(n)
-    }
-
-    /// A fixed view (for tests): these neighbours and routes, never re-read.
-    pub fn fixed(ifindex: u32, neighbours: &[Neighbour], routes: &[Route]) -> Self {
-        let mut n = Neighbours {
-            ifindex,
-            netlink: None,
-            macs: HashMap::new(),
-            routes: vec![],
-            asked: HashMap::new(),
-            resolver_v4: None,
-            resolver_v6: None,
-            refreshed: Instant::now(),
-        };
-        n.install(neighbours, routes);
-        n
-    }
-
-    fn install(&mut self, neighbours: &[Neighbour], routes: &[Route]) {
-        self.macs = neighbours
+impl View {
+    fn of(ifindex: u32, neighbours: &[Neighbour], routes: &[Route]) -> Self {
+        let mut routes: Vec<Route> = routes
             .iter()
-            .filter(|n| n.ifindex == self.ifindex)
-            .map(|n| (n.ip, n.mac))
-            .collect();
-        self.routes = routes
-            .iter()
-            .filter(|r| r.ifindex == self.ifindex)
+            .filter(|r| r.ifindex == ifindex)
             .copied()
             .collect();
-        self.routes.sort_by_key(|r| std::cmp::Reverse(r.prefix_len));
-    }
-
-    /// Re-reads the kernel's tables (once per tick, never per packet). A failed read
-    /// keeps the previous view.
-    pub fn refresh(&mut self) {
-        self.refreshed = Instant::now();
-        let Some(netlink) = &mut self.netlink else {
-            return;
-        };
-        if let (Ok(neighbours), Ok(routes)) = (netlink.neighbours(), netlink.routes()) {
-            self.install(&neighbours, &routes);
+        routes.sort_by_key(|r| std::cmp::Reverse(r.prefix_len));
+        View {
+            macs: neighbours
+                .iter()
+                .filter(|n| n.ifindex == ifindex)
+                .map(|n| (n.ip, n.mac))
+                .collect(),
+            routes,
         }
     }
 
-    /// The next hop for `dst`: the gateway of its longest-prefix route on this interface,
-    /// or `dst` itself for a route on the link; `None` when no route leads out here.
-    pub fn next_hop(&self, dst: IpAddr) -> Option<IpAddr> {
+    /// The next hop for `dst`: the gateway of its longest-prefix route, or `dst` itself
+    /// for a route on the link; `None` when no route leads out here.
+    fn next_hop(&self, dst: IpAddr) -> Option<IpAddr> {
         let dst = dst.to_canonical();
         let route = self
             .routes
@@ -99,52 +69,212 @@ impl Neighbours {
             .find(|r| contains(r.dst, r.prefix_len, dst))?;
         Some(route.gateway.unwrap_or(dst))
     }
+}
 
-    /// The MAC to send to `dst` through, or `None` (and a resolution request).
-    pub fn mac_for(&mut self, dst: IpAddr, now: Instant) -> Option<[u8; 6]> {
+/// What the refresher publishes and the worker reads.
+#[derive(Debug)]
+struct Published {
+    view: Mutex<Arc<View>>,
+    /// Bumped after every new view.
+    generation: AtomicU64,
+    stop: AtomicBool,
+}
+
+/// One worker's view of its interface's neighbours; see the module documentation.
+#[derive(Debug)]
+pub struct Neighbours {
+    view: Arc<View>,
+    generation: u64,
+    /// `None` for a fixed view (tests).
+    published: Option<Arc<Published>>,
+    unresolved: Option<SyncSender<IpAddr>>,
+}
+
+impl Neighbours {
+    /// The neighbours of interface `ifindex`, read now, with a refresher thread that keeps
+    /// them current until this is dropped. Fails only if no netlink socket can be opened.
+    pub fn new(ifindex: u32) -> std::io::Result<Self> {
+        let mut netlink = RouteSocket::open()?;
+        let first = Arc::new(read(&mut netlink, ifindex).unwrap_or_default());
+        let published = Arc::new(Published {
+            view: Mutex::new(Arc::clone(&first)),
+            generation: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let (unresolved, requests) = std::sync::mpsc::sync_channel(PENDING);
+        let refresher = Refresher {
+            ifindex,
+            netlink,
+            published: Arc::clone(&published),
+            requests,
+            asked: HashMap::new(),
+            resolver_v4: UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok(),
+            resolver_v6: UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)).ok(),
+            current: first.clone(),
+        };
+        std::thread::Builder::new()
+            .name(format!("relay-nbr{ifindex}"))
+            .spawn(move || refresher.run())?;
+        Ok(Neighbours {
+            view: first,
+            generation: 0,
+            published: Some(published),
+            unresolved: Some(unresolved),
+        })
+    }
+
+    /// A fixed view (for tests): these neighbours and routes, never re-read.
+    pub fn fixed(ifindex: u32, neighbours: &[Neighbour], routes: &[Route]) -> Self {
+        Neighbours {
+            view: Arc::new(View::of(ifindex, neighbours, routes)),
+            generation: 0,
+            published: None,
+            unresolved: None,
+        }
+    }
+
+    /// Adopts the refresher's newest view, if there is one: an atomic load, and a lock
+    /// to clone an `Arc` when the view changed. No syscall, no allocation.
+    pub fn refresh(&mut self) {
+        let Some(published) = &self.published else {
+            return;
+        };
+        let generation = published.generation.load(Ordering::Acquire);
+        if generation != self.generation {
+            let latest = Arc::clone(&published.view.lock().unwrap_or_else(|e| e.into_inner()));
+            self.view = latest;
+            self.generation = generation;
+        }
+    }
+
+    /// The next hop for `dst`: the gateway of its longest-prefix route on this interface,
+    /// or `dst` itself for a route on the link; `None` when no route leads out here.
+    pub fn next_hop(&self, dst: IpAddr) -> Option<IpAddr> {
+        self.view.next_hop(dst)
+    }
+
+    /// The MAC to send to `dst` through, or `None` (and the next hop handed to the
+    /// refresher to resolve).
+    pub fn mac_for(&mut self, dst: IpAddr) -> Option<[u8; 6]> {
         let hop = self.next_hop(dst)?;
-        if let Some(mac) = self.macs.get(&hop) {
+        if let Some(mac) = self.view.macs.get(&hop) {
             return Some(*mac);
         }
-        // A new neighbour (the kernel may have learnt it since the last tick): re-read the
-        // tables, at most once per millisecond, so only the very first packets can miss.
-        if now.saturating_duration_since(self.refreshed) >= Duration::from_millis(1) {
-            self.refresh();
-            if let Some(mac) = self.macs.get(&hop) {
-                return Some(*mac);
-            }
+        // The refresher may have published the neighbour since the last tick.
+        self.refresh();
+        if let Some(mac) = self.view.macs.get(&hop) {
+            return Some(*mac);
         }
-        let due = self
-            .asked
-            .get(&hop)
-            .is_none_or(|t| now.duration_since(*t) > Duration::from_millis(200));
-        if due {
-            self.asked.insert(hop, now);
-            self.ask_kernel_to_resolve(hop);
+        if let Some(unresolved) = &self.unresolved {
+            // A full queue drops the request: the next packet to `hop` asks again.
+            let _ = unresolved.try_send(hop);
         }
         None
     }
+}
 
-    /// An empty datagram to the discard port makes the kernel resolve `hop` (link-local
-    /// IPv6 next hops are scoped to this interface).
-    fn ask_kernel_to_resolve(&self, hop: IpAddr) {
-        let _ = match hop {
-            IpAddr::V4(v4) => self
-                .resolver_v4
-                .as_ref()
-                .map(|s| s.send_to(&[], SocketAddr::from((v4, 9)))),
-            IpAddr::V6(v6) => {
-                let scope = if v6.is_unicast_link_local() {
-                    self.ifindex
-                } else {
-                    0
-                };
-                self.resolver_v6
-                    .as_ref()
-                    .map(|s| s.send_to(&[], SocketAddrV6::new(v6, 9, 0, scope)))
-            }
-        };
+impl Drop for Neighbours {
+    fn drop(&mut self) {
+        if let Some(published) = &self.published {
+            published.stop.store(true, Ordering::Relaxed);
+        }
     }
+}
+
+/// Reads the tables once; `None` if either read failed.
+fn read(netlink: &mut RouteSocket, ifindex: u32) -> Option<View> {
+    let (Ok(neighbours), Ok(routes)) = (netlink.neighbours(), netlink.routes()) else {
+        return None;
+    };
+    Some(View::of(ifindex, &neighbours, &routes))
+}
+
+/// The refresher thread's state.
+struct Refresher {
+    ifindex: u32,
+    netlink: RouteSocket,
+    published: Arc<Published>,
+    requests: Receiver<IpAddr>,
+    /// When each unresolved next hop was last asked about.
+    asked: HashMap<IpAddr, Instant>,
+    resolver_v4: Option<UdpSocket>,
+    resolver_v6: Option<UdpSocket>,
+    current: Arc<View>,
+}
+
+impl Refresher {
+    /// Until the worker's [`Neighbours`] is dropped: wait for a request or the next
+    /// re-read, ask the kernel about new unresolved hops, re-read, publish a changed view.
+    fn run(mut self) {
+        while !self.published.stop.load(Ordering::Relaxed) {
+            let now = Instant::now();
+            self.asked
+                .retain(|_, at| now.duration_since(*at) < RESOLVE_WINDOW);
+            let wait = if self.asked.is_empty() {
+                REFRESH_EVERY
+            } else {
+                RESOLVING_EVERY
+            };
+            match self.requests.recv_timeout(wait) {
+                Ok(hop) => self.ask(hop),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            while let Ok(hop) = self.requests.try_recv() {
+                self.ask(hop);
+            }
+            if let Some(view) = read(&mut self.netlink, self.ifindex)
+                && view != *self.current
+            {
+                self.asked.retain(|hop, _| !view.macs.contains_key(hop));
+                self.current = Arc::new(view);
+                *self
+                    .published
+                    .view
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Arc::clone(&self.current);
+                self.published.generation.fetch_add(1, Ordering::Release);
+            }
+        }
+    }
+
+    /// Asks the kernel to resolve `hop`, unless it was asked within [`RESOLVE_WINDOW`].
+    fn ask(&mut self, hop: IpAddr) {
+        let now = Instant::now();
+        if self
+            .asked
+            .get(&hop)
+            .is_some_and(|t| now.duration_since(*t) < RESOLVE_WINDOW)
+        {
+            return;
+        }
+        self.asked.insert(hop, now);
+        ask_kernel_to_resolve(
+            (self.resolver_v4.as_ref(), self.resolver_v6.as_ref()),
+            self.ifindex,
+            hop,
+        );
+    }
+}
+
+/// An empty datagram to the discard port makes the kernel resolve `hop` (link-local
+/// IPv6 next hops are scoped to the interface).
+fn ask_kernel_to_resolve(
+    (v4, v6): (Option<&UdpSocket>, Option<&UdpSocket>),
+    ifindex: u32,
+    hop: IpAddr,
+) {
+    let _ = match hop {
+        IpAddr::V4(addr) => v4.map(|s| s.send_to(&[], SocketAddr::from((addr, 9)))),
+        IpAddr::V6(addr) => {
+            let scope = if addr.is_unicast_link_local() {
+                ifindex
+            } else {
+                0
+            };
+            v6.map(|s| s.send_to(&[], SocketAddrV6::new(addr, 9, 0, scope)))
+        }
+    };
 }
 
 #[cfg(test)]
@@ -220,13 +350,12 @@ mod tests {
     #[test]
     fn macs_come_from_the_table_of_this_interface_only() {
         let mut n = view();
-        let now = Instant::now();
-        assert_eq!(n.mac_for(ip("10.77.0.1"), now), Some(MAC));
-        assert_eq!(n.mac_for(ip("fd77::1"), now), Some(MAC));
-        assert_eq!(n.mac_for(ip("2001:db8::1"), now), Some(GW_MAC));
+        assert_eq!(n.mac_for(ip("10.77.0.1")), Some(MAC));
+        assert_eq!(n.mac_for(ip("fd77::1")), Some(MAC));
+        assert_eq!(n.mac_for(ip("2001:db8::1")), Some(GW_MAC));
         // Unknown: on our link but not (yet) in the table; the default gateway has no MAC.
-        assert_eq!(n.mac_for(ip("10.77.0.3"), now), None);
-        assert_eq!(n.mac_for(ip("192.0.2.1"), now), None);
+        assert_eq!(n.mac_for(ip("10.77.0.3")), None);
+        assert_eq!(n.mac_for(ip("192.0.2.1")), None);
     }
 
     #[test]

@@ -105,7 +105,7 @@ impl XskEgress {
         ticket: Ticket,
         tally: &mut Tally<'_>,
     ) {
-        let mac = self.neighbours.mac_for(dst.ip(), self.now);
+        let mac = self.neighbours.mac_for(dst.ip());
         let if_mac = self.if_mac;
         let buf = self.socket.frame_buffer(frame.addr);
         let written = buf
@@ -147,7 +147,7 @@ impl XskEgress {
         let mut i = 0;
         while i < self.pending.len() {
             let (dst, since) = (self.pending[i].dst, self.pending[i].since);
-            let mac = self.neighbours.mac_for(dst, self.now);
+            let mac = self.neighbours.mac_for(dst);
             let expired = self.now.saturating_duration_since(since) > HOLD;
             if mac.is_none() && !expired {
                 i += 1;

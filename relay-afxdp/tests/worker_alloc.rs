@@ -114,10 +114,6 @@ impl Drop for ControlDir {
 /// relay's namespace (`ip netns exec`, so `/sys` shows the namespace's interfaces), and
 /// drives a warm-up flow, then a counted one, through it.
 #[test]
-#[ignore = "relay-afxdp's worker allocates in its 50 ms tick: Neighbours::refresh dumps the \
-            kernel's neighbour table over netlink on the worker thread (104-113 allocations while \
-            forwarding 500 datagrams each way, every one from the tick); moving that refresh \
-            off the worker is issue 13. Run with --ignored to see it fail"]
 fn the_afxdp_worker_does_not_allocate_per_packet() {
     if std::env::var_os(CONTROL_DIR_ENV).is_some() {
         return relay_in_namespace();
@@ -134,7 +130,6 @@ fn the_afxdp_worker_does_not_allocate_per_packet() {
         .args([
             "--exact",
             "the_afxdp_worker_does_not_allocate_per_packet",
-            "--ignored",
             "--nocapture",
         ])
         .env(CONTROL_DIR_ENV, control)
