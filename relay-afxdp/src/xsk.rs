@@ -193,7 +193,67 @@ pub struct RxFrame {
     pub len: u32,
 }
 
+/// Who holds a UMEM frame now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Holder {
+    /// In the fill or TX ring: the kernel may write or read it at any moment.
+    Kernel,
+    /// In our free list: nobody reads or writes it.
+    Free,
+    /// Received (or being rewritten) by the caller: ours to read and write.
+    Caller,
+}
+
+/// Every frame's holder, so that the safe API hands out only frames the kernel is not
+/// using, and a frame is never queued twice. Addresses are checked against the UMEM.
+#[derive(Debug)]
+struct Ledger {
+    frame_size: u64,
+    holders: Vec<Holder>,
+}
+
+impl Ledger {
+    fn new(frames: u32, frame_size: u32) -> Self {
+        Ledger {
+            frame_size: u64::from(frame_size),
+            holders: vec![Holder::Free; frames as usize],
+        }
+    }
+
+    /// The index of the frame containing `addr`, if it lies inside the UMEM.
+    fn index(&self, addr: u64) -> Option<usize> {
+        let i = usize::try_from(addr / self.frame_size).ok()?;
+        (i < self.holders.len()).then_some(i)
+    }
+
+    /// The start of the frame containing `addr`.
+    fn base(&self, addr: u64) -> u64 {
+        addr - addr % self.frame_size
+    }
+
+    /// Moves the frame containing `addr` from `from` to `to`; false (and nothing moves)
+    /// when the address is outside the UMEM or the frame is not held by `from`.
+    fn hand_over(&mut self, addr: u64, from: Holder, to: Holder) -> bool {
+        match self.index(addr) {
+            Some(i) if self.holders[i] == from => {
+                self.holders[i] = to;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn is_held_by(&self, addr: u64, holder: Holder) -> bool {
+        self.index(addr).is_some_and(|i| self.holders[i] == holder)
+    }
+}
+
 /// One AF_XDP socket bound to one (interface, queue), with its own UMEM.
+///
+/// Each frame is the kernel's (fill and TX rings), free, or the caller's (received,
+/// not yet transmitted or recycled); the socket keeps that ledger, so
+/// [`XdpSocket::frame_buffer`] gives out only the caller's frames, and `transmit` and
+/// `recycle` accept only those: a wrong or repeated address is refused, never trusted.
 pub struct XdpSocket {
     fd: OwnedFd,
     umem: Mapping,
@@ -207,6 +267,7 @@ pub struct XdpSocket {
     tx: Ring,
     tx_cur: ProducerCursor,
     free: Vec<u64>,
+    ledger: Ledger,
 }
 
 // SAFETY: every raw pointer inside (the UMEM and ring mappings) points into mappings
@@ -227,7 +288,13 @@ impl XdpSocket {
     /// Opens, registers the UMEM, maps the rings, binds to (`ifindex`, `queue`) in copy
     /// mode (or zero-copy if asked), and gives the kernel half the frames to receive into.
     pub fn open(ifindex: u32, queue: u32, cfg: XskConfig) -> io::Result<XdpSocket> {
-        assert!(cfg.ring_size.is_power_of_two() && cfg.frames >= cfg.ring_size);
+        if !cfg.ring_size.is_power_of_two() || cfg.frames < cfg.ring_size || cfg.frame_size == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "AF_XDP: the ring size must be a power of two no larger than the frame count, \
+                 and frames must have a size",
+            ));
+        }
         // SAFETY: plain socket(2); the returned descriptor is owned below.
         let raw = unsafe { libc::socket(libc::AF_XDP, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
         if raw < 0 {
@@ -344,6 +411,7 @@ impl XdpSocket {
                 .rev()
                 .map(|i| u64::from(i) * u64::from(cfg.frame_size))
                 .collect(),
+            ledger: Ledger::new(cfg.frames, cfg.frame_size),
             fd,
             umem,
             cfg,
@@ -370,6 +438,7 @@ impl XdpSocket {
             .reserve(&self.fill, want.min(self.cfg.ring_size));
         for k in 0..n {
             let addr = self.free.pop().expect("counted above");
+            self.ledger.hand_over(addr, Holder::Free, Holder::Kernel);
             let slot = self.fill_cur.slot(k);
             self.fill.write_addr(slot, addr);
         }
@@ -384,7 +453,9 @@ impl XdpSocket {
         let n = self.comp_cur.peek(&self.comp, self.cfg.ring_size);
         for k in 0..n {
             let addr = self.comp.read_addr(self.comp_cur.slot(k));
-            self.free.push(addr - addr % u64::from(self.cfg.frame_size));
+            if self.ledger.hand_over(addr, Holder::Kernel, Holder::Free) {
+                self.free.push(self.ledger.base(addr));
+            }
         }
         if n > 0 {
             self.comp_cur.release(&self.comp, n);
@@ -405,34 +476,37 @@ impl XdpSocket {
         }
     }
 
-    /// Takes up to `out.len()` received frames; returns how many.
+    /// Takes up to `out.len()` received frames, which become the caller's; returns how
+    /// many. A descriptor for a frame the kernel did not hold is skipped.
     pub fn receive(&mut self, out: &mut [RxFrame]) -> usize {
         let n = self.rx_cur.peek(&self.rx, out.len() as u32);
+        let mut taken = 0;
         for k in 0..n {
             let d = self.rx.read_desc(self.rx_cur.slot(k));
-            out[k as usize] = RxFrame {
-                addr: d.addr,
-                len: d.len,
-            };
+            if self
+                .ledger
+                .hand_over(d.addr, Holder::Kernel, Holder::Caller)
+            {
+                out[taken] = RxFrame {
+                    addr: d.addr,
+                    len: d.len,
+                };
+                taken += 1;
+            }
         }
         if n > 0 {
             self.rx_cur.release(&self.rx, n);
         }
-        n as usize
+        taken
     }
 
-    /// The bytes of the frame at `addr`, `len` long (up to the frame size).
+    /// The bytes of the caller's frame at `addr`, `len` long (cut at the end of its
+    /// frame); empty for a frame that is not the caller's.
     pub fn frame_mut(&mut self, addr: u64, len: usize) -> &mut [u8] {
-        let base = addr - addr % u64::from(self.cfg.frame_size);
-        let end = (addr as usize + len).min(base as usize + self.cfg.frame_size as usize);
-        // SAFETY: `addr..end` lies inside one frame of the live UMEM mapping, and the frame
-        // is ours (received, not yet given back), so nothing else writes it now.
-        unsafe {
-            std::slice::from_raw_parts_mut(
-                self.umem.ptr.as_ptr().add(addr as usize),
-                end - addr as usize,
-            )
-        }
+        let at = (addr - self.ledger.base(addr)) as usize;
+        let buf = self.frame_buffer(addr);
+        let end = at.saturating_add(len).min(buf.len());
+        buf.get_mut(at..end).unwrap_or_default()
     }
 
     /// Bytes per UMEM frame.
@@ -440,25 +514,42 @@ impl XdpSocket {
         self.cfg.frame_size
     }
 
-    /// The whole buffer of the frame containing `addr`.
+    /// The whole buffer of the caller's frame containing `addr`; empty for a frame that
+    /// is not the caller's (in a ring, free, or outside the UMEM).
     pub fn frame_buffer(&mut self, addr: u64) -> &mut [u8] {
-        let base = addr - addr % u64::from(self.cfg.frame_size);
+        if !self.ledger.is_held_by(addr, Holder::Caller) {
+            return &mut [];
+        }
+        let start = self.ledger.base(addr) as usize;
         let size = self.cfg.frame_size as usize;
-        // SAFETY: as for `frame_mut`, for the whole frame.
-        unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.as_ptr().add(base as usize), size) }
+        // SAFETY: the ledger says the frame is inside the UMEM (its index is below the
+        // frame count, and the mapping is frames * frame_size long) and is the caller's:
+        // not in any ring, so the kernel neither reads nor writes it; `&mut self` keeps
+        // any other slice of the UMEM from living as long as this one.
+        unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.as_ptr().add(start), size) }
     }
 
-    /// Gives a frame back to the fill ring (it will not be sent).
+    /// Gives the caller's frame back to the free list (it will not be sent); a frame
+    /// that is not the caller's is left alone.
     pub fn recycle(&mut self, addr: u64) {
-        self.free.push(addr - addr % u64::from(self.cfg.frame_size));
+        if self.ledger.hand_over(addr, Holder::Caller, Holder::Free) {
+            self.free.push(self.ledger.base(addr));
+        }
     }
 
-    /// Queues the frame at `addr` (`len` bytes) for transmission; false when the TX ring
-    /// is full (the caller recycles it and counts the drop).
+    /// Queues the caller's frame at `addr` (`len` bytes, inside the frame) for
+    /// transmission; false when the TX ring is full or the frame is not the caller's
+    /// (the caller recycles it and counts the drop).
     pub fn transmit(&mut self, addr: u64, len: u32) -> bool {
+        let inside = (addr - self.ledger.base(addr)).saturating_add(u64::from(len))
+            <= u64::from(self.cfg.frame_size);
+        if !inside || !self.ledger.is_held_by(addr, Holder::Caller) {
+            return false;
+        }
         if self.tx_cur.reserve(&self.tx, 1) == 0 {
             return false;
         }
+        self.ledger.hand_over(addr, Holder::Caller, Holder::Kernel);
         let slot = self.tx_cur.slot(0);
         self.tx.write_desc(
             slot,
@@ -499,4 +590,36 @@ pub fn poll_readable(fd: RawFd, timeout_ms: i32) {
     };
     // SAFETY: one live pollfd, count 1; the kernel writes only `revents`.
     unsafe { libc::poll(&mut p, 1, timeout_ms) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_frame_moves_only_from_its_holder() {
+        let mut ledger = Ledger::new(4, 2048);
+        // Free → kernel (fill) → caller (received) → kernel (transmit) → free (completed).
+        assert!(ledger.hand_over(2048, Holder::Free, Holder::Kernel));
+        assert!(!ledger.is_held_by(2048 + 100, Holder::Caller));
+        assert!(ledger.hand_over(2048 + 256, Holder::Kernel, Holder::Caller));
+        assert!(ledger.is_held_by(2048 + 4000 % 2048, Holder::Caller));
+        assert!(ledger.hand_over(2048, Holder::Caller, Holder::Kernel));
+        assert!(ledger.hand_over(2048, Holder::Kernel, Holder::Free));
+        // A second completion (or recycle) of the same frame moves nothing: the free list
+        // can never hold one frame twice.
+        assert!(!ledger.hand_over(2048, Holder::Kernel, Holder::Free));
+        assert!(!ledger.hand_over(2048, Holder::Caller, Holder::Free));
+    }
+
+    #[test]
+    fn addresses_outside_the_umem_belong_to_nobody() {
+        let mut ledger = Ledger::new(4, 2048);
+        assert_eq!(ledger.index(4 * 2048 - 1), Some(3));
+        assert_eq!(ledger.index(4 * 2048), None);
+        assert_eq!(ledger.index(u64::MAX), None);
+        assert!(!ledger.hand_over(4 * 2048, Holder::Free, Holder::Kernel));
+        assert!(!ledger.is_held_by(u64::MAX, Holder::Free));
+        assert_eq!(ledger.base(3 * 2048 + 17), 3 * 2048);
+    }
 }
