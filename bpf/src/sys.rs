@@ -19,6 +19,8 @@ const CMD_PROG_LOAD: libc::c_int = 5;
 const CMD_PROG_TEST_RUN: libc::c_int = 10;
 const CMD_LINK_CREATE: libc::c_int = 28;
 
+/// `BPF_MAP_TYPE_HASH`.
+pub const MAP_HASH: u32 = 1;
 /// `BPF_MAP_TYPE_ARRAY`.
 pub const MAP_ARRAY: u32 = 2;
 /// `BPF_MAP_TYPE_PERCPU_ARRAY`: one value per possible CPU, no atomics needed.

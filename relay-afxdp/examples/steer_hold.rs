@@ -1,8 +1,8 @@
-//! Test tool: load the steering program for the given ports, attach it to an interface
+//! Test tool: load the steering program for the given destinations, attach it to an interface
 //! of the current network namespace through a BPF link, print `attached`, and hold until
 //! killed. The kernel removes the attachment when the process dies, even on SIGKILL.
 //!
-//! `steer_hold <ifname> <skb|native> <port>...`
+//! `steer_hold <ifname> <skb|native> <ip:port>...`
 
 use std::process::ExitCode;
 
@@ -11,7 +11,7 @@ use relay_afxdp::steering::{AttachMode, Steering};
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 4 {
-        eprintln!("usage: steer_hold <ifname> <skb|native> <port>...");
+        eprintln!("usage: steer_hold <ifname> <skb|native> <ip:port>...");
         return ExitCode::from(2);
     }
     let mode = match args[2].as_str() {
@@ -22,10 +22,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let ports: Vec<u16> = match args[3..].iter().map(|p| p.parse()).collect() {
+    let dests: Vec<std::net::SocketAddr> = match args[3..].iter().map(|p| p.parse()).collect() {
         Ok(p) => p,
         Err(_) => {
-            eprintln!("ports must be numbers");
+            eprintln!("destinations must be ip:port");
             return ExitCode::from(2);
         }
     };
@@ -36,7 +36,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let steering = match Steering::load(&ports, 1) {
+    let steering = match Steering::load(&dests, 1) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("load: {e}");

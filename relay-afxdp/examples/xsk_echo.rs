@@ -1,10 +1,10 @@
-//! Test tool for the AF_XDP socket layer (not the relay): steer UDP to `port` on
+//! Test tool for the AF_XDP socket layer (not the relay): steer UDP to `ip:port` on
 //! `ifname` queue 0 into an AF_XDP socket (copy mode), and send every such datagram back
 //! to its sender by rewriting the same UMEM frame in place (MACs, addresses and ports
 //! swapped, both checksums recomputed). Prints `ready`, then `echoed N` when `count`
 //! datagrams were echoed or `idle` passed without one.
 //!
-//! `xsk_echo <ifname> <skb|native> <port> <count> [queue]`
+//! `xsk_echo <ifname> <skb|native> <ip:port> <count> [queue]`
 
 use std::time::{Duration, Instant};
 
@@ -20,7 +20,7 @@ fn main() {
     } else {
         AttachMode::Skb
     };
-    let port: u16 = args[3].parse().expect("port");
+    let dest: std::net::SocketAddr = args[3].parse().expect("ip:port");
     let count: u64 = args[4].parse().expect("count");
     let queue: u32 = args.get(5).map_or(0, |q| q.parse().expect("queue"));
     let ifindex: u32 = std::fs::read_to_string(format!("/sys/class/net/{ifname}/ifindex"))
@@ -28,7 +28,7 @@ fn main() {
         .trim()
         .parse()
         .expect("ifindex");
-    let steering = Steering::load(&[port], queue + 1).expect("program loads");
+    let steering = Steering::load(&[dest], queue + 1).expect("program loads");
     let mut sock =
         XdpSocket::open(ifindex, queue, XskConfig::default()).expect("AF_XDP socket binds");
     steering

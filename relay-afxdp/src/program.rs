@@ -1,29 +1,36 @@
 //! The XDP steering program, assembled in Rust.
 //!
 //! It sends to the AF_XDP socket of the receiving queue only IPv4 and IPv6 UDP datagrams
-//! whose destination port is one of the relay's (VIP ports and internal ports, set in the
-//! `ports` map); everything else (ARP, ICMP, TCP, other UDP, IPv4 fragments, IPv6 with
-//! extension headers, truncated frames) is passed to the kernel untouched. If the queue
-//! has no socket, `bpf_redirect_map` falls back to `XDP_PASS`. Each decision is counted in
-//! the `stats` map (index [`STAT_PASSED`] or [`STAT_STEERED`]).
+//! whose destination address and port are one of the relay's (its VIPs and internal
+//! addresses, set in the `dests` hash map); everything else (ARP, ICMP, TCP, UDP to other
+//! addresses or ports, IPv4 fragments, IPv6 with extension headers, truncated frames) is
+//! passed to the kernel untouched. If the queue has no socket, `bpf_redirect_map` falls
+//! back to `XDP_PASS`. Each decision is counted in the `stats` map (index
+//! [`STAT_PASSED`] or [`STAT_STEERED`]).
 //!
 //! ```text
-//!  eth (14) ─┬─ 0x0800 IPv4: proto 17, no fragment, IHL ≥ 5 → UDP dst port
-//!            ├─ 0x86DD IPv6: next header 17 (no extension headers) → UDP dst port
+//!  eth (14) ─┬─ 0x0800 IPv4: proto 17, no fragment, IHL ≥ 5 → key ::ffff:dst ip, dst port
+//!            ├─ 0x86DD IPv6: next header 17 (no extension headers) → key dst ip, dst port
 //!            └─ anything else → pass
-//!  ports[dst port as loaded] != 0 → redirect to xsks[rx_queue_index] (else pass)
+//!  dests[key] present → redirect to xsks[rx_queue_index] (else pass)
 //! ```
+//!
+//! The key ([`dest_key`], 20 bytes on the stack at r10 - 24) is the destination address
+//! as 16 bytes (IPv4 mapped into IPv6), the port as on the wire, two zero bytes.
 
 pub use ufrag_bpf::asm::action;
-use ufrag_bpf::asm::{Asm, B, H, Insn, JEQ, JGT, JLT, JNE, W, helper};
+use ufrag_bpf::asm::{Asm, B, DW, H, Insn, JEQ, JGT, JLT, JNE, W, helper};
 
 /// `stats` index counting frames passed to the kernel.
 pub const STAT_PASSED: u32 = 0;
 /// `stats` index counting frames steered to AF_XDP.
 pub const STAT_STEERED: u32 = 1;
 
+/// Where the key is built on the stack (20 bytes, 8-byte aligned).
+const KEY_AT: i16 = -24;
+
 /// Builds the steering program for the given map file descriptors.
-pub fn steering(ports_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
+pub fn steering(dests_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
     // Registers: r1 ctx / args, r2 data, r3 data_end, r4 cursor, r5 scratch, r6 ctx (saved),
     // r7 scratch, r10 frame pointer.
     let mut a = Asm::default();
@@ -57,7 +64,12 @@ pub fn steering(ports_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
     a.mov_reg(7, 4);
     a.add_imm(7, 8);
     a.jump(JGT, 7, Ok(3), "pass");
-    a.load(H, 5, 4, 2); // destination port
+    // Key: ::ffff:<destination address>, then the destination port, then zeros.
+    a.store_imm(DW, 10, KEY_AT, 0);
+    a.store_imm(W, 10, KEY_AT + 8, 0xffff_0000_u32 as i32); // bytes 00 00 ff ff
+    a.load(W, 5, 2, 30); // destination address, bytes as on the wire
+    a.store_reg(W, 10, KEY_AT + 12, 5);
+    a.load(H, 5, 4, 2); // destination port, as on the wire
     a.goto("port");
 
     a.label("ipv6");
@@ -66,17 +78,20 @@ pub fn steering(ports_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
     a.jump(JGT, 4, Ok(3), "pass");
     a.load(B, 5, 2, 20); // next header
     a.jump(JNE, 5, Err(17), "pass");
+    for word in 0..4 {
+        a.load(W, 5, 2, 38 + 4 * word); // destination address
+        a.store_reg(W, 10, KEY_AT + 4 * word, 5);
+    }
     a.load(H, 5, 2, 56); // destination port
 
     a.label("port");
-    a.store_reg(W, 10, -4, 5);
+    a.store_reg(H, 10, KEY_AT + 16, 5);
+    a.store_imm(H, 10, KEY_AT + 18, 0);
     a.mov_reg(2, 10);
-    a.add_imm(2, -4);
-    a.map_fd(1, ports_fd);
+    a.add_imm(2, i32::from(KEY_AT));
+    a.map_fd(1, dests_fd);
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jump(JEQ, 0, Err(0), "pass");
-    a.load(B, 5, 0, 0);
-    a.jump(JEQ, 5, Err(0), "pass");
     a.count(stats_fd, STAT_STEERED, "redirect");
     a.load(W, 2, 6, 16); // rx_queue_index
     a.map_fd(1, xsks_fd);
@@ -90,10 +105,21 @@ pub fn steering(ports_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
     a.finish()
 }
 
-/// The key of `port` in the `ports` map: the two bytes as the program loads them.
-pub fn port_key(port: u16) -> u32 {
-    u32::from(u16::from_le_bytes(port.to_be_bytes()))
+/// The key of destination `addr` in the `dests` map: the address as 16 bytes (IPv4 as
+/// IPv4-mapped IPv6), the port in network byte order, two zero bytes.
+pub fn dest_key(addr: std::net::SocketAddr) -> [u8; DEST_KEY_LEN] {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+        std::net::IpAddr::V6(v6) => v6,
+    };
+    let mut key = [0u8; DEST_KEY_LEN];
+    key[..16].copy_from_slice(&ip.octets());
+    key[16..18].copy_from_slice(&addr.port().to_be_bytes());
+    key
 }
+
+/// The length of a [`dest_key`].
+pub const DEST_KEY_LEN: usize = 20;
 
 #[cfg(test)]
 mod tests {
@@ -114,9 +140,12 @@ mod tests {
     }
 
     #[test]
-    fn port_keys_match_network_byte_order_loads() {
-        // Port 3478 = 0x0D96 on the wire as [0x0D, 0x96]; a little-endian u16 load reads 0x960D.
-        assert_eq!(port_key(3478), 0x960D);
-        assert_eq!(port_key(0x0100), 0x0001);
+    fn destination_keys_are_the_wire_bytes_with_ipv4_mapped() {
+        let v4 = dest_key("10.77.0.2:3478".parse().unwrap());
+        assert_eq!(&v4[..12], &[0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff]);
+        assert_eq!(&v4[12..], &[10, 77, 0, 2, 0x0D, 0x96, 0, 0]);
+        let v6 = dest_key("[fd77::2]:40000".parse().unwrap());
+        assert_eq!(&v6[..2], &[0xfd, 0x77]);
+        assert_eq!(&v6[16..], &[0x9c, 0x40, 0, 0]);
     }
 }

@@ -146,6 +146,19 @@ fn validate(
             "`frame_size` must be 2048..=4096".into(),
         ));
     }
+    let internal = (0..config.workers()).map(|i| config.worker_internal_addr(i));
+    if let Some(wildcard) = config
+        .vips
+        .iter()
+        .copied()
+        .chain(internal)
+        .find(|a| a.ip().is_unspecified())
+    {
+        return Err(StartError::Config(format!(
+            "`vip` and `internal_addr` must be specific addresses for relay-afxdp (its XDP \
+             program steers what is sent to them), not {wildcard}"
+        )));
+    }
     if options.batch == 0 {
         return Err(StartError::Config("`batch` must be at least 1".into()));
     }
@@ -182,9 +195,9 @@ impl Relay {
     pub fn start(config: &RelayConfig, options: &AfXdpOptions) -> Result<Running, StartError> {
         let interface = Interface::read(&options.interface)?;
         validate(config, options, interface.rx_queues)?;
-        let mut ports: Vec<u16> = config.vips.iter().map(|v| v.port()).collect();
-        ports.extend((0..config.workers()).map(|i| config.worker_internal_addr(i).port()));
-        let steering = Steering::load(&ports, interface.rx_queues as u32)
+        let mut dests = config.vips.clone();
+        dests.extend((0..config.workers()).map(|i| config.worker_internal_addr(i)));
+        let steering = Steering::load(&dests, interface.rx_queues as u32)
             .map_err(system("loading the XDP program"))?;
         let xsk_config = XskConfig {
             frames: 4096,

@@ -1,8 +1,9 @@
-//! The steering program with its maps, loaded and ready to attach: `ports` (which UDP
-//! destination ports belong to the relay), `xsks` (one AF_XDP socket per queue) and
-//! `stats` (decision counters).
+//! The steering program with its maps, loaded and ready to attach: `dests` (which UDP
+//! destination addresses and ports belong to the relay), `xsks` (one AF_XDP socket per
+//! queue) and `stats` (decision counters).
 
 use std::io;
+use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 
 use crate::program::{self, STAT_PASSED, STAT_STEERED};
@@ -30,25 +31,39 @@ pub struct SteeringStats {
 #[derive(Debug)]
 pub struct Steering {
     prog: OwnedFd,
-    ports: Map,
+    dests: Map,
     xsks: Map,
     stats: Map,
 }
 
 impl Steering {
-    /// Creates the maps, loads the program and marks `ports` as the relay's.
-    pub fn load(ports: &[u16], queues: u32) -> io::Result<Self> {
-        let port_map = Map::create(bpf::MAP_ARRAY, 4, 1, 65_536, "relay_ports")?;
+    /// Creates the maps, loads the program and marks `dests` (specific addresses: the
+    /// program matches what a datagram was sent to) as the relay's.
+    pub fn load(dests: &[SocketAddr], queues: u32) -> io::Result<Self> {
+        if let Some(wildcard) = dests.iter().find(|d| d.ip().is_unspecified()) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{wildcard}: the XDP program steers specific addresses, not a wildcard"),
+            ));
+        }
+        let entries = u32::try_from(dests.len().max(1)).unwrap_or(u32::MAX);
+        let dest_map = Map::create(
+            bpf::MAP_HASH,
+            program::DEST_KEY_LEN as u32,
+            1,
+            entries,
+            "relay_dests",
+        )?;
         let xsks = Map::create(bpf::MAP_XSKMAP, 4, 4, queues.max(1), "relay_xsks")?;
         let stats = Map::create(bpf::MAP_ARRAY, 4, 8, 2, "relay_stats")?;
-        let insns = program::steering(port_map.raw_fd(), xsks.raw_fd(), stats.raw_fd());
+        let insns = program::steering(dest_map.raw_fd(), xsks.raw_fd(), stats.raw_fd());
         let prog = bpf::prog_load_xdp(&insns, "relay_steer")?;
-        for port in ports {
-            port_map.update(&program::port_key(*port).to_ne_bytes(), &[1])?;
+        for dest in dests {
+            dest_map.update(&program::dest_key(*dest), &[1])?;
         }
         Ok(Steering {
             prog,
-            ports: port_map,
+            dests: dest_map,
             xsks,
             stats,
         })
@@ -99,8 +114,8 @@ impl Steering {
         self.xsks.fd()
     }
 
-    /// The ports map.
-    pub fn ports(&self) -> &OwnedFd {
-        self.ports.fd()
+    /// The destinations map.
+    pub fn dests(&self) -> &OwnedFd {
+        self.dests.fd()
     }
 }

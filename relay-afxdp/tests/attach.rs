@@ -22,7 +22,12 @@ fn hold(bed: &Testbed, mode: &str) -> Result<OwnedChild, String> {
         .relay
         .command(example("relay-afxdp", "steer_hold").to_str().unwrap());
     command
-        .args([bed.relay.ifname.as_str(), mode, "3478", "40000"])
+        .args([
+            bed.relay.ifname.as_str(),
+            mode,
+            &format!("{}:3478", bed.relay.ip(false)),
+            &format!("{}:40000", bed.relay.ip(false)),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = OwnedChild::spawn(&mut command).unwrap();
@@ -89,7 +94,12 @@ fn check_af_xdp_echo(mode: &str) {
         .relay
         .command(example("relay-afxdp", "xsk_echo").to_str().unwrap());
     command
-        .args([bed.relay.ifname.as_str(), mode, "3478", "101"])
+        .args([
+            bed.relay.ifname.as_str(),
+            mode,
+            &format!("{}:3478", bed.relay.ip(false)),
+            "101",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut echo = OwnedChild::spawn(&mut command).unwrap();

@@ -14,7 +14,16 @@ fn eth(ethertype: u16) -> Vec<u8> {
     f
 }
 
+/// The relay's IPv4 address in these frames (the destination [`ipv4`] writes).
+const RELAY_V4: [u8; 4] = [10, 77, 0, 2];
+/// The relay's IPv6 address (the destination [`ipv6`] writes).
+const RELAY_V6: [u8; 16] = [0xfd; 16];
+
 fn ipv4(protocol: u8, ihl_words: u8, frag: u16, payload: &[u8]) -> Vec<u8> {
+    ipv4_to(RELAY_V4, protocol, ihl_words, frag, payload)
+}
+
+fn ipv4_to(dst: [u8; 4], protocol: u8, ihl_words: u8, frag: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = eth(0x0800);
     let hlen = usize::from(ihl_words) * 4;
     let total = (hlen + payload.len()) as u16;
@@ -22,7 +31,8 @@ fn ipv4(protocol: u8, ihl_words: u8, frag: u16, payload: &[u8]) -> Vec<u8> {
     h.extend_from_slice(&total.to_be_bytes());
     h.extend_from_slice(&[0, 1]);
     h.extend_from_slice(&frag.to_be_bytes());
-    h.extend_from_slice(&[64, protocol, 0, 0, 10, 77, 0, 1, 10, 77, 0, 2]);
+    h.extend_from_slice(&[64, protocol, 0, 0, 10, 77, 0, 1]);
+    h.extend_from_slice(&dst);
     h.resize(hlen, 1); // options, if any
     f.extend_from_slice(&h);
     f.extend_from_slice(payload);
@@ -30,12 +40,16 @@ fn ipv4(protocol: u8, ihl_words: u8, frag: u16, payload: &[u8]) -> Vec<u8> {
 }
 
 fn ipv6(next: u8, payload: &[u8]) -> Vec<u8> {
+    ipv6_to(RELAY_V6, next, payload)
+}
+
+fn ipv6_to(dst: [u8; 16], next: u8, payload: &[u8]) -> Vec<u8> {
     let mut f = eth(0x86DD);
     f.extend_from_slice(&[0x60, 0, 0, 0]);
     f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
     f.extend_from_slice(&[next, 64]);
-    f.extend_from_slice(&[0xfd; 16]);
-    f.extend_from_slice(&[0xfd; 16]);
+    f.extend_from_slice(&[0xfe; 16]);
+    f.extend_from_slice(&dst);
     f.extend_from_slice(payload);
     f
 }
@@ -61,7 +75,17 @@ fn steering() -> Steering {
         uid, "0",
         "loading XDP programs needs root (CAP_BPF); CI runs as root"
     );
-    Steering::load(&[VIP_PORT, INTERNAL_PORT], 4).expect("the verifier accepts the program")
+    let v4 = std::net::IpAddr::from(RELAY_V4);
+    let v6 = std::net::IpAddr::from(RELAY_V6);
+    Steering::load(
+        &[
+            (v4, VIP_PORT).into(),
+            (v4, INTERNAL_PORT).into(),
+            (v6, VIP_PORT).into(),
+        ],
+        4,
+    )
+    .expect("the verifier accepts the program")
 }
 
 /// Runs one frame; returns (verdict, steered?) from the counters' change.
@@ -110,6 +134,21 @@ fn relay_udp_is_steered_and_everything_else_passes() {
         ),
         ("IPv6 UDP to the VIP port", ipv6(17, &udp(VIP_PORT)), true),
         ("IPv4 UDP to another port", ipv4(17, 5, 0, &udp(53)), false),
+        (
+            "IPv4 UDP to the VIP port on another local address",
+            ipv4_to([10, 77, 0, 9], 17, 5, 0, &udp(VIP_PORT)),
+            false,
+        ),
+        (
+            "IPv6 UDP to the VIP port on another local address",
+            ipv6_to([0xfc; 16], 17, &udp(VIP_PORT)),
+            false,
+        ),
+        (
+            "IPv6 UDP to the internal port (not a relay address in IPv6 here)",
+            ipv6(17, &udp(INTERNAL_PORT)),
+            false,
+        ),
         ("IPv6 UDP to another port", ipv6(17, &udp(5353)), false),
         (
             "IPv4 TCP to the VIP port",
@@ -153,5 +192,11 @@ fn relay_udp_is_steered_and_everything_else_passes() {
         assert_eq!(verdict, action::PASS, "{what}");
     }
     let totals: SteeringStats = s.stats().unwrap();
-    assert_eq!((totals.steered, totals.passed), (4, 12));
+    assert_eq!((totals.steered, totals.passed), (4, 15));
+}
+
+#[test]
+fn a_wildcard_destination_is_refused_not_steered_everywhere() {
+    let err = Steering::load(&["0.0.0.0:3478".parse().unwrap()], 1).unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidInput, "{err}");
 }
