@@ -4,78 +4,18 @@
 //! checksums, counters, ticks). The relay runs in process, in this test binary started
 //! again inside the relay's namespace.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 use relay_afxdp::relay::{AfXdpOptions, Relay};
+use testkit::alloc::{self, CountingAllocator};
 use testkit::child::OwnedChild;
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::{
     KEYS, METRICS, probe_session_through_relay_in, probe_through_relay_in, require_root, vip,
 };
 use ufrag_common::config::{RelayArgs, RelayConfig};
-
-struct CountingAllocator;
-
-static ARMED: AtomicBool = AtomicBool::new(false);
-static WORKER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-/// Whether this thread is a relay worker: unknown until its first counted allocation.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Unknown,
-    Asking,
-    Worker,
-    Other,
-}
-
-thread_local! {
-    static ROLE: Cell<Role> = const { Cell::new(Role::Unknown) };
-}
-
-fn count() {
-    if !ARMED.load(Ordering::Relaxed) {
-        return;
-    }
-    let role = ROLE.with(|r| {
-        if r.get() == Role::Unknown {
-            // Reading the name may itself allocate on a thread std has not named yet;
-            // `Asking` keeps that nested call from recursing.
-            r.set(Role::Asking);
-            let worker = std::thread::current()
-                .name()
-                .is_some_and(|n| n.starts_with("relay-w"));
-            r.set(if worker { Role::Worker } else { Role::Other });
-        }
-        r.get()
-    });
-    if role == Role::Worker {
-        WORKER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; the bookkeeping uses a
-// const-initialised thread-local Cell and atomics, which never allocate.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -203,19 +143,19 @@ fn relay_in_namespace() {
     .expect("the flags parse");
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());
     let config = RelayConfig::load(&cli.relay, Some(KEYS), online).expect("the config loads");
+    alloc::count_threads_named("relay-w");
     let running = Relay::start(&config, &cli.afxdp).expect("relay-afxdp starts");
     let deadline = Instant::now() + Duration::from_secs(60);
     while !control.join("arm").exists() {
         assert!(Instant::now() < deadline, "never armed");
         std::thread::sleep(Duration::from_millis(5));
     }
-    ARMED.store(true, Ordering::SeqCst);
+    alloc::arm();
     while !control.join("report").exists() {
         assert!(Instant::now() < deadline, "never asked for the count");
         std::thread::sleep(Duration::from_millis(5));
     }
-    ARMED.store(false, Ordering::SeqCst);
-    let count = WORKER_ALLOCATIONS.load(Ordering::SeqCst);
+    let count = alloc::disarm();
     running.join().expect("the workers stop cleanly");
     std::fs::write(control.join("count"), format!("{count}\n")).unwrap();
 }

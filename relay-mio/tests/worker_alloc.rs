@@ -2,53 +2,18 @@
 //! under a counting allocator: after warm-up, the worker thread allocates nothing per
 //! packet (receive, decide, frame, send, counters, expiry ticks).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use relay_mio::worker::{Worker, WorkerSpec};
+use testkit::alloc::{self, CountingAllocator};
 use ufrag_common::forward::ForwardPolicy;
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
 use ufrag_common::metrics::{RelayMetrics, SharedCounters};
 use ufrag_common::stun;
-
-struct CountingAllocator;
-
-static ARMED: AtomicBool = AtomicBool::new(false);
-static WORKER_ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
-thread_local! {
-    static IS_WORKER: Cell<bool> = const { Cell::new(false) };
-}
-
-fn count() {
-    if ARMED.load(Ordering::Relaxed) && IS_WORKER.with(Cell::get) {
-        WORKER_ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; the bookkeeping uses a
-// const-initialised thread-local Cell and atomics, which never allocate.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -86,7 +51,7 @@ fn the_worker_does_not_allocate_per_packet() {
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
     let thread = std::thread::spawn(move || {
-        IS_WORKER.with(|w| w.set(true));
+        alloc::count_this_thread();
         worker.run(&stopping).unwrap();
     });
 
@@ -150,7 +115,7 @@ fn the_worker_does_not_allocate_per_packet() {
     };
 
     round(4); // warm-up: lazily initialised thread-locals, first flows
-    ARMED.store(true, Ordering::Relaxed);
+    alloc::arm();
     let mut forwarded = 0;
     for _ in 0..20 {
         forwarded += round(8);
@@ -158,7 +123,7 @@ fn the_worker_does_not_allocate_per_packet() {
     // Let flows expire and ticks publish while armed, then create them again.
     std::thread::sleep(Duration::from_millis(500));
     forwarded += round(8);
-    ARMED.store(false, Ordering::Relaxed);
+    let allocations = alloc::disarm();
 
     stop.store(true, Ordering::Relaxed);
     thread.join().unwrap();
@@ -169,8 +134,7 @@ fn the_worker_does_not_allocate_per_packet() {
         "expiry ran while counting: {totals:?}"
     );
     assert_eq!(
-        WORKER_ALLOCATIONS.load(Ordering::Relaxed),
-        0,
+        allocations, 0,
         "the worker thread allocated while forwarding"
     );
 }

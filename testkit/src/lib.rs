@@ -3,6 +3,7 @@
 //! cycle through it.
 //!
 //! - [`addr`]: loopback addresses and ports unique to a test.
+//! - [`alloc`]: the counting global allocator of the zero-allocation tests.
 //! - [`browser`]: headless Chromium on the demo page, and the listener for its report.
 //! - [`cargo_build`]: another crate's binary or an example, built through cargo on demand.
 //! - [`child`]: child processes owned by their test (killed on drop and on parent death).
@@ -17,6 +18,7 @@
 #![deny(unsafe_code)]
 
 pub mod addr;
+pub mod alloc;
 pub mod browser;
 pub mod cargo_build;
 pub mod child;

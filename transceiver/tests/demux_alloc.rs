@@ -3,47 +3,17 @@
 //! session (a STUN check by ufrag, media by path), admit and learn a known path, the
 //! session's wake-up scheduled and popped, the reply framed and sent (sendmmsg).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
+use testkit::alloc::{self, CountingAllocator};
 use transceiver::session_table::{ClientPath, SessionTable};
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
 use ufrag_udp::{RecvBatch, SendBatch};
 
-struct CountingAllocator;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards every call unchanged to the system allocator; the counter is a
-// const-initialised thread-local Cell, which never allocates.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.with(|c| c.set(c.get() + 1));
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
 
 const SESSIONS: u64 = 64;
 
@@ -97,6 +67,7 @@ fn the_per_datagram_path_outside_str0m_does_not_allocate() {
         })
         .collect();
     let t0 = Instant::now();
+    alloc::count_this_thread();
 
     let mut routed = 0u64;
     let mut sent = 0u64;
@@ -104,7 +75,7 @@ fn the_per_datagram_path_outside_str0m_does_not_allocate() {
         for frame in &frames {
             relay.send_to(frame, worker_addr).unwrap();
         }
-        let before = allocations();
+        alloc::arm();
         let mut received = 0;
         while received < frames.len() {
             let n = incoming.recv(worker.as_raw_fd()).unwrap();
@@ -133,7 +104,7 @@ fn the_per_datagram_path_outside_str0m_does_not_allocate() {
             }
             outgoing.flush(worker.as_raw_fd(), |(), ok| sent += u64::from(ok));
         }
-        let allocated = allocations() - before;
+        let allocated = alloc::disarm();
         if count {
             assert_eq!(
                 allocated,
