@@ -5,14 +5,12 @@
 //! relay written with `std::net` would.
 
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use mio::{Events, Interest, Poll, Token};
-use ufrag_udp::{RecvBatch, SendBatch};
+use ufrag_udp::SendBatch;
 
 /// A thread pinned to a core that runs until dropped (its loop checks the flag).
 #[derive(Debug)]
@@ -74,26 +72,13 @@ impl BareForwarder {
     ) -> std::io::Result<Self> {
         let socket = crate::load::bind_in(ns, listen)?;
         let pinned = PinnedLoop::spawn("bare-fwd", cpu, move |stopping| {
-            let mut socket = mio::net::UdpSocket::from_std(socket);
-            let mut poll = Poll::new().expect("epoll");
-            poll.registry()
-                .register(&mut socket, Token(0), Interest::READABLE)
-                .expect("register");
-            let mut events = Events::with_capacity(8);
-            let mut recv = RecvBatch::new();
             let mut send = SendBatch::new(to.is_ipv6());
-            let fd = socket.as_raw_fd();
-            while !stopping.load(Ordering::Relaxed) {
-                let _ = poll.poll(&mut events, Some(Duration::from_millis(20)));
-                while let Ok(n @ 1..) = recv.recv(fd) {
-                    for i in 0..n {
-                        if let Some(d) = recv.get(i) {
-                            let _ = send.push(to, &[], d.data, ());
-                        }
-                    }
-                    send.flush(fd, |(), _| {});
+            crate::load::receive_batches(socket, stopping, |recv, n, fd| {
+                for d in (0..n).filter_map(|i| recv.get(i)) {
+                    let _ = send.push(to, &[], d.data, ());
                 }
-            }
+                send.flush(fd, |(), _| {});
+            });
         })?;
         Ok(BareForwarder {
             listen,

@@ -29,6 +29,31 @@ pub fn bind_in(ns: Option<&str>, addr: SocketAddr) -> std::io::Result<UdpSocket>
     testkit::netns::in_netns(ns, move || bind_udp(addr, false))?
 }
 
+/// Until `stopping` is set: waits (at most 20 ms) for `socket` to be readable, then reads
+/// it a `recvmmsg` batch at a time until it has nothing, handing each batch to `each`
+/// (the batch, how many datagrams it holds, the socket's fd). The receive loop of the
+/// sink and the bare forwarder.
+pub fn receive_batches(
+    socket: UdpSocket,
+    stopping: &AtomicBool,
+    mut each: impl FnMut(&RecvBatch, usize, std::os::fd::RawFd),
+) {
+    let mut socket = mio::net::UdpSocket::from_std(socket);
+    let mut poll = Poll::new().expect("epoll");
+    poll.registry()
+        .register(&mut socket, Token(0), Interest::READABLE)
+        .expect("register");
+    let mut events = Events::with_capacity(8);
+    let mut recv = RecvBatch::new();
+    let fd = socket.as_raw_fd();
+    while !stopping.load(Ordering::Relaxed) {
+        let _ = poll.poll(&mut events, Some(Duration::from_millis(20)));
+        while let Ok(n @ 1..) = recv.recv(fd) {
+            each(&recv, n, fd);
+        }
+    }
+}
+
 /// What arrived at the sink during one trial.
 #[derive(Debug)]
 struct SinkState {
@@ -74,41 +99,30 @@ impl Sink {
             .name("sink".into())
             .spawn(move || {
                 pin_to_load_cpu();
-                let mut socket = mio::net::UdpSocket::from_std(socket);
-                let mut poll = Poll::new().expect("epoll");
-                poll.registry()
-                    .register(&mut socket, Token(0), Interest::READABLE)
-                    .expect("register");
-                let mut events = Events::with_capacity(8);
-                let mut recv = RecvBatch::new();
-                let fd = socket.as_raw_fd();
-                while !stopping.load(Ordering::Relaxed) {
-                    let _ = poll.poll(&mut events, Some(Duration::from_millis(20)));
-                    while let Ok(n @ 1..) = recv.recv(fd) {
-                        let now = epoch.elapsed().as_nanos() as u64;
-                        let mut s = shared.lock().expect("sink state");
-                        for i in 0..n {
-                            let Some(d) = recv.get(i) else { continue };
-                            let payload = if framed {
-                                match FrameHeader::parse(d.data) {
-                                    Ok((_, p)) => p,
-                                    Err(_) => continue,
-                                }
-                            } else {
-                                d.data
-                            };
-                            let Some(sent) = payload.get(4..12) else {
-                                continue;
-                            };
-                            if payload.first() != Some(&0x80) {
-                                continue; // a forwarded Binding Request during setup
+                receive_batches(socket, &stopping, |recv, n, _| {
+                    let now = epoch.elapsed().as_nanos() as u64;
+                    let mut s = shared.lock().expect("sink state");
+                    for i in 0..n {
+                        let Some(d) = recv.get(i) else { continue };
+                        let payload = if framed {
+                            match FrameHeader::parse(d.data) {
+                                Ok((_, p)) => p,
+                                Err(_) => continue,
                             }
-                            let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
-                            s.received += 1;
-                            let _ = s.latency_ns.record(now.saturating_sub(sent).max(1_000));
+                        } else {
+                            d.data
+                        };
+                        let Some(sent) = payload.get(4..12) else {
+                            continue;
+                        };
+                        if payload.first() != Some(&0x80) {
+                            continue; // a forwarded Binding Request during setup
                         }
+                        let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
+                        s.received += 1;
+                        let _ = s.latency_ns.record(now.saturating_sub(sent).max(1_000));
                     }
-                }
+                });
             })?;
         Ok(Sink {
             addr,

@@ -238,11 +238,10 @@ pub fn generator_program(
     a.finish()
 }
 
-/// The sink's program: an IPv4 UDP frame (no options) to `port` is counted in the
-/// per-CPU `counts[0]`; one in `sample_every` goes on to the kernel (for the latency
-/// socket), the rest are dropped; everything else passes untouched.
-pub fn sink_program(counts_fd: i32, port: u16, sample_every: u32) -> Vec<Insn> {
-    let mut a = Asm::default();
+/// The start both frame-matching programs share: r2 = data, r3 = data_end, and a jump
+/// to `pass` unless the frame holds a whole IPv4 header without options and a UDP
+/// header (to [`PAYLOAD`]).
+fn ipv4_udp_or_pass(a: &mut Asm) {
     a.load(ufrag_bpf::asm::W, 2, 1, 0);
     a.load(ufrag_bpf::asm::W, 3, 1, 4);
     a.mov_reg(4, 2);
@@ -254,13 +253,21 @@ pub fn sink_program(counts_fd: i32, port: u16, sample_every: u32) -> Vec<Insn> {
     a.jump(JNE, 5, Err(0x45), "pass");
     a.load(B, 5, 2, (ETH + 9) as i16);
     a.jump(JNE, 5, Err(17), "pass");
+}
+
+/// A UDP port as a program's 16-bit load of it from the frame reads it.
+fn port_as_loaded(port: u16) -> i32 {
+    i32::from(u16::from_le_bytes(port.to_be_bytes()))
+}
+
+/// The sink's program: an IPv4 UDP frame (no options) to `port` is counted in the
+/// per-CPU `counts[0]`; one in `sample_every` goes on to the kernel (for the latency
+/// socket), the rest are dropped; everything else passes untouched.
+pub fn sink_program(counts_fd: i32, port: u16, sample_every: u32) -> Vec<Insn> {
+    let mut a = Asm::default();
+    ipv4_udp_or_pass(&mut a);
     a.load(H, 5, 2, (ETH + IPV4 + 2) as i16);
-    a.jump(
-        JNE,
-        5,
-        Err(i32::from(u16::from_le_bytes(port.to_be_bytes()))),
-        "pass",
-    );
+    a.jump(JNE, 5, Err(port_as_loaded(port)), "pass");
     a.lookup_array(counts_fd, 0, "pass");
     a.load(DW, 7, 0, 0);
     a.add_imm(7, 1);
@@ -312,19 +319,9 @@ pub struct Rewrite {
 /// what forwarding costs.
 pub fn relay_program(r: &Rewrite) -> Vec<Insn> {
     let le32 = |ip: std::net::Ipv4Addr| i32::from_le_bytes(ip.octets());
-    let le16 = |port: u16| i32::from(u16::from_le_bytes(port.to_be_bytes()));
+    let le16 = port_as_loaded;
     let mut a = Asm::default();
-    a.load(ufrag_bpf::asm::W, 2, 1, 0);
-    a.load(ufrag_bpf::asm::W, 3, 1, 4);
-    a.mov_reg(4, 2);
-    a.add_imm(4, PAYLOAD as i32);
-    a.jump(JGT, 4, Ok(3), "pass");
-    a.load(H, 5, 2, 12);
-    a.jump(JNE, 5, Err(0x0008), "pass");
-    a.load(B, 5, 2, ETH as i16);
-    a.jump(JNE, 5, Err(0x45), "pass");
-    a.load(B, 5, 2, (ETH + 9) as i16);
-    a.jump(JNE, 5, Err(17), "pass");
+    ipv4_udp_or_pass(&mut a);
     a.load(ufrag_bpf::asm::W, 5, 2, (ETH + 16) as i16);
     a.jump(JNE, 5, Err(le32(*r.vip.ip())), "pass");
     a.load(H, 5, 2, (ETH + IPV4 + 2) as i16);
