@@ -108,6 +108,7 @@ const SUB: u8 = 0x10;
 const AND: u8 = 0x50;
 const LSH: u8 = 0x60;
 const RSH: u8 = 0x70;
+const DIV: u8 = 0x30;
 const MOD: u8 = 0x90;
 const XOR: u8 = 0xa0;
 const MOV: u8 = 0xb0;
@@ -185,6 +186,11 @@ impl Asm {
     /// `dst ^= imm`
     pub fn xor_imm(&mut self, dst: u8, imm: i32) {
         self.raw(ALU64 | XOR | K, dst, 0, 0, imm);
+    }
+    /// `dst /= imm` (unsigned; `imm` must not be 0)
+    pub fn div_imm(&mut self, dst: u8, imm: i32) {
+        assert_ne!(imm, 0, "BPF refuses a division by zero");
+        self.raw(ALU64 | DIV | K, dst, 0, 0, imm);
     }
     /// `dst %= imm` (unsigned; `imm` must not be 0)
     pub fn mod_imm(&mut self, dst: u8, imm: i32) {

@@ -1,6 +1,7 @@
 //! The forwarders a user would pick instead of ours, run in the relay's namespace of the
-//! testbed: nftables DNAT+SNAT (the kernel's own forwarding) and the nginx stream UDP
-//! proxy (Debian's nginx with libnginx-mod-stream). Each is torn down on drop.
+//! testbed: nftables DNAT+SNAT (the kernel's own forwarding), the nginx stream UDP
+//! proxy (Debian's nginx with libnginx-mod-stream) and Quilkin (the Rust UDP proxy, from
+//! crates.io). Each is torn down on drop.
 
 use std::io::{self, Write as _};
 use std::net::SocketAddrV4;
@@ -38,7 +39,9 @@ pub struct Nftables {
 const NFT_TABLE: &str = "perf_relay";
 
 impl Nftables {
-    /// Turns on forwarding (one-armed: no ICMP redirects) and loads the NAT table.
+    /// Turns on forwarding (one-armed: no ICMP redirects), keeps unreplied UDP flows for
+    /// 15 minutes (as long as the relays keep theirs in `perf compare`, instead of 30 s),
+    /// and loads the NAT table.
     pub fn start(ns: &str, vip: SocketAddrV4, to: SocketAddrV4) -> io::Result<Self> {
         run(
             in_ns(
@@ -47,7 +50,9 @@ impl Nftables {
                 &[
                     "-c",
                     "sysctl -qw net.ipv4.ip_forward=1 && \
-                     for f in /proc/sys/net/ipv4/conf/*/send_redirects; do echo 0 > $f; done",
+                     for f in /proc/sys/net/ipv4/conf/*/send_redirects; do echo 0 > $f; done && \
+                     modprobe -q nf_conntrack 2>/dev/null; \
+                     sysctl -qw net.netfilter.nf_conntrack_udp_timeout=900",
                 ],
             ),
             "forwarding on",
@@ -111,8 +116,16 @@ pub struct Nginx {
 const STREAM_MODULE: &str = "/usr/lib/nginx/modules/ngx_stream_module.so";
 
 impl Nginx {
-    /// Proxies UDP from `listen` to `to` in namespace `ns`, pinned to `cpu`.
-    pub fn start(ns: &str, listen: SocketAddrV4, to: SocketAddrV4, cpu: usize) -> io::Result<Self> {
+    /// Proxies UDP from `listen` to `to` in namespace `ns`, pinned to `cpu`, with room
+    /// for `flows` client sessions (each holds an upstream socket).
+    pub fn start(
+        ns: &str,
+        listen: SocketAddrV4,
+        to: SocketAddrV4,
+        cpu: usize,
+        flows: u32,
+    ) -> io::Result<Self> {
+        let connections = 2 * flows + 1024;
         let dir = std::env::temp_dir().join(format!("perf-nginx-{}", std::process::id()));
         std::fs::create_dir_all(&dir)?;
         let conf = dir.join("nginx.conf");
@@ -121,9 +134,10 @@ impl Nginx {
             format!(
                 "load_module {STREAM_MODULE};\n\
                  daemon off;\nmaster_process off;\nworker_processes 1;\n\
+                 worker_rlimit_nofile {connections};\n\
                  pid {dir}/nginx.pid;\nerror_log {dir}/error.log warn;\n\
-                 events {{ worker_connections 4096; }}\n\
-                 stream {{ server {{ listen {listen} udp reuseport; proxy_pass {to}; proxy_timeout 30s; }} }}\n",
+                 events {{ worker_connections {connections}; }}\n\
+                 stream {{ server {{ listen {listen} udp reuseport; proxy_pass {to}; proxy_timeout 15m; }} }}\n",
                 dir = dir.display()
             ),
         )?;
@@ -145,20 +159,7 @@ impl Nginx {
             .stderr(Stdio::piped());
         let mut child = OwnedChild::spawn(&mut command)?;
         // Ready when the UDP socket is bound (nginx has no readiness endpoint of its own).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        loop {
-            let ss = in_ns(ns, "ss", &["-uln"]).output()?;
-            if String::from_utf8_lossy(&ss.stdout).contains(&listen.to_string()) {
-                break;
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(io::Error::other(format!(
-                    "nginx did not bind {listen}: {:?}",
-                    child.exit_report()
-                )));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+        wait_bound(ns, &listen.to_string(), "nginx", &mut child)?;
         Ok(Nginx { _child: child, dir })
     }
 }
@@ -166,5 +167,73 @@ impl Nginx {
 impl Drop for Nginx {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits up to 10 s until `ss -uln` in `ns` lists a UDP socket on `local` (as ss prints
+/// it, e.g. `10.77.0.2:4002` or `*:4003`), or `child` has exited.
+fn wait_bound(ns: &str, local: &str, what: &str, child: &mut OwnedChild) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let ss = in_ns(ns, "ss", &["-Huln"]).output()?;
+        if String::from_utf8_lossy(&ss.stdout)
+            .lines()
+            .any(|l| l.split_whitespace().nth(3) == Some(local))
+        {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "{what} did not bind {local}: {:?}",
+                child.exit_report()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Quilkin 0.10 (`cargo install quilkin`, found on `PATH`), one UDP worker pinned to a
+/// core, forwarding everything on its port to one static endpoint (no filters). It binds
+/// the port on every address (`[::]`, dual stack); its admin server gets a port of its
+/// own on loopback. Its release builds drop datagrams from loopback sources, which is
+/// why the testbed's clients use namespace addresses.
+#[derive(Debug)]
+pub struct Quilkin {
+    _child: OwnedChild,
+}
+
+/// Quilkin's admin (metrics, readiness) address in the relay's namespace.
+const QUILKIN_ADMIN: &str = "127.0.0.1:8010";
+
+impl Quilkin {
+    /// Proxies UDP from `listen`'s port to `to` in namespace `ns`, pinned to `cpu`.
+    pub fn start(ns: &str, listen: SocketAddrV4, to: SocketAddrV4, cpu: usize) -> io::Result<Self> {
+        let port = listen.port().to_string();
+        let endpoint = to.to_string();
+        let mut command = in_ns(
+            ns,
+            "taskset",
+            &[
+                "-c",
+                &cpu.to_string(),
+                "quilkin",
+                "--service.udp",
+                "--service.udp.port",
+                &port,
+                "--service.udp.workers",
+                "1",
+                "--provider.static.endpoints",
+                &endpoint,
+                "--admin.address",
+                QUILKIN_ADMIN,
+            ],
+        );
+        command
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = OwnedChild::spawn(&mut command)?;
+        wait_bound(ns, &format!("*:{port}"), "quilkin", &mut child)?;
+        Ok(Quilkin { _child: child })
     }
 }

@@ -6,7 +6,7 @@
 //! for one-way latency. The generator paces in 0.5 ms slices and sends what is due with
 //! `sendmmsg`, a batch of up to 64 per client socket at a time.
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -166,10 +166,106 @@ impl Drop for Sink {
     }
 }
 
-/// Client sockets that send paced load.
+/// The client addresses of `flows` flows: ports `first_port`… on one address, then on
+/// the next (consecutive last octets), at most `ports_per_addr` ports each. Flow `f` is
+/// `addr(f)`; the live-frames generator stamps the same address into its `f`-th frame of
+/// every cycle, so the socket that made flow `f` and the frames that load it agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowPlan {
+    /// The first client address.
+    pub first_ip: Ipv4Addr,
+    /// The first source port on every address.
+    pub first_port: u16,
+    /// Ports per address.
+    pub ports_per_addr: u32,
+    /// Flows in all.
+    pub flows: u32,
+}
+
+/// Why a flow plan cannot be laid out.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FlowPlanError {
+    /// No flows, or no ports per address.
+    #[error("a flow plan needs at least one flow and one port per address")]
+    Empty,
+    /// The ports run past 65535.
+    #[error("ports {first}..{first}+{per_addr} run past 65535")]
+    Ports {
+        /// The first port.
+        first: u16,
+        /// Ports per address.
+        per_addr: u32,
+    },
+    /// The addresses run past the last octet 254.
+    #[error("{needed} addresses from {first} run past .254")]
+    Addresses {
+        /// The first address.
+        first: Ipv4Addr,
+        /// Addresses needed.
+        needed: u32,
+    },
+}
+
+impl FlowPlan {
+    /// `flows` flows from `first_ip`:`first_port` on, `ports_per_addr` per address.
+    pub fn new(
+        first_ip: Ipv4Addr,
+        first_port: u16,
+        ports_per_addr: u32,
+        flows: u32,
+    ) -> Result<Self, FlowPlanError> {
+        if flows == 0 || ports_per_addr == 0 || first_port == 0 {
+            return Err(FlowPlanError::Empty);
+        }
+        let ports_per_addr = ports_per_addr.min(flows);
+        if u32::from(first_port) + ports_per_addr > 65_536 {
+            return Err(FlowPlanError::Ports {
+                first: first_port,
+                per_addr: ports_per_addr,
+            });
+        }
+        let plan = FlowPlan {
+            first_ip,
+            first_port,
+            ports_per_addr,
+            flows,
+        };
+        if u32::from(first_ip.octets()[3]) + plan.addresses() > 255 {
+            return Err(FlowPlanError::Addresses {
+                first: first_ip,
+                needed: plan.addresses(),
+            });
+        }
+        Ok(plan)
+    }
+
+    /// How many client addresses the flows use.
+    pub fn addresses(&self) -> u32 {
+        self.flows.div_ceil(self.ports_per_addr)
+    }
+
+    /// The `i`-th client address.
+    pub fn ip(&self, i: u32) -> Ipv4Addr {
+        let mut o = self.first_ip.octets();
+        o[3] += i as u8;
+        Ipv4Addr::from(o)
+    }
+
+    /// Flow `f`'s client address (`f` < `flows`).
+    pub fn addr(&self, f: u32) -> SocketAddrV4 {
+        SocketAddrV4::new(
+            self.ip(f / self.ports_per_addr),
+            self.first_port + (f % self.ports_per_addr) as u16,
+        )
+    }
+}
+
+/// Client sockets that send paced load (one socket per flow; one send batch they take
+/// turns with, so a socket costs no buffers of its own and 100k flows fit).
 #[derive(Debug)]
 pub struct Generator {
-    clients: Vec<(UdpSocket, SendBatch)>,
+    clients: Vec<UdpSocket>,
+    batch: SendBatch,
     epoch: Instant,
     seq: u16,
     payload_len: usize,
@@ -260,24 +356,38 @@ impl Generator {
         clients: usize,
         epoch: Instant,
     ) -> std::io::Result<Self> {
-        let sockets = testkit::netns::in_netns(ns, move || {
-            (0..clients)
-                .map(|i| {
-                    let port = if first_port == 0 {
-                        0
-                    } else {
-                        first_port + i as u16
-                    };
-                    bind_udp(SocketAddr::from((ip, port)), false)
-                })
+        let addrs = (0..clients)
+            .map(|i| {
+                let port = if first_port == 0 {
+                    0
+                } else {
+                    first_port + i as u16
+                };
+                SocketAddrV4::new(ip, port)
+            })
+            .collect();
+        Self::on_addrs(ns, addrs, epoch)
+    }
+
+    /// One socket on each of `plan`'s flow addresses, in the plan's order.
+    pub fn for_flows(ns: Option<&str>, plan: &FlowPlan, epoch: Instant) -> std::io::Result<Self> {
+        Self::on_addrs(ns, (0..plan.flows).map(|f| plan.addr(f)).collect(), epoch)
+    }
+
+    fn on_addrs(
+        ns: Option<&str>,
+        addrs: Vec<SocketAddrV4>,
+        epoch: Instant,
+    ) -> std::io::Result<Self> {
+        let clients = testkit::netns::in_netns(ns, move || {
+            addrs
+                .into_iter()
+                .map(|a| bind_udp(SocketAddr::V4(a), false))
                 .collect::<std::io::Result<Vec<_>>>()
         })??;
-        let out: Vec<_> = sockets
-            .into_iter()
-            .map(|s| (s, SendBatch::new(false)))
-            .collect();
         Ok(Generator {
-            clients: out,
+            clients,
+            batch: SendBatch::new(false),
             epoch,
             seq: 0,
             payload_len: DATAGRAM_LEN,
@@ -291,13 +401,20 @@ impl Generator {
     }
 
     /// Each client sends `datagram(i)` once to `to` (e.g. the Binding Request that makes
-    /// its flow).
+    /// its flow), at most `per_second` of them a second (so a relay's socket buffer, and
+    /// its new-flow limits, see them as a stream, not one burst).
     pub fn send_each(
         &self,
         to: SocketAddr,
+        per_second: u32,
         datagram: impl Fn(usize, SocketAddr) -> Vec<u8>,
     ) -> std::io::Result<()> {
-        for (i, (s, _)) in self.clients.iter().enumerate() {
+        let start = Instant::now();
+        for (i, s) in self.clients.iter().enumerate() {
+            let due = start + Duration::from_secs_f64(i as f64 / f64::from(per_second.max(1)));
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
             s.send_to(&datagram(i, s.local_addr()?), to)?;
         }
         Ok(())
@@ -336,16 +453,16 @@ impl Generator {
             // What is due goes out in bursts of up to a whole batch per client, so one
             // `sendmmsg` carries many datagrams; the clients take turns burst by burst.
             while sent < due {
-                let (socket, batch) = &mut self.clients[next];
+                let socket = &self.clients[next];
                 let burst = (due - sent).min(BATCH as u64);
                 for _ in 0..burst {
                     self.seq = self.seq.wrapping_add(1);
                     payload[2..4].copy_from_slice(&self.seq.to_be_bytes());
                     let now = self.epoch.elapsed().as_nanos() as u64;
                     payload[4..12].copy_from_slice(&now.to_be_bytes());
-                    let _ = batch.push(to, &[], &payload, ());
+                    let _ = self.batch.push(to, &[], &payload, ());
                 }
-                let flushed = batch.flush(socket.as_raw_fd(), |(), _| {});
+                let flushed = self.batch.flush(socket.as_raw_fd(), |(), _| {});
                 // Datagrams the generator's own socket refused were never offered.
                 sent += flushed.sent as u64;
                 next = (next + 1) % self.clients.len();
@@ -614,6 +731,40 @@ pub fn cpu_seconds(pid: u32, thread_prefix: Option<&str>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flow_plan_fills_one_address_then_the_next() {
+        let ip = Ipv4Addr::new(10, 77, 0, 100);
+        let plan = FlowPlan::new(ip, 20_000, 40_000, 100_000).unwrap();
+        assert_eq!(plan.addresses(), 3);
+        assert_eq!(plan.addr(0), SocketAddrV4::new(ip, 20_000));
+        assert_eq!(plan.addr(39_999), SocketAddrV4::new(ip, 59_999));
+        assert_eq!(
+            plan.addr(40_000),
+            SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 101), 20_000)
+        );
+        assert_eq!(
+            plan.addr(99_999),
+            SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 102), 39_999)
+        );
+        let few = FlowPlan::new(ip, 20_000, 40_000, 32).unwrap();
+        assert_eq!((few.addresses(), few.ports_per_addr), (1, 32));
+    }
+
+    #[test]
+    fn a_flow_plan_that_does_not_fit_is_refused() {
+        let ip = Ipv4Addr::new(10, 77, 0, 250);
+        assert_eq!(FlowPlan::new(ip, 20_000, 1, 0), Err(FlowPlanError::Empty));
+        assert!(matches!(
+            FlowPlan::new(ip, 60_000, 10_000, 10_000),
+            Err(FlowPlanError::Ports { .. })
+        ));
+        assert!(matches!(
+            FlowPlan::new(ip, 20_000, 1_000, 10_000),
+            Err(FlowPlanError::Addresses { needed: 10, .. })
+        ));
+        assert!(FlowPlan::new(ip, 20_000, 1_000, 5_000).is_ok(), "250..=254");
+    }
 
     fn fake(capacity: u64) -> impl FnMut(u64) -> Trial {
         move |rate| Trial {

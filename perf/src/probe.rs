@@ -39,14 +39,16 @@ pub struct ProbeResult {
 }
 
 /// A browser-shaped Binding Request whose server ufrag routes to `transceiver` (cluster
-/// 0); `seed` varies the hint's random bits and the transaction id.
-pub fn binding_request(keys: &HintKeys, transceiver: SocketAddr, seed: u8) -> Vec<u8> {
+/// 0); `seed` varies the hint's random bits (so each seed is its own session) and the
+/// transaction id.
+pub fn binding_request(keys: &HintKeys, transceiver: SocketAddr, seed: u32) -> Vec<u8> {
+    let [a, b, c, d] = seed.to_be_bytes();
     let ufrag = keys.encode(
         &RoutingHint {
             cluster: 0,
             transceiver,
         },
-        [seed; 6],
+        [a, b, c, d, 0x5e, 0xed],
     );
     let pwd = keys
         .ice_password(keys.current().id(), ufrag.as_bytes())
@@ -54,7 +56,7 @@ pub fn binding_request(keys: &HintKeys, transceiver: SocketAddr, seed: u8) -> Ve
     let mut buf = [0u8; 512];
     let n = stun::write_binding_request(
         &mut buf,
-        &[seed; 12],
+        &[a, b, c, d, d, c, b, a, 0x5e, 0xed, a, d],
         ufrag.as_bytes(),
         b"perf",
         pwd.as_bytes(),
@@ -78,7 +80,7 @@ pub fn relay_probe(
     };
     let socket = UdpSocket::bind((any, 0))?;
     socket.set_read_timeout(Some(Duration::from_millis(500)))?;
-    socket.send_to(&binding_request(keys, transceiver, session), vip)?;
+    socket.send_to(&binding_request(keys, transceiver, u32::from(session)), vip)?;
     let mut buf = [0u8; 2048];
     // The Binding Request itself comes back (the fake transceiver echoes every frame).
     let _ = socket.recv_from(&mut buf);

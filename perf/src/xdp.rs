@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use ufrag_bpf::asm::{Asm, B, DW, H, Insn, JEQ, JGE, JGT, JLT, JNE, action, helper};
 use ufrag_bpf::sys::{self as bpf, Map};
 
-use crate::load::{Load, Sink, Trial};
+use crate::load::{FlowPlan, Load, Sink, Trial};
 
 const ETH: usize = 14;
 const IPV4: usize = 20;
@@ -148,6 +148,17 @@ pub fn template_frame(
     f
 }
 
+/// The IPv4 source address and UDP port of a [`template_frame`].
+pub fn frame_source(frame: &[u8]) -> SocketAddrV4 {
+    let ip: [u8; 4] = frame[ETH + 12..ETH + 16]
+        .try_into()
+        .expect("an IPv4 header");
+    SocketAddrV4::new(
+        ip.into(),
+        u16::from_be_bytes([frame[ETH + IPV4], frame[ETH + IPV4 + 1]]),
+    )
+}
+
 /// Bytes of the template the generator's program writes into every frame.
 const STAMPED_HEADER: usize = PAYLOAD + 2;
 
@@ -176,15 +187,18 @@ mod state {
 /// headers written in full (live-frame pages come back from the stack recycled, not
 /// reset: a frame that was NATed or routed on the way returns with that path's addresses
 /// in it), source port `base_port + sent % flows`, payload bytes 2–3 the count and 4–11
-/// the time since the epoch (ns, big endian), and leaves with `XDP_TX`.
+/// the time since the epoch (ns, big endian), and leaves with `XDP_TX`. Frame `n` (from 1)
+/// belongs to flow `n % plan.flows` and gets that flow's source address and port; when
+/// the plan has several addresses, the IPv4 checksum is adjusted for the changed last
+/// octet (RFC 1624: the sum grows by the octet's increase).
 pub fn generator_program(
     state_fd: i32,
     template: &[u8],
-    base_port: u16,
-    flows: u16,
+    plan: &FlowPlan,
     epoch_ktime: u64,
 ) -> Vec<Insn> {
     assert!(template.len() >= PAYLOAD + 12, "a whole template frame");
+    let template_sum = u16::from_be_bytes([template[ETH + 10], template[ETH + 11]]);
     let mut a = Asm::default();
     a.mov_reg(6, 1);
     a.load(ufrag_bpf::asm::W, 9, 6, 0); // data
@@ -218,10 +232,27 @@ pub fn generator_program(
     a.store_reg(DW, 8, state::SENT, 2);
     store_bytes(&mut a, 9, 0, &template[..STAMPED_HEADER]);
     a.mov_reg(3, 2);
-    a.mod_imm(3, i32::from(flows.max(1)));
-    a.add_imm(3, i32::from(base_port));
-    a.to_be(3, 16);
-    a.store_reg(H, 9, (ETH + IPV4) as i16, 3);
+    a.mod_imm(3, plan.flows as i32); // the flow
+    a.mov_reg(4, 3);
+    a.mod_imm(4, plan.ports_per_addr as i32);
+    a.add_imm(4, i32::from(plan.first_port));
+    a.to_be(4, 16);
+    a.store_reg(H, 9, (ETH + IPV4) as i16, 4);
+    if plan.addresses() > 1 {
+        a.div_imm(3, plan.ports_per_addr as i32); // the address's index: its octet's increase
+        a.mov_reg(4, 3);
+        a.add_imm(4, i32::from(plan.first_ip.octets()[3]));
+        a.store_reg(B, 9, (ETH + 15) as i16, 4);
+        a.add_imm(3, i32::from(!template_sum)); // the header's sum, grown
+        a.mov_reg(4, 3);
+        a.rsh_imm(4, 16);
+        a.and_imm(3, 0xffff);
+        a.add_reg(3, 4); // folded once: below 0x1_0000 + 0xff, so once more is not needed
+        a.and_imm(3, 0xffff);
+        a.xor_imm(3, 0xffff);
+        a.to_be(3, 16);
+        a.store_reg(H, 9, (ETH + 10) as i16, 3);
+    }
     a.mov_reg(3, 2);
     a.to_be(3, 16);
     a.store_reg(H, 9, (PAYLOAD + 2) as i16, 3);
@@ -423,28 +454,27 @@ fn install_stop_handler() -> io::Result<()> {
 }
 
 impl XdpGenerator {
-    /// Copies of `frame` (a [`template_frame`]), from its source port up to `flows` ports
-    /// above it, transmitted on `from`. `peer` is the far end of `from`'s veth pair; it
-    /// gets an `XDP_PASS` program so that veth accepts XDP frames.
+    /// Copies of `frame` (a [`template_frame`] from `plan`'s first flow), one flow after
+    /// another of `plan`, transmitted on `from`. `peer` is the far end of `from`'s veth
+    /// pair; it gets an `XDP_PASS` program so that veth accepts XDP frames.
     pub fn new(
         from: Iface,
         peer: &Iface,
         frame: Vec<u8>,
-        flows: u16,
+        plan: &FlowPlan,
         epoch: Instant,
     ) -> io::Result<Self> {
-        if frame.len() < PAYLOAD + 12 {
+        if frame.len() < PAYLOAD + 12 || frame_source(&frame) != plan.addr(0) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "not a template frame",
+                "not a template frame from the plan's first flow",
             ));
         }
         install_stop_handler()?;
         let peer_prog = bpf::prog_load_xdp(&pass_program(), "perf_pass")?;
         let peer = peer.attach_native(peer_prog)?;
         let state = Map::create(bpf::MAP_ARRAY, 4, state::LEN as u32, 1, "perf_gen_state")?;
-        let base_port = u16::from_be_bytes([frame[ETH + IPV4], frame[ETH + IPV4 + 1]]);
-        let insns = generator_program(state.raw_fd(), &frame, base_port, flows, ktime_at(epoch));
+        let insns = generator_program(state.raw_fd(), &frame, plan, ktime_at(epoch));
         let prog = bpf::prog_load_xdp(&insns, "perf_gen")?;
         Ok(XdpGenerator {
             prog: Arc::new(prog),
@@ -453,6 +483,15 @@ impl XdpGenerator {
             from,
             _peer: peer,
         })
+    }
+
+    /// The first `frames` frames the program makes, as it makes them
+    /// (`BPF_PROG_TEST_RUN`, nothing transmitted), for tests.
+    pub fn stamp(&self, frames: u64) -> io::Result<Vec<Vec<u8>>> {
+        self.write_state([0, 1, 0, frames, MAX_BURST, 0])?;
+        (0..frames)
+            .map(|_| bpf::prog_test_run_output(&self.prog, &self.frame).map(|(_, f)| f))
+            .collect()
     }
 
     fn write_state(&self, fields: [u64; state::LEN / 8]) -> io::Result<()> {
@@ -633,6 +672,10 @@ mod tests {
     use super::*;
     use crate::load::DATAGRAM_LEN;
 
+    fn sample_plan() -> FlowPlan {
+        FlowPlan::new("10.77.0.1".parse().unwrap(), 20_000, 1000, 2500).unwrap()
+    }
+
     fn sample_template() -> Vec<u8> {
         template_frame(
             [2, 0, 0, 0, 0, 1],
@@ -666,7 +709,7 @@ mod tests {
             to_mac: [3; 6],
         };
         for p in [
-            generator_program(3, &template, 20_000, 32, 1),
+            generator_program(3, &template, &sample_plan(), 1),
             sink_program(4, 41_000, 64),
             relay_program(&rewrite),
         ] {

@@ -6,8 +6,8 @@
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use perf::load::{DATAGRAM_LEN, Sink};
-use perf::xdp::{Iface, XdpGenerator, XdpSink, template_frame};
+use perf::load::{DATAGRAM_LEN, FlowPlan, Sink};
+use perf::xdp::{Iface, XdpGenerator, XdpSink, checksum, frame_source, template_frame};
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::require_root;
 
@@ -61,8 +61,15 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
             DATAGRAM_LEN,
         )
     };
-    let generator = XdpGenerator::new(client.clone(), &peer, frame_to(20_000, dst), 8, epoch)
-        .expect("generator");
+    let plan = |port: u16, flows: u32| FlowPlan::new(bed.client.addr, port, flows, flows).unwrap();
+    let generator = XdpGenerator::new(
+        client.clone(),
+        &peer,
+        frame_to(20_000, dst),
+        &plan(20_000, 8),
+        epoch,
+    )
+    .expect("generator");
 
     sink.reset();
     socket_sink.reset();
@@ -82,7 +89,14 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
     // One XDP program per interface: the bridge port has the first generator's.
     let other = SocketAddrV4::new(bed.transceiver.addr, 41_001);
     assert!(
-        XdpGenerator::new(client.clone(), &peer, frame_to(21_000, other), 1, epoch).is_err(),
+        XdpGenerator::new(
+            client.clone(),
+            &peer,
+            frame_to(21_000, other),
+            &plan(21_000, 1),
+            epoch
+        )
+        .is_err(),
         "a second generator on the same veth is refused"
     );
     drop(generator);
@@ -94,8 +108,14 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
         epoch,
     )
     .expect("second sink");
-    let generator = XdpGenerator::new(client, &peer, frame_to(21_000, other), 1, epoch)
-        .expect("generator after the first is gone");
+    let generator = XdpGenerator::new(
+        client,
+        &peer,
+        frame_to(21_000, other),
+        &plan(21_000, 1),
+        epoch,
+    )
+    .expect("generator after the first is gone");
     sink.reset();
     generator.send(10_000, Duration::from_millis(100)).unwrap();
     std::thread::sleep(Duration::from_millis(200));
@@ -107,6 +127,40 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
 /// host returned with the relay's MAC and the transceiver's address in it, the bridge
 /// learnt the relay's MAC on the client's port, and 95 % of the next frames never reached
 /// the relay. The generator now writes every header byte of every frame.
+/// Many flows: the generator walks the plan's ports on one address, then the next, and
+/// every frame's IPv4 header still sums to zero after its source changed.
+#[test]
+fn the_generator_stamps_each_flow_of_a_plan_over_several_addresses() {
+    let Tools {
+        bed, client, peer, ..
+    } = tools();
+    let first = std::net::Ipv4Addr::new(10, 77, 0, 120);
+    let plan = FlowPlan::new(first, 30_000, 3, 7).unwrap();
+    let dst = SocketAddrV4::new(bed.transceiver.addr, 41_000);
+    let frame = template_frame(client.mac, [2; 6], plan.addr(0), dst, DATAGRAM_LEN);
+    assert!(
+        XdpGenerator::new(
+            client.clone(),
+            &peer,
+            template_frame(client.mac, [2; 6], plan.addr(1), dst, DATAGRAM_LEN),
+            &plan,
+            Instant::now()
+        )
+        .is_err(),
+        "a template that is not the plan's first flow is refused"
+    );
+    let generator =
+        XdpGenerator::new(client, &peer, frame, &plan, Instant::now()).expect("generator");
+    let frames = generator.stamp(15).expect("test runs");
+    let sources: Vec<SocketAddrV4> = frames.iter().map(|f| frame_source(f)).collect();
+    // Frame n (from 1) is flow n % 7.
+    let expected: Vec<SocketAddrV4> = (1..=15).map(|n| plan.addr(n % 7)).collect();
+    assert_eq!(sources, expected);
+    for f in &frames {
+        assert_eq!(checksum(&f[14..34]), 0, "the IPv4 header sums to 0: {f:?}");
+    }
+}
+
 #[test]
 fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
     let Tools {
@@ -129,7 +183,8 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
         vip,
         DATAGRAM_LEN,
     );
-    let generator = XdpGenerator::new(client, &peer, frame, 32, epoch).expect("generator");
+    let plan = FlowPlan::new(bed.client.addr, 20_000, 32, 32).unwrap();
+    let generator = XdpGenerator::new(client, &peer, frame, &plan, epoch).expect("generator");
     for rate in [1_000u64, 20_000] {
         sink.reset();
         let (sent, _) = generator

@@ -293,6 +293,21 @@ impl Testbed {
         ip(&["-n", &self.client.ns, "link", "set", &ifname, "up"])
     }
 
+    /// Adds `addr` (/24) to the client's interface, beside its own: more client source
+    /// addresses on the same link (e.g. for more flows than one address has ports).
+    pub fn add_client_address(&self, addr: Ipv4Addr) -> io::Result<()> {
+        let cidr = format!("{addr}/24");
+        ip(&[
+            "-n",
+            &self.client.ns,
+            "addr",
+            "add",
+            &cidr,
+            "dev",
+            &self.client.ifname,
+        ])
+    }
+
     /// The namespaces this testbed made (for checks that nothing is left).
     pub fn namespaces(&self) -> &[String] {
         &self.namespaces

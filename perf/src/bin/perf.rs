@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use perf::bare::BareForwarder;
-use perf::load::{Generator, Sink, cpu_seconds, max_loss_free};
+use perf::load::{FlowPlan, Generator, Sink, cpu_seconds, max_loss_free};
 use perf::report::{Row, Run};
 use testkit::OwnedChild;
 use testkit::http::wait_ready;
@@ -72,10 +72,14 @@ enum Cmd {
         #[command(flatten)]
         search: Search,
         /// Only these setups (comma-separated names: direct, naive, bare, nftables, nginx,
-        /// xdp-relay, mio, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup, afxdp-native-busy);
-        /// default all.
+        /// quilkin, xdp-relay, mio, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup,
+        /// afxdp-native-busy); default all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
+        /// Client flows (source address and port pairs) the load is spread over, each made
+        /// before the search; up to 40,000 per client address, at most 6 addresses.
+        #[arg(long, default_value_t = 1_000)]
+        flows: u32,
         /// The generator: `live-frames` (BPF_PROG_RUN live frames, paced in the kernel;
         /// it busy-polls the tools' core) or `sockets` (sendmmsg from 32 client sockets).
         #[arg(long, default_value = "live-frames")]
@@ -274,10 +278,11 @@ fn main() {
         Cmd::Compare {
             search,
             only,
+            flows,
             generator,
             no_steer,
             out,
-        } => compare(&search, &only, &generator, !no_steer, &out),
+        } => compare(&search, &only, flows, &generator, !no_steer, &out),
         Cmd::Resilience {
             sessions,
             talk,
@@ -632,6 +637,8 @@ const FIRST_CLIENT_PORT: u16 = 20_000;
 const SINK_PORT: u16 = 41_000;
 /// The XDP sink passes one frame in this many to the latency socket.
 const SAMPLE_EVERY: u32 = 8;
+/// How fast `perf compare` makes its flows before the search (datagrams a second).
+const FLOWS_MADE_PER_SECOND: u32 = 20_000;
 /// The forwarder's core on the testbed; the tools get [`perf::load::LOAD_CPU`].
 const FORWARDER_CPU: usize = 1;
 
@@ -642,6 +649,7 @@ enum Setup {
     Bare,
     Nftables,
     Nginx,
+    Quilkin,
     XdpRelay,
     Relay {
         name: String,
@@ -659,6 +667,7 @@ impl Setup {
             Setup::Bare => "bare mmsg forwarder".into(),
             Setup::Nftables => "nftables DNAT+SNAT (kernel)".into(),
             Setup::Nginx => "nginx stream proxy, 1 worker".into(),
+            Setup::Quilkin => "Quilkin 0.10 UDP proxy, 1 worker".into(),
             Setup::XdpRelay => "in-kernel XDP rewrite relay".into(),
             Setup::Relay { name, .. } => name.clone(),
         }
@@ -673,11 +682,32 @@ enum Running {
     Bare(BareForwarder),
     Nftables(perf::alternatives::Nftables),
     Nginx(perf::alternatives::Nginx),
+    Quilkin(perf::alternatives::Quilkin),
     XdpRelay(perf::xdp::XdpRelay),
     Relay(RelayChild),
 }
 
-fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: &std::path::Path) {
+/// Source ports per client address in `perf compare`'s flow plans.
+const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
+
+/// Raises this process's open-file limit to at least `files` (one socket per flow).
+fn allow_open_files(files: u64) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
+    if soft < files {
+        setrlimit(Resource::RLIMIT_NOFILE, files, hard.max(files))
+            .unwrap_or_else(|e| panic!("{files} open files (one socket per flow): {e}"));
+    }
+}
+
+fn compare(
+    search: &Search,
+    only: &[String],
+    flows: u32,
+    generator: &str,
+    steer: bool,
+    out: &std::path::Path,
+) {
     let live_frames = match generator {
         "sockets" => false,
         "live-frames" => true,
@@ -717,6 +747,35 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
     let (br_ns, br_if) = bed.bridge_side(&bed.client);
     let client_peer = Iface::lookup(&br_ns, &br_if).expect("bridge port");
     let mut sink = Some(XdpSink::attach(&xcv_if, SINK_PORT, SAMPLE_EVERY).expect("XDP sink"));
+    // The client flows: on the client's own address when they fit, else on extra client
+    // addresses from .100 on, added to its interface.
+    let plan = if flows <= PORTS_PER_CLIENT_ADDR {
+        FlowPlan::new(
+            bed.client.addr,
+            FIRST_CLIENT_PORT,
+            PORTS_PER_CLIENT_ADDR,
+            flows,
+        )
+    } else {
+        FlowPlan::new(
+            Ipv4Addr::new(10, 77, 0, 100),
+            FIRST_CLIENT_PORT,
+            PORTS_PER_CLIENT_ADDR,
+            flows,
+        )
+    }
+    .unwrap_or_else(|e| panic!("--flows {flows}: {e}"));
+    assert!(
+        plan.addresses() <= 6,
+        "--flows {flows}: at most 6 client addresses"
+    );
+    if plan.first_ip != bed.client.addr {
+        for i in 0..plan.addresses() {
+            bed.add_client_address(plan.ip(i))
+                .expect("add a client address");
+        }
+    }
+    allow_open_files(u64::from(flows) + 4096);
 
     let mut setups = vec![];
     for (key, setup) in [
@@ -725,6 +784,7 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
         ("bare", Setup::Bare),
         ("nftables", Setup::Nftables),
         ("nginx", Setup::Nginx),
+        ("quilkin", Setup::Quilkin),
         ("xdp-relay", Setup::XdpRelay),
         (
             "mio",
@@ -775,6 +835,7 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
             Setup::Bare => (to(4000), relay_if.mac, false),
             Setup::Nftables => (to(3478), relay_if.mac, false),
             Setup::Nginx => (to(4002), relay_if.mac, false),
+            Setup::Quilkin => (to(4003), relay_if.mac, false),
             Setup::XdpRelay => (to(3478), relay_if.mac, false),
             Setup::Relay { .. } => (to(3478), relay_if.mac, true),
         };
@@ -803,8 +864,18 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
                     .expect("nftables (nft installed by scripts/bench.sh)"),
             ),
             Setup::Nginx => Running::Nginx(
-                perf::alternatives::Nginx::start(&bed.relay.ns, dst, sink_addr, FORWARDER_CPU)
-                    .expect("nginx (installed by scripts/bench.sh)"),
+                perf::alternatives::Nginx::start(
+                    &bed.relay.ns,
+                    dst,
+                    sink_addr,
+                    FORWARDER_CPU,
+                    flows,
+                )
+                .expect("nginx (installed by scripts/bench.sh)"),
+            ),
+            Setup::Quilkin => Running::Quilkin(
+                perf::alternatives::Quilkin::start(&bed.relay.ns, dst, sink_addr, FORWARDER_CPU)
+                    .expect("quilkin (installed by scripts/bench.sh)"),
             ),
             Setup::XdpRelay => {
                 let (ns, ifname) = bed.bridge_side(&bed.relay);
@@ -837,6 +908,11 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
                     .args(["--workers", "1", "--cpus", &FORWARDER_CPU.to_string()])
                     .args(["--allow-transceiver-net", "10.77.0.0/24"])
                     .args(["--metrics-addr", &metrics.to_string()])
+                    // Every flow is made before the search and must outlive it; the
+                    // admission limits meant for the internet would refuse them.
+                    .args(["--idle-timeout", "15m"])
+                    .args(["--new-flows-per-prefix", "1000000"])
+                    .args(["--new-flows-per-worker", "1000000"])
                     .args(extra)
                     .env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
                     .env("RUST_LOG", "warn")
@@ -859,24 +935,32 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
                 "  {napi_threads} NAPI thread(s) of the relay's interface pinned to CPU {FORWARDER_CPU}"
             );
         }
-        // The flows: one Binding Request per client port, sent twice (the first datagram
-        // towards a next hop AF_XDP has not resolved is dropped).
-        let flow_maker = Generator::bound_in(
-            Some(&bed.client.ns),
-            bed.client.addr,
-            FIRST_CLIENT_PORT,
-            CLIENTS,
-            epoch,
-        )
-        .expect("client sockets");
-        if matches!(setup, Setup::Relay { .. }) {
+        // The flows: one Binding Request per client address for our relays (a session
+        // each), one datagram for the rest, all sent twice (the first datagram towards a
+        // next hop AF_XDP has not resolved is dropped), paced so no buffer overflows.
+        let flow_maker =
+            Generator::for_flows(Some(&bed.client.ns), &plan, epoch).expect("client sockets");
+        if !matches!(setup, Setup::Direct) {
+            let mut datagram = vec![0u8; 12];
+            datagram[..2].copy_from_slice(&[0x80, 111]); // RTP-like
             for _ in 0..2 {
                 flow_maker
-                    .send_each(SocketAddr::V4(dst), |i, _| {
-                        perf::probe::binding_request(&keys, SocketAddr::V4(sink_addr), i as u8)
+                    .send_each(SocketAddr::V4(dst), FLOWS_MADE_PER_SECOND, |i, _| {
+                        if framed {
+                            perf::probe::binding_request(&keys, SocketAddr::V4(sink_addr), i as u32)
+                        } else {
+                            datagram.clone()
+                        }
                     })
-                    .expect("binding requests");
+                    .expect("the datagrams that make the flows");
                 std::thread::sleep(Duration::from_millis(300));
+            }
+        }
+        if framed {
+            let active = relay_gauge(&bed.relay.ns, metrics, "ufrag_relay_flows_active");
+            eprintln!("  {active} of {flows} flows made");
+            if active < f64::from(flows) {
+                eprintln!("  WARNING: {name} holds fewer flows than the load uses");
             }
         }
         // The sockets that made the flows send the load, or in live-frames mode the
@@ -889,14 +973,8 @@ fn compare(search: &Search, only: &[String], generator: &str, steer: bool, out: 
             let frames = XdpGenerator::new(
                 client_if.clone(),
                 &client_peer,
-                perf::xdp::template_frame(
-                    client_if.mac,
-                    dst_mac,
-                    SocketAddrV4::new(bed.client.addr, FIRST_CLIENT_PORT),
-                    dst,
-                    search.size,
-                ),
-                CLIENTS as u16,
+                perf::xdp::template_frame(client_if.mac, dst_mac, plan.addr(0), dst, search.size),
+                &plan,
                 epoch,
             )
             .expect("XDP generator");
@@ -1038,8 +1116,8 @@ fn loopback(search: &Search, out: &std::path::Path) {
             Generator::new(loopback_ip(40 + workers as u8), CLIENTS, epoch).expect("generator");
         let transceiver = sink.addr();
         generator
-            .send_each(vip, |i, _| {
-                perf::probe::binding_request(&keys, transceiver, i as u8)
+            .send_each(vip, FLOWS_MADE_PER_SECOND, |i, _| {
+                perf::probe::binding_request(&keys, transceiver, i as u32)
             })
             .expect("binding requests");
         std::thread::sleep(Duration::from_millis(300));
@@ -1142,6 +1220,15 @@ fn measure(
         fixed,
         busy_polls,
     }
+}
+
+/// A relay metric summed over its labels (workers), read in namespace `ns`; 0 if absent.
+fn relay_gauge(ns: &str, metrics: SocketAddr, name: &str) -> f64 {
+    let text = testkit::http::get(Some(ns), metrics, "/metrics").map_or(String::new(), |r| r.1);
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum()
 }
 
 /// The relay's drop counters by reason, summed over workers.
