@@ -63,7 +63,8 @@ pub fn record(bed: &Testbed, placement: &Placement, live_frames: bool) -> Value 
         .unwrap_or_else(|_| "unknown".into());
     json!({
         "cpu_model": model,
-        "vcpus": std::thread::available_parallelism().map_or(0, |p| p.get()),
+        // Online CPUs, not this thread's affinity (perf pins itself to the tools' core).
+        "vcpus": cpu_count(&read("/sys/devices/system/cpu/online")),
         "kernel": read("/proc/sys/kernel/osrelease"),
         "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
         "interfaces": format!("{} veth pairs on a Linux bridge", bed.namespaces().len() - 1),
@@ -113,4 +114,25 @@ pub fn markdown(env: &Value) -> String {
         }
     }
     out
+}
+
+/// The number of CPUs in a kernel CPU list such as `0-1,4`.
+fn cpu_count(list: &str) -> usize {
+    list.trim()
+        .split(',')
+        .filter_map(|part| match part.split_once('-') {
+            Some((a, b)) => Some(b.parse::<usize>().ok()? + 1 - a.parse::<usize>().ok()?),
+            None => part.parse::<usize>().ok().map(|_| 1),
+        })
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_cpu_list_counts_ranges_and_singles() {
+        assert_eq!(super::cpu_count("0-1\n"), 2);
+        assert_eq!(super::cpu_count("0-3,8,10-11"), 7);
+        assert_eq!(super::cpu_count(""), 0);
+    }
 }

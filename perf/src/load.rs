@@ -260,6 +260,65 @@ impl FlowPlan {
     }
 }
 
+/// Sends `datagram(f)` from each flow `f` of `plan` to `to` once, at most `per_second`
+/// a second, from one raw IPv4 socket in namespace `ns` (so no flow needs a socket of
+/// its own and 100k flows fit the open-file limit; the client addresses must be on the
+/// namespace's interface, so that whatever answers reaches a real host).
+pub fn make_flows(
+    ns: Option<&str>,
+    plan: &FlowPlan,
+    to: SocketAddrV4,
+    per_second: u32,
+    datagram: impl Fn(u32) -> Vec<u8>,
+) -> std::io::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let raw = testkit::netns::in_netns(ns, || {
+        // IPPROTO_RAW: the packets carry their own IPv4 header (IP_HDRINCL).
+        Socket::new(
+            Domain::IPV4,
+            Type::RAW,
+            Some(Protocol::from(libc::IPPROTO_RAW)),
+        )
+    })??;
+    let dest = socket2::SockAddr::from(to);
+    let start = Instant::now();
+    for f in 0..plan.flows {
+        let due = start + Duration::from_secs_f64(f64::from(f) / f64::from(per_second.max(1)));
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let packet = ipv4_udp_packet(plan.addr(f), to, &datagram(f));
+        if let Err(e) = raw.send_to(&packet, &dest) {
+            // A full send buffer: wait a little and try once more.
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            raw.send_to(&packet, &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// An IPv4 header (checksummed, DF, TTL 64) and a UDP header (checksum 0: none, which
+/// IPv4 allows) in front of `payload`.
+pub fn ipv4_udp_packet(from: SocketAddrV4, to: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
+    let total = (20 + 8 + payload.len()) as u16;
+    let mut p = vec![0x45, 0];
+    p.extend_from_slice(&total.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    p.extend_from_slice(&from.ip().octets());
+    p.extend_from_slice(&to.ip().octets());
+    let sum = crate::xdp::checksum(&p);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p.extend_from_slice(&from.port().to_be_bytes());
+    p.extend_from_slice(&to.port().to_be_bytes());
+    p.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    p
+}
+
 /// Client sockets that send paced load (one socket per flow; one send batch they take
 /// turns with, so a socket costs no buffers of its own and 100k flows fit).
 #[derive(Debug)]
@@ -369,9 +428,16 @@ impl Generator {
         Self::on_addrs(ns, addrs, epoch)
     }
 
-    /// One socket on each of `plan`'s flow addresses, in the plan's order.
-    pub fn for_flows(ns: Option<&str>, plan: &FlowPlan, epoch: Instant) -> std::io::Result<Self> {
-        Self::on_addrs(ns, (0..plan.flows).map(|f| plan.addr(f)).collect(), epoch)
+    /// One socket on each of the first `sockets` of `plan`'s flow addresses (all of
+    /// them if fewer), in the plan's order.
+    pub fn for_flows(
+        ns: Option<&str>,
+        plan: &FlowPlan,
+        sockets: u32,
+        epoch: Instant,
+    ) -> std::io::Result<Self> {
+        let addrs = (0..plan.flows.min(sockets)).map(|f| plan.addr(f));
+        Self::on_addrs(ns, addrs.collect(), epoch)
     }
 
     fn on_addrs(

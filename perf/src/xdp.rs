@@ -123,28 +123,14 @@ pub fn template_frame(
     dst: SocketAddrV4,
     payload_len: usize,
 ) -> Vec<u8> {
-    let payload_len = payload_len.max(12);
-    let mut f = Vec::with_capacity(PAYLOAD + payload_len);
+    let mut payload = vec![0u8; payload_len.max(12)];
+    payload[0] = 0x80;
+    payload[1] = 111;
+    let mut f = Vec::with_capacity(PAYLOAD + payload.len());
     f.extend_from_slice(&dst_mac);
     f.extend_from_slice(&src_mac);
     f.extend_from_slice(&0x0800u16.to_be_bytes());
-    let total = (IPV4 + UDP + payload_len) as u16;
-    let mut ip = vec![0x45, 0];
-    ip.extend_from_slice(&total.to_be_bytes());
-    ip.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]); // id, DF, TTL, UDP, checksum
-    ip.extend_from_slice(&src.ip().octets());
-    ip.extend_from_slice(&dst.ip().octets());
-    let sum = checksum(&ip);
-    ip[10..12].copy_from_slice(&sum.to_be_bytes());
-    f.extend_from_slice(&ip);
-    f.extend_from_slice(&src.port().to_be_bytes());
-    f.extend_from_slice(&dst.port().to_be_bytes());
-    f.extend_from_slice(&((UDP + payload_len) as u16).to_be_bytes());
-    f.extend_from_slice(&[0, 0]);
-    let mut payload = vec![0u8; payload_len];
-    payload[0] = 0x80;
-    payload[1] = 111;
-    f.extend_from_slice(&payload);
+    f.extend_from_slice(&crate::load::ipv4_udp_packet(src, dst, &payload));
     f
 }
 

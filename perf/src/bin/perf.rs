@@ -81,7 +81,8 @@ enum Cmd {
         #[arg(long, default_value_t = 1_000)]
         flows: u32,
         /// The generator: `live-frames` (BPF_PROG_RUN live frames, paced in the kernel;
-        /// it busy-polls the tools' core) or `sockets` (sendmmsg from 32 client sockets).
+        /// it busy-polls the tools' core) or `sockets` (sendmmsg from the sockets of the first 256
+        /// flows).
         #[arg(long, default_value = "live-frames")]
         generator: String,
         /// Leave the relay interface's kernel receive work where veth puts it (on the
@@ -637,6 +638,8 @@ const FIRST_CLIENT_PORT: u16 = 20_000;
 const SINK_PORT: u16 = 41_000;
 /// The XDP sink passes one frame in this many to the latency socket.
 const SAMPLE_EVERY: u32 = 8;
+/// The flows (the plan's first) whose sockets send the latency trial in live-frames mode.
+const LATENCY_FLOWS: u32 = 256;
 /// How fast `perf compare` makes its flows before the search (datagrams a second).
 const FLOWS_MADE_PER_SECOND: u32 = 20_000;
 /// The forwarder's core on the testbed; the tools get [`perf::load::LOAD_CPU`].
@@ -689,16 +692,6 @@ enum Running {
 
 /// Source ports per client address in `perf compare`'s flow plans.
 const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
-
-/// Raises this process's open-file limit to at least `files` (one socket per flow).
-fn allow_open_files(files: u64) {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).expect("getrlimit");
-    if soft < files {
-        setrlimit(Resource::RLIMIT_NOFILE, files, hard.max(files))
-            .unwrap_or_else(|e| panic!("{files} open files (one socket per flow): {e}"));
-    }
-}
 
 fn compare(
     search: &Search,
@@ -775,7 +768,6 @@ fn compare(
                 .expect("add a client address");
         }
     }
-    allow_open_files(u64::from(flows) + 4096);
 
     let mut setups = vec![];
     for (key, setup) in [
@@ -938,21 +930,26 @@ fn compare(
         // The flows: one Binding Request per client address for our relays (a session
         // each), one datagram for the rest, all sent twice (the first datagram towards a
         // next hop AF_XDP has not resolved is dropped), paced so no buffer overflows.
-        let flow_maker =
-            Generator::for_flows(Some(&bed.client.ns), &plan, epoch).expect("client sockets");
+        let flow_maker = Generator::for_flows(Some(&bed.client.ns), &plan, LATENCY_FLOWS, epoch)
+            .expect("client sockets");
         if !matches!(setup, Setup::Direct) {
             let mut datagram = vec![0u8; 12];
             datagram[..2].copy_from_slice(&[0x80, 111]); // RTP-like
             for _ in 0..2 {
-                flow_maker
-                    .send_each(SocketAddr::V4(dst), FLOWS_MADE_PER_SECOND, |i, _| {
+                perf::load::make_flows(
+                    Some(&bed.client.ns),
+                    &plan,
+                    dst,
+                    FLOWS_MADE_PER_SECOND,
+                    |f| {
                         if framed {
-                            perf::probe::binding_request(&keys, SocketAddr::V4(sink_addr), i as u32)
+                            perf::probe::binding_request(&keys, SocketAddr::V4(sink_addr), f)
                         } else {
                             datagram.clone()
                         }
-                    })
-                    .expect("the datagrams that make the flows");
+                    },
+                )
+                .expect("the datagrams that make the flows");
                 std::thread::sleep(Duration::from_millis(300));
             }
         }
@@ -1022,11 +1019,11 @@ fn compare(
     drop(bed);
 
     let generator_text = if live_frames {
-        "the generator transmits prebuilt frames from the client's veth with one BPF_PROG_RUN in live-frames \
+        "The generator transmits prebuilt frames from the client's veth with one BPF_PROG_RUN in live-frames \
          mode, paced by its program against the kernel clock (it busy-polls CPU 0, so the tools core's busy \
          share is not shown; a tools limit shows as the generator falling short)"
     } else {
-        "the generator sends with sendmmsg from 32 client sockets, paced in 0.5 ms slices"
+        "The generator sends with sendmmsg from the sockets of the first 256 flows, paced in 0.5 ms slices"
     };
     let placement_text = if steer {
         "everything the relay's path costs in the kernel is steered there too (RPS and threaded NAPI of \
@@ -1036,9 +1033,13 @@ fn compare(
          \"forwarder µs/pkt\" counts what the forwarder does from its socket or XDP program on; native XDP \
          and nftables run on the tools' core (use --steer to move them)"
     };
+    let addresses = plan.addresses();
     let mut notes = format!(
         "\n## How this was measured\n\nTopology: a one-armed relay behind a Linux bridge (client, relay and \
-         transceiver namespaces, each a veth to a bridge namespace). {generator_text}; the sink counts frames \
+         transceiver namespaces, each a veth to a bridge namespace). The load is spread evenly over {flows} client \
+         flows ({addresses} client address(es), up to {PORTS_PER_CLIENT_ADDR} source ports each), every one made \
+         before the search: a Binding Request of its own session for our relays, one datagram for the others \
+         (flows live 15 minutes in every setup that keeps them). {generator_text}; the sink counts frames \
          in XDP on the transceiver's veth and passes one in {SAMPLE_EVERY} to a socket for latency. Every \
          forwarder runs on CPU 1 and \"forwarder µs/pkt\" is CPU 1's busy time (user, system and softirq) per \
          forwarded packet; {placement_text}. A busy-polling worker keeps its core 100 % busy by construction, \
@@ -1056,7 +1057,7 @@ fn compare(
     }
     notes.push_str(&perf::environment::markdown(&environment));
     let report = perf::report::markdown(
-        "Side by side on the netns testbed: is kernel bypass warranted?",
+        &format!("Side by side on the netns testbed ({flows} flows): is kernel bypass warranted?"),
         &rows,
         search.fixed_pps,
         &command,
