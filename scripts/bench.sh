@@ -13,8 +13,10 @@
 #      without Redis (report in target/perf/resilience.md);
 #   7. side by side on the netns testbed: the direct path, what a user would pick instead
 #      (naive std::net relay, bare mmsg forwarder, nftables DNAT+SNAT, nginx stream
-#      proxy), relay-mio and relay-afxdp in each mode, each searched 3 times, counted by
-#      an XDP sink (report in target/perf/compare.md and .json; needs root).
+#      proxy, Quilkin), relay-mio and relay-afxdp in each mode, each searched 3 times over
+#      1,000 flows, counted by an XDP sink (report in target/perf/compare.md and .json;
+#      needs root), and the stateful ones again over 100,000 flows
+#      (target/perf/compare-100k-flows.md).
 # Set SKIP_MICRO=1 to run only steps 4 to 7.
 # Installs what it needs when missing.
 set -euo pipefail
@@ -30,6 +32,12 @@ done
 if ! command -v nft >/dev/null || [ ! -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
     nftables nginx-light libnginx-mod-stream >/dev/null
+fi
+# ... and Quilkin, the Rust UDP proxy, from crates.io (about 10 minutes to build on 2
+# vCPUs; one of its dependencies needs the CPU's AES instructions, hence native).
+if ! command -v quilkin >/dev/null; then
+  echo "== installing quilkin 0.10.0 (cargo install, about 10 minutes)"
+  RUSTFLAGS="-C target-cpu=native" cargo install -q quilkin --version 0.10.0 --locked
 fi
 
 if [ -z "${SKIP_MICRO:-}" ]; then
@@ -49,3 +57,6 @@ echo "== live sessions under junk and through relay restarts (perf resilience)"
 target/release/perf resilience --out target/perf/resilience.md
 echo "== side by side on the netns testbed (perf compare; needs root)"
 target/release/perf compare --out target/perf/compare.md
+echo "== the same with 100k flows, for the setups that keep per-flow state (perf compare --flows)"
+target/release/perf compare --flows 100000 --only direct,nftables,nginx,quilkin,mio,afxdp-native-wakeup \
+  --out target/perf/compare-100k-flows.md
