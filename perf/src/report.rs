@@ -110,14 +110,20 @@ fn pct(v: Option<f64>) -> String {
 }
 
 /// Renders the report under `title`; `notes` go after the table (topology, placement).
-pub fn markdown(title: &str, rows: &[Row], fixed_pps: u64, command: &str, notes: &str) -> String {
+pub fn markdown(
+    (title, traffic): (&str, &str),
+    rows: &[Row],
+    fixed_pps: u64,
+    command: &str,
+    notes: &str,
+) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "# {title}\n");
     let _ = writeln!(out, "Command: `{command}`  ");
     let runs = rows.first().map_or(0, |r| r.runs.len());
     let _ = writeln!(
         out,
-        "200-byte datagrams, client → transceiver; loss-free = loss < 0.1 %. Each setup is \
+        "{traffic}; loss-free = loss < 0.1 %. Each setup is \
          searched {runs} times (bisection to ± 2 %); figures are median [min–max] over the \
          searches. \"max loss-free pps\" is the achieved send rate of the best loss-free trial; \
          \"limit\" says what stopped each search: `loss` (the setup dropped above it), \
@@ -137,7 +143,11 @@ pub fn markdown(title: &str, rows: &[Row], fixed_pps: u64, command: &str, notes:
     let _ = writeln!(out, "|---|---:|---|---:|---:|---:|---:|---|---|");
     for r in rows {
         let added = match direct_p99 {
-            Some((p99, p999)) if !r.setup.starts_with("direct") && r.fixed.received > 0 => {
+            Some((p99, p999))
+                if !r.setup.starts_with("direct")
+                    && r.fixed.received > 0
+                    && r.fixed.latency_us[2] > 0.0 =>
+            {
                 format!(
                     "{:+.0} / {:+.0}",
                     r.fixed.latency_us[1] - p99,
@@ -158,7 +168,7 @@ pub fn markdown(title: &str, rows: &[Row], fixed_pps: u64, command: &str, notes:
             pct(r.median_of(|x| x.tools_busy)),
             r.median_of(|x| x.machine_us_per_packet)
                 .map_or("–".into(), |v| format!("{v:.2}")),
-            if r.fixed.received > 0 {
+            if r.fixed.received > 0 && r.fixed.latency_us[2] > 0.0 {
                 format!(
                     "{:.0} / {:.0} / {:.0}",
                     r.fixed.latency_us[0], r.fixed.latency_us[1], r.fixed.latency_us[2]

@@ -126,27 +126,94 @@ pub fn template_frame(
     let mut payload = vec![0u8; payload_len.max(12)];
     payload[0] = 0x80;
     payload[1] = 111;
+    frame_around(src_mac, dst_mac, src, dst, &payload)
+}
+
+/// Ethernet, IPv4 (checksummed) and UDP (checksum 0) around `payload`.
+pub fn frame_around(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: SocketAddrV4,
+    dst: SocketAddrV4,
+    payload: &[u8],
+) -> Vec<u8> {
     let mut f = Vec::with_capacity(PAYLOAD + payload.len());
     f.extend_from_slice(&dst_mac);
     f.extend_from_slice(&src_mac);
     f.extend_from_slice(&0x0800u16.to_be_bytes());
-    f.extend_from_slice(&crate::load::ipv4_udp_packet(src, dst, &payload));
+    f.extend_from_slice(&crate::load::ipv4_udp_packet(src, dst, payload));
     f
 }
 
-/// The IPv4 source address and UDP port of a [`template_frame`].
-pub fn frame_source(frame: &[u8]) -> SocketAddrV4 {
-    let ip: [u8; 4] = frame[ETH + 12..ETH + 16]
-        .try_into()
-        .expect("an IPv4 header");
-    SocketAddrV4::new(
-        ip.into(),
-        u16::from_be_bytes([frame[ETH + IPV4], frame[ETH + IPV4 + 1]]),
-    )
+/// A relay frame as a transceiver sends it towards `client` through the relay: a
+/// [`template_frame`] whose payload is the frame header (`client`, `vip`) and then the
+/// `datagram_len`-byte RTP-like datagram.
+pub fn framed_template(
+    (src_mac, dst_mac): ([u8; 6], [u8; 6]),
+    (src, dst): (SocketAddrV4, SocketAddrV4),
+    (client, vip): (SocketAddrV4, SocketAddrV4),
+    datagram_len: usize,
+) -> Vec<u8> {
+    use ufrag_common::frame::FrameHeader;
+    let header = FrameHeader::new(client.into(), vip.into());
+    let mut payload = vec![0u8; header.encoded_len() + datagram_len.max(12)];
+    let n = header.emit(&mut payload).expect("room for the header");
+    payload[n] = 0x80;
+    payload[n + 1] = 111;
+    frame_around(src_mac, dst_mac, src, dst, &payload)
 }
 
-/// Bytes of the template the generator's program writes into every frame.
-const STAMPED_HEADER: usize = PAYLOAD + 2;
+/// Where the live-frames generator writes what changes from frame to frame: the flow's
+/// port and its address's last octet, and the datagram's count and send time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamps {
+    /// The flow's port (16 bits, big endian).
+    pub port_at: usize,
+    /// The last octet of the flow's IPv4 address (whose 4 bytes end here).
+    pub octet_at: usize,
+    /// True when that address is in the IPv4 header (its checksum is then adjusted).
+    pub in_ip_header: bool,
+    /// Where the RTP-like datagram starts: its bytes 2–3 get the count, 4–11 the time.
+    pub datagram_at: usize,
+}
+
+impl Stamps {
+    /// The flow is the frame's source (client → relay).
+    pub const SOURCE: Stamps = Stamps {
+        port_at: ETH + IPV4,
+        octet_at: ETH + 15,
+        in_ip_header: true,
+        datagram_at: PAYLOAD,
+    };
+    /// The flow is the frame's destination (transceiver → client, straight or NATed).
+    pub const DESTINATION: Stamps = Stamps {
+        port_at: ETH + IPV4 + 2,
+        octet_at: ETH + 19,
+        in_ip_header: true,
+        datagram_at: PAYLOAD,
+    };
+    /// The flow is the client in the relay frame header of a [`framed_template`]
+    /// (transceiver → relay; the `common::frame` layout with IPv4 client and VIP: client
+    /// port at bytes 4–5, client IP at 8–11, 16 bytes in all).
+    pub const FRAMED_CLIENT: Stamps = Stamps {
+        port_at: PAYLOAD + 4,
+        octet_at: PAYLOAD + 11,
+        in_ip_header: false,
+        datagram_at: PAYLOAD + 16,
+    };
+
+    /// The flow a frame carries where these stamps write it.
+    pub fn flow_of(&self, frame: &[u8]) -> SocketAddrV4 {
+        let ip: [u8; 4] = frame[self.octet_at - 3..=self.octet_at]
+            .try_into()
+            .expect("4 bytes");
+        SocketAddrV4::new(
+            ip.into(),
+            u16::from_be_bytes([frame[self.port_at], frame[self.port_at + 1]]),
+        )
+    }
+}
+
 
 /// The generator's pacing state, one array value of `u64`s (their byte offsets).
 mod state {
@@ -180,17 +247,18 @@ mod state {
 pub fn generator_program(
     state_fd: i32,
     template: &[u8],
-    plan: &FlowPlan,
+    (plan, stamps): (&FlowPlan, Stamps),
     epoch_ktime: u64,
 ) -> Vec<Insn> {
-    assert!(template.len() >= PAYLOAD + 12, "a whole template frame");
+    let end = stamps.datagram_at + 12;
+    assert!(template.len() >= end, "a whole template frame");
     let template_sum = u16::from_be_bytes([template[ETH + 10], template[ETH + 11]]);
     let mut a = Asm::default();
     a.mov_reg(6, 1);
     a.load(ufrag_bpf::asm::W, 9, 6, 0); // data
     a.load(ufrag_bpf::asm::W, 3, 6, 4); // data_end
     a.mov_reg(4, 9);
-    a.add_imm(4, (PAYLOAD + 12) as i32);
+    a.add_imm(4, end as i32);
     a.jump(JGT, 4, Ok(3), "abort");
     a.lookup_array(state_fd, 0, "abort");
     a.mov_reg(8, 0); // the state
@@ -216,19 +284,22 @@ pub fn generator_program(
     a.store_reg(DW, 8, state::NEXT_NS, 1);
     a.add_imm(2, 1);
     a.store_reg(DW, 8, state::SENT, 2);
-    store_bytes(&mut a, 9, 0, &template[..STAMPED_HEADER]);
+    // Every header byte, and the datagram's first two.
+    store_bytes(&mut a, 9, 0, &template[..stamps.datagram_at + 2]);
     a.mov_reg(3, 2);
     a.mod_imm(3, plan.flows as i32); // the flow
     a.mov_reg(4, 3);
     a.mod_imm(4, plan.ports_per_addr as i32);
     a.add_imm(4, i32::from(plan.first_port));
     a.to_be(4, 16);
-    a.store_reg(H, 9, (ETH + IPV4) as i16, 4);
+    a.store_reg(H, 9, stamps.port_at as i16, 4);
     if plan.addresses() > 1 {
         a.div_imm(3, plan.ports_per_addr as i32); // the address's index: its octet's increase
         a.mov_reg(4, 3);
         a.add_imm(4, i32::from(plan.first_ip.octets()[3]));
-        a.store_reg(B, 9, (ETH + 15) as i16, 4);
+        a.store_reg(B, 9, stamps.octet_at as i16, 4);
+    }
+    if plan.addresses() > 1 && stamps.in_ip_header {
         a.add_imm(3, i32::from(!template_sum)); // the header's sum, grown
         a.mov_reg(4, 3);
         a.rsh_imm(4, 16);
@@ -241,12 +312,12 @@ pub fn generator_program(
     }
     a.mov_reg(3, 2);
     a.to_be(3, 16);
-    a.store_reg(H, 9, (PAYLOAD + 2) as i16, 3);
+    a.store_reg(H, 9, (stamps.datagram_at + 2) as i16, 3);
     a.mov_reg(0, 7);
     a.mov_imm64(1, epoch_ktime);
     a.sub_reg(0, 1);
     a.to_be(0, 64);
-    a.store_reg(DW, 9, (PAYLOAD + 4) as i16, 0);
+    a.store_reg(DW, 9, (stamps.datagram_at + 4) as i16, 0);
     a.ret(action::TX);
     a.label("drop");
     a.ret(action::DROP);
@@ -277,13 +348,30 @@ fn port_as_loaded(port: u16) -> i32 {
     i32::from(u16::from_le_bytes(port.to_be_bytes()))
 }
 
-/// The sink's program: an IPv4 UDP frame (no options) to `port` is counted in the
-/// per-CPU `counts[0]`; one in `sample_every` goes on to the kernel (for the latency
+/// A `sample_every` that passes nothing on (in practice): for a sink with no latency
+/// socket behind it.
+pub const NEVER_SAMPLED: u32 = i32::MAX as u32;
+
+/// Which UDP frames a sink counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counted {
+    /// Those to this destination port (a transceiver's).
+    ToPort(u16),
+    /// Those from this source port (a relay VIP's, towards many client ports).
+    FromPort(u16),
+}
+
+/// The sink's program: an IPv4 UDP frame (no options) that is `counted` is counted in
+/// the per-CPU `counts[0]`; one in `sample_every` goes on to the kernel (for the latency
 /// socket), the rest are dropped; everything else passes untouched.
-pub fn sink_program(counts_fd: i32, port: u16, sample_every: u32) -> Vec<Insn> {
+pub fn sink_program(counts_fd: i32, counted: Counted, sample_every: u32) -> Vec<Insn> {
+    let (offset, port) = match counted {
+        Counted::ToPort(p) => (ETH + IPV4 + 2, p),
+        Counted::FromPort(p) => (ETH + IPV4, p),
+    };
     let mut a = Asm::default();
     ipv4_udp_or_pass(&mut a);
-    a.load(H, 5, 2, (ETH + IPV4 + 2) as i16);
+    a.load(H, 5, 2, offset as i16);
     a.jump(JNE, 5, Err(port_as_loaded(port)), "pass");
     a.lookup_array(counts_fd, 0, "pass");
     a.load(DW, 7, 0, 0);
@@ -441,8 +529,9 @@ fn install_stop_handler() -> io::Result<()> {
 
 impl XdpGenerator {
     /// Copies of `frame` (a [`template_frame`] from `plan`'s first flow), one flow after
-    /// another of `plan`, transmitted on `from`. `peer` is the far end of `from`'s veth
-    /// pair; it gets an `XDP_PASS` program so that veth accepts XDP frames.
+    /// another of `plan` as the frames' source, transmitted on `from`. `peer` is the far
+    /// end of `from`'s veth pair; it gets an `XDP_PASS` program so that veth accepts XDP
+    /// frames.
     pub fn new(
         from: Iface,
         peer: &Iface,
@@ -450,17 +539,29 @@ impl XdpGenerator {
         plan: &FlowPlan,
         epoch: Instant,
     ) -> io::Result<Self> {
-        if frame.len() < PAYLOAD + 12 || frame_source(&frame) != plan.addr(0) {
+        Self::stamping(from, peer, frame, (plan, Stamps::SOURCE), epoch)
+    }
+
+    /// Like [`XdpGenerator::new`], with each flow written where `stamps` say (and
+    /// `frame` carrying the plan's first flow there).
+    pub fn stamping(
+        from: Iface,
+        peer: &Iface,
+        frame: Vec<u8>,
+        (plan, stamps): (&FlowPlan, Stamps),
+        epoch: Instant,
+    ) -> io::Result<Self> {
+        if frame.len() < stamps.datagram_at + 12 || stamps.flow_of(&frame) != plan.addr(0) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                "not a template frame from the plan's first flow",
+                "not a template frame with the plan's first flow where the stamps go",
             ));
         }
         install_stop_handler()?;
         let peer_prog = bpf::prog_load_xdp(&pass_program(), "perf_pass")?;
         let peer = peer.attach_native(peer_prog)?;
         let state = Map::create(bpf::MAP_ARRAY, 4, state::LEN as u32, 1, "perf_gen_state")?;
-        let insns = generator_program(state.raw_fd(), &frame, plan, ktime_at(epoch));
+        let insns = generator_program(state.raw_fd(), &frame, (plan, stamps), ktime_at(epoch));
         let prog = bpf::prog_load_xdp(&insns, "perf_gen")?;
         Ok(XdpGenerator {
             prog: Arc::new(prog),
@@ -559,11 +660,11 @@ pub struct XdpSink {
 }
 
 impl XdpSink {
-    /// Counts UDP frames to `port` arriving on `on`, passing one in `sample_every`.
-    pub fn attach(on: &Iface, port: u16, sample_every: u32) -> io::Result<Self> {
+    /// Counts the `counted` UDP frames arriving on `on`, passing one in `sample_every`.
+    pub fn attach(on: &Iface, counted: Counted, sample_every: u32) -> io::Result<Self> {
         let counts = Map::create(bpf::MAP_PERCPU_ARRAY, 4, 8, 1, "perf_sink")?;
         let prog = bpf::prog_load_xdp(
-            &sink_program(counts.raw_fd(), port, sample_every),
+            &sink_program(counts.raw_fd(), counted, sample_every),
             "perf_sink",
         )?;
         let attached = on.attach_native(prog)?;
@@ -695,8 +796,10 @@ mod tests {
             to_mac: [3; 6],
         };
         for p in [
-            generator_program(3, &template, &sample_plan(), 1),
-            sink_program(4, 41_000, 64),
+            generator_program(3, &template, (&sample_plan(), Stamps::SOURCE), 1),
+            generator_program(3, &template, (&sample_plan(), Stamps::DESTINATION), 1),
+            sink_program(4, Counted::ToPort(41_000), 64),
+            sink_program(4, Counted::FromPort(3478), 64),
             relay_program(&rewrite),
         ] {
             assert_eq!(ufrag_bpf::asm::check_jumps(&p), Ok(()));

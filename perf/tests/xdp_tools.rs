@@ -7,7 +7,10 @@ use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use perf::load::{DATAGRAM_LEN, FlowPlan, Sink};
-use perf::xdp::{Iface, XdpGenerator, XdpSink, checksum, frame_source, template_frame};
+use perf::xdp::{
+    Counted, Iface, NEVER_SAMPLED, Stamps, XdpGenerator, XdpSink, checksum, framed_template,
+    template_frame,
+};
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::require_root;
 
@@ -49,7 +52,7 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
     let dst = SocketAddrV4::new(bed.transceiver.addr, 41_000);
     let socket_sink =
         Sink::start_in(Some(&bed.transceiver.ns), SocketAddr::V4(dst), false, epoch).expect("sink");
-    let mut sink = XdpSink::attach(&xcv, dst.port(), 16).expect("XDP sink");
+    let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 16).expect("XDP sink");
     let client_mac = client.mac;
     let frame_to = |port: u16, to: SocketAddrV4| {
         // The client must know the transceiver's MAC: raw frames do no ARP.
@@ -152,7 +155,7 @@ fn the_generator_stamps_each_flow_of_a_plan_over_several_addresses() {
     let generator =
         XdpGenerator::new(client, &peer, frame, &plan, Instant::now()).expect("generator");
     let frames = generator.stamp(15).expect("test runs");
-    let sources: Vec<SocketAddrV4> = frames.iter().map(|f| frame_source(f)).collect();
+    let sources: Vec<SocketAddrV4> = frames.iter().map(|f| Stamps::SOURCE.flow_of(f)).collect();
     // Frame n (from 1) is flow n % 7.
     let expected: Vec<SocketAddrV4> = (1..=15).map(|n| plan.addr(n % 7)).collect();
     assert_eq!(sources, expected);
@@ -175,7 +178,7 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
     let _nat = perf::alternatives::Nftables::start(&bed.relay.ns, vip, dst)
         .expect("nftables (scripts/test.sh installs nft)");
-    let mut sink = XdpSink::attach(&xcv, dst.port(), 1_000_000).expect("XDP sink");
+    let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 1_000_000).expect("XDP sink");
     let frame = template_frame(
         client.mac,
         relay.mac,
@@ -251,4 +254,71 @@ fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
     );
     let (verdict, out) = XdpRelay::run_once(&rewrite, &other_port).expect("run");
     assert_eq!((verdict, out), (2, other_port), "XDP_PASS, unchanged");
+}
+
+/// Downlink: frames a transceiver sends through relay-mio towards many clients (each
+/// flow written into the relay frame header by the generator) all reach the client's
+/// veth, counted there by their source port (the VIP's).
+#[test]
+fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
+    use testkit::testbed::tools::{relay_metric, start_relay};
+    use ufrag_common::frame::FrameHeader;
+    let Tools {
+        bed,
+        client,
+        relay,
+        xcv,
+        ..
+    } = tools();
+    let (ns, ifname) = bed.bridge_side(&bed.transceiver);
+    let xcv_peer = Iface::lookup(&ns, &ifname).expect("the transceiver's bridge port");
+    let mut relay_process = start_relay(&bed, "relay-mio", "1", &[]);
+    let keys = ufrag_common::hint::HintKeys::new(
+        ufrag_common::hint::HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
+        None,
+    )
+    .unwrap();
+    let plan = FlowPlan::new(bed.client.addr, 30_000, 40_000, 20).unwrap();
+    let vip = SocketAddrV4::new(bed.relay.addr, 3478);
+    let transceiver = SocketAddrV4::new(bed.transceiver.addr, 41_000);
+    perf::load::make_flows(Some(&bed.client.ns), &plan, vip, 1_000, |f| {
+        perf::probe::binding_request(&keys, transceiver.into(), 1_000 + f)
+    })
+    .expect("flows made");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while relay_metric(&bed, "ufrag_relay_flows_active") < 20.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(relay_metric(&bed, "ufrag_relay_flows_active"), 20.0);
+
+    let frame = framed_template(
+        (xcv.mac, relay.mac),
+        (transceiver, SocketAddrV4::new(bed.relay.addr, 40_000)),
+        (plan.addr(0), vip),
+        DATAGRAM_LEN,
+    );
+    let stamps = (&plan, Stamps::FRAMED_CLIENT);
+    let generator = XdpGenerator::stamping(xcv, &xcv_peer, frame, stamps, Instant::now())
+        .expect("generator");
+    for (n, f) in generator.stamp(25).expect("test runs").iter().enumerate() {
+        let header = FrameHeader::parse(&f[42..]).expect("a frame header").0;
+        let flow = plan.addr((n as u32 + 1) % 20);
+        assert_eq!(header.client, flow.into(), "frame {n}");
+        assert_eq!(f[42 + 16], 0x80, "the datagram follows the header");
+    }
+    let mut sink = XdpSink::attach(&client, Counted::FromPort(3478), NEVER_SAMPLED).expect("sink");
+    sink.reset();
+    let (sent, _) = generator
+        .send(10_000, Duration::from_millis(300))
+        .expect("send");
+    std::thread::sleep(Duration::from_millis(300));
+    let forwarded: f64 = testkit::testbed::tools::relay_http(&bed, "/metrics")
+        .lines()
+        .filter(|l| l.starts_with("ufrag_relay_packets_total") && l.contains("direction=\"out\""))
+        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
+        .sum();
+    let _ = relay_process.kill();
+    assert_eq!(sent, 3_000);
+    assert_eq!(sink.received(), sent, "every frame reached its client");
+    assert_eq!(forwarded, sent as f64, "and the relay counted each as forwarded out");
 }

@@ -80,6 +80,10 @@ enum Cmd {
         /// before the search; up to 40,000 per client address, at most 6 addresses.
         #[arg(long, default_value_t = 1_000)]
         flows: u32,
+        /// `up` (client → transceiver) or `down` (transceiver → client: the setups that
+        /// carry replies; live-frames only).
+        #[arg(long, default_value = "up")]
+        direction: String,
         /// The generator: `live-frames` (BPF_PROG_RUN live frames, paced in the kernel;
         /// it busy-polls the tools' core) or `sockets` (sendmmsg from the sockets of the first 256
         /// flows).
@@ -280,10 +284,18 @@ fn main() {
             search,
             only,
             flows,
+            direction,
             generator,
             no_steer,
             out,
-        } => compare(&search, &only, flows, &generator, !no_steer, &out),
+        } => compare(
+            &search,
+            &only,
+            (flows, &direction),
+            &generator,
+            !no_steer,
+            &out,
+        ),
         Cmd::Resilience {
             sessions,
             talk,
@@ -663,6 +675,20 @@ enum Setup {
 }
 
 impl Setup {
+    /// Whether the setup carries a transceiver's replies to clients the way `perf
+    /// compare --direction down` sends them: our relays (frames to the internal port),
+    /// nftables (replies to the VIP at the client's port, when the flows use one client
+    /// address: else SNAT may have moved ports) and the direct path. The rest forward one
+    /// way only (naive, bare, the XDP rewrite) or answer from per-session upstream ports
+    /// of their own choosing (nginx, Quilkin), unknown to the generator.
+    fn carries_downlink(&self, plan: &FlowPlan) -> bool {
+        match self {
+            Setup::Direct | Setup::Relay { .. } => true,
+            Setup::Nftables => plan.addresses() == 1,
+            _ => false,
+        }
+    }
+
     fn name(&self) -> String {
         match self {
             Setup::Direct => "direct path (no relay)".into(),
@@ -696,7 +722,7 @@ const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
 fn compare(
     search: &Search,
     only: &[String],
-    flows: u32,
+    (flows, direction): (u32, &str),
     generator: &str,
     steer: bool,
     out: &std::path::Path,
@@ -706,7 +732,18 @@ fn compare(
         "live-frames" => true,
         other => panic!("--generator {other}: sockets or live-frames"),
     };
-    use perf::xdp::{Iface, XdpGenerator, XdpLoad, XdpSink};
+    let downlink = match direction {
+        "up" => false,
+        "down" => true,
+        other => panic!("--direction {other}: up or down"),
+    };
+    assert!(
+        live_frames || !downlink,
+        "--direction down needs --generator live-frames"
+    );
+    use perf::xdp::{
+        Counted, Iface, NEVER_SAMPLED, Stamps, XdpGenerator, XdpLoad, XdpSink, template_frame,
+    };
     use std::net::SocketAddrV4;
     use testkit::testbed::Testbed;
     perf::load::pin_to_load_cpu();
@@ -739,7 +776,8 @@ fn compare(
     let xcv_if = iface(&bed.transceiver);
     let (br_ns, br_if) = bed.bridge_side(&bed.client);
     let client_peer = Iface::lookup(&br_ns, &br_if).expect("bridge port");
-    let mut sink = Some(XdpSink::attach(&xcv_if, SINK_PORT, SAMPLE_EVERY).expect("XDP sink"));
+    let (xcv_br_ns, xcv_br_if) = bed.bridge_side(&bed.transceiver);
+    let xcv_peer = Iface::lookup(&xcv_br_ns, &xcv_br_if).expect("bridge port");
     // The client flows: on the client's own address when they fit, else on extra client
     // addresses from .100 on, added to its interface.
     let plan = if flows <= PORTS_PER_CLIENT_ADDR {
@@ -815,6 +853,17 @@ fn compare(
                 busy_polls: poll == "busy",
             });
         }
+    }
+
+    let mut not_downlink = vec![];
+    if downlink {
+        setups.retain(|setup| {
+            let carries = setup.carries_downlink(&plan);
+            if !carries {
+                not_downlink.push(setup.name());
+            }
+            carries
+        });
     }
 
     let mut rows = vec![];
@@ -954,7 +1003,9 @@ fn compare(
             }
         }
         if framed {
-            let active = relay_gauge(&bed.relay.ns, metrics, "ufrag_relay_flows_active");
+            let active = testkit::http::get(Some(&bed.relay.ns), metrics, "/metrics").map_or(0.0, |r| {
+                testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
+            });
             eprintln!("  {active} of {flows} flows made");
             if active < f64::from(flows) {
                 eprintln!("  WARNING: {name} holds fewer flows than the load uses");
@@ -966,33 +1017,95 @@ fn compare(
             flow_maker.with_payload_len(search.size),
             SocketAddr::V4(dst),
         );
-        let (generator, latency_generator) = if live_frames {
-            let frames = XdpGenerator::new(
-                client_if.clone(),
-                &client_peer,
-                perf::xdp::template_frame(client_if.mac, dst_mac, plan.addr(0), dst, search.size),
-                &plan,
+        let (generator, latency_generator, sink, sampler) = if downlink {
+            // Replies from the transceiver's veth: to the relay's internal port in a
+            // frame naming the client, or (NAT, direct) to the client's port; counted on
+            // the client's veth by their source port; no latency sample.
+            let size = search.size;
+            let (frame, plan, stamps, from_port) = match &setup {
+                Setup::Direct => (
+                    template_frame(xcv_if.mac, client_if.mac, sink_addr, plan.addr(0), size),
+                    plan,
+                    Stamps::DESTINATION,
+                    SINK_PORT,
+                ),
+                Setup::Nftables => {
+                    // The reply goes to the VIP at the client's port; conntrack undoes it.
+                    let to_vip = FlowPlan {
+                        first_ip: bed.relay.addr,
+                        ..plan
+                    };
+                    let frame =
+                        template_frame(xcv_if.mac, relay_if.mac, sink_addr, to_vip.addr(0), size);
+                    (frame, to_vip, Stamps::DESTINATION, vip.port())
+                }
+                _ => (
+                    perf::xdp::framed_template(
+                        (xcv_if.mac, relay_if.mac),
+                        (sink_addr, to(internal.port())),
+                        (plan.addr(0), to(vip.port())),
+                        size,
+                    ),
+                    plan,
+                    Stamps::FRAMED_CLIENT,
+                    vip.port(),
+                ),
+            };
+            let frames = XdpGenerator::stamping(
+                xcv_if.clone(),
+                &xcv_peer,
+                frame,
+                (&plan, stamps),
                 epoch,
             )
             .expect("XDP generator");
-            (perf::xdp::Sender::LiveFrames(frames), Some(sockets))
+            let sink = XdpSink::attach(&client_if, Counted::FromPort(from_port), NEVER_SAMPLED)
+                .expect("XDP sink");
+            let nothing = Sink::start_in(
+                Some(&bed.client.ns),
+                SocketAddr::from((bed.client.addr, 0)),
+                false,
+                epoch,
+            )
+            .expect("an idle latency socket");
+            (perf::xdp::Sender::LiveFrames(frames), None, sink, nothing)
         } else {
-            (sockets, None)
+            let (generator, latency_generator) = if live_frames {
+                let frames = XdpGenerator::new(
+                    client_if.clone(),
+                    &client_peer,
+                    template_frame(client_if.mac, dst_mac, plan.addr(0), dst, search.size),
+                    &plan,
+                    epoch,
+                )
+                .expect("XDP generator");
+                (perf::xdp::Sender::LiveFrames(frames), Some(sockets))
+            } else {
+                (sockets, None)
+            };
+            let sink = XdpSink::attach(&xcv_if, Counted::ToPort(SINK_PORT), SAMPLE_EVERY)
+                .expect("XDP sink");
+            let sampler = Sink::start_in(
+                Some(&bed.transceiver.ns),
+                SocketAddr::V4(sink_addr),
+                framed,
+                epoch,
+            )
+            .expect("latency socket");
+            (generator, latency_generator, sink, sampler)
         };
-        let sampler = Sink::start_in(
-            Some(&bed.transceiver.ns),
-            SocketAddr::V4(sink_addr),
-            framed,
-            epoch,
-        )
-        .expect("latency socket");
         let mut load = XdpLoad {
             generator,
             latency_generator,
-            sink: sink.take().expect("the sink"),
+            sink,
             sampler,
             settle: SETTLE,
         };
+        if downlink {
+            // A relay learns the client's next hop from its first replies (AF_XDP asks
+            // the kernel): a short trial first, not counted.
+            let _ = perf::load::Load::trial(&mut load, 1_000, Duration::from_millis(300));
+        }
         let busy_polls = matches!(
             setup,
             Setup::Relay {
@@ -1011,14 +1124,20 @@ fn compare(
             }
         }
         rows.push(row);
-        sink = Some(load.sink);
+        drop(load);
         drop(running);
     }
-    drop(sink);
     let environment = perf::environment::record(&bed, &placement, live_frames);
     drop(bed);
 
-    let generator_text = if live_frames {
+    let generator_text = if downlink {
+        "The generator transmits prebuilt replies from the transceiver's veth with one BPF_PROG_RUN in \
+         live-frames mode, paced by its program against the kernel clock (it busy-polls CPU 0, so the tools \
+         core's busy share is not shown; a tools limit shows as the generator falling short): to our relays a \
+         frame to the internal port naming the flow's client, to nftables a datagram to the VIP at the \
+         client's port, on the direct path a datagram to the client; the sink counts them in XDP on the \
+         client's veth by source port and drops them (no latency is sampled downlink)"
+    } else if live_frames {
         "The generator transmits prebuilt frames from the client's veth with one BPF_PROG_RUN in live-frames \
          mode, paced by its program against the kernel clock (it busy-polls CPU 0, so the tools core's busy \
          share is not shown; a tools limit shows as the generator falling short)"
@@ -1034,17 +1153,33 @@ fn compare(
          and nftables run on the tools' core (use --steer to move them)"
     };
     let addresses = plan.addresses();
+    let sink_text = if downlink {
+        String::new()
+    } else {
+        format!(
+            "; the sink counts frames in XDP on the transceiver's veth and passes one in {SAMPLE_EVERY} to a \
+             socket for latency"
+        )
+    };
     let mut notes = format!(
         "\n## How this was measured\n\nTopology: a one-armed relay behind a Linux bridge (client, relay and \
          transceiver namespaces, each a veth to a bridge namespace). The load is spread evenly over {flows} client \
          flows ({addresses} client address(es), up to {PORTS_PER_CLIENT_ADDR} source ports each), every one made \
          before the search: a Binding Request of its own session for our relays, one datagram for the others \
-         (flows live 15 minutes in every setup that keeps them). {generator_text}; the sink counts frames \
-         in XDP on the transceiver's veth and passes one in {SAMPLE_EVERY} to a socket for latency. Every \
+         (flows live 15 minutes in every setup that keeps them). {generator_text}{sink_text}. Every \
          forwarder runs on CPU 1 and \"forwarder µs/pkt\" is CPU 1's busy time (user, system and softirq) per \
          forwarded packet; {placement_text}. A busy-polling worker keeps its core 100 % busy by construction, \
-         so its µs/pkt is an upper bound.\n\n",
+         so its µs/pkt is an upper bound. One worker per setup: this host's {vcpus} vCPUs leave one core to \
+         the forwarder (two workers on loopback: `perf loopback`).\n\n",
+        vcpus = environment["vcpus"],
     );
+    if !not_downlink.is_empty() {
+        notes.push_str(&format!(
+            "Not measured downlink: {} (they forward one way only, answer from upstream ports of their own \
+             choosing, or, for nftables over several client addresses, may have moved ports in SNAT).\n\n",
+            not_downlink.join(", ")
+        ));
+    }
     if let Some(svg) = out
         .with_extension("svg")
         .file_name()
@@ -1056,8 +1191,18 @@ fn compare(
         );
     }
     notes.push_str(&perf::environment::markdown(&environment));
+    let (arrow, way) = if downlink {
+        ("transceiver → client", "downlink")
+    } else {
+        ("client → transceiver", "uplink")
+    };
     let report = perf::report::markdown(
-        &format!("Side by side on the netns testbed ({flows} flows): is kernel bypass warranted?"),
+        (
+            &format!(
+                "Side by side on the netns testbed ({way}, {flows} flows): is kernel bypass warranted?"
+            ),
+            &format!("{}-byte datagrams, {arrow}", search.size),
+        ),
         &rows,
         search.fixed_pps,
         &command,
@@ -1144,8 +1289,15 @@ fn loopback(search: &Search, out: &std::path::Path) {
     let notes = "\nOn loopback the generator (sendmmsg) and the sink (recvmmsg) run pinned to CPU 0; the bare \
                  forwarder and a 1-worker relay on CPU 1; a 2-worker relay on CPUs 0 and 1 (sharing CPU 0 with \
                  the tools). \"forwarder µs/pkt\" is the CPU time of the forwarding threads only.\n";
+    let traffic = format!(
+        "{}-byte datagrams, client → transceiver, {CLIENTS} flows",
+        search.size
+    );
     let report = perf::report::markdown(
-        "Loopback forwarding: relay-mio against a bare mmsg forwarder",
+        (
+            "Loopback forwarding: relay-mio against a bare mmsg forwarder",
+            &traffic,
+        ),
         &rows,
         search.fixed_pps,
         &command,
@@ -1223,14 +1375,6 @@ fn measure(
     }
 }
 
-/// A relay metric summed over its labels (workers), read in namespace `ns`; 0 if absent.
-fn relay_gauge(ns: &str, metrics: SocketAddr, name: &str) -> f64 {
-    let text = testkit::http::get(Some(ns), metrics, "/metrics").map_or(String::new(), |r| r.1);
-    text.lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum()
-}
 
 /// The relay's drop counters by reason, summed over workers.
 fn relay_drops(metrics: SocketAddr) -> std::collections::BTreeMap<String, f64> {
