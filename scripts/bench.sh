@@ -15,8 +15,9 @@
 #      (naive std::net relay, bare mmsg forwarder, nftables DNAT+SNAT, nginx stream
 #      proxy, Quilkin), relay-mio and relay-afxdp in each mode, each searched 3 times over
 #      1,000 flows, counted by an XDP sink (report in target/perf/compare.md and .json;
-#      needs root), and the stateful ones again over 100,000 flows
-#      (target/perf/compare-100k-flows.md).
+#      needs root), with a profile of each forwarder's core (Linux perf); the same
+#      downlink, transceiver → client (target/perf/compare-downlink.md); and the stateful
+#      ones again over 100,000 flows (target/perf/compare-100k-flows.md).
 # Set SKIP_MICRO=1 to run only steps 4 to 7.
 # Installs what it needs when missing.
 set -euo pipefail
@@ -28,10 +29,12 @@ for tool in chromium redis-server; do
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$tool" >/dev/null
   fi
 done
-# perf compare runs the alternatives: nftables and nginx's stream module.
-if ! command -v nft >/dev/null || [ ! -e /usr/lib/nginx/modules/ngx_stream_module.so ]; then
+# perf compare runs the alternatives: nftables and nginx's stream module; and profiles
+# each forwarder's core with Linux perf.
+if ! command -v nft >/dev/null || [ ! -e /usr/lib/nginx/modules/ngx_stream_module.so ] \
+  || [ ! -x /usr/bin/perf ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    nftables nginx-light libnginx-mod-stream >/dev/null
+    nftables nginx-light libnginx-mod-stream linux-perf >/dev/null
 fi
 # ... and Quilkin, the Rust UDP proxy, from crates.io (about 10 minutes to build on 2
 # vCPUs; one of its dependencies needs the CPU's AES instructions, hence native).
@@ -57,6 +60,8 @@ echo "== live sessions under junk and through relay restarts (perf resilience)"
 target/release/perf resilience --out target/perf/resilience.md
 echo "== side by side on the netns testbed (perf compare; needs root)"
 target/release/perf compare --out target/perf/compare.md
+echo "== downlink: the transceiver's replies to 1,000 clients (perf compare --direction down)"
+target/release/perf compare --direction down --out target/perf/compare-downlink.md
 echo "== the same with 100k flows, for the setups that keep per-flow state (perf compare --flows)"
 target/release/perf compare --flows 100000 --only direct,nftables,nginx,quilkin,mio,afxdp-native-wakeup \
   --out target/perf/compare-100k-flows.md

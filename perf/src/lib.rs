@@ -14,6 +14,7 @@ pub mod gate;
 pub mod load;
 pub mod placement;
 pub mod probe;
+pub mod profile;
 pub mod report;
 pub mod resilience;
 pub mod sessions;

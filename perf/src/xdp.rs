@@ -214,7 +214,6 @@ impl Stamps {
     }
 }
 
-
 /// The generator's pacing state, one array value of `u64`s (their byte offsets).
 mod state {
     /// When the next frame is due (CLOCK_MONOTONIC ns).

@@ -298,8 +298,8 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
         DATAGRAM_LEN,
     );
     let stamps = (&plan, Stamps::FRAMED_CLIENT);
-    let generator = XdpGenerator::stamping(xcv, &xcv_peer, frame, stamps, Instant::now())
-        .expect("generator");
+    let generator =
+        XdpGenerator::stamping(xcv, &xcv_peer, frame, stamps, Instant::now()).expect("generator");
     for (n, f) in generator.stamp(25).expect("test runs").iter().enumerate() {
         let header = FrameHeader::parse(&f[42..]).expect("a frame header").0;
         let flow = plan.addr((n as u32 + 1) % 20);
@@ -320,5 +320,8 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
     let _ = relay_process.kill();
     assert_eq!(sent, 3_000);
     assert_eq!(sink.received(), sent, "every frame reached its client");
-    assert_eq!(forwarded, sent as f64, "and the relay counted each as forwarded out");
+    assert_eq!(
+        forwarded, sent as f64,
+        "and the relay counted each as forwarded out"
+    );
 }

@@ -867,6 +867,7 @@ fn compare(
     }
 
     let mut rows = vec![];
+    let mut profiles = String::new();
     for setup in setups {
         let name = setup.name();
         let to = |port: u16| SocketAddrV4::new(bed.relay.addr, port);
@@ -1003,9 +1004,10 @@ fn compare(
             }
         }
         if framed {
-            let active = testkit::http::get(Some(&bed.relay.ns), metrics, "/metrics").map_or(0.0, |r| {
-                testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
-            });
+            let active = testkit::http::get(Some(&bed.relay.ns), metrics, "/metrics")
+                .map_or(0.0, |r| {
+                    testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
+                });
             eprintln!("  {active} of {flows} flows made");
             if active < f64::from(flows) {
                 eprintln!("  WARNING: {name} holds fewer flows than the load uses");
@@ -1051,14 +1053,9 @@ fn compare(
                     vip.port(),
                 ),
             };
-            let frames = XdpGenerator::stamping(
-                xcv_if.clone(),
-                &xcv_peer,
-                frame,
-                (&plan, stamps),
-                epoch,
-            )
-            .expect("XDP generator");
+            let frames =
+                XdpGenerator::stamping(xcv_if.clone(), &xcv_peer, frame, (&plan, stamps), epoch)
+                    .expect("XDP generator");
             let sink = XdpSink::attach(&client_if, Counted::FromPort(from_port), NEVER_SAMPLED)
                 .expect("XDP sink");
             let nothing = Sink::start_in(
@@ -1116,6 +1113,22 @@ fn compare(
         let mut row = measure(&name, &mut load, search, busy_polls, || {
             perf::load::cpu_busy_seconds(FORWARDER_CPU)
         });
+        // Where the forwarder's core goes: one more trial at 70 % of the maximum,
+        // sampled by Linux perf.
+        let rate = row
+            .max_pps()
+            .map_or(search.fixed_pps, |m| (m.0 * 0.7) as u64)
+            .max(1_000);
+        let profile_dir = out.parent().unwrap_or(std::path::Path::new("."));
+        match perf::profile::Recording::start(FORWARDER_CPU, profile_dir, "compare") {
+            Some(recording) => {
+                let _ = perf::load::Load::trial(&mut load, rate, search.trial);
+                if let Some(p) = recording.finish() {
+                    profiles.push_str(&perf::profile::markdown(&name, rate, &p));
+                }
+            }
+            None => eprintln!("  no profile: {} missing", perf::profile::LINUX_PERF),
+        }
         if live_frames {
             // The live-frames generator busy-polls the tools' core: its busy share says
             // nothing; a tools limit shows as the generator falling short.
@@ -1191,6 +1204,18 @@ fn compare(
         );
     }
     notes.push_str(&perf::environment::markdown(&environment));
+    notes.push_str(
+        "\n## Where the time goes\n\nCPU 1 (the forwarder's core) sampled by Linux perf (`perf record -e \
+         cpu-clock -C 1`, 1999 Hz) over one more trial per setup at 70 % of its maximum: the busiest \
+         functions, in percent of the core's busy samples (idle is not sampled).\n",
+    );
+    if profiles.is_empty() {
+        notes.push_str(&format!(
+            "\nNo profiles: {} (Debian's linux-perf) is missing.\n",
+            perf::profile::LINUX_PERF
+        ));
+    }
+    notes.push_str(&profiles);
     let (arrow, way) = if downlink {
         ("transceiver → client", "downlink")
     } else {
@@ -1374,7 +1399,6 @@ fn measure(
         busy_polls,
     }
 }
-
 
 /// The relay's drop counters by reason, summed over workers.
 fn relay_drops(metrics: SocketAddr) -> std::collections::BTreeMap<String, f64> {
