@@ -200,6 +200,7 @@ fn wait_bound(ns: &str, local: &str, what: &str, child: &mut OwnedChild) -> io::
 #[derive(Debug)]
 pub struct Quilkin {
     _child: OwnedChild,
+    ns: String,
 }
 
 /// Quilkin's admin (metrics, readiness) address in the relay's namespace.
@@ -234,6 +235,17 @@ impl Quilkin {
             .stderr(Stdio::piped());
         let mut child = OwnedChild::spawn(&mut command)?;
         wait_bound(ns, &format!("*:{port}"), "quilkin", &mut child)?;
-        Ok(Quilkin { _child: child })
+        Ok(Quilkin {
+            _child: child,
+            ns: ns.to_string(),
+        })
+    }
+
+    /// The drops Quilkin counted (`quilkin_packets_dropped_total`), by reason.
+    pub fn drops(&self) -> std::collections::BTreeMap<String, f64> {
+        let admin = QUILKIN_ADMIN.parse().expect("an address");
+        let text =
+            testkit::http::get(Some(&self.ns), admin, "/metrics").map_or(String::new(), |r| r.1);
+        testkit::http::metric_by_label(&text, "quilkin_packets_dropped_total", "reason")
     }
 }

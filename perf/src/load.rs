@@ -573,6 +573,31 @@ impl Load for SocketLoad<'_> {
     }
 }
 
+/// The kernel's count of UDP datagrams dropped because a socket's receive buffer was
+/// full (`Udp: RcvbufErrors` of `/proc/net/snmp`) in namespace `ns`; 0 if unreadable.
+pub fn udp_receive_buffer_drops(ns: Option<&str>) -> u64 {
+    testkit::netns::in_netns(ns, || {
+        std::fs::read_to_string("/proc/thread-self/net/snmp")
+            .map_or(0, |t| snmp_field(&t, "Udp:", "RcvbufErrors"))
+    })
+    .unwrap_or(0)
+}
+
+/// Field `field` of the `/proc/net/snmp` table whose lines start with `table` (a line
+/// of names, then a line of values).
+fn snmp_field(text: &str, table: &str, field: &str) -> u64 {
+    let mut lines = text.lines().filter(|l| l.starts_with(table));
+    let (Some(names), Some(values)) = (lines.next(), lines.next()) else {
+        return 0;
+    };
+    names
+        .split_whitespace()
+        .zip(values.split_whitespace())
+        .find(|(n, _)| *n == field)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
 /// User + system CPU seconds from a `/proc/…/stat` file (0 if unreadable).
 fn stat_cpu_seconds(path: &std::path::Path) -> f64 {
     let ticks = 100.0; // USER_HZ on Linux
@@ -797,6 +822,16 @@ pub fn cpu_seconds(pid: u32, thread_prefix: Option<&str>) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_snmp_field_is_read_from_its_table() {
+        let text = "Ip: Forwarding DefaultTTL\nIp: 1 64\n\
+                    Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors\n\
+                    Udp: 10 2 7 9 5\nUdpLite: InDatagrams RcvbufErrors\nUdpLite: 0 99\n";
+        assert_eq!(snmp_field(text, "Udp:", "RcvbufErrors"), 5);
+        assert_eq!(snmp_field(text, "Udp:", "NoPorts"), 2);
+        assert_eq!(snmp_field(text, "Udp:", "Missing"), 0);
+    }
 
     #[test]
     fn a_flow_plan_fills_one_address_then_the_next() {

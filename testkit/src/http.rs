@@ -90,6 +90,33 @@ pub fn metric_sum(text: &str, series_prefix: &str) -> f64 {
         .sum()
 }
 
+/// The series `name` in `text`, summed by the value of its label `label` (e.g. drops by
+/// `reason`, over workers); a series without the label counts under "?".
+pub fn metric_by_label(
+    text: &str,
+    name: &str,
+    label: &str,
+) -> std::collections::BTreeMap<String, f64> {
+    let key = format!("{label}=\"");
+    let mut sums = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| {
+        l.strip_prefix(name)
+            .is_some_and(|rest| rest.starts_with('{'))
+    }) {
+        let value = line
+            .split(key.as_str())
+            .nth(1)
+            .and_then(|r| r.split('"').next())
+            .unwrap_or("?");
+        let count: f64 = line
+            .rsplit_once(' ')
+            .and_then(|(_, v)| v.parse().ok())
+            .unwrap_or(0.0);
+        *sums.entry(value.to_string()).or_insert(0.0) += count;
+    }
+    sums
+}
+
 /// [`metric_sum`] over the `/metrics` of `addr` (inside namespace `ns` when given);
 /// 0 when nothing answers.
 pub fn metric(ns: Option<&str>, addr: SocketAddr, series_prefix: &str) -> f64 {
@@ -138,6 +165,20 @@ pub fn wait_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_series_is_summed_by_one_label() {
+        let text = "x_total{worker=\"0\",reason=\"a\"} 2\nx_total{worker=\"1\",reason=\"a\"} 3\n\
+                    x_total{reason=\"b\"} 1\nx_totals{reason=\"a\"} 9\nx_total 4\n";
+        let sums = metric_by_label(text, "x_total", "reason");
+        assert_eq!(sums.get("a"), Some(&5.0));
+        assert_eq!(sums.get("b"), Some(&1.0));
+        assert_eq!(
+            sums.len(),
+            2,
+            "another series and an unlabelled line are not counted: {sums:?}"
+        );
+    }
 
     #[test]
     fn a_response_splits_into_status_headers_and_body() {

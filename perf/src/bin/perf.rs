@@ -868,6 +868,8 @@ fn compare(
 
     let mut rows = vec![];
     let mut profiles = String::new();
+    let mut quilkin_drops = None;
+    let mut receive_buffer_drops = vec![];
     for setup in setups {
         let name = setup.name();
         let to = |port: u16| SocketAddrV4::new(bed.relay.addr, port);
@@ -1110,9 +1112,12 @@ fn compare(
                 ..
             }
         );
+        let rcvbuf_before = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns));
         let mut row = measure(&name, &mut load, search, busy_polls, || {
             perf::load::cpu_busy_seconds(FORWARDER_CPU)
         });
+        let rcvbuf = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns)) - rcvbuf_before;
+        receive_buffer_drops.push(format!("{name}: {rcvbuf}"));
         // Where the forwarder's core goes: one more trial at 70 % of the maximum,
         // sampled by Linux perf.
         let rate = row
@@ -1135,6 +1140,11 @@ fn compare(
             for run in &mut row.runs {
                 run.tools_busy = None;
             }
+        }
+        if let Running::Quilkin(q) = &running {
+            let drops = q.drops();
+            eprintln!("  Quilkin's own drop counters: {drops:?}");
+            quilkin_drops = Some(drops);
         }
         rows.push(row);
         drop(load);
@@ -1186,6 +1196,25 @@ fn compare(
          the forwarder (two workers on loopback: `perf loopback`).\n\n",
         vcpus = environment["vcpus"],
     );
+    notes.push_str(&format!(
+        "Where the loss happened: datagrams the relay host's kernel dropped because a socket's receive \
+         buffer was full (`Udp: RcvbufErrors` in its namespace), over each setup's searches: {}. A setup \
+         that loses while its core is not saturated and shows drops here does not drain its socket fast \
+         enough (wake-ups, batching), not for want of CPU.\n\n",
+        receive_buffer_drops.join("; ")
+    ));
+    if let Some(drops) = quilkin_drops {
+        let listed: Vec<String> = drops.iter().map(|(r, n)| format!("{r}: {n}")).collect();
+        notes.push_str(&format!(
+            "Quilkin's own count of what it dropped over its whole row (`quilkin_packets_dropped_total` by \
+             reason): {}.\n\n",
+            if listed.is_empty() {
+                "none".to_string()
+            } else {
+                listed.join(", ")
+            }
+        ));
+    }
     if !not_downlink.is_empty() {
         notes.push_str(&format!(
             "Not measured downlink: {} (they forward one way only, answer from upstream ports of their own \
@@ -1403,23 +1432,7 @@ fn measure(
 /// The relay's drop counters by reason, summed over workers.
 fn relay_drops(metrics: SocketAddr) -> std::collections::BTreeMap<String, f64> {
     let text = testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
-    let mut drops = std::collections::BTreeMap::new();
-    for line in text
-        .lines()
-        .filter(|l| l.starts_with("ufrag_relay_drops_total{"))
-    {
-        let reason = line
-            .split("reason=\"")
-            .nth(1)
-            .and_then(|r| r.split('"').next())
-            .unwrap_or("?");
-        let value: f64 = line
-            .rsplit_once(' ')
-            .and_then(|(_, v)| v.parse().ok())
-            .unwrap_or(0.0);
-        *drops.entry(reason.to_string()).or_insert(0.0) += value;
-    }
-    drops
+    testkit::http::metric_by_label(&text, "ufrag_relay_drops_total", "reason")
 }
 
 fn resilience(n: usize, talk: Duration, junk_factor: u64, out: &std::path::Path) {
