@@ -32,8 +32,8 @@ const PAYLOAD: usize = ETH + IPV4 + UDP;
 /// An interface inside a namespace, as the BPF calls need it.
 #[derive(Clone, Debug)]
 pub struct Iface {
-    /// Its namespace.
-    pub ns: String,
+    /// Its namespace (`None`: this process's own).
+    pub ns: Option<String>,
     /// Its name.
     pub name: String,
     /// Its index (in `ns`).
@@ -45,11 +45,18 @@ pub struct Iface {
 impl Iface {
     /// Looks `name` up in namespace `ns` (`ip -o link show`).
     pub fn lookup(ns: &str, name: &str) -> io::Result<Iface> {
-        let out = Command::new("ip")
-            .args(["-n", ns, "-o", "link", "show", "dev", name])
-            .output()?;
+        Self::lookup_in(Some(ns), name)
+    }
+
+    /// Looks `name` up in namespace `ns`, or in this process's own (a lab's real NIC).
+    pub fn lookup_in(ns: Option<&str>, name: &str) -> io::Result<Iface> {
+        let mut ip = Command::new("ip");
+        if let Some(ns) = ns {
+            ip.args(["-n", ns]);
+        }
+        let out = ip.args(["-o", "link", "show", "dev", name]).output()?;
         let text = String::from_utf8_lossy(&out.stdout);
-        let bad = || io::Error::other(format!("ip -n {ns} link show {name}: {text:?}"));
+        let bad = || io::Error::other(format!("ip link show {name} (namespace {ns:?}): {text:?}"));
         let ifindex = text
             .split(':')
             .next()
@@ -60,12 +67,9 @@ impl Iface {
             .nth(1)
             .and_then(|r| r.split_whitespace().next())
             .ok_or_else(bad)?;
-        let mut mac = [0u8; 6];
-        for (byte, hex) in mac.iter_mut().zip(mac_text.split(':')) {
-            *byte = u8::from_str_radix(hex, 16).map_err(|_| bad())?;
-        }
+        let mac = parse_mac(mac_text).ok_or_else(bad)?;
         Ok(Iface {
-            ns: ns.to_string(),
+            ns: ns.map(str::to_string),
             name: name.to_string(),
             ifindex,
             mac,
@@ -75,11 +79,20 @@ impl Iface {
     /// Attaches `prog` in native mode; the attachment lasts as long as the returned link.
     fn attach_native(&self, prog: OwnedFd) -> io::Result<Attached> {
         let ifindex = self.ifindex;
-        let link = testkit::netns::in_netns(Some(&self.ns), move || {
+        let link = testkit::netns::in_netns(self.ns.as_deref(), move || {
             bpf::link_create_xdp(&prog, ifindex, bpf::XDP_FLAGS_DRV_MODE)
         })??;
         Ok(Attached { _link: link })
     }
+}
+
+/// A MAC address from `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
+    let bytes: Vec<u8> = text
+        .split(':')
+        .map(|h| u8::from_str_radix(h, 16).ok().filter(|_| h.len() == 2))
+        .collect::<Option<_>>()?;
+    bytes.try_into().ok()
 }
 
 /// A program attached to an interface; detached on drop.
@@ -502,7 +515,7 @@ pub struct XdpGenerator {
     state: Map,
     frame: Vec<u8>,
     from: Iface,
-    _peer: Attached,
+    _peer: Option<Attached>,
 }
 
 /// Frames per `BPF_PROG_RUN` batch (the kernel's NAPI budget).
@@ -530,10 +543,10 @@ impl XdpGenerator {
     /// Copies of `frame` (a [`template_frame`] from `plan`'s first flow), one flow after
     /// another of `plan` as the frames' source, transmitted on `from`. `peer` is the far
     /// end of `from`'s veth pair; it gets an `XDP_PASS` program so that veth accepts XDP
-    /// frames.
+    /// frames (a NIC has no peer: `None`).
     pub fn new(
         from: Iface,
-        peer: &Iface,
+        peer: Option<&Iface>,
         frame: Vec<u8>,
         plan: &FlowPlan,
         epoch: Instant,
@@ -545,7 +558,7 @@ impl XdpGenerator {
     /// `frame` carrying the plan's first flow there).
     pub fn stamping(
         from: Iface,
-        peer: &Iface,
+        peer: Option<&Iface>,
         frame: Vec<u8>,
         (plan, stamps): (&FlowPlan, Stamps),
         epoch: Instant,
@@ -557,8 +570,12 @@ impl XdpGenerator {
             ));
         }
         install_stop_handler()?;
-        let peer_prog = bpf::prog_load_xdp(&pass_program(), "perf_pass")?;
-        let peer = peer.attach_native(peer_prog)?;
+        let peer = match peer {
+            Some(peer) => {
+                Some(peer.attach_native(bpf::prog_load_xdp(&pass_program(), "perf_pass")?)?)
+            }
+            None => None,
+        };
         let state = Map::create(bpf::MAP_ARRAY, 4, state::LEN as u32, 1, "perf_gen_state")?;
         let insns = generator_program(state.raw_fd(), &frame, (plan, stamps), ktime_at(epoch));
         let prog = bpf::prog_load_xdp(&insns, "perf_gen")?;
@@ -609,7 +626,7 @@ impl XdpGenerator {
         let done = Arc::new(AtomicBool::new(false));
         let (id_out, done_out) = (Arc::clone(&thread_id), Arc::clone(&done));
         let start = Instant::now();
-        let handle = testkit::netns::spawn_in(Some(&self.from.ns), "xdp-gen", move || {
+        let handle = testkit::netns::spawn_in(self.from.ns.as_deref(), "xdp-gen", move || {
             crate::load::pin_to_load_cpu();
             *id_out.lock().expect("thread id") = Some(nix::sys::pthread::pthread_self());
             let result = loop {
@@ -757,6 +774,18 @@ impl Load for XdpLoad {
 mod tests {
     use super::*;
     use crate::load::DATAGRAM_LEN;
+
+    #[test]
+    fn a_mac_is_six_hex_pairs() {
+        assert_eq!(
+            parse_mac("02:0a:ff:00:10:9B"),
+            Some([2, 10, 255, 0, 16, 155])
+        );
+        assert_eq!(parse_mac("02:0a:ff:00:10"), None);
+        assert_eq!(parse_mac("02:0a:ff:00:10:9b:01"), None);
+        assert_eq!(parse_mac("2:0a:ff:00:10:9b"), None);
+        assert_eq!(parse_mac("zz:0a:ff:00:10:9b"), None);
+    }
 
     fn sample_plan() -> FlowPlan {
         FlowPlan::new("10.77.0.1".parse().unwrap(), 20_000, 1000, 2500).unwrap()

@@ -67,7 +67,7 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
     let plan = |port: u16, flows: u32| FlowPlan::new(bed.client.addr, port, flows, flows).unwrap();
     let generator = XdpGenerator::new(
         client.clone(),
-        &peer,
+        Some(&peer),
         frame_to(20_000, dst),
         &plan(20_000, 8),
         epoch,
@@ -94,7 +94,7 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
     assert!(
         XdpGenerator::new(
             client.clone(),
-            &peer,
+            Some(&peer),
             frame_to(21_000, other),
             &plan(21_000, 1),
             epoch
@@ -113,7 +113,7 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
     .expect("second sink");
     let generator = XdpGenerator::new(
         client,
-        &peer,
+        Some(&peer),
         frame_to(21_000, other),
         &plan(21_000, 1),
         epoch,
@@ -144,7 +144,7 @@ fn the_generator_stamps_each_flow_of_a_plan_over_several_addresses() {
     assert!(
         XdpGenerator::new(
             client.clone(),
-            &peer,
+            Some(&peer),
             template_frame(client.mac, [2; 6], plan.addr(1), dst, DATAGRAM_LEN),
             &plan,
             Instant::now()
@@ -153,7 +153,7 @@ fn the_generator_stamps_each_flow_of_a_plan_over_several_addresses() {
         "a template that is not the plan's first flow is refused"
     );
     let generator =
-        XdpGenerator::new(client, &peer, frame, &plan, Instant::now()).expect("generator");
+        XdpGenerator::new(client, Some(&peer), frame, &plan, Instant::now()).expect("generator");
     let frames = generator.stamp(15).expect("test runs");
     let sources: Vec<SocketAddrV4> = frames.iter().map(|f| Stamps::SOURCE.flow_of(f)).collect();
     // Frame n (from 1) is flow n % 7.
@@ -187,7 +187,7 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
         DATAGRAM_LEN,
     );
     let plan = FlowPlan::new(bed.client.addr, 20_000, 32, 32).unwrap();
-    let generator = XdpGenerator::new(client, &peer, frame, &plan, epoch).expect("generator");
+    let generator = XdpGenerator::new(client, Some(&peer), frame, &plan, epoch).expect("generator");
     for rate in [1_000u64, 20_000] {
         sink.reset();
         let (sent, _) = generator
@@ -298,8 +298,8 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
         DATAGRAM_LEN,
     );
     let stamps = (&plan, Stamps::FRAMED_CLIENT);
-    let generator =
-        XdpGenerator::stamping(xcv, &xcv_peer, frame, stamps, Instant::now()).expect("generator");
+    let generator = XdpGenerator::stamping(xcv, Some(&xcv_peer), frame, stamps, Instant::now())
+        .expect("generator");
     for (n, f) in generator.stamp(25).expect("test runs").iter().enumerate() {
         let header = FrameHeader::parse(&f[42..]).expect("a frame header").0;
         let flow = plan.addr((n as u32 + 1) % 20);
@@ -324,4 +324,71 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
         forwarded, sent as f64,
         "and the relay counted each as forwarded out"
     );
+}
+
+/// A perf lab's two hosts, stood for by two namespaces: `perf sink` on the receiving
+/// host's interface counts exactly what `perf gen` on the sending host's sent.
+#[test]
+fn perf_gen_and_perf_sink_measure_between_two_hosts() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let Tools { bed, xcv, .. } = tools();
+    let perf = env!("CARGO_BIN_EXE_perf");
+    let mut sink = Command::new(perf)
+        .args(["sink", "--netns", &bed.transceiver.ns, "--interface"])
+        .args([
+            &bed.transceiver.ifname,
+            "--port",
+            "41000",
+            "--duration",
+            "3s",
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("perf sink starts");
+    let mut lines = BufReader::new(sink.stdout.take().unwrap()).lines();
+    let first = lines.next().expect("a line").expect("text");
+    assert!(first.starts_with("counting UDP to port 41000"), "{first}");
+    let (br_ns, br_if) = bed.bridge_side(&bed.client);
+    let mac: Vec<String> = xcv.mac.iter().map(|b| format!("{b:02x}")).collect();
+    let generator = Command::new(perf)
+        .args([
+            "gen",
+            "--netns",
+            &bed.client.ns,
+            "--interface",
+            &bed.client.ifname,
+        ])
+        .args(["--veth-peer", &format!("{br_ns}/{br_if}")])
+        .args([
+            "--src",
+            &format!("{}:20000", bed.client.addr),
+            "--flows",
+            "16",
+        ])
+        .args(["--dst", &format!("{}:41000", bed.transceiver.addr)])
+        .args([
+            "--dst-mac",
+            &mac.join(":"),
+            "--rate",
+            "20000",
+            "--duration",
+            "1s",
+        ])
+        .output()
+        .expect("perf gen runs");
+    let said = String::from_utf8_lossy(&generator.stdout);
+    assert!(generator.status.success(), "perf gen: {said}");
+    let sent: u64 = said
+        .strip_prefix("sent ")
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("perf gen said {said:?}"));
+    assert_eq!(sent, 20_000, "{said}");
+    let last = lines
+        .map_while(Result::ok)
+        .last()
+        .expect("perf sink's last line");
+    assert!(sink.wait().expect("perf sink ends").success());
+    assert_eq!(last, format!("received {sent}"), "every frame counted once");
 }

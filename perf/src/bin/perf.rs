@@ -98,6 +98,59 @@ enum Cmd {
         #[arg(long, default_value = "target/perf/compare.md")]
         out: std::path::PathBuf,
     },
+    /// A lab's load generator on a real interface (root): paced live frames from
+    /// `--src` (and the `--flows` source ports above it) to `--dst` via `--dst-mac`, sent
+    /// with BPF_PROG_RUN from the interface; prints what it sent. Run `perf sink` on the
+    /// receiving host.
+    Gen {
+        /// The interface to send from.
+        #[arg(long)]
+        interface: String,
+        /// Its network namespace (default: this process's).
+        #[arg(long)]
+        netns: Option<String>,
+        /// A veth interface's peer (`NS/NAME` or `NAME`), which needs an XDP program for
+        /// XDP frames to arrive; not for a NIC.
+        #[arg(long)]
+        veth_peer: Option<String>,
+        /// The first flow's source address (IPv4).
+        #[arg(long)]
+        src: std::net::SocketAddrV4,
+        /// Where the datagrams go (the relay's VIP, or the sink for the direct path).
+        #[arg(long)]
+        dst: std::net::SocketAddrV4,
+        /// The next hop's MAC (aa:bb:cc:dd:ee:ff): the frames are raw, nothing resolves it.
+        #[arg(long)]
+        dst_mac: String,
+        /// Flows: source ports `--src`'s port and up.
+        #[arg(long, default_value_t = 1)]
+        flows: u32,
+        /// UDP payload bytes.
+        #[arg(long, default_value_t = perf::load::DATAGRAM_LEN)]
+        size: usize,
+        /// Datagrams per second.
+        #[arg(long)]
+        rate: u64,
+        /// How long to send.
+        #[arg(long, default_value = "10s", value_parser = humantime_duration)]
+        duration: Duration,
+    },
+    /// A lab's counting sink on a real interface (root): counts UDP frames to `--port` in
+    /// XDP (and drops them), printing the rate each second and the total at the end.
+    Sink {
+        /// The interface to count on.
+        #[arg(long)]
+        interface: String,
+        /// Its network namespace (default: this process's).
+        #[arg(long)]
+        netns: Option<String>,
+        /// The UDP destination port counted.
+        #[arg(long)]
+        port: u16,
+        /// How long to count.
+        #[arg(long, default_value = "15s", value_parser = humantime_duration)]
+        duration: Duration,
+    },
     /// Testbed tool: echo every relay frame back to its sender (a fake transceiver).
     #[command(hide = true)]
     FakeTransceiver {
@@ -307,6 +360,62 @@ fn main() {
             baseline,
             accept,
         } => std::process::exit(gate(&summaries, &baseline, accept)),
+        Cmd::Gen {
+            interface,
+            netns,
+            veth_peer,
+            src,
+            dst,
+            dst_mac,
+            flows,
+            size,
+            rate,
+            duration,
+        } => {
+            use perf::xdp::{Iface, XdpGenerator, template_frame};
+            let from = Iface::lookup_in(netns.as_deref(), &interface).expect("--interface");
+            let peer = veth_peer.map(|p| match p.split_once('/') {
+                Some((ns, name)) => Iface::lookup(ns, name).expect("--veth-peer"),
+                None => Iface::lookup_in(None, &p).expect("--veth-peer"),
+            });
+            let mac = perf::xdp::parse_mac(&dst_mac).expect("--dst-mac aa:bb:cc:dd:ee:ff");
+            let plan = FlowPlan::new(*src.ip(), src.port(), flows, flows).expect("--src, --flows");
+            let frame = template_frame(from.mac, mac, src, dst, size);
+            let generator = XdpGenerator::new(from, peer.as_ref(), frame, &plan, Instant::now())
+                .expect("the generator loads (root, XDP)");
+            let (sent, seconds) = generator.send(rate, duration).expect("send");
+            println!(
+                "sent {sent} in {seconds:.3} s ({:.0} pps)",
+                sent as f64 / seconds.max(1e-9)
+            );
+        }
+        Cmd::Sink {
+            interface,
+            netns,
+            port,
+            duration,
+        } => {
+            use perf::xdp::{Counted, Iface, NEVER_SAMPLED, XdpSink};
+            let on = Iface::lookup_in(netns.as_deref(), &interface).expect("--interface");
+            let sink =
+                XdpSink::attach(&on, Counted::ToPort(port), NEVER_SAMPLED).expect("the sink loads");
+            println!("counting UDP to port {port} on {interface} for {duration:?}");
+            let start = Instant::now();
+            let mut last = 0;
+            while start.elapsed() < duration {
+                std::thread::sleep(
+                    Duration::from_secs(1).min(duration.saturating_sub(start.elapsed())),
+                );
+                let now = sink.received();
+                println!(
+                    "{:>6.1} s  {:>10} pps",
+                    start.elapsed().as_secs_f64(),
+                    now - last
+                );
+                last = now;
+            }
+            println!("received {}", sink.received());
+        }
         Cmd::FakeTransceiver { bind, max, idle } => {
             let echoed =
                 perf::probe::fake_transceiver(bind, max, idle).expect("fake transceiver runs");
@@ -1055,9 +1164,14 @@ fn compare(
                     vip.port(),
                 ),
             };
-            let frames =
-                XdpGenerator::stamping(xcv_if.clone(), &xcv_peer, frame, (&plan, stamps), epoch)
-                    .expect("XDP generator");
+            let frames = XdpGenerator::stamping(
+                xcv_if.clone(),
+                Some(&xcv_peer),
+                frame,
+                (&plan, stamps),
+                epoch,
+            )
+            .expect("XDP generator");
             let sink = XdpSink::attach(&client_if, Counted::FromPort(from_port), NEVER_SAMPLED)
                 .expect("XDP sink");
             let nothing = Sink::start_in(
@@ -1072,7 +1186,7 @@ fn compare(
             let (generator, latency_generator) = if live_frames {
                 let frames = XdpGenerator::new(
                     client_if.clone(),
-                    &client_peer,
+                    Some(&client_peer),
                     template_frame(client_if.mac, dst_mac, plan.addr(0), dst, search.size),
                     &plan,
                     epoch,
