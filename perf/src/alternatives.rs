@@ -207,10 +207,34 @@ pub struct Quilkin {
 const QUILKIN_ADMIN: &str = "127.0.0.1:8010";
 
 impl Quilkin {
-    /// Proxies UDP from `listen`'s port to `to` in namespace `ns`, pinned to `cpu`.
-    pub fn start(ns: &str, listen: SocketAddrV4, to: SocketAddrV4, cpu: usize) -> io::Result<Self> {
+    /// Proxies UDP from `listen`'s port to `to` in namespace `ns`, pinned to `cpu`; with
+    /// `xdp`, in its XDP mode on that interface (its AF_XDP sockets on every queue; it
+    /// needs the namespace's local port range to end at 60999).
+    pub fn start(
+        ns: &str,
+        listen: SocketAddrV4,
+        to: SocketAddrV4,
+        cpu: usize,
+        xdp: Option<&str>,
+    ) -> io::Result<Self> {
         let port = listen.port().to_string();
         let endpoint = to.to_string();
+        let mut xdp_args = vec![];
+        if let Some(interface) = xdp {
+            run(
+                in_ns(
+                    ns,
+                    "sysctl",
+                    &["-qw", "net.ipv4.ip_local_port_range=32768 60999"],
+                ),
+                "local port range",
+            )?;
+            xdp_args = vec![
+                "--service.udp.xdp".to_string(),
+                "--service.udp.xdp.network-interface".to_string(),
+                interface.to_string(),
+            ];
+        }
         let mut command = in_ns(
             ns,
             "taskset",
@@ -230,11 +254,17 @@ impl Quilkin {
             ],
         );
         command
+            .args(&xdp_args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = OwnedChild::spawn(&mut command)?;
-        wait_bound(ns, &format!("*:{port}"), "quilkin", &mut child)?;
+        if xdp.is_some() {
+            // In XDP mode no socket is bound: ready when its admin says so.
+            wait_ready_http(ns, QUILKIN_ADMIN, "/ready", "quilkin", &mut child)?;
+        } else {
+            wait_bound(ns, &format!("*:{port}"), "quilkin", &mut child)?;
+        }
         Ok(Quilkin {
             _child: child,
             ns: ns.to_string(),
@@ -247,5 +277,29 @@ impl Quilkin {
         let text =
             testkit::http::get(Some(&self.ns), admin, "/metrics").map_or(String::new(), |r| r.1);
         testkit::http::metric_by_label(&text, "quilkin_packets_dropped_total", "reason")
+    }
+}
+
+/// Waits up to 10 s until `GET path` on `addr` in `ns` answers 200, or `child` exits.
+fn wait_ready_http(
+    ns: &str,
+    addr: &str,
+    path: &str,
+    what: &str,
+    child: &mut OwnedChild,
+) -> io::Result<()> {
+    let addr = addr.parse().expect("an address");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if testkit::http::get(Some(ns), addr, path).is_some_and(|(status, _)| status == 200) {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(io::Error::other(format!(
+                "{what} not ready at {addr}{path}: {:?}",
+                child.exit_report()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }

@@ -479,14 +479,13 @@ pub fn relay_program(r: &Rewrite) -> Vec<Insn> {
 #[derive(Debug)]
 pub struct XdpRelay {
     _relay: Attached,
-    _peer: Attached,
+    _peer: PeerPass,
 }
 
 impl XdpRelay {
     /// Attaches to `on`, whose veth peer is `peer`.
     pub fn attach(on: &Iface, peer: &Iface, rewrite: &Rewrite) -> io::Result<Self> {
-        let peer_prog = bpf::prog_load_xdp(&pass_program(), "perf_pass")?;
-        let peer = peer.attach_native(peer_prog)?;
+        let peer = PeerPass::attach(peer)?;
         let prog = bpf::prog_load_xdp(&relay_program(rewrite), "perf_xdp_relay")?;
         Ok(XdpRelay {
             _relay: on.attach_native(prog)?,
@@ -498,6 +497,23 @@ impl XdpRelay {
     pub fn run_once(rewrite: &Rewrite, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
         let prog = bpf::prog_load_xdp(&relay_program(rewrite), "perf_xdp_relay")?;
         bpf::prog_test_run_output(&prog, frame)
+    }
+}
+
+/// An `XDP_PASS` program on a veth's far end, which the veth needs before `XDP_TX` or
+/// AF_XDP frames sent from its near end can arrive; detached on drop.
+#[derive(Debug)]
+pub struct PeerPass {
+    _attached: Attached,
+}
+
+impl PeerPass {
+    /// Attaches it to `peer`.
+    pub fn attach(peer: &Iface) -> io::Result<Self> {
+        let prog = bpf::prog_load_xdp(&pass_program(), "perf_pass")?;
+        Ok(PeerPass {
+            _attached: peer.attach_native(prog)?,
+        })
     }
 }
 
@@ -515,7 +531,7 @@ pub struct XdpGenerator {
     state: Map,
     frame: Vec<u8>,
     from: Iface,
-    _peer: Option<Attached>,
+    _peer: Option<PeerPass>,
 }
 
 /// Frames per `BPF_PROG_RUN` batch (the kernel's NAPI budget).
@@ -570,12 +586,7 @@ impl XdpGenerator {
             ));
         }
         install_stop_handler()?;
-        let peer = match peer {
-            Some(peer) => {
-                Some(peer.attach_native(bpf::prog_load_xdp(&pass_program(), "perf_pass")?)?)
-            }
-            None => None,
-        };
+        let peer = peer.map(PeerPass::attach).transpose()?;
         let state = Map::create(bpf::MAP_ARRAY, 4, state::LEN as u32, 1, "perf_gen_state")?;
         let insns = generator_program(state.raw_fd(), &frame, (plan, stamps), ktime_at(epoch));
         let prog = bpf::prog_load_xdp(&insns, "perf_gen")?;

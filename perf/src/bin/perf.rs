@@ -72,7 +72,7 @@ enum Cmd {
         #[command(flatten)]
         search: Search,
         /// Only these setups (comma-separated names: direct, naive, bare, nftables, nginx,
-        /// quilkin, xdp-relay, mio, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup,
+        /// quilkin, quilkin-xdp, xdp-relay, mio, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup,
         /// afxdp-native-busy); default all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
@@ -773,7 +773,9 @@ enum Setup {
     Bare,
     Nftables,
     Nginx,
-    Quilkin,
+    Quilkin {
+        xdp: bool,
+    },
     XdpRelay,
     Relay {
         name: String,
@@ -805,7 +807,8 @@ impl Setup {
             Setup::Bare => "bare mmsg forwarder".into(),
             Setup::Nftables => "nftables DNAT+SNAT (kernel)".into(),
             Setup::Nginx => "nginx stream proxy, 1 worker".into(),
-            Setup::Quilkin => "Quilkin 0.10 UDP proxy, 1 worker".into(),
+            Setup::Quilkin { xdp: false } => "Quilkin 0.10 UDP proxy, 1 worker".into(),
+            Setup::Quilkin { xdp: true } => "Quilkin 0.10 UDP proxy, XDP mode".into(),
             Setup::XdpRelay => "in-kernel XDP rewrite relay".into(),
             Setup::Relay { name, .. } => name.clone(),
         }
@@ -820,7 +823,7 @@ enum Running {
     Bare(BareForwarder),
     Nftables(perf::alternatives::Nftables),
     Nginx(perf::alternatives::Nginx),
-    Quilkin(perf::alternatives::Quilkin),
+    Quilkin(perf::alternatives::Quilkin, Option<perf::xdp::PeerPass>),
     XdpRelay(perf::xdp::XdpRelay),
     Relay(RelayChild),
 }
@@ -923,7 +926,8 @@ fn compare(
         ("bare", Setup::Bare),
         ("nftables", Setup::Nftables),
         ("nginx", Setup::Nginx),
-        ("quilkin", Setup::Quilkin),
+        ("quilkin", Setup::Quilkin { xdp: false }),
+        ("quilkin-xdp", Setup::Quilkin { xdp: true }),
         ("xdp-relay", Setup::XdpRelay),
         (
             "mio",
@@ -988,7 +992,7 @@ fn compare(
             Setup::Bare => (to(4000), relay_if.mac, false),
             Setup::Nftables => (to(3478), relay_if.mac, false),
             Setup::Nginx => (to(4002), relay_if.mac, false),
-            Setup::Quilkin => (to(4003), relay_if.mac, false),
+            Setup::Quilkin { .. } => (to(4003), relay_if.mac, false),
             Setup::XdpRelay => (to(3478), relay_if.mac, false),
             Setup::Relay { .. } => (to(3478), relay_if.mac, true),
         };
@@ -1026,10 +1030,24 @@ fn compare(
                 )
                 .expect("nginx (installed by scripts/bench.sh)"),
             ),
-            Setup::Quilkin => Running::Quilkin(
-                perf::alternatives::Quilkin::start(&bed.relay.ns, dst, sink_addr, FORWARDER_CPU)
-                    .expect("quilkin (installed by scripts/bench.sh)"),
-            ),
+            Setup::Quilkin { xdp } => {
+                let (ns, ifname) = bed.bridge_side(&bed.relay);
+                let peer_pass = if *xdp {
+                    let peer = Iface::lookup(&ns, &ifname).expect("the relay's bridge port");
+                    Some(perf::xdp::PeerPass::attach(&peer).expect("XDP on the bridge port"))
+                } else {
+                    None
+                };
+                let quilkin = perf::alternatives::Quilkin::start(
+                    &bed.relay.ns,
+                    dst,
+                    sink_addr,
+                    FORWARDER_CPU,
+                    xdp.then_some(bed.relay.ifname.as_str()),
+                )
+                .expect("quilkin (installed by scripts/bench.sh)");
+                Running::Quilkin(quilkin, peer_pass)
+            }
             Setup::XdpRelay => {
                 let (ns, ifname) = bed.bridge_side(&bed.relay);
                 let peer = Iface::lookup(&ns, &ifname).expect("the relay's bridge port");
@@ -1255,7 +1273,7 @@ fn compare(
                 run.tools_busy = None;
             }
         }
-        if let Running::Quilkin(q) = &running {
+        if let Running::Quilkin(q, _) = &running {
             let drops = q.drops();
             eprintln!("  Quilkin's own drop counters: {drops:?}");
             quilkin_drops = Some(drops);
