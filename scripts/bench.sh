@@ -16,8 +16,9 @@
 #      proxy, Quilkin), relay-mio and relay-afxdp in each mode, each searched 3 times over
 #      1,000 flows, counted by an XDP sink (report in target/perf/compare.md and .json;
 #      needs root), with a profile of each forwarder's core (Linux perf); the same
-#      downlink, transceiver → client (target/perf/compare-downlink.md); and the stateful
-#      ones again over 100,000 flows (target/perf/compare-100k-flows.md).
+#      downlink, transceiver → client (target/perf/compare-downlink.md); with 1,200-byte
+#      datagrams (target/perf/compare-1200b.md); and the stateful ones again over 100,000
+#      flows (target/perf/compare-100k-flows.md).
 # Set SKIP_MICRO=1 to run only steps 4 to 7.
 # Installs what it needs when missing.
 set -euo pipefail
@@ -62,6 +63,9 @@ echo "== side by side on the netns testbed (perf compare; needs root)"
 target/release/perf compare --out target/perf/compare.md
 echo "== downlink: the transceiver's replies to 1,000 clients (perf compare --direction down)"
 target/release/perf compare --direction down --out target/perf/compare-downlink.md
+echo "== video-sized datagrams: 1,200 bytes (perf compare --size 1200)"
+target/release/perf compare --size 1200 --only direct,nftables,mio,afxdp-native-wakeup,afxdp-native-busy \
+  --out target/perf/compare-1200b.md
 echo "== the same with 100k flows, for the setups that keep per-flow state (perf compare --flows)"
 target/release/perf compare --flows 100000 --only direct,nftables,nginx,quilkin,mio,afxdp-native-wakeup \
   --out target/perf/compare-100k-flows.md

@@ -1335,6 +1335,15 @@ fn compare(
          enough (wake-ups, batching), not for want of CPU.\n\n",
         receive_buffer_drops.join("; ")
     ));
+    if rows.iter().any(|r| r.setup.contains("XDP mode")) {
+        notes.push_str(
+            "Quilkin's XDP mode answers a datagram by swapping the Ethernet addresses of the frame it came \
+             in (no neighbour lookup). Here the transceiver is on the relay's own link, so its frames to the \
+             transceiver leave addressed to the client's MAC (seen with tcpdump on the client's veth: \
+             10.77.0.2:617xx → 10.77.0.3:41000 to the client) and none arrive: that row has no loss-free \
+             trial. It needs a router as the next hop on both sides.\n\n",
+        );
+    }
     if let Some(drops) = quilkin_drops {
         let listed: Vec<String> = drops.iter().map(|(r, n)| format!("{r}: {n}")).collect();
         notes.push_str(&format!(
