@@ -1377,7 +1377,12 @@ fn compare(
     notes.push_str(
         "\n## Where the time goes\n\nCPU 1 (the forwarder's core) sampled by Linux perf (`perf record -e \
          cpu-clock -C 1`, 1999 Hz) over one more trial per setup at 70 % of its maximum: the busiest \
-         functions, in percent of the core's busy samples (idle is not sampled).\n",
+         functions, in percent of the core's busy samples (idle is not sampled). On a VM the CPU clock's \
+         samples land where interrupts are re-enabled, so softirq work shows as `handle_softirqs`; \
+         `native_write_msr` is RPS's inter-processor interrupt (`net_rps_send_ipi` → `x2apic_send_IPI`, \
+         seen with `perf record -g`): the placement sends the bridge's share of every packet the relay \
+         transmits back to CPU 0, and on a VM each such interrupt is an exit to the hypervisor. A NIC's \
+         transmit path has no such cost, so these rows overstate a real host's kernel share.\n",
     );
     if profiles.is_empty() {
         notes.push_str(&format!(
