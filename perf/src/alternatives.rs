@@ -170,26 +170,35 @@ impl Drop for Nginx {
     }
 }
 
-/// Waits up to 10 s until `ss -uln` in `ns` lists a UDP socket on `local` (as ss prints
-/// it, e.g. `10.77.0.2:4002` or `*:4003`), or `child` has exited.
-fn wait_bound(ns: &str, local: &str, what: &str, child: &mut OwnedChild) -> io::Result<()> {
+/// Waits up to 10 s until `ready()` says yes (checked every 50 ms); then an error that
+/// says what `what` did not become, with `child`'s exit report.
+fn wait_for(
+    what: &str,
+    child: &mut OwnedChild,
+    mut ready: impl FnMut() -> io::Result<bool>,
+) -> io::Result<()> {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let ss = in_ns(ns, "ss", &["-Huln"]).output()?;
-        if String::from_utf8_lossy(&ss.stdout)
-            .lines()
-            .any(|l| l.split_whitespace().nth(3) == Some(local))
-        {
-            return Ok(());
-        }
+    while !ready()? {
         if std::time::Instant::now() > deadline {
             return Err(io::Error::other(format!(
-                "{what} did not bind {local}: {:?}",
+                "{what} (after 10 s): {:?}",
                 child.exit_report()
             )));
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
+    Ok(())
+}
+
+/// Waits until `ss -uln` in `ns` lists a UDP socket on `local` (as ss prints it, e.g.
+/// `10.77.0.2:4002` or `*:4003`), or fails with `child`'s exit report.
+fn wait_bound(ns: &str, local: &str, what: &str, child: &mut OwnedChild) -> io::Result<()> {
+    wait_for(&format!("{what} did not bind {local}"), child, || {
+        let ss = in_ns(ns, "ss", &["-Huln"]).output()?;
+        Ok(String::from_utf8_lossy(&ss.stdout)
+            .lines()
+            .any(|l| l.split_whitespace().nth(3) == Some(local)))
+    })
 }
 
 /// Quilkin 0.10 (`cargo install quilkin`, found on `PATH`), one UDP worker pinned to a
@@ -280,7 +289,8 @@ impl Quilkin {
     }
 }
 
-/// Waits up to 10 s until `GET path` on `addr` in `ns` answers 200, or `child` exits.
+/// Waits until `GET path` on `addr` in `ns` answers 200, or fails with `child`'s exit
+/// report.
 fn wait_ready_http(
     ns: &str,
     addr: &str,
@@ -289,17 +299,7 @@ fn wait_ready_http(
     child: &mut OwnedChild,
 ) -> io::Result<()> {
     let addr = addr.parse().expect("an address");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        if testkit::http::get(Some(ns), addr, path).is_some_and(|(status, _)| status == 200) {
-            return Ok(());
-        }
-        if std::time::Instant::now() > deadline {
-            return Err(io::Error::other(format!(
-                "{what} not ready at {addr}{path}: {:?}",
-                child.exit_report()
-            )));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_for(&format!("{what} not ready at {addr}{path}"), child, || {
+        Ok(testkit::http::get(Some(ns), addr, path).is_some_and(|(status, _)| status == 200))
+    })
 }
