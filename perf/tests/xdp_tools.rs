@@ -312,11 +312,14 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
         .send(10_000, Duration::from_millis(300))
         .expect("send");
     std::thread::sleep(Duration::from_millis(300));
-    let forwarded: f64 = testkit::testbed::tools::relay_http(&bed, "/metrics")
-        .lines()
-        .filter(|l| l.starts_with("ufrag_relay_packets_total") && l.contains("direction=\"out\""))
-        .filter_map(|l| l.rsplit_once(' ').and_then(|(_, v)| v.parse::<f64>().ok()))
-        .sum();
+    let forwarded = testkit::http::metric_by_label(
+        &testkit::testbed::tools::relay_http(&bed, "/metrics"),
+        "ufrag_relay_packets_total",
+        "direction",
+    )
+    .get("out")
+    .copied()
+    .unwrap_or(0.0);
     let _ = relay_process.kill();
     assert_eq!(sent, 3_000);
     assert_eq!(sink.received(), sent, "every frame reached its client");
