@@ -46,6 +46,10 @@ pub struct TransceiverOptions {
     /// Number of workers.
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
+    /// CPUs to pin the workers to, e.g. `0-3,6`: worker i runs on the i-th listed CPU
+    /// (with fewer CPUs than workers, the list repeats). Unpinned when absent.
+    #[arg(long, value_name = "LIST")]
+    pub cpus: Option<String>,
     /// The relay VIP:port to advertise as the only candidate.
     #[arg(long, value_name = "IP:PORT", required_unless_present = "direct")]
     pub advertise: Option<SocketAddr>,
@@ -146,6 +150,11 @@ impl Transceiver {
                 "`posts_per_second_per_ip`: must be above 0".into(),
             ));
         }
+        let cpus = match opts.cpus.as_deref() {
+            Some(list) => ufrag_common::config::parse_cpu_list(list)
+                .map_err(|reason| StartError::Config(format!("`cpus`: {reason}")))?,
+            None => Vec::new(),
+        };
         let token = std::env::var("UFRAG_TRANSCEIVER_TOKEN")
             .ok()
             .filter(|t| !t.is_empty());
@@ -170,6 +179,8 @@ impl Transceiver {
         let stop = Arc::new(AtomicBool::new(false));
         let mut handles = vec![];
         let mut workers = vec![];
+        // Each worker says when it is on its CPU; readiness waits for all of them.
+        let (placed_tx, placed_rx) = std::sync::mpsc::channel();
         for index in 0..opts.workers {
             let port = match opts.bind.port() {
                 0 => 0,
@@ -195,10 +206,18 @@ impl Transceiver {
             let (load, stop) = (Arc::clone(&handle.load), Arc::clone(&stop));
             handles.push(handle);
             let worker_metrics = Arc::clone(&metrics);
+            let cpu = (!cpus.is_empty()).then(|| cpus[index % cpus.len()]);
+            let placed = placed_tx.clone();
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("xcvr-w{index}"))
                     .spawn(move || {
+                        if let Some(cpu) = cpu
+                            && !ufrag_common::runtime::lifecycle::pin_current_thread(cpu)
+                        {
+                            tracing::warn!(worker = index, cpu, "could not pin the worker");
+                        }
+                        let _ = placed.send(());
                         let outcome =
                             std::panic::catch_unwind(AssertUnwindSafe(|| worker.run(&stop)));
                         if stop.load(Ordering::Relaxed) && matches!(outcome, Ok(Ok(()))) {
@@ -218,6 +237,10 @@ impl Transceiver {
                     })
                     .map_err(|e| StartError::System(format!("spawning worker {index}: {e}")))?,
             );
+        }
+        drop(placed_tx);
+        for _ in 0..opts.workers {
+            let _ = placed_rx.recv();
         }
         let signaling = Arc::new(Signaling::new(
             handles,

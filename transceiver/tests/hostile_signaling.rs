@@ -250,3 +250,39 @@ fn a_dead_worker_turns_readiness_off_and_the_other_keeps_serving() {
         assert!(location.ends_with("01"), "{location}");
     }
 }
+
+#[test]
+fn workers_run_on_the_cpus_listed_and_a_bad_list_is_refused() {
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--workers", "2", "--cpus", "0"],
+    );
+    let tasks = format!("/proc/{}/task", xcvr.child.id());
+    let mut pinned = Vec::new();
+    for task in std::fs::read_dir(&tasks).unwrap().flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_string())
+        };
+        if field("Name:").is_some_and(|n| n.starts_with("xcvr-w")) {
+            pinned.push(field("Cpus_allowed_list:").unwrap_or_default());
+        }
+    }
+    assert_eq!(
+        pinned,
+        ["0", "0"],
+        "both workers on CPU 0 (the list repeats)"
+    );
+
+    let out = Command::new(env!("CARGO_BIN_EXE_transceiver"))
+        .args(["--bind", "127.0.0.1:0", "--direct", "--cpus", "0,,1"])
+        .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`cpus`"), "{stderr}");
+}
