@@ -12,7 +12,7 @@ use mio::{Events, Interest, Poll, Token};
 
 use testkit::browser::{Browser, Engine, ReportListener};
 use testkit::http::request as http_request;
-use testkit::webrtc_client::Client;
+use testkit::webrtc_client::{Client, RecordedDatagram};
 
 /// Setup times of one session.
 #[derive(Clone, Copy, Debug)]
@@ -178,6 +178,8 @@ pub(crate) struct ClientGroup {
     events: Events,
 }
 
+/// How long after the talk the last echoes may arrive.
+const SETTLE: Duration = Duration::from_millis(500);
 /// One Opus packet per client every 20 ms.
 const AUDIO_INTERVAL: Duration = Duration::from_millis(20);
 /// The number of evenly spaced instants within [`AUDIO_INTERVAL`] at which the clients of
@@ -251,7 +253,7 @@ impl ClientGroup {
 
     /// Lets the last echoes arrive.
     fn settle(&mut self) {
-        self.run_until(Instant::now() + Duration::from_millis(500));
+        self.run_until(Instant::now() + SETTLE);
     }
 
     /// Sends one audio packet every 20 ms per connected client for `talk`. The clients' packets are spread over the 20 ms in
@@ -275,17 +277,115 @@ impl ClientGroup {
     }
 }
 
-/// `n` concurrent sessions against `http`, clients spread over `threads` threads (each
-/// with its own poll and timeouts), each client on one of `ips`, talking for `talk`.
+/// How the capacity step's clients talk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Talkers {
+    /// Each str0m client plays back a talk recorded from itself just before (see
+    /// [`Client::record_talk`]): real SRTP from a real str0m session, at a `send_to` per
+    /// datagram, so the load client is not the limit; the echoes are checked by str0m
+    /// afterwards.
+    Recorded,
+    /// Each str0m client runs live (SRTP, pacing and timers per packet, as it talks).
+    Live,
+}
+
+impl ClientGroup {
+    /// Lets the connected clients' channel setup finish live, then records each one's
+    /// talk of `talk`, client *i* at phase *i* mod [`AUDIO_PHASES`].
+    fn record(&mut self, talk: Duration) -> Vec<Vec<RecordedDatagram>> {
+        self.run_until(Instant::now() + Duration::from_millis(300));
+        let frames = (talk.as_millis() / AUDIO_INTERVAL.as_millis()) as usize;
+        let phase_length = AUDIO_INTERVAL / AUDIO_PHASES as u32;
+        self.clients
+            .iter_mut()
+            .enumerate()
+            .map(|(i, c)| match c.connected_at {
+                Some(_) => c.record_talk(phase_length * (i % AUDIO_PHASES) as u32, frames),
+                None => Vec::new(),
+            })
+            .collect()
+    }
+
+    /// Sends every recorded datagram at its offset from now, keeping what arrives.
+    fn play(&mut self, recordings: &[Vec<RecordedDatagram>]) {
+        let mut schedule: Vec<(Duration, usize, usize)> = recordings
+            .iter()
+            .enumerate()
+            .flat_map(|(c, r)| r.iter().enumerate().map(move |(d, x)| (x.offset, c, d)))
+            .collect();
+        schedule.sort_unstable();
+        let start = Instant::now();
+        let mut next = 0;
+        while next < schedule.len() {
+            let elapsed = start.elapsed();
+            while let Some(&(_, c, d)) = schedule.get(next).filter(|s| s.0 <= elapsed) {
+                let datagram = &recordings[c][d];
+                let _ = self.clients[c].socket.send_to(&datagram.bytes, datagram.to);
+                next += 1;
+            }
+            let Some(&(offset, ..)) = schedule.get(next) else {
+                break;
+            };
+            let wait = offset.saturating_sub(start.elapsed());
+            let _ = self.poll.poll(&mut self.events, Some(wait));
+            for event in &self.events {
+                if let Some(c) = self.clients.get_mut(event.token().0) {
+                    c.keep_arrivals();
+                }
+            }
+        }
+    }
+
+    /// Keeps what arrives for `time` more, then has str0m check every kept echo.
+    fn settle_recorded(&mut self, time: Duration) {
+        let until = Instant::now() + time;
+        while let Some(wait) = until.checked_duration_since(Instant::now()) {
+            let _ = self.poll.poll(&mut self.events, Some(wait));
+            for event in &self.events {
+                if let Some(c) = self.clients.get_mut(event.token().0) {
+                    c.keep_arrivals();
+                }
+            }
+        }
+        for c in &mut self.clients {
+            c.keep_arrivals();
+            c.verify_echoes();
+        }
+    }
+}
+
+/// One capacity step: how many sessions, how their clients talk, and where they run.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadPlan {
+    /// Concurrent sessions.
+    pub sessions: usize,
+    /// How long every client talks.
+    pub talk: Duration,
+    /// Threads the clients are spread over, each with its own poll and timeouts.
+    pub threads: usize,
+    /// Live or recorded talkers.
+    pub talkers: Talkers,
+    /// The CPU the client threads are pinned to, if any.
+    pub cpu: Option<usize>,
+}
+
+/// `plan.sessions` concurrent sessions against `http`, each client on one of `ips`.
 /// `sample` is called just before the clients start sending audio (all connected) and
 /// just after they stop, so the caller can take CPU counters over the talk alone; both
 /// samples come back with the step.
 pub fn load_step<S>(
     http: SocketAddr,
     ips: &[Ipv4Addr],
-    (n, talk, threads): (usize, Duration, usize),
+    plan: LoadPlan,
     mut sample: impl FnMut() -> S,
 ) -> (LoadStep, [S; 2]) {
+    let LoadPlan {
+        sessions: n,
+        talk,
+        threads,
+        talkers,
+        cpu,
+    } = plan;
     let mut clients: Vec<Client> = (0..n).map(|i| Client::new_on(ips[i % ips.len()])).collect();
     for c in &mut clients {
         let _ = c.signal(http);
@@ -307,14 +407,28 @@ pub fn load_step<S>(
                 std::thread::Builder::new()
                     .name(format!("perf-client-{i}"))
                     .spawn_scoped(scope, move || {
+                        if let Some(cpu) = cpu {
+                            let _ =
+                                core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+                        }
                         let mut group = ClientGroup::new(group).expect("epoll");
                         group.connect();
+                        let recordings = match talkers {
+                            Talkers::Recorded => group.record(talk),
+                            Talkers::Live => Vec::new(),
+                        };
                         talk_edges.wait();
                         let cpu_before = crate::load::thread_cpu_seconds();
-                        group.send_audio_for(talk);
+                        match talkers {
+                            Talkers::Recorded => group.play(&recordings),
+                            Talkers::Live => group.send_audio_for(talk),
+                        }
                         let cpu = crate::load::thread_cpu_seconds() - cpu_before;
                         talk_edges.wait();
-                        group.settle();
+                        match talkers {
+                            Talkers::Recorded => group.settle_recorded(SETTLE),
+                            Talkers::Live => group.settle(),
+                        }
                         (group.clients, cpu)
                     })
                     .expect("client thread")

@@ -65,6 +65,31 @@ pub struct Client {
     next_timeout: Instant,
     pt: Option<Pt>,
     rtp_time: u64,
+    /// Echoed RTP datagrams kept as they arrived while a recorded talk played
+    /// ([`Client::keep_arrivals`]), to be checked by [`Client::verify_echoes`].
+    pub kept: Vec<Vec<u8>>,
+    /// The client's clock after [`Client::record_talk`]: ahead of the wall clock.
+    recorded_until: Option<Instant>,
+    /// Where the recorded talk goes: the server's address on the selected pair.
+    recorded_to: Option<SocketAddr>,
+}
+
+/// One datagram of a recorded talk: sent `offset` after the talk starts, to `to`.
+#[derive(Clone, Debug)]
+pub struct RecordedDatagram {
+    /// When, from the start of the talk.
+    pub offset: Duration,
+    /// The server address it goes to.
+    pub to: SocketAddr,
+    /// The datagram (SRTP, SRTCP or STUN, as str0m made it).
+    pub bytes: Vec<u8>,
+    /// It carries a frame of audio (RTP, not RTCP).
+    pub audio: bool,
+}
+
+/// RTP, not RTCP (RFC 5761: RTCP packet types 192–223 in the second byte).
+fn is_rtp(datagram: &[u8]) -> bool {
+    datagram.len() >= 12 && datagram[0] & 0xc0 == 0x80 && !(192..=223).contains(&datagram[1])
 }
 
 impl Client {
@@ -111,6 +136,9 @@ impl Client {
             next_timeout: now,
             pt: None,
             rtp_time: 0,
+            kept: Vec::new(),
+            recorded_until: None,
+            recorded_to: None,
         }
     }
 
@@ -158,8 +186,7 @@ impl Client {
         self.drain();
         let mut buf = [0u8; 2048];
         while let Ok((n, source)) = self.socket.recv_from(&mut buf) {
-            // RTP, not RTCP (RFC 5761: RTCP packet types 192–223 in the second byte).
-            if n >= 12 && buf[0] & 0xc0 == 0x80 && !(192..=223).contains(&buf[1]) {
+            if is_rtp(&buf[..n]) {
                 let now = Instant::now();
                 if let Some(last) = self.last_rtp_at.replace(now) {
                     self.longest_rtp_gap = self.longest_rtp_gap.max(now - last);
@@ -186,25 +213,29 @@ impl Client {
                     self.next_timeout = t;
                     return;
                 }
-                Ok(Output::Event(e)) => match e {
-                    Event::Connected => self.connected_at = Some(Instant::now()),
-                    Event::ChannelOpen(id, _) if id == self.channel => self.channel_open = true,
-                    Event::ChannelData(d) if !d.binary => {
-                        self.messages
-                            .push(String::from_utf8_lossy(&d.data).to_string());
-                    }
-                    Event::MediaData(_) => {
-                        let now = Instant::now();
-                        self.audio_received += 1;
-                        self.first_audio_at.get_or_insert(now);
-                        if let Some(last) = self.last_audio_at.replace(now) {
-                            self.longest_audio_gap = self.longest_audio_gap.max(now - last);
-                        }
-                    }
-                    _ => {}
-                },
+                Ok(Output::Event(e)) => self.on_event(e),
                 Err(_) => return,
             }
+        }
+    }
+
+    fn on_event(&mut self, event: Event) {
+        match event {
+            Event::Connected => self.connected_at = Some(Instant::now()),
+            Event::ChannelOpen(id, _) if id == self.channel => self.channel_open = true,
+            Event::ChannelData(d) if !d.binary => {
+                self.messages
+                    .push(String::from_utf8_lossy(&d.data).to_string());
+            }
+            Event::MediaData(_) => {
+                let now = Instant::now();
+                self.audio_received += 1;
+                self.first_audio_at.get_or_insert(now);
+                if let Some(last) = self.last_audio_at.replace(now) {
+                    self.longest_audio_gap = self.longest_audio_gap.max(now - last);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -274,6 +305,16 @@ impl Client {
 
     /// Writes one 20 ms Opus-sized audio packet.
     pub fn send_audio(&mut self) -> bool {
+        let ok = self.write_audio(Instant::now());
+        if ok {
+            self.audio_sent += 1;
+        }
+        self.drain();
+        ok
+    }
+
+    /// Hands str0m one 20 ms Opus-sized frame of audio, written at `now`.
+    fn write_audio(&mut self, now: Instant) -> bool {
         let Some(writer) = self.rtc.writer(self.mid) else {
             return false;
         };
@@ -290,19 +331,114 @@ impl Client {
         };
         self.rtp_time += 960;
         let payload = vec![0xF8u8; 80];
-        let ok = writer
+        writer
             .write(
                 pt,
-                Instant::now(),
+                now,
                 MediaTime::new(self.rtp_time, Frequency::FORTY_EIGHT_KHZ),
                 payload,
             )
-            .is_ok();
-        if ok {
-            self.audio_sent += 1;
+            .is_ok()
+    }
+
+    /// Records what this connected client sends while it talks for `frames` frames of
+    /// 20 ms, the first `phase` after the talk starts, without sending it: str0m runs on
+    /// a clock of its own moved forward in memory, so every datagram (SRTP audio, SRTCP
+    /// reports, consent checks) is made now, as str0m makes it, with its offset from the
+    /// start of the talk. A load client that plays the recording back costs a
+    /// `send_to` per datagram, not a str0m client's work, and so is not the limit of
+    /// what it measures. The client must not be stepped afterwards, except through
+    /// [`Client::keep_arrivals`] and [`Client::verify_echoes`].
+    pub fn record_talk(&mut self, phase: Duration, frames: usize) -> Vec<RecordedDatagram> {
+        const FRAME: Duration = Duration::from_millis(20);
+        let start = Instant::now().max(self.next_timeout);
+        let end = start + phase + FRAME * frames as u32;
+        let (mut now, mut next_frame, mut written) = (start, start + phase, 0);
+        let mut recorded = Vec::new();
+        // Bounded: each round moves the clock to a frame or to one of str0m's timeouts.
+        for _ in 0..frames * 64 + 1024 {
+            if now >= next_frame && written < frames && self.write_audio(now) {
+                written += 1;
+                next_frame += FRAME;
+            }
+            loop {
+                match self.rtc.poll_output() {
+                    Ok(Output::Transmit(t)) => {
+                        let audio = is_rtp(&t.contents);
+                        self.audio_sent += usize::from(audio);
+                        self.recorded_to = Some(t.destination);
+                        recorded.push(RecordedDatagram {
+                            offset: now - start,
+                            to: t.destination,
+                            bytes: t.contents.to_vec(),
+                            audio,
+                        });
+                    }
+                    Ok(Output::Timeout(t)) => {
+                        self.next_timeout = t;
+                        break;
+                    }
+                    Ok(Output::Event(_)) => {}
+                    Err(_) => break,
+                }
+            }
+            let next = if written < frames {
+                next_frame.min(self.next_timeout)
+            } else {
+                self.next_timeout
+            };
+            if next > end + FRAME {
+                break;
+            }
+            // A timeout already due still needs the clock moved; never past a frame.
+            now = if next > now {
+                next
+            } else if written < frames {
+                (now + Duration::from_micros(1)).min(next_frame)
+            } else {
+                now + Duration::from_micros(1)
+            };
+            let _ = self.rtc.handle_input(Input::Timeout(now));
         }
-        self.drain();
-        ok
+        self.recorded_until = Some(now);
+        recorded
+    }
+
+    /// Reads what arrived (non-blocking, until the socket would block) and keeps the
+    /// RTP datagrams for [`Client::verify_echoes`]; the rest (STUN answers, SRTCP) is
+    /// read and dropped. For a client playing back a recorded talk.
+    pub fn keep_arrivals(&mut self) {
+        let mut buf = [0u8; 2048];
+        while let Ok(n) = self.socket.recv(&mut buf) {
+            if is_rtp(&buf[..n]) {
+                self.kept.push(buf[..n].to_vec());
+            }
+        }
+    }
+
+    /// Hands the kept RTP datagrams to str0m, after the talk: each one str0m decrypts,
+    /// authenticates and delivers as audio counts in `audio_received`. Returns how many
+    /// were kept.
+    pub fn verify_echoes(&mut self) -> usize {
+        let now = self.recorded_until.unwrap_or_else(Instant::now);
+        let kept = std::mem::take(&mut self.kept);
+        let Some(remote) = self.recorded_to else {
+            return kept.len();
+        };
+        for datagram in &kept {
+            if let Ok(r) = Receive::new(Protocol::Udp, remote, self.local, datagram) {
+                let _ = self.rtc.handle_input(Input::Receive(now, r));
+            }
+            // What str0m would send now (reports, checks) stays unsent: the talk is over.
+            while let Ok(output) = self.rtc.poll_output() {
+                match output {
+                    Output::Event(e) => self.on_event(e),
+                    Output::Transmit(_) => {}
+                    Output::Timeout(_) => break,
+                }
+            }
+        }
+        kept.len()
     }
 }
 

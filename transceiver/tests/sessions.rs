@@ -213,3 +213,68 @@ fn sigterm_refuses_new_sessions_and_drains_existing_ones_then_exits_0() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The load client `perf sessions` uses for capacity: a talk recorded from the client's
+/// own str0m session, played back on its socket, echoed through the relay; an echo counts
+/// only once str0m has decrypted and authenticated it.
+#[test]
+fn a_recorded_talk_played_back_is_echoed_and_only_authentic_echoes_count() {
+    const FRAMES: usize = 50;
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--workers", "1"]);
+    let mut clients = vec![new_client()];
+    assert_eq!(clients[0].signal(xcvr.http).status, 201);
+    run_until(&mut clients, "connected", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    let mut client = clients.remove(0);
+    let recording = client.record_talk(Duration::from_millis(3), FRAMES);
+    let audio: Vec<Duration> = recording
+        .iter()
+        .filter(|d| d.audio)
+        .map(|d| d.offset)
+        .collect();
+    assert_eq!(audio.len(), FRAMES, "one audio datagram per frame");
+    assert_eq!(client.audio_sent, FRAMES);
+    for (k, offset) in audio.iter().enumerate() {
+        // Written at its phase; str0m's pacer may hold it, but never for a whole frame.
+        let written = Duration::from_millis(3 + 20 * k as u64);
+        assert!(
+            (written..written + Duration::from_millis(20)).contains(offset),
+            "frame {k} at {offset:?}"
+        );
+    }
+    assert!(
+        recording.iter().all(|d| d.to == relay.vip),
+        "all to the VIP"
+    );
+
+    let start = Instant::now();
+    for d in &recording {
+        while start.elapsed() < d.offset {
+            client.keep_arrivals();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        client.socket.send_to(&d.bytes, d.to).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while client.kept.len() < FRAMES && Instant::now() < deadline {
+        client.keep_arrivals();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(client.kept.len(), FRAMES, "every frame came back");
+    assert_eq!(
+        client.audio_received, 0,
+        "nothing is counted before it is checked"
+    );
+    // The last ten echoes are altered on the way: their SRTP tags no longer verify.
+    for datagram in client.kept.iter_mut().rev().take(10) {
+        *datagram.last_mut().unwrap() ^= 0x55;
+    }
+    assert_eq!(client.verify_echoes(), FRAMES);
+    assert_eq!(
+        client.audio_received,
+        FRAMES - 10,
+        "only authentic echoes count"
+    );
+}

@@ -182,7 +182,7 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         setups: usize,
         /// Session counts tried for capacity, until audio loss reaches 1 %.
-        #[arg(long, value_delimiter = ',', default_value = "50,100,200,300,400")]
+        #[arg(long, value_delimiter = ',', default_value = "200,400,600,800,1000,1200,1400,1600")]
         steps: Vec<usize>,
         /// How long every client talks in each capacity step.
         #[arg(long, default_value = "5s", value_parser = humantime_duration)]
@@ -190,6 +190,10 @@ enum Cmd {
         /// Threads the capacity steps' clients are spread over (each with its own poll).
         #[arg(long, default_value_t = 1)]
         client_threads: usize,
+        /// How the capacity steps' clients talk: `recorded` (each plays back a talk str0m
+        /// recorded from it; a `send_to` per datagram) or `live` (str0m per packet).
+        #[arg(long, value_enum, default_value_t = perf::sessions::Talkers::Recorded)]
+        talkers: perf::sessions::Talkers,
         /// Chromium sessions per path (one after the other; 0: none).
         #[arg(long, default_value_t = 10)]
         browser_sessions: usize,
@@ -323,13 +327,14 @@ fn main() {
             steps,
             talk,
             client_threads,
+            talkers,
             browser_sessions,
             browser_talk,
             out,
         } => sessions(
             setups,
             &steps,
-            (talk, client_threads),
+            (talk, client_threads, talkers),
             (browser_sessions, browser_talk),
             &out,
         ),
@@ -445,6 +450,12 @@ fn main() {
 /// A transceiver started by the suite: killed on drop, and by the kernel if perf dies.
 struct TransceiverChild(OwnedChild);
 
+/// The transceiver's worker runs here, alone: relay-mio's worker (CPU 1) and the
+/// session load clients ([`SESSIONS_CLIENT_CPU`]) share the other vCPU.
+const TRANSCEIVER_CPU: usize = 0;
+/// Where `perf sessions` runs its capacity clients.
+const SESSIONS_CLIENT_CPU: usize = 1;
+
 fn start_transceiver(
     http: SocketAddr,
     bind: SocketAddr,
@@ -468,6 +479,7 @@ fn start_transceiver(
         "1",
     ]);
     cmd.args(["--max-sessions-per-worker", "5000"]);
+    cmd.args(["--cpus", &TRANSCEIVER_CPU.to_string()]);
     // The load clients are one address: lift the per-address POST rate.
     cmd.args(["--posts-per-second-per-ip", "1000000"]);
     match advertise {
@@ -490,11 +502,11 @@ fn start_transceiver(
 fn sessions(
     setups: usize,
     steps: &[usize],
-    (talk, client_threads): (Duration, usize),
+    (talk, client_threads, talkers): (Duration, usize, perf::sessions::Talkers),
     (browsers, browser_talk): (usize, Duration),
     out: &std::path::Path,
 ) {
-    use perf::sessions::{browser_session, load_step, median, quantile_ms, setup_times};
+    use perf::sessions::{LoadPlan, browser_session, load_step, median, quantile_ms, setup_times};
     use std::fmt::Write as _;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let limit = Duration::from_secs(10);
@@ -505,8 +517,9 @@ fn sessions(
     );
     let _ = writeln!(
         report,
-        "str0m clients (full ICE, Opus, `events` channel) on loopback; relay-mio (1 worker, CPU 1) and one \
-         transceiver worker; clients, relay and transceiver share the machine's 2 vCPUs.\n"
+        "str0m clients (full ICE, Opus, `events` channel) on loopback; one transceiver worker \
+         alone on CPU {TRANSCEIVER_CPU}; relay-mio (1 worker) and the capacity clients on CPU \
+         {SESSIONS_CLIENT_CPU}.\n"
     );
     let _ = writeln!(
         report,
@@ -616,7 +629,28 @@ fn sessions(
     );
     let _ = writeln!(
         report,
-        "Each client sends one Opus-sized packet every 20 ms for {talk:?}; loss is the share of packets whose echo never came back.\n"
+        "Each client sends one Opus-sized packet every 20 ms for {talk:?}; loss is the share of \
+         audio packets whose echo never came back.\n"
+    );
+    let _ = writeln!(
+        report,
+        "{}\n",
+        match talkers {
+            perf::sessions::Talkers::Recorded => {
+                "Talkers: **recorded**. After connecting, each str0m client's talk is recorded \
+                 from the client itself (its str0m session runs on a clock moved forward in \
+                 memory: SRTP audio, SRTCP reports and consent checks, as str0m makes them), \
+                 then played back on its socket at the recorded offsets, a `send_to` per \
+                 datagram, so the load client costs far less than the transceiver it loads. \
+                 An echo counts only once the client's str0m session, after the talk, has \
+                 decrypted, authenticated and delivered it as audio."
+            }
+            perf::sessions::Talkers::Live => {
+                "Talkers: **live**. Each str0m client runs its session as it talks (SRTP, \
+                 pacing and timers per packet): the load client costs about what the \
+                 transceiver does."
+            }
+        }
     );
     let _ = writeln!(
         report,
@@ -637,8 +671,14 @@ fn sessions(
                 perf::load::machine_busy_seconds(),
             ]
         };
-        let (step, [before, after]) =
-            load_step(relayed_http, &ips, (n, talk, client_threads), counters);
+        let plan = LoadPlan {
+            sessions: n,
+            talk,
+            threads: client_threads,
+            talkers,
+            cpu: Some(SESSIONS_CLIENT_CPU),
+        };
+        let (step, [before, after]) = load_step(relayed_http, &ips, plan, counters);
         let share = |i: usize| (after[i] - before[i]) / step.talk_seconds * 100.0;
         let (xcvr_cpu, relay_cpu) = (share(0), share(1));
         let machine = share(2) / cpus;
