@@ -23,9 +23,10 @@ if ! cargo install --list | grep -q "^iai-callgrind-runner v$runner_version:"; t
 fi
 
 # Every instruction-count bench: the relay's parsers, forwarder and flow table
-# (ufrag-common), relay-afxdp's frame rewrite, the transceiver's demux.
+# (ufrag-common), relay-afxdp's frame rewrite, the transceiver's demux and one
+# established session's echo path (str0m included).
 benches=(ufrag-common:hot_path_instructions relay-afxdp:rewrite_instructions
-  transceiver:demux_instructions)
+  transceiver:demux_instructions transceiver:session_echo_instructions)
 summaries=target/iai
 rm -rf "$summaries" # a bench that no longer runs must not be read from an old summary
 for bench in "${benches[@]}"; do

@@ -182,7 +182,11 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         setups: usize,
         /// Session counts tried for capacity, until audio loss reaches 1 %.
-        #[arg(long, value_delimiter = ',', default_value = "200,400,600,800,1000,1200,1400,1600")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "200,400,600,800,1000,1200,1400,1600"
+        )]
         steps: Vec<usize>,
         /// How long every client talks in each capacity step.
         #[arg(long, default_value = "5s", value_parser = humantime_duration)]
