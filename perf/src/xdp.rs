@@ -781,6 +781,53 @@ impl Load for XdpLoad {
     }
 }
 
+/// Uplink and downlink at once, as in a conversation: a trial offers half the rate each
+/// way, the downlink's generator on a thread of its own beside the uplink's (both on the
+/// tools' CPU), and counts both ways together. The latency is the uplink's sample.
+#[derive(Debug)]
+pub struct Conversation {
+    /// Client → transceiver.
+    pub up: XdpLoad,
+    /// Transceiver → client.
+    pub down: XdpLoad,
+}
+
+impl Conversation {
+    /// Runs `up` on the uplink and a plain trial on the downlink, side by side, each at
+    /// its half of `rate_pps`; the two trials summed.
+    fn both(
+        &mut self,
+        rate_pps: u64,
+        duration: Duration,
+        up: fn(&mut XdpLoad, u64, Duration) -> Trial,
+    ) -> Trial {
+        let down_pps = rate_pps / 2;
+        let (up_way, down_way) = (&mut self.up, &mut self.down);
+        let (u, d) = std::thread::scope(|scope| {
+            let d = scope.spawn(move || down_way.trial(down_pps, duration));
+            let u = up(up_way, rate_pps - down_pps, duration);
+            (u, d.join().expect("the downlink trial"))
+        });
+        Trial {
+            offered_pps: rate_pps,
+            sent_pps: u.sent_pps + d.sent_pps,
+            sent: u.sent + d.sent,
+            received: u.received + d.received,
+            latency_us: u.latency_us,
+        }
+    }
+}
+
+impl Load for Conversation {
+    fn trial(&mut self, rate_pps: u64, duration: Duration) -> Trial {
+        self.both(rate_pps, duration, |l, r, d| l.trial(r, d))
+    }
+
+    fn latency_trial(&mut self, rate_pps: u64, duration: Duration) -> Trial {
+        self.both(rate_pps, duration, |l, r, d| l.latency_trial(r, d))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

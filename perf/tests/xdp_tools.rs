@@ -395,3 +395,99 @@ fn perf_gen_and_perf_sink_measure_between_two_hosts() {
     assert!(sink.wait().expect("perf sink ends").success());
     assert_eq!(last, format!("received {sent}"), "every frame counted once");
 }
+
+/// `perf compare --direction both`: one trial offers half its rate each way through
+/// relay-mio at once, and counts both ways; each way's own sink saw its half.
+#[test]
+fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
+    use perf::load::Load;
+    use perf::xdp::{Conversation, Sender, XdpLoad};
+    use testkit::testbed::tools::{relay_metric, start_relay};
+    let Tools {
+        bed,
+        client,
+        peer,
+        relay,
+        xcv,
+    } = tools();
+    let (ns, ifname) = bed.bridge_side(&bed.transceiver);
+    let xcv_peer = Iface::lookup(&ns, &ifname).expect("the transceiver's bridge port");
+    let mut relay_process = start_relay(&bed, "relay-mio", "1", &[]);
+    let keys = ufrag_common::hint::HintKeys::new(
+        ufrag_common::hint::HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
+        None,
+    )
+    .unwrap();
+    let plan = FlowPlan::new(bed.client.addr, 30_000, 40_000, 20).unwrap();
+    let vip = SocketAddrV4::new(bed.relay.addr, 3478);
+    let transceiver = SocketAddrV4::new(bed.transceiver.addr, 41_000);
+    perf::load::make_flows(Some(&bed.client.ns), &plan, vip, 1_000, |f| {
+        perf::probe::binding_request(&keys, transceiver.into(), 2_000 + f)
+    })
+    .expect("flows made");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while relay_metric(&bed, "ufrag_relay_flows_active") < 20.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(relay_metric(&bed, "ufrag_relay_flows_active"), 20.0);
+
+    let epoch = Instant::now();
+    let up = XdpLoad {
+        generator: Sender::LiveFrames(
+            XdpGenerator::new(
+                client.clone(),
+                Some(&peer),
+                template_frame(client.mac, relay.mac, plan.addr(0), vip, DATAGRAM_LEN),
+                &plan,
+                epoch,
+            )
+            .expect("uplink generator"),
+        ),
+        latency_generator: None,
+        sink: XdpSink::attach(&xcv, Counted::ToPort(41_000), 4).expect("uplink sink"),
+        sampler: Sink::start_in(Some(&bed.transceiver.ns), transceiver.into(), true, epoch)
+            .expect("latency socket"),
+        settle: Duration::from_millis(300),
+    };
+    let reply = framed_template(
+        (xcv.mac, relay.mac),
+        (transceiver, SocketAddrV4::new(bed.relay.addr, 40_000)),
+        (plan.addr(0), vip),
+        DATAGRAM_LEN,
+    );
+    let down = XdpLoad {
+        generator: Sender::LiveFrames(
+            XdpGenerator::stamping(
+                xcv,
+                Some(&xcv_peer),
+                reply,
+                (&plan, Stamps::FRAMED_CLIENT),
+                epoch,
+            )
+            .expect("downlink generator"),
+        ),
+        latency_generator: None,
+        sink: XdpSink::attach(&client, Counted::FromPort(3478), NEVER_SAMPLED)
+            .expect("downlink sink"),
+        sampler: Sink::start_in(
+            Some(&bed.client.ns),
+            SocketAddr::from((bed.client.addr, 0)),
+            false,
+            epoch,
+        )
+        .expect("an idle socket"),
+        settle: Duration::from_millis(300),
+    };
+    let mut conversation = Conversation { up, down };
+    let trial = conversation.trial(20_000, Duration::from_millis(300));
+    let _ = relay_process.kill();
+    assert_eq!(trial.offered_pps, 20_000);
+    assert_eq!(trial.sent, 6_000, "3,000 each way");
+    assert_eq!(trial.received, trial.sent, "every datagram arrived");
+    assert_eq!(conversation.up.sink.received(), 3_000, "uplink");
+    assert_eq!(conversation.down.sink.received(), 3_000, "downlink");
+    assert!(
+        trial.latency_us[0] > 0.0,
+        "the uplink was sampled for latency"
+    );
+}

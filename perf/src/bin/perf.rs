@@ -80,8 +80,9 @@ enum Cmd {
         /// before the search; up to 40,000 per client address, at most 6 addresses.
         #[arg(long, default_value_t = 1_000)]
         flows: u32,
-        /// `up` (client → transceiver) or `down` (transceiver → client: the setups that
-        /// carry replies; live-frames only).
+        /// `up` (client → transceiver), `down` (transceiver → client: the setups that
+        /// carry replies; live-frames only) or `both` (half the rate each way at once, as
+        /// in a conversation; the setups that carry replies; live-frames only).
         #[arg(long, default_value = "up")]
         direction: String,
         /// The generator: `live-frames` (BPF_PROG_RUN live frames, paced in the kernel;
@@ -872,6 +873,17 @@ enum Running {
     Relay(RelayChild),
 }
 
+/// Which way `perf compare`'s load goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Way {
+    /// Client → transceiver.
+    Up,
+    /// Transceiver → client (the relay's return path).
+    Down,
+    /// Both at once, half the rate each way, as in a conversation.
+    Both,
+}
+
 /// Source ports per client address in `perf compare`'s flow plans.
 const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
 
@@ -888,14 +900,16 @@ fn compare(
         "live-frames" => true,
         other => panic!("--generator {other}: sockets or live-frames"),
     };
-    let downlink = match direction {
-        "up" => false,
-        "down" => true,
-        other => panic!("--direction {other}: up or down"),
+    let way = match direction {
+        "up" => Way::Up,
+        "down" => Way::Down,
+        "both" => Way::Both,
+        other => panic!("--direction {other}: up, down or both"),
     };
+    let downlink = way != Way::Up;
     assert!(
         live_frames || !downlink,
-        "--direction down needs --generator live-frames"
+        "--direction down or both needs --generator live-frames"
     );
     use perf::xdp::{
         Counted, Iface, NEVER_SAMPLED, Stamps, XdpGenerator, XdpLoad, XdpSink, template_frame,
@@ -1192,7 +1206,7 @@ fn compare(
             flow_maker.with_payload_len(search.size),
             SocketAddr::V4(dst),
         );
-        let (generator, latency_generator, sink, sampler) = if downlink {
+        let downlink_load = || {
             // Replies from the transceiver's veth: to the relay's internal port in a
             // frame naming the client, or (NAT, direct) to the client's port; counted on
             // the client's veth by their source port; no latency sample.
@@ -1243,8 +1257,15 @@ fn compare(
                 epoch,
             )
             .expect("an idle latency socket");
-            (perf::xdp::Sender::LiveFrames(frames), None, sink, nothing)
-        } else {
+            XdpLoad {
+                generator: perf::xdp::Sender::LiveFrames(frames),
+                latency_generator: None,
+                sink,
+                sampler: nothing,
+                settle: SETTLE,
+            }
+        };
+        let uplink_load = |sockets| {
             let (generator, latency_generator) = if live_frames {
                 let frames = XdpGenerator::new(
                     client_if.clone(),
@@ -1267,19 +1288,27 @@ fn compare(
                 epoch,
             )
             .expect("latency socket");
-            (generator, latency_generator, sink, sampler)
+            XdpLoad {
+                generator,
+                latency_generator,
+                sink,
+                sampler,
+                settle: SETTLE,
+            }
         };
-        let mut load = XdpLoad {
-            generator,
-            latency_generator,
-            sink,
-            sampler,
-            settle: SETTLE,
+        let mut load: Box<dyn perf::load::Load> = match way {
+            Way::Up => Box::new(uplink_load(sockets)),
+            Way::Down => Box::new(downlink_load()),
+            // Half the rate each way; latency is sampled on the uplink.
+            Way::Both => Box::new(perf::xdp::Conversation {
+                up: uplink_load(sockets),
+                down: downlink_load(),
+            }),
         };
         if downlink {
             // A relay learns the client's next hop from its first replies (AF_XDP asks
             // the kernel): a short trial first, not counted.
-            let _ = perf::load::Load::trial(&mut load, 1_000, Duration::from_millis(300));
+            let _ = load.trial(1_000, Duration::from_millis(300));
         }
         let busy_polls = matches!(
             setup,
@@ -1289,7 +1318,7 @@ fn compare(
             }
         );
         let rcvbuf_before = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns));
-        let mut row = measure(&name, &mut load, search, busy_polls, || {
+        let mut row = measure(&name, load.as_mut(), search, busy_polls, || {
             perf::load::cpu_busy_seconds(FORWARDER_CPU)
         });
         let rcvbuf = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns)) - rcvbuf_before;
@@ -1303,7 +1332,7 @@ fn compare(
         let profile_dir = out.parent().unwrap_or(std::path::Path::new("."));
         match perf::profile::Recording::start(FORWARDER_CPU, profile_dir, "compare") {
             Some(recording) => {
-                let _ = perf::load::Load::trial(&mut load, rate, search.trial);
+                let _ = load.trial(rate, search.trial);
                 if let Some(p) = recording.finish() {
                     profiles.push_str(&perf::profile::markdown(&name, rate, &p));
                 }
@@ -1329,7 +1358,16 @@ fn compare(
     let environment = perf::environment::record(&bed, &placement, live_frames);
     drop(bed);
 
-    let generator_text = if downlink {
+    let generator_text = if way == Way::Both {
+        "Both directions at once, as in a conversation: each trial offers half its rate uplink and half \
+         downlink, side by side, and counts both (the rate shown is the sum). Uplink, a BPF_PROG_RUN \
+         live-frames generator on the client's veth, counted in XDP on the transceiver's veth; downlink, \
+         a second one on the transceiver's veth sending replies (to our relays a frame to the internal \
+         port naming the flow's client, to nftables a datagram to the VIP at the client's port, on the \
+         direct path a datagram to the client), counted in XDP on the client's veth by source port. Both \
+         generators busy-poll CPU 0 (so the tools core's busy share is not shown; a tools limit shows as \
+         the generators falling short); latency is sampled on the uplink only"
+    } else if downlink {
         "The generator transmits prebuilt replies from the transceiver's veth with one BPF_PROG_RUN in \
          live-frames mode, paced by its program against the kernel clock (it busy-polls CPU 0, so the tools \
          core's busy share is not shown; a tools limit shows as the generator falling short): to our relays a \
@@ -1352,7 +1390,9 @@ fn compare(
          and nftables run on the tools' core (use --steer to move them)"
     };
     let addresses = plan.addresses();
-    let sink_text = if downlink {
+    let sink_text = if way == Way::Both {
+        format!("; the uplink's sink passes one in {SAMPLE_EVERY} to a socket for latency")
+    } else if downlink {
         String::new()
     } else {
         format!(
@@ -1402,7 +1442,7 @@ fn compare(
     }
     if !not_downlink.is_empty() {
         notes.push_str(&format!(
-            "Not measured downlink: {} (they forward one way only, answer from upstream ports of their own \
+            "Not measured with downlink traffic: {} (they forward one way only, answer from upstream ports of their own \
              choosing, or, for nftables over several client addresses, may have moved ports in SNAT).\n\n",
             not_downlink.join(", ")
         ));
@@ -1435,10 +1475,13 @@ fn compare(
         ));
     }
     notes.push_str(&profiles);
-    let (arrow, way) = if downlink {
-        ("transceiver → client", "downlink")
-    } else {
-        ("client → transceiver", "uplink")
+    let (arrow, way) = match way {
+        Way::Down => ("transceiver → client", "downlink"),
+        Way::Up => ("client → transceiver", "uplink"),
+        Way::Both => (
+            "half client → transceiver and half transceiver → client, at once",
+            "both directions",
+        ),
     };
     let report = perf::report::markdown(
         (
