@@ -3,16 +3,17 @@
 //! never hard-coded. The next hop of a destination is the gateway of its longest-prefix
 //! route, or the destination itself when on the link.
 //!
-//! The reading is done off the worker: each [`Neighbours`] has a refresher thread that
-//! re-reads the tables every [`REFRESH_EVERY`] and publishes a new [`View`] when they
-//! changed; the worker adopts the newest view on its tick and on a miss, which costs an
-//! atomic load and, when there is a new view, a lock to clone an `Arc`. No syscall and no
-//! allocation on the worker thread. A next hop with no MAC yet is counted by the caller
-//! and handed to the refresher (a bounded channel; a full one drops the request), which
-//! asks the kernel to resolve it (ARP or neighbour discovery) by sending it an empty
-//! datagram from an ordinary socket, at most every 200 ms per address, and re-reads the
-//! tables every millisecond while a resolution is pending, so only the very first
-//! packets to a new neighbour miss.
+//! The reading is done off the worker. Each [`Neighbours`] has a refresher thread that
+//! re-reads the tables when the kernel announces a change to them (a listener thread
+//! subscribed to rtnetlink's neighbour and route groups wakes it), and every
+//! [`REFRESH_EVERY`] in case a notification was lost, and publishes a new [`View`] when
+//! they changed; the worker adopts the newest view on its tick and on a miss, which costs
+//! an atomic load and, when there is a new view, a lock to clone an `Arc`. No syscall and
+//! no allocation on the worker thread beyond handing a miss over. A next hop with no MAC
+//! yet is counted by the caller and handed to the refresher (a bounded channel; a full one
+//! drops the request), which asks the kernel to resolve it (ARP or neighbour discovery) by
+//! sending it an empty datagram from an ordinary socket, at most every 200 ms per address;
+//! the kernel announces the answer, and the next view carries it.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV6, UdpSocket};
@@ -21,14 +22,25 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::netlink::{Neighbour, Route, RouteSocket, contains};
+use crate::netlink::{ChangeSocket, Neighbour, Route, RouteSocket, contains};
 
-/// How often the refresher re-reads the kernel's tables when nothing is pending.
-pub const REFRESH_EVERY: Duration = Duration::from_millis(50);
-/// How often it re-reads them while a neighbour it was asked about is unresolved.
-const RESOLVING_EVERY: Duration = Duration::from_millis(1);
-/// How long a resolution request keeps the fast re-reads going, and how often one
-/// address is asked about at most.
+/// What wakes the refresher.
+#[derive(Clone, Copy, Debug)]
+enum Wake {
+    /// The worker found no MAC for this next hop.
+    Resolve(IpAddr),
+    /// The kernel announced a change to its neighbour or route tables.
+    TablesChanged,
+}
+
+/// How often the refresher re-reads the kernel's tables without being told of a change
+/// (a notification lost without the kernel saying so).
+pub const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// How often it re-reads them when no notification socket could be opened.
+const REFRESH_WITHOUT_NOTIFICATIONS: Duration = Duration::from_millis(50);
+/// How often the listener checks whether it should stop.
+const LISTENER_WAKES_EVERY: Duration = Duration::from_millis(100);
+/// How often one address is asked about at most.
 const RESOLVE_WINDOW: Duration = Duration::from_millis(200);
 /// Unresolved next hops queued for the refresher; more are dropped (asked again later).
 const PENDING: usize = 64;
@@ -87,13 +99,19 @@ pub struct Neighbours {
     generation: u64,
     /// `None` for a fixed view (tests).
     published: Option<Arc<Published>>,
-    unresolved: Option<SyncSender<IpAddr>>,
+    unresolved: Option<SyncSender<Wake>>,
 }
 
 impl Neighbours {
     /// The neighbours of interface `ifindex`, read now, with a refresher thread that keeps
     /// them current until this is dropped. Fails only if no netlink socket can be opened.
     pub fn new(ifindex: u32) -> std::io::Result<Self> {
+        Self::refreshed_every(ifindex, REFRESH_EVERY)
+    }
+
+    /// [`Neighbours::new`] with the periodic re-read (the fallback for a lost
+    /// notification) every `every` instead of [`REFRESH_EVERY`].
+    pub fn refreshed_every(ifindex: u32, every: Duration) -> std::io::Result<Self> {
         let mut netlink = RouteSocket::open()?;
         let first = Arc::new(read(&mut netlink, ifindex).unwrap_or_default());
         let published = Arc::new(Published {
@@ -102,11 +120,25 @@ impl Neighbours {
             stop: AtomicBool::new(false),
         });
         let (unresolved, requests) = std::sync::mpsc::sync_channel(PENDING);
+        let every = match ChangeSocket::open() {
+            Ok(changes) => {
+                let (published, wake) = (Arc::clone(&published), unresolved.clone());
+                std::thread::Builder::new()
+                    .name(format!("relay-nbl{ifindex}"))
+                    .spawn(move || listen(changes, &published, &wake))?;
+                every
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no rtnetlink notifications: re-reading neighbours every 50 ms");
+                REFRESH_WITHOUT_NOTIFICATIONS
+            }
+        };
         let refresher = Refresher {
             ifindex,
             netlink,
             published: Arc::clone(&published),
             requests,
+            every,
             asked: HashMap::new(),
             resolver_v4: UdpSocket::bind((Ipv4Addr::UNSPECIFIED, 0)).ok(),
             resolver_v6: UdpSocket::bind((Ipv6Addr::UNSPECIFIED, 0)).ok(),
@@ -167,7 +199,7 @@ impl Neighbours {
         }
         if let Some(unresolved) = &self.unresolved {
             // A full queue drops the request: the next packet to `hop` asks again.
-            let _ = unresolved.try_send(hop);
+            let _ = unresolved.try_send(Wake::Resolve(hop));
         }
         None
     }
@@ -189,12 +221,24 @@ fn read(netlink: &mut RouteSocket, ifindex: u32) -> Option<View> {
     Some(View::of(ifindex, &neighbours, &routes))
 }
 
+/// The listener thread: wakes the refresher whenever the kernel announces a change, until
+/// the worker's [`Neighbours`] is dropped.
+fn listen(mut changes: ChangeSocket, published: &Published, wake: &SyncSender<Wake>) {
+    while !published.stop.load(Ordering::Relaxed) {
+        if changes.wait(LISTENER_WAKES_EVERY) && wake.send(Wake::TablesChanged).is_err() {
+            return;
+        }
+    }
+}
+
 /// The refresher thread's state.
 struct Refresher {
     ifindex: u32,
     netlink: RouteSocket,
     published: Arc<Published>,
-    requests: Receiver<IpAddr>,
+    requests: Receiver<Wake>,
+    /// How often the tables are re-read without a notification.
+    every: Duration,
     /// When each unresolved next hop was last asked about.
     asked: HashMap<IpAddr, Instant>,
     resolver_v4: Option<UdpSocket>,
@@ -203,25 +247,24 @@ struct Refresher {
 }
 
 impl Refresher {
-    /// Until the worker's [`Neighbours`] is dropped: wait for a request or the next
-    /// re-read, ask the kernel about new unresolved hops, re-read, publish a changed view.
+    /// Until the worker's [`Neighbours`] is dropped: wait for a request, a change or the
+    /// next periodic re-read; ask the kernel about new unresolved hops; re-read after a
+    /// change or a period, and publish a changed view.
     fn run(mut self) {
         while !self.published.stop.load(Ordering::Relaxed) {
             let now = Instant::now();
             self.asked
                 .retain(|_, at| now.duration_since(*at) < RESOLVE_WINDOW);
-            let wait = if self.asked.is_empty() {
-                REFRESH_EVERY
-            } else {
-                RESOLVING_EVERY
-            };
-            match self.requests.recv_timeout(wait) {
-                Ok(hop) => self.ask(hop),
-                Err(RecvTimeoutError::Timeout) => {}
+            let mut reread = match self.requests.recv_timeout(self.every) {
+                Ok(wake) => self.handle(wake),
+                Err(RecvTimeoutError::Timeout) => true,
                 Err(RecvTimeoutError::Disconnected) => return,
+            };
+            while let Ok(wake) = self.requests.try_recv() {
+                reread |= self.handle(wake);
             }
-            while let Ok(hop) = self.requests.try_recv() {
-                self.ask(hop);
+            if !reread {
+                continue;
             }
             if let Some(view) = read(&mut self.netlink, self.ifindex)
                 && view != *self.current
@@ -235,6 +278,17 @@ impl Refresher {
                     .unwrap_or_else(|e| e.into_inner()) = Arc::clone(&self.current);
                 self.published.generation.fetch_add(1, Ordering::Release);
             }
+        }
+    }
+
+    /// Acts on one wake-up; true if the tables should be re-read.
+    fn handle(&mut self, wake: Wake) -> bool {
+        match wake {
+            Wake::Resolve(hop) => {
+                self.ask(hop);
+                false
+            }
+            Wake::TablesChanged => true,
         }
     }
 

@@ -1,8 +1,9 @@
 //! The kernel's neighbour and routing tables over rtnetlink, IPv4 and IPv6 alike: one
 //! dump request each (`RTM_GETNEIGH`, `RTM_GETROUTE`), answered by the kernel in
-//! multipart messages that are parsed here without trusting any length. Socket I/O goes
-//! through `socket2`, so this module needs no unsafe code; parsing is pure and tested on
-//! hand-built messages.
+//! multipart messages that are parsed here without trusting any length, and a socket
+//! subscribed to the kernel's notifications of changes to them ([`ChangeSocket`]).
+//! Socket I/O goes through `socket2` and `rustix`, so this module needs no unsafe code;
+//! parsing is pure and tested on hand-built messages.
 
 use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -113,6 +114,65 @@ impl RouteSocket {
                 Walk::Done => return Ok(()),
                 Walk::More => {}
             }
+        }
+    }
+}
+
+/// The rtnetlink multicast groups of neighbour and route changes (`RTMGRP_NEIGH`,
+/// `RTMGRP_IPV4_ROUTE`, `RTMGRP_IPV6_ROUTE`), as the bind address's group mask.
+const CHANGE_GROUPS: u32 = 0x4 | 0x40 | 0x400;
+
+/// A netlink socket subscribed to the kernel's notifications of neighbour and route
+/// changes, of every interface and family. What changed is not parsed: the tables are
+/// small, and the listener re-reads them whole ([`RouteSocket`]).
+#[derive(Debug)]
+pub struct ChangeSocket {
+    socket: Socket,
+    buf: Vec<u8>,
+}
+
+impl ChangeSocket {
+    /// Opens the socket and joins the groups (no privilege needed). Bound with `rustix`,
+    /// whose netlink address type makes the bind safe.
+    pub fn open() -> io::Result<Self> {
+        use rustix::net::{AddressFamily, SocketType, netlink};
+        // No protocol is NETLINK_ROUTE (0), which rustix's non-zero `Protocol` cannot name.
+        let fd = rustix::net::socket(AddressFamily::NETLINK, SocketType::RAW, None)?;
+        rustix::net::bind(&fd, &netlink::SocketAddrNetlink::new(0, CHANGE_GROUPS))?;
+        Ok(ChangeSocket {
+            socket: Socket::from(fd),
+            buf: vec![0; 64 * 1024],
+        })
+    }
+
+    /// Waits up to `timeout` for notifications and reads every one pending. True if the
+    /// tables may have changed: a notification came, or the kernel says some were lost
+    /// (`ENOBUFS`: its queue to this socket overflowed).
+    pub fn wait(&mut self, timeout: Duration) -> bool {
+        if self
+            .socket
+            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .is_err()
+        {
+            return false;
+        }
+        if !self.read_one() {
+            return false;
+        }
+        // What else is queued is read at once: one re-read covers a burst.
+        if self.socket.set_nonblocking(true).is_ok() {
+            while self.read_one() {}
+            let _ = self.socket.set_nonblocking(false);
+        }
+        true
+    }
+
+    /// Reads one notification: true if one came or some were lost (`ENOBUFS`), false on
+    /// a timeout, an empty queue or an error.
+    fn read_one(&mut self) -> bool {
+        match (&self.socket).read(&mut self.buf) {
+            Ok(_) => true,
+            Err(e) => e.raw_os_error() == Some(libc::ENOBUFS),
         }
     }
 }
