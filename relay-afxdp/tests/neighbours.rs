@@ -39,7 +39,14 @@ fn a_neighbour_the_kernel_announces_reaches_the_view_without_a_periodic_reread()
         let asked = neighbours.mac_for(target);
         let status = Command::new("ip")
             .args(["-n", &ns, "neigh", "replace", "10.77.0.200"])
-            .args(["lladdr", "02:00:00:00:00:c8", "dev", &ifname, "nud", "permanent"])
+            .args([
+                "lladdr",
+                "02:00:00:00:00:c8",
+                "dev",
+                &ifname,
+                "nud",
+                "permanent",
+            ])
             .status()
             .expect("ip runs");
         assert!(status.success(), "ip neigh replace");
@@ -54,5 +61,9 @@ fn a_neighbour_the_kernel_announces_reaches_the_view_without_a_periodic_reread()
     })
     .expect("the relay's namespace");
     assert_eq!(asked, None, "unknown at first");
-    assert_eq!(seen, Some(mac), "announced by the kernel, adopted by the worker");
+    assert_eq!(
+        seen,
+        Some(mac),
+        "announced by the kernel, adopted by the worker"
+    );
 }

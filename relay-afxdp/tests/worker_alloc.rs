@@ -1,7 +1,8 @@
 //! relay-afxdp's worker on a real AF_XDP socket in the netns testbed (root only; CI runs
 //! as root), forwarding a flow both ways under a counting allocator: after a warm-up
 //! flow, the worker thread allocates nothing per packet (rings, parse, decide, rewrite,
-//! checksums, counters, ticks). The relay runs in process, in this test binary started
+//! checksums, counters, ticks), nor when its next hops' MACs are gone (frames held, the
+//! refresher asked, the new view adopted). The relay runs in process, in this test binary started
 //! again inside the relay's namespace.
 
 use std::process::Stdio;
@@ -94,6 +95,37 @@ fn the_afxdp_worker_does_not_allocate_per_packet() {
     assert!(warm.contains("received 200/200"), "warm-up probe: {warm}");
     std::fs::write(control.join("arm"), "").unwrap();
     let said = probe_session_through_relay_in(&bed, false, 500, 8);
+    // A miss: the relay's namespace forgets every neighbour, so the next flow's first
+    // frames wait while the refresher has the kernel resolve their next hops again.
+    let flushed = std::process::Command::new("ip")
+        .args([
+            "-n",
+            &bed.relay.ns,
+            "neigh",
+            "flush",
+            "dev",
+            &bed.relay.ifname,
+        ])
+        .status()
+        .unwrap();
+    assert!(flushed.success(), "ip neigh flush");
+    let transceiver = bed.transceiver.addr.to_string();
+    let entry = || {
+        let out = std::process::Command::new("ip")
+            .args(["-n", &bed.relay.ns, "neigh", "show", &transceiver])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(entry(), "", "the relay's kernel forgot the transceiver");
+    let after_miss = probe_session_through_relay_in(&bed, false, 100, 9);
+    // Only the relay's refresher asks the relay's kernel to resolve the transceiver (the
+    // kernel sees none of the steered traffic): an entry again means the miss happened.
+    let resolved = entry();
+    assert!(
+        resolved.contains("lladdr"),
+        "the miss was resolved: `{resolved}`"
+    );
     std::fs::write(control.join("report"), "").unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     let count = loop {
@@ -109,10 +141,15 @@ fn the_afxdp_worker_does_not_allocate_per_packet() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(said.contains("received 500/500"), "counted probe: {said}");
+    assert!(
+        after_miss.contains("received 100/100"),
+        "probe after the miss: {after_miss}"
+    );
     let allocations: u64 = count.trim().parse().unwrap();
     assert_eq!(
         allocations, 0,
-        "relay-afxdp's worker allocated {allocations} times while forwarding 500 datagrams each way"
+        "relay-afxdp's worker allocated {allocations} times while forwarding 500 datagrams \
+         each way, then 100 more after a neighbour miss"
     );
 }
 
