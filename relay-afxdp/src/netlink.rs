@@ -171,7 +171,7 @@ impl ChangeSocket {
     /// a timeout, an empty queue or an error.
     fn read_one(&mut self) -> bool {
         match (&self.socket).read(&mut self.buf) {
-            Ok(_) => true,
+            Ok(n) => n > 0,
             Err(e) => e.raw_os_error() == Some(libc::ENOBUFS),
         }
     }
