@@ -126,7 +126,8 @@ pub struct RelayArgs {
     /// A network transceivers live in (repeat; replaces the file's list).
     #[arg(long = "allow-transceiver-net", value_name = "CIDR")]
     pub allowed_transceiver_networks: Vec<IpNet>,
-    /// File holding the hint keys, `<id>:<hex>` per line, current first (mode 0600).
+    /// File holding the hint keys, `<id>:<hex>` per line, current first, previous second
+    /// (mode 0600); reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE")]
     pub hint_keys_file: Option<PathBuf>,
     /// This relay's cluster id.
@@ -206,8 +207,11 @@ pub struct RelayConfig {
     pub worker_cpus: Vec<usize>,
     /// Networks transceivers live in.
     pub allowed_transceiver_networks: Vec<IpNet>,
-    /// The accepted hint keys.
+    /// The accepted hint keys, as loaded at start.
     pub hint_keys: HintKeys,
+    /// The file they came from, reloaded on SIGHUP and when it changes
+    /// ([`crate::runtime::keys`]); `None` when they came from the environment.
+    pub hint_keys_file: Option<PathBuf>,
     /// This relay's cluster.
     pub cluster_id: u16,
     /// Other clusters' relays, for global mode.
@@ -495,6 +499,7 @@ impl RelayConfig {
             worker_cpus,
             allowed_transceiver_networks,
             hint_keys,
+            hint_keys_file: keys_file,
             cluster_id,
             clusters,
             global_relay_networks,

@@ -513,6 +513,11 @@ impl Executor {
         self.forwarder.expire(now, budget)
     }
 
+    /// Verifies first packets under `keys` from now on (a key rotation).
+    pub fn set_hint_keys(&mut self, keys: crate::hint::HintKeys) {
+        self.forwarder.set_hint_keys(keys);
+    }
+
     /// The periodic work: parked datagrams past [`PARK_WAIT`] dropped, expiry within
     /// `budget`, then publication of the counters.
     pub fn tick(&mut self, now: Instant, budget: usize, shared: &SharedCounters) {

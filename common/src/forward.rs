@@ -237,6 +237,12 @@ impl Forwarder {
         u32::try_from(now.saturating_duration_since(self.started).as_secs()).unwrap_or(u32::MAX)
     }
 
+    /// Verifies first packets under `keys` from now on (a key rotation); flows already
+    /// made are not touched.
+    pub fn set_hint_keys(&mut self, keys: HintKeys) {
+        self.policy.hint_keys = keys;
+    }
+
     /// The flow table.
     pub fn table(&self) -> &FlowTable<FlowState> {
         &self.table

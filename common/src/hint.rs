@@ -310,6 +310,11 @@ impl HintKeys {
         &self.current
     }
 
+    /// The id of the previous key, which still verifies, if there is one.
+    pub fn previous_id(&self) -> Option<u8> {
+        self.previous.as_ref().map(HintKey::id)
+    }
+
     fn by_id(&self, id: u8) -> Option<&HintKey> {
         if self.current.id == id {
             Some(&self.current)

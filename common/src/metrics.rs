@@ -24,6 +24,8 @@
 //! | `ufrag_relay_cache_errors_total`       | counter | worker               |
 //! | `ufrag_relay_ready`                    | gauge   |                      |
 //! | `ufrag_relay_worker_failures_total`    | counter |                      |
+//! | `ufrag_relay_hint_key_current`         | gauge   |                      |
+//! | `ufrag_relay_hint_key_reloads_total`   | counter | result               |
 //! | `ufrag_relay_build_info`               | gauge   | backend, version     |
 //!
 //! `direction` is `in` (client → transceiver) or `out` (transceiver → client); `reason`
@@ -486,6 +488,10 @@ pub struct RelayMetrics {
     workers: Vec<Arc<SharedCounters>>,
     ready: AtomicBool,
     worker_failures: AtomicU64,
+    /// The id of the hint key new hints are checked against first (the current one).
+    hint_key: AtomicU64,
+    /// Key file reloads: taken, and refused.
+    key_reloads: [AtomicU64; 2],
 }
 
 impl RelayMetrics {
@@ -496,7 +502,20 @@ impl RelayMetrics {
             workers: (0..workers).map(|_| Arc::default()).collect(),
             ready: AtomicBool::new(false),
             worker_failures: AtomicU64::new(0),
+            hint_key: AtomicU64::new(0),
+            key_reloads: Default::default(),
         })
+    }
+
+    /// The hint keys in use now have `current` as their current key id (at start and
+    /// after each reload that took effect).
+    pub fn hint_key_in_use(&self, current: u8) {
+        self.hint_key.store(u64::from(current), Ordering::Relaxed);
+    }
+
+    /// A reload of the key file took effect (`true`) or was refused (`false`).
+    pub fn hint_key_reloaded(&self, taken: bool) {
+        self.key_reloads[usize::from(!taken)].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The shared counters of worker `index`, for that worker to publish into.
@@ -670,6 +689,25 @@ impl Collector for RelayMetrics {
             MetricType::Counter,
         )?;
         ConstCounter::new(self.worker_failures.load(Ordering::Relaxed)).encode(e)?;
+
+        let e = encoder.encode_descriptor(
+            "ufrag_relay_hint_key_current",
+            "Id of the current hint key (the first in the key file).",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(self.hint_key.load(Ordering::Relaxed) as i64).encode(e)?;
+        let mut e = encoder.encode_descriptor(
+            "ufrag_relay_hint_key_reloads",
+            "Reloads of the hint key file (SIGHUP or a change of the file): taken, or refused \
+             (its mode or syntax; the keys in use stay).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (result, count) in ["taken", "refused"].iter().zip(&self.key_reloads) {
+            let labels = [("result", *result)];
+            ConstCounter::new(count.load(Ordering::Relaxed)).encode(e.encode_family(&labels)?)?;
+        }
 
         type PerLabel = fn(&WorkerCounters, usize) -> u64;
         let families: [(&str, &str, &str, &[&str], PerLabel); 6] = [

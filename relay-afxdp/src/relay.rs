@@ -170,6 +170,10 @@ impl RelayWorker for AfXdpWorker {
         AfXdpWorker::set_cache(self, cache);
     }
 
+    fn set_keys(&mut self, keys: ufrag_common::runtime::keys::KeyReader) {
+        AfXdpWorker::set_keys(self, keys);
+    }
+
     fn run(self, stop: &AtomicBool) -> io::Result<()> {
         let index = self.index();
         let polls = AfXdpWorker::run(self, stop);

@@ -18,6 +18,7 @@ use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, 
 use ufrag_common::forward::Forwarder;
 use ufrag_common::metrics::{DropReason, Port, SharedCounters};
 use ufrag_common::runtime::cache::{CacheClient, deliver_answers};
+use ufrag_common::runtime::keys::KeyReader;
 
 use crate::neighbours::Neighbours;
 use crate::packet::{Rewrite, parse_udp, plan, write_udp};
@@ -258,6 +259,8 @@ pub struct WorkerParts {
 pub struct AfXdpWorker {
     index: usize,
     executor: Executor,
+    /// The hint keys, when they can change (set by the lifecycle before the worker runs).
+    keys: Option<KeyReader>,
     shared: Arc<SharedCounters>,
     egress: XskEgress,
     vips: Vec<SocketAddr>,
@@ -273,6 +276,7 @@ impl AfXdpWorker {
         AfXdpWorker {
             index: parts.index,
             executor: Executor::new(parts.forwarder),
+            keys: None,
             shared: parts.shared,
             egress: XskEgress {
                 socket: parts.socket,
@@ -300,6 +304,11 @@ impl AfXdpWorker {
         self.egress.cache = Some(cache);
     }
 
+    /// Attaches the worker's view of the hint keys, adopted on its tick when they change.
+    pub fn set_keys(&mut self, keys: KeyReader) {
+        self.keys = Some(keys);
+    }
+
     /// Runs until `stop`; returns the poll counters.
     pub fn run(mut self, stop: &AtomicBool) -> PollStats {
         let mut next_tick = Instant::now();
@@ -324,6 +333,7 @@ impl AfXdpWorker {
                 continue;
             }
             self.polls.productive += 1;
+            self.adopt_new_keys();
             for i in 0..n {
                 let frame = self.rx[i];
                 self.handle(frame, now);
@@ -340,6 +350,15 @@ impl AfXdpWorker {
             .as_millis()
             .min(50) as i32;
         crate::xsk::poll_readable(self.egress.socket.fd(), timeout.max(1));
+    }
+
+    /// Verifies first packets under the newest hint keys: an atomic load per batch, and
+    /// a copy of the keys after a reload. Checked before each batch is handled, so a frame
+    /// read after a reload was published meets the new keys.
+    fn adopt_new_keys(&mut self) {
+        if let Some(keys) = self.keys.as_mut().and_then(KeyReader::changed) {
+            self.executor.set_hint_keys(keys);
+        }
     }
 
     fn tick(&mut self, now: Instant) {

@@ -9,6 +9,7 @@ use ufrag_common::config::RelayConfig;
 use ufrag_common::forward::ForwardPolicy;
 use ufrag_common::metrics::RelayMetrics;
 use ufrag_common::runtime::cache::{CacheClient, WakeFn};
+use ufrag_common::runtime::keys::KeyReader;
 use ufrag_common::runtime::lifecycle::RelayWorker;
 pub use ufrag_common::runtime::lifecycle::Running;
 
@@ -17,6 +18,10 @@ use crate::worker::{Worker, WorkerSpec};
 impl RelayWorker for Worker {
     fn set_cache(&mut self, cache: CacheClient) {
         Worker::set_cache(self, cache);
+    }
+
+    fn set_keys(&mut self, keys: KeyReader) {
+        Worker::set_keys(self, keys);
     }
 
     fn run(self, stop: &AtomicBool) -> io::Result<()> {

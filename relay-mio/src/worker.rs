@@ -17,6 +17,7 @@ use ufrag_common::forward::{ForwardPolicy, Forwarder};
 use ufrag_common::frame::MAX_HEADER_LEN;
 use ufrag_common::metrics::{DropReason, Port, SharedCounters};
 use ufrag_common::runtime::cache::{CacheClient, deliver_answers};
+use ufrag_common::runtime::keys::KeyReader;
 use ufrag_udp::{BATCH, PushError, RecvBatch, SendBatch, bind_udp};
 
 /// How often a worker expires flows and publishes its counters.
@@ -163,6 +164,8 @@ pub struct Worker {
     index: usize,
     poll: Poll,
     executor: Executor,
+    /// The hint keys, when they can change (set by the lifecycle before the worker runs).
+    keys: Option<KeyReader>,
     shared: Arc<SharedCounters>,
     recv: RecvBatch,
     egress: SocketEgress,
@@ -211,6 +214,7 @@ impl Worker {
                 index: spec.index,
                 poll,
                 executor: Executor::new(Forwarder::new(spec.policy, table, started)),
+                keys: None,
                 shared,
                 recv: RecvBatch::new(),
                 egress: SocketEgress {
@@ -227,6 +231,11 @@ impl Worker {
     /// Attaches the worker's route-cache client.
     pub fn set_cache(&mut self, cache: CacheClient) {
         self.egress.cache = Some(cache);
+    }
+
+    /// Attaches the worker's view of the hint keys, adopted on its tick when they change.
+    pub fn set_keys(&mut self, keys: KeyReader) {
+        self.keys = Some(keys);
     }
 
     /// Runs until `stop` is set, then publishes the final counters.
@@ -247,6 +256,7 @@ impl Worker {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
+            self.adopt_new_keys();
             std::mem::swap(&mut unfinished, &mut again);
             for token in events.iter().map(|e| e.token()).chain(again.drain(..)) {
                 if token == WAKE {
@@ -266,6 +276,15 @@ impl Worker {
     }
 
     /// Cache answers and failures, expiry, counter publication.
+    /// Verifies first packets under the newest hint keys: an atomic load per wake-up, and
+    /// a copy of the keys after a reload. Checked before each round of reads, so a
+    /// datagram read after a reload was published meets the new keys.
+    fn adopt_new_keys(&mut self) {
+        if let Some(keys) = self.keys.as_mut().and_then(KeyReader::changed) {
+            self.executor.set_hint_keys(keys);
+        }
+    }
+
     fn tick(&mut self, now: Instant) {
         self.deliver_cache_answers();
         self.executor.tick(now, EXPIRE_BUDGET, &self.shared);

@@ -121,6 +121,9 @@ pub struct TransceiverMetrics {
     /// Indexed by [`HttpRefusal::index`].
     http_refusals: Vec<Counter>,
     worker_failures: Counter,
+    hint_key_current: Gauge,
+    /// Hint key file reloads: `[taken, refused]`.
+    hint_key_reloads: [Counter; 2],
     ready: AtomicBool,
 }
 
@@ -188,6 +191,19 @@ impl TransceiverMetrics {
             "Workers that stopped (a panic or an I/O error): readiness turns off.",
             worker_failures.clone(),
         );
+        let hint_key_current = Gauge::default();
+        registry.register(
+            "hint_key_current",
+            "Id of the current hint key (it mints new sessions' ufrags).",
+            hint_key_current.clone(),
+        );
+        let hint_key_reloads = Family::<Labels, Counter>::default();
+        registry.register(
+            "hint_key_reloads",
+            "Reloads of the hint key file (SIGHUP or a change of the file): taken, or refused \
+             (its mode or syntax; the keys in use stay).",
+            hint_key_reloads.clone(),
+        );
         // One counter per label value, made once: counting never allocates.
         let by = |family: &Family<Labels, Counter>, name: &'static str, value: &'static str| {
             family.get_or_create(&vec![(name, value)]).clone()
@@ -214,6 +230,8 @@ impl TransceiverMetrics {
                 .map(|r| by(&http_refusals, "reason", r.label()))
                 .collect(),
             worker_failures,
+            hint_key_current,
+            hint_key_reloads: ["taken", "refused"].map(|r| by(&hint_key_reloads, "result", r)),
             ready: AtomicBool::new(false),
         }
     }
@@ -263,6 +281,16 @@ impl TransceiverMetrics {
     /// Signaling refused a connection or request.
     pub fn http_refused(&self, reason: HttpRefusal) {
         self.http_refusals[reason.index()].inc();
+    }
+
+    /// The hint keys in use now have `current` as their current key id.
+    pub fn hint_key_in_use(&self, current: u8) {
+        self.hint_key_current.set(i64::from(current));
+    }
+
+    /// A reload of the hint key file took effect (`true`) or was refused (`false`).
+    pub fn hint_key_reloaded(&self, taken: bool) {
+        self.hint_key_reloads[usize::from(!taken)].inc();
     }
 
     /// A worker stopped.

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 use ufrag_common::hint::HintKeys;
+use ufrag_common::runtime::keys::KeyWatch;
 use ufrag_common::runtime::lifecycle::Service;
 
 use crate::http::HttpServer;
@@ -59,7 +60,8 @@ pub struct TransceiverOptions {
     /// A network relays send frames from (repeat).
     #[arg(long = "allow-relay-net", value_name = "CIDR")]
     pub allowed_relays: Vec<IpNet>,
-    /// Hint keys file, `<id>:<hex>` per line, current first (mode 0600).
+    /// Hint keys file, `<id>:<hex>` per line, current first, previous second (mode 0600);
+    /// reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE")]
     pub hint_keys_file: Option<PathBuf>,
     /// Cluster id written into hints.
@@ -111,6 +113,8 @@ impl std::fmt::Display for StartError {
 
 /// A running transceiver; see the module documentation.
 pub struct Transceiver {
+    /// Reloads the hint keys on SIGHUP and when their file changes.
+    _key_watch: KeyWatch,
     metrics: Arc<TransceiverMetrics>,
     signaling: Arc<Signaling>,
     http: HttpServer,
@@ -176,6 +180,15 @@ impl Transceiver {
             StartError::System("the crypto provider cannot make a DTLS certificate".into())
         })?;
         let metrics = Arc::new(TransceiverMetrics::new());
+        metrics.hint_key_in_use(keys.current().id());
+        let reloads = Arc::clone(&metrics);
+        let key_watch = KeyWatch::start(opts.hint_keys_file.as_deref(), keys, move |keys| {
+            reloads.hint_key_reloaded(keys.is_some());
+            if let Some(keys) = keys {
+                reloads.hint_key_in_use(keys.current().id());
+            }
+        })
+        .map_err(|e| StartError::System(format!("watching the hint keys: {e}")))?;
         let stop = Arc::new(AtomicBool::new(false));
         let mut handles = vec![];
         let mut workers = vec![];
@@ -192,7 +205,7 @@ impl Transceiver {
                 advertise: opts.advertise.unwrap_or(opts.bind),
                 direct: opts.direct,
                 allowed_relays: opts.allowed_relays.clone(),
-                keys: keys.clone(),
+                keys: key_watch.shared(),
                 cluster: opts.cluster_id,
                 dtls_cert: dtls_cert.clone(),
                 max_sessions: opts.max_sessions_per_worker,
@@ -257,6 +270,7 @@ impl Transceiver {
         metrics.set_ready(true);
         tracing::info!(http = %opts.http_addr, direct = opts.direct, "transceiver ready");
         Ok(Transceiver {
+            _key_watch: key_watch,
             metrics,
             signaling,
             http,

@@ -10,7 +10,8 @@ use std::time::Instant;
 use str0m::IceCreds;
 use str0m::change::SdpOffer;
 use str0m::config::DtlsCert;
-use ufrag_common::hint::{HintKeys, RoutingHint};
+use ufrag_common::hint::RoutingHint;
+use ufrag_common::runtime::keys::SharedKeys;
 
 use crate::model::SessionId;
 use crate::session::Session;
@@ -28,8 +29,9 @@ pub fn process_certificate() -> Option<DtlsCert> {
 /// Everything needed to set up sessions for one worker.
 #[derive(Debug, Clone)]
 pub struct SessionMint {
-    /// Hint keys: the current one mints ufrags and derives passwords.
-    pub keys: HintKeys,
+    /// Hint keys: the current one mints ufrags and derives passwords. They may change
+    /// while the process runs (a rotation): each session takes the keys of its moment.
+    pub keys: SharedKeys,
     /// The cluster written into hints.
     pub cluster: u16,
     /// The worker's socket: where relays must send this worker's frames.
@@ -59,10 +61,10 @@ impl SessionMint {
             cluster: self.cluster,
             transceiver: self.hint_target,
         };
-        let ufrag = self.keys.encode(&target, random);
-        let pass = self
-            .keys
-            .ice_password(self.keys.current().id(), ufrag.as_bytes())
+        let keys = self.keys.current();
+        let ufrag = keys.encode(&target, random);
+        let pass = keys
+            .ice_password(keys.current().id(), ufrag.as_bytes())
             .expect("the current key derives passwords");
         IceCreds {
             ufrag: ufrag.as_str().to_string(),

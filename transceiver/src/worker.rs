@@ -26,7 +26,7 @@ use str0m::config::DtlsCert;
 use str0m::net::Transmit;
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
-use ufrag_common::hint::HintKeys;
+use ufrag_common::runtime::keys::SharedKeys;
 use ufrag_udp::{PushError, RecvBatch, SendBatch};
 
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
@@ -101,8 +101,8 @@ pub struct WorkerConfig {
     pub direct: bool,
     /// Networks relays send frames from.
     pub allowed_relays: Vec<IpNet>,
-    /// Hint keys (the current one mints ufrags; passwords are derived).
-    pub keys: HintKeys,
+    /// Hint keys (the current one mints ufrags; passwords are derived), as they change.
+    pub keys: SharedKeys,
     /// The cluster written into hints.
     pub cluster: u16,
     /// The process's DTLS certificate, shared by every session.

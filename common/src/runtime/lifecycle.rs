@@ -14,6 +14,7 @@ use crate::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
 use crate::metrics::RelayMetrics;
 use crate::runtime::cache::{CacheClient, RouteCache, WakeFn};
 use crate::runtime::http::HttpEndpoints;
+use crate::runtime::keys::{KeyReader, KeyWatch};
 
 /// Sets up structured logs on stderr; `RUST_LOG` filters (default `info`).
 pub fn init_logging() {
@@ -76,6 +77,9 @@ pub fn pin_current_thread(cpu: usize) -> bool {
 pub trait RelayWorker: Send + 'static {
     /// Attaches the worker's route-cache client (before it runs).
     fn set_cache(&mut self, cache: CacheClient);
+    /// Attaches the worker's view of the hint keys, which it adopts on its tick when they
+    /// change (before it runs).
+    fn set_keys(&mut self, keys: KeyReader);
     /// Runs until `stop` is set.
     fn run(self, stop: &AtomicBool) -> io::Result<()>;
 }
@@ -117,6 +121,21 @@ impl Running {
             }
             None => None,
         };
+        metrics.hint_key_in_use(config.hint_keys.current().id());
+        let reloads = Arc::clone(&metrics);
+        let keys = KeyWatch::start(
+            config.hint_keys_file.as_deref(),
+            config.hint_keys.clone(),
+            move |keys| {
+                reloads.hint_key_reloaded(keys.is_some());
+                if let Some(keys) = keys {
+                    reloads.hint_key_in_use(keys.current().id());
+                }
+            },
+        )?;
+        for worker in &mut workers {
+            worker.set_keys(keys.shared().reader());
+        }
         let http =
             HttpEndpoints::start(config.metrics_addr, Arc::clone(&metrics)).map_err(|e| {
                 io::Error::new(
@@ -133,6 +152,7 @@ impl Running {
             http: Some(http),
             held: Vec::new(),
         };
+        running.hold(keys);
         for (index, (worker, &cpu)) in workers.into_iter().zip(&config.worker_cpus).enumerate() {
             let stop = Arc::clone(&running.stop);
             let metrics = Arc::clone(&running.metrics);

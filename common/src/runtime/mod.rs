@@ -1,8 +1,9 @@
 //! The operational parts both relay binaries share, behind the `runtime` feature so the
 //! sans-IO core stays free of I/O dependencies: the Redis route cache, the HTTP
-//! endpoints (`/metrics`, `/healthz`, `/readyz`), signal handling and drain, and CPU
-//! pinning.
+//! endpoints (`/metrics`, `/healthz`, `/readyz`), signal handling and drain, CPU
+//! pinning, and hint keys reloaded without a restart.
 
 pub mod cache;
 pub mod http;
+pub mod keys;
 pub mod lifecycle;

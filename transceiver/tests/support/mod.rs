@@ -21,6 +21,7 @@ pub struct TestRelay {
     pub relay: Option<Running>,
     pub vip: SocketAddr,
     pub internal: SocketAddr,
+    pub metrics: SocketAddr,
 }
 
 impl TestRelay {
@@ -30,6 +31,12 @@ impl TestRelay {
     }
 
     pub fn start_on(ip: Ipv4Addr, extra: &[&str]) -> TestRelay {
+        Self::start_keyed(ip, extra, Some(KEYS))
+    }
+
+    /// With the hint keys of `env_keys` (as `UFRAG_RELAY_HINT_KEYS` would carry them), or
+    /// none (`extra` names a key file).
+    pub fn start_keyed(ip: Ipv4Addr, extra: &[&str], env_keys: Option<&str>) -> TestRelay {
         let vip = SocketAddr::from((ip, 3478));
         let internal = SocketAddr::from((ip, 40_000));
         let metrics = SocketAddr::from((ip, free_tcp_port(ip)));
@@ -55,12 +62,13 @@ impl TestRelay {
         ];
         argv.extend(extra.iter().map(|s| s.to_string()));
         let args = <Cli as clap::Parser>::parse_from(argv).relay;
-        let config = RelayConfig::load(&args, Some(KEYS), 2).unwrap();
+        let config = RelayConfig::load(&args, env_keys, 2).unwrap();
         let relay = Relay::start(&config).unwrap();
         TestRelay {
             relay: Some(relay),
             vip,
             internal,
+            metrics,
         }
     }
 
@@ -117,8 +125,12 @@ impl Transceiver {
         cmd.args(extra);
         cmd.envs(env.iter().copied());
         let log = std::env::temp_dir().join(format!("xcvr-{}-{ip}.log", std::process::id()));
-        cmd.env("UFRAG_RELAY_HINT_KEYS", KEYS)
-            .env("RUST_LOG", "info")
+        if extra.contains(&"--hint-keys-file") {
+            cmd.env_remove("UFRAG_RELAY_HINT_KEYS");
+        } else {
+            cmd.env("UFRAG_RELAY_HINT_KEYS", KEYS);
+        }
+        cmd.env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let child = OwnedChild::spawn(&mut cmd).expect("the transceiver starts");
