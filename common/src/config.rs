@@ -104,10 +104,23 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("`{s}`: {e} (e.g. 30s, 500ms, 2m)"))
 }
 
+/// How a binary writes its logs (on stderr).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Lines for people.
+    #[default]
+    Text,
+    /// One JSON object per line (timestamp, level, message and fields), for a log pipeline.
+    Json,
+}
+
 /// The command-line flags both relay binaries accept. Each overrides the same key of the
 /// config file.
 #[derive(Debug, Default, Clone, clap::Args)]
 pub struct RelayArgs {
+    /// Log format on stderr.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// TOML config file; flags override its keys.
     #[arg(long, short = 'c', value_name = "FILE", env = "UFRAG_RELAY_CONFIG")]
     pub config: Option<PathBuf>,

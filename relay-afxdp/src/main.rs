@@ -30,8 +30,8 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
-    init_logging();
     let cli = Cli::parse();
+    init_logging(cli.relay.log_format);
     let config = match load_config("relay-afxdp", &cli.relay) {
         Ok(c) => c,
         Err(code) => return code,

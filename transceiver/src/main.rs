@@ -8,8 +8,8 @@ use ufrag_common::config::{HINT_KEYS_ENV, load_hint_keys};
 use ufrag_common::runtime::lifecycle::{init_logging, serve};
 
 fn main() -> ExitCode {
-    init_logging();
     let opts = TransceiverOptions::parse();
+    init_logging(opts.log_format);
     let env_keys = std::env::var(HINT_KEYS_ENV).ok();
     let keys = match load_hint_keys(opts.hint_keys_file.as_deref(), env_keys.as_deref()) {
         Ok(keys) => keys,

@@ -91,6 +91,9 @@ pub struct TransceiverOptions {
     /// Serve signaling on a non-loopback address without a bearer token (logged loudly).
     #[arg(long)]
     pub allow_unauthenticated: bool,
+    /// Log format on stderr (`json`: one object per line, for a log pipeline).
+    #[arg(long, value_enum, default_value_t = ufrag_common::config::LogFormat::Text)]
+    pub log_format: ufrag_common::config::LogFormat,
 }
 
 /// Why the transceiver could not start.

@@ -337,11 +337,20 @@ impl Worker {
         if self.sessions.len() >= self.cfg.max_sessions {
             return Err(SignalError::Full);
         }
+        // The server ufrag is what the relays see of a session: logging both lets a log
+        // pipeline follow one session across relay and transceiver.
+        let ufrag = new.ufrag.clone();
         if self.sessions.insert(id, new.ufrag, new.session).is_err() {
             return Err(SignalError::BadOffer(
                 "session id or ufrag collision: try again".into(),
             ));
         }
+        tracing::info!(
+            session = format!("{id:016x}"),
+            ufrag,
+            worker = self.cfg.index,
+            "session created"
+        );
         self.load
             .sessions
             .store(self.sessions.len(), Ordering::Relaxed);
@@ -367,7 +376,7 @@ impl Worker {
             },
             &mut self.outputs,
         );
-        tracing::debug!(
+        tracing::info!(
             session = format!("{id:016x}"),
             reason = reason.label(),
             "session ended"
@@ -472,6 +481,11 @@ impl Worker {
                 SessionOutput::Model(input) => self.model.handle(now, input, &mut self.outputs),
                 SessionOutput::Connected(after) => {
                     self.metrics.session_connected(after);
+                    tracing::info!(
+                        session = format!("{id:016x}"),
+                        setup_ms = after.as_secs_f64() * 1e3,
+                        "session connected"
+                    );
                     self.model.handle(
                         now,
                         ModelInput::SessionStarted { session: id },

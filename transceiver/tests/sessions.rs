@@ -278,3 +278,58 @@ fn a_recorded_talk_played_back_is_echoed_and_only_authentic_echoes_count() {
         "only authentic echoes count"
     );
 }
+
+/// `--log-format json`: every log line is one JSON object, and a session's lines carry
+/// its id and its server ufrag (what the relays see of it), from creation to its end.
+#[test]
+fn json_logs_name_each_session_by_id_and_server_ufrag() {
+    let xcvr = Transceiver::start(None, &["--log-format", "json"]);
+    let mut clients = vec![new_client()];
+    let r = clients[0].signal(xcvr.http);
+    assert_eq!(r.status, 201);
+    run_until(&mut clients, "connected", |c| c.connected_at.is_some());
+    let location = clients[0].location.clone().unwrap();
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", &location, None, &[])
+            .unwrap()
+            .status,
+        204
+    );
+    let id = location.rsplit('/').next().unwrap().to_string();
+    let ufrag = r
+        .body
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("a=ice-ufrag:"))
+        .unwrap()
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let lines: Vec<serde_json::Value> = loop {
+        let text = xcvr.log_text();
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+            .collect();
+        let ended = lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "session ended");
+        if ended || Instant::now() > deadline {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let of = |message: &str| {
+        lines
+            .iter()
+            .find(|l| l["fields"]["message"] == message)
+            .unwrap_or_else(|| panic!("no `{message}` line in {lines:?}"))
+            .clone()
+    };
+    let created = of("session created");
+    assert_eq!(created["fields"]["session"], id.as_str());
+    assert_eq!(created["fields"]["ufrag"], ufrag.as_str());
+    assert_eq!(created["level"], "INFO");
+    assert_eq!(of("session connected")["fields"]["session"], id.as_str());
+    let ended = of("session ended");
+    assert_eq!(ended["fields"]["session"], id.as_str());
+    assert_eq!(ended["fields"]["reason"], "deleted");
+}

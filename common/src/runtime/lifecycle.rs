@@ -10,23 +10,28 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
+use crate::config::{HINT_KEYS_ENV, LogFormat, RelayArgs, RelayConfig};
 use crate::metrics::RelayMetrics;
 use crate::runtime::cache::{CacheClient, RouteCache, WakeFn};
 use crate::runtime::http::HttpEndpoints;
 use crate::runtime::keys::{KeyReader, KeyWatch};
 
-/// Sets up structured logs on stderr; `RUST_LOG` filters (default `info`).
-pub fn init_logging() {
+/// Sets up structured logs on stderr, as text lines or JSON lines; `RUST_LOG` filters
+/// (default `info`).
+pub fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal as _;
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init(),
+        LogFormat::Json => builder.json().with_current_span(false).try_init(),
+    };
 }
 
 /// Set when SIGTERM or SIGINT arrives.

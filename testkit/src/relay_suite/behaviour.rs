@@ -542,3 +542,24 @@ pub fn help_explains_the_flags(b: &Backend) {
         assert!(help.contains(flag), "--help mentions {flag}");
     }
 }
+
+pub fn json_logs_are_one_object_per_line(b: &Backend) {
+    let relay = RelayProcess::start(&RelaySetup {
+        extra: vec!["--log-format".into(), "json".into()],
+        ..b.setup()
+    });
+    let text = relay.log_text();
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let ready = lines.iter().find(|l| {
+        l["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.ends_with("ready"))
+    });
+    let ready = ready.unwrap_or_else(|| panic!("no ready line in {text}"));
+    assert_eq!(ready["level"], "INFO");
+    assert!(ready["timestamp"].is_string(), "{ready}");
+}

@@ -219,6 +219,10 @@ pub const CASES: &[Case] = &[
         behaviour::help_explains_the_flags,
     ),
     case(
+        "json_logs_are_one_object_per_line",
+        behaviour::json_logs_are_one_object_per_line,
+    ),
+    case(
         "one_sessions_request_replayed_from_many_sources_creates_one_flow",
         admission::one_sessions_request_replayed_from_many_sources_creates_one_flow,
     ),
