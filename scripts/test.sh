@@ -51,6 +51,15 @@ if ! "$UFRAG_AIORTC_PYTHON" -c "import aiortc; assert aiortc.__version__ == '$ai
   target/interop-venv/bin/pip install -q "aiortc==$aiortc_version"
 fi
 
+# The Kubernetes manifests are validated offline with kubernetes-validate from PyPI.
+k8s_validate_version=1.37.0
+export UFRAG_K8S_PYTHON="$PWD/target/deploy-venv/bin/python"
+if ! "$UFRAG_K8S_PYTHON" -c "import kubernetes_validate.version as v; assert v.__version__ == '$k8s_validate_version'" 2>/dev/null; then
+  echo "== installing kubernetes-validate $k8s_validate_version in target/deploy-venv"
+  python3 -m venv target/deploy-venv
+  target/deploy-venv/bin/pip install -q "kubernetes-validate==$k8s_validate_version"
+fi
+
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 

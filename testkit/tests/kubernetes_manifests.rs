@@ -1,0 +1,104 @@
+//! The Kubernetes manifests (`deploy/kubernetes`), checked offline by
+//! `deploy/kubernetes/check.py`: every object against the Kubernetes 1.37 schema (strict),
+//! and what a schema cannot know (our binaries' flags, QoS, probes, capabilities, the key
+//! file's mode, disruption budgets). The checker must also refuse manifests that are
+//! wrong. Its Python (kubernetes-validate from PyPI) is installed by `scripts/test.sh`
+//! (`UFRAG_K8S_PYTHON`); without it this test fails, it does not skip.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use testkit::cargo_build::bin;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the workspace")
+        .to_path_buf()
+}
+
+/// Runs the checker on `dir` with our three binaries' `--help`.
+fn check(dir: &Path) -> Output {
+    let python = std::env::var_os("UFRAG_K8S_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target/deploy-venv/bin/python"));
+    assert!(
+        python.exists(),
+        "{} missing: scripts/test.sh installs kubernetes-validate there",
+        python.display()
+    );
+    let mut command = Command::new(python);
+    command
+        .arg(workspace().join("deploy/kubernetes/check.py"))
+        .arg(dir);
+    for name in ["relay-mio", "relay-afxdp", "transceiver"] {
+        command.arg("--binary").arg(format!("{name}={}", bin(name).display()));
+    }
+    command.output().expect("the checker runs")
+}
+
+/// Copies a directory tree.
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap().flatten() {
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+/// Replaces `old` (which must be there) with `new` in `file`.
+fn edit(file: &Path, old: &str, new: &str) {
+    let text = std::fs::read_to_string(file).unwrap();
+    assert!(text.contains(old), "{old} in {}", file.display());
+    std::fs::write(file, text.replacen(old, new, 1)).unwrap();
+}
+
+#[test]
+fn the_manifests_are_valid_and_consistent_with_the_binaries() {
+    let out = check(&workspace().join("deploy/kubernetes"));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("valid against Kubernetes 1.37.0 (strict)"), "{said}");
+}
+
+#[test]
+fn the_checker_refuses_manifests_that_are_wrong() {
+    let dir = std::env::temp_dir().join(format!("ufrag-k8s-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    copy_tree(&workspace().join("deploy/kubernetes"), &dir);
+    let transceiver = dir.join("base/transceiver.yaml");
+    edit(&transceiver, "--workers=2", "--wrokers=2");
+    edit(&transceiver, "defaultMode: 0400", "defaultMode: 0444");
+    edit(&transceiver, "terminationGracePeriodSeconds: 40", "terminationGracePeriod: 40");
+    edit(
+        &dir.join("overlays/afxdp/relay.yaml"),
+        r#"add: ["BPF", "NET_ADMIN", "NET_RAW"]"#,
+        r#"add: ["BPF", "NET_ADMIN", "NET_RAW", "SYS_ADMIN"]"#,
+    );
+    edit(
+        &dir.join("overlays/loadbalancer/relay.yaml"),
+        "externalTrafficPolicy: Local",
+        "externalTrafficPolicy: Cluster",
+    );
+    let out = check(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{said}");
+    for problem in [
+        "transceiver has no flag --wrokers",
+        "hint keys mounted with mode 0444",
+        "terminationGracePeriod",
+        "want ['BPF', 'NET_ADMIN', 'NET_RAW']",
+        "must keep the client's address",
+    ] {
+        assert!(said.contains(problem), "`{problem}` in:\n{said}");
+    }
+}
