@@ -164,9 +164,11 @@ impl Watched {
             }
             next_check = Instant::now() + CHECK_EVERY;
             let Some(file) = &self.file else {
-                tracing::warn!(
-                    "SIGHUP: the hint keys come from the environment; nothing to reload"
-                );
+                if hangup {
+                    tracing::warn!(
+                        "SIGHUP: the hint keys come from the environment; nothing to reload"
+                    );
+                }
                 continue;
             };
             let now = std::fs::read(file).ok();
