@@ -32,7 +32,9 @@ fn check(dir: &Path) -> Output {
         .arg(workspace().join("deploy/kubernetes/check.py"))
         .arg(dir);
     for name in ["relay-mio", "relay-afxdp", "transceiver"] {
-        command.arg("--binary").arg(format!("{name}={}", bin(name).display()));
+        command
+            .arg("--binary")
+            .arg(format!("{name}={}", bin(name).display()));
     }
     command.output().expect("the checker runs")
 }
@@ -66,7 +68,10 @@ fn the_manifests_are_valid_and_consistent_with_the_binaries() {
         "{said}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(said.contains("valid against Kubernetes 1.37.0 (strict)"), "{said}");
+    assert!(
+        said.contains("valid against Kubernetes 1.37.0 (strict)"),
+        "{said}"
+    );
 }
 
 #[test]
@@ -77,7 +82,11 @@ fn the_checker_refuses_manifests_that_are_wrong() {
     let transceiver = dir.join("base/transceiver.yaml");
     edit(&transceiver, "--workers=2", "--wrokers=2");
     edit(&transceiver, "defaultMode: 0400", "defaultMode: 0444");
-    edit(&transceiver, "terminationGracePeriodSeconds: 40", "terminationGracePeriod: 40");
+    edit(
+        &transceiver,
+        "terminationGracePeriodSeconds: 40",
+        "terminationGracePeriod: 40",
+    );
     edit(
         &dir.join("overlays/afxdp/relay.yaml"),
         r#"add: ["BPF", "NET_ADMIN", "NET_RAW"]"#,
