@@ -43,22 +43,21 @@ if ! python3 -c 'import ensurepip' 2>/dev/null; then
   echo "== installing python3-venv"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
 fi
-aiortc_version=1.16.0
+# pip_venv DIR PACKAGE VERSION: a venv in target/DIR holding PACKAGE==VERSION, made when
+# missing or holding another version.
+pip_venv() {
+  local dir="target/$1" package=$2 version=$3
+  if ! "$dir/bin/pip" show "$package" 2>/dev/null | grep -qx "Version: $version"; then
+    echo "== installing $package $version in $dir"
+    python3 -m venv "$dir"
+    "$dir/bin/pip" install -q "$package==$version"
+  fi
+}
+pip_venv interop-venv aiortc 1.16.0
 export UFRAG_AIORTC_PYTHON="$PWD/target/interop-venv/bin/python"
-if ! "$UFRAG_AIORTC_PYTHON" -c "import aiortc; assert aiortc.__version__ == '$aiortc_version'" 2>/dev/null; then
-  echo "== installing aiortc $aiortc_version in target/interop-venv"
-  python3 -m venv target/interop-venv
-  target/interop-venv/bin/pip install -q "aiortc==$aiortc_version"
-fi
-
 # The Kubernetes manifests are validated offline with kubernetes-validate from PyPI.
-k8s_validate_version=1.37.0
+pip_venv deploy-venv kubernetes-validate 1.37.0
 export UFRAG_K8S_PYTHON="$PWD/target/deploy-venv/bin/python"
-if ! "$UFRAG_K8S_PYTHON" -c "import kubernetes_validate.version as v; assert v.__version__ == '$k8s_validate_version'" 2>/dev/null; then
-  echo "== installing kubernetes-validate $k8s_validate_version in target/deploy-venv"
-  python3 -m venv target/deploy-venv
-  target/deploy-venv/bin/pip install -q "kubernetes-validate==$k8s_validate_version"
-fi
 
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

@@ -259,9 +259,42 @@ fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
 /// Downlink: frames a transceiver sends through relay-mio towards many clients (each
 /// flow written into the relay frame header by the generator) all reach the client's
 /// veth, counted there by their source port (the VIP's).
+/// The 20 flows [`relay_mio_with_flows`] made: their plan, the VIP they use and the
+/// transceiver their sessions name.
+struct RelayFlows {
+    plan: FlowPlan,
+    vip: SocketAddrV4,
+    transceiver: SocketAddrV4,
+}
+
+/// relay-mio on the testbed with 20 flows made, each by a Binding Request of its own
+/// session (sessions from `seed` on: two relays' tests need distinct ones).
+fn relay_mio_with_flows(bed: &Testbed, seed: u32) -> (testkit::OwnedChild, RelayFlows) {
+    use testkit::testbed::tools::{relay_metric, start_relay};
+    let relay_process = start_relay(bed, "relay-mio", "1", &[]);
+    let keys = testkit::keys::keys();
+    let plan = FlowPlan::new(bed.client.addr, 30_000, 40_000, 20).unwrap();
+    let vip = SocketAddrV4::new(bed.relay.addr, 3478);
+    let transceiver = SocketAddrV4::new(bed.transceiver.addr, 41_000);
+    perf::load::make_flows(Some(&bed.client.ns), &plan, vip, 1_000, |f| {
+        perf::probe::binding_request(&keys, transceiver.into(), seed + f)
+    })
+    .expect("flows made");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while relay_metric(bed, "ufrag_relay_flows_active") < 20.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(relay_metric(bed, "ufrag_relay_flows_active"), 20.0);
+    let flows = RelayFlows {
+        plan,
+        vip,
+        transceiver,
+    };
+    (relay_process, flows)
+}
+
 #[test]
 fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
-    use testkit::testbed::tools::{relay_metric, start_relay};
     use ufrag_common::frame::FrameHeader;
     let Tools {
         bed,
@@ -272,24 +305,12 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
     } = tools();
     let (ns, ifname) = bed.bridge_side(&bed.transceiver);
     let xcv_peer = Iface::lookup(&ns, &ifname).expect("the transceiver's bridge port");
-    let mut relay_process = start_relay(&bed, "relay-mio", "1", &[]);
-    let keys = ufrag_common::hint::HintKeys::new(
-        ufrag_common::hint::HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
-        None,
-    )
-    .unwrap();
-    let plan = FlowPlan::new(bed.client.addr, 30_000, 40_000, 20).unwrap();
-    let vip = SocketAddrV4::new(bed.relay.addr, 3478);
-    let transceiver = SocketAddrV4::new(bed.transceiver.addr, 41_000);
-    perf::load::make_flows(Some(&bed.client.ns), &plan, vip, 1_000, |f| {
-        perf::probe::binding_request(&keys, transceiver.into(), 1_000 + f)
-    })
-    .expect("flows made");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while relay_metric(&bed, "ufrag_relay_flows_active") < 20.0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(relay_metric(&bed, "ufrag_relay_flows_active"), 20.0);
+    let (mut relay_process, flows) = relay_mio_with_flows(&bed, 1_000);
+    let RelayFlows {
+        plan,
+        vip,
+        transceiver,
+    } = flows;
 
     let frame = framed_template(
         (xcv.mac, relay.mac),
@@ -402,7 +423,6 @@ fn perf_gen_and_perf_sink_measure_between_two_hosts() {
 fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
     use perf::load::Load;
     use perf::xdp::{Conversation, Sender, XdpLoad};
-    use testkit::testbed::tools::{relay_metric, start_relay};
     let Tools {
         bed,
         client,
@@ -412,24 +432,12 @@ fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
     } = tools();
     let (ns, ifname) = bed.bridge_side(&bed.transceiver);
     let xcv_peer = Iface::lookup(&ns, &ifname).expect("the transceiver's bridge port");
-    let mut relay_process = start_relay(&bed, "relay-mio", "1", &[]);
-    let keys = ufrag_common::hint::HintKeys::new(
-        ufrag_common::hint::HintKey::new(1, &(0u8..32).collect::<Vec<_>>()).unwrap(),
-        None,
-    )
-    .unwrap();
-    let plan = FlowPlan::new(bed.client.addr, 30_000, 40_000, 20).unwrap();
-    let vip = SocketAddrV4::new(bed.relay.addr, 3478);
-    let transceiver = SocketAddrV4::new(bed.transceiver.addr, 41_000);
-    perf::load::make_flows(Some(&bed.client.ns), &plan, vip, 1_000, |f| {
-        perf::probe::binding_request(&keys, transceiver.into(), 2_000 + f)
-    })
-    .expect("flows made");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while relay_metric(&bed, "ufrag_relay_flows_active") < 20.0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(relay_metric(&bed, "ufrag_relay_flows_active"), 20.0);
+    let (mut relay_process, flows) = relay_mio_with_flows(&bed, 2_000);
+    let RelayFlows {
+        plan,
+        vip,
+        transceiver,
+    } = flows;
 
     let epoch = Instant::now();
     let up = XdpLoad {
