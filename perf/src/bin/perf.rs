@@ -176,6 +176,23 @@ enum Cmd {
         #[arg(long, default_value_t = 7)]
         session: u8,
     },
+    /// One WebRTC session (a str0m client) against a running deployment's signaling
+    /// endpoint: POST, ICE and DTLS, a ping over `events`, audio echoed, DELETE. Exits 0
+    /// and prints the setup times, or fails naming the step that did not happen.
+    Session {
+        /// The transceiver's signaling address.
+        #[arg(long)]
+        http: SocketAddr,
+        /// The client's local address (its socket binds an ephemeral port on it).
+        #[arg(long, default_value = "127.0.0.1")]
+        local: Ipv4Addr,
+        /// How long to wait for the endpoint to answer /readyz first.
+        #[arg(long, default_value = "20s", value_parser = humantime_duration)]
+        wait_ready: Duration,
+        /// Audio packets sent (20 ms apart); at least 80 % must come back.
+        #[arg(long, default_value_t = 25)]
+        packets: u32,
+    },
     /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
     /// setup times, and concurrent echo sessions one worker carries.
     Sessions {
@@ -425,6 +442,42 @@ fn main() {
                 last = now;
             }
             println!("received {}", sink.received());
+        }
+        Cmd::Session {
+            http,
+            local,
+            wait_ready: wait,
+            packets,
+        } => {
+            wait_ready(None, http, "the transceiver", wait, || None);
+            let mut client = testkit::webrtc_client::Client::new_on(local);
+            let started = Instant::now();
+            let answer = client.signal(http);
+            if answer.status != 201 {
+                eprintln!(
+                    "perf session: POST answered {} {}",
+                    answer.status,
+                    answer.body.trim()
+                );
+                std::process::exit(1);
+            }
+            let echoed = (packets as usize * 4).div_ceil(5);
+            let client =
+                testkit::webrtc_client::converse_with_echo(client, &http.to_string(), packets, echoed);
+            let location = client.location.clone().expect("a Location on 201");
+            let deleted = testkit::http::request(http, "DELETE", &location, None, &[])
+                .map_or(0, |r| r.status);
+            let ms = |t: Option<Instant>| t.map_or(f64::NAN, |t| (t - started).as_secs_f64() * 1e3);
+            println!(
+                "session {location}: connected {:.1} ms, first echo {:.1} ms after the POST; \
+                 {} of {packets} audio packets echoed; DELETE {deleted}",
+                ms(client.connected_at),
+                ms(client.first_audio_at),
+                client.audio_received,
+            );
+            if deleted != 204 {
+                std::process::exit(1);
+            }
         }
         Cmd::FakeTransceiver { bind, max, idle } => {
             let echoed =
