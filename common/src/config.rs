@@ -3,7 +3,8 @@
 //!
 //! Precedence: a flag beats the file, the file beats the default. Hint keys never come
 //! from a flag (flags show up in `ps` and shell history): they come from the file named
-//! by `hint_keys_file` (which must not be readable by group or others) or from the
+//! by `hint_keys_file` (which must not be readable by others, nor by a group other than the
+//! process's own) or from the
 //! environment variable [`HINT_KEYS_ENV`], one key per line or comma-separated as
 //! `<id>:<hex secret>`, current key first.
 //!
@@ -648,16 +649,20 @@ pub fn load_hint_keys(
 }
 
 fn load_key_file(path: &Path) -> Result<HintKeys, ConfigError> {
-    use std::os::unix::fs::PermissionsExt as _;
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let field = "hint_keys_file";
     let meta = std::fs::metadata(path)
         .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))?;
     let mode = meta.permissions().mode() & 0o777;
-    if mode & 0o077 != 0 {
+    // Group access is allowed to this process's own group only: that is how a non-root
+    // container reads a Kubernetes Secret (owned by root, group fsGroup, mode 0440).
+    let own_group = meta.gid() == rustix::process::getegid().as_raw();
+    if mode & 0o007 != 0 || (mode & 0o070 != 0 && !own_group) {
         return Err(bad(
             field,
             format!(
-                "{} has mode {mode:04o}: it must not be readable by group or others (chmod 600)",
+                "{} has mode {mode:04o}: it must not be readable by others, nor by a group \
+                 other than this process's own (chmod 600)",
                 path.display()
             ),
         ));

@@ -183,6 +183,18 @@ fn keys_come_from_a_private_file_or_the_environment_never_both() {
     assert_eq!(open.field, "hint_keys_file");
     assert!(open.reason.contains("0644"), "{open}");
 
+    // Readable by the process's own group (a Kubernetes Secret with fsGroup): accepted;
+    // by another group: refused.
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let own_group = std::fs::metadata("/proc/self").unwrap().gid();
+    std::os::unix::fs::chown(&path, None, Some(own_group)).unwrap();
+    let shared = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, 1);
+    assert_eq!(shared.unwrap().hint_keys.current().id(), 1);
+    std::os::unix::fs::chown(&path, None, Some(own_group + 4242)).unwrap();
+    let other = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, 1);
+    assert!(other.unwrap_err().reason.contains("0640"));
+
     let none = RelayConfig::from_toml(MINIMAL, &args(&[]), None, 1).unwrap_err();
     assert_eq!(none.field, "hint_keys_file");
     let bad_env = RelayConfig::from_toml(MINIMAL, &args(&[]), Some("1:abc"), 1).unwrap_err();

@@ -11,8 +11,8 @@ know about this project:
 - our workloads get Guaranteed QoS (requests equal limits, whole CPUs), readiness on
   /readyz and liveness on /healthz, a preStop wait, all capabilities dropped, and added
   back only what relay-afxdp needs (BPF, NET_ADMIN, NET_RAW), to relay-afxdp alone;
-- the hint-key Secret is mounted readable by its owner only (the binaries refuse a key
-  file readable by group or others);
+- the hint-key Secret is mounted readable by no one but its owner and the pod's own group
+  (fsGroup): the binaries refuse a key file readable by others or by another group;
 - every workload of ours has a PodDisruptionBudget, and a LoadBalancer keeps the client's
   source address (`externalTrafficPolicy: Local`).
 
@@ -83,14 +83,15 @@ def check_container(where, container, pod, flags, problems):
         for v in pod.get("volumes", [])
         if "secret" in v
     }
+    fs_group = pod.get("securityContext", {}).get("fsGroup")
     for mount in container.get("volumeMounts", []):
         secret = secrets.get(mount["name"])
         if secret and secret.get("secretName") == "hint-keys":
             mode = secret.get("defaultMode", 0o644)
-            if mode & 0o077:
+            if mode & 0o007 or (mode & 0o070 and fs_group is None):
                 problems.append(
                     f"{where}: hint keys mounted with mode {mode:04o}; the binaries refuse "
-                    "a key file readable by group or others"
+                    "a key file readable by others, or by a group not their own (fsGroup)"
                 )
 
 

@@ -81,7 +81,7 @@ fn the_checker_refuses_manifests_that_are_wrong() {
     copy_tree(&workspace().join("deploy/kubernetes"), &dir);
     let transceiver = dir.join("base/transceiver.yaml");
     edit(&transceiver, "--workers=2", "--wrokers=2");
-    edit(&transceiver, "defaultMode: 0400", "defaultMode: 0444");
+    edit(&transceiver, "defaultMode: 0440", "defaultMode: 0444");
     edit(
         &transceiver,
         "terminationGracePeriodSeconds: 40",
