@@ -462,8 +462,12 @@ fn main() {
                 std::process::exit(1);
             }
             let echoed = (packets as usize * 4).div_ceil(5);
-            let client =
-                testkit::webrtc_client::converse_with_echo(client, &http.to_string(), packets, echoed);
+            let client = testkit::webrtc_client::converse_with_echo(
+                client,
+                &http.to_string(),
+                packets,
+                echoed,
+            );
             let location = client.location.clone().expect("a Location on 201");
             let deleted = testkit::http::request(http, "DELETE", &location, None, &[])
                 .map_or(0, |r| r.status);
