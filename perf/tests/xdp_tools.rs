@@ -267,6 +267,26 @@ struct RelayFlows {
     transceiver: SocketAddrV4,
 }
 
+impl RelayFlows {
+    /// The transceiver's bridge port, which needs an XDP program for the downlink
+    /// generator's frames to reach it.
+    fn xcv_peer(&self, bed: &Testbed) -> Iface {
+        let (ns, ifname) = bed.bridge_side(&bed.transceiver);
+        Iface::lookup(&ns, &ifname).expect("the transceiver's bridge port")
+    }
+
+    /// A transceiver's reply to the first flow: a frame to the relay's internal port
+    /// naming the client (the generator stamps each flow in turn).
+    fn reply_frame(&self, bed: &Testbed, xcv: &Iface, relay: &Iface) -> Vec<u8> {
+        framed_template(
+            (xcv.mac, relay.mac),
+            (self.transceiver, SocketAddrV4::new(bed.relay.addr, 40_000)),
+            (self.plan.addr(0), self.vip),
+            DATAGRAM_LEN,
+        )
+    }
+}
+
 /// relay-mio on the testbed with 20 flows made, each by a Binding Request of its own
 /// session (sessions from `seed` on: two relays' tests need distinct ones).
 fn relay_mio_with_flows(bed: &Testbed, seed: u32) -> (testkit::OwnedChild, RelayFlows) {
@@ -303,23 +323,13 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
         xcv,
         ..
     } = tools();
-    let (ns, ifname) = bed.bridge_side(&bed.transceiver);
-    let xcv_peer = Iface::lookup(&ns, &ifname).expect("the transceiver's bridge port");
     let (mut relay_process, flows) = relay_mio_with_flows(&bed, 1_000);
-    let RelayFlows {
-        plan,
-        vip,
-        transceiver,
-    } = flows;
+    let xcv_peer = flows.xcv_peer(&bed);
+    let reply = flows.reply_frame(&bed, &xcv, &relay);
+    let plan = flows.plan;
 
-    let frame = framed_template(
-        (xcv.mac, relay.mac),
-        (transceiver, SocketAddrV4::new(bed.relay.addr, 40_000)),
-        (plan.addr(0), vip),
-        DATAGRAM_LEN,
-    );
     let stamps = (&plan, Stamps::FRAMED_CLIENT);
-    let generator = XdpGenerator::stamping(xcv, Some(&xcv_peer), frame, stamps, Instant::now())
+    let generator = XdpGenerator::stamping(xcv, Some(&xcv_peer), reply, stamps, Instant::now())
         .expect("generator");
     for (n, f) in generator.stamp(25).expect("test runs").iter().enumerate() {
         let header = FrameHeader::parse(&f[42..]).expect("a frame header").0;
@@ -430,9 +440,9 @@ fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
         relay,
         xcv,
     } = tools();
-    let (ns, ifname) = bed.bridge_side(&bed.transceiver);
-    let xcv_peer = Iface::lookup(&ns, &ifname).expect("the transceiver's bridge port");
     let (mut relay_process, flows) = relay_mio_with_flows(&bed, 2_000);
+    let xcv_peer = flows.xcv_peer(&bed);
+    let reply = flows.reply_frame(&bed, &xcv, &relay);
     let RelayFlows {
         plan,
         vip,
@@ -457,12 +467,6 @@ fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
             .expect("latency socket"),
         settle: Duration::from_millis(300),
     };
-    let reply = framed_template(
-        (xcv.mac, relay.mac),
-        (transceiver, SocketAddrV4::new(bed.relay.addr, 40_000)),
-        (plan.addr(0), vip),
-        DATAGRAM_LEN,
-    );
     let down = XdpLoad {
         generator: Sender::LiveFrames(
             XdpGenerator::stamping(
