@@ -333,3 +333,45 @@ fn json_logs_name_each_session_by_id_and_server_ufrag() {
     assert_eq!(ended["fields"]["session"], id.as_str());
     assert_eq!(ended["fields"]["reason"], "deleted");
 }
+
+/// The global relay tier with a real session: the client talks to the global relay's VIP;
+/// the transceiver (cluster 1) writes its cluster into the hint, so the global relay
+/// forwards the flow to cluster 1's relay, which accepts frames only from the global
+/// relay's address and delivers them to the transceiver; replies go back the same way and
+/// leave from the global VIP.
+#[test]
+fn a_session_through_the_global_relay_and_a_cluster_relay_is_echoed() {
+    let (global_ip, cluster_ip) = (unique_ip(), unique_ip());
+    let cluster = TestRelay::start_on(
+        cluster_ip,
+        &[
+            "--cluster-id",
+            "1",
+            "--allow-global-relay-net",
+            &format!("{global_ip}/32"),
+        ],
+    );
+    let global = TestRelay::start_on(
+        global_ip,
+        &[
+            "--cluster-id",
+            "0",
+            "--cluster-relay",
+            &format!("1={}", cluster.internal),
+        ],
+    );
+    let xcvr = Transceiver::start(Some(global.vip), &["--cluster-id", "1"]);
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    let client = converse_with_echo(client, "through the global and the cluster relay", 25, 20);
+    assert!(client.audio_received >= 20);
+    let flows = |relay: &TestRelay| {
+        testkit::http::metric(None, relay.metrics, "ufrag_relay_flows_created_total")
+    };
+    assert_eq!(
+        flows(&global),
+        1.0,
+        "the global relay made the client's flow"
+    );
+    assert_eq!(flows(&cluster), 1.0, "and the cluster relay its own");
+}

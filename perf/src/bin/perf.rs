@@ -522,6 +522,7 @@ fn start_transceiver(
     http: SocketAddr,
     bind: SocketAddr,
     advertise: Option<SocketAddr>,
+    extra: &[&str],
 ) -> TransceiverChild {
     let exe = std::env::current_exe()
         .expect("own path")
@@ -553,6 +554,7 @@ fn start_transceiver(
         ]),
         None => cmd.arg("--direct"),
     };
+    cmd.args(extra);
     cmd.env("UFRAG_RELAY_HINT_KEYS", format!("1:{KEY_HEX}"))
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
@@ -602,13 +604,61 @@ fn sessions(
         relayed_http,
         SocketAddr::from((loopback_ip(52), 41_000)),
         Some(vip),
+        &[],
     );
     let direct = start_transceiver(
         direct_http,
         SocketAddr::from((loopback_ip(53), 41_000)),
         None,
+        &[],
     );
-    for (name, http) in [("through relay-mio", relayed_http), ("direct", direct_http)] {
+    // The global relay tier: the client talks to the global relay, which forwards the
+    // flow to cluster 1's relay (it accepts frames only from the global relay), which
+    // delivers it to a transceiver of cluster 1.
+    let (global_ip, cluster_internal) =
+        (loopback_ip(56), SocketAddr::from((loopback_ip(55), 40_000)));
+    let _cluster_relay = start_relay_with(
+        1,
+        SocketAddr::from((loopback_ip(54), 3478)),
+        cluster_internal,
+        SocketAddr::from((loopback_ip(55), 9100)),
+        &[
+            "--cluster-id",
+            "1",
+            "--allow-global-relay-net",
+            &format!("{global_ip}/32"),
+        ]
+        .map(String::from),
+    );
+    let global_vip = SocketAddr::from((global_ip, 3478));
+    let _global_relay = start_relay_with(
+        1,
+        global_vip,
+        SocketAddr::from((global_ip, 40_000)),
+        SocketAddr::from((global_ip, 9100)),
+        &[
+            "--cluster-id",
+            "0",
+            "--cluster-relay",
+            &format!("1={cluster_internal}"),
+        ]
+        .map(String::from),
+    );
+    let tier_http = SocketAddr::from((loopback_ip(57), 8080));
+    let _tier = start_transceiver(
+        tier_http,
+        SocketAddr::from((loopback_ip(57), 41_000)),
+        Some(global_vip),
+        &["--cluster-id", "1"],
+    );
+    for (name, http) in [
+        ("through relay-mio", relayed_http),
+        (
+            "through the global relay, then cluster 1's relay",
+            tier_http,
+        ),
+        ("direct", direct_http),
+    ] {
         eprintln!("setup times {name}…");
         match setup_times(http, loopback_ip(60), setups, limit) {
             Ok(times) => {
@@ -1737,7 +1787,7 @@ fn resilience(n: usize, talk: Duration, junk_factor: u64, out: &std::path::Path)
     let mut relay = start_relay_with(1, vip, internal, metrics, &with_redis);
     let http = SocketAddr::from((loopback_ip(92), 8080));
     let worker = SocketAddr::from((loopback_ip(92), 41_000));
-    let _transceiver = start_transceiver(http, worker, Some(vip));
+    let _transceiver = start_transceiver(http, worker, Some(vip), &[]);
     let clients = loopback_ip(93);
     let lead = talk / 4;
     let live_pps = n as u64 * 50;
