@@ -11,11 +11,12 @@ use libfuzzer_sys::fuzz_target;
 use transceiver::setup::{SessionMint, process_certificate};
 use transceiver::signaling::{MAX_BODY_BYTES, check_offer, trickle_credentials};
 use ufrag_common::hint::{HintKey, HintKeys};
+use ufrag_common::runtime::keys::SharedKeys;
 
 fn mint() -> &'static SessionMint {
     static MINT: OnceLock<SessionMint> = OnceLock::new();
     MINT.get_or_init(|| SessionMint {
-        keys: HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap(),
+        keys: SharedKeys::fixed(HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap()),
         cluster: 0,
         hint_target: "10.0.0.2:41000".parse().unwrap(),
         advertise: "203.0.113.10:3478".parse().unwrap(),
