@@ -8,7 +8,9 @@
 //! the worker's wake function so that a worker sleeping in its poll loop installs the
 //! flow at once. When Redis is down or slow (every command has a timeout), requests fail
 //! fast and are counted, the helper reconnects with exponential backoff (50 ms … 2 s),
-//! and forwarding of existing flows is not affected at all.
+//! and forwarding of existing flows is not affected at all. The helper sends what has
+//! queued up as one pipeline (up to [`PIPELINE`] commands per round trip), so its rate is
+//! bounded by Redis, not by round trips.
 //!
 //! Keys: `ufrag-relay:flow:<client>|<vip>`; values: `<next hop>|<return via or ->`.
 
@@ -27,8 +29,11 @@ use crate::forward::Route;
 pub const REQUEST_QUEUE: usize = 8192;
 /// Capacity of each worker's answer queue.
 pub const ANSWER_QUEUE: usize = 1024;
-/// Timeout of a connect and of each command.
+/// Timeout of a connect and of each command (a pipeline of them).
 pub const COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
+/// Requests sent to Redis in one pipeline at most: a queue that has grown (a burst of new
+/// flows, every flow's refresh) drains in round trips of this many.
+pub const PIPELINE: usize = 256;
 
 const BACKOFF_MIN: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -211,9 +216,16 @@ impl Helper {
     fn run(&mut self, incoming: &Receiver<CacheRequest>) {
         // Connect before the first request needs it.
         self.connect();
+        let mut batch = Vec::with_capacity(PIPELINE);
         loop {
             match incoming.recv_timeout(Duration::from_millis(200)) {
-                Ok(request) => self.handle(request),
+                Ok(request) => {
+                    // Whatever else is queued goes in the same round trip.
+                    batch.push(request);
+                    batch.extend(incoming.try_iter().take(PIPELINE - 1));
+                    self.handle(&batch);
+                    batch.clear();
+                }
                 Err(RecvTimeoutError::Timeout) => {
                     if self.connection.is_none() {
                         self.connect();
@@ -264,60 +276,66 @@ impl Helper {
         }
     }
 
-    fn handle(&mut self, request: CacheRequest) {
+    /// Sends a batch of requests as one pipeline (one round trip to Redis), then hands
+    /// each lookup's answer to its worker. A failed pipeline fails every request in it.
+    fn handle(&mut self, batch: &[CacheRequest]) {
         if self.connection.is_none() && !self.connect() {
-            self.fail(&request);
+            batch.iter().for_each(|r| self.fail(r));
             return;
         }
         let Some(connection) = self.connection.as_mut() else {
-            self.fail(&request);
+            batch.iter().for_each(|r| self.fail(r));
             return;
         };
-        let result = match request.request {
-            RouteCacheRequest::Record { key, route } => redis::cmd("SET")
-                .arg(redis_key(&key))
-                .arg(redis_value(&route))
-                .arg("PX")
-                .arg(
-                    u64::try_from(self.ttl.as_millis())
-                        .unwrap_or(u64::MAX)
-                        .max(1),
-                )
-                .query::<()>(connection)
-                .map(|()| None),
-            RouteCacheRequest::Lookup { key } => redis::cmd("GET")
-                .arg(redis_key(&key))
-                .query::<Option<String>>(connection)
-                .map(Some),
-        };
-        match result {
-            Ok(None) => {}
-            Ok(Some(value)) => {
-                let RouteCacheRequest::Lookup { key } = request.request else {
-                    return;
-                };
-                let worker = request.worker;
-                let answer = CacheAnswer {
-                    key,
-                    route: value.as_deref().and_then(parse_value),
-                };
-                let delivered = self
-                    .answers
-                    .get(worker)
-                    .is_some_and(|tx| tx.try_send(answer).is_ok());
-                if delivered {
-                    if let Some(wake) = self.wakers.get(worker) {
-                        wake();
-                    }
-                } else {
-                    self.fail(&request);
+        let ttl_ms = u64::try_from(self.ttl.as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        let mut pipe = redis::pipe();
+        for request in batch {
+            match request.request {
+                RouteCacheRequest::Record { key, route } => {
+                    pipe.cmd("SET")
+                        .arg(redis_key(&key))
+                        .arg(redis_value(&route))
+                        .arg("PX")
+                        .arg(ttl_ms)
+                        .ignore();
+                }
+                RouteCacheRequest::Lookup { key } => {
+                    pipe.cmd("GET").arg(redis_key(&key));
                 }
             }
+        }
+        // One value per lookup, in order (the records' replies are ignored).
+        let values = match pipe.query::<Vec<Option<String>>>(connection) {
+            Ok(values) => values,
             Err(e) => {
                 tracing::warn!(error = %e, "route cache command failed; reconnecting");
                 self.connection = None;
                 self.retry_at = Instant::now() + self.backoff;
-                self.fail(&request);
+                batch.iter().for_each(|r| self.fail(r));
+                return;
+            }
+        };
+        let lookups = batch.iter().filter_map(|r| match r.request {
+            RouteCacheRequest::Lookup { key } => Some((r, key)),
+            RouteCacheRequest::Record { .. } => None,
+        });
+        for ((request, key), value) in lookups.zip(values) {
+            let answer = CacheAnswer {
+                key,
+                route: value.as_deref().and_then(parse_value),
+            };
+            let delivered = self
+                .answers
+                .get(request.worker)
+                .is_some_and(|tx| tx.try_send(answer).is_ok());
+            if delivered {
+                if let Some(wake) = self.wakers.get(request.worker) {
+                    wake();
+                }
+            } else {
+                self.fail(request);
             }
         }
     }
