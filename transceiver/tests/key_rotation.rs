@@ -3,7 +3,8 @@
 //! key file. Sessions minted under the old key keep flowing, and still make their first
 //! flow while it is the previous key; sessions minted after the rotation carry the new
 //! key; once the old key is removed, a session minted under it is refused by the relay
-//! as `hint_unknown_key`, and a key file that does not load changes nothing.
+//! as `hint_unknown_key`, and a key file that does not load (readable by others) changes
+//! nothing.
 
 mod support;
 
@@ -118,8 +119,8 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     converse_with_echo(a, "A, through the rotation", 10, heard + 8);
     converse_with_echo(c, "C, first flow under the previous key", 10, 8);
 
-    // A key file that does not load (group-readable) changes nothing.
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o640)).unwrap();
+    // A key file that does not load (readable by others) changes nothing.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     hangup();
     wait_for_metric(
         xcvr.http,
