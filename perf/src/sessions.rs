@@ -326,12 +326,16 @@ impl ClientGroup {
             let Some(&(offset, ..)) = schedule.get(next) else {
                 break;
             };
-            let wait = offset.saturating_sub(start.elapsed());
-            let _ = self.poll.poll(&mut self.events, Some(wait));
-            for event in &self.events {
-                if let Some(c) = self.clients.get_mut(event.token().0) {
-                    c.keep_arrivals();
-                }
+            self.keep_arrivals_for(offset.saturating_sub(start.elapsed()));
+        }
+    }
+
+    /// Waits up to `wait` for datagrams, and keeps what arrives at each ready client.
+    fn keep_arrivals_for(&mut self, wait: Duration) {
+        let _ = self.poll.poll(&mut self.events, Some(wait));
+        for event in &self.events {
+            if let Some(c) = self.clients.get_mut(event.token().0) {
+                c.keep_arrivals();
             }
         }
     }
@@ -340,12 +344,7 @@ impl ClientGroup {
     fn settle_recorded(&mut self, time: Duration) {
         let until = Instant::now() + time;
         while let Some(wait) = until.checked_duration_since(Instant::now()) {
-            let _ = self.poll.poll(&mut self.events, Some(wait));
-            for event in &self.events {
-                if let Some(c) = self.clients.get_mut(event.token().0) {
-                    c.keep_arrivals();
-                }
-            }
+            self.keep_arrivals_for(wait);
         }
         for c in &mut self.clients {
             c.keep_arrivals();
