@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
 use clap::Parser;
-use ufrag_common::config::{ConfigError, RelayArgs, RelayConfig, parse_cpu_list};
+use ufrag_common::config::{ConfigError, PollMode, RelayArgs, RelayConfig, parse_cpu_list};
 
 const KEYS: &str = "1:30313233343536373839616263646566";
 
@@ -51,6 +51,25 @@ fn minimal_file_gets_the_documented_defaults() {
     assert_eq!(c.redis_url, None);
     assert_eq!(c.metrics_addr, "127.0.0.1:9100".parse().unwrap());
     assert_eq!(c.hint_keys.current().id(), 1);
+    assert_eq!(c.poll, PollMode::Wakeup, "workers sleep when idle");
+}
+
+#[test]
+fn the_poll_mode_comes_from_the_flag_then_the_file() {
+    let busy_file = format!("{MINIMAL}\npoll = \"busy\"\n");
+    assert_eq!(load(&busy_file, &[]).unwrap().poll, PollMode::Busy);
+    assert_eq!(
+        load(&busy_file, &["--poll", "wakeup"]).unwrap().poll,
+        PollMode::Wakeup
+    );
+    assert_eq!(
+        load(MINIMAL, &["--poll", "busy"]).unwrap().poll,
+        PollMode::Busy
+    );
+    assert_eq!(
+        field_of(&format!("{MINIMAL}\npoll = \"spin\"\n"), &[]),
+        "poll"
+    );
 }
 
 #[test]

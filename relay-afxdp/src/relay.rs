@@ -16,7 +16,7 @@ use ufrag_common::runtime::lifecycle::{RelayWorker, Running};
 
 use crate::neighbours::Neighbours;
 use crate::steering::{AttachMode, Steering};
-use crate::worker::{AfXdpWorker, PollMode, WorkerParts};
+use crate::worker::{AfXdpWorker, WorkerParts};
 use crate::xsk::{XdpSocket, XskConfig};
 
 /// How the AF_XDP socket is bound.
@@ -41,9 +41,6 @@ pub struct AfXdpOptions {
     /// AF_XDP bind mode (veth supports copy only).
     #[arg(long, value_enum, default_value_t = BindMode::Copy)]
     pub bind_mode: BindMode,
-    /// busy: spin on the rings (DPDK style); wakeup: sleep in poll(2) when idle.
-    #[arg(long, value_enum, default_value_t = PollMode::Wakeup)]
-    pub poll: PollMode,
     /// UMEM frame size, 2048..=4096.
     #[arg(long, default_value_t = 2048)]
     pub frame_size: u32,
@@ -236,7 +233,7 @@ impl Relay {
                 internal: config.worker_internal_addr(index),
                 if_mac: interface.mac,
                 neighbours,
-                mode: options.poll,
+                mode: config.poll,
                 batch: options.batch,
             }));
         }
@@ -255,7 +252,7 @@ impl Relay {
             interface = %options.interface,
             xdp_mode = ?options.xdp_mode,
             bind_mode = ?options.bind_mode,
-            poll = ?options.poll,
+            poll = ?config.poll,
             workers = config.workers(),
             "relay-afxdp ready"
         );

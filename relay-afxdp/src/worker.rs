@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ufrag_common::config::PollMode;
 use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
 use ufrag_common::forward::Forwarder;
 use ufrag_common::metrics::{DropReason, Port, SharedCounters};
@@ -56,15 +57,6 @@ struct Pending {
     dst: IpAddr,
     since: Instant,
     ticket: Ticket,
-}
-
-/// How the worker waits when the rings are empty.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PollMode {
-    /// Spin on the rings (100 % of a core, lowest latency).
-    Busy,
-    /// Sleep in poll(2) until the kernel has frames.
-    Wakeup,
 }
 
 /// Poll counters of a busy-polling worker (DPDK style: a busy poller is 100 % busy by

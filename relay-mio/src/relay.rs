@@ -51,6 +51,7 @@ impl Relay {
                 policy: policy.clone(),
                 flows: config.flows_per_worker,
                 idle_timeout: config.idle_timeout,
+                poll_mode: config.poll,
             };
             let (worker, waker) = Worker::bind(spec, metrics.worker(index))?;
             wakers.push(Box::new(move || {
@@ -65,6 +66,7 @@ impl Relay {
             internal = %config.internal_addr,
             metrics = ?running.metrics_addr(),
             route_cache = config.redis_url.is_some(),
+            poll = ?config.poll,
             "relay-mio ready"
         );
         Ok(running)

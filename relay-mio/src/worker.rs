@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
+use ufrag_common::config::PollMode;
 use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
 use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder};
@@ -51,6 +52,8 @@ pub struct WorkerSpec {
     pub flows: usize,
     /// Idle timeout.
     pub idle_timeout: Duration,
+    /// Sleep in epoll when idle, or spin.
+    pub poll_mode: PollMode,
 }
 
 /// One socket and the batch of datagrams queued for it.
@@ -163,6 +166,7 @@ impl Egress for SocketEgress {
 pub struct Worker {
     index: usize,
     poll: Poll,
+    poll_mode: PollMode,
     executor: Executor,
     /// The hint keys, when they can change (set by the lifecycle before the worker runs).
     keys: Option<KeyReader>,
@@ -213,6 +217,7 @@ impl Worker {
             Worker {
                 index: spec.index,
                 poll,
+                poll_mode: spec.poll_mode,
                 executor: Executor::new(Forwarder::new(spec.policy, table, started)),
                 keys: None,
                 shared,
@@ -246,7 +251,8 @@ impl Worker {
         let mut unfinished: Vec<Token> = Vec::with_capacity(self.egress.vips.len() + 1);
         let mut again: Vec<Token> = Vec::with_capacity(self.egress.vips.len() + 1);
         while !stop.load(Ordering::Relaxed) {
-            let timeout = if unfinished.is_empty() {
+            // A busy-polling worker never sleeps: epoll_wait returns at once.
+            let timeout = if unfinished.is_empty() && self.poll_mode == PollMode::Wakeup {
                 next_tick.saturating_duration_since(Instant::now())
             } else {
                 Duration::ZERO

@@ -1,6 +1,7 @@
 //! A real worker, in process, on real loopback sockets, forwarding in both directions
 //! under a counting allocator: after warm-up, the worker thread allocates nothing per
-//! packet (receive, decide, frame, send, counters, expiry ticks).
+//! packet (receive, decide, frame, send, counters, expiry ticks), sleeping in epoll or
+//! busy-polling.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use relay_mio::worker::{Worker, WorkerSpec};
 use testkit::alloc::{self, CountingAllocator};
+use ufrag_common::config::PollMode;
 use ufrag_common::forward::ForwardPolicy;
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
@@ -18,12 +20,19 @@ use ufrag_common::stun;
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
 
+/// One test for both poll modes, one after the other: the counting allocator is armed
+/// for the whole process.
 #[test]
-fn the_worker_does_not_allocate_per_packet() {
+fn the_worker_does_not_allocate_per_packet_sleeping_or_busy_polling() {
+    forward_under_the_counting_allocator(PollMode::Wakeup, 0);
+    forward_under_the_counting_allocator(PollMode::Busy, 1);
+}
+
+fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
     let pid = std::process::id();
     let ip = std::net::Ipv4Addr::new(127, 60, (pid % 250) as u8 + 1, (pid / 250 % 250) as u8 + 1);
-    let vip = SocketAddr::from((ip, 3478));
-    let internal = SocketAddr::from((ip, 40_000));
+    let vip = SocketAddr::from((ip, 3478 + port_offset));
+    let internal = SocketAddr::from((ip, 40_000 + port_offset));
     let secret: Vec<u8> = (0u8..32).collect();
     let keys = HintKeys::new(HintKey::new(1, &secret).unwrap(), None).unwrap();
     let policy = ForwardPolicy {
@@ -46,6 +55,7 @@ fn the_worker_does_not_allocate_per_packet() {
         policy,
         flows: 1024,
         idle_timeout: Duration::from_millis(300),
+        poll_mode,
     };
     let (worker, _waker) = Worker::bind(spec, shared).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -135,6 +145,6 @@ fn the_worker_does_not_allocate_per_packet() {
     );
     assert_eq!(
         allocations, 0,
-        "the worker thread allocated while forwarding"
+        "the worker thread ({poll_mode:?}) allocated while forwarding"
     );
 }

@@ -563,3 +563,45 @@ pub fn json_logs_are_one_object_per_line(b: &Backend) {
     assert_eq!(ready["level"], "INFO");
     assert!(ready["timestamp"].is_string(), "{ready}");
 }
+
+/// The voluntary context switches of the relay's first worker thread (`relay-w0`): each is
+/// a sleep in the kernel.
+fn worker_sleeps(relay: &RelayProcess) -> u64 {
+    for task in std::fs::read_dir(format!("/proc/{}/task", relay.pid())).unwrap() {
+        let dir = task.unwrap().path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() == "relay-w0" {
+            let status = std::fs::read_to_string(dir.join("status")).unwrap();
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("voluntary_ctxt_switches in the thread's status");
+        }
+    }
+    panic!("no relay-w0 thread");
+}
+
+/// How often an idle worker went to sleep over one second with no traffic, after it
+/// forwarded one session's request and RTP (in both poll modes).
+fn idle_sleeps_after_forwarding(b: &Backend, mode: &str) -> u64 {
+    let s = established(&RelaySetup {
+        extra: vec!["--poll".into(), mode.into()],
+        ..b.setup()
+    });
+    s.client.send(s.relay.vip(), &rtp(1));
+    let (_, payload, _) = s.transceiver.recv_frame().expect("RTP forwarded");
+    assert_eq!(payload, rtp(1), "{mode}: forwarded opaquely");
+    let before = worker_sleeps(&s.relay);
+    std::thread::sleep(Duration::from_secs(1));
+    worker_sleeps(&s.relay) - before
+}
+
+pub fn a_busy_polling_worker_forwards_and_never_sleeps(b: &Backend) {
+    // Sleeping, an idle worker wakes for its 50 ms tick: about 20 sleeps a second.
+    let wakeup = idle_sleeps_after_forwarding(b, "wakeup");
+    assert!(wakeup >= 5, "an idle --poll wakeup worker sleeps: {wakeup}");
+    // Spinning, it never blocks (a preemption is not voluntary).
+    let busy = idle_sleeps_after_forwarding(b, "busy");
+    assert!(busy <= 2, "a --poll busy worker slept {busy} times in 1 s");
+}

@@ -195,6 +195,10 @@ pub const CASES: &[Case] = &[
         limit: Some(GENERIC_XDP_SEES_ONE_QUEUE),
     },
     case(
+        "a_busy_polling_worker_forwards_and_never_sleeps",
+        behaviour::a_busy_polling_worker_forwards_and_never_sleeps,
+    ),
+    case(
         "global_relay_to_cluster_relay_to_transceiver_and_back",
         behaviour::global_relay_to_cluster_relay_to_transceiver_and_back,
     ),
