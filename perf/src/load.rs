@@ -341,8 +341,59 @@ pub struct Trial {
     pub sent: u64,
     /// Datagrams received.
     pub received: u64,
-    /// Latency percentiles in microseconds: p50, p99, p99.9.
-    pub latency_us: [f64; 3],
+    /// One-way latency of the sampled datagrams.
+    pub latency: Latency,
+}
+
+/// The quantiles a [`Latency`] keeps: its CDF, from the 1st percentile to the maximum.
+pub const CDF_QUANTILES: [f64; 8] = [0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999, 1.0];
+
+/// One-way latency of a trial's sampled datagrams: how many were sampled, and the
+/// latency at each of [`CDF_QUANTILES`] (µs). No samples: all zero.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Latency {
+    /// Datagrams whose latency was recorded (a tail quantile from few samples is a
+    /// handful of datagrams: p99.9 of 5,000 is the 5th worst).
+    pub samples: u64,
+    /// Latency at each of [`CDF_QUANTILES`], µs.
+    pub cdf_us: [f64; CDF_QUANTILES.len()],
+}
+
+impl Latency {
+    /// From a histogram of nanoseconds.
+    pub fn from_histogram(latency_ns: &Histogram<u64>) -> Latency {
+        if latency_ns.is_empty() {
+            return Latency::default();
+        }
+        Latency {
+            samples: latency_ns.len(),
+            cdf_us: CDF_QUANTILES.map(|q| latency_ns.value_at_quantile(q) as f64 / 1_000.0),
+        }
+    }
+
+    /// The latency at quantile `q`, which must be one of [`CDF_QUANTILES`].
+    pub fn at(&self, q: f64) -> f64 {
+        let i = CDF_QUANTILES
+            .iter()
+            .position(|&k| k == q)
+            .expect("one of CDF_QUANTILES");
+        self.cdf_us[i]
+    }
+
+    /// The median, µs.
+    pub fn p50(&self) -> f64 {
+        self.at(0.5)
+    }
+
+    /// The 99th percentile, µs.
+    pub fn p99(&self) -> f64 {
+        self.at(0.99)
+    }
+
+    /// The 99.9th percentile, µs.
+    pub fn p999(&self) -> f64 {
+        self.at(0.999)
+    }
 }
 
 impl Trial {
@@ -355,17 +406,12 @@ impl Trial {
         received: u64,
         latency_ns: &Histogram<u64>,
     ) -> Trial {
-        let us = |q: f64| latency_ns.value_at_quantile(q) as f64 / 1_000.0;
         Trial {
             offered_pps,
             sent_pps: (sent as f64 / seconds.max(1e-9)) as u64,
             sent,
             received,
-            latency_us: if latency_ns.is_empty() {
-                [0.0; 3]
-            } else {
-                [us(0.5), us(0.99), us(0.999)]
-            },
+            latency: Latency::from_histogram(latency_ns),
         }
     }
 
@@ -873,7 +919,7 @@ mod tests {
             sent_pps: rate,
             sent: rate,
             received: if rate <= capacity { rate } else { capacity },
-            latency_us: [1.0; 3],
+            latency: Latency::default(),
         }
     }
 
@@ -969,7 +1015,7 @@ mod tests {
             sent_pps: 1000,
             sent: 10_000,
             received: 9_990,
-            latency_us: [0.0; 3],
+            latency: Latency::default(),
         };
         assert!((t.loss() - 0.001).abs() < 1e-12);
         assert!(!t.loss_free(), "0.1 % is not under 0.1 %");

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::load::{Limit, SearchRun, Spread, Trial, spread};
+use crate::load::{CDF_QUANTILES, Limit, SearchRun, Spread, Trial, spread};
 
 /// One search of a setup and what its cores spent at its maximum.
 #[derive(Clone, Debug)]
@@ -135,7 +135,7 @@ pub fn markdown(
     let direct_p99 = rows
         .iter()
         .find(|r| r.setup.starts_with("direct"))
-        .map(|r| (r.fixed.latency_us[1], r.fixed.latency_us[2]));
+        .map(|r| (r.fixed.latency.p99(), r.fixed.latency.p999()));
     let _ = writeln!(
         out,
         "| setup | max loss-free pps | limit | forwarder µs/pkt | forwarder core busy | tools core busy | machine µs/pkt | p50 / p99 / p99.9 µs at {fixed_pps} pps | added p99 / p99.9 µs |"
@@ -146,12 +146,12 @@ pub fn markdown(
             Some((p99, p999))
                 if !r.setup.starts_with("direct")
                     && r.fixed.received > 0
-                    && r.fixed.latency_us[2] > 0.0 =>
+                    && r.fixed.latency.samples > 0 =>
             {
                 format!(
                     "{:+.0} / {:+.0}",
-                    r.fixed.latency_us[1] - p99,
-                    r.fixed.latency_us[2] - p999
+                    r.fixed.latency.p99() - p99,
+                    r.fixed.latency.p999() - p999
                 )
             }
             _ => "–".into(),
@@ -168,17 +168,16 @@ pub fn markdown(
             pct(r.median_of(|x| x.tools_busy)),
             r.median_of(|x| x.machine_us_per_packet)
                 .map_or("–".into(), |v| format!("{v:.2}")),
-            if r.fixed.received > 0 && r.fixed.latency_us[2] > 0.0 {
-                format!(
-                    "{:.0} / {:.0} / {:.0}",
-                    r.fixed.latency_us[0], r.fixed.latency_us[1], r.fixed.latency_us[2]
-                )
+            if r.fixed.received > 0 && r.fixed.latency.samples > 0 {
+                let l = &r.fixed.latency;
+                format!("{:.0} / {:.0} / {:.0}", l.p50(), l.p99(), l.p999())
             } else {
                 "–".into()
             },
         );
     }
     let _ = writeln!(out, "\n{}", verdict(rows));
+    out.push_str(&latency_section(rows, fixed_pps));
     out.push_str(notes);
     let _ = writeln!(out, "\n## Search trials\n");
     let _ = writeln!(
@@ -204,6 +203,94 @@ pub fn markdown(
         }
     }
     out
+}
+
+/// The latency trial in full: each row's CDF and sample count, and what a wake-up costs,
+/// computed from rows measured both sleeping and busy-polling.
+pub fn latency_section(rows: &[Row], fixed_pps: u64) -> String {
+    let measured: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.fixed.latency.samples > 0)
+        .collect();
+    if measured.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n## Latency at {fixed_pps} pps\n\nOne-way, sender's socket to the sink's socket, of the \
+         datagrams the sink sampled, in µs at each quantile (\"max\" is the worst sample; a tail \
+         quantile from few samples is a handful of datagrams).\n\n| setup | samples |"
+    );
+    for q in CDF_QUANTILES {
+        out.push_str(&format!(" {} |", quantile_name(q)));
+    }
+    out.push_str(&format!(
+        "\n|---|---:|{}\n",
+        "---:|".repeat(CDF_QUANTILES.len())
+    ));
+    for r in &measured {
+        let _ = write!(out, "| {} | {} |", r.setup, r.fixed.latency.samples);
+        for us in r.fixed.latency.cdf_us {
+            let _ = write!(out, " {us:.0} |");
+        }
+        out.push('\n');
+    }
+    let pairs = wake_up_costs(rows);
+    if !pairs.is_empty() {
+        out.push_str(
+            "\nWhere the latency comes from: the same forwarder sleeping between datagrams and \
+             busy-polling. A sleeping worker is woken for each datagram that finds it idle (at this \
+             rate, most): an inter-processor interrupt to its core and, on a VM, the hypervisor \
+             scheduling that vCPU again. ",
+        );
+        let said: Vec<String> = pairs
+            .iter()
+            .map(|(sleeping, busy)| {
+                let (a, b) = (sleeping.fixed.latency, busy.fixed.latency);
+                format!(
+                    "{}: median {:.0} µs sleeping, {:.0} µs busy-polling (a wake-up costs about {:.0} µs), \
+                     p99 {:.0} against {:.0}",
+                    sleeping.setup,
+                    a.p50(),
+                    b.p50(),
+                    a.p50() - b.p50(),
+                    a.p99(),
+                    b.p99()
+                )
+            })
+            .collect();
+        out.push_str(&said.join("; "));
+        out.push_str(".\n");
+    }
+    out
+}
+
+/// A quantile's column name: p50, p99.9, max.
+fn quantile_name(q: f64) -> String {
+    if q >= 1.0 {
+        "max".into()
+    } else {
+        format!("p{}", q * 100.0)
+    }
+}
+
+/// Rows measured both ways: (sleeping, busy-polling) pairs of the same forwarder, by name
+/// ("relay-mio" and "relay-mio busy"; "… wakeup" and "… busy"), both with latency.
+fn wake_up_costs(rows: &[Row]) -> Vec<(&Row, &Row)> {
+    let with_latency = |r: &&Row| r.fixed.latency.samples > 0;
+    rows.iter()
+        .filter(|r| r.busy_polls)
+        .filter(with_latency)
+        .filter_map(|busy| {
+            let sleeping_names = [
+                busy.setup.replace(" busy", ""),
+                busy.setup.replace(" busy", " wakeup"),
+            ];
+            rows.iter()
+                .filter(with_latency)
+                .find(|r| !r.busy_polls && sleeping_names.contains(&r.setup))
+                .map(|sleeping| (sleeping, busy))
+        })
+        .collect()
 }
 
 /// Audio packets per second one voice session costs a relay: 50 each way.
@@ -359,9 +446,13 @@ pub fn json(rows: &[Row], environment: &serde_json::Value) -> String {
                 "fixed": {
                     "offered_pps": r.fixed.offered_pps,
                     "received": r.fixed.received,
-                    "p50_us": r.fixed.latency_us[0],
-                    "p99_us": r.fixed.latency_us[1],
-                    "p999_us": r.fixed.latency_us[2],
+                    "p50_us": r.fixed.latency.p50(),
+                    "p99_us": r.fixed.latency.p99(),
+                    "p999_us": r.fixed.latency.p999(),
+                    "latency_samples": r.fixed.latency.samples,
+                    "latency_cdf_us": CDF_QUANTILES.iter().zip(r.fixed.latency.cdf_us)
+                        .map(|(q, us)| serde_json::json!({"quantile": q, "us": us}))
+                        .collect::<Vec<_>>(),
                 },
             })
         })
@@ -446,9 +537,99 @@ fn svg_bars(
     y + 10.0
 }
 
+/// The latency CDF of every row with samples: latency on a log scale across, the
+/// quantile on a "nines" scale up (p90 is 1, p99 2, p99.9 3, …), one line per setup.
+fn svg_cdf(out: &mut String, top: f64, fixed_pps: u64, rows: &[Row]) -> f64 {
+    const LEFT: f64 = 60.0;
+    const PLOT_W: f64 = 560.0;
+    const PLOT_H: f64 = 220.0;
+    const COLOURS: [&str; 8] = [
+        "#222222", "#4a7fb5", "#d9822b", "#3a9a5b", "#b54a4a", "#7a5cb5", "#8c6d31", "#2bb5b0",
+    ];
+    let measured: Vec<&Row> = rows
+        .iter()
+        .filter(|r| r.fixed.latency.samples > 0)
+        .collect();
+    if measured.is_empty() {
+        return top;
+    }
+    // The worst sample is drawn at the last nines the samples can show.
+    let nines = |q: f64, samples: u64| {
+        let floor = 1.0 / samples.max(10) as f64;
+        -(1.0 - q).max(floor).log10()
+    };
+    let max_nines = measured
+        .iter()
+        .map(|r| nines(1.0, r.fixed.latency.samples))
+        .fold(1.0, f64::max)
+        .ceil();
+    let max_us = measured
+        .iter()
+        .map(|r| r.fixed.latency.cdf_us[CDF_QUANTILES.len() - 1])
+        .fold(10.0, f64::max);
+    let decades = max_us.log10().ceil().max(1.0);
+    let x = |us: f64| LEFT + PLOT_W * us.max(1.0).log10() / decades;
+    let plot_top = top + 28.0;
+    let y = |n: f64| plot_top + PLOT_H * (1.0 - n / max_nines);
+    let _ = writeln!(
+        out,
+        r#"<text x="10" y="{:.0}" font-weight="bold">one-way latency at {fixed_pps} pps: quantile against µs (log)</text>"#,
+        top + 16.0
+    );
+    for d in 0..=decades as u32 {
+        let us = 10f64.powi(d as i32);
+        let _ = writeln!(
+            out,
+            r##"<line x1="{0:.1}" x2="{0:.1}" y1="{1:.0}" y2="{2:.0}" stroke="#dddddd"/><text x="{0:.1}" y="{3:.0}" text-anchor="middle">{us}</text>"##,
+            x(us),
+            plot_top,
+            plot_top + PLOT_H,
+            plot_top + PLOT_H + 14.0
+        );
+    }
+    for n in 0..=max_nines as u32 {
+        let label = match n {
+            0 => "p0".to_string(),
+            n => format!("p{}", 100.0 - 100.0 / 10f64.powi(n as i32)),
+        };
+        let _ = writeln!(
+            out,
+            r##"<line x1="{LEFT}" x2="{:.0}" y1="{1:.1}" y2="{1:.1}" stroke="#dddddd"/><text x="{2:.0}" y="{3:.1}" text-anchor="end">{label}</text>"##,
+            LEFT + PLOT_W,
+            y(f64::from(n)),
+            LEFT - 4.0,
+            y(f64::from(n)) + 4.0
+        );
+    }
+    for (i, r) in measured.iter().enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        let points: Vec<String> = CDF_QUANTILES
+            .iter()
+            .zip(r.fixed.latency.cdf_us)
+            .map(|(&q, us)| format!("{:.1},{:.1}", x(us), y(nines(q, r.fixed.latency.samples))))
+            .collect();
+        let _ = writeln!(
+            out,
+            r#"<polyline fill="none" stroke="{colour}" stroke-width="2" points="{}"/>"#,
+            points.join(" ")
+        );
+        let legend_y = plot_top + 14.0 + 16.0 * i as f64;
+        let _ = writeln!(
+            out,
+            r#"<rect x="{:.0}" y="{:.0}" width="12" height="4" fill="{colour}"/><text x="{:.0}" y="{:.0}">{}</text>"#,
+            LEFT + PLOT_W + 10.0,
+            legend_y - 6.0,
+            LEFT + PLOT_W + 26.0,
+            legend_y,
+            r.setup
+        );
+    }
+    plot_top + PLOT_H + 30.0
+}
+
 /// The report's charts as one SVG: max loss-free pps and forwarder µs per packet, each
-/// a median bar with a min–max whisker per setup.
-pub fn svg(rows: &[Row]) -> String {
+/// a median bar with a min–max whisker per setup, and the latency CDF at the fixed rate.
+pub fn svg(rows: &[Row], fixed_pps: u64) -> String {
     let mut body = String::new();
     let pps: Vec<_> = rows
         .iter()
@@ -473,8 +654,9 @@ pub fn svg(rows: &[Row]) -> String {
         "µs",
         &cost,
     );
+    let y = svg_cdf(&mut body, y, fixed_pps, rows);
     format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"800\" height=\"{y:.0}\" \
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"900\" height=\"{y:.0}\" \
          font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n{body}</svg>\n"
     )
 }
@@ -483,13 +665,21 @@ pub fn svg(rows: &[Row]) -> String {
 mod tests {
     use super::*;
 
+    /// A CDF whose median is `p50` and every other quantile in proportion.
+    fn latency(p50: f64) -> crate::load::Latency {
+        crate::load::Latency {
+            samples: 1_000,
+            cdf_us: [0.5, 0.8, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0].map(|k| k * p50),
+        }
+    }
+
     fn row(setup: &str, pps: u64, us: f64, busy_polls: bool) -> Row {
         let best = Trial {
             offered_pps: pps,
             sent_pps: pps,
             sent: pps,
             received: pps,
-            latency_us: [10.0, 20.0, 30.0],
+            latency: latency(10.0),
         };
         let run = |us: f64| Run {
             search: SearchRun {
@@ -508,6 +698,39 @@ mod tests {
             fixed: best,
             busy_polls,
         }
+    }
+
+    fn with_p50(mut r: Row, p50: f64) -> Row {
+        r.fixed.latency = latency(p50);
+        r
+    }
+
+    #[test]
+    fn a_wake_up_is_priced_from_the_same_forwarder_sleeping_and_busy_polling() {
+        let rows = [
+            with_p50(row("direct path (no relay)", 800_000, 0.01, false), 10.0),
+            with_p50(row("relay-mio", 150_000, 6.0, false), 100.0),
+            with_p50(row("relay-mio busy", 200_000, 5.0, true), 40.0),
+            with_p50(row("relay-afxdp skb wakeup", 250_000, 3.0, false), 90.0),
+            // Busy-polling with no sleeping partner: not paired.
+            with_p50(row("relay-afxdp native busy", 300_000, 1.0, true), 30.0),
+        ];
+        let text = latency_section(&rows, 20_000);
+        assert!(
+            text.contains("relay-mio: median 100 µs sleeping, 40 µs busy-polling (a wake-up costs about 60 µs), p99 200 against 80"),
+            "{text}"
+        );
+        assert!(!text.contains("relay-afxdp skb wakeup: median"), "{text}");
+        assert!(
+            text.contains("| relay-mio busy | 1000 | 20 | 32 | 40 | 60 | 80 | 120 | 160 | 200 |"),
+            "{text}"
+        );
+        assert_eq!(svg(&rows, 20_000).matches("<polyline").count(), rows.len());
+        // Without samples there is no latency section and no CDF line.
+        let mut silent = rows[1].clone();
+        silent.fixed.latency = crate::load::Latency::default();
+        assert_eq!(latency_section(&[silent.clone()], 20_000), "");
+        assert_eq!(svg(&[silent], 20_000).matches("<polyline").count(), 0);
     }
 
     #[test]

@@ -813,7 +813,7 @@ impl Conversation {
             sent_pps: u.sent_pps + d.sent_pps,
             sent: u.sent + d.sent,
             received: u.received + d.received,
-            latency_us: u.latency_us,
+            latency: u.latency,
         }
     }
 }

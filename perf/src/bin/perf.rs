@@ -38,6 +38,9 @@ struct Search {
     /// The fixed load at which latency is reported.
     #[arg(long, default_value_t = 20_000)]
     fixed_pps: u64,
+    /// Length of the latency trial at --fixed-pps (longer: more samples in the tail).
+    #[arg(long, default_value = "10s", value_parser = humantime_duration)]
+    latency_trial: Duration,
     /// UDP payload bytes of every generated datagram (200: a voice packet; 1200: video).
     #[arg(long, default_value_t = perf::load::DATAGRAM_LEN)]
     size: usize,
@@ -72,7 +75,7 @@ enum Cmd {
         #[command(flatten)]
         search: Search,
         /// Only these setups (comma-separated names: direct, naive, bare, nftables, nginx,
-        /// quilkin, quilkin-xdp, xdp-relay, mio, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup,
+        /// quilkin, quilkin-xdp, xdp-relay, mio, mio-busy, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup,
         /// afxdp-native-busy); default all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
@@ -95,6 +98,11 @@ enum Cmd {
         /// NAPI): higher maxima, but the forwarder's core then misses part of its cost.
         #[arg(long, default_value_t = false)]
         no_steer: bool,
+        /// The forwarder's CPU. 0 puts it beside the load tools, with no hop between cores
+        /// (what a wake-up costs shows in the latency); its search then shares CPU 0 with
+        /// the busy-polling generator and means little.
+        #[arg(long, default_value_t = FORWARDER_CPU)]
+        forwarder_cpu: usize,
         /// Where to write the Markdown report (JSON goes next to it, .json).
         #[arg(long, default_value = "target/perf/compare.md")]
         out: std::path::PathBuf,
@@ -367,13 +375,14 @@ fn main() {
             direction,
             generator,
             no_steer,
+            forwarder_cpu,
             out,
         } => compare(
             &search,
             &only,
             (flows, &direction),
             &generator,
-            !no_steer,
+            (!no_steer, forwarder_cpu),
             &out,
         ),
         Cmd::Resilience {
@@ -915,7 +924,7 @@ const SAMPLE_EVERY: u32 = 8;
 const LATENCY_FLOWS: u32 = 256;
 /// How fast `perf compare` makes its flows before the search (datagrams a second).
 const FLOWS_MADE_PER_SECOND: u32 = 20_000;
-/// The forwarder's core on the testbed; the tools get [`perf::load::LOAD_CPU`].
+/// The forwarder's core on the testbed by default; the tools get [`perf::load::LOAD_CPU`].
 const FORWARDER_CPU: usize = 1;
 
 /// One setup of `perf compare`: what runs in the relay's place.
@@ -999,7 +1008,7 @@ fn compare(
     only: &[String],
     (flows, direction): (u32, &str),
     generator: &str,
-    steer: bool,
+    (steer, forwarder_cpu): (bool, usize),
     out: &std::path::Path,
 ) {
     let live_frames = match generator {
@@ -1028,7 +1037,7 @@ fn compare(
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let bed = Testbed::up().expect("the testbed needs root (ip netns, veth, bridge)");
     let placement = if steer {
-        perf::placement::steer(&bed, FORWARDER_CPU, perf::load::LOAD_CPU)
+        perf::placement::steer(&bed, forwarder_cpu, perf::load::LOAD_CPU)
     } else {
         perf::placement::Placement::default()
     };
@@ -1103,6 +1112,15 @@ fn compare(
                 busy_polls: false,
             },
         ),
+        (
+            "mio-busy",
+            Setup::Relay {
+                name: "relay-mio busy".into(),
+                binary: "relay-mio",
+                extra: ["--poll", "busy"].map(String::from).to_vec(),
+                busy_polls: true,
+            },
+        ),
     ] {
         if wanted(key) {
             setups.push(setup);
@@ -1168,7 +1186,7 @@ fn compare(
                     Some(&bed.relay.ns),
                     SocketAddr::V4(dst),
                     SocketAddr::V4(sink_addr),
-                    FORWARDER_CPU,
+                    forwarder_cpu,
                 )
                 .expect("naive forwarder"),
             ),
@@ -1177,7 +1195,7 @@ fn compare(
                     Some(&bed.relay.ns),
                     SocketAddr::V4(dst),
                     SocketAddr::V4(sink_addr),
-                    FORWARDER_CPU,
+                    forwarder_cpu,
                 )
                 .expect("bare forwarder"),
             ),
@@ -1190,7 +1208,7 @@ fn compare(
                     &bed.relay.ns,
                     dst,
                     sink_addr,
-                    FORWARDER_CPU,
+                    forwarder_cpu,
                     flows,
                 )
                 .expect("nginx (installed by scripts/bench.sh)"),
@@ -1207,7 +1225,7 @@ fn compare(
                     &bed.relay.ns,
                     dst,
                     sink_addr,
-                    FORWARDER_CPU,
+                    forwarder_cpu,
                     xdp.then_some(bed.relay.ifname.as_str()),
                 )
                 .expect("quilkin (installed by scripts/bench.sh)");
@@ -1241,7 +1259,7 @@ fn compare(
                         "--internal-addr",
                         &internal.to_string(),
                     ])
-                    .args(["--workers", "1", "--cpus", &FORWARDER_CPU.to_string()])
+                    .args(["--workers", "1", "--cpus", &forwarder_cpu.to_string()])
                     .args(["--allow-transceiver-net", "10.77.0.0/24"])
                     .args(["--metrics-addr", &metrics.to_string()])
                     // Every flow is made before the search and must outlive it; the
@@ -1262,13 +1280,13 @@ fn compare(
         };
         // Native XDP gives the relay's interface NAPI: run it threaded on the relay's core.
         let napi_threads = if steer {
-            perf::placement::pin_napi_threads(&bed.relay.ns, &bed.relay.ifname, FORWARDER_CPU)
+            perf::placement::pin_napi_threads(&bed.relay.ns, &bed.relay.ifname, forwarder_cpu)
         } else {
             0
         };
         if napi_threads > 0 {
             eprintln!(
-                "  {napi_threads} NAPI thread(s) of the relay's interface pinned to CPU {FORWARDER_CPU}"
+                "  {napi_threads} NAPI thread(s) of the relay's interface pinned to CPU {forwarder_cpu}"
             );
         }
         // The flows: one Binding Request per client address for our relays (a session
@@ -1426,7 +1444,7 @@ fn compare(
         );
         let rcvbuf_before = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns));
         let mut row = measure(&name, load.as_mut(), search, busy_polls, || {
-            perf::load::cpu_busy_seconds(FORWARDER_CPU)
+            perf::load::cpu_busy_seconds(forwarder_cpu)
         });
         let rcvbuf = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns)) - rcvbuf_before;
         receive_buffer_drops.push(format!("{name}: {rcvbuf}"));
@@ -1437,7 +1455,7 @@ fn compare(
             .map_or(search.fixed_pps, |m| (m.0 * 0.7) as u64)
             .max(1_000);
         let profile_dir = out.parent().unwrap_or(std::path::Path::new("."));
-        match perf::profile::Recording::start(FORWARDER_CPU, profile_dir, "compare") {
+        match perf::profile::Recording::start(forwarder_cpu, profile_dir, "compare") {
             Some(recording) => {
                 let _ = load.trial(rate, search.trial);
                 if let Some(p) = recording.finish() {
@@ -1513,7 +1531,7 @@ fn compare(
          flows ({addresses} client address(es), up to {PORTS_PER_CLIENT_ADDR} source ports each), every one made \
          before the search: a Binding Request of its own session for our relays, one datagram for the others \
          (flows live 15 minutes in every setup that keeps them). {generator_text}{sink_text}. Every \
-         forwarder runs on CPU 1 and \"forwarder µs/pkt\" is CPU 1's busy time (user, system and softirq) per \
+         forwarder runs on CPU {forwarder_cpu} and \"forwarder µs/pkt\" is that CPU's busy time (user, system and softirq) per \
          forwarded packet; {placement_text}. A busy-polling worker keeps its core 100 % busy by construction, \
          so its µs/pkt is an upper bound. One worker per setup: this host's {vcpus} vCPUs leave one core to \
          the forwarder (two workers on loopback: `perf loopback`).\n\n",
@@ -1525,6 +1543,26 @@ fn compare(
          that loses while its core is not saturated and shows drops here does not drain its socket fast \
          enough (wake-ups, batching), not for want of CPU.\n\n",
         receive_buffer_drops.join("; ")
+    ));
+    let hops = if forwarder_cpu == perf::load::LOAD_CPU {
+        "none: the forwarder shares the tools' core".to_string()
+    } else if steer {
+        format!(
+            "two for every forwarder, busy-polling or not (RPS to CPU {forwarder_cpu}, and back to CPU {} \
+             for the bridge's share of what the forwarder sends); none on the direct path",
+            perf::load::LOAD_CPU
+        )
+    } else {
+        "two for a forwarder that sleeps (its own wake-up, then the sink's), one for a busy-polling one \
+         (the sink's wake-up); none on the direct path"
+            .to_string()
+    };
+    notes.push_str(&format!(
+        "Cross-core hops in a datagram's path in the latency trial (the sender and the sink run on CPU {}; \
+         each hop is an inter-processor interrupt, on a VM a trip through the hypervisor): {hops}. \
+         `--no-steer` leaves a busy-polling forwarder one hop; `--forwarder-cpu {}` none.\n\n",
+        perf::load::LOAD_CPU,
+        perf::load::LOAD_CPU
     ));
     if rows.iter().any(|r| r.setup.contains("XDP mode")) {
         notes.push_str(
@@ -1566,8 +1604,8 @@ fn compare(
     }
     notes.push_str(&perf::environment::markdown(&environment));
     notes.push_str(
-        "\n## Where the time goes\n\nCPU 1 (the forwarder's core) sampled by Linux perf (`perf record -e \
-         cpu-clock -C 1`, 1999 Hz) over one more trial per setup at 70 % of its maximum: the busiest \
+        "\n## Where the time goes\n\nCPU {forwarder_cpu} (the forwarder's core) sampled by Linux perf (`perf record -e \
+         cpu-clock -C {forwarder_cpu}`, 1999 Hz) over one more trial per setup at 70 % of its maximum: the busiest \
          functions, in percent of the core's busy samples (idle is not sampled). On a VM the CPU clock's \
          samples land where interrupts are re-enabled, so softirq work shows as `handle_softirqs`; \
          `native_write_msr` is RPS's inter-processor interrupt (`net_rps_send_ipi` → `x2apic_send_IPI`, \
@@ -1603,7 +1641,11 @@ fn compare(
         &notes,
     );
     write_report(out, &report, Some(perf::report::json(&rows, &environment)));
-    std::fs::write(out.with_extension("svg"), perf::report::svg(&rows)).expect("write svg");
+    std::fs::write(
+        out.with_extension("svg"),
+        perf::report::svg(&rows, search.fixed_pps),
+    )
+    .expect("write svg");
 }
 
 fn loopback(search: &Search, out: &std::path::Path) {
@@ -1760,7 +1802,7 @@ fn measure(
             search: run,
         });
     }
-    let fixed = load.latency_trial(search.fixed_pps, search.trial);
+    let fixed = load.latency_trial(search.fixed_pps, search.latency_trial);
     Row {
         setup: name.to_string(),
         runs,

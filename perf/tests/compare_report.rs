@@ -1,0 +1,71 @@
+//! `perf compare` end to end, small (root only: CI runs as root; without root the test
+//! fails loudly rather than skips): the direct path, relay-mio sleeping and relay-mio
+//! busy-polling on the netns testbed, with short trials, and what the report then says:
+//! a latency CDF per row with its sample count (Markdown, JSON, SVG), the price of a
+//! wake-up computed from the two relay-mio rows, and the cross-core hops of the placement.
+
+use testkit::cargo_build::bin;
+use testkit::testbed::tools::require_root;
+
+#[test]
+fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
+    require_root();
+    // compare starts the relay from its own directory.
+    bin("relay-mio");
+    let dir = std::env::temp_dir().join(format!("ufrag-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("compare.md");
+    let run = std::process::Command::new(bin("perf"))
+        .args(["compare", "--only", "direct,mio,mio-busy", "--no-steer"])
+        .args(["--repeats", "1", "--trial", "300ms", "--max-pps", "40000"])
+        .args(["--fixed-pps", "5000", "--latency-trial", "1s"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("perf compare runs");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "perf compare failed: {stderr}");
+    let report = std::fs::read_to_string(&out).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    let svg = std::fs::read_to_string(out.with_extension("svg")).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+
+    assert!(report.contains("## Latency at 5000 pps"), "{report}");
+    for setup in ["direct path (no relay)", "relay-mio", "relay-mio busy"] {
+        let row = json["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["setup"] == setup)
+            .unwrap_or_else(|| panic!("a {setup} row: {json}"));
+        // 5,000 pps for 1 s, one in 8 sampled.
+        let samples = row["fixed"]["latency_samples"].as_u64().unwrap();
+        assert!(
+            (400..=700).contains(&samples),
+            "{setup}: {samples} latency samples"
+        );
+        let cdf: Vec<f64> = row["fixed"]["latency_cdf_us"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["us"].as_f64().unwrap())
+            .collect();
+        assert_eq!(cdf.len(), perf::load::CDF_QUANTILES.len());
+        assert!(
+            cdf[0] > 0.0 && cdf.windows(2).all(|w| w[0] <= w[1]),
+            "{setup}: a CDF rises: {cdf:?}"
+        );
+        assert!(row["busy_polls"] == (setup == "relay-mio busy"));
+    }
+    assert!(
+        report.contains("relay-mio: median ") && report.contains("busy-polling (a wake-up costs"),
+        "the wake-up is priced from the two relay-mio rows: {report}"
+    );
+    assert!(
+        report.contains("two for a forwarder that sleeps"),
+        "the hops of --no-steer: {report}"
+    );
+    assert_eq!(svg.matches("<polyline").count(), 3, "one CDF line per row");
+}
