@@ -20,7 +20,12 @@
 //! flows_per_worker = 262144
 //! idle_timeout = "30s"
 //! drain_time = "5s"
-//! redis_url = "redis://127.0.0.1:6379"    # absent: in-memory only
+//! redis_url = "redis://127.0.0.1:6379"    # one Redis server; absent: in-memory only
+//! # or a Redis Cluster, found from any of its nodes:
+//! # redis_cluster_nodes = ["redis://10.0.0.7:6379", "redis://10.0.0.8:6379"]
+//! # or the master Redis Sentinels name, found again after a failover:
+//! # redis_sentinels = ["redis://10.0.0.9:26379"]
+//! # redis_sentinel_master = "ufrag-routes"
 //! metrics_addr = "127.0.0.1:9100"
 //! max_flows_per_session = 8               # live flows one server ufrag may hold per worker
 //! new_flows_per_prefix = 200              # new flows per second from one source prefix
@@ -180,6 +185,17 @@ pub struct RelayArgs {
     /// Redis route cache URL (absent: in-memory flows only).
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
+    /// The route cache is a Redis Cluster: one of its nodes (repeat for more seeds;
+    /// replaces the file's list).
+    #[arg(long = "redis-cluster-node", value_name = "URL")]
+    pub redis_cluster_nodes: Vec<String>,
+    /// The route cache is the master these Redis Sentinels name (repeat; replaces the
+    /// file's list); needs --redis-sentinel-master.
+    #[arg(long = "redis-sentinel", value_name = "URL")]
+    pub redis_sentinels: Vec<String>,
+    /// The master's name in the Sentinels' configuration.
+    #[arg(long, value_name = "NAME")]
+    pub redis_sentinel_master: Option<String>,
     /// Where /metrics, /healthz and /readyz listen.
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<SocketAddr>,
@@ -221,6 +237,9 @@ struct FileConfig {
     idle_timeout: Option<String>,
     drain_time: Option<String>,
     redis_url: Option<String>,
+    redis_cluster_nodes: Option<Vec<String>>,
+    redis_sentinels: Option<Vec<String>>,
+    redis_sentinel_master: Option<String>,
     metrics_addr: Option<SocketAddr>,
     max_flows_per_session: Option<u16>,
     new_flows_per_prefix: Option<u32>,
@@ -258,8 +277,8 @@ pub struct RelayConfig {
     pub idle_timeout: Duration,
     /// Drain time on SIGTERM.
     pub drain_time: Duration,
-    /// Redis route cache, if any.
-    pub redis_url: Option<String>,
+    /// Where the route cache keeps flows, if anywhere.
+    pub route_store: Option<RouteStore>,
     /// Metrics and health listen address.
     pub metrics_addr: SocketAddr,
     /// What one session, source prefix and worker may cost in new flows.
@@ -508,18 +527,16 @@ impl RelayConfig {
             ));
         }
 
-        let redis_url = args.redis_url.clone().or(file.redis_url);
-        if let Some(url) = &redis_url {
-            let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
-                .iter()
-                .any(|s| url.starts_with(s));
-            if !scheme_ok {
-                return Err(bad(
-                    "redis_url",
-                    format!("`{url}`: expected redis://HOST:PORT, rediss:// or unix://PATH"),
-                ));
-            }
-        }
+        let route_store = route_store(
+            args.redis_url.clone().or(file.redis_url),
+            pick(args.redis_cluster_nodes.clone(), file.redis_cluster_nodes),
+            (
+                pick(args.redis_sentinels.clone(), file.redis_sentinels),
+                args.redis_sentinel_master
+                    .clone()
+                    .or(file.redis_sentinel_master),
+            ),
+        )?;
 
         let metrics_addr = args
             .metrics_addr
@@ -542,12 +559,89 @@ impl RelayConfig {
             flows_per_worker,
             idle_timeout,
             drain_time,
-            redis_url,
+            route_store,
             metrics_addr,
             admission,
             poll: args.poll.or(file.poll).unwrap_or_default(),
         })
     }
+}
+
+/// Where the route cache keeps flows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RouteStore {
+    /// One Redis server (`redis_url`).
+    Server(String),
+    /// A Redis Cluster, found from these nodes (`redis_cluster_nodes`): keys spread over
+    /// its masters by slot, and a relay follows the cluster's own failovers.
+    Cluster(Vec<String>),
+    /// The master these Sentinels name (`redis_sentinels`, `redis_sentinel_master`),
+    /// asked again whenever the connection fails, so a failover is followed.
+    Sentinel {
+        /// The Sentinels' URLs.
+        sentinels: Vec<String>,
+        /// The master's name in their configuration.
+        master: String,
+    },
+}
+
+/// Checks that `url` names a Redis server (`field` says which key it came from).
+fn redis_url_checked(field: &str, url: &str) -> Result<(), ConfigError> {
+    let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
+        .iter()
+        .any(|s| url.starts_with(s));
+    if scheme_ok {
+        Ok(())
+    } else {
+        Err(bad(
+            field,
+            format!("`{url}`: expected redis://HOST:PORT, rediss:// or unix://PATH"),
+        ))
+    }
+}
+
+/// The route store from its three ways of being named, at most one of them used.
+fn route_store(
+    server: Option<String>,
+    cluster: Vec<String>,
+    (sentinels, master): (Vec<String>, Option<String>),
+) -> Result<Option<RouteStore>, ConfigError> {
+    let named = [server.is_some(), !cluster.is_empty(), !sentinels.is_empty()];
+    if named.iter().filter(|&&n| n).count() > 1 {
+        return Err(bad(
+            "redis_url",
+            "name one route store: redis_url, redis_cluster_nodes or redis_sentinels",
+        ));
+    }
+    if sentinels.is_empty() && master.is_some() {
+        return Err(bad(
+            "redis_sentinel_master",
+            "a master name needs redis_sentinels",
+        ));
+    }
+    if let Some(url) = server {
+        redis_url_checked("redis_url", &url)?;
+        return Ok(Some(RouteStore::Server(url)));
+    }
+    if !cluster.is_empty() {
+        for url in &cluster {
+            redis_url_checked("redis_cluster_nodes", url)?;
+        }
+        return Ok(Some(RouteStore::Cluster(cluster)));
+    }
+    if sentinels.is_empty() {
+        return Ok(None);
+    }
+    for url in &sentinels {
+        redis_url_checked("redis_sentinels", url)?;
+    }
+    let master = master.filter(|m| !m.is_empty()).ok_or_else(|| {
+        bad(
+            "redis_sentinel_master",
+            "redis_sentinels need the master's name (--redis-sentinel-master)",
+        )
+    })?;
+    Ok(Some(RouteStore::Sentinel { sentinels, master }))
 }
 
 /// The admission limits from flags and file, validated.

@@ -187,7 +187,7 @@ impl From<&RelayConfig> for ForwardPolicy {
             cluster_id: c.cluster_id,
             clusters: c.clusters.clone(),
             hint_keys: c.hint_keys.clone(),
-            route_cache: c.redis_url.is_some(),
+            route_cache: c.route_store.is_some(),
             admission: c.admission,
         }
     }

@@ -6,7 +6,9 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
 use clap::Parser;
-use ufrag_common::config::{ConfigError, PollMode, RelayArgs, RelayConfig, parse_cpu_list};
+use ufrag_common::config::{
+    ConfigError, PollMode, RelayArgs, RelayConfig, RouteStore, parse_cpu_list,
+};
 
 const KEYS: &str = "1:30313233343536373839616263646566";
 
@@ -48,10 +50,62 @@ fn minimal_file_gets_the_documented_defaults() {
     assert_eq!(c.idle_timeout, Duration::from_secs(30));
     assert_eq!(c.drain_time, Duration::from_secs(5));
     assert_eq!(c.flows_per_worker, 262_144);
-    assert_eq!(c.redis_url, None);
+    assert_eq!(c.route_store, None);
     assert_eq!(c.metrics_addr, "127.0.0.1:9100".parse().unwrap());
     assert_eq!(c.hint_keys.current().id(), 1);
     assert_eq!(c.poll, PollMode::Wakeup, "workers sleep when idle");
+}
+
+#[test]
+fn the_route_store_is_one_server_a_cluster_or_what_sentinels_name() {
+    let cluster = load(
+        MINIMAL,
+        &[
+            "--redis-cluster-node",
+            "redis://10.0.0.7:6379",
+            "--redis-cluster-node",
+            "redis://10.0.0.8:6379",
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        cluster.route_store,
+        Some(RouteStore::Cluster(vec![
+            "redis://10.0.0.7:6379".into(),
+            "redis://10.0.0.8:6379".into()
+        ]))
+    );
+    let file = format!(
+        "{MINIMAL}\nredis_sentinels = [\"redis://10.0.0.9:26379\"]\nredis_sentinel_master = \"routes\"\n"
+    );
+    assert_eq!(
+        load(&file, &[]).unwrap().route_store,
+        Some(RouteStore::Sentinel {
+            sentinels: vec!["redis://10.0.0.9:26379".into()],
+            master: "routes".into()
+        })
+    );
+    // Two stores at once, a sentinel without its master's name, a master's name without
+    // sentinels, and a URL that is not Redis's: each refused, naming the key.
+    let both = [
+        "--redis-url",
+        "redis://10.0.0.1:6379",
+        "--redis-cluster-node",
+        "redis://10.0.0.7:6379",
+    ];
+    assert_eq!(field_of(MINIMAL, &both), "redis_url");
+    assert_eq!(
+        field_of(MINIMAL, &["--redis-sentinel", "redis://10.0.0.9:26379"]),
+        "redis_sentinel_master"
+    );
+    assert_eq!(
+        field_of(MINIMAL, &["--redis-sentinel-master", "routes"]),
+        "redis_sentinel_master"
+    );
+    assert_eq!(
+        field_of(MINIMAL, &["--redis-cluster-node", "http://10.0.0.7"]),
+        "redis_cluster_nodes"
+    );
 }
 
 #[test]
@@ -100,7 +154,10 @@ fn flags_override_the_file() {
     assert_eq!(c.vips.len(), 2);
     assert_eq!(c.workers(), 2);
     assert_eq!(c.idle_timeout, Duration::from_secs(2));
-    assert_eq!(c.redis_url.as_deref(), Some("redis://127.0.0.1:6379"));
+    assert_eq!(
+        c.route_store,
+        Some(RouteStore::Server("redis://127.0.0.1:6379".into()))
+    );
     assert_eq!(c.clusters.len(), 1, "flag list replaces the file's table");
     assert_eq!(c.clusters[&3], "10.9.0.3:4000".parse().unwrap());
     let from_file = load(&toml, &[]).unwrap();

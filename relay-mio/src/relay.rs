@@ -65,7 +65,7 @@ impl Relay {
             vips = ?config.vips,
             internal = %config.internal_addr,
             metrics = ?running.metrics_addr(),
-            route_cache = config.redis_url.is_some(),
+            route_cache = ?config.route_store,
             poll = ?config.poll,
             "relay-mio ready"
         );

@@ -1,12 +1,19 @@
-//! The route cache's helper against a real redis-server, in bursts: records and lookups
-//! queued together go to Redis in pipelines (up to `PIPELINE` per round trip), and each
-//! lookup is answered with its own flow's route, in order with the records before it in
-//! the same queue, with no failure counted; a lookup of a flow never recorded is a miss.
+//! The route cache's helper against real Redis servers: one server, a three-master Redis
+//! Cluster, and a master watched by a Sentinel through a failover.
+//!
+//! In bursts, records and lookups queued together go to the store in pipelines (up to
+//! `PIPELINE` per round trip; a cluster's split by node), and each lookup is answered
+//! with its own flow's route, in order with the records before it in the same queue, with
+//! no failure counted; a lookup of a flow never recorded is a miss. A cluster spreads the
+//! flows over all its masters. Through a Sentinel failover, the helper counts failures
+//! while the master is gone, then finds the promoted replica: flows recorded before the
+//! failover are still found, and new ones are written to the new master.
 
 use std::time::{Duration, Instant};
 
 use testkit::addr::unique_ip;
-use testkit::redis::RedisServer;
+use testkit::redis::{RedisCluster, RedisSentinel, RedisServer};
+use ufrag_common::config::RouteStore;
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::Route;
@@ -29,8 +36,134 @@ fn route(i: u32) -> Route {
 #[test]
 fn a_burst_of_records_and_lookups_is_answered_flow_by_flow() {
     let redis = RedisServer::start_at(unique_ip());
+    burst(&RouteStore::Server(redis.url()));
+}
+
+#[test]
+fn a_redis_cluster_answers_flow_by_flow_and_holds_flows_on_every_master() {
+    let cluster = RedisCluster::start(unique_ip(), 3);
+    // One seed is enough: the client learns the slots and the other masters from it.
+    burst(&RouteStore::Cluster(vec![cluster.urls()[0].clone()]));
+    let held = cluster.keys_per_node();
+    assert_eq!(held.iter().sum::<u64>(), u64::from(PIPELINE as u32 * 8));
+    assert!(
+        held.iter().all(|&n| n > 0),
+        "keys on every master: {held:?}"
+    );
+    let value = cluster.get(&ufrag_common::runtime::cache::redis_key(&key(7)));
+    assert_eq!(value.as_deref(), Some("10.0.0.7:41000|-"));
+}
+
+/// Waits (bounded) for `client`'s next answer.
+fn next_answer(client: &ufrag_common::runtime::cache::CacheClient) -> Option<CacheAnswer> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < deadline {
+        if let Some(a) = client.next_answer() {
+            return Some(a);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    None
+}
+
+#[test]
+fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_written() {
+    let ip = unique_ip();
+    let master = RedisServer::start_at(ip);
+    let replica_addr = std::net::SocketAddr::from((ip, testkit::addr::free_tcp_port(ip)));
+    // The master lists its replica by the address it connected from (127.0.0.1 on
+    // loopback), where the sentinel could not reach it: the replica says where it is.
+    let replica = RedisServer::start_with(
+        replica_addr,
+        None,
+        &[
+            "--replicaof",
+            &master.addr.ip().to_string(),
+            &master.addr.port().to_string(),
+            "--replica-announce-ip",
+            &ip.to_string(),
+        ],
+    );
+    let sentinel = RedisSentinel::start(ip, "routes", master.addr);
+    let store = RouteStore::Sentinel {
+        sentinels: vec![sentinel.url()],
+        master: "routes".into(),
+    };
     let (cache, clients) =
-        RouteCache::start(&redis.url(), Duration::from_secs(30), vec![Box::new(|| {})]).unwrap();
+        RouteCache::start(&store, Duration::from_secs(30), vec![Box::new(|| {})]).unwrap();
+    let client = &clients[0];
+    let redis_key = |i| ufrag_common::runtime::cache::redis_key(&key(i));
+
+    // Before: recorded on the master the sentinel names, and replicated.
+    assert!(client.submit(RouteCacheRequest::Record {
+        key: key(1),
+        route: route(1)
+    }));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.get(&redis_key(1)).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "flow 1 never reached the replica"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut master = master;
+    master.kill();
+
+    // The sentinel promotes the replica; until the helper finds it, requests fail and
+    // are counted (never a wait for the worker).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sentinel.master_port("routes") != Some(replica_addr.port()) {
+        assert!(
+            Instant::now() < deadline,
+            "the sentinel never promoted the replica"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let found = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the helper never found the new master"
+        );
+        assert!(client.submit(RouteCacheRequest::Lookup { key: key(1) }));
+        if let Some(CacheAnswer { route: Some(r), .. }) = next_answer(client) {
+            break r;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(
+        found,
+        route(1),
+        "recorded before the failover, found after it"
+    );
+    assert!(
+        client.take_failures() > 0,
+        "the failures while the master was gone are counted"
+    );
+
+    // After: written to the new master.
+    assert!(client.submit(RouteCacheRequest::Record {
+        key: key(2),
+        route: route(2)
+    }));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while replica.get(&redis_key(2)).is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "flow 2 never reached the new master"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(clients);
+    cache.stop();
+}
+
+/// Records flows and looks them up (and some never recorded) in bursts through a helper
+/// on `store`, and checks every answer.
+fn burst(store: &RouteStore) {
+    let (cache, clients) =
+        RouteCache::start(store, Duration::from_secs(30), vec![Box::new(|| {})]).unwrap();
     let client = &clients[0];
     // More than a few pipelines' worth, each flow recorded then looked up at once, and a
     // lookup of a flow that was never recorded after every tenth.
@@ -72,4 +205,65 @@ fn a_burst_of_records_and_lookups_is_answered_flow_by_flow() {
     }
     drop(clients);
     cache.stop();
+}
+
+#[test]
+fn a_relay_on_a_redis_cluster_restores_every_flow_after_a_restart() {
+    use testkit::relay_suite::harness::{RelayProcess, RelaySetup, binding_request_for, rtp};
+    use testkit::relay_suite::{Backend, Place};
+    let backend = Backend::mio(env!("CARGO_BIN_EXE_relay-mio"), Place::Loopback);
+    let net = backend.net();
+    let cluster = RedisCluster::start(unique_ip(), 3);
+    let setup = RelaySetup {
+        extra: vec!["--redis-cluster-node".into(), cluster.urls()[1].clone()],
+        ..RelaySetup::on(net.clone())
+    };
+    let transceiver = net.transceiver();
+    let clients: Vec<_> = (0..12).map(|_| net.client()).collect();
+    let relay = RelayProcess::start(&setup);
+    for (i, c) in clients.iter().enumerate() {
+        c.send(
+            relay.vip(),
+            &binding_request_for(transceiver.addr(), 0, i as u8),
+        );
+        assert!(transceiver.recv_frame().is_some(), "flow {i} made");
+        c.send(relay.vip(), &rtp(0)); // media: the flow is recorded
+        assert!(transceiver.recv_frame().is_some());
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cluster.keys_per_node().iter().sum::<u64>() < 12 {
+        assert!(
+            Instant::now() < deadline,
+            "12 flows never reached the cluster: {:?}",
+            cluster.keys_per_node()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let held = cluster.keys_per_node();
+    assert!(
+        held.iter().filter(|&&n| n > 0).count() >= 2,
+        "flows on more than one master: {held:?}"
+    );
+    drop(relay); // SIGKILL: the flow table is gone
+
+    let relay = RelayProcess::start(&setup);
+    for c in &clients {
+        c.send(relay.vip(), &rtp(1));
+    }
+    let mut restored = std::collections::HashSet::new();
+    for _ in &clients {
+        let (h, payload, _) = transceiver
+            .recv_frame()
+            .expect("the first packet after the restart goes on once the route is back");
+        assert_eq!(payload, rtp(1));
+        restored.insert(h.client);
+    }
+    assert_eq!(
+        restored.len(),
+        clients.len(),
+        "every client's flow restored"
+    );
+    relay.wait_for("12 cache hits", |r| {
+        r.total("ufrag_relay_cache_hits_total", "") == 12.0
+    });
 }

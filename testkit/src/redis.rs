@@ -32,6 +32,11 @@ impl RedisServer {
 
     /// Starts on `addr`, inside namespace `ns` when given; waits until it answers.
     pub fn start_on(addr: SocketAddr, ns: Option<&str>) -> RedisServer {
+        Self::start_with(addr, ns, &[])
+    }
+
+    /// Like [`RedisServer::start_on`], with more `redis-server` flags.
+    pub fn start_with(addr: SocketAddr, ns: Option<&str>, extra: &[&str]) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "redis-{}-{}-{}",
             std::process::id(),
@@ -53,6 +58,7 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .arg("--dir")
             .arg(&dir)
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let child = OwnedChild::spawn(&mut command)
@@ -90,7 +96,13 @@ impl RedisServer {
 
     /// `GET key`; `None` when absent or unreachable.
     pub fn get(&self, key: &str) -> Option<String> {
-        resp_get(self.connect()?, key)
+        self.command(&["GET", key])
+    }
+
+    /// Runs one command; its reply as text (a bulk or simple string, or an integer), or
+    /// `None` for a nil or error reply, or when unreachable.
+    pub fn command(&self, args: &[&str]) -> Option<String> {
+        resp_command(self.connect()?, args)
     }
 
     /// Waits (bounded) until the relay has recorded the flow of `client` on `vip`, and
@@ -120,14 +132,217 @@ impl Drop for RedisServer {
     }
 }
 
-/// `GET key` over a raw RESP connection.
-fn resp_get(mut s: TcpStream, key: &str) -> Option<String> {
+/// One command over a raw RESP connection: the reply as text (bulk or simple string,
+/// integer); `None` for nil, an error or a broken connection.
+fn resp_command(mut s: TcpStream, args: &[&str]) -> Option<String> {
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    write!(s, "*2\r\n$3\r\nGET\r\n${}\r\n{key}\r\n", key.len()).ok()?;
-    let mut buf = [0u8; 512];
-    let n = s.read(&mut buf).ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?;
-    let (len, rest) = text.strip_prefix('$')?.split_once("\r\n")?;
-    let len: usize = usize::try_from(len.parse::<i64>().ok()?).ok()?;
-    rest.get(..len).map(str::to_string)
+    let mut request = format!("*{}\r\n", args.len());
+    for a in args {
+        request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+    }
+    s.write_all(request.as_bytes()).ok()?;
+    let mut reply = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = s.read(&mut buf).ok()?;
+        if n == 0 {
+            return None;
+        }
+        reply.extend_from_slice(&buf[..n]);
+        let text = std::str::from_utf8(&reply).ok()?;
+        let Some((head, rest)) = text.split_once("\r\n") else {
+            continue;
+        };
+        match head.split_at(1) {
+            ("+" | ":", value) => return Some(value.to_string()),
+            ("-", _) => return None,
+            ("$", len) => {
+                let len = usize::try_from(len.parse::<i64>().ok()?).ok()?;
+                if rest.len() >= len {
+                    return Some(rest[..len].to_string());
+                }
+            }
+            _ => return None,
+        }
+    }
+}
+
+/// A private Redis Cluster for one test: `masters` `redis-server`s in cluster mode on
+/// free ports of loopback address `ip`, their 16384 slots shared out by `redis-cli
+/// --cluster create` (no replicas); the servers go with it.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// Its nodes, each a master of a third (or so) of the slots.
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the nodes, joins them, and waits until every node says `cluster_state:ok`.
+    pub fn start(ip: Ipv4Addr, masters: usize) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..masters)
+            .map(|i| {
+                // Each node's cluster bus listens 10000 ports up.
+                let port = std::iter::repeat_with(|| free_tcp_port(ip))
+                    .find(|&p| p < 55_000)
+                    .expect("a free port");
+                let addr = SocketAddr::from((ip, port));
+                let config = format!("nodes-{}-{port}-{i}.conf", std::process::id());
+                // Nodes on a loopback address other than 127.0.0.1 must say which: their
+                // bus connections leave from 127.0.0.1, and a peer would call back there.
+                let ip_text = ip.to_string();
+                RedisServer::start_with(
+                    addr,
+                    None,
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &config,
+                        "--cluster-announce-ip",
+                        &ip_text,
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes.iter().map(|n| n.addr.to_string()).collect();
+        // Bounded: redis-cli waits for the nodes to join without end.
+        let created = Command::new("timeout")
+            .args(["30", "redis-cli", "--cluster"])
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli must be installed (with redis-server)");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        let deadline = Instant::now() + WAIT;
+        while !nodes.iter().all(|n| {
+            n.command(&["CLUSTER", "INFO"])
+                .is_some_and(|info| info.contains("cluster_state:ok"))
+        }) {
+            assert!(Instant::now() < deadline, "the cluster never became ok");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        RedisCluster { nodes }
+    }
+
+    /// The nodes' URLs, for `--redis-cluster-node`.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// Keys held by each node (`DBSIZE`).
+    pub fn keys_per_node(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .map(|n| {
+                n.command(&["DBSIZE"])
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    /// `GET key` from whichever node holds it.
+    pub fn get(&self, key: &str) -> Option<String> {
+        self.nodes.iter().find_map(|n| n.get(key))
+    }
+}
+
+/// A private Redis Sentinel for one test, on a free port of loopback address `ip`,
+/// watching the master named `master` at `master_addr` alone (quorum 1), quick to
+/// declare it down (500 ms); killed, and its directory removed, on drop.
+#[derive(Debug)]
+pub struct RedisSentinel {
+    child: Option<OwnedChild>,
+    /// Where it listens.
+    pub addr: SocketAddr,
+    dir: std::path::PathBuf,
+}
+
+impl RedisSentinel {
+    /// Starts it and waits until it answers.
+    pub fn start(ip: Ipv4Addr, master: &str, master_addr: SocketAddr) -> RedisSentinel {
+        let addr = SocketAddr::from((ip, free_tcp_port(ip)));
+        let dir = std::env::temp_dir().join(format!(
+            "redis-sentinel-{}-{}-{}",
+            std::process::id(),
+            addr.ip(),
+            addr.port()
+        ));
+        std::fs::create_dir_all(&dir).expect("a directory for the sentinel");
+        // The sentinel rewrites its file as it learns: it must be its own, and writable.
+        let config = dir.join("sentinel.conf");
+        std::fs::write(
+            &config,
+            format!(
+                "bind {ip}\nport {}\nprotected-mode no\ndir {}\n\
+                 sentinel monitor {master} {} {} 1\n\
+                 sentinel down-after-milliseconds {master} 500\n\
+                 sentinel failover-timeout {master} 3000\n",
+                addr.port(),
+                dir.display(),
+                master_addr.ip(),
+                master_addr.port()
+            ),
+        )
+        .expect("the sentinel's config");
+        let mut command = Command::new("redis-server");
+        command
+            .arg(&config)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = OwnedChild::spawn(&mut command)
+            .expect("redis-server must be installed (scripts/test.sh installs it)");
+        let sentinel = RedisSentinel {
+            child: Some(child),
+            addr,
+            dir,
+        };
+        let deadline = Instant::now() + WAIT;
+        while sentinel.master_port(master).is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "the sentinel did not start on {addr}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        sentinel
+    }
+
+    /// Its URL, for `--redis-sentinel`.
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    /// The port of the server it names as `master` now.
+    pub fn master_port(&self, master: &str) -> Option<u16> {
+        let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        let args = ["SENTINEL", "get-master-addr-by-name", master];
+        let mut request = format!("*{}\r\n", args.len());
+        for a in args {
+            request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
+        }
+        s.write_all(request.as_bytes()).ok()?;
+        // *2 $<n> ip $<n> port: the port is the last line.
+        let mut buf = [0u8; 256];
+        let n = s.read(&mut buf).ok()?;
+        let text = std::str::from_utf8(&buf[..n]).ok()?;
+        text.strip_prefix("*2\r\n")?
+            .lines()
+            .nth(3)
+            .and_then(|port| port.trim().parse().ok())
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        self.child.take(); // killed before its directory goes
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }

@@ -13,6 +13,12 @@
 //! bounded by Redis, not by round trips.
 //!
 //! Keys: `ufrag-relay:flow:<client>|<vip>`; values: `<next hop>|<return via or ->`.
+//!
+//! The store ([`RouteStore`]) is one Redis server, a Redis Cluster (the `redis` crate's
+//! cluster client: each key goes to the master of its slot, a pipeline is split by node,
+//! and the client follows `MOVED` redirections and the cluster's own failovers), or the
+//! master that Redis Sentinels name: asked again on every reconnect, so after a failover
+//! (the old master dead, or demoted and refusing writes) the helper finds the new one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +27,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 
+use crate::config::RouteStore;
 use crate::execute::{Egress, Executor, RouteCacheRequest};
 use crate::flow::FlowKey;
 use crate::forward::Route;
@@ -117,9 +124,98 @@ pub struct RouteCache {
     requests: Option<Sender<CacheRequest>>,
 }
 
+/// How the helper reaches its store.
+enum StoreClient {
+    Server(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+    Sentinel(redis::sentinel::SentinelClient),
+}
+
+/// A connection to the store.
+enum StoreConnection {
+    /// To one server: the store's, or the master the Sentinels named.
+    Server(redis::Connection),
+    /// Boxed: a cluster connection holds one connection per node and the slot map.
+    Cluster(Box<redis::cluster::ClusterConnection>),
+}
+
+impl StoreClient {
+    /// A client for `store`; fails only on a malformed URL.
+    fn open(store: &RouteStore) -> redis::RedisResult<StoreClient> {
+        Ok(match store {
+            RouteStore::Server(url) => StoreClient::Server(redis::Client::open(url.as_str())?),
+            RouteStore::Cluster(nodes) => StoreClient::Cluster(
+                redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                    .connection_timeout(COMMAND_TIMEOUT)
+                    .response_timeout(COMMAND_TIMEOUT)
+                    .retries(1)
+                    .build()?,
+            ),
+            RouteStore::Sentinel { sentinels, master } => {
+                StoreClient::Sentinel(redis::sentinel::SentinelClient::build(
+                    sentinels.iter().map(String::as_str).collect(),
+                    master.clone(),
+                    None,
+                    redis::sentinel::SentinelServerType::Master,
+                )?)
+            }
+        })
+    }
+
+    /// Connects, with every command bounded by [`COMMAND_TIMEOUT`].
+    fn connect(&mut self) -> redis::RedisResult<StoreConnection> {
+        let server = |client: &redis::Client| {
+            let c = client.get_connection_with_timeout(COMMAND_TIMEOUT)?;
+            c.set_read_timeout(Some(COMMAND_TIMEOUT))?;
+            c.set_write_timeout(Some(COMMAND_TIMEOUT))?;
+            Ok(StoreConnection::Server(c))
+        };
+        match self {
+            StoreClient::Server(client) => server(client),
+            StoreClient::Cluster(client) => {
+                Ok(StoreConnection::Cluster(Box::new(client.get_connection()?)))
+            }
+            // Asks the Sentinels which server is the master now.
+            StoreClient::Sentinel(sentinels) => server(&sentinels.get_client()?),
+        }
+    }
+}
+
+impl StoreConnection {
+    /// Runs `commands` as one pipeline (one round trip per node); the replies of those
+    /// marked `ignored` are left out of the answer.
+    fn pipeline(
+        &mut self,
+        commands: Vec<(redis::Cmd, bool)>,
+    ) -> redis::RedisResult<Vec<Option<String>>> {
+        match self {
+            StoreConnection::Server(c) => {
+                let mut pipe = redis::pipe();
+                for (cmd, ignored) in commands {
+                    pipe.add_command(cmd);
+                    if ignored {
+                        pipe.ignore();
+                    }
+                }
+                pipe.query(c)
+            }
+            StoreConnection::Cluster(c) => {
+                let mut pipe = redis::cluster::cluster_pipe();
+                for (cmd, ignored) in commands {
+                    pipe.add_command(cmd);
+                    if ignored {
+                        pipe.ignore();
+                    }
+                }
+                pipe.query(c)
+            }
+        }
+    }
+}
+
 struct Helper {
-    client: redis::Client,
-    connection: Option<redis::Connection>,
+    client: StoreClient,
+    connection: Option<StoreConnection>,
     retry_at: Instant,
     backoff: Duration,
     ttl: Duration,
@@ -155,14 +251,14 @@ pub fn parse_value(value: &str) -> Option<Route> {
 }
 
 impl RouteCache {
-    /// Starts the helper for `url` with one client per wake function (one per worker).
+    /// Starts the helper for `store` with one client per wake function (one per worker).
     /// Fails only on a malformed URL; an unreachable Redis is retried in the background.
     pub fn start(
-        url: &str,
+        store: &RouteStore,
         ttl: Duration,
         wakers: Vec<WakeFn>,
     ) -> Result<(Self, Vec<CacheClient>), redis::RedisError> {
-        let client = redis::Client::open(url)?;
+        let client = StoreClient::open(store)?;
         let (requests, incoming) = bounded(REQUEST_QUEUE);
         let mut clients = Vec::with_capacity(wakers.len());
         let mut answers = Vec::with_capacity(wakers.len());
@@ -246,15 +342,7 @@ impl Helper {
         if Instant::now() < self.retry_at {
             return false;
         }
-        let attempt = self
-            .client
-            .get_connection_with_timeout(COMMAND_TIMEOUT)
-            .and_then(|c| {
-                c.set_read_timeout(Some(COMMAND_TIMEOUT))?;
-                c.set_write_timeout(Some(COMMAND_TIMEOUT))?;
-                Ok(c)
-            });
-        match attempt {
+        match self.client.connect() {
             Ok(c) => {
                 tracing::info!(
                     reconnect = self.connected_once,
@@ -290,24 +378,26 @@ impl Helper {
         let ttl_ms = u64::try_from(self.ttl.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
-        let mut pipe = redis::pipe();
-        for request in batch {
-            match request.request {
+        let commands = batch
+            .iter()
+            .map(|request| match request.request {
                 RouteCacheRequest::Record { key, route } => {
-                    pipe.cmd("SET")
-                        .arg(redis_key(&key))
+                    let mut set = redis::cmd("SET");
+                    set.arg(redis_key(&key))
                         .arg(redis_value(&route))
                         .arg("PX")
-                        .arg(ttl_ms)
-                        .ignore();
+                        .arg(ttl_ms);
+                    (set, true)
                 }
                 RouteCacheRequest::Lookup { key } => {
-                    pipe.cmd("GET").arg(redis_key(&key));
+                    let mut get = redis::cmd("GET");
+                    get.arg(redis_key(&key));
+                    (get, false)
                 }
-            }
-        }
+            })
+            .collect();
         // One value per lookup, in order (the records' replies are ignored).
-        let values = match pipe.query::<Vec<Option<String>>>(connection) {
+        let values = match connection.pipeline(commands) {
             Ok(values) => values,
             Err(e) => {
                 tracing::warn!(error = %e, "route cache command failed; reconnecting");

@@ -115,10 +115,10 @@ impl Running {
         mut workers: Vec<W>,
         wakers: Vec<WakeFn>,
     ) -> io::Result<Self> {
-        let cache = match &config.redis_url {
-            Some(url) => {
-                let (cache, clients) = RouteCache::start(url, config.idle_timeout, wakers)
-                    .map_err(|e| io::Error::other(format!("redis_url: {e}")))?;
+        let cache = match &config.route_store {
+            Some(store) => {
+                let (cache, clients) = RouteCache::start(store, config.idle_timeout, wakers)
+                    .map_err(|e| io::Error::other(format!("route cache: {e}")))?;
                 for (worker, client) in workers.iter_mut().zip(clients) {
                     worker.set_cache(client);
                 }
