@@ -491,4 +491,74 @@ pub mod tools {
         drop(fake);
         String::from_utf8_lossy(&probe.stdout).trim().to_string()
     }
+
+    /// Starts the transceiver in its namespace (signaling on 10.77.0.3:8080, media on
+    /// :41000, relays allowed from the testbed's network) advertising `vip`, with `extra`
+    /// flags; waits until `/readyz` answers 200 from the client's namespace. Returns it and
+    /// its signaling address.
+    pub fn start_transceiver(
+        bed: &Testbed,
+        vip: SocketAddr,
+        extra: &[&str],
+    ) -> (OwnedChild, SocketAddr) {
+        let http = SocketAddr::from((bed.transceiver.addr, 8080));
+        let mut command = bed
+            .transceiver
+            .command(bin("transceiver").to_str().expect("UTF-8 path"));
+        command
+            .args(["--http-addr", &http.to_string()])
+            .args(["--bind", &format!("{}:41000", bed.transceiver.addr)])
+            // The testbed's private network; the client sends no token.
+            .arg("--allow-unauthenticated")
+            .args(["--advertise", &vip.to_string()])
+            .args(["--allow-relay-net", "10.77.0.0/24"])
+            .args(extra)
+            .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = OwnedChild::spawn(&mut command).expect("transceiver starts");
+        crate::http::wait_ready(
+            Some(&bed.client.ns),
+            http,
+            "transceiver",
+            Duration::from_secs(10),
+            || child.exit_report(),
+        );
+        (child, http)
+    }
+
+    /// A str0m client in the client namespace signals to `http`, checks that the answer's
+    /// only candidate is `vip`, talks (25 audio packets, at least 20 echoed, and the data
+    /// channel) and hangs up with a DELETE; `what` names the path in failures.
+    pub fn echoed_session(bed: &Testbed, http: SocketAddr, vip: SocketAddr, what: &str) {
+        use crate::webrtc_client::{Client, converse_with_echo};
+        let ns = bed.client.ns.clone();
+        let ip = bed.client.addr;
+        let socket = crate::netns::in_netns(Some(&ns), move || std::net::UdpSocket::bind((ip, 0)))
+            .expect("into the client's namespace")
+            .expect("a client socket");
+        let mut client = Client::with_socket(socket);
+        let body = client.offer.clone();
+        let answer = crate::http::request_in(
+            Some(&ns),
+            http,
+            "POST",
+            "/v1/sessions",
+            Some(("application/sdp", &body)),
+            &[],
+        )
+        .expect("the transceiver answers");
+        assert_eq!(answer.status, 201, "{what}: {}", answer.body);
+        assert!(
+            answer
+                .body
+                .contains(&format!("{} {}", vip.ip(), vip.port())),
+            "{what}: the candidate is the VIP {vip}"
+        );
+        client.apply_answer(&answer);
+        let client = converse_with_echo(client, what, 25, 20);
+        let location = client.location.clone().expect("a session location");
+        let deleted = crate::http::request_in(Some(&ns), http, "DELETE", &location, None, &[]);
+        assert_eq!(deleted.map(|r| r.status), Some(204), "{what}: DELETE");
+    }
 }
