@@ -133,6 +133,19 @@ fn validate(
             options.interface
         )));
     }
+    // The NIC spreads flows over every queue; a queue with no worker would hand its share
+    // of the relay's traffic to the kernel, where nothing listens on the VIP.
+    if config.workers() < rx_queues {
+        return Err(StartError::Config(format!(
+            "`workers`: {w} workers but {i} has {rx_queues} RX queues, and the flows the NIC \
+             puts on queues {w}..{last} would reach no worker; run one worker per queue \
+             (--workers {rx_queues} with as many CPUs) or give {i} {w} queue(s) (ethtool -L {i} \
+             combined {w})",
+            w = config.workers(),
+            i = options.interface,
+            last = rx_queues - 1,
+        )));
+    }
     if !options.ring_size.is_power_of_two() || !(2048..=4096).contains(&options.ring_size) {
         return Err(StartError::Config(
             "`ring_size` must be a power of two from 2048 to 4096".into(),

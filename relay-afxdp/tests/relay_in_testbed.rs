@@ -116,3 +116,43 @@ fn forwards_an_ipv6_flow_both_ways_in_skb_mode() {
 fn forwards_an_ipv6_flow_both_ways_in_native_mode() {
     run("native", "busy", true);
 }
+
+/// A relay with fewer workers than its interface has RX queues would leave the flows the
+/// NIC puts on the other queues to the kernel: it is refused at start (exit 2, naming
+/// `workers`), and attaches nothing. (Two workers on two queues is the suite's two-worker
+/// case.)
+#[test]
+fn fewer_workers_than_rx_queues_is_refused() {
+    require_root();
+    let bed = Testbed::up_with(testkit::testbed::TestbedOptions {
+        queues: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    let binary = testkit::cargo_build::bin("relay-afxdp");
+    for (workers, cpus, says) in [("1", "0", "would reach no worker")] {
+        let out = bed
+            .relay
+            .command("timeout")
+            .args(["10", binary.to_str().unwrap()])
+            .args(["--interface", &bed.relay.ifname])
+            .args(["--vip", &format!("{}:3478", bed.relay.addr)])
+            .args(["--internal-addr", &format!("{}:40000", bed.relay.addr)])
+            .args(["--allow-transceiver-net", "10.77.0.0/24"])
+            .args(["--workers", workers, "--cpus", cpus])
+            .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{workers} workers on 2 queues: {stderr}"
+        );
+        assert!(
+            stderr.contains("`workers`") && stderr.contains(says),
+            "{workers} workers on 2 queues: {stderr}"
+        );
+    }
+    wait_until_no_xdp(&bed, "a refused relay left its program attached");
+}
