@@ -18,7 +18,8 @@
 #      needs root), with a profile of each forwarder's core (Linux perf); the same
 #      downlink, transceiver → client (target/perf/compare-downlink.md); with 1,200-byte
 #      datagrams (target/perf/compare-1200b.md); the stateful ones again over 100,000
-#      flows (target/perf/compare-100k-flows.md); and the latency of sleeping and
+#      flows (target/perf/compare-100k-flows.md); both directions with 80 % downlink, as
+#      while the model speaks (target/perf/compare-model-speaks.md); and the latency of sleeping and
 #      busy-polling relays with no kernel work steered across cores
 #      (target/perf/compare-latency.md).
 # Set SKIP_MICRO=1 to run only steps 4 to 7.
@@ -71,6 +72,10 @@ target/release/perf compare --size 1200 --only direct,nftables,mio,afxdp-native-
 echo "== the same with 100k flows, for the setups that keep per-flow state (perf compare --flows)"
 target/release/perf compare --flows 100000 --only direct,nftables,nginx,quilkin,mio,afxdp-native-wakeup \
   --out target/perf/compare-100k-flows.md
+echo "== the model speaking: both directions, 80 % downlink (perf compare --direction both --downlink-share 0.8)"
+target/release/perf compare --direction both --downlink-share 0.8 \
+  --only direct,nftables,mio,afxdp-skb-wakeup,afxdp-native-wakeup \
+  --out target/perf/compare-model-speaks.md
 echo "== latency: sleeping against busy-polling forwarders, one cross-core hop fewer (perf compare --no-steer)"
 target/release/perf compare --no-steer --repeats 1 \
   --only direct,mio,mio-busy,afxdp-skb-wakeup,afxdp-skb-busy,afxdp-native-wakeup,afxdp-native-busy \

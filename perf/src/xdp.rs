@@ -781,27 +781,31 @@ impl Load for XdpLoad {
     }
 }
 
-/// Uplink and downlink at once, as in a conversation: a trial offers half the rate each
-/// way, the downlink's generator on a thread of its own beside the uplink's (both on the
-/// tools' CPU), and counts both ways together. The latency is the uplink's sample.
+/// Uplink and downlink at once, as in a conversation: a trial offers `downlink_share` of
+/// the rate downlink and the rest uplink (half each way in a conversation, more downlink
+/// while the model speaks), the downlink's generator on a thread of its own beside the
+/// uplink's (both on the tools' CPU), and counts both ways together. The latency is the
+/// uplink's sample.
 #[derive(Debug)]
 pub struct Conversation {
     /// Client → transceiver.
     pub up: XdpLoad,
     /// Transceiver → client.
     pub down: XdpLoad,
+    /// The share of each trial's rate offered downlink (0.5: a conversation).
+    pub downlink_share: f64,
 }
 
 impl Conversation {
     /// Runs `up` on the uplink and a plain trial on the downlink, side by side, each at
-    /// its half of `rate_pps`; the two trials summed.
+    /// its share of `rate_pps`; the two trials summed.
     fn both(
         &mut self,
         rate_pps: u64,
         duration: Duration,
         up: fn(&mut XdpLoad, u64, Duration) -> Trial,
     ) -> Trial {
-        let down_pps = rate_pps / 2;
+        let down_pps = (rate_pps as f64 * self.downlink_share).round() as u64;
         let (up_way, down_way) = (&mut self.up, &mut self.down);
         let (u, d) = std::thread::scope(|scope| {
             let d = scope.spawn(move || down_way.trial(down_pps, duration));

@@ -428,7 +428,8 @@ fn perf_gen_and_perf_sink_measure_between_two_hosts() {
 }
 
 /// `perf compare --direction both`: one trial offers half its rate each way through
-/// relay-mio at once, and counts both ways; each way's own sink saw its half.
+/// relay-mio at once, and counts both ways; each way's own sink saw its half. Then, with
+/// `--downlink-share 0.8` (the model speaking), four fifths go downlink.
 #[test]
 fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
     use perf::load::Load;
@@ -490,14 +491,31 @@ fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
         .expect("an idle socket"),
         settle: Duration::from_millis(300),
     };
-    let mut conversation = Conversation { up, down };
+    let mut conversation = Conversation {
+        up,
+        down,
+        downlink_share: 0.5,
+    };
     let trial = conversation.trial(20_000, Duration::from_millis(300));
+    let each_way = (
+        conversation.up.sink.received(),
+        conversation.down.sink.received(),
+    );
+    conversation.downlink_share = 0.8;
+    let model_speaks = conversation.trial(20_000, Duration::from_millis(300));
     let _ = relay_process.kill();
+    assert_eq!(model_speaks.sent, 6_000);
+    assert_eq!(model_speaks.received, 6_000, "every datagram arrived");
+    assert_eq!(conversation.up.sink.received(), 1_200, "a fifth uplink");
+    assert_eq!(
+        conversation.down.sink.received(),
+        4_800,
+        "four fifths downlink"
+    );
     assert_eq!(trial.offered_pps, 20_000);
     assert_eq!(trial.sent, 6_000, "3,000 each way");
     assert_eq!(trial.received, trial.sent, "every datagram arrived");
-    assert_eq!(conversation.up.sink.received(), 3_000, "uplink");
-    assert_eq!(conversation.down.sink.received(), 3_000, "downlink");
+    assert_eq!(each_way, (3_000, 3_000), "half uplink, half downlink");
     assert!(
         trial.latency.samples > 0 && trial.latency.p50() > 0.0,
         "the uplink was sampled for latency"

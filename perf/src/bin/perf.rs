@@ -88,6 +88,10 @@ enum Cmd {
         /// in a conversation; the setups that carry replies; live-frames only).
         #[arg(long, default_value = "up")]
         direction: String,
+        /// With `--direction both`: the share of each trial's rate sent downlink (0.5: a
+        /// conversation; 0.8: the model speaking while the user listens).
+        #[arg(long, default_value_t = 0.5)]
+        downlink_share: f64,
         /// The generator: `live-frames` (BPF_PROG_RUN live frames, paced in the kernel;
         /// it busy-polls the tools' core) or `sockets` (sendmmsg from the sockets of the first 256
         /// flows).
@@ -373,6 +377,7 @@ fn main() {
             only,
             flows,
             direction,
+            downlink_share,
             generator,
             no_steer,
             forwarder_cpu,
@@ -380,7 +385,7 @@ fn main() {
         } => compare(
             &search,
             &only,
-            (flows, &direction),
+            (flows, &direction, downlink_share),
             &generator,
             (!no_steer, forwarder_cpu),
             &out,
@@ -1006,7 +1011,7 @@ const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
 fn compare(
     search: &Search,
     only: &[String],
-    (flows, direction): (u32, &str),
+    (flows, direction, downlink_share): (u32, &str, f64),
     generator: &str,
     (steer, forwarder_cpu): (bool, usize),
     out: &std::path::Path,
@@ -1022,6 +1027,14 @@ fn compare(
         "both" => Way::Both,
         other => panic!("--direction {other}: up, down or both"),
     };
+    assert!(
+        (0.0..1.0).contains(&downlink_share) && downlink_share > 0.0,
+        "--downlink-share {downlink_share}: a fraction between 0 and 1"
+    );
+    assert!(
+        way == Way::Both || downlink_share == 0.5,
+        "--downlink-share goes with --direction both"
+    );
     let downlink = way != Way::Up;
     assert!(
         live_frames || !downlink,
@@ -1424,10 +1437,11 @@ fn compare(
         let mut load: Box<dyn perf::load::Load> = match way {
             Way::Up => Box::new(uplink_load(sockets)),
             Way::Down => Box::new(downlink_load()),
-            // Half the rate each way; latency is sampled on the uplink.
+            // The rate shared out between the ways; latency is sampled on the uplink.
             Way::Both => Box::new(perf::xdp::Conversation {
                 up: uplink_load(sockets),
                 down: downlink_load(),
+                downlink_share,
             }),
         };
         if downlink {
@@ -1483,15 +1497,28 @@ fn compare(
     let environment = perf::environment::record(&bed, &placement, live_frames);
     drop(bed);
 
-    let generator_text = if way == Way::Both {
+    let share_text = if downlink_share == 0.5 {
         "Both directions at once, as in a conversation: each trial offers half its rate uplink and half \
-         downlink, side by side, and counts both (the rate shown is the sum). Uplink, a BPF_PROG_RUN \
+         downlink"
+            .to_string()
+    } else {
+        format!(
+            "Both directions at once, {:.0} % of each trial's rate downlink and {:.0} % uplink (the model \
+             speaking more than the user)",
+            downlink_share * 100.0,
+            (1.0 - downlink_share) * 100.0
+        )
+    };
+    let generator_text = if way == Way::Both {
+        &format!(
+            "{share_text}, side by side, and counts both (the rate shown is the sum). Uplink, a BPF_PROG_RUN \
          live-frames generator on the client's veth, counted in XDP on the transceiver's veth; downlink, \
          a second one on the transceiver's veth sending replies (to our relays a frame to the internal \
          port naming the flow's client, to nftables a datagram to the VIP at the client's port, on the \
          direct path a datagram to the client), counted in XDP on the client's veth by source port. Both \
          generators busy-poll CPU 0 (so the tools core's busy share is not shown; a tools limit shows as \
          the generators falling short); latency is sampled on the uplink only"
+        )
     } else if downlink {
         "The generator transmits prebuilt replies from the transceiver's veth with one BPF_PROG_RUN in \
          live-frames mode, paced by its program against the kernel clock (it busy-polls CPU 0, so the tools \
@@ -1621,10 +1648,18 @@ fn compare(
     }
     notes.push_str(&profiles);
     let (arrow, way) = match way {
-        Way::Down => ("transceiver → client", "downlink"),
-        Way::Up => ("client → transceiver", "uplink"),
+        Way::Down => ("transceiver → client".to_string(), "downlink"),
+        Way::Up => ("client → transceiver".to_string(), "uplink"),
         Way::Both => (
-            "half client → transceiver and half transceiver → client, at once",
+            if downlink_share == 0.5 {
+                "half client → transceiver and half transceiver → client, at once".to_string()
+            } else {
+                format!(
+                    "{:.0} % transceiver → client and {:.0} % client → transceiver, at once",
+                    downlink_share * 100.0,
+                    (1.0 - downlink_share) * 100.0
+                )
+            },
             "both directions",
         ),
     };
