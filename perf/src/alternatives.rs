@@ -4,7 +4,7 @@
 //! crates.io). Each is torn down on drop.
 
 use std::io::{self, Write as _};
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::process::{Command, Stdio};
 
 use testkit::OwnedChild;
@@ -34,6 +34,7 @@ pub(crate) fn in_ns(ns: &str, program: &str, args: &[&str]) -> Command {
 #[derive(Debug)]
 pub struct Nftables {
     ns: String,
+    ipv6: bool,
 }
 
 const NFT_TABLE: &str = "perf_relay";
@@ -41,33 +42,44 @@ const NFT_TABLE: &str = "perf_relay";
 impl Nftables {
     /// Turns on forwarding (one-armed: no ICMP redirects), keeps unreplied UDP flows for
     /// 15 minutes (as long as the relays keep theirs in `perf compare`, instead of 30 s),
-    /// and loads the NAT table.
-    pub fn start(ns: &str, vip: SocketAddrV4, to: SocketAddrV4) -> io::Result<Self> {
+    /// and loads the NAT table, for IPv4 or IPv6 by the addresses' family.
+    pub fn start(ns: &str, vip: SocketAddr, to: SocketAddr) -> io::Result<Self> {
+        let ipv6 = vip.is_ipv6();
+        let forwarding = if ipv6 {
+            "sysctl -qw net.ipv6.conf.all.forwarding=1"
+        } else {
+            "sysctl -qw net.ipv4.ip_forward=1 && \
+             for f in /proc/sys/net/ipv4/conf/*/send_redirects; do echo 0 > $f; done"
+        };
         run(
             in_ns(
                 ns,
                 "sh",
                 &[
                     "-c",
-                    "sysctl -qw net.ipv4.ip_forward=1 && \
-                     for f in /proc/sys/net/ipv4/conf/*/send_redirects; do echo 0 > $f; done && \
-                     modprobe -q nf_conntrack 2>/dev/null; \
-                     sysctl -qw net.netfilter.nf_conntrack_udp_timeout=900",
+                    &format!(
+                        "{forwarding} && modprobe -q nf_conntrack 2>/dev/null; \
+                         sysctl -qw net.netfilter.nf_conntrack_udp_timeout=900"
+                    ),
                 ],
             ),
             "forwarding on",
         )?;
+        let (family, ip) = if ipv6 { ("ip6", "ip6") } else { ("ip", "ip") };
+        // `to` as nft writes a NAT target: [addr]:port for IPv6.
+        let target = match to {
+            SocketAddr::V4(t) => t.to_string(),
+            SocketAddr::V6(t) => format!("[{}]:{}", t.ip(), t.port()),
+        };
         let rules = format!(
-            "table ip {NFT_TABLE} {{\n\
+            "table {family} {NFT_TABLE} {{\n\
                chain pre {{ type nat hook prerouting priority dstnat; \
-                 ip daddr {} udp dport {} dnat to {}:{}; }}\n\
+                 {ip} daddr {} udp dport {} dnat to {target}; }}\n\
                chain post {{ type nat hook postrouting priority srcnat; \
-                 ip daddr {} udp dport {} snat to {}; }}\n\
+                 {ip} daddr {} udp dport {} snat to {}; }}\n\
              }}\n",
             vip.ip(),
             vip.port(),
-            to.ip(),
-            to.port(),
             to.ip(),
             to.port(),
             vip.ip()
@@ -87,18 +99,26 @@ impl Nftables {
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
-        Ok(Nftables { ns: ns.to_string() })
+        Ok(Nftables {
+            ns: ns.to_string(),
+            ipv6,
+        })
     }
 }
 
 impl Drop for Nftables {
     fn drop(&mut self) {
+        let (family, forwarding) = if self.ipv6 {
+            ("ip6", "net.ipv6.conf.all.forwarding=0")
+        } else {
+            ("ip", "net.ipv4.ip_forward=0")
+        };
         let _ = run(
-            in_ns(&self.ns, "nft", &["delete", "table", "ip", NFT_TABLE]),
+            in_ns(&self.ns, "nft", &["delete", "table", family, NFT_TABLE]),
             "nft delete",
         );
         let _ = run(
-            in_ns(&self.ns, "sysctl", &["-qw", "net.ipv4.ip_forward=0"]),
+            in_ns(&self.ns, "sysctl", &["-qw", forwarding]),
             "forwarding off",
         );
     }

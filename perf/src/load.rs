@@ -6,7 +6,7 @@
 //! for one-way latency. The generator paces in 0.5 ms slices and sends what is due with
 //! `sendmmsg`, a batch of up to 64 per client socket at a time.
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -172,8 +172,8 @@ impl Drop for Sink {
 /// every cycle, so the socket that made flow `f` and the frames that load it agree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowPlan {
-    /// The first client address.
-    pub first_ip: Ipv4Addr,
+    /// The first client address (IPv4 or IPv6).
+    pub first_ip: IpAddr,
     /// The first source port on every address.
     pub first_port: u16,
     /// Ports per address.
@@ -200,7 +200,7 @@ pub enum FlowPlanError {
     #[error("{needed} addresses from {first} run past .254")]
     Addresses {
         /// The first address.
-        first: Ipv4Addr,
+        first: IpAddr,
         /// Addresses needed.
         needed: u32,
     },
@@ -209,11 +209,12 @@ pub enum FlowPlanError {
 impl FlowPlan {
     /// `flows` flows from `first_ip`:`first_port` on, `ports_per_addr` per address.
     pub fn new(
-        first_ip: Ipv4Addr,
+        first_ip: impl Into<IpAddr>,
         first_port: u16,
         ports_per_addr: u32,
         flows: u32,
     ) -> Result<Self, FlowPlanError> {
+        let first_ip = first_ip.into();
         if flows == 0 || ports_per_addr == 0 || first_port == 0 {
             return Err(FlowPlanError::Empty);
         }
@@ -230,7 +231,7 @@ impl FlowPlan {
             ports_per_addr,
             flows,
         };
-        if u32::from(first_ip.octets()[3]) + plan.addresses() > 255 {
+        if u32::from(last_octet(first_ip)) + plan.addresses() > 255 {
             return Err(FlowPlanError::Addresses {
                 first: first_ip,
                 needed: plan.addresses(),
@@ -244,50 +245,75 @@ impl FlowPlan {
         self.flows.div_ceil(self.ports_per_addr)
     }
 
-    /// The `i`-th client address.
-    pub fn ip(&self, i: u32) -> Ipv4Addr {
-        let mut o = self.first_ip.octets();
-        o[3] += i as u8;
-        Ipv4Addr::from(o)
+    /// The `i`-th client address: the first with its last octet `i` up.
+    pub fn ip(&self, i: u32) -> IpAddr {
+        match self.first_ip {
+            IpAddr::V4(v4) => {
+                let mut o = v4.octets();
+                o[3] += i as u8;
+                IpAddr::from(o)
+            }
+            IpAddr::V6(v6) => {
+                let mut o = v6.octets();
+                o[15] += i as u8;
+                IpAddr::from(o)
+            }
+        }
     }
 
     /// Flow `f`'s client address (`f` < `flows`).
-    pub fn addr(&self, f: u32) -> SocketAddrV4 {
-        SocketAddrV4::new(
+    pub fn addr(&self, f: u32) -> SocketAddr {
+        SocketAddr::new(
             self.ip(f / self.ports_per_addr),
             self.first_port + (f % self.ports_per_addr) as u16,
         )
     }
+
+    /// Whether the flows are IPv6.
+    pub fn is_ipv6(&self) -> bool {
+        self.first_ip.is_ipv6()
+    }
+}
+
+/// An address's last octet (what a plan counts its addresses up in).
+pub(crate) fn last_octet(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(v4) => v4.octets()[3],
+        IpAddr::V6(v6) => v6.octets()[15],
+    }
 }
 
 /// Sends `datagram(f)` from each flow `f` of `plan` to `to` once, at most `per_second`
-/// a second, from one raw IPv4 socket in namespace `ns` (so no flow needs a socket of
-/// its own and 100k flows fit the open-file limit; the client addresses must be on the
-/// namespace's interface, so that whatever answers reaches a real host).
+/// a second, from one raw socket of the plan's family in namespace `ns` (so no flow needs
+/// a socket of its own and 100k flows fit the open-file limit; the client addresses must
+/// be on the namespace's interface, so that whatever answers reaches a real host).
 pub fn make_flows(
     ns: Option<&str>,
     plan: &FlowPlan,
-    to: SocketAddrV4,
+    to: SocketAddr,
     per_second: u32,
     datagram: impl Fn(u32) -> Vec<u8>,
 ) -> std::io::Result<()> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let raw = testkit::netns::in_netns(ns, || {
-        // IPPROTO_RAW: the packets carry their own IPv4 header (IP_HDRINCL).
-        Socket::new(
-            Domain::IPV4,
-            Type::RAW,
-            Some(Protocol::from(libc::IPPROTO_RAW)),
-        )
+    let domain = if to.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let raw = testkit::netns::in_netns(ns, move || {
+        // IPPROTO_RAW: the packets carry their own IP header (IP_HDRINCL, and for IPv6
+        // the kernel sets it for IPPROTO_RAW alike).
+        Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))
     })??;
-    let dest = socket2::SockAddr::from(to);
+    // Port 0: an IPv6 raw socket reads a destination port as a protocol number.
+    let dest = socket2::SockAddr::from(SocketAddr::new(to.ip(), 0));
     let start = Instant::now();
     for f in 0..plan.flows {
         let due = start + Duration::from_secs_f64(f64::from(f) / f64::from(per_second.max(1)));
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        let packet = ipv4_udp_packet(plan.addr(f), to, &datagram(f));
+        let packet = udp_packet(plan.addr(f), to, &datagram(f));
         if let Err(e) = raw.send_to(&packet, &dest) {
             // A full send buffer: wait a little and try once more.
             if e.kind() != std::io::ErrorKind::WouldBlock {
@@ -298,6 +324,51 @@ pub fn make_flows(
         }
     }
     Ok(())
+}
+
+/// An IP header and a UDP header in front of `payload`: [`ipv4_udp_packet`] or
+/// [`ipv6_udp_packet`], by the addresses' family (which must agree).
+pub fn udp_packet(from: SocketAddr, to: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    match (from, to) {
+        (SocketAddr::V4(f), SocketAddr::V4(t)) => ipv4_udp_packet(f, t, payload),
+        (SocketAddr::V6(f), SocketAddr::V6(t)) => {
+            ipv6_udp_packet(*f.ip(), *t.ip(), (f.port(), t.port()), payload)
+        }
+        _ => panic!("{from} → {to}: one family"),
+    }
+}
+
+/// An IPv6 header (hop limit 64) and a UDP header with its checksum (mandatory in IPv6,
+/// over the pseudo-header) in front of `payload`.
+pub fn ipv6_udp_packet(
+    from: std::net::Ipv6Addr,
+    to: std::net::Ipv6Addr,
+    (from_port, to_port): (u16, u16),
+    payload: &[u8],
+) -> Vec<u8> {
+    let udp_len = (8 + payload.len()) as u16;
+    let mut p = vec![0x60, 0, 0, 0];
+    p.extend_from_slice(&udp_len.to_be_bytes());
+    p.extend_from_slice(&[17, 64]);
+    p.extend_from_slice(&from.octets());
+    p.extend_from_slice(&to.octets());
+    p.extend_from_slice(&from_port.to_be_bytes());
+    p.extend_from_slice(&to_port.to_be_bytes());
+    p.extend_from_slice(&udp_len.to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    let mut pseudo = Vec::with_capacity(40 + p.len());
+    pseudo.extend_from_slice(&from.octets());
+    pseudo.extend_from_slice(&to.octets());
+    pseudo.extend_from_slice(&u32::from(udp_len).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    pseudo.extend_from_slice(&p[40..]);
+    let sum = match crate::xdp::checksum(&pseudo) {
+        0 => 0xffff, // 0 means "no checksum", which IPv6 forbids
+        s => s,
+    };
+    p[46..48].copy_from_slice(&sum.to_be_bytes());
+    p
 }
 
 /// An IPv4 header (checksummed, DF, TTL 64) and a UDP header (checksum 0: none, which
@@ -468,7 +539,7 @@ impl Generator {
                 } else {
                     first_port + i as u16
                 };
-                SocketAddrV4::new(ip, port)
+                SocketAddr::from((ip, port))
             })
             .collect();
         Self::on_addrs(ns, addrs, epoch)
@@ -486,20 +557,17 @@ impl Generator {
         Self::on_addrs(ns, addrs.collect(), epoch)
     }
 
-    fn on_addrs(
-        ns: Option<&str>,
-        addrs: Vec<SocketAddrV4>,
-        epoch: Instant,
-    ) -> std::io::Result<Self> {
+    fn on_addrs(ns: Option<&str>, addrs: Vec<SocketAddr>, epoch: Instant) -> std::io::Result<Self> {
+        let ipv6 = addrs.first().is_some_and(SocketAddr::is_ipv6);
         let clients = testkit::netns::in_netns(ns, move || {
             addrs
                 .into_iter()
-                .map(|a| bind_udp(SocketAddr::V4(a), false))
+                .map(|a| bind_udp(a, false))
                 .collect::<std::io::Result<Vec<_>>>()
         })??;
         Ok(Generator {
             clients,
-            batch: SendBatch::new(false),
+            batch: SendBatch::new(ipv6),
             epoch,
             seq: 0,
             payload_len: DATAGRAM_LEN,
@@ -884,18 +952,26 @@ mod tests {
         let ip = Ipv4Addr::new(10, 77, 0, 100);
         let plan = FlowPlan::new(ip, 20_000, 40_000, 100_000).unwrap();
         assert_eq!(plan.addresses(), 3);
-        assert_eq!(plan.addr(0), SocketAddrV4::new(ip, 20_000));
-        assert_eq!(plan.addr(39_999), SocketAddrV4::new(ip, 59_999));
+        assert_eq!(plan.addr(0), SocketAddr::from((ip, 20_000)));
+        assert_eq!(plan.addr(39_999), SocketAddr::from((ip, 59_999)));
         assert_eq!(
             plan.addr(40_000),
-            SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 101), 20_000)
+            SocketAddr::from((Ipv4Addr::new(10, 77, 0, 101), 20_000))
         );
         assert_eq!(
             plan.addr(99_999),
-            SocketAddrV4::new(Ipv4Addr::new(10, 77, 0, 102), 39_999)
+            SocketAddr::from((Ipv4Addr::new(10, 77, 0, 102), 39_999))
         );
         let few = FlowPlan::new(ip, 20_000, 40_000, 32).unwrap();
         assert_eq!((few.addresses(), few.ports_per_addr), (1, 32));
+        // IPv6 plans count up the last octet the same way.
+        let v6: std::net::Ipv6Addr = "fd77::1".parse().unwrap();
+        let plan6 = FlowPlan::new(v6, 20_000, 10, 15).unwrap();
+        assert!(plan6.is_ipv6());
+        assert_eq!(
+            plan6.addr(12),
+            "[fd77::2]:20002".parse::<SocketAddr>().unwrap()
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! time for latency. Both speak the datagram format of [`crate::load`].
 
 use std::io;
-use std::net::SocketAddrV4;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::os::fd::OwnedFd;
 use std::process::Command;
 use std::sync::Arc;
@@ -28,6 +28,8 @@ const ETH: usize = 14;
 const IPV4: usize = 20;
 const UDP: usize = 8;
 const PAYLOAD: usize = ETH + IPV4 + UDP;
+const IPV6: usize = 40;
+const PAYLOAD_V6: usize = ETH + IPV6 + UDP;
 
 /// An interface inside a namespace, as the BPF calls need it.
 #[derive(Clone, Debug)]
@@ -126,14 +128,15 @@ pub fn checksum(bytes: &[u8]) -> u16 {
     !(sum as u16)
 }
 
-/// The frame every generated datagram starts from: Ethernet, IPv4 (checksummed), UDP
-/// with checksum 0 (none, which IPv4 allows, so stamping the payload needs no fix-up),
+/// The frame every generated datagram starts from: Ethernet, then IPv4 (checksummed) and
+/// UDP with checksum 0 (none, which IPv4 allows, so stamping the payload needs no
+/// fix-up), or IPv6 and UDP with its checksum (mandatory: the generator keeps it right),
 /// and a `payload_len`-byte payload (at least 12) that starts like RTP.
 pub fn template_frame(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    src: impl Into<SocketAddr>,
+    dst: impl Into<SocketAddr>,
     payload_len: usize,
 ) -> Vec<u8> {
     let mut payload = vec![0u8; payload_len.max(12)];
@@ -142,19 +145,21 @@ pub fn template_frame(
     frame_around(src_mac, dst_mac, src, dst, &payload)
 }
 
-/// Ethernet, IPv4 (checksummed) and UDP (checksum 0) around `payload`.
+/// Ethernet, IP and UDP around `payload` ([`crate::load::udp_packet`]).
 pub fn frame_around(
     src_mac: [u8; 6],
     dst_mac: [u8; 6],
-    src: SocketAddrV4,
-    dst: SocketAddrV4,
+    src: impl Into<SocketAddr>,
+    dst: impl Into<SocketAddr>,
     payload: &[u8],
 ) -> Vec<u8> {
-    let mut f = Vec::with_capacity(PAYLOAD + payload.len());
+    let (src, dst) = (src.into(), dst.into());
+    let mut f = Vec::with_capacity(PAYLOAD_V6 + payload.len());
     f.extend_from_slice(&dst_mac);
     f.extend_from_slice(&src_mac);
-    f.extend_from_slice(&0x0800u16.to_be_bytes());
-    f.extend_from_slice(&crate::load::ipv4_udp_packet(src, dst, payload));
+    let ethertype: u16 = if src.is_ipv6() { 0x86DD } else { 0x0800 };
+    f.extend_from_slice(&ethertype.to_be_bytes());
+    f.extend_from_slice(&crate::load::udp_packet(src, dst, payload));
     f
 }
 
@@ -182,10 +187,15 @@ pub fn framed_template(
 pub struct Stamps {
     /// The flow's port (16 bits, big endian).
     pub port_at: usize,
-    /// The last octet of the flow's IPv4 address (whose 4 bytes end here).
+    /// The last octet of the flow's address (whose `addr_len` bytes end here).
     pub octet_at: usize,
+    /// The address's length: 4 (IPv4) or 16 (IPv6).
+    pub addr_len: usize,
     /// True when that address is in the IPv4 header (its checksum is then adjusted).
     pub in_ip_header: bool,
+    /// Where the UDP checksum is, when the frame carries one (IPv6): every frame's is
+    /// then adjusted for what was stamped.
+    pub udp_checksum_at: Option<usize>,
     /// Where the RTP-like datagram starts: its bytes 2–3 get the count, 4–11 the time.
     pub datagram_at: usize,
 }
@@ -195,14 +205,27 @@ impl Stamps {
     pub const SOURCE: Stamps = Stamps {
         port_at: ETH + IPV4,
         octet_at: ETH + 15,
+        addr_len: 4,
         in_ip_header: true,
+        udp_checksum_at: None,
         datagram_at: PAYLOAD,
+    };
+    /// The flow is the frame's source, over IPv6 (client → relay).
+    pub const SOURCE_V6: Stamps = Stamps {
+        port_at: ETH + IPV6,
+        octet_at: ETH + 8 + 15,
+        addr_len: 16,
+        in_ip_header: false,
+        udp_checksum_at: Some(ETH + IPV6 + 6),
+        datagram_at: PAYLOAD_V6,
     };
     /// The flow is the frame's destination (transceiver → client, straight or NATed).
     pub const DESTINATION: Stamps = Stamps {
         port_at: ETH + IPV4 + 2,
         octet_at: ETH + 19,
+        addr_len: 4,
         in_ip_header: true,
+        udp_checksum_at: None,
         datagram_at: PAYLOAD,
     };
     /// The flow is the client in the relay frame header of a [`framed_template`]
@@ -211,17 +234,30 @@ impl Stamps {
     pub const FRAMED_CLIENT: Stamps = Stamps {
         port_at: PAYLOAD + 4,
         octet_at: PAYLOAD + 11,
+        addr_len: 4,
         in_ip_header: false,
+        udp_checksum_at: None,
         datagram_at: PAYLOAD + 16,
     };
 
+    /// The flow is the frame's source, in `plan`'s family.
+    pub fn source_of(plan: &FlowPlan) -> Stamps {
+        if plan.is_ipv6() {
+            Stamps::SOURCE_V6
+        } else {
+            Stamps::SOURCE
+        }
+    }
+
     /// The flow a frame carries where these stamps write it.
-    pub fn flow_of(&self, frame: &[u8]) -> SocketAddrV4 {
-        let ip: [u8; 4] = frame[self.octet_at - 3..=self.octet_at]
-            .try_into()
-            .expect("4 bytes");
-        SocketAddrV4::new(
-            ip.into(),
+    pub fn flow_of(&self, frame: &[u8]) -> SocketAddr {
+        let addr = &frame[self.octet_at + 1 - self.addr_len..=self.octet_at];
+        let ip: std::net::IpAddr = match self.addr_len {
+            4 => <[u8; 4]>::try_from(addr).expect("4 bytes").into(),
+            _ => <[u8; 16]>::try_from(addr).expect("16 bytes").into(),
+        };
+        SocketAddr::new(
+            ip,
             u16::from_be_bytes([frame[self.port_at], frame[self.port_at + 1]]),
         )
     }
@@ -245,6 +281,32 @@ mod state {
     pub(super) const LEN: usize = 48;
 }
 
+/// The template's UDP checksum (at `at`) with the words the generator stamps taken out:
+/// the one's-complement sum of everything else, to which the program adds each frame's
+/// port, count and time (and its address's increase). The template must carry the plan's
+/// first flow, count 0 and time 0 where the stamps go, or not: whatever it carries is
+/// taken out.
+pub fn udp_checksum_base(template: &[u8], at: usize, stamps: Stamps) -> u16 {
+    let word = |i: usize| u32::from(u16::from_be_bytes([template[i], template[i + 1]]));
+    let stamped = [
+        stamps.port_at,
+        stamps.datagram_at + 2,
+        stamps.datagram_at + 4,
+        stamps.datagram_at + 6,
+        stamps.datagram_at + 8,
+        stamps.datagram_at + 10,
+    ];
+    // ~checksum is the sum of all words; subtracting a word is adding its complement.
+    let mut sum = u32::from(!u16::from_be_bytes([template[at], template[at + 1]]));
+    for i in stamped {
+        sum += 0xffff - word(i);
+    }
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
 /// The generator's program. Paced in the kernel: a frame that is not yet due (by
 /// `bpf_ktime_get_ns` against the state's schedule), or beyond the total, is dropped back
 /// to the page pool; a due one advances the schedule (never letting it fall more than a
@@ -255,7 +317,9 @@ mod state {
 /// the time since the epoch (ns, big endian), and leaves with `XDP_TX`. Frame `n` (from 1)
 /// belongs to flow `n % plan.flows` and gets that flow's source address and port; when
 /// the plan has several addresses, the IPv4 checksum is adjusted for the changed last
-/// octet (RFC 1624: the sum grows by the octet's increase).
+/// octet (RFC 1624: the sum grows by the octet's increase). A frame with a UDP checksum
+/// (IPv6) gets it adjusted for everything stamped: [`udp_checksum_base`] is the
+/// template's sum without the stamped words, and the program adds each frame's own.
 pub fn generator_program(
     state_fd: i32,
     template: &[u8],
@@ -303,13 +367,22 @@ pub fn generator_program(
     a.mov_reg(4, 3);
     a.mod_imm(4, plan.ports_per_addr as i32);
     a.add_imm(4, i32::from(plan.first_port));
+    if let Some(at) = stamps.udp_checksum_at {
+        // r5: the frame's UDP sum, from the template's without the stamped words.
+        a.mov_imm64(5, u64::from(udp_checksum_base(template, at, stamps)));
+        a.add_reg(5, 4);
+    }
     a.to_be(4, 16);
     a.store_reg(H, 9, stamps.port_at as i16, 4);
     if plan.addresses() > 1 {
         a.div_imm(3, plan.ports_per_addr as i32); // the address's index: its octet's increase
         a.mov_reg(4, 3);
-        a.add_imm(4, i32::from(plan.first_ip.octets()[3]));
+        a.add_imm(4, i32::from(crate::load::last_octet(plan.first_ip)));
         a.store_reg(B, 9, stamps.octet_at as i16, 4);
+        if stamps.udp_checksum_at.is_some() {
+            // The octet is the low byte of its word: the word grows by the index.
+            a.add_reg(5, 3);
+        }
     }
     if plan.addresses() > 1 && stamps.in_ip_header {
         a.add_imm(3, i32::from(!template_sum)); // the header's sum, grown
@@ -323,11 +396,38 @@ pub fn generator_program(
         a.store_reg(H, 9, (ETH + 10) as i16, 3);
     }
     a.mov_reg(3, 2);
+    if stamps.udp_checksum_at.is_some() {
+        a.mov_reg(4, 2);
+        a.and_imm(4, 0xffff);
+        a.add_reg(5, 4);
+    }
     a.to_be(3, 16);
     a.store_reg(H, 9, (stamps.datagram_at + 2) as i16, 3);
     a.mov_reg(0, 7);
     a.mov_imm64(1, epoch_ktime);
     a.sub_reg(0, 1);
+    if let Some(at) = stamps.udp_checksum_at {
+        // The time's four words, then the sum folded to 16 bits, complemented (a sum of
+        // 0 is sent as 0xffff: 0 would mean "no checksum").
+        for shift in [48, 32, 16, 0] {
+            a.mov_reg(4, 0);
+            a.rsh_imm(4, shift);
+            a.and_imm(4, 0xffff);
+            a.add_reg(5, 4);
+        }
+        for _ in 0..3 {
+            a.mov_reg(4, 5);
+            a.rsh_imm(4, 16);
+            a.and_imm(5, 0xffff);
+            a.add_reg(5, 4);
+        }
+        a.xor_imm(5, 0xffff);
+        a.jump(JNE, 5, Err(0), "checksummed");
+        a.mov_imm(5, 0xffff);
+        a.label("checksummed");
+        a.to_be(5, 16);
+        a.store_reg(H, 9, at as i16, 5);
+    }
     a.to_be(0, 64);
     a.store_reg(DW, 9, (stamps.datagram_at + 4) as i16, 0);
     a.ret(action::TX);
@@ -373,17 +473,39 @@ pub enum Counted {
     FromPort(u16),
 }
 
-/// The sink's program: an IPv4 UDP frame (no options) that is `counted` is counted in
-/// the per-CPU `counts[0]`; one in `sample_every` goes on to the kernel (for the latency
-/// socket), the rest are dropped; everything else passes untouched.
+/// The sink's program: a UDP frame over IPv4 (no options) or IPv6 (no extension
+/// headers) that is `counted` is counted in the per-CPU `counts[0]`; one in
+/// `sample_every` goes on to the kernel (for the latency socket), the rest are dropped;
+/// everything else passes untouched.
 pub fn sink_program(counts_fd: i32, counted: Counted, sample_every: u32) -> Vec<Insn> {
-    let (offset, port) = match counted {
-        Counted::ToPort(p) => (ETH + IPV4 + 2, p),
-        Counted::FromPort(p) => (ETH + IPV4, p),
+    let (port_offset, port) = match counted {
+        Counted::ToPort(p) => (2, p),
+        Counted::FromPort(p) => (0, p),
     };
     let mut a = Asm::default();
-    ipv4_udp_or_pass(&mut a);
-    a.load(H, 5, 2, offset as i16);
+    a.load(ufrag_bpf::asm::W, 2, 1, 0);
+    a.load(ufrag_bpf::asm::W, 3, 1, 4);
+    a.mov_reg(4, 2);
+    a.add_imm(4, PAYLOAD as i32);
+    a.jump(JGT, 4, Ok(3), "pass"); // shorter than any IPv4 UDP frame
+    a.load(H, 5, 2, 12);
+    a.jump(JEQ, 5, Err(0x0008), "ipv4"); // the ethertypes as loaded (little endian)
+    a.jump(JNE, 5, Err(0xDD86), "pass");
+    // IPv6: a whole fixed header and a UDP header, UDP next.
+    a.mov_reg(4, 2);
+    a.add_imm(4, PAYLOAD_V6 as i32);
+    a.jump(JGT, 4, Ok(3), "pass");
+    a.load(B, 5, 2, (ETH + 6) as i16);
+    a.jump(JNE, 5, Err(17), "pass");
+    a.load(H, 5, 2, (ETH + IPV6 + port_offset) as i16);
+    a.goto("port");
+    a.label("ipv4");
+    a.load(B, 5, 2, ETH as i16);
+    a.jump(JNE, 5, Err(0x45), "pass");
+    a.load(B, 5, 2, (ETH + 9) as i16);
+    a.jump(JNE, 5, Err(17), "pass");
+    a.load(H, 5, 2, (ETH + IPV4 + port_offset) as i16);
+    a.label("port");
     a.jump(JNE, 5, Err(port_as_loaded(port)), "pass");
     a.lookup_array(counts_fd, 0, "pass");
     a.load(DW, 7, 0, 0);
@@ -567,7 +689,7 @@ impl XdpGenerator {
         plan: &FlowPlan,
         epoch: Instant,
     ) -> io::Result<Self> {
-        Self::stamping(from, peer, frame, (plan, Stamps::SOURCE), epoch)
+        Self::stamping(from, peer, frame, (plan, Stamps::source_of(plan)), epoch)
     }
 
     /// Like [`XdpGenerator::new`], with each flow written where `stamps` say (and
@@ -850,17 +972,49 @@ mod tests {
     }
 
     fn sample_plan() -> FlowPlan {
-        FlowPlan::new("10.77.0.1".parse().unwrap(), 20_000, 1000, 2500).unwrap()
+        FlowPlan::new(
+            "10.77.0.1".parse::<std::net::Ipv4Addr>().unwrap(),
+            20_000,
+            1000,
+            2500,
+        )
+        .unwrap()
     }
 
     fn sample_template() -> Vec<u8> {
         template_frame(
             [2, 0, 0, 0, 0, 1],
             [2, 0, 0, 0, 0, 2],
-            "10.77.0.1:20000".parse().unwrap(),
-            "10.77.0.2:3478".parse().unwrap(),
+            "10.77.0.1:20000".parse::<SocketAddrV4>().unwrap(),
+            "10.77.0.2:3478".parse::<SocketAddrV4>().unwrap(),
             DATAGRAM_LEN,
         )
+    }
+
+    #[test]
+    fn the_checksum_base_plus_the_templates_own_words_is_its_checksum() {
+        let f = template_frame(
+            [2, 0, 0, 0, 0, 1],
+            [2, 0, 0, 0, 0, 2],
+            "[fd77::1]:20000".parse::<SocketAddr>().unwrap(),
+            "[fd77::2]:3478".parse::<SocketAddr>().unwrap(),
+            DATAGRAM_LEN,
+        );
+        let stamps = Stamps::SOURCE_V6;
+        let at = stamps.udp_checksum_at.unwrap();
+        let word = |i: usize| u32::from(u16::from_be_bytes([f[i], f[i + 1]]));
+        let mut sum = u32::from(udp_checksum_base(&f, at, stamps));
+        for i in [stamps.port_at, stamps.datagram_at + 2]
+            .into_iter()
+            .chain((4..12).step_by(2).map(|k| stamps.datagram_at + k))
+        {
+            sum += word(i);
+        }
+        while sum >> 16 != 0 {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        assert_eq!(!(sum as u16), u16::from_be_bytes([f[at], f[at + 1]]));
+        assert_eq!(stamps.flow_of(&f), "[fd77::1]:20000".parse().unwrap());
     }
 
     #[test]

@@ -39,6 +39,14 @@ fn tools() -> Tools {
     }
 }
 
+/// The IPv4 address of an IPv4 plan's flow.
+fn v4(a: SocketAddr) -> SocketAddrV4 {
+    match a {
+        SocketAddr::V4(v4) => v4,
+        SocketAddr::V6(v6) => panic!("{v6}: an IPv4 plan"),
+    }
+}
+
 #[test]
 fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
     let Tools {
@@ -126,6 +134,61 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
     assert_eq!(probe.received(), 1_000, "passed to the kernel untouched");
 }
 
+/// The same over IPv6, where UDP must carry a checksum: every frame the program stamps
+/// (its flow's port, the count and the time) sums to zero over the pseudo-header, and the
+/// sampled frames reach the socket, which the kernel allows only with a valid checksum.
+#[test]
+fn ipv6_frames_carry_valid_udp_checksums_and_are_counted_exactly() {
+    let Tools {
+        bed,
+        client,
+        peer,
+        xcv,
+        ..
+    } = tools();
+    let epoch = Instant::now();
+    let dst = SocketAddr::new(bed.transceiver.addr6.into(), 41_000);
+    let socket_sink = Sink::start_in(Some(&bed.transceiver.ns), dst, false, epoch).expect("sink");
+    let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 16).expect("XDP sink");
+    let plan = FlowPlan::new(bed.client.addr6, 20_000, 8, 8).unwrap();
+    let frame = template_frame(client.mac, xcv.mac, plan.addr(0), dst, DATAGRAM_LEN);
+    let generator = XdpGenerator::new(client, Some(&peer), frame, &plan, epoch).expect("generator");
+
+    // The one's-complement sum of pseudo-header and UDP segment is 0xffff when right.
+    let sums_right = |f: &[u8]| {
+        let udp = &f[14 + 40..];
+        let mut pseudo = f[14 + 8..14 + 40].to_vec();
+        pseudo.extend_from_slice(&(udp.len() as u32).to_be_bytes());
+        pseudo.extend_from_slice(&[0, 0, 0, 17]);
+        pseudo.extend_from_slice(udp);
+        checksum(&pseudo) == 0
+    };
+    let stamped = generator.stamp(12).expect("BPF_PROG_TEST_RUN");
+    for (n, f) in stamped.iter().enumerate() {
+        let port = u16::from_be_bytes([f[54], f[55]]);
+        assert_eq!(
+            port,
+            20_000 + ((n as u16 + 1) % 8),
+            "frame {n}: its flow's port"
+        );
+        assert!(sums_right(f), "frame {n}: the UDP checksum is right");
+    }
+
+    sink.reset();
+    socket_sink.reset();
+    let (sent, _) = generator
+        .send(50_000, Duration::from_millis(400))
+        .expect("send");
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(sent, 20_000);
+    assert_eq!(sink.received(), sent, "every frame counted once");
+    let sampled = socket_sink.received();
+    assert!(
+        (sent / 16 - 5..=sent / 16 + 5).contains(&sampled),
+        "one in 16 reached the socket, checksum and all: {sampled} of {sent}"
+    );
+}
+
 /// Live-frame pages come back recycled, not reset: a frame NATed and routed by the relay
 /// host returned with the relay's MAC and the transceiver's address in it, the bridge
 /// learnt the relay's MAC on the client's port, and 95 % of the next frames never reached
@@ -155,9 +218,9 @@ fn the_generator_stamps_each_flow_of_a_plan_over_several_addresses() {
     let generator =
         XdpGenerator::new(client, Some(&peer), frame, &plan, Instant::now()).expect("generator");
     let frames = generator.stamp(15).expect("test runs");
-    let sources: Vec<SocketAddrV4> = frames.iter().map(|f| Stamps::SOURCE.flow_of(f)).collect();
+    let sources: Vec<SocketAddr> = frames.iter().map(|f| Stamps::SOURCE.flow_of(f)).collect();
     // Frame n (from 1) is flow n % 7.
-    let expected: Vec<SocketAddrV4> = (1..=15).map(|n| plan.addr(n % 7)).collect();
+    let expected: Vec<SocketAddr> = (1..=15).map(|n| plan.addr(n % 7)).collect();
     assert_eq!(sources, expected);
     for f in &frames {
         assert_eq!(checksum(&f[14..34]), 0, "the IPv4 header sums to 0: {f:?}");
@@ -176,7 +239,7 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
     let epoch = Instant::now();
     let dst = SocketAddrV4::new(bed.transceiver.addr, 41_000);
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
-    let _nat = perf::alternatives::Nftables::start(&bed.relay.ns, vip, dst)
+    let _nat = perf::alternatives::Nftables::start(&bed.relay.ns, vip.into(), dst.into())
         .expect("nftables (scripts/test.sh installs nft)");
     let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 1_000_000).expect("XDP sink");
     let frame = template_frame(
@@ -216,7 +279,7 @@ fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
     let frame = template_frame(
         client_mac,
         rewrite.relay_mac,
-        "10.77.0.1:20005".parse().unwrap(),
+        "10.77.0.1:20005".parse::<SocketAddrV4>().unwrap(),
         rewrite.vip,
         DATAGRAM_LEN,
     );
@@ -248,8 +311,8 @@ fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
     let other_port = template_frame(
         client_mac,
         rewrite.relay_mac,
-        "10.77.0.1:20005".parse().unwrap(),
-        "10.77.0.2:3479".parse().unwrap(),
+        "10.77.0.1:20005".parse::<SocketAddrV4>().unwrap(),
+        "10.77.0.2:3479".parse::<SocketAddrV4>().unwrap(),
         DATAGRAM_LEN,
     );
     let (verdict, out) = XdpRelay::run_once(&rewrite, &other_port).expect("run");
@@ -281,7 +344,7 @@ impl RelayFlows {
         framed_template(
             (xcv.mac, relay.mac),
             (self.transceiver, SocketAddrV4::new(bed.relay.addr, 40_000)),
-            (self.plan.addr(0), self.vip),
+            (v4(self.plan.addr(0)), self.vip),
             DATAGRAM_LEN,
         )
     }
@@ -296,7 +359,7 @@ fn relay_mio_with_flows(bed: &Testbed, seed: u32) -> (testkit::OwnedChild, Relay
     let plan = FlowPlan::new(bed.client.addr, 30_000, 40_000, 20).unwrap();
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
     let transceiver = SocketAddrV4::new(bed.transceiver.addr, 41_000);
-    perf::load::make_flows(Some(&bed.client.ns), &plan, vip, 1_000, |f| {
+    perf::load::make_flows(Some(&bed.client.ns), &plan, vip.into(), 1_000, |f| {
         perf::probe::binding_request(&keys, transceiver.into(), seed + f)
     })
     .expect("flows made");
@@ -334,7 +397,7 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
     for (n, f) in generator.stamp(25).expect("test runs").iter().enumerate() {
         let header = FrameHeader::parse(&f[42..]).expect("a frame header").0;
         let flow = plan.addr((n as u32 + 1) % 20);
-        assert_eq!(header.client, flow.into(), "frame {n}");
+        assert_eq!(header.client, flow, "frame {n}");
         assert_eq!(f[42 + 16], 0x80, "the datagram follows the header");
     }
     let mut sink = XdpSink::attach(&client, Counted::FromPort(3478), NEVER_SAMPLED).expect("sink");

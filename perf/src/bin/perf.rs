@@ -92,6 +92,10 @@ enum Cmd {
         /// conversation; 0.8: the model speaking while the user listens).
         #[arg(long, default_value_t = 0.5)]
         downlink_share: f64,
+        /// Clients, relay and transceiver over IPv6 (uplink only; the setups that speak
+        /// it: direct, naive, bare, nftables, our relays; up to 40,000 flows).
+        #[arg(long, default_value_t = false)]
+        ipv6: bool,
         /// The generator: `live-frames` (BPF_PROG_RUN live frames, paced in the kernel;
         /// it busy-polls the tools' core) or `sockets` (sendmmsg from the sockets of the first 256
         /// flows).
@@ -378,6 +382,7 @@ fn main() {
             flows,
             direction,
             downlink_share,
+            ipv6,
             generator,
             no_steer,
             forwarder_cpu,
@@ -385,7 +390,7 @@ fn main() {
         } => compare(
             &search,
             &only,
-            (flows, &direction, downlink_share),
+            (flows, &direction, downlink_share, ipv6),
             &generator,
             (!no_steer, forwarder_cpu),
             &out,
@@ -966,6 +971,12 @@ impl Setup {
         }
     }
 
+    /// Whether `perf compare --ipv6` can run the setup: not the nginx and Quilkin
+    /// configurations (written for IPv4 here) nor the in-kernel rewrite (IPv4 only).
+    fn speaks_ipv6(&self) -> bool {
+        !matches!(self, Setup::Nginx | Setup::Quilkin { .. } | Setup::XdpRelay)
+    }
+
     fn name(&self) -> String {
         match self {
             Setup::Direct => "direct path (no relay)".into(),
@@ -1011,7 +1022,7 @@ const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
 fn compare(
     search: &Search,
     only: &[String],
-    (flows, direction, downlink_share): (u32, &str, f64),
+    (flows, direction, downlink_share, ipv6): (u32, &str, f64, bool),
     generator: &str,
     (steer, forwarder_cpu): (bool, usize),
     out: &std::path::Path,
@@ -1036,6 +1047,7 @@ fn compare(
         "--downlink-share goes with --direction both"
     );
     let downlink = way != Way::Up;
+    assert!(!(ipv6 && downlink), "--ipv6 measures the uplink only");
     assert!(
         live_frames || !downlink,
         "--direction down or both needs --generator live-frames"
@@ -1043,7 +1055,6 @@ fn compare(
     use perf::xdp::{
         Counted, Iface, NEVER_SAMPLED, Stamps, XdpGenerator, XdpLoad, XdpSink, template_frame,
     };
-    use std::net::SocketAddrV4;
     use testkit::testbed::Testbed;
     perf::load::pin_to_load_cpu();
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
@@ -1060,9 +1071,15 @@ fn compare(
         None,
     )
     .unwrap();
-    let sink_addr = SocketAddrV4::new(bed.transceiver.addr, SINK_PORT);
-    let vip = SocketAddr::from((bed.relay.addr, 3478));
-    let internal = SocketAddr::from((bed.relay.addr, 40_000));
+    let sink_addr = SocketAddr::new(bed.transceiver.ip(ipv6), SINK_PORT);
+    let vip = SocketAddr::new(bed.relay.ip(ipv6), 3478);
+    let internal = SocketAddr::new(bed.relay.ip(ipv6), 40_000);
+    let transceiver_net = if ipv6 { "fd77::/64" } else { "10.77.0.0/24" };
+    // The downlink's frames and the v4-only setups take IPv4 addresses.
+    let v4 = |a: SocketAddr| match a {
+        SocketAddr::V4(v4) => v4,
+        SocketAddr::V6(_) => unreachable!("IPv6 runs uplink only, without v4-only setups"),
+    };
     let metrics = SocketAddr::from(([127, 0, 0, 1], 9100));
     let exe_dir = std::env::current_exe()
         .expect("own path")
@@ -1081,7 +1098,7 @@ fn compare(
     // addresses from .100 on, added to its interface.
     let plan = if flows <= PORTS_PER_CLIENT_ADDR {
         FlowPlan::new(
-            bed.client.addr,
+            bed.client.ip(ipv6),
             FIRST_CLIENT_PORT,
             PORTS_PER_CLIENT_ADDR,
             flows,
@@ -1099,10 +1116,16 @@ fn compare(
         plan.addresses() <= 6,
         "--flows {flows}: at most 6 client addresses"
     );
-    if plan.first_ip != bed.client.addr {
+    assert!(
+        !ipv6 || plan.addresses() == 1,
+        "--ipv6: at most {PORTS_PER_CLIENT_ADDR} flows (one client address)"
+    );
+    if plan.first_ip != bed.client.ip(ipv6) {
         for i in 0..plan.addresses() {
-            bed.add_client_address(plan.ip(i))
-                .expect("add a client address");
+            let std::net::IpAddr::V4(extra) = plan.ip(i) else {
+                unreachable!("IPv6 plans have one address")
+            };
+            bed.add_client_address(extra).expect("add a client address");
         }
     }
 
@@ -1164,6 +1187,16 @@ fn compare(
         }
     }
 
+    let mut not_ipv6 = vec![];
+    if ipv6 {
+        setups.retain(|setup| {
+            let speaks = setup.speaks_ipv6();
+            if !speaks {
+                not_ipv6.push(setup.name());
+            }
+            speaks
+        });
+    }
     let mut not_downlink = vec![];
     if downlink {
         setups.retain(|setup| {
@@ -1181,7 +1214,7 @@ fn compare(
     let mut receive_buffer_drops = vec![];
     for setup in setups {
         let name = setup.name();
-        let to = |port: u16| SocketAddrV4::new(bed.relay.addr, port);
+        let to = |port: u16| SocketAddr::new(bed.relay.ip(ipv6), port);
         let (dst, dst_mac, framed) = match &setup {
             Setup::Direct => (sink_addr, xcv_if.mac, false),
             Setup::Naive => (to(4001), relay_if.mac, false),
@@ -1197,20 +1230,15 @@ fn compare(
             Setup::Naive => Running::Naive(
                 perf::bare::NaiveForwarder::start_in(
                     Some(&bed.relay.ns),
-                    SocketAddr::V4(dst),
-                    SocketAddr::V4(sink_addr),
+                    dst,
+                    sink_addr,
                     forwarder_cpu,
                 )
                 .expect("naive forwarder"),
             ),
             Setup::Bare => Running::Bare(
-                BareForwarder::start_in(
-                    Some(&bed.relay.ns),
-                    SocketAddr::V4(dst),
-                    SocketAddr::V4(sink_addr),
-                    forwarder_cpu,
-                )
-                .expect("bare forwarder"),
+                BareForwarder::start_in(Some(&bed.relay.ns), dst, sink_addr, forwarder_cpu)
+                    .expect("bare forwarder"),
             ),
             Setup::Nftables => Running::Nftables(
                 perf::alternatives::Nftables::start(&bed.relay.ns, dst, sink_addr)
@@ -1219,8 +1247,8 @@ fn compare(
             Setup::Nginx => Running::Nginx(
                 perf::alternatives::Nginx::start(
                     &bed.relay.ns,
-                    dst,
-                    sink_addr,
+                    v4(dst),
+                    v4(sink_addr),
                     forwarder_cpu,
                     flows,
                 )
@@ -1236,8 +1264,8 @@ fn compare(
                 };
                 let quilkin = perf::alternatives::Quilkin::start(
                     &bed.relay.ns,
-                    dst,
-                    sink_addr,
+                    v4(dst),
+                    v4(sink_addr),
                     forwarder_cpu,
                     xdp.then_some(bed.relay.ifname.as_str()),
                 )
@@ -1248,9 +1276,9 @@ fn compare(
                 let (ns, ifname) = bed.bridge_side(&bed.relay);
                 let peer = Iface::lookup(&ns, &ifname).expect("the relay's bridge port");
                 let rewrite = perf::xdp::Rewrite {
-                    vip: dst,
+                    vip: v4(dst),
                     relay_mac: relay_if.mac,
-                    to: sink_addr,
+                    to: v4(sink_addr),
                     to_mac: xcv_if.mac,
                 };
                 Running::XdpRelay(
@@ -1273,7 +1301,7 @@ fn compare(
                         &internal.to_string(),
                     ])
                     .args(["--workers", "1", "--cpus", &forwarder_cpu.to_string()])
-                    .args(["--allow-transceiver-net", "10.77.0.0/24"])
+                    .args(["--allow-transceiver-net", transceiver_net])
                     .args(["--metrics-addr", &metrics.to_string()])
                     // Every flow is made before the search and must outlive it; the
                     // admission limits meant for the internet would refuse them.
@@ -1318,7 +1346,7 @@ fn compare(
                     FLOWS_MADE_PER_SECOND,
                     |f| {
                         if framed {
-                            perf::probe::binding_request(&keys, SocketAddr::V4(sink_addr), f)
+                            perf::probe::binding_request(&keys, sink_addr, f)
                         } else {
                             datagram.clone()
                         }
@@ -1340,10 +1368,7 @@ fn compare(
         }
         // The sockets that made the flows send the load, or in live-frames mode the
         // latency trial.
-        let sockets = perf::xdp::Sender::Sockets(
-            flow_maker.with_payload_len(search.size),
-            SocketAddr::V4(dst),
-        );
+        let sockets = perf::xdp::Sender::Sockets(flow_maker.with_payload_len(search.size), dst);
         let downlink_load = || {
             // Replies from the transceiver's veth: to the relay's internal port in a
             // frame naming the client, or (NAT, direct) to the client's port; counted on
@@ -1359,7 +1384,7 @@ fn compare(
                 Setup::Nftables => {
                     // The reply goes to the VIP at the client's port; conntrack undoes it.
                     let to_vip = FlowPlan {
-                        first_ip: bed.relay.addr,
+                        first_ip: bed.relay.addr.into(),
                         ..plan
                     };
                     let frame =
@@ -1369,8 +1394,8 @@ fn compare(
                 _ => (
                     perf::xdp::framed_template(
                         (xcv_if.mac, relay_if.mac),
-                        (sink_addr, to(internal.port())),
-                        (plan.addr(0), to(vip.port())),
+                        (v4(sink_addr), v4(to(internal.port()))),
+                        (v4(plan.addr(0)), v4(to(vip.port()))),
                         size,
                     ),
                     plan,
@@ -1419,13 +1444,8 @@ fn compare(
             };
             let sink = XdpSink::attach(&xcv_if, Counted::ToPort(SINK_PORT), SAMPLE_EVERY)
                 .expect("XDP sink");
-            let sampler = Sink::start_in(
-                Some(&bed.transceiver.ns),
-                SocketAddr::V4(sink_addr),
-                framed,
-                epoch,
-            )
-            .expect("latency socket");
+            let sampler = Sink::start_in(Some(&bed.transceiver.ns), sink_addr, framed, epoch)
+                .expect("latency socket");
             XdpLoad {
                 generator,
                 latency_generator,
@@ -1612,6 +1632,13 @@ fn compare(
             }
         ));
     }
+    if !not_ipv6.is_empty() {
+        notes.push_str(&format!(
+            "Not measured over IPv6: {} (their configurations here, and the in-kernel rewrite, are \
+             IPv4 only).\n\n",
+            not_ipv6.join(", ")
+        ));
+    }
     if !not_downlink.is_empty() {
         notes.push_str(&format!(
             "Not measured with downlink traffic: {} (they forward one way only, answer from upstream ports of their own \
@@ -1666,7 +1693,8 @@ fn compare(
     let report = perf::report::markdown(
         (
             &format!(
-                "Side by side on the netns testbed ({way}, {flows} flows): is kernel bypass warranted?"
+                "Side by side on the netns testbed ({way}, {flows} flows{}): is kernel bypass warranted?",
+                if ipv6 { ", IPv6" } else { "" }
             ),
             &format!("{}-byte datagrams, {arrow}", search.size),
         ),
