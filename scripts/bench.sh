@@ -18,7 +18,8 @@
 #      needs root), with a profile of each forwarder's core (Linux perf); the same
 #      downlink, transceiver → client (target/perf/compare-downlink.md); with 1,200-byte
 #      datagrams (target/perf/compare-1200b.md); the stateful ones again over 100,000
-#      flows (target/perf/compare-100k-flows.md); both directions with 80 % downlink, as
+#      flows (target/perf/compare-100k-flows.md); over IPv6 (target/perf/compare-ipv6.md);
+#      both directions with 80 % downlink, as
 #      while the model speaks (target/perf/compare-model-speaks.md); and the latency of sleeping and
 #      busy-polling relays with no kernel work steered across cores
 #      (target/perf/compare-latency.md).
@@ -72,6 +73,9 @@ target/release/perf compare --size 1200 --only direct,nftables,mio,afxdp-native-
 echo "== the same with 100k flows, for the setups that keep per-flow state (perf compare --flows)"
 target/release/perf compare --flows 100000 --only direct,nftables,nginx,quilkin,mio,afxdp-native-wakeup \
   --out target/perf/compare-100k-flows.md
+echo "== IPv6: the setups that speak it (perf compare --ipv6)"
+target/release/perf compare --ipv6 --only direct,naive,bare,nftables,mio,afxdp-skb-wakeup,afxdp-native-wakeup \
+  --out target/perf/compare-ipv6.md
 echo "== the model speaking: both directions, 80 % downlink (perf compare --direction both --downlink-share 0.8)"
 target/release/perf compare --direction both --downlink-share 0.8 \
   --only direct,nftables,mio,afxdp-skb-wakeup,afxdp-native-wakeup \

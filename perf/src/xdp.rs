@@ -1,8 +1,9 @@
 //! Load tools in BPF, so that the tools are never the limit of what they measure.
 //!
-//! [`XdpGenerator`] transmits one prebuilt IPv4/UDP frame many times with `BPF_PROG_RUN`
+//! [`XdpGenerator`] transmits one prebuilt UDP frame (IPv4 or IPv6) many times with `BPF_PROG_RUN`
 //! in live-frames mode (the mechanism behind xdp-trafficgen): a small XDP program stamps
-//! each copy with a flow (source port), a sequence number and the send time, and returns
+//! each copy with a flow (source port), a sequence number and the send time (keeping an
+//! IPv6 frame's UDP checksum right), and returns
 //! `XDP_TX`, so the frame leaves the client's veth as if a NIC had sent it: no socket, no
 //! syscall per frame or batch, no IP output path; the program paces itself against
 //! `bpf_ktime_get_ns` in one long run (a run per slice cost ~24 ms to tear down at
