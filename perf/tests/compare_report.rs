@@ -8,30 +8,54 @@
 use testkit::cargo_build::bin;
 use testkit::testbed::tools::require_root;
 
-#[test]
-fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
+/// What one `perf compare` run wrote: the Markdown report, its JSON and its SVG.
+struct Written {
+    report: String,
+    json: serde_json::Value,
+    svg: String,
+}
+
+/// Runs `perf compare` with `args` and short trials (one search, 0.3 s trials, a 1 s
+/// latency trial at 5,000 pps, at most `max_pps`), and reads what it wrote.
+fn compare(args: &[&str], max_pps: &str) -> Written {
     require_root();
     // compare starts the relay from its own directory.
     bin("relay-mio");
-    let dir = std::env::temp_dir().join(format!("ufrag-compare-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!(
+        "ufrag-compare-{}-{}",
+        std::process::id(),
+        args.join("").len()
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("compare.md");
     let run = std::process::Command::new(bin("perf"))
-        .args(["compare", "--only", "direct,mio,mio-busy", "--no-steer"])
-        .args(["--repeats", "1", "--trial", "300ms", "--max-pps", "40000"])
+        .arg("compare")
+        .args(args)
+        .args(["--repeats", "1", "--trial", "300ms", "--max-pps", max_pps])
         .args(["--fixed-pps", "5000", "--latency-trial", "1s"])
         .arg("--out")
         .arg(&out)
         .output()
         .expect("perf compare runs");
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "perf compare failed: {stderr}");
-    let report = std::fs::read_to_string(&out).unwrap();
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
-            .unwrap();
-    let svg = std::fs::read_to_string(out.with_extension("svg")).unwrap();
+    assert!(
+        run.status.success(),
+        "perf compare {args:?} failed: {stderr}"
+    );
+    let read = |ext: &str| std::fs::read_to_string(out.with_extension(ext)).unwrap();
+    let written = Written {
+        report: read("md"),
+        json: serde_json::from_str(&read("json")).unwrap(),
+        svg: read("svg"),
+    };
     let _ = std::fs::remove_dir_all(&dir);
+    written
+}
+
+#[test]
+fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
+    let Written { report, json, svg } =
+        compare(&["--only", "direct,mio,mio-busy", "--no-steer"], "40000");
 
     assert!(report.contains("## Latency at 5000 pps"), "{report}");
     for setup in ["direct path (no relay)", "relay-mio", "relay-mio busy"] {
@@ -76,26 +100,8 @@ fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
 /// socket), and the setups written for IPv4 named as not measured.
 #[test]
 fn an_ipv6_compare_forwards_through_nftables_and_relay_mio() {
-    require_root();
-    bin("relay-mio");
-    let dir = std::env::temp_dir().join(format!("ufrag-compare-v6-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let out = dir.join("compare.md");
-    let run = std::process::Command::new(bin("perf"))
-        .args(["compare", "--ipv6", "--only", "direct,nftables,nginx,mio"])
-        .args(["--repeats", "1", "--trial", "300ms", "--max-pps", "20000"])
-        .args(["--fixed-pps", "5000", "--latency-trial", "1s"])
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .expect("perf compare runs");
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "perf compare --ipv6 failed: {stderr}");
-    let report = std::fs::read_to_string(&out).unwrap();
-    let json: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
-            .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    let Written { report, json, .. } =
+        compare(&["--ipv6", "--only", "direct,nftables,nginx,mio"], "20000");
     assert!(report.contains("1000 flows, IPv6"), "{report}");
     assert!(report.contains("Not measured over IPv6: nginx"), "{report}");
     let rows = json["rows"].as_array().unwrap();

@@ -132,15 +132,20 @@ impl Drop for RedisServer {
     }
 }
 
-/// One command over a raw RESP connection: the reply as text (bulk or simple string,
-/// integer); `None` for nil, an error or a broken connection.
-fn resp_command(mut s: TcpStream, args: &[&str]) -> Option<String> {
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+/// A command in RESP: an array of bulk strings.
+fn resp_request(args: &[&str]) -> Vec<u8> {
     let mut request = format!("*{}\r\n", args.len());
     for a in args {
         request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
     }
-    s.write_all(request.as_bytes()).ok()?;
+    request.into_bytes()
+}
+
+/// One command over a raw RESP connection: the reply as text (bulk or simple string,
+/// integer); `None` for nil, an error or a broken connection.
+fn resp_command(mut s: TcpStream, args: &[&str]) -> Option<String> {
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(&resp_request(args)).ok()?;
     let mut reply = Vec::new();
     let mut buf = [0u8; 4096];
     loop {
@@ -323,12 +328,12 @@ impl RedisSentinel {
     pub fn master_port(&self, master: &str) -> Option<u16> {
         let mut s = TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-        let args = ["SENTINEL", "get-master-addr-by-name", master];
-        let mut request = format!("*{}\r\n", args.len());
-        for a in args {
-            request.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
-        s.write_all(request.as_bytes()).ok()?;
+        s.write_all(&resp_request(&[
+            "SENTINEL",
+            "get-master-addr-by-name",
+            master,
+        ]))
+        .ok()?;
         // *2 $<n> ip $<n> port: the port is the last line.
         let mut buf = [0u8; 256];
         let n = s.read(&mut buf).ok()?;
