@@ -37,13 +37,7 @@ impl RedisServer {
 
     /// Like [`RedisServer::start_on`], with more `redis-server` flags.
     pub fn start_with(addr: SocketAddr, ns: Option<&str>, extra: &[&str]) -> RedisServer {
-        let dir = std::env::temp_dir().join(format!(
-            "redis-{}-{}-{}",
-            std::process::id(),
-            addr.ip(),
-            addr.port()
-        ));
-        std::fs::create_dir_all(&dir).expect("a directory for redis");
+        let dir = private_dir("redis", addr);
         let mut command = match ns {
             Some(ns) => {
                 let mut c = Command::new("ip");
@@ -130,6 +124,18 @@ impl Drop for RedisServer {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// A fresh directory of this process for the server `kind` on `addr`.
+fn private_dir(kind: &str, addr: SocketAddr) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "{kind}-{}-{}-{}",
+        std::process::id(),
+        addr.ip(),
+        addr.port()
+    ));
+    std::fs::create_dir_all(&dir).expect("a directory for redis");
+    dir
 }
 
 /// A command in RESP: an array of bulk strings.
@@ -272,13 +278,7 @@ impl RedisSentinel {
     /// Starts it and waits until it answers.
     pub fn start(ip: Ipv4Addr, master: &str, master_addr: SocketAddr) -> RedisSentinel {
         let addr = SocketAddr::from((ip, free_tcp_port(ip)));
-        let dir = std::env::temp_dir().join(format!(
-            "redis-sentinel-{}-{}-{}",
-            std::process::id(),
-            addr.ip(),
-            addr.port()
-        ));
-        std::fs::create_dir_all(&dir).expect("a directory for the sentinel");
+        let dir = private_dir("redis-sentinel", addr);
         // The sentinel rewrites its file as it learns: it must be its own, and writable.
         let config = dir.join("sentinel.conf");
         std::fs::write(
