@@ -49,7 +49,23 @@ fn compare(args: &[&str], max_pps: &str) -> Written {
         svg: read("svg"),
     };
     let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(
+        unfilled_placeholder(&written.report),
+        None,
+        "a placeholder left unformatted in the report"
+    );
     written
+}
+
+/// The first `{name}` in `text`: a format placeholder that was never filled.
+fn unfilled_placeholder(text: &str) -> Option<&str> {
+    text.match_indices('{').find_map(|(at, _)| {
+        let rest = &text[at + 1..];
+        let end = rest.find('}')?;
+        let name = &rest[..end];
+        (!name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
+            .then(|| &text[at..at + end + 2])
+    })
 }
 
 #[test]

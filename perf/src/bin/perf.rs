@@ -1657,7 +1657,7 @@ fn compare(
         );
     }
     notes.push_str(&perf::environment::markdown(&environment));
-    notes.push_str(
+    notes.push_str(&format!(
         "\n## Where the time goes\n\nCPU {forwarder_cpu} (the forwarder's core) sampled by Linux perf (`perf record -e \
          cpu-clock -C {forwarder_cpu}`, 1999 Hz) over one more trial per setup at 70 % of its maximum: the busiest \
          functions, in percent of the core's busy samples (idle is not sampled). On a VM the CPU clock's \
@@ -1666,7 +1666,7 @@ fn compare(
          seen with `perf record -g`): the placement sends the bridge's share of every packet the relay \
          transmits back to CPU 0, and on a VM each such interrupt is an exit to the hypervisor. A NIC's \
          transmit path has no such cost, so these rows overstate a real host's kernel share.\n",
-    );
+    ));
     if profiles.is_empty() {
         notes.push_str(&format!(
             "\nNo profiles: {} (Debian's linux-perf) is missing.\n",
