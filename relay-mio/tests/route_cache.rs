@@ -54,6 +54,15 @@ fn a_redis_cluster_answers_flow_by_flow_and_holds_flows_on_every_master() {
     assert_eq!(value.as_deref(), Some("10.0.0.7:41000|-"));
 }
 
+/// Polls `done` every 20 ms until it holds; fails naming `what` after `seconds`.
+fn wait_until(what: &str, seconds: u64, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !done() {
+        assert!(Instant::now() < deadline, "waited {seconds} s for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Waits (bounded) for `client`'s next answer.
 fn next_answer(client: &ufrag_common::runtime::cache::CacheClient) -> Option<CacheAnswer> {
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -99,27 +108,17 @@ fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_writ
         key: key(1),
         route: route(1)
     }));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while replica.get(&redis_key(1)).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "flow 1 never reached the replica"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("flow 1 to reach the replica", 10, || {
+        replica.get(&redis_key(1)).is_some()
+    });
     let mut master = master;
     master.kill();
 
     // The sentinel promotes the replica; until the helper finds it, requests fail and
     // are counted (never a wait for the worker).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while sentinel.master_port("routes") != Some(replica_addr.port()) {
-        assert!(
-            Instant::now() < deadline,
-            "the sentinel never promoted the replica"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_until("the sentinel to promote the replica", 20, || {
+        sentinel.master_port("routes") == Some(replica_addr.port())
+    });
     let deadline = Instant::now() + Duration::from_secs(20);
     let found = loop {
         assert!(
@@ -147,14 +146,9 @@ fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_writ
         key: key(2),
         route: route(2)
     }));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while replica.get(&redis_key(2)).is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "flow 2 never reached the new master"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("flow 2 to reach the new master", 10, || {
+        replica.get(&redis_key(2)).is_some()
+    });
     drop(clients);
     cache.stop();
 }
@@ -230,15 +224,9 @@ fn a_relay_on_a_redis_cluster_restores_every_flow_after_a_restart() {
         c.send(relay.vip(), &rtp(0)); // media: the flow is recorded
         assert!(transceiver.recv_frame().is_some());
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while cluster.keys_per_node().iter().sum::<u64>() < 12 {
-        assert!(
-            Instant::now() < deadline,
-            "12 flows never reached the cluster: {:?}",
-            cluster.keys_per_node()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("12 flows to reach the cluster", 10, || {
+        cluster.keys_per_node().iter().sum::<u64>() >= 12
+    });
     let held = cluster.keys_per_node();
     assert!(
         held.iter().filter(|&&n| n > 0).count() >= 2,
