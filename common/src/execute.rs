@@ -534,5 +534,8 @@ impl Executor {
         self.counters.flows_expired = c.expired;
         self.counters.flows_refused = c.refused;
         self.counters.flows_shed = c.shed;
+        let f = self.forwarder.counters();
+        self.counters.shared_returns = f.shared_returns;
+        self.counters.flows_unshared = f.flows_unshared;
     }
 }

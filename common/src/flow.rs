@@ -475,6 +475,19 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
         None
     }
 
+    /// Counts an insert its caller refused for lack of room (in
+    /// [`TableCounters::refused`], beside the ones the table refuses itself).
+    pub fn refuse(&mut self) {
+        self.counters.refused += 1;
+    }
+
+    /// The least recently used flow's key, if it has been idle for the timeout at `now`:
+    /// what [`FlowTable::pop_expired`] would remove next.
+    pub fn oldest_expired(&self, now: Instant) -> Option<FlowKey> {
+        let tail = self.slots.get(self.tail as usize)?;
+        (self.ticks(now).saturating_sub(tail.last_seen) >= self.idle_ms).then(|| tail.key.unpack())
+    }
+
     /// Removes the least recently used flow if it has been idle for the timeout at `now`,
     /// returning its key and last state. Call in a loop (bounded by the caller) to expire.
     pub fn pop_expired(&mut self, now: Instant) -> Option<(FlowKey, Flow<V>)> {

@@ -57,11 +57,22 @@
 //!   global relay, the whole frame goes back to it unchanged ([`Verdict::Relay`]).
 //! - From anywhere else: drop `frame_source_not_allowed`, before parsing anything.
 //!
+//! A backend whose return frames may reach any worker (relay-afxdp: the NIC spreads a
+//! transceiver's replies over its queues) gives every worker's forwarder the same
+//! [`SharedReturns`] ([`Forwarder::with_shared_returns`]): each owner publishes its
+//! flows' return paths there and withdraws them when the flows leave its table, and a
+//! return frame whose flow this worker does not hold is checked against that set
+//! instead, with the same rule (a live flow whose next hop is the frame's source). Such
+//! returns refresh the flow's stamp in the set, which its owner reads before it expires
+//! the flow, so traffic towards the client keeps a flow alive on whichever worker it
+//! lands.
+//!
 //! The relay never answers a client itself and never sends a client more than one
 //! datagram per datagram received from its flow's transceiver.
 
 use core::net::SocketAddr;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
@@ -73,6 +84,7 @@ use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
 use crate::frame::FrameHeader;
 use crate::hint::HintKeys;
 use crate::metrics::DropReason;
+use crate::returns::{SharedReturn, SharedReturns};
 use crate::stun::StunView;
 
 /// Where a flow goes.
@@ -206,6 +218,18 @@ pub struct Forwarder {
     admission: Admission,
     started: Instant,
     refresh_every_s: u32,
+    returns: Option<Arc<SharedReturns>>,
+    counters: ForwarderCounters,
+}
+
+/// What the forwarder counts itself (the flow table counts the rest).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ForwarderCounters {
+    /// Return frames for flows another worker owns, taken from the [`SharedReturns`].
+    pub shared_returns: u64,
+    /// Flows whose return path found no room in the [`SharedReturns`]: only their owner
+    /// takes their returns.
+    pub flows_unshared: u64,
 }
 
 /// Why a route from the route cache was not installed.
@@ -230,6 +254,65 @@ impl Forwarder {
             admission,
             started: now,
             refresh_every_s,
+            returns: None,
+            counters: ForwarderCounters::default(),
+        }
+    }
+
+    /// Shares this worker's flows' return paths with the other workers through
+    /// `returns`, and takes theirs (see the module doc). Give every worker the same set.
+    pub fn with_shared_returns(mut self, returns: Arc<SharedReturns>) -> Self {
+        self.returns = Some(returns);
+        self
+    }
+
+    /// What the forwarder has counted.
+    pub fn counters(&self) -> ForwarderCounters {
+        self.counters
+    }
+
+    /// Makes a flow just put into the table known to the other workers.
+    fn share(&mut self, key: &FlowKey, route: Route, now: Instant) {
+        if let Some(returns) = &self.returns
+            && !returns.publish(key, route.next_hop, route.return_via, now)
+        {
+            self.counters.flows_unshared += 1;
+        }
+    }
+
+    /// Forgets a flow's return path that has left the table (or moved elsewhere).
+    fn unshare(&self, key: &FlowKey, route: Route) {
+        if let Some(returns) = &self.returns {
+            returns.withdraw(key, route.next_hop);
+        }
+    }
+
+    /// Removes and returns the least recently used flow if it has been idle for the
+    /// timeout, withdrawing its shared return path. A flow that looks idle here but whose
+    /// returns another worker took within the timeout is kept (moved to the head of the
+    /// recency list) instead; at most `keep_budget` of those are kept per call, after
+    /// which this gives up for now.
+    fn pop_idle(&mut self, now: Instant, keep_budget: &mut usize) -> Option<(FlowKey, FlowState)> {
+        loop {
+            let key = self.table.oldest_expired(now)?;
+            let route = self.table.peek(&key)?.value.route;
+            let timeout = self.table.idle_timeout();
+            let returned_at = self
+                .returns
+                .as_ref()
+                .and_then(|returns| returns.last_seen(&key, route.next_hop))
+                .filter(|seen| now.saturating_duration_since(*seen) < timeout);
+            let Some(returned_at) = returned_at else {
+                let (key, flow) = self.table.pop_expired(now)?;
+                self.unshare(&key, flow.value.route);
+                return Some((key, flow.value));
+            };
+            if *keep_budget == 0 {
+                return None;
+            }
+            *keep_budget -= 1;
+            // Seen then, not now: it expires one timeout after its last return.
+            self.table.lookup(&key, returned_at);
         }
     }
 
@@ -347,10 +430,17 @@ impl Forwarder {
             session: request.session,
             proven: false,
         };
+        if self.table.len() == self.table.capacity() {
+            // make_room could free nothing (or only flows another worker keeps alive):
+            // refused here, so the table never reclaims a slot behind our back.
+            self.table.refuse();
+            return Verdict::Drop(DropReason::TableFull);
+        }
         match self.table.insert(&key, state, now) {
             Ok(_) => self.admission.admitted(&request, now),
             Err(InsertError::TableFull) => return Verdict::Drop(DropReason::TableFull),
         }
+        self.share(&key, route, now);
         if let Some(flow) = self.table.lookup(&key, now) {
             flow.record_in(datagram.len());
         }
@@ -371,13 +461,16 @@ impl Forwarder {
         if self.table.len() < self.table.capacity() {
             return;
         }
-        let removed = self.table.pop_expired(now).or_else(|| {
-            self.table.shed_where(now, SHED_SCAN, |flow, idle| {
+        let mut keep_budget = SHED_SCAN;
+        let removed = self.pop_idle(now, &mut keep_budget).or_else(|| {
+            let (key, flow) = self.table.shed_where(now, SHED_SCAN, |flow, idle| {
                 !flow.value.proven && idle >= SHED_MIN_IDLE
-            })
+            })?;
+            self.unshare(&key, flow.value.route);
+            Some((key, flow.value))
         });
         if let Some((_, flow)) = removed {
-            self.admission.left(flow.value.session);
+            self.admission.left(flow.session);
         }
     }
 
@@ -479,6 +572,8 @@ impl Forwarder {
             proven: false,
         };
         let _ = self.table.insert(key, moved, now);
+        self.unshare(key, route);
+        self.share(key, new_route, now);
         self.admission.left(state.session);
         self.admission.admitted(&request, now);
         new_route.next_hop
@@ -514,7 +609,7 @@ impl Forwarder {
         }
         let vip_is_ours = self.policy.vips.contains(&header.vip);
         let outcome = match self.table.lookup(&key, now) {
-            None => Err(DropReason::ReturnNoFlow),
+            None => self.take_shared_return(&key, source, vip_is_ours, frame, payload, now),
             Some(flow) if flow.value.route.next_hop != source => Err(DropReason::ReturnWrongSource),
             Some(flow) => match flow.value.route.return_via {
                 Some(global) => {
@@ -533,6 +628,34 @@ impl Forwarder {
             },
         };
         outcome.unwrap_or_else(Verdict::Drop)
+    }
+
+    /// A return frame for a flow this worker does not hold: decided from the shared
+    /// return paths (another worker's flow), by the same rule as a local one.
+    fn take_shared_return(
+        &mut self,
+        key: &FlowKey,
+        source: SocketAddr,
+        vip_is_ours: bool,
+        frame: &[u8],
+        payload: &[u8],
+        now: Instant,
+    ) -> Result<Verdict, DropReason> {
+        let returns = self.returns.as_ref().ok_or(DropReason::ReturnNoFlow)?;
+        let verdict = match returns.take_return(key, source, now) {
+            None => return Err(DropReason::ReturnNoFlow),
+            Some(SharedReturn::ViaRelay(global)) => Verdict::Relay { to: global },
+            Some(SharedReturn::ToClient) if !vip_is_ours => {
+                return Err(DropReason::ReturnUnknownVip);
+            }
+            Some(SharedReturn::ToClient) => Verdict::Return {
+                client: key.client,
+                vip: key.vip,
+                payload_at: frame.len() - payload.len(),
+            },
+        };
+        self.counters.shared_returns += 1;
+        Ok(verdict)
     }
 
     /// Installs a route the cache returned for `key` (unless a flow appeared meanwhile).
@@ -559,20 +682,30 @@ impl Forwarder {
             session: SessionTag(0),
             proven: true,
         };
+        if self.table.len() == self.table.capacity() {
+            self.table.refuse();
+            return Err(RestoreRefused::TableFull);
+        }
         match self.table.insert(key, state, now) {
-            Ok(Inserted::Created | Inserted::Updated) => Ok(()),
+            Ok(Inserted::Created | Inserted::Updated) => {
+                self.share(key, route, now);
+                Ok(())
+            }
             Err(InsertError::TableFull) => Err(RestoreRefused::TableFull),
         }
     }
 
     /// Expires up to `budget` idle flows at `now`; returns how many.
+    /// Flows another worker keeps alive (see [`Forwarder::with_shared_returns`]) are kept
+    /// instead, within the same budget.
     pub fn expire(&mut self, now: Instant, budget: usize) -> usize {
         let mut expired = 0;
+        let mut keep_budget = budget;
         while expired < budget {
-            let Some((_, flow)) = self.table.pop_expired(now) else {
+            let Some((_, flow)) = self.pop_idle(now, &mut keep_budget) else {
                 break;
             };
-            self.admission.left(flow.value.session);
+            self.admission.left(flow.session);
             expired += 1;
         }
         expired

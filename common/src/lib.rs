@@ -10,6 +10,8 @@
 //! - [`flow`]: the fixed-capacity flow table with idle expiry.
 //! - [`admission`]: what one session, source prefix and worker may cost in new flows.
 //! - [`forward`]: the forwarding decision for one datagram, shared by both backends.
+//! - [`returns`]: the live flows' return paths, shared lock-free by one relay's workers
+//!   (relay-afxdp: a transceiver's reply may reach any worker).
 //! - [`execute`]: carrying a decision out through a backend's egress, and counting every
 //!   datagram exactly once.
 //! - [`config`]: the relay configuration (TOML + flags) and its validation.
@@ -31,6 +33,7 @@ pub mod frame;
 pub mod hint;
 pub mod ice_chars;
 pub mod metrics;
+pub mod returns;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod stun;

@@ -314,6 +314,10 @@ pub struct WorkerCounters {
     pub cache_misses: u64,
     /// Route-cache operations that failed (Redis down, slow or queue full).
     pub cache_errors: u64,
+    /// Return frames for flows another worker owns, taken from the shared return paths.
+    pub shared_returns: u64,
+    /// Flows whose return path found no room in the shared return paths.
+    pub flows_unshared: u64,
 }
 
 impl Default for WorkerCounters {
@@ -333,6 +337,8 @@ impl Default for WorkerCounters {
             cache_hits: 0,
             cache_misses: 0,
             cache_errors: 0,
+            shared_returns: 0,
+            flows_unshared: 0,
         }
     }
 }
@@ -402,6 +408,8 @@ pub struct SharedCounters {
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
     cache_errors: AtomicU64,
+    shared_returns: AtomicU64,
+    flows_unshared: AtomicU64,
 }
 
 impl Default for SharedCounters {
@@ -421,6 +429,8 @@ impl Default for SharedCounters {
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
             cache_errors: AtomicU64::new(0),
+            shared_returns: AtomicU64::new(0),
+            flows_unshared: AtomicU64::new(0),
         }
     }
 }
@@ -453,6 +463,8 @@ impl SharedCounters {
             (&self.cache_hits, local.cache_hits),
             (&self.cache_misses, local.cache_misses),
             (&self.cache_errors, local.cache_errors),
+            (&self.shared_returns, local.shared_returns),
+            (&self.flows_unshared, local.flows_unshared),
         ];
         for (d, s) in scalars {
             d.store(s, Ordering::Relaxed);
@@ -476,6 +488,8 @@ impl SharedCounters {
             cache_hits: self.cache_hits.load(Ordering::Relaxed),
             cache_misses: self.cache_misses.load(Ordering::Relaxed),
             cache_errors: self.cache_errors.load(Ordering::Relaxed),
+            shared_returns: self.shared_returns.load(Ordering::Relaxed),
+            flows_unshared: self.flows_unshared.load(Ordering::Relaxed),
         }
     }
 }
@@ -564,6 +578,8 @@ impl RelayMetrics {
             total.cache_hits += s.cache_hits;
             total.cache_misses += s.cache_misses;
             total.cache_errors += s.cache_errors;
+            total.shared_returns += s.shared_returns;
+            total.flows_unshared += s.flows_unshared;
         }
         total
     }
@@ -642,6 +658,18 @@ const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
         "Route-cache operations that failed (Redis down, slow, or queue full).",
         MetricType::Counter,
         |c| c.cache_errors,
+    ),
+    (
+        "ufrag_relay_shared_returns",
+        "Return frames for flows another worker owns, sent by this one (relay-afxdp: the NIC puts a transceiver's replies on any queue).",
+        MetricType::Counter,
+        |c| c.shared_returns,
+    ),
+    (
+        "ufrag_relay_flows_unshared",
+        "Flows whose return path found no room in the shared return paths: only their owner sends their returns.",
+        MetricType::Counter,
+        |c| c.flows_unshared,
     ),
 ];
 

@@ -6,6 +6,7 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::{
@@ -19,6 +20,7 @@ use ufrag_common::forward::{
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
 use ufrag_common::metrics::{Direction, DropReason};
+use ufrag_common::returns::SharedReturns;
 use ufrag_common::stun::{StunClass, StunWriter, attr};
 
 fn forwarder_with(policy: ForwardPolicy, capacity: usize, t0: Instant) -> TestRelay {
@@ -784,4 +786,188 @@ fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
         record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0 + Duration::from_secs(11))),
         None
     );
+}
+
+/// Two workers' forwarders sharing one set of return paths, as relay-afxdp builds them.
+fn two_workers_sharing_returns(t0: Instant) -> (TestRelay, TestRelay, Arc<SharedReturns>) {
+    let returns = Arc::new(SharedReturns::new(32, t0));
+    let worker = |capacity| {
+        let forwarder = Forwarder::new(
+            policy(),
+            FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap(),
+            t0,
+        )
+        .with_shared_returns(returns.clone());
+        TestRelay::new(forwarder, PlannedEgress::logging())
+    };
+    (worker(16), worker(16), returns)
+}
+
+#[test]
+fn any_worker_sends_a_return_for_a_flow_another_worker_owns() {
+    let t0 = Instant::now();
+    let (mut owner, mut other, returns) = two_workers_sharing_returns(t0);
+    owner.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    assert_eq!(returns.published(), 1);
+    let f = frame(CLIENT, VIP, &RTP);
+    assert_eq!(
+        other.from_internal(&f, a(TRANSCEIVER), t0),
+        Verdict::Return {
+            client: a(CLIENT),
+            vip: a(VIP),
+            payload_at: 16
+        }
+    );
+    assert_eq!(other.counters().shared_returns, 1);
+    assert_eq!(other.counters().packets[Direction::Out as usize], 1);
+    assert!(other.table().is_empty(), "the other worker makes no flow");
+    // The same rule as the owner's: only the flow's own transceiver may answer, only a
+    // flow's client is sent to, only from our VIP.
+    let cases = [
+        (
+            frame(CLIENT, VIP, &RTP),
+            a("10.0.0.9:40000"),
+            DropReason::ReturnNoFlow,
+        ),
+        (
+            frame("198.51.100.99:1", VIP, &RTP),
+            a(TRANSCEIVER),
+            DropReason::ReturnNoFlow,
+        ),
+    ];
+    for (f, source, reason) in cases {
+        assert_eq!(
+            other.from_internal(&f, source, t0),
+            Verdict::Drop(reason),
+            "{source}"
+        );
+    }
+    assert_eq!(other.counters().shared_returns, 1);
+    // The owner's own return is decided from its table, not the set.
+    assert!(matches!(
+        owner.from_internal(&f, a(TRANSCEIVER), t0),
+        Verdict::Return { .. }
+    ));
+    assert_eq!(owner.counters().shared_returns, 0);
+}
+
+#[test]
+fn returns_taken_by_another_worker_keep_the_owners_flow_alive_until_they_stop() {
+    let t0 = Instant::now();
+    let (mut owner, mut other, returns) = two_workers_sharing_returns(t0);
+    owner.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    let f = frame(CLIENT, VIP, &RTP);
+    // The client goes quiet; the model keeps talking, through the other worker.
+    for s in (1..=40).step_by(3) {
+        let now = t0 + Duration::from_secs(s);
+        assert!(matches!(
+            other.from_internal(&f, a(TRANSCEIVER), now),
+            Verdict::Return { .. }
+        ));
+        owner.expire(now, 16);
+    }
+    assert_eq!(
+        owner.counters().flows_active,
+        1,
+        "kept alive by its returns"
+    );
+    assert_eq!(owner.counters().flows_expired, 0);
+    // The returns stop at 40 s: the flow goes one idle timeout later, and its return
+    // path with it.
+    let last = t0 + Duration::from_secs(40);
+    assert_eq!(owner.expire(last + Duration::from_secs(29), 16), 0);
+    assert_eq!(owner.expire(last + Duration::from_secs(31), 16), 1);
+    assert_eq!(returns.published(), 0);
+    assert_eq!(
+        other.from_internal(&f, a(TRANSCEIVER), last + Duration::from_secs(31)),
+        Verdict::Drop(DropReason::ReturnNoFlow)
+    );
+}
+
+#[test]
+fn a_flow_that_moves_to_another_session_moves_its_shared_return_path() {
+    let t0 = Instant::now();
+    let (mut owner, mut other, returns) = two_workers_sharing_returns(t0);
+    owner.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    let second = "10.0.0.3:40000";
+    let later = t0 + REROUTE_MIN_IDLE + Duration::from_secs(1);
+    let v = owner.from_client(
+        &binding_request(second, CLUSTER, 2),
+        a(CLIENT),
+        a(VIP),
+        later,
+    );
+    assert!(
+        matches!(v, Verdict::Forward { to, .. } if to == a(second)),
+        "{v:?}"
+    );
+    assert_eq!(returns.published(), 1);
+    let f = frame(CLIENT, VIP, &RTP);
+    assert_eq!(
+        other.from_internal(&f, a(TRANSCEIVER), later),
+        Verdict::Drop(DropReason::ReturnNoFlow),
+        "the old transceiver may no longer answer"
+    );
+    assert!(matches!(
+        other.from_internal(&f, a(second), later),
+        Verdict::Return { .. }
+    ));
+}
+
+#[test]
+fn restored_flows_are_shared_and_a_full_table_never_reclaims_a_shared_flow_unseen() {
+    let t0 = Instant::now();
+    let returns = Arc::new(SharedReturns::new(32, t0));
+    let mut owner = TestRelay::new(
+        Forwarder::new(
+            ForwardPolicy {
+                route_cache: true,
+                ..policy()
+            },
+            FlowTable::new(1, Duration::from_secs(30), t0).unwrap(),
+            t0,
+        )
+        .with_shared_returns(returns.clone()),
+        PlannedEgress::logging(),
+    );
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    let route = Route {
+        next_hop: a(TRANSCEIVER),
+        return_via: None,
+    };
+    assert!(owner.restore(&key, route, t0));
+    assert!(returns.take_return(&key, a(TRANSCEIVER), t0).is_some());
+    // Idle on its owner for the timeout, but its returns went on elsewhere: a new client
+    // finds the one-slot table full, and the shared flow stays.
+    let now = t0 + Duration::from_secs(31);
+    assert!(
+        returns
+            .take_return(&key, a(TRANSCEIVER), now - Duration::from_secs(1))
+            .is_some()
+    );
+    let v = owner.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 3),
+        a("198.51.100.8:1"),
+        a(VIP),
+        now,
+    );
+    assert_eq!(v, Verdict::Drop(DropReason::TableFull));
+    assert_eq!(owner.counters().flows_refused, 1);
+    assert!(owner.table().peek(&key).is_some());
+    assert!(returns.take_return(&key, a(TRANSCEIVER), now).is_some());
 }

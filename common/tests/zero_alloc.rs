@@ -160,11 +160,23 @@ fn the_forwarder_and_executor_do_not_allocate() {
         },
     };
     let t0 = Instant::now();
+    // Another worker takes the returns of this one's flows through the shared set.
+    let returns = std::sync::Arc::new(ufrag_common::returns::SharedReturns::new(2048, t0));
+    let mut other_worker = TestRelay::new(
+        Forwarder::new(
+            policy.clone(),
+            FlowTable::new(16, Duration::from_secs(1), t0).unwrap(),
+            t0,
+        )
+        .with_shared_returns(returns.clone()),
+        PlannedEgress::planned(vec![Fate::Send]),
+    );
     let forwarder = Forwarder::new(
         policy,
         FlowTable::new(1024, Duration::from_secs(1), t0).unwrap(),
         t0,
-    );
+    )
+    .with_shared_returns(returns);
     // Every path of the egress: sent, refused, queued then sent or refused at the flush.
     let plan = vec![
         Fate::Send,
@@ -225,6 +237,11 @@ fn the_forwarder_and_executor_do_not_allocate() {
             fwd.from_internal(&frame[..h + rtp.len()], transceiver, now),
             Verdict::Return { .. }
         ));
+        assert!(matches!(
+            other_worker.from_internal(&frame[..h + rtp.len()], transceiver, now),
+            Verdict::Return { .. }
+        ));
+        other_worker.flush();
         fwd.flush();
         fwd.expire(now, 8);
     }
@@ -236,6 +253,7 @@ fn the_forwarder_and_executor_do_not_allocate() {
         after - before
     );
     assert!(fwd.counters().flows_expired > 100, "expiry was exercised");
+    assert_eq!(other_worker.counters().shared_returns, 5_000);
 }
 
 #[test]

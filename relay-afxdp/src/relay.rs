@@ -5,12 +5,14 @@
 //! joined (or the process dies: it is held by a BPF link).
 
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use ufrag_common::config::RelayConfig;
 use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder};
 use ufrag_common::metrics::RelayMetrics;
+use ufrag_common::returns::SharedReturns;
 use ufrag_common::runtime::cache::{CacheClient, WakeFn};
 use ufrag_common::runtime::lifecycle::{RelayWorker, Running};
 
@@ -223,6 +225,17 @@ impl Relay {
         };
         let metrics = RelayMetrics::new("afxdp", config.workers());
         let policy = ForwardPolicy::from(config);
+        // The NIC puts a transceiver's replies on any queue: every worker must be able to
+        // send the returns of every worker's flows.
+        let internals: Vec<_> = (0..config.workers())
+            .map(|i| config.worker_internal_addr(i))
+            .collect();
+        let shared_returns = (config.workers() > 1).then(|| {
+            Arc::new(SharedReturns::new(
+                config.flows_per_worker.saturating_mul(config.workers()),
+                std::time::Instant::now(),
+            ))
+        });
         let mut workers = Vec::with_capacity(config.workers());
         for index in 0..config.workers() {
             let queue = index as u32;
@@ -237,13 +250,18 @@ impl Relay {
                 .map_err(|e| StartError::Config(e.to_string()))?;
             let neighbours = Neighbours::new(interface.index)
                 .map_err(system("reading the neighbour table (netlink)"))?;
+            let mut forwarder = Forwarder::new(policy.clone(), table, now);
+            if let Some(returns) = &shared_returns {
+                forwarder = forwarder.with_shared_returns(Arc::clone(returns));
+            }
             workers.push(AfXdpWorker::new(WorkerParts {
                 index,
                 socket,
-                forwarder: Forwarder::new(policy.clone(), table, now),
+                forwarder,
                 shared: metrics.worker(index),
                 vips: config.vips.clone(),
                 internal: config.worker_internal_addr(index),
+                internals: internals.clone(),
                 if_mac: interface.mac,
                 neighbours,
                 mode: config.poll,

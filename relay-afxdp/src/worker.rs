@@ -5,6 +5,10 @@
 //! headers overwrite the end of the old ones so the client's datagram starts right after
 //! them. The payload is never copied; both checksums are computed in full.
 //!
+//! A worker takes return frames sent to any worker's internal address: the NIC's RSS
+//! puts a transceiver's reply on any queue, so a return for a flow another worker owns
+//! is decided from the forwarder's shared return paths (`ufrag_common::returns`).
+//!
 //! Busy-poll mode spins on the rings (DPDK style) and counts empty and productive polls;
 //! wakeup mode sleeps in poll(2) on the socket when the rings are empty.
 
@@ -234,8 +238,11 @@ pub struct WorkerParts {
     pub shared: Arc<SharedCounters>,
     /// Public VIPs.
     pub vips: Vec<SocketAddr>,
-    /// This worker's internal address.
+    /// This worker's internal address (what it sends to transceivers from).
     pub internal: SocketAddr,
+    /// Every worker's internal address: a transceiver's reply to any of them may land
+    /// on this worker's queue.
+    pub internals: Vec<SocketAddr>,
     /// The interface's MAC.
     pub if_mac: [u8; 6],
     /// Next-hop MACs.
@@ -256,6 +263,7 @@ pub struct AfXdpWorker {
     shared: Arc<SharedCounters>,
     egress: XskEgress,
     vips: Vec<SocketAddr>,
+    internals: Vec<SocketAddr>,
     mode: PollMode,
     rx: Vec<RxFrame>,
     polls: PollStats,
@@ -280,6 +288,7 @@ impl AfXdpWorker {
                 now: Instant::now(),
             },
             vips: parts.vips,
+            internals: parts.internals,
             mode: parts.mode,
             rx: vec![RxFrame { addr: 0, len: 0 }; parts.batch.max(1)],
             polls: PollStats::default(),
@@ -393,7 +402,7 @@ impl AfXdpWorker {
                     self.executor.decide_client(payload, u.src, u.dst, now),
                     umem,
                 )
-            } else if u.dst == self.egress.internal {
+            } else if self.internals.contains(&u.dst) {
                 (self.executor.decide_internal(payload, u.src, now), umem)
             } else {
                 self.executor

@@ -368,6 +368,56 @@ pub fn two_workers_are_both_used_and_each_pinned_to_its_own_core(b: &Backend) {
     );
 }
 
+/// Both directions through two workers. Eight transceiver sockets answer each frame to
+/// the internal address it came from: sixteen return 5-tuples, which the NIC (relay-afxdp)
+/// spreads over both queues regardless of which worker owns the flow, so returns for one
+/// worker's flows land on the other's queue. Every client must get its reply, from the VIP
+/// it used; relay-afxdp must have sent some of them from the shared return paths, while
+/// relay-mio, whose kernel hands each reply to the owner's own internal socket, never does.
+pub fn two_workers_return_every_reply_whichever_queue_it_lands_on(b: &Backend) {
+    let relay = RelayProcess::start(&RelaySetup {
+        workers: 2,
+        ..RelaySetup::on(b.net_with_queues(2))
+    });
+    let transceivers: Vec<Endpoint> = (0..8).map(|_| relay.net().transceiver()).collect();
+    let clients: Vec<Endpoint> = (0..32).map(|_| relay.net().client()).collect();
+    for (i, c) in clients.iter().enumerate() {
+        let t = &transceivers[i % transceivers.len()];
+        c.send(relay.vip(), &binding_request_for(t.addr(), 0, i as u8));
+    }
+    // Four clients per transceiver socket.
+    for t in &transceivers {
+        for _ in 0..clients.len() / transceivers.len() {
+            let (header, _, from) = t
+                .recv_frame()
+                .expect("every Binding Request reaches its transceiver");
+            let reply = format!("reply to {}", header.client);
+            t.send_frame(from, header.client, header.vip, reply.as_bytes());
+        }
+    }
+    for c in &clients {
+        let (data, from) = c.recv().expect("the reply came back through the relay");
+        assert_eq!(from, relay.vip(), "sent from the VIP the client used");
+        assert_eq!(data, format!("reply to {}", c.addr()).into_bytes());
+    }
+    relay.wait_for("32 returned", |r| {
+        r.total("ufrag_relay_packets_total", "direction=\"out\"") == 32.0
+    });
+    let shared = relay.total("ufrag_relay_shared_returns_total", "");
+    if b.xdp.is_some() {
+        assert!(
+            shared > 0.0,
+            "no reply landed on the other worker's queue: the case proved nothing"
+        );
+    } else {
+        assert_eq!(
+            shared, 0.0,
+            "relay-mio's replies reach their owner's socket"
+        );
+    }
+    assert_eq!(relay.drops("return_no_flow"), 0.0);
+}
+
 pub fn global_relay_to_cluster_relay_to_transceiver_and_back(b: &Backend) {
     let net = b.net();
     let transceiver = net.transceiver();

@@ -194,6 +194,11 @@ pub const CASES: &[Case] = &[
         run: behaviour::two_workers_are_both_used_and_each_pinned_to_its_own_core,
         limit: Some(GENERIC_XDP_SEES_ONE_QUEUE),
     },
+    Case {
+        name: "two_workers_return_every_reply_whichever_queue_it_lands_on",
+        run: behaviour::two_workers_return_every_reply_whichever_queue_it_lands_on,
+        limit: Some(GENERIC_XDP_SEES_ONE_QUEUE),
+    },
     case(
         "a_busy_polling_worker_forwards_and_never_sleeps",
         behaviour::a_busy_polling_worker_forwards_and_never_sleeps,
