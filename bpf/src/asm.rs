@@ -78,6 +78,9 @@ pub mod helper {
     pub const MAP_LOOKUP_ELEM: i32 = 1;
     /// `bpf_ktime_get_ns()`: CLOCK_MONOTONIC, the clock of `std::time::Instant`.
     pub const KTIME_GET_NS: i32 = 5;
+    /// `bpf_xdp_adjust_head(ctx, delta)`: moves the frame's start by `delta` bytes
+    /// (negative: room for new headers); 0 on success. Packet pointers must be reloaded.
+    pub const XDP_ADJUST_HEAD: i32 = 44;
     /// `bpf_redirect_map(map, key, flags)`.
     pub const REDIRECT_MAP: i32 = 51;
 }
@@ -272,6 +275,19 @@ impl Asm {
         self.mov_imm(1, 1);
         self.atomic_add64(0, 0, 1);
         self.label(done);
+    }
+
+    /// Folds the 64-bit ones' complement sum in `sum` to 16 bits (`folds` times: enough
+    /// for what it can hold) and complements it: an Internet checksum (RFC 1071).
+    /// Clobbers `scratch`.
+    pub fn fold_checksum(&mut self, sum: u8, scratch: u8, folds: usize) {
+        for _ in 0..folds {
+            self.mov_reg(scratch, sum);
+            self.rsh_imm(scratch, 16);
+            self.and_imm(sum, 0xffff);
+            self.add_reg(sum, scratch);
+        }
+        self.xor_imm(sum, 0xffff);
     }
 
     /// Resolves the labels; panics on a jump to an undefined label (a bug in the program

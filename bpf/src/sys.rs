@@ -15,6 +15,7 @@ use crate::asm::Insn;
 const CMD_MAP_CREATE: libc::c_int = 0;
 const CMD_MAP_LOOKUP_ELEM: libc::c_int = 1;
 const CMD_MAP_UPDATE_ELEM: libc::c_int = 2;
+const CMD_MAP_DELETE_ELEM: libc::c_int = 3;
 const CMD_PROG_LOAD: libc::c_int = 5;
 const CMD_PROG_TEST_RUN: libc::c_int = 10;
 const CMD_LINK_CREATE: libc::c_int = 28;
@@ -23,6 +24,8 @@ const CMD_LINK_CREATE: libc::c_int = 28;
 pub const MAP_HASH: u32 = 1;
 /// `BPF_MAP_TYPE_ARRAY`.
 pub const MAP_ARRAY: u32 = 2;
+/// `BPF_MAP_TYPE_PERCPU_HASH`: a hash map with one value per possible CPU per key.
+pub const MAP_PERCPU_HASH: u32 = 5;
 /// `BPF_MAP_TYPE_PERCPU_ARRAY`: one value per possible CPU, no atomics needed.
 pub const MAP_PERCPU_ARRAY: u32 = 6;
 /// `BPF_MAP_TYPE_XSKMAP`.
@@ -145,10 +148,29 @@ impl Map {
     /// The bytes the kernel reads or writes for one value: `value_size`, or for a per-CPU
     /// map `value_size` rounded up to 8 once per possible CPU.
     pub fn value_buffer_len(&self) -> io::Result<usize> {
-        if self.kind == MAP_PERCPU_ARRAY {
-            Ok(self.value_size.div_ceil(8) * 8 * possible_cpus()?)
+        Ok(self.value_stride() * self.values_per_key()?)
+    }
+
+    fn is_per_cpu(&self) -> bool {
+        matches!(self.kind, MAP_PERCPU_ARRAY | MAP_PERCPU_HASH)
+    }
+
+    /// How many values one key holds: one per possible CPU for a per-CPU map, else one.
+    pub fn values_per_key(&self) -> io::Result<usize> {
+        if self.is_per_cpu() {
+            possible_cpus()
         } else {
-            Ok(self.value_size)
+            Ok(1)
+        }
+    }
+
+    /// The distance between two CPUs' values in a value buffer (`value_size`, rounded up
+    /// to 8 for a per-CPU map).
+    pub fn value_stride(&self) -> usize {
+        if self.is_per_cpu() {
+            self.value_size.div_ceil(8) * 8
+        } else {
+            self.value_size
         }
     }
 
@@ -185,16 +207,23 @@ impl Map {
         sys_bpf(CMD_MAP_LOOKUP_ELEM, &mut a).map(|_| ())
     }
 
+    /// Removes `key`; an error of kind `NotFound` if it was not there.
+    pub fn delete(&self, key: &[u8]) -> io::Result<()> {
+        if key.len() != self.key_size {
+            return Err(size_error("the key", key.len(), self.key_size));
+        }
+        let mut a = Attr::new();
+        a.u32(0, self.fd.as_raw_fd() as u32)
+            .u64(8, key.as_ptr() as u64);
+        sys_bpf(CMD_MAP_DELETE_ELEM, &mut a).map(|_| ())
+    }
+
     /// The `u64` counters at array index `index`, one per possible CPU (one in all for
     /// an ordinary array).
     pub fn counters(&self, index: u32) -> io::Result<Vec<u64>> {
         let mut value = vec![0u8; self.value_buffer_len()?];
         self.lookup(&index.to_ne_bytes(), &mut value)?;
-        let stride = if self.kind == MAP_PERCPU_ARRAY {
-            self.value_size.div_ceil(8) * 8
-        } else {
-            self.value_size
-        };
+        let stride = self.value_stride();
         Ok(value
             .chunks(stride)
             .map(|c| u64::from_ne_bytes(c[..8].try_into().expect("a u64 counter")))

@@ -67,6 +67,13 @@
 //! the flow, so traffic towards the client keeps a flow alive on whichever worker it
 //! lands.
 //!
+//! A backend that carries proven flows outside the forwarder (relay-afxdp's in-kernel
+//! fast path) gives it a [`FlowMirror`] ([`Forwarder::with_mirror`]): told when a flow
+//! has proved itself (its first DTLS or media datagram, or a route restored from the
+//! cache: the same moment a route is worth caching) and when it leaves the table or moves
+//! to another transceiver, and asked when it last carried the flow, which counts as the
+//! flow's use for expiry and for the consent interval that guards a reroute.
+//!
 //! The relay never answers a client itself and never sends a client more than one
 //! datagram per datagram received from its flow's transceiver.
 
@@ -219,7 +226,19 @@ pub struct Forwarder {
     started: Instant,
     refresh_every_s: u32,
     returns: Option<Arc<SharedReturns>>,
+    mirror: Option<Box<dyn FlowMirror>>,
     counters: ForwarderCounters,
+}
+
+/// A copy of the proven flows kept outside the forwarder, which carries some of their
+/// datagrams itself (see the module doc). Its calls happen on the worker thread.
+pub trait FlowMirror: core::fmt::Debug + Send {
+    /// `key` is a proven flow going by `route` now (new, restored, or moved).
+    fn proven(&mut self, key: &FlowKey, route: Route, now: Instant);
+    /// `key`, which went by `route`, has left the table or moved elsewhere.
+    fn gone(&mut self, key: &FlowKey, route: Route);
+    /// When the mirror last carried a datagram of `key` going by `route`, if ever.
+    fn last_seen(&mut self, key: &FlowKey, route: Route, now: Instant) -> Option<Instant>;
 }
 
 /// What the forwarder counts itself (the flow table counts the rest).
@@ -255,6 +274,7 @@ impl Forwarder {
             started: now,
             refresh_every_s,
             returns: None,
+            mirror: None,
             counters: ForwarderCounters::default(),
         }
     }
@@ -264,6 +284,18 @@ impl Forwarder {
     pub fn with_shared_returns(mut self, returns: Arc<SharedReturns>) -> Self {
         self.returns = Some(returns);
         self
+    }
+
+    /// Tells `mirror` of every flow that proves itself and of every proven flow that
+    /// leaves or moves (see the module doc).
+    pub fn with_mirror(mut self, mirror: Box<dyn FlowMirror>) -> Self {
+        self.mirror = Some(mirror);
+        self
+    }
+
+    /// When the mirror last carried `key`'s datagrams, if there is a mirror and it has.
+    fn mirrored_at(&mut self, key: &FlowKey, route: Route, now: Instant) -> Option<Instant> {
+        self.mirror.as_mut()?.last_seen(key, route, now)
     }
 
     /// What the forwarder has counted.
@@ -280,10 +312,14 @@ impl Forwarder {
         }
     }
 
-    /// Forgets a flow's return path that has left the table (or moved elsewhere).
-    fn unshare(&self, key: &FlowKey, route: Route) {
+    /// Forgets a flow that has left the table (or moved elsewhere): its shared return
+    /// path, and the mirror's copy if it was proven.
+    fn unshare(&mut self, key: &FlowKey, route: Route, proven: bool) {
         if let Some(returns) = &self.returns {
             returns.withdraw(key, route.next_hop);
+        }
+        if proven && let Some(mirror) = &mut self.mirror {
+            mirror.gone(key, route);
         }
     }
 
@@ -297,21 +333,23 @@ impl Forwarder {
             let key = self.table.oldest_expired(now)?;
             let route = self.table.peek(&key)?.value.route;
             let timeout = self.table.idle_timeout();
+            let mirrored_at = self.mirrored_at(&key, route, now);
             let returned_at = self
                 .returns
                 .as_ref()
                 .and_then(|returns| returns.last_seen(&key, route.next_hop))
+                .max(mirrored_at)
                 .filter(|seen| now.saturating_duration_since(*seen) < timeout);
             let Some(returned_at) = returned_at else {
                 let (key, flow) = self.table.pop_expired(now)?;
-                self.unshare(&key, flow.value.route);
+                self.unshare(&key, flow.value.route, flow.value.proven);
                 return Some((key, flow.value));
             };
             if *keep_budget == 0 {
                 return None;
             }
             *keep_budget -= 1;
-            // Seen then, not now: it expires one timeout after its last return.
+            // Seen then, not now: it expires one timeout after it was last carried.
             self.table.lookup(&key, returned_at);
         }
     }
@@ -381,11 +419,13 @@ impl Forwarder {
             let state = flow.value;
             flow.record_in(datagram.len());
             let mut record = None;
+            let mut proved = false;
             if kind != DatagramKind::Stun && !state.proven {
                 // DTLS or media: the flow is a session's path now, worth caching.
                 flow.value.proven = true;
                 flow.value.recorded_at_s = seconds;
                 record = route_cache.then_some(state.route);
+                proved = true;
             } else if route_cache
                 && state.proven
                 && seconds.wrapping_sub(state.recorded_at_s) >= refresh_every_s
@@ -393,8 +433,16 @@ impl Forwarder {
                 flow.value.recorded_at_s = seconds;
                 record = Some(state.route);
             }
+            if proved && let Some(mirror) = &mut self.mirror {
+                mirror.proven(&key, state.route, now);
+            }
             let mut to = state.route.next_hop;
-            if idle_before.is_some_and(|idle| idle >= REROUTE_MIN_IDLE) {
+            let idle_since = |since: Option<Instant>| {
+                since.is_none_or(|at| now.saturating_duration_since(at) >= REROUTE_MIN_IDLE)
+            };
+            if idle_before.is_some_and(|idle| idle >= REROUTE_MIN_IDLE)
+                && idle_since(self.mirrored_at(&key, state.route, now))
+            {
                 to = self.follow_rerouted_session(datagram, &key, state, return_via, now);
             }
             return Verdict::Forward {
@@ -466,7 +514,7 @@ impl Forwarder {
             let (key, flow) = self.table.shed_where(now, SHED_SCAN, |flow, idle| {
                 !flow.value.proven && idle >= SHED_MIN_IDLE
             })?;
-            self.unshare(&key, flow.value.route);
+            self.unshare(&key, flow.value.route, flow.value.proven);
             Some((key, flow.value))
         });
         if let Some((_, flow)) = removed {
@@ -572,7 +620,7 @@ impl Forwarder {
             proven: false,
         };
         let _ = self.table.insert(key, moved, now);
-        self.unshare(key, route);
+        self.unshare(key, route, state.proven);
         self.share(key, new_route, now);
         self.admission.left(state.session);
         self.admission.admitted(&request, now);
@@ -689,6 +737,9 @@ impl Forwarder {
         match self.table.insert(key, state, now) {
             Ok(Inserted::Created | Inserted::Updated) => {
                 self.share(key, route, now);
+                if let Some(mirror) = &mut self.mirror {
+                    mirror.proven(key, route, now);
+                }
                 Ok(())
             }
             Err(InsertError::TableFull) => Err(RestoreRefused::TableFull),

@@ -416,7 +416,7 @@ pub fn generator_program(
             a.and_imm(4, 0xffff);
             a.add_reg(5, 4);
         }
-        fold_and_complement(&mut a, (5, 4), 3);
+        a.fold_checksum(5, 4, 3);
         a.jump(JNE, 5, Err(0), "checksummed");
         a.mov_imm(5, 0xffff);
         a.label("checksummed");
@@ -431,18 +431,6 @@ pub fn generator_program(
     a.label("abort");
     a.ret(action::ABORTED);
     a.finish()
-}
-
-/// Folds the one's-complement sum in register `sum` to 16 bits, `folds` times (each
-/// adds the carries back; `scratch` is clobbered), and complements it: a checksum.
-fn fold_and_complement(a: &mut Asm, (sum, scratch): (u8, u8), folds: usize) {
-    for _ in 0..folds {
-        a.mov_reg(scratch, sum);
-        a.rsh_imm(scratch, 16);
-        a.and_imm(sum, 0xffff);
-        a.add_reg(sum, scratch);
-    }
-    a.xor_imm(sum, 0xffff);
 }
 
 /// The start of the in-kernel relay's program: r2 = data, r3 = data_end, and a jump
@@ -589,7 +577,7 @@ pub fn relay_program(r: &Rewrite) -> Vec<Insn> {
         a.load(H, 4, 2, (ETH + 2 * word) as i16);
         a.add_reg(5, 4);
     }
-    fold_and_complement(&mut a, (5, 4), 2);
+    a.fold_checksum(5, 4, 2);
     a.store_reg(H, 2, (ETH + 10) as i16, 5);
     a.ret(action::TX);
     a.label("pass");

@@ -16,9 +16,16 @@
 //! ```
 //!
 //! The key ([`dest_key`], 20 bytes on the stack at r10 - 24) is the destination address
-//! as 16 bytes (IPv4 mapped into IPv6), the port as on the wire, two zero bytes.
+//! as 16 bytes (IPv4 mapped into IPv6), the port as on the wire, two zero bytes; its
+//! value says whether it is a VIP or an internal address.
+//!
+//! With the in-kernel fast path ([`crate::fast_path`]), a matched frame goes through the
+//! fast-path block first, which sends an established flow's datagrams itself and hands
+//! everything else to the redirect above, untouched.
 
 pub use ufrag_bpf::asm::action;
+
+use crate::fast_path::FastMaps;
 use ufrag_bpf::asm::{Asm, B, DW, H, Insn, JEQ, JGT, JLT, JNE, W, helper};
 
 /// `stats` index counting frames passed to the kernel.
@@ -29,8 +36,9 @@ pub const STAT_STEERED: u32 = 1;
 /// Where the key is built on the stack (20 bytes, 8-byte aligned).
 const KEY_AT: i16 = -24;
 
-/// Builds the steering program for the given map file descriptors.
-pub fn steering(dests_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
+/// Builds the steering program for the given map file descriptors, with the fast-path
+/// block when `fast` names its maps.
+pub fn steering(dests_fd: i32, xsks_fd: i32, stats_fd: i32, fast: Option<FastMaps>) -> Vec<Insn> {
     // Registers: r1 ctx / args, r2 data, r3 data_end, r4 cursor, r5 scratch, r6 ctx (saved),
     // r7 scratch, r10 frame pointer.
     let mut a = Asm::default();
@@ -92,6 +100,10 @@ pub fn steering(dests_fd: i32, xsks_fd: i32, stats_fd: i32) -> Vec<Insn> {
     a.map_fd(1, dests_fd);
     a.call(helper::MAP_LOOKUP_ELEM);
     a.jump(JEQ, 0, Err(0), "pass");
+    if let Some(maps) = fast {
+        crate::fast_path::emit(&mut a, maps, "steer");
+    }
+    a.label("steer");
     a.count(stats_fd, STAT_STEERED, "redirect");
     a.load(W, 2, 6, 16); // rx_queue_index
     a.map_fd(1, xsks_fd);
@@ -127,7 +139,7 @@ mod tests {
 
     #[test]
     fn jumps_land_on_their_labels_and_the_program_ends_in_exit() {
-        let p = steering(3, 4, 5);
+        let p = steering(3, 4, 5, None);
         assert!(p.len() < 100, "{} instructions", p.len());
         assert_eq!(ufrag_bpf::asm::check_jumps(&p), Ok(()));
         // The map loads carry the three fds as pseudo map fds.

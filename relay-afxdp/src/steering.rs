@@ -6,6 +6,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
 
+use crate::fast_path::{FastPathMaps, KIND_INTERNAL, KIND_VIP};
 use crate::program::{self, STAT_PASSED, STAT_STEERED};
 use ufrag_bpf::sys::{self as bpf, Map};
 
@@ -40,7 +41,23 @@ impl Steering {
     /// Creates the maps, loads the program and marks `dests` (specific addresses: the
     /// program matches what a datagram was sent to) as the relay's.
     pub fn load(dests: &[SocketAddr], queues: u32) -> io::Result<Self> {
-        if let Some(wildcard) = dests.iter().find(|d| d.ip().is_unspecified()) {
+        Self::load_with(dests, &[], queues, None)
+    }
+
+    /// [`Steering::load`] with the VIPs and internal addresses told apart, and the
+    /// in-kernel fast path when `fast` is given.
+    pub fn load_with(
+        vips: &[SocketAddr],
+        internals: &[SocketAddr],
+        queues: u32,
+        fast: Option<&FastPathMaps>,
+    ) -> io::Result<Self> {
+        let kinds = vips
+            .iter()
+            .map(|a| (*a, KIND_VIP))
+            .chain(internals.iter().map(|a| (*a, KIND_INTERNAL)));
+        let dests: Vec<(SocketAddr, u8)> = kinds.collect();
+        if let Some((wildcard, _)) = dests.iter().find(|(d, _)| d.ip().is_unspecified()) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("{wildcard}: the XDP program steers specific addresses, not a wildcard"),
@@ -56,10 +73,15 @@ impl Steering {
         )?;
         let xsks = Map::create(bpf::MAP_XSKMAP, 4, 4, queues.max(1), "relay_xsks")?;
         let stats = Map::create(bpf::MAP_ARRAY, 4, 8, 2, "relay_stats")?;
-        let insns = program::steering(dest_map.raw_fd(), xsks.raw_fd(), stats.raw_fd());
+        let insns = program::steering(
+            dest_map.raw_fd(),
+            xsks.raw_fd(),
+            stats.raw_fd(),
+            fast.map(FastPathMaps::fds),
+        );
         let prog = bpf::prog_load_xdp(&insns, "relay_steer")?;
-        for dest in dests {
-            dest_map.update(&program::dest_key(*dest), &[1])?;
+        for (dest, kind) in &dests {
+            dest_map.update(&program::dest_key(*dest), &[*kind])?;
         }
         Ok(Steering {
             prog,
@@ -72,6 +94,12 @@ impl Steering {
     /// The program's verdict on one frame (`BPF_PROG_TEST_RUN`): no interface needed.
     pub fn decide(&self, frame: &[u8]) -> io::Result<u32> {
         bpf::prog_test_run(&self.prog, frame)
+    }
+
+    /// The program's verdict on one frame and the frame as it left the program (a
+    /// rewritten one for `XDP_TX`).
+    pub fn run(&self, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
+        bpf::prog_test_run_output(&self.prog, frame)
     }
 
     /// The decision counters.

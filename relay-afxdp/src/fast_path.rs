@@ -1,0 +1,872 @@
+//! The in-kernel fast path (`--fast-path xdp`): established flows forwarded by the XDP
+//! program itself, in both directions, without a trip through AF_XDP.
+//!
+//! # What goes where
+//!
+//! User space decides every flow as before. When a flow proves itself (its first DTLS or
+//! media datagram, or a route restored from the route cache) the worker writes two
+//! entries into the `fast_flows` map (a per-CPU hash, so its counters need no atomics):
+//!
+//! - **forward**: key = the client's datagram's addresses (client → VIP); value = the
+//!   headers to send it with (Ethernet to the transceiver's next hop, IP and UDP from the
+//!   worker's internal address to the transceiver, then the frame header naming client
+//!   and VIP), built by user space with [`crate::packet::write_udp`];
+//! - **return**: key = the transceiver's frame's addresses (transceiver → internal address)
+//!   and its frame header (which names the client and the VIP, so only this flow's own
+//!   transceiver can send to this flow's client, as in user space); value = the headers
+//!   to the client (Ethernet to its next hop, IP and UDP from the VIP).
+//!
+//! The program then handles a datagram to a VIP or internal address (after the steering
+//! block has matched it) like this:
+//!
+//! ```text
+//!  IPv4 without options or IPv6 without extension headers; IP and UDP lengths that fill
+//!  the frame exactly                                          else → AF_XDP (unfit)
+//!  first payload byte 0..3 (STUN: consent, ICE restarts)       → AF_XDP (stun)
+//!  from a transceiver: frame header 0xF1, both addresses IPv4 (16 bytes) or both
+//!  IPv6 (40)                                                  else → AF_XDP (unfit)
+//!  fast_flows[key] missing                                     → AF_XDP (miss)
+//!  an IPv6 output and no incoming UDP checksum to update       → AF_XDP (unfit)
+//!  bpf_xdp_adjust_head(in_len − out_len); copy the entry's headers; set the lengths;
+//!  IPv4: header checksum from the entry's partial sum, UDP checksum 0 (IPv4 allows it);
+//!  IPv6: UDP checksum updated from the incoming one (RFC 1624) by the entry's constant
+//!  and the two lengths; count the flow's packets, bytes and last-seen time → XDP_TX
+//! ```
+//!
+//! The payload is never read beyond its first byte (and a return frame's header), never
+//! copied and never summed: the UDP checksum of an IPv6 output is the incoming one,
+//! corrected for what changed (addresses, ports, length, frame header). So that output
+//! is only as right as the incoming checksum: complete on any wire, but a veth peer in
+//! the same machine hands over a partial one (the pseudo-header sum, for an offload that
+//! never happens), which this path would pass on wrong; IPv4 outputs carry none and are
+//! always right. On a veth testbed, IPv6 clients therefore need their peers' TX
+//! checksum offload off (`ethtool -K IF tx off`).
+//!
+//! User space removes both entries when the flow leaves its table or moves, reads their
+//! last-seen stamps before it expires a flow (so a flow carried only by the kernel stays
+//! alive) and before it lets a Binding Request move one, and sums the per-CPU counters of
+//! the `fast_stats` map into `/metrics`.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+use ufrag_bpf::asm::{Asm, B, DW, H, JEQ, JGT, JLT, JNE, W, action, helper};
+use ufrag_bpf::sys::{self as bpf, Map};
+use ufrag_common::flow::FlowKey;
+use ufrag_common::forward::{FlowMirror, Route};
+use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
+
+use crate::neighbours::Neighbours;
+use crate::packet::{ETH_LEN, IPV4_LEN, IPV6_LEN, UDP_LEN, write_udp};
+
+/// The `dests` value of a VIP.
+pub const KIND_VIP: u8 = 1;
+/// The `dests` value of an internal address.
+pub const KIND_INTERNAL: u8 = 2;
+
+/// The key's length: source address (16, IPv4 mapped), destination address (16), source
+/// port, destination port (as on the wire), direction (0 forward, 1 return), 3 zero
+/// bytes, then a return frame's header (40, zero-padded; zeros for a forward key).
+pub const KEY_LEN: usize = 80;
+const KEY_SRC: usize = 0;
+const KEY_DST: usize = 16;
+const KEY_SRC_PORT: usize = 32;
+const KEY_DST_PORT: usize = 34;
+const KEY_DIR: usize = 36;
+const KEY_FRAME: usize = 40;
+
+/// The value's length: the counters (packets, bytes, last seen in `bpf_ktime_get_ns`),
+/// the lengths and checksum parts, and the headers to send.
+pub const VALUE_LEN: usize = 40 + TEMPLATE_MAX;
+const V_PACKETS: i16 = 0;
+const V_BYTES: i16 = 8;
+const V_LAST_SEEN: i16 = 16;
+const V_IN_LEN: i16 = 24;
+const V_OUT_LEN: i16 = 26;
+const V_OUT_V6: i16 = 28;
+const V_IP_SUM: i16 = 30;
+const V_CSUM_K: i16 = 32;
+const V_TEMPLATE: i16 = 40;
+/// The longest headers sent: Ethernet, IPv6, UDP and a frame header of two IPv6
+/// addresses.
+const TEMPLATE_MAX: usize = ETH_LEN + IPV6_LEN + UDP_LEN + MAX_HEADER_LEN;
+
+/// The header lengths an entry can have: returns to an IPv4 or IPv6 client (42, 62) and
+/// forwards over IPv4 or IPv6 with a frame header for IPv4 or IPv6 clients.
+const OUT_LENS_V4: [usize; 3] = [42, 58, 82];
+const OUT_LENS_V6: [usize; 3] = [62, 78, 102];
+
+/// `fast_stats` indexes (per-CPU `u64`s).
+pub const STAT_FORWARD_PACKETS: u32 = 0;
+/// Bytes sent towards transceivers.
+pub const STAT_FORWARD_BYTES: u32 = 1;
+/// Datagrams sent to clients.
+pub const STAT_RETURN_PACKETS: u32 = 2;
+/// Bytes sent to clients.
+pub const STAT_RETURN_BYTES: u32 = 3;
+/// STUN left to user space.
+pub const STAT_STUN: u32 = 4;
+/// No entry: left to user space.
+pub const STAT_MISS: u32 = 5;
+/// A frame this path does not take (options, lengths, no checksum): left to user space.
+pub const STAT_UNFIT: u32 = 6;
+const STATS: u32 = 7;
+
+/// Where the fast path builds its key on the stack (80 bytes, 8-aligned), below the
+/// steering block's key.
+const FKEY: i16 = -112;
+/// The incoming UDP length and checksum, as loaded, kept across the map lookup.
+const SAVED_LEN: i16 = -120;
+const SAVED_SUM: i16 = -118;
+
+/// The maps the fast-path block reads and writes.
+#[derive(Clone, Copy, Debug)]
+pub struct FastMaps {
+    /// `fast_flows`.
+    pub flows_fd: i32,
+    /// `fast_stats`.
+    pub stats_fd: i32,
+}
+
+/// Emits the fast-path block. It starts with r0 = the `dests` value of the frame's
+/// destination ([`KIND_VIP`] or [`KIND_INTERNAL`]) and r6 = the context; every frame it
+/// does not send itself goes to `steer` (the AF_XDP redirect) untouched.
+pub fn emit(a: &mut Asm, maps: FastMaps, steer: &'static str) {
+    a.load(B, 9, 0, 0); // r9 = the destination's kind
+    a.load(W, 2, 6, 0); // data
+    a.load(W, 3, 6, 4); // data_end
+    for off in (0..KEY_LEN as i16).step_by(8) {
+        a.store_imm(DW, 10, FKEY + off, 0);
+    }
+    parse_addresses(a, steer);
+    classify_payload(a);
+    look_up_entry(a, maps);
+    rewrite(a);
+    count_and_send(a, maps);
+    leave_to_user_space(a, maps, steer);
+}
+
+/// IP and UDP: both lengths must fill the frame exactly (no Ethernet padding, nothing
+/// truncated), IPv4 without options; the addresses and ports go into the key. Leaves
+/// r8 = the UDP payload's offset (42 or 62).
+fn parse_addresses(a: &mut Asm, steer: &'static str) {
+    a.mov_reg(4, 2);
+    a.add_imm(4, 42); // Ethernet, IPv4 and UDP: the shortest frame either family sends
+    a.jump(JGT, 4, Ok(3), steer);
+    a.load(H, 5, 2, 12);
+    a.jump(JEQ, 5, Err(0xDD86), "fast_v6");
+
+    // IPv4 (the steering block has checked the protocol and that it is no fragment).
+    a.load(B, 5, 2, 14);
+    a.jump(JNE, 5, Err(0x45), "fast_unfit"); // IP options
+    a.load(H, 5, 2, 16);
+    a.to_be(5, 16); // total length
+    a.mov_reg(4, 3);
+    a.sub_reg(4, 2);
+    a.add_imm(4, -(ETH_LEN as i32));
+    a.jump(JNE, 5, Ok(4), "fast_unfit");
+    a.load(H, 4, 2, 38);
+    a.to_be(4, 16); // UDP length
+    a.add_imm(4, IPV4_LEN as i32);
+    a.jump(JNE, 5, Ok(4), "fast_unfit");
+    for (packet, key) in [(26, KEY_SRC), (30, KEY_DST)] {
+        a.store_imm(W, 10, FKEY + key as i16 + 8, 0xffff_0000_u32 as i32); // ::ffff:
+        a.load(W, 5, 2, packet);
+        a.store_reg(W, 10, FKEY + key as i16 + 12, 5);
+    }
+    a.load(H, 5, 2, 34);
+    a.store_reg(H, 10, FKEY + KEY_SRC_PORT as i16, 5);
+    a.load(H, 5, 2, 36);
+    a.store_reg(H, 10, FKEY + KEY_DST_PORT as i16, 5);
+    a.mov_imm(8, 42);
+    a.goto("fast_payload");
+
+    // IPv6 (the steering block has checked that UDP is the next header).
+    a.label("fast_v6");
+    a.mov_reg(4, 2);
+    a.add_imm(4, 62);
+    a.jump(JGT, 4, Ok(3), steer);
+    a.load(H, 5, 2, 18);
+    a.to_be(5, 16); // payload length
+    a.mov_reg(4, 3);
+    a.sub_reg(4, 2);
+    a.add_imm(4, -((ETH_LEN + IPV6_LEN) as i32));
+    a.jump(JNE, 5, Ok(4), "fast_unfit");
+    a.load(H, 4, 2, 58);
+    a.to_be(4, 16); // UDP length
+    a.jump(JNE, 5, Ok(4), "fast_unfit");
+    // Source then destination address: 32 bytes from offset 22, as the key has them.
+    for word in 0..8 {
+        a.load(W, 5, 2, 22 + 4 * word);
+        a.store_reg(W, 10, FKEY + KEY_SRC as i16 + 4 * word, 5);
+    }
+    a.load(H, 5, 2, 54);
+    a.store_reg(H, 10, FKEY + KEY_SRC_PORT as i16, 5);
+    a.load(H, 5, 2, 56);
+    a.store_reg(H, 10, FKEY + KEY_DST_PORT as i16, 5);
+    a.mov_imm(8, 62);
+}
+
+/// STUN goes to user space; a frame from a transceiver must carry a frame header of two
+/// IPv4 or two IPv6 addresses, which goes into the key. Leaves r7 = the length of the
+/// headers the frame arrived with (a return frame's frame header included).
+fn classify_payload(a: &mut Asm) {
+    a.label("fast_payload");
+    a.mov_reg(4, 2);
+    a.add_reg(4, 8);
+    a.mov_reg(5, 4);
+    a.add_imm(5, 1);
+    a.jump(JGT, 5, Ok(3), "fast_unfit"); // an empty datagram
+    a.load(B, 5, 4, 0);
+    a.jump(JLT, 5, Err(4), "fast_stun"); // RFC 7983: 0..3 is STUN
+    a.mov_reg(7, 8);
+    a.jump(JEQ, 9, Err(i32::from(KIND_VIP)), "fast_lookup");
+
+    a.jump(JNE, 5, Err(0xF1), "fast_unfit"); // not a version-1 frame
+    a.mov_reg(5, 4);
+    a.add_imm(5, 17); // the shortest header and at least one byte of datagram
+    a.jump(JGT, 5, Ok(3), "fast_unfit");
+    a.load(B, 5, 4, 1); // flags: bit 0 client IPv6, bit 1 VIP IPv6
+    a.jump(JEQ, 5, Err(3), "fast_frame_v6");
+    a.jump(JNE, 5, Err(0), "fast_unfit"); // mixed families: user space
+    for off in [0, 8] {
+        a.load(DW, 5, 4, off);
+        a.store_reg(DW, 10, FKEY + KEY_FRAME as i16 + off, 5);
+    }
+    a.add_imm(7, 16);
+    a.goto("fast_return_key");
+
+    a.label("fast_frame_v6");
+    a.mov_reg(5, 4);
+    a.add_imm(5, 41);
+    a.jump(JGT, 5, Ok(3), "fast_unfit");
+    for off in [0, 8, 16, 24, 32] {
+        a.load(DW, 5, 4, off);
+        a.store_reg(DW, 10, FKEY + KEY_FRAME as i16 + off, 5);
+    }
+    a.add_imm(7, 40);
+
+    a.label("fast_return_key");
+    a.store_imm(B, 10, FKEY + KEY_DIR as i16, 1);
+}
+
+/// r9 = this CPU's entry for the key; its incoming header length must be r7. Saves the
+/// incoming UDP length and checksum; an IPv6 output needs a checksum to update.
+fn look_up_entry(a: &mut Asm, maps: FastMaps) {
+    a.label("fast_lookup");
+    a.mov_reg(2, 10);
+    a.add_imm(2, i32::from(FKEY));
+    a.map_fd(1, maps.flows_fd);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jump(JEQ, 0, Err(0), "fast_miss");
+    a.mov_reg(9, 0);
+    a.load(H, 1, 9, V_IN_LEN);
+    a.jump(JNE, 1, Ok(7), "fast_unfit");
+    a.load(W, 2, 6, 0);
+    a.load(W, 3, 6, 4);
+    a.mov_reg(4, 2);
+    a.add_reg(4, 8); // the UDP payload (r8 = 42 or 62, already bounds-checked)
+    a.jump(JGT, 4, Ok(3), "fast_unfit");
+    a.load(H, 5, 4, -4);
+    a.store_reg(H, 10, SAVED_LEN, 5);
+    a.load(H, 5, 4, -2);
+    a.store_reg(H, 10, SAVED_SUM, 5);
+    a.load(B, 1, 9, V_OUT_V6);
+    a.jump(JEQ, 1, Err(0), "fast_move");
+    a.jump(JEQ, 5, Err(0), "fast_unfit"); // IPv4 without a checksum, IPv6 out
+}
+
+/// Moves the frame's start so the entry's headers end where the kept datagram begins,
+/// copies them in, then sets the lengths and checksums.
+fn rewrite(a: &mut Asm) {
+    a.label("fast_move");
+    a.load(H, 2, 9, V_OUT_LEN);
+    a.mov_reg(1, 7);
+    a.sub_reg(1, 2); // in_len − out_len: positive strips, negative makes room
+    a.mov_reg(2, 1);
+    a.mov_reg(1, 6);
+    a.call(helper::XDP_ADJUST_HEAD);
+    a.jump(JNE, 0, Err(0), "fast_unfit"); // nothing moved
+    a.load(W, 2, 6, 0);
+    a.load(W, 3, 6, 4);
+    a.load(H, 1, 9, V_OUT_LEN);
+    for (len, label) in OUT_LENS_V4
+        .iter()
+        .zip(["fast_out42", "fast_out58", "fast_out82"])
+        .chain(
+            OUT_LENS_V6
+                .iter()
+                .zip(["fast_out62", "fast_out78", "fast_out102"]),
+        )
+    {
+        a.jump(JEQ, 1, Err(*len as i32), label);
+    }
+    // User space writes no other length; the head has moved, so this frame is lost.
+    a.ret(action::ABORTED);
+    for (len, label) in OUT_LENS_V4
+        .iter()
+        .zip(["fast_out42", "fast_out58", "fast_out82"])
+    {
+        copy_template(a, label, *len, "fast_fill_v4");
+    }
+    for (len, label) in OUT_LENS_V6
+        .iter()
+        .zip(["fast_out62", "fast_out78", "fast_out102"])
+    {
+        copy_template(a, label, *len, "fast_fill_v6");
+    }
+    a.label("fast_short");
+    a.ret(action::ABORTED);
+
+    // IPv4: total length, header checksum from the entry's partial sum, UDP length, no
+    // UDP checksum.
+    a.label("fast_fill_v4");
+    a.mov_reg(4, 3);
+    a.sub_reg(4, 2); // the frame's length
+    a.mov_reg(5, 4);
+    a.add_imm(5, -(ETH_LEN as i32));
+    a.to_be(5, 16);
+    a.store_reg(H, 2, (ETH_LEN + 2) as i16, 5);
+    a.load(H, 1, 9, V_IP_SUM);
+    a.add_reg(1, 5);
+    a.fold_checksum(1, 0, 2);
+    a.store_reg(H, 2, (ETH_LEN + 10) as i16, 1);
+    a.mov_reg(5, 4);
+    a.add_imm(5, -((ETH_LEN + IPV4_LEN) as i32));
+    a.to_be(5, 16);
+    a.store_reg(H, 2, (ETH_LEN + IPV4_LEN + 4) as i16, 5);
+    a.store_imm(H, 2, (ETH_LEN + IPV4_LEN + 6) as i16, 0);
+    a.goto("fast_count");
+
+    // IPv6: payload and UDP length; the checksum is the incoming one plus the entry's
+    // constant, plus the new length twice (pseudo-header and header), minus the old one
+    // twice (RFC 1624: subtracting is adding the complement).
+    a.label("fast_fill_v6");
+    a.mov_reg(4, 3);
+    a.sub_reg(4, 2);
+    a.mov_reg(5, 4);
+    a.add_imm(5, -((ETH_LEN + IPV6_LEN) as i32));
+    a.to_be(5, 16);
+    a.store_reg(H, 2, (ETH_LEN + 4) as i16, 5);
+    a.store_reg(H, 2, (ETH_LEN + IPV6_LEN + 4) as i16, 5);
+    a.load(H, 1, 10, SAVED_SUM);
+    a.xor_imm(1, 0xffff); // the sum the incoming checksum stood for
+    a.load(W, 0, 9, V_CSUM_K);
+    a.add_reg(1, 0);
+    a.add_reg(1, 5);
+    a.add_reg(1, 5);
+    a.load(H, 0, 10, SAVED_LEN);
+    a.xor_imm(0, 0xffff);
+    a.add_reg(1, 0);
+    a.add_reg(1, 0);
+    a.fold_checksum(1, 0, 3);
+    a.jump(JNE, 1, Err(0), "fast_sum_v6");
+    a.mov_imm(1, 0xffff); // a computed 0 is sent as all ones (RFC 8200 §8.1)
+    a.label("fast_sum_v6");
+    a.store_reg(H, 2, (ETH_LEN + IPV6_LEN + 6) as i16, 1);
+}
+
+/// Copies the entry's `len` header bytes to the frame's start (8 bytes at a time, then
+/// the tail), then continues at `then`.
+fn copy_template(a: &mut Asm, label: &'static str, len: usize, then: &'static str) {
+    a.label(label);
+    a.mov_reg(4, 2);
+    a.add_imm(4, len as i32);
+    a.jump(JGT, 4, Ok(3), "fast_short");
+    let mut off = 0;
+    while off < len {
+        let size = match len - off {
+            8.. => (DW, 8),
+            4..=7 => (W, 4),
+            _ => (H, 2),
+        };
+        a.load(size.0, 1, 9, V_TEMPLATE + off as i16);
+        a.store_reg(size.0, 2, off as i16, 1);
+        off += size.1;
+    }
+    a.goto(then);
+}
+
+/// Counts the datagram on its flow (this CPU's copy: no atomics) and in `fast_stats`,
+/// stamps the flow's last-seen time, and sends the frame back out (`XDP_TX`).
+fn count_and_send(a: &mut Asm, maps: FastMaps) {
+    a.label("fast_count");
+    a.mov_reg(7, 3);
+    a.sub_reg(7, 2); // bytes sent
+    a.load(DW, 1, 9, V_PACKETS);
+    a.add_imm(1, 1);
+    a.store_reg(DW, 9, V_PACKETS, 1);
+    a.load(DW, 1, 9, V_BYTES);
+    a.add_reg(1, 7);
+    a.store_reg(DW, 9, V_BYTES, 1);
+    a.call(helper::KTIME_GET_NS);
+    a.store_reg(DW, 9, V_LAST_SEEN, 0);
+    a.load(B, 1, 10, FKEY + KEY_DIR as i16);
+    a.jump(JNE, 1, Err(0), "fast_count_return");
+    add_stat(a, maps, STAT_FORWARD_PACKETS, None, "fast_fwd_p");
+    add_stat(a, maps, STAT_FORWARD_BYTES, Some(7), "fast_fwd_b");
+    a.ret(action::TX);
+    a.label("fast_count_return");
+    add_stat(a, maps, STAT_RETURN_PACKETS, None, "fast_ret_p");
+    add_stat(a, maps, STAT_RETURN_BYTES, Some(7), "fast_ret_b");
+    a.ret(action::TX);
+}
+
+/// `fast_stats[index] += 1` (or `+= r{by}`) on this CPU; continues at `done`.
+fn add_stat(a: &mut Asm, maps: FastMaps, index: u32, by: Option<u8>, done: &'static str) {
+    a.lookup_array(maps.stats_fd, index, done);
+    a.load(DW, 1, 0, 0);
+    match by {
+        Some(reg) => a.add_reg(1, reg),
+        None => a.add_imm(1, 1),
+    }
+    a.store_reg(DW, 0, 0, 1);
+    a.label(done);
+}
+
+/// The frames this path does not send: counted by reason, then to AF_XDP untouched.
+fn leave_to_user_space(a: &mut Asm, maps: FastMaps, steer: &'static str) {
+    for (label, index, done) in [
+        ("fast_stun", STAT_STUN, "fast_stun_counted"),
+        ("fast_miss", STAT_MISS, "fast_miss_counted"),
+        ("fast_unfit", STAT_UNFIT, "fast_unfit_counted"),
+    ] {
+        a.label(label);
+        add_stat(a, maps, index, None, done);
+        a.goto(steer);
+    }
+}
+
+/// The ones' complement sum of `bytes` as 16-bit words in the order a BPF load reads
+/// them (native), not folded.
+fn word_sum(bytes: &[u8]) -> u64 {
+    bytes
+        .chunks(2)
+        .map(|w| u64::from(u16::from_ne_bytes([w[0], *w.get(1).unwrap_or(&0)])))
+        .sum()
+}
+
+/// `sum` folded to 16 bits.
+fn fold(mut sum: u64) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    sum as u16
+}
+
+/// Subtracting `bytes` in ones' complement: adding each word's complement.
+fn word_complement_sum(bytes: &[u8]) -> u64 {
+    let words = bytes.len().div_ceil(2) as u64;
+    0xffff * words - word_sum(bytes)
+}
+
+fn ip_bytes(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(v4) => v4.octets().to_vec(),
+        IpAddr::V6(v6) => v6.octets().to_vec(),
+    }
+}
+
+fn ip16(ip: IpAddr) -> [u8; 16] {
+    match ip {
+        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+        IpAddr::V6(v6) => v6.octets(),
+    }
+}
+
+/// A direction of a flow as the fast path sees it: what arrives (from → to, with a
+/// frame header for a return) and what leaves (out_from → out_to, with a frame header
+/// for a forward).
+#[derive(Clone, Copy, Debug)]
+struct Leg {
+    from: SocketAddr,
+    to: SocketAddr,
+    frame_in: Option<FrameHeader>,
+    out_from: SocketAddr,
+    out_to: SocketAddr,
+    frame_out: Option<FrameHeader>,
+}
+
+fn frame_bytes(header: Option<FrameHeader>) -> Vec<u8> {
+    header.map_or_else(Vec::new, |h| {
+        let mut out = vec![0u8; h.encoded_len()];
+        h.emit(&mut out).expect("sized for it");
+        out
+    })
+}
+
+impl Leg {
+    fn key(&self) -> [u8; KEY_LEN] {
+        let mut key = [0u8; KEY_LEN];
+        key[KEY_SRC..KEY_SRC + 16].copy_from_slice(&ip16(self.from.ip()));
+        key[KEY_DST..KEY_DST + 16].copy_from_slice(&ip16(self.to.ip()));
+        key[KEY_SRC_PORT..KEY_SRC_PORT + 2].copy_from_slice(&self.from.port().to_be_bytes());
+        key[KEY_DST_PORT..KEY_DST_PORT + 2].copy_from_slice(&self.to.port().to_be_bytes());
+        let frame = frame_bytes(self.frame_in);
+        key[KEY_DIR] = u8::from(self.frame_in.is_some());
+        key[KEY_FRAME..KEY_FRAME + frame.len()].copy_from_slice(&frame);
+        key
+    }
+
+    /// The entry (counters zero), or `None` for a shape this path does not carry (mixed
+    /// families on the way out, or a mixed frame header).
+    fn value(&self, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Option<[u8; VALUE_LEN]> {
+        let mixed =
+            |h: Option<FrameHeader>| h.is_some_and(|h| h.client.is_ipv4() != h.vip.is_ipv4());
+        if mixed(self.frame_in) || mixed(self.frame_out) {
+            return None;
+        }
+        let ip_in = if self.from.is_ipv4() {
+            IPV4_LEN
+        } else {
+            IPV6_LEN
+        };
+        let frame_in = frame_bytes(self.frame_in);
+        let frame_out = frame_bytes(self.frame_out);
+        let in_len = ETH_LEN + ip_in + UDP_LEN + frame_in.len();
+        let mut template = [0u8; TEMPLATE_MAX];
+        let headers = write_udp(
+            &mut template,
+            src_mac,
+            dst_mac,
+            self.out_from,
+            self.out_to,
+            0,
+        )?;
+        template[headers..headers + frame_out.len()].copy_from_slice(&frame_out);
+        let out_len = headers + frame_out.len();
+        let out_v6 = self.out_to.is_ipv6();
+        // Lengths and checksums are the program's to write: zero them in the template.
+        let udp = headers - UDP_LEN;
+        template[udp + 4..udp + 8].fill(0);
+        let ip_sum = if out_v6 {
+            template[ETH_LEN + 4..ETH_LEN + 6].fill(0);
+            0
+        } else {
+            template[ETH_LEN + 2..ETH_LEN + 4].fill(0);
+            template[ETH_LEN + 10..ETH_LEN + 12].fill(0);
+            fold(word_sum(&template[ETH_LEN..ETH_LEN + IPV4_LEN]))
+        };
+        // What changes in the UDP checksum besides the lengths: addresses, ports, and the
+        // frame header added or removed (the protocol number is in both).
+        let ports = |a: SocketAddr, b: SocketAddr| {
+            let mut p = a.port().to_be_bytes().to_vec();
+            p.extend_from_slice(&b.port().to_be_bytes());
+            p
+        };
+        let added = [
+            ip_bytes(self.out_from.ip()),
+            ip_bytes(self.out_to.ip()),
+            ports(self.out_from, self.out_to),
+            frame_out,
+        ]
+        .concat();
+        let removed = [
+            ip_bytes(self.from.ip()),
+            ip_bytes(self.to.ip()),
+            ports(self.from, self.to),
+            frame_in,
+        ]
+        .concat();
+        let csum_k = fold(word_sum(&added) + word_complement_sum(&removed));
+        let mut value = [0u8; VALUE_LEN];
+        let put16 = |v: &mut [u8; VALUE_LEN], at: i16, x: u16| {
+            v[at as usize..at as usize + 2].copy_from_slice(&x.to_ne_bytes());
+        };
+        put16(&mut value, V_IN_LEN, in_len as u16);
+        put16(&mut value, V_OUT_LEN, out_len as u16);
+        value[V_OUT_V6 as usize] = u8::from(out_v6);
+        put16(&mut value, V_IP_SUM, ip_sum);
+        value[V_CSUM_K as usize..V_CSUM_K as usize + 4]
+            .copy_from_slice(&u32::from(csum_k).to_ne_bytes());
+        value[V_TEMPLATE as usize..].copy_from_slice(&template);
+        Some(value)
+    }
+}
+
+/// One flow's two directions, as the worker that owns it sees them.
+#[derive(Clone, Copy, Debug)]
+pub struct FastFlow {
+    /// The client and the VIP it sends to.
+    pub key: FlowKey,
+    /// The transceiver.
+    pub transceiver: SocketAddr,
+    /// The internal address the owning worker sends from (the transceiver answers it).
+    pub internal: SocketAddr,
+}
+
+impl FastFlow {
+    fn forward(&self) -> Leg {
+        Leg {
+            from: self.key.client,
+            to: self.key.vip,
+            frame_in: None,
+            out_from: self.internal,
+            out_to: self.transceiver,
+            frame_out: Some(FrameHeader::new(self.key.client, self.key.vip)),
+        }
+    }
+
+    fn back(&self) -> Leg {
+        Leg {
+            from: self.transceiver,
+            to: self.internal,
+            frame_in: Some(FrameHeader::new(self.key.client, self.key.vip)),
+            out_from: self.key.vip,
+            out_to: self.key.client,
+            frame_out: None,
+        }
+    }
+
+    /// The forward entry's key and value (towards the transceiver through `next_hop_mac`).
+    pub fn forward_entry(
+        &self,
+        if_mac: [u8; 6],
+        next_hop_mac: [u8; 6],
+    ) -> Option<([u8; KEY_LEN], [u8; VALUE_LEN])> {
+        let leg = self.forward();
+        Some((leg.key(), leg.value(if_mac, next_hop_mac)?))
+    }
+
+    /// The return entry's key and value (towards the client through `next_hop_mac`).
+    pub fn return_entry(
+        &self,
+        if_mac: [u8; 6],
+        next_hop_mac: [u8; 6],
+    ) -> Option<([u8; KEY_LEN], [u8; VALUE_LEN])> {
+        let leg = self.back();
+        Some((leg.key(), leg.value(if_mac, next_hop_mac)?))
+    }
+}
+
+/// Totals of the `fast_stats` map, summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastStats {
+    /// Datagrams and bytes sent towards transceivers.
+    pub forward: (u64, u64),
+    /// Datagrams and bytes sent to clients.
+    pub back: (u64, u64),
+    /// Left to user space: STUN, no entry, a frame this path does not take.
+    pub stun: u64,
+    /// No entry.
+    pub miss: u64,
+    /// Not taken (options, lengths, no checksum for an IPv6 output, mixed families).
+    pub unfit: u64,
+}
+
+/// The fast path's maps, shared by the program and every worker.
+#[derive(Debug)]
+pub struct FastPathMaps {
+    flows: Map,
+    stats: Map,
+}
+
+impl FastPathMaps {
+    /// Creates the maps, with room for `flows` flows (two entries each).
+    pub fn create(flows: usize) -> io::Result<Self> {
+        let entries = u32::try_from(flows.saturating_mul(2).max(2)).unwrap_or(u32::MAX);
+        Ok(FastPathMaps {
+            flows: Map::create(
+                bpf::MAP_PERCPU_HASH,
+                KEY_LEN as u32,
+                VALUE_LEN as u32,
+                entries,
+                "fast_flows",
+            )?,
+            stats: Map::create(bpf::MAP_PERCPU_ARRAY, 4, 8, STATS, "fast_stats")?,
+        })
+    }
+
+    /// The descriptors the program is built with.
+    pub fn fds(&self) -> FastMaps {
+        FastMaps {
+            flows_fd: self.flows.raw_fd(),
+            stats_fd: self.stats.raw_fd(),
+        }
+    }
+
+    /// The totals.
+    pub fn stats(&self) -> io::Result<FastStats> {
+        let read = |index: u32| -> io::Result<u64> { Ok(self.stats.counters(index)?.iter().sum()) };
+        Ok(FastStats {
+            forward: (read(STAT_FORWARD_PACKETS)?, read(STAT_FORWARD_BYTES)?),
+            back: (read(STAT_RETURN_PACKETS)?, read(STAT_RETURN_BYTES)?),
+            stun: read(STAT_STUN)?,
+            miss: read(STAT_MISS)?,
+            unfit: read(STAT_UNFIT)?,
+        })
+    }
+
+    /// A buffer for one key's values, one per possible CPU.
+    pub fn value_buffer(&self) -> io::Result<Vec<u8>> {
+        Ok(vec![0u8; self.flows.value_buffer_len()?])
+    }
+
+    fn write(
+        &self,
+        key: &[u8; KEY_LEN],
+        value: &[u8; VALUE_LEN],
+        buf: &mut [u8],
+    ) -> io::Result<()> {
+        for cpu in buf.chunks_mut(self.flows.value_stride()) {
+            cpu[..VALUE_LEN].copy_from_slice(value);
+        }
+        self.flows.update(key, buf)
+    }
+
+    /// Writes both entries of `flow` (the return entry first, so a forwarded datagram's
+    /// answer cannot miss it), with the next hops' MACs; `buf` is a [`Self::value_buffer`].
+    /// False for a flow this path does not carry (mixed address families).
+    pub fn install(
+        &self,
+        flow: &FastFlow,
+        if_mac: [u8; 6],
+        (to_transceiver, to_client): ([u8; 6], [u8; 6]),
+        buf: &mut [u8],
+    ) -> io::Result<bool> {
+        let entries = (
+            flow.forward_entry(if_mac, to_transceiver),
+            flow.return_entry(if_mac, to_client),
+        );
+        let (Some((fk, fv)), Some((rk, rv))) = entries else {
+            return Ok(false);
+        };
+        self.write(&rk, &rv, buf)?;
+        if let Err(e) = self.write(&fk, &fv, buf) {
+            let _ = self.flows.delete(&rk);
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// Removes both entries of `flow` (either may be missing).
+    pub fn remove(&self, flow: &FastFlow) {
+        for leg in [flow.forward(), flow.back()] {
+            let _ = self.flows.delete(&leg.key());
+        }
+    }
+
+    /// The flow's counters over both directions and every CPU: packets, bytes, and the
+    /// latest last-seen stamp (`bpf_ktime_get_ns`; `None` if it never carried one).
+    pub fn flow_counters(&self, flow: &FastFlow, buf: &mut [u8]) -> (u64, u64, Option<u64>) {
+        let field = |cpu: &[u8], at: i16| {
+            u64::from_ne_bytes(
+                cpu[at as usize..at as usize + 8]
+                    .try_into()
+                    .expect("8 bytes"),
+            )
+        };
+        let (mut packets, mut bytes, mut last) = (0, 0, 0);
+        for leg in [flow.forward(), flow.back()] {
+            if self.flows.lookup(&leg.key(), buf).is_err() {
+                continue;
+            }
+            for cpu in buf.chunks(self.flows.value_stride()) {
+                packets += field(cpu, V_PACKETS);
+                bytes += field(cpu, V_BYTES);
+                last = last.max(field(cpu, V_LAST_SEEN));
+            }
+        }
+        (packets, bytes, (last > 0).then_some(last))
+    }
+}
+
+/// CLOCK_MONOTONIC now in nanoseconds: the clock of `bpf_ktime_get_ns` and of
+/// [`Instant`].
+fn ktime_now() -> u64 {
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+/// One worker's side of the fast path: writes its proven flows' entries, removes them,
+/// reads their last-seen stamps. It is the worker's [`FlowMirror`]. Every buffer it
+/// needs is allocated here, once.
+#[derive(Debug)]
+pub struct FastPathWriter {
+    maps: std::sync::Arc<FastPathMaps>,
+    neighbours: Neighbours,
+    if_mac: [u8; 6],
+    internal: SocketAddr,
+    /// One value per possible CPU, written at once.
+    per_cpu: Vec<u8>,
+    /// Flows proven while a next hop's MAC was unknown: left to user space.
+    not_installed: u64,
+}
+
+impl FastPathWriter {
+    /// A writer for the worker sending from `internal`.
+    pub fn new(
+        maps: std::sync::Arc<FastPathMaps>,
+        neighbours: Neighbours,
+        if_mac: [u8; 6],
+        internal: SocketAddr,
+    ) -> io::Result<Self> {
+        let per_cpu = maps.value_buffer()?;
+        Ok(FastPathWriter {
+            maps,
+            neighbours,
+            if_mac,
+            internal,
+            per_cpu,
+            not_installed: 0,
+        })
+    }
+
+    /// Flows that stayed in user space because a next hop's MAC was unknown when they
+    /// proved themselves.
+    pub fn not_installed(&self) -> u64 {
+        self.not_installed
+    }
+
+    fn flow(&self, key: &FlowKey, route: Route) -> FastFlow {
+        FastFlow {
+            key: *key,
+            transceiver: route.next_hop,
+            internal: self.internal,
+        }
+    }
+}
+
+impl FlowMirror for FastPathWriter {
+    fn proven(&mut self, key: &FlowKey, route: Route, _now: Instant) {
+        // A flow through a global relay returns through it: user space keeps it.
+        if route.return_via.is_some() {
+            return;
+        }
+        let flow = self.flow(key, route);
+        let macs = (
+            self.neighbours.mac_for(route.next_hop.ip()),
+            self.neighbours.mac_for(key.client.ip()),
+        );
+        let (Some(to_transceiver), Some(to_client)) = macs else {
+            self.not_installed += 1;
+            return;
+        };
+        let installed = self.maps.install(
+            &flow,
+            self.if_mac,
+            (to_transceiver, to_client),
+            &mut self.per_cpu,
+        );
+        if !matches!(installed, Ok(true)) {
+            self.not_installed += 1;
+        }
+    }
+
+    fn gone(&mut self, key: &FlowKey, route: Route) {
+        self.maps.remove(&self.flow(key, route));
+    }
+
+    fn last_seen(&mut self, key: &FlowKey, route: Route, now: Instant) -> Option<Instant> {
+        let flow = self.flow(key, route);
+        let (_, _, latest) = self.maps.flow_counters(&flow, &mut self.per_cpu);
+        Some(stamp_to_instant(latest?, ktime_now(), now))
+    }
+}
+
+/// A `bpf_ktime_get_ns` stamp as an [`Instant`], given the two clocks now.
+pub fn stamp_to_instant(stamp_ns: u64, ktime_now_ns: u64, now: Instant) -> Instant {
+    now.checked_sub(Duration::from_nanos(ktime_now_ns.saturating_sub(stamp_ns)))
+        .unwrap_or(now)
+}

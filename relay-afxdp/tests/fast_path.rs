@@ -1,0 +1,350 @@
+//! The in-kernel fast path's decisions and rewrites, checked with BPF_PROG_TEST_RUN on
+//! crafted frames (both directions, IPv4 and IPv6): each output is compared byte for
+//! byte with the frame user space would have sent, and each frame the path must not take
+//! is shown to leave untouched for AF_XDP, counted under its reason. Needs root
+//! (CAP_BPF); CI runs as root, and without it these tests fail loudly rather than skip.
+
+use std::net::SocketAddr;
+
+use relay_afxdp::fast_path::{FastFlow, FastPathMaps, FastStats};
+use relay_afxdp::packet::{headers_len, udp_checksum, write_udp};
+use relay_afxdp::program::action;
+use relay_afxdp::steering::Steering;
+use ufrag_common::flow::FlowKey;
+use ufrag_common::frame::FrameHeader;
+
+const RELAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
+const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
+const TRANSCEIVER_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 3];
+
+fn a(s: &str) -> SocketAddr {
+    s.parse().unwrap()
+}
+
+const VIP4: &str = "10.77.0.2:3478";
+const INTERNAL4: &str = "10.77.0.2:40000";
+const TRANSCEIVER4: &str = "10.77.0.3:41000";
+const CLIENT4: &str = "10.77.0.1:50000";
+const VIP6: &str = "[fd77::2]:3478";
+const INTERNAL6: &str = "[fd77::2]:40000";
+const TRANSCEIVER6: &str = "[fd77::3]:41000";
+const CLIENT6: &str = "[fd77::1]:50001";
+
+const RTP: [u8; 24] = [
+    0x80, 111, 0, 7, 0, 0, 0, 9, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+];
+
+/// An Ethernet frame carrying `payload` from `src` to `dst`, with correct checksums.
+fn udp_frame(
+    src_mac: [u8; 6],
+    dst_mac: [u8; 6],
+    src: SocketAddr,
+    dst: SocketAddr,
+    payload: &[u8],
+) -> Vec<u8> {
+    let at = headers_len(&dst);
+    let mut f = vec![0u8; at + payload.len()];
+    f[at..].copy_from_slice(payload);
+    write_udp(&mut f, src_mac, dst_mac, src, dst, payload.len()).expect("one family");
+    f
+}
+
+fn framed(client: &str, vip: &str, payload: &[u8]) -> Vec<u8> {
+    let h = FrameHeader::new(a(client), a(vip));
+    let mut f = vec![0u8; h.encoded_len()];
+    h.emit(&mut f).unwrap();
+    f.extend_from_slice(payload);
+    f
+}
+
+struct Bench {
+    maps: FastPathMaps,
+    steering: Steering,
+    buf: Vec<u8>,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        let uid = std::fs::read_to_string("/proc/self/status")
+            .unwrap()
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("Uid:")
+                    .map(|v| v.split_whitespace().next().unwrap().to_string())
+            })
+            .unwrap();
+        assert_eq!(
+            uid, "0",
+            "loading XDP programs needs root (CAP_BPF); CI runs as root"
+        );
+        let maps = FastPathMaps::create(64).expect("maps");
+        let steering = Steering::load_with(
+            &[a(VIP4), a(VIP6)],
+            &[a(INTERNAL4), a(INTERNAL6)],
+            1,
+            Some(&maps),
+        )
+        .expect("the verifier accepts the program with the fast path");
+        let buf = maps.value_buffer().unwrap();
+        Bench {
+            maps,
+            steering,
+            buf,
+        }
+    }
+
+    fn install(&mut self, flow: &FastFlow) {
+        assert!(
+            self.maps
+                .install(
+                    flow,
+                    RELAY_MAC,
+                    (TRANSCEIVER_MAC, CLIENT_MAC),
+                    &mut self.buf
+                )
+                .expect("written")
+        );
+    }
+
+    fn run(&self, frame: &[u8]) -> (u32, Vec<u8>) {
+        self.steering.run(frame).expect("test run")
+    }
+
+    /// A frame the fast path must leave to AF_XDP, untouched, counted by `counter`.
+    fn left_to_user_space(&self, frame: &[u8], counter: fn(&FastStats) -> u64, why: &str) {
+        let before = self.maps.stats().unwrap();
+        let (verdict, out) = self.run(frame);
+        // No AF_XDP socket in a test run: the redirect falls back to XDP_PASS.
+        assert_eq!(verdict, action::PASS, "{why}: to AF_XDP");
+        assert_eq!(out, frame, "{why}: untouched");
+        let after = self.maps.stats().unwrap();
+        assert_eq!(counter(&after) - counter(&before), 1, "{why}: counted");
+        assert_eq!(after.forward, before.forward, "{why}");
+        assert_eq!(after.back, before.back, "{why}");
+    }
+}
+
+fn flow(client: &str, vip: &str, transceiver: &str, internal: &str) -> FastFlow {
+    FastFlow {
+        key: FlowKey::new(a(client), a(vip)),
+        transceiver: a(transceiver),
+        internal: a(internal),
+    }
+}
+
+/// The frame user space sends for `payload`, but with the UDP checksum an IPv4 output
+/// of the fast path carries (none).
+fn expected(src_mac: [u8; 6], dst_mac: [u8; 6], src: &str, dst: &str, payload: &[u8]) -> Vec<u8> {
+    let mut f = udp_frame(src_mac, dst_mac, a(src), a(dst), payload);
+    if a(dst).is_ipv4() {
+        f[40..42].fill(0);
+    }
+    f
+}
+
+fn assert_valid_udp_checksum(frame: &[u8], src: &str, dst: &str) {
+    let at = headers_len(&a(dst)) - 8;
+    let mut udp = frame[at..].to_vec();
+    let sent = u16::from_be_bytes([udp[6], udp[7]]);
+    udp[6..8].fill(0);
+    assert_eq!(
+        sent,
+        udp_checksum(a(src).ip(), a(dst).ip(), &udp),
+        "UDP checksum"
+    );
+}
+
+/// `frame` with four NOP option bytes in its IPv4 header (lengths and checksum fixed).
+fn with_ipv4_options(frame: &[u8]) -> Vec<u8> {
+    let mut f = frame[..34].to_vec();
+    f.extend_from_slice(&[1, 1, 1, 1]);
+    f.extend_from_slice(&frame[34..]);
+    f[14] = 0x46;
+    let total = u16::from_be_bytes([f[16], f[17]]) + 4;
+    f[16..18].copy_from_slice(&total.to_be_bytes());
+    f[24..26].fill(0);
+    let sum = relay_afxdp::packet::ipv4_checksum(&f[14..38]);
+    f[24..26].copy_from_slice(&sum.to_be_bytes());
+    f
+}
+
+#[test]
+fn an_ipv4_flow_is_carried_both_ways_as_user_space_would_send_it() {
+    let mut b = Bench::new();
+    let f = flow(CLIENT4, VIP4, TRANSCEIVER4, INTERNAL4);
+    b.install(&f);
+    let (verdict, out) = b.run(&udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &RTP));
+    assert_eq!(verdict, action::TX);
+    assert_eq!(
+        out,
+        expected(
+            RELAY_MAC,
+            TRANSCEIVER_MAC,
+            INTERNAL4,
+            TRANSCEIVER4,
+            &framed(CLIENT4, VIP4, &RTP)
+        ),
+        "framed towards the transceiver from the internal address"
+    );
+    let reply = udp_frame(
+        TRANSCEIVER_MAC,
+        RELAY_MAC,
+        a(TRANSCEIVER4),
+        a(INTERNAL4),
+        &framed(CLIENT4, VIP4, &RTP),
+    );
+    let (verdict, out) = b.run(&reply);
+    assert_eq!(verdict, action::TX);
+    assert_eq!(
+        out,
+        expected(RELAY_MAC, CLIENT_MAC, VIP4, CLIENT4, &RTP),
+        "to the client from the VIP"
+    );
+    let stats = b.maps.stats().unwrap();
+    assert_eq!(stats.forward.0, 1);
+    assert_eq!(stats.back.0, 1);
+    let (packets, bytes, last) = b.maps.flow_counters(&f, &mut b.buf);
+    assert_eq!(packets, 2);
+    assert_eq!(bytes as usize, (42 + 16 + RTP.len()) + (42 + RTP.len()));
+    assert!(last.is_some(), "stamped");
+}
+
+#[test]
+fn ipv6_outputs_carry_the_checksum_user_space_would_compute() {
+    let mut b = Bench::new();
+    // An IPv6 client behind an IPv4 transceiver network, and one all IPv6.
+    for (transceiver, internal) in [(TRANSCEIVER4, INTERNAL4), (TRANSCEIVER6, INTERNAL6)] {
+        let f = flow(CLIENT6, VIP6, transceiver, internal);
+        b.install(&f);
+        let (verdict, out) = b.run(&udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT6), a(VIP6), &RTP));
+        assert_eq!(verdict, action::TX, "forward to {transceiver}");
+        assert_eq!(
+            out,
+            expected(
+                RELAY_MAC,
+                TRANSCEIVER_MAC,
+                internal,
+                transceiver,
+                &framed(CLIENT6, VIP6, &RTP)
+            ),
+            "forward to {transceiver}"
+        );
+        if a(transceiver).is_ipv6() {
+            assert_valid_udp_checksum(&out, internal, transceiver);
+        }
+        // Odd-length payloads too: the checksum covers a padded last word.
+        for payload in [&RTP[..], &RTP[..13]] {
+            let reply = udp_frame(
+                TRANSCEIVER_MAC,
+                RELAY_MAC,
+                a(transceiver),
+                a(internal),
+                &framed(CLIENT6, VIP6, payload),
+            );
+            let (verdict, out) = b.run(&reply);
+            assert_eq!(verdict, action::TX, "return from {transceiver}");
+            assert_eq!(
+                out,
+                expected(RELAY_MAC, CLIENT_MAC, VIP6, CLIENT6, payload),
+                "return from {transceiver}"
+            );
+            assert_valid_udp_checksum(&out, VIP6, CLIENT6);
+        }
+        b.maps.remove(&f);
+    }
+}
+
+#[test]
+fn stun_unknown_flows_and_strangers_go_to_user_space_untouched() {
+    let mut b = Bench::new();
+    let f = flow(CLIENT4, VIP4, TRANSCEIVER4, INTERNAL4);
+    b.install(&f);
+    let mut stun = vec![0x00, 0x01, 0, 0, 0x21, 0x12, 0xa4, 0x42];
+    stun.extend_from_slice(&[7; 12]);
+    b.left_to_user_space(
+        &udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &stun),
+        |s| s.stun,
+        "a consent check on a fast flow",
+    );
+    b.left_to_user_space(
+        &udp_frame(CLIENT_MAC, RELAY_MAC, a("10.77.0.1:50009"), a(VIP4), &RTP),
+        |s| s.miss,
+        "another client port",
+    );
+    b.left_to_user_space(
+        &udp_frame(
+            TRANSCEIVER_MAC,
+            RELAY_MAC,
+            a("10.77.0.3:41001"),
+            a(INTERNAL4),
+            &framed(CLIENT4, VIP4, &RTP),
+        ),
+        |s| s.miss,
+        "a return from another transceiver socket",
+    );
+    b.left_to_user_space(
+        &udp_frame(
+            TRANSCEIVER_MAC,
+            RELAY_MAC,
+            a(TRANSCEIVER4),
+            a(INTERNAL4),
+            &framed("10.77.0.9:50000", VIP4, &RTP),
+        ),
+        |s| s.miss,
+        "a return naming a client with no flow",
+    );
+    b.left_to_user_space(
+        &udp_frame(
+            TRANSCEIVER_MAC,
+            RELAY_MAC,
+            a(TRANSCEIVER4),
+            a(INTERNAL4),
+            &RTP,
+        ),
+        |s| s.unfit,
+        "a return without a frame header",
+    );
+    b.left_to_user_space(
+        &udp_frame(
+            TRANSCEIVER_MAC,
+            RELAY_MAC,
+            a(TRANSCEIVER4),
+            a(INTERNAL4),
+            &framed(CLIENT4, VIP4, &[]),
+        ),
+        |s| s.unfit,
+        "a frame header with no datagram",
+    );
+    // Ethernet padding beyond the IP length, and an IPv4 header with options.
+    let mut padded = udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &RTP);
+    padded.extend_from_slice(&[0; 6]);
+    b.left_to_user_space(&padded, |s| s.unfit, "trailing bytes");
+    b.left_to_user_space(
+        &with_ipv4_options(&udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &RTP)),
+        |s| s.unfit,
+        "IPv4 options",
+    );
+    // Removed: the next datagram is user space's again.
+    b.maps.remove(&f);
+    b.left_to_user_space(
+        &udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &RTP),
+        |s| s.miss,
+        "a removed flow",
+    );
+}
+
+#[test]
+fn an_ipv6_output_without_an_incoming_checksum_is_left_to_user_space() {
+    let mut b = Bench::new();
+    // An IPv4 client behind an IPv6 transceiver network: its datagram may carry no UDP
+    // checksum, which leaves nothing to update.
+    let f = flow(CLIENT4, VIP4, TRANSCEIVER6, INTERNAL6);
+    b.install(&f);
+    let mut frame = udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &RTP);
+    frame[40..42].fill(0);
+    b.left_to_user_space(&frame, |s| s.unfit, "IPv4 datagram without a checksum");
+    let with_checksum = udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &RTP);
+    let (verdict, out) = b.run(&with_checksum);
+    assert_eq!(verdict, action::TX);
+    assert_valid_udp_checksum(&out, INTERNAL6, TRANSCEIVER6);
+}
