@@ -20,6 +20,12 @@ if ! command -v ping >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iputils-ping >/dev/null
 fi
 
+# The fast path's IPv6 test turns TX checksum offload off on the testbed's veths.
+if ! command -v ethtool >/dev/null; then
+  echo "== installing ethtool"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ethtool >/dev/null
+fi
+
 # perf's BPF load tools are tested against the kernel's own NAT (nftables).
 if ! command -v nft >/dev/null; then
   echo "== installing nftables"

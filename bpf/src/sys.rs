@@ -103,6 +103,9 @@ pub struct Map {
     kind: u32,
     key_size: usize,
     value_size: usize,
+    /// Values per key: the possible CPUs for a per-CPU map (read once, at creation, so
+    /// no access reads sysfs), else 1.
+    values_per_key: usize,
 }
 
 /// The number of possible CPUs (`/sys/devices/system/cpu/possible`, e.g. `0-1`): how
@@ -136,19 +139,25 @@ impl Map {
             .u32(8, value_size)
             .u32(12, max_entries)
             .name(28, name);
+        let values_per_key = if matches!(kind, MAP_PERCPU_ARRAY | MAP_PERCPU_HASH) {
+            possible_cpus()?
+        } else {
+            1
+        };
         let fd = sys_bpf(CMD_MAP_CREATE, &mut a).map(owned)?;
         Ok(Map {
             fd,
             kind,
             key_size: key_size as usize,
             value_size: value_size as usize,
+            values_per_key,
         })
     }
 
     /// The bytes the kernel reads or writes for one value: `value_size`, or for a per-CPU
     /// map `value_size` rounded up to 8 once per possible CPU.
     pub fn value_buffer_len(&self) -> io::Result<usize> {
-        Ok(self.value_stride() * self.values_per_key()?)
+        Ok(self.value_stride() * self.values_per_key)
     }
 
     fn is_per_cpu(&self) -> bool {
@@ -156,12 +165,8 @@ impl Map {
     }
 
     /// How many values one key holds: one per possible CPU for a per-CPU map, else one.
-    pub fn values_per_key(&self) -> io::Result<usize> {
-        if self.is_per_cpu() {
-            possible_cpus()
-        } else {
-            Ok(1)
-        }
+    pub fn values_per_key(&self) -> usize {
+        self.values_per_key
     }
 
     /// The distance between two CPUs' values in a value buffer (`value_size`, rounded up

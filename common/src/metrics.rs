@@ -494,9 +494,29 @@ impl SharedCounters {
     }
 }
 
+/// What an in-kernel fast path (relay-afxdp `--fast-path xdp`) carried and left to the
+/// workers, read when `/metrics` is scraped.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FastPathTotals {
+    /// Datagrams and bytes (as sent) towards transceivers.
+    pub forward: (u64, u64),
+    /// Datagrams and bytes (as sent) to clients.
+    pub back: (u64, u64),
+    /// Datagrams left to the workers: STUN, no entry, a frame it does not take.
+    pub left: [u64; 3],
+    /// Proven flows the workers could not hand to it (a next hop's MAC unknown, a map
+    /// full, mixed address families): carried by the workers instead.
+    pub flows_not_installed: u64,
+}
+
+/// The labels of [`FastPathTotals::left`].
+pub const FAST_PATH_LEFT_LABELS: [&str; 3] = ["stun", "miss", "unfit"];
+
+/// Reads the fast path's totals.
+pub type FastPathSource = Box<dyn Fn() -> FastPathTotals + Send + Sync>;
+
 /// Everything a relay exposes on `/metrics`: every worker's shared counters, readiness,
 /// and which backend this is.
-#[derive(Debug)]
 pub struct RelayMetrics {
     backend: &'static str,
     workers: Vec<Arc<SharedCounters>>,
@@ -506,6 +526,17 @@ pub struct RelayMetrics {
     hint_key: AtomicU64,
     /// Key file reloads: taken, and refused.
     key_reloads: [AtomicU64; 2],
+    fast_path: std::sync::OnceLock<FastPathSource>,
+}
+
+impl core::fmt::Debug for RelayMetrics {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RelayMetrics")
+            .field("backend", &self.backend)
+            .field("workers", &self.workers.len())
+            .field("fast_path", &self.fast_path.get().is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl RelayMetrics {
@@ -518,7 +549,19 @@ impl RelayMetrics {
             worker_failures: AtomicU64::new(0),
             hint_key: AtomicU64::new(0),
             key_reloads: Default::default(),
+            fast_path: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Exposes an in-kernel fast path's totals (read at each scrape). Once; later calls
+    /// are ignored.
+    pub fn set_fast_path(&self, source: FastPathSource) {
+        let _ = self.fast_path.set(source);
+    }
+
+    /// The fast path's totals, if there is one.
+    pub fn fast_path(&self) -> Option<FastPathTotals> {
+        self.fast_path.get().map(|read| read())
     }
 
     /// The hint keys in use now have `current` as their current key id (at start and
@@ -673,6 +716,47 @@ const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
     ),
 ];
 
+fn encode_fast_path(
+    encoder: &mut DescriptorEncoder<'_>,
+    fast: &FastPathTotals,
+) -> Result<(), core::fmt::Error> {
+    let directions = [fast.forward, fast.back];
+    let mut e = encoder.encode_descriptor(
+        "ufrag_relay_fast_path_packets",
+        "Datagrams the in-kernel fast path sent itself; direction in = to transceivers, out = to clients.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (label, (packets, _)) in DIRECTION_LABELS.iter().zip(directions) {
+        ConstCounter::new(packets).encode(e.encode_family(&[("direction", *label)])?)?;
+    }
+    let mut e = encoder.encode_descriptor(
+        "ufrag_relay_fast_path_bytes",
+        "Bytes the in-kernel fast path sent (whole frames, as sent).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (label, (_, bytes)) in DIRECTION_LABELS.iter().zip(directions) {
+        ConstCounter::new(bytes).encode(e.encode_family(&[("direction", *label)])?)?;
+    }
+    let mut e = encoder.encode_descriptor(
+        "ufrag_relay_fast_path_left",
+        "Datagrams to a VIP or internal address the fast path left to the workers, by reason.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (label, count) in FAST_PATH_LEFT_LABELS.iter().zip(fast.left) {
+        ConstCounter::new(count).encode(e.encode_family(&[("reason", *label)])?)?;
+    }
+    let e = encoder.encode_descriptor(
+        "ufrag_relay_fast_path_flows_not_installed",
+        "Proven flows the workers could not hand to the fast path (they carry them).",
+        None,
+        MetricType::Counter,
+    )?;
+    ConstCounter::new(fast.flows_not_installed).encode(e)
+}
+
 fn encode_value(
     encoder: prometheus_client::encoding::MetricEncoder<'_>,
     kind: MetricType,
@@ -735,6 +819,10 @@ impl Collector for RelayMetrics {
         for (result, count) in ["taken", "refused"].iter().zip(&self.key_reloads) {
             let labels = [("result", *result)];
             ConstCounter::new(count.load(Ordering::Relaxed)).encode(e.encode_family(&labels)?)?;
+        }
+
+        if let Some(fast) = self.fast_path() {
+            encode_fast_path(&mut encoder, &fast)?;
         }
 
         type PerLabel = fn(&WorkerCounters, usize) -> u64;

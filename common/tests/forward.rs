@@ -15,7 +15,7 @@ use support::{
 };
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{
-    ForwardPolicy, Forwarder, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE, Verdict,
+    FlowMirror, ForwardPolicy, Forwarder, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE, Verdict,
 };
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
@@ -970,4 +970,141 @@ fn restored_flows_are_shared_and_a_full_table_never_reclaims_a_shared_flow_unsee
     assert_eq!(owner.counters().flows_refused, 1);
     assert!(owner.table().peek(&key).is_some());
     assert!(returns.take_return(&key, a(TRANSCEIVER), now).is_some());
+}
+
+/// A mirror that records what it is told and answers `last_seen` from `carried_at`.
+#[derive(Debug, Default)]
+struct MirrorLog {
+    proven: Vec<(FlowKey, Route)>,
+    gone: Vec<(FlowKey, Route)>,
+    carried_at: Option<Instant>,
+}
+
+#[derive(Debug)]
+struct RecordingMirror(Arc<std::sync::Mutex<MirrorLog>>);
+
+impl FlowMirror for RecordingMirror {
+    fn proven(&mut self, key: &FlowKey, route: Route, _now: Instant) {
+        self.0.lock().unwrap().proven.push((*key, route));
+    }
+    fn gone(&mut self, key: &FlowKey, route: Route) {
+        self.0.lock().unwrap().gone.push((*key, route));
+    }
+    fn last_seen(&mut self, _key: &FlowKey, _route: Route, _now: Instant) -> Option<Instant> {
+        self.0.lock().unwrap().carried_at
+    }
+}
+
+fn mirrored(t0: Instant) -> (TestRelay, Arc<std::sync::Mutex<MirrorLog>>) {
+    let log = Arc::new(std::sync::Mutex::new(MirrorLog::default()));
+    let forwarder = Forwarder::new(
+        ForwardPolicy {
+            route_cache: true,
+            ..policy()
+        },
+        FlowTable::new(16, Duration::from_secs(30), t0).unwrap(),
+        t0,
+    )
+    .with_mirror(Box::new(RecordingMirror(log.clone())));
+    (TestRelay::new(forwarder, PlannedEgress::logging()), log)
+}
+
+#[test]
+fn the_mirror_gets_a_flow_when_it_proves_itself_and_loses_it_when_it_expires() {
+    let t0 = Instant::now();
+    let (mut fwd, log) = mirrored(t0);
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    let route = Route {
+        next_hop: a(TRANSCEIVER),
+        return_via: None,
+    };
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    assert!(
+        log.lock().unwrap().proven.is_empty(),
+        "STUN alone proves nothing"
+    );
+    fwd.from_client(&DTLS, a(CLIENT), a(VIP), t0);
+    fwd.from_client(&RTP, a(CLIENT), a(VIP), t0);
+    assert_eq!(
+        log.lock().unwrap().proven,
+        vec![(key, route)],
+        "once, at the first DTLS"
+    );
+    // The mirror carried it until 40 s: it outlives its idle timeout on the worker.
+    log.lock().unwrap().carried_at = Some(t0 + Duration::from_secs(40));
+    assert_eq!(fwd.expire(t0 + Duration::from_secs(45), 16), 0);
+    assert!(log.lock().unwrap().gone.is_empty());
+    assert_eq!(fwd.expire(t0 + Duration::from_secs(71), 16), 1);
+    assert_eq!(log.lock().unwrap().gone, vec![(key, route)]);
+    // A flow that never proved itself was never mirrored, and leaves without a word.
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 2),
+        a("198.51.100.8:1"),
+        a(VIP),
+        t0 + Duration::from_secs(71),
+    );
+    log.lock().unwrap().carried_at = None;
+    assert_eq!(fwd.expire(t0 + Duration::from_secs(102), 16), 1);
+    assert_eq!(log.lock().unwrap().gone.len(), 1);
+}
+
+#[test]
+fn a_flow_the_mirror_carries_is_not_idle_and_cannot_be_moved() {
+    let t0 = Instant::now();
+    let (mut fwd, log) = mirrored(t0);
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    fwd.from_client(&DTLS, a(CLIENT), a(VIP), t0);
+    // The worker has seen nothing for a consent interval, but the mirror carried media
+    // a second ago: another session's request from this address does not move it.
+    let later = t0 + REROUTE_MIN_IDLE + Duration::from_secs(1);
+    log.lock().unwrap().carried_at = Some(later - Duration::from_secs(1));
+    let second = "10.0.0.3:40000";
+    let v = fwd.from_client(
+        &binding_request(second, CLUSTER, 2),
+        a(CLIENT),
+        a(VIP),
+        later,
+    );
+    assert!(
+        matches!(v, Verdict::Forward { to, .. } if to == a(TRANSCEIVER)),
+        "{v:?}"
+    );
+    // Idle everywhere: it moves, and the mirror loses the old route.
+    let much_later = later + REROUTE_MIN_IDLE + Duration::from_secs(1);
+    let v = fwd.from_client(
+        &binding_request(second, CLUSTER, 3),
+        a(CLIENT),
+        a(VIP),
+        much_later,
+    );
+    assert!(
+        matches!(v, Verdict::Forward { to, .. } if to == a(second)),
+        "{v:?}"
+    );
+    let gone = &log.lock().unwrap().gone;
+    assert_eq!(gone.len(), 1);
+    assert_eq!(gone[0].1.next_hop, a(TRANSCEIVER));
+}
+
+#[test]
+fn a_restored_flow_is_mirrored_at_once() {
+    let t0 = Instant::now();
+    let (mut fwd, log) = mirrored(t0);
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    let route = Route {
+        next_hop: a(TRANSCEIVER),
+        return_via: None,
+    };
+    assert!(fwd.restore(&key, route, t0));
+    assert_eq!(log.lock().unwrap().proven, vec![(key, route)]);
 }

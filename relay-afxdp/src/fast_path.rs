@@ -49,6 +49,8 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use ufrag_bpf::asm::{Asm, B, DW, H, JEQ, JGT, JLT, JNE, W, action, helper};
@@ -56,6 +58,7 @@ use ufrag_bpf::sys::{self as bpf, Map};
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::{FlowMirror, Route};
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
+use ufrag_common::metrics::FastPathTotals;
 
 use crate::neighbours::Neighbours;
 use crate::packet::{ETH_LEN, IPV4_LEN, IPV6_LEN, UDP_LEN, write_udp};
@@ -455,16 +458,19 @@ fn fold(mut sum: u64) -> u16 {
     sum as u16
 }
 
-/// Subtracting `bytes` in ones' complement: adding each word's complement.
-fn word_complement_sum(bytes: &[u8]) -> u64 {
-    let words = bytes.len().div_ceil(2) as u64;
-    0xffff * words - word_sum(bytes)
+/// Subtracting `words` words whose sum is `sum`, in ones' complement: adding each
+/// word's complement.
+fn complement((sum, words): (u64, u64)) -> u64 {
+    0xffff * words - sum
 }
 
-fn ip_bytes(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(v4) => v4.octets().to_vec(),
-        IpAddr::V6(v6) => v6.octets().to_vec(),
+/// What a UDP checksum covers of one end: its address (4 or 16 bytes, as in the
+/// pseudo-header) and its port, as (ones' complement sum not folded, 16-bit words).
+fn end_words(end: SocketAddr) -> (u64, u64) {
+    let port = word_sum(&end.port().to_be_bytes());
+    match end.ip() {
+        IpAddr::V4(v4) => (word_sum(&v4.octets()) + port, 3),
+        IpAddr::V6(v6) => (word_sum(&v6.octets()) + port, 9),
     }
 }
 
@@ -488,12 +494,11 @@ struct Leg {
     frame_out: Option<FrameHeader>,
 }
 
-fn frame_bytes(header: Option<FrameHeader>) -> Vec<u8> {
-    header.map_or_else(Vec::new, |h| {
-        let mut out = vec![0u8; h.encoded_len()];
-        h.emit(&mut out).expect("sized for it");
-        out
-    })
+/// A frame header's bytes (none: an empty slice), in a buffer of the longest one.
+fn frame_bytes(header: Option<FrameHeader>) -> ([u8; MAX_HEADER_LEN], usize) {
+    let mut out = [0u8; MAX_HEADER_LEN];
+    let len = header.map_or(0, |h| h.emit(&mut out).expect("sized for the longest"));
+    (out, len)
 }
 
 impl Leg {
@@ -503,9 +508,9 @@ impl Leg {
         key[KEY_DST..KEY_DST + 16].copy_from_slice(&ip16(self.to.ip()));
         key[KEY_SRC_PORT..KEY_SRC_PORT + 2].copy_from_slice(&self.from.port().to_be_bytes());
         key[KEY_DST_PORT..KEY_DST_PORT + 2].copy_from_slice(&self.to.port().to_be_bytes());
-        let frame = frame_bytes(self.frame_in);
+        let (frame, len) = frame_bytes(self.frame_in);
         key[KEY_DIR] = u8::from(self.frame_in.is_some());
-        key[KEY_FRAME..KEY_FRAME + frame.len()].copy_from_slice(&frame);
+        key[KEY_FRAME..KEY_FRAME + len].copy_from_slice(&frame[..len]);
         key
     }
 
@@ -522,8 +527,9 @@ impl Leg {
         } else {
             IPV6_LEN
         };
-        let frame_in = frame_bytes(self.frame_in);
-        let frame_out = frame_bytes(self.frame_out);
+        let (frame_in, frame_in_len) = frame_bytes(self.frame_in);
+        let (frame_out, frame_out_len) = frame_bytes(self.frame_out);
+        let (frame_in, frame_out) = (&frame_in[..frame_in_len], &frame_out[..frame_out_len]);
         let in_len = ETH_LEN + ip_in + UDP_LEN + frame_in.len();
         let mut template = [0u8; TEMPLATE_MAX];
         let headers = write_udp(
@@ -534,7 +540,7 @@ impl Leg {
             self.out_to,
             0,
         )?;
-        template[headers..headers + frame_out.len()].copy_from_slice(&frame_out);
+        template[headers..headers + frame_out.len()].copy_from_slice(frame_out);
         let out_len = headers + frame_out.len();
         let out_v6 = self.out_to.is_ipv6();
         // Lengths and checksums are the program's to write: zero them in the template.
@@ -550,26 +556,12 @@ impl Leg {
         };
         // What changes in the UDP checksum besides the lengths: addresses, ports, and the
         // frame header added or removed (the protocol number is in both).
-        let ports = |a: SocketAddr, b: SocketAddr| {
-            let mut p = a.port().to_be_bytes().to_vec();
-            p.extend_from_slice(&b.port().to_be_bytes());
-            p
-        };
-        let added = [
-            ip_bytes(self.out_from.ip()),
-            ip_bytes(self.out_to.ip()),
-            ports(self.out_from, self.out_to),
-            frame_out,
-        ]
-        .concat();
-        let removed = [
-            ip_bytes(self.from.ip()),
-            ip_bytes(self.to.ip()),
-            ports(self.from, self.to),
-            frame_in,
-        ]
-        .concat();
-        let csum_k = fold(word_sum(&added) + word_complement_sum(&removed));
+        let frame_words = |f: &[u8]| (word_sum(f), f.len() as u64 / 2);
+        let added = end_words(self.out_from).0 + end_words(self.out_to).0 + word_sum(frame_out);
+        let removed = complement(end_words(self.from))
+            + complement(end_words(self.to))
+            + complement(frame_words(frame_in));
+        let csum_k = fold(added + removed);
         let mut value = [0u8; VALUE_LEN];
         let put16 = |v: &mut [u8; VALUE_LEN], at: i16, x: u16| {
             v[at as usize..at as usize + 2].copy_from_slice(&x.to_ne_bytes());
@@ -660,6 +652,8 @@ pub struct FastStats {
 pub struct FastPathMaps {
     flows: Map,
     stats: Map,
+    /// Proven flows no worker could install (see [`FastPathTotals::flows_not_installed`]).
+    not_installed: AtomicU64,
 }
 
 impl FastPathMaps {
@@ -675,6 +669,7 @@ impl FastPathMaps {
                 "fast_flows",
             )?,
             stats: Map::create(bpf::MAP_PERCPU_ARRAY, 4, 8, STATS, "fast_stats")?,
+            not_installed: AtomicU64::new(0),
         })
     }
 
@@ -696,6 +691,17 @@ impl FastPathMaps {
             miss: read(STAT_MISS)?,
             unfit: read(STAT_UNFIT)?,
         })
+    }
+
+    /// The totals as `/metrics` shows them (zeros if the map cannot be read).
+    pub fn totals(&self) -> FastPathTotals {
+        let stats = self.stats().unwrap_or_default();
+        FastPathTotals {
+            forward: stats.forward,
+            back: stats.back,
+            left: [stats.stun, stats.miss, stats.unfit],
+            flows_not_installed: self.not_installed.load(Ordering::Relaxed),
+        }
     }
 
     /// A buffer for one key's values, one per possible CPU.
@@ -784,20 +790,18 @@ fn ktime_now() -> u64 {
 /// needs is allocated here, once.
 #[derive(Debug)]
 pub struct FastPathWriter {
-    maps: std::sync::Arc<FastPathMaps>,
+    maps: Arc<FastPathMaps>,
     neighbours: Neighbours,
     if_mac: [u8; 6],
     internal: SocketAddr,
     /// One value per possible CPU, written at once.
     per_cpu: Vec<u8>,
-    /// Flows proven while a next hop's MAC was unknown: left to user space.
-    not_installed: u64,
 }
 
 impl FastPathWriter {
     /// A writer for the worker sending from `internal`.
     pub fn new(
-        maps: std::sync::Arc<FastPathMaps>,
+        maps: Arc<FastPathMaps>,
         neighbours: Neighbours,
         if_mac: [u8; 6],
         internal: SocketAddr,
@@ -809,14 +813,11 @@ impl FastPathWriter {
             if_mac,
             internal,
             per_cpu,
-            not_installed: 0,
         })
     }
 
-    /// Flows that stayed in user space because a next hop's MAC was unknown when they
-    /// proved themselves.
-    pub fn not_installed(&self) -> u64 {
-        self.not_installed
+    fn not_installed(&self) {
+        self.maps.not_installed.fetch_add(1, Ordering::Relaxed);
     }
 
     fn flow(&self, key: &FlowKey, route: Route) -> FastFlow {
@@ -832,7 +833,7 @@ impl FlowMirror for FastPathWriter {
     fn proven(&mut self, key: &FlowKey, route: Route, _now: Instant) {
         // A flow through a global relay returns through it: user space keeps it.
         if route.return_via.is_some() {
-            return;
+            return self.not_installed();
         }
         let flow = self.flow(key, route);
         let macs = (
@@ -840,8 +841,7 @@ impl FlowMirror for FastPathWriter {
             self.neighbours.mac_for(key.client.ip()),
         );
         let (Some(to_transceiver), Some(to_client)) = macs else {
-            self.not_installed += 1;
-            return;
+            return self.not_installed();
         };
         let installed = self.maps.install(
             &flow,
@@ -850,7 +850,7 @@ impl FlowMirror for FastPathWriter {
             &mut self.per_cpu,
         );
         if !matches!(installed, Ok(true)) {
-            self.not_installed += 1;
+            self.not_installed();
         }
     }
 

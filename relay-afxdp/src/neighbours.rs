@@ -100,6 +100,8 @@ pub struct Neighbours {
     /// `None` for a fixed view (tests).
     published: Option<Arc<Published>>,
     unresolved: Option<SyncSender<Wake>>,
+    /// The first handle, whose drop stops the refresher; followers only read.
+    owner: bool,
 }
 
 impl Neighbours {
@@ -152,6 +154,7 @@ impl Neighbours {
             generation: 0,
             published: Some(published),
             unresolved: Some(unresolved),
+            owner: true,
         })
     }
 
@@ -162,6 +165,20 @@ impl Neighbours {
             generation: 0,
             published: None,
             unresolved: None,
+            owner: true,
+        }
+    }
+
+    /// Another handle on the same refresher (for a second reader on the worker's thread,
+    /// such as the fast path's writer); the refresher stops when the first handle is
+    /// dropped.
+    pub fn follower(&self) -> Self {
+        Neighbours {
+            view: Arc::clone(&self.view),
+            generation: self.generation,
+            published: self.published.clone(),
+            unresolved: self.unresolved.clone(),
+            owner: false,
         }
     }
 
@@ -207,6 +224,9 @@ impl Neighbours {
 
 impl Drop for Neighbours {
     fn drop(&mut self) {
+        if !self.owner {
+            return;
+        }
         if let Some(published) = &self.published {
             published.stop.store(true, Ordering::Relaxed);
         }

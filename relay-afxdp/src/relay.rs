@@ -16,6 +16,7 @@ use ufrag_common::returns::SharedReturns;
 use ufrag_common::runtime::cache::{CacheClient, WakeFn};
 use ufrag_common::runtime::lifecycle::{RelayWorker, Running};
 
+use crate::fast_path::{FastPathMaps, FastPathWriter};
 use crate::neighbours::Neighbours;
 use crate::steering::{AttachMode, Steering};
 use crate::worker::{AfXdpWorker, WorkerParts};
@@ -29,6 +30,17 @@ pub enum BindMode {
     /// The NIC writes into the UMEM (drivers with zero-copy support; the kernel's
     /// refusal is reported).
     Zerocopy,
+}
+
+/// Whether established flows are forwarded in the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FastPath {
+    /// Every datagram goes through AF_XDP to a worker.
+    Off,
+    /// Once a flow has proved itself (its first DTLS or media datagram), the XDP program
+    /// forwards its datagrams both ways itself; STUN and unknown flows still go to the
+    /// workers (see `fast_path`).
+    Xdp,
 }
 
 /// The options relay-afxdp adds to the relay's own.
@@ -52,6 +64,9 @@ pub struct AfXdpOptions {
     /// Frames per receive batch.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
+    /// Forward established flows in the kernel (`xdp`) or not (`off`).
+    #[arg(long, value_enum, default_value_t = FastPath::Off)]
+    pub fast_path: FastPath,
 }
 
 /// Why relay-afxdp could not start: a configuration error (exit code 2) or a failure of
@@ -211,10 +226,23 @@ impl Relay {
     pub fn start(config: &RelayConfig, options: &AfXdpOptions) -> Result<Running, StartError> {
         let interface = Interface::read(&options.interface)?;
         validate(config, options, interface.rx_queues)?;
-        let mut dests = config.vips.clone();
-        dests.extend((0..config.workers()).map(|i| config.worker_internal_addr(i)));
-        let steering = Steering::load(&dests, interface.rx_queues as u32)
-            .map_err(system("loading the XDP program"))?;
+        let internals: Vec<_> = (0..config.workers())
+            .map(|i| config.worker_internal_addr(i))
+            .collect();
+        let fast_path = match options.fast_path {
+            FastPath::Off => None,
+            FastPath::Xdp => Some(Arc::new(
+                FastPathMaps::create(config.flows_per_worker.saturating_mul(config.workers()))
+                    .map_err(system("creating the fast path's maps"))?,
+            )),
+        };
+        let steering = Steering::load_with(
+            &config.vips,
+            &internals,
+            interface.rx_queues as u32,
+            fast_path.as_deref(),
+        )
+        .map_err(system("loading the XDP program"))?;
         let xsk_config = XskConfig {
             frames: 4096,
             frame_size: options.frame_size,
@@ -227,9 +255,6 @@ impl Relay {
         let policy = ForwardPolicy::from(config);
         // The NIC puts a transceiver's replies on any queue: every worker must be able to
         // send the returns of every worker's flows.
-        let internals: Vec<_> = (0..config.workers())
-            .map(|i| config.worker_internal_addr(i))
-            .collect();
         let shared_returns = (config.workers() > 1).then(|| {
             Arc::new(SharedReturns::new(
                 config.flows_per_worker.saturating_mul(config.workers()),
@@ -254,6 +279,16 @@ impl Relay {
             if let Some(returns) = &shared_returns {
                 forwarder = forwarder.with_shared_returns(Arc::clone(returns));
             }
+            if let Some(maps) = &fast_path {
+                let writer = FastPathWriter::new(
+                    Arc::clone(maps),
+                    neighbours.follower(),
+                    interface.mac,
+                    config.worker_internal_addr(index),
+                )
+                .map_err(system("the fast path's value buffer"))?;
+                forwarder = forwarder.with_mirror(Box::new(writer));
+            }
             workers.push(AfXdpWorker::new(WorkerParts {
                 index,
                 socket,
@@ -275,14 +310,20 @@ impl Relay {
         let wakers: Vec<WakeFn> = (0..workers.len())
             .map(|_| Box::new(|| {}) as WakeFn)
             .collect();
+        if let Some(maps) = &fast_path {
+            let maps = Arc::clone(maps);
+            metrics.set_fast_path(Box::new(move || maps.totals()));
+        }
         let mut running =
             Running::start(config, metrics, workers, wakers).map_err(StartError::System)?;
         running.hold(link);
         running.hold(steering);
+        running.hold(fast_path);
         tracing::info!(
             interface = %options.interface,
             xdp_mode = ?options.xdp_mode,
             bind_mode = ?options.bind_mode,
+            fast_path = ?options.fast_path,
             poll = ?config.poll,
             workers = config.workers(),
             "relay-afxdp ready"

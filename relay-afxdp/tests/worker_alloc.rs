@@ -38,8 +38,9 @@ const CONTROL_DIR_ENV: &str = "UFRAG_AFXDP_ALLOC_CONTROL";
 struct ControlDir(std::path::PathBuf);
 
 impl ControlDir {
-    fn create() -> Self {
-        let dir = std::env::temp_dir().join(format!("afxdp-alloc-{}", std::process::id()));
+    fn create(test_name: &str) -> Self {
+        let dir =
+            std::env::temp_dir().join(format!("afxdp-alloc-{}-{test_name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         ControlDir(dir)
     }
@@ -56,27 +57,38 @@ impl Drop for ControlDir {
 /// drives a warm-up flow, then a counted one, through it.
 #[test]
 fn the_afxdp_worker_does_not_allocate_per_packet() {
+    counted_run("the_afxdp_worker_does_not_allocate_per_packet", "off");
+}
+
+/// The same with the in-kernel fast path: the worker writes each proven flow's entries
+/// and reads their stamps at expiry, without allocating (skb mode: `XDP_TX` needs no
+/// program on the veth peer there).
+#[test]
+fn the_afxdp_worker_with_the_fast_path_does_not_allocate() {
+    counted_run(
+        "the_afxdp_worker_with_the_fast_path_does_not_allocate",
+        "xdp",
+    );
+}
+
+fn counted_run(test_name: &str, fast_path: &str) {
     if std::env::var_os(CONTROL_DIR_ENV).is_some() {
         return relay_in_namespace();
     }
     require_root();
     let bed = Testbed::up().unwrap();
-    let control = ControlDir::create();
+    let control = ControlDir::create(test_name);
     let control = &control.0;
     let internal = std::net::SocketAddr::new(bed.relay.ip(false), 40000).to_string();
     let vip = vip(&bed, false).to_string();
     let exe = std::env::current_exe().unwrap();
     let mut command = bed.relay.command(exe.to_str().unwrap());
     command
-        .args([
-            "--exact",
-            "the_afxdp_worker_does_not_allocate_per_packet",
-            "--nocapture",
-        ])
+        .args(["--exact", test_name, "--nocapture"])
         .env(CONTROL_DIR_ENV, control)
         .env(
             "UFRAG_AFXDP_ALLOC_ARGS",
-            format!("{vip} {internal} {}", bed.relay.ifname),
+            format!("{vip} {internal} {} {fast_path}", bed.relay.ifname),
         )
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -148,7 +160,7 @@ fn the_afxdp_worker_does_not_allocate_per_packet() {
     let allocations: u64 = count.trim().parse().unwrap();
     assert_eq!(
         allocations, 0,
-        "relay-afxdp's worker allocated {allocations} times while forwarding 500 datagrams \
+        "relay-afxdp's worker (fast path {fast_path}) allocated {allocations} times while forwarding 500 datagrams \
          each way, then 100 more after a neighbour miss"
     );
 }
@@ -158,7 +170,7 @@ fn the_afxdp_worker_does_not_allocate_per_packet() {
 fn relay_in_namespace() {
     let control = std::path::PathBuf::from(std::env::var_os(CONTROL_DIR_ENV).unwrap());
     let args = std::env::var("UFRAG_AFXDP_ALLOC_ARGS").unwrap();
-    let [vip, internal, ifname]: [&str; 3] =
+    let [vip, internal, ifname, fast_path]: [&str; 4] =
         args.split(' ').collect::<Vec<_>>().try_into().unwrap();
     let cli = Cli::try_parse_from([
         "relay-afxdp",
@@ -176,6 +188,8 @@ fn relay_in_namespace() {
         METRICS,
         "--interface",
         ifname,
+        "--fast-path",
+        fast_path,
     ])
     .expect("the flags parse");
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());
