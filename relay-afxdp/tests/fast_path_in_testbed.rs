@@ -181,3 +181,60 @@ fn a_webrtc_session_crosses_the_fast_path() {
     );
     assert!(stun_left >= 1.0, "consent checks go to the worker");
 }
+
+/// A relay killed and started again refills the fast path from the route cache: the
+/// client's first SRTP-like datagram after the restart restores the flow from Redis (and
+/// is dropped: AF_XDP rewrites in place and keeps no copy), the next ones go through the
+/// kernel, both ways, with no STUN.
+#[test]
+fn a_restarted_relay_refills_the_fast_path_from_the_route_cache() {
+    use testkit::relay_suite::harness::{RelayProcess, RelaySetup, binding_request_for, rtp};
+    use testkit::relay_suite::{Backend, XdpMode};
+    require_root();
+    let backend = Backend::afxdp(env!("CARGO_BIN_EXE_relay-afxdp"), XdpMode::Skb);
+    let net = backend.net();
+    let redis = net.redis();
+    let setup = RelaySetup {
+        extra: vec![
+            "--redis-url".into(),
+            redis.url(),
+            "--fast-path".into(),
+            "xdp".into(),
+        ],
+        ..RelaySetup::on(net.clone())
+    };
+    let transceiver = net.transceiver();
+    let client = net.client();
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some(), "the Binding Request");
+    client.send(relay.vip(), &rtp(0));
+    assert!(transceiver.recv_frame().is_some(), "the flow's first media");
+    redis.wait_for_flow(client.addr(), relay.vip());
+    drop(relay); // SIGKILL: the flow table and the program's maps are gone
+
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &rtp(1));
+    relay.wait_for("cache hit", |r| {
+        r.total("ufrag_relay_cache_hits_total", "") == 1.0
+    });
+    for seq in 2..12 {
+        client.send(relay.vip(), &rtp(seq));
+        let (h, payload, from) = transceiver.recv_frame().expect("restored from Redis");
+        assert_eq!((h.client, payload.clone()), (client.addr(), rtp(seq)));
+        transceiver.send_frame(from, client.addr(), relay.vip(), &payload);
+        assert_eq!(client.recv().expect("the reply").0, rtp(seq));
+    }
+    let fast = |direction: &str| {
+        relay.total(
+            "ufrag_relay_fast_path_packets_total",
+            &format!("direction=\"{direction}\""),
+        )
+    };
+    assert_eq!(
+        fast("in"),
+        10.0,
+        "the kernel carried every datagram after the restore"
+    );
+    assert_eq!(fast("out"), 10.0, "and every reply");
+}
