@@ -74,11 +74,11 @@ echo "== the same with 100k flows, for the setups that keep per-flow state (perf
 target/release/perf compare --flows 100000 --only direct,nftables,nginx,quilkin,mio,afxdp-native-wakeup \
   --out target/perf/compare-100k-flows.md
 echo "== IPv6: the setups that speak it (perf compare --ipv6)"
-target/release/perf compare --ipv6 --only direct,naive,bare,nftables,mio,afxdp-skb-wakeup,afxdp-native-wakeup \
+target/release/perf compare --ipv6 --only direct,naive,bare,nftables,mio,afxdp-skb-wakeup,afxdp-native-wakeup,afxdp-fast-native \
   --out target/perf/compare-ipv6.md
 echo "== the model speaking: both directions, 80 % downlink (perf compare --direction both --downlink-share 0.8)"
 target/release/perf compare --direction both --downlink-share 0.8 \
-  --only direct,nftables,mio,afxdp-skb-wakeup,afxdp-native-wakeup \
+  --only direct,nftables,mio,afxdp-skb-wakeup,afxdp-native-wakeup,afxdp-fast-native \
   --out target/perf/compare-model-speaks.md
 echo "== latency: sleeping against busy-polling forwarders, one cross-core hop fewer (perf compare --no-steer)"
 target/release/perf compare --no-steer --repeats 1 \

@@ -320,9 +320,10 @@ pub fn verdict(rows: &[Row]) -> String {
         "- relay-mio costs **{mio_us:.2} µs** of its core per packet: about **{:.0} voice sessions per core** at {VOICE_SESSION_PPS:.0} packets per second each (50 each way).",
         sessions(mio_us)
     );
+    let is_fast_path = |r: &Row| r.setup.starts_with("relay-afxdp fast path");
     let afxdp = rows
         .iter()
-        .filter(|r| r.setup.starts_with("relay-afxdp") && !r.busy_polls)
+        .filter(|r| r.setup.starts_with("relay-afxdp") && !r.busy_polls && !is_fast_path(r))
         .filter_map(|r| r.forwarder_us().map(|c| (r, c)))
         .min_by(|a, b| a.1.0.total_cmp(&b.1.0));
     match afxdp {
@@ -347,6 +348,30 @@ pub fn verdict(rows: &[Row]) -> String {
         }
         None => out
             .push_str("- relay-afxdp (wakeup mode) was not measured or had no loss-free trial.\n"),
+    }
+    // The fast path is not kernel bypass but the kernel doing the relay's work: priced
+    // against the in-kernel reference relay (goal ≤ 1.2× its cost) and relay-mio (≥ 2×).
+    let reference_us = find("in-kernel XDP rewrite relay").and_then(cost);
+    for row in rows.iter().filter(|r| is_fast_path(r)) {
+        let Some(us) = cost(row) else {
+            let _ = writeln!(out, "- {} had no loss-free trial.", row.setup);
+            continue;
+        };
+        let against_reference = reference_us.map_or(String::new(), |reference| {
+            let ratio = us / reference;
+            format!(
+                "{ratio:.2}× the in-kernel reference relay's {reference:.2} µs (goal ≤ 1.2×: {}), ",
+                if ratio <= 1.2 { "met" } else { "not met" }
+            )
+        });
+        let per_core = mio_us / us;
+        let _ = writeln!(
+            out,
+            "- {} costs **{us:.2} µs** per packet: {against_reference}relay-mio spends {per_core:.2}× that (goal ≥ 2×: {}); {:.0} sessions per core.",
+            row.setup,
+            if per_core >= 2.0 { "met" } else { "not met" },
+            sessions(us),
+        );
     }
     let mio_pps = mio.max_pps().map(|v| v.0);
     for (alt, goal) in [
@@ -759,6 +784,31 @@ mod tests {
             "{v}"
         );
         assert!(v.contains("the tools were not the limit of any row"), "{v}");
+    }
+
+    #[test]
+    fn the_fast_path_is_priced_against_the_in_kernel_reference_not_as_bypass() {
+        let rows = [
+            row("in-kernel XDP rewrite relay", 900_000, 1.0, false),
+            row("relay-mio", 150_000, 6.0, false),
+            row("relay-afxdp native wakeup", 250_000, 4.0, false),
+            row("relay-afxdp fast path native", 700_000, 1.1, false),
+            row("relay-afxdp fast path skb", 400_000, 3.5, false),
+        ];
+        let v = verdict(&rows);
+        // Kernel bypass is still the AF_XDP row, even though the fast path is cheaper.
+        assert!(
+            v.contains("relay-afxdp native wakeup costs **4.00 µs**"),
+            "{v}"
+        );
+        assert!(
+            v.contains("relay-afxdp fast path native costs **1.10 µs** per packet: 1.10× the in-kernel reference relay's 1.00 µs (goal ≤ 1.2×: met), relay-mio spends 5.45× that (goal ≥ 2×: met)"),
+            "{v}"
+        );
+        assert!(
+            v.contains("relay-afxdp fast path skb costs **3.50 µs** per packet: 3.50× the in-kernel reference relay's 1.00 µs (goal ≤ 1.2×: not met), relay-mio spends 1.71× that (goal ≥ 2×: not met)"),
+            "{v}"
+        );
     }
 
     #[test]

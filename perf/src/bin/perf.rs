@@ -76,7 +76,7 @@ enum Cmd {
         search: Search,
         /// Only these setups (comma-separated names: direct, naive, bare, nftables, nginx,
         /// quilkin, quilkin-xdp, xdp-relay, mio, mio-busy, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup,
-        /// afxdp-native-busy); default all.
+        /// afxdp-native-busy, afxdp-fast-skb, afxdp-fast-native); default all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Client flows (source address and port pairs) the load is spread over, each made
@@ -953,6 +953,9 @@ enum Setup {
         binary: &'static str,
         extra: Vec<String>,
         busy_polls: bool,
+        /// Native `XDP_TX` frames leave the relay's veth: its bridge port needs an XDP
+        /// program of its own to take them (a NIC sends them on the wire).
+        peer_pass: bool,
     },
 }
 
@@ -1002,7 +1005,7 @@ enum Running {
     Nginx(perf::alternatives::Nginx),
     Quilkin(perf::alternatives::Quilkin, Option<perf::xdp::PeerPass>),
     XdpRelay(perf::xdp::XdpRelay),
-    Relay(RelayChild),
+    Relay(RelayChild, Option<perf::xdp::PeerPass>),
 }
 
 /// Which way `perf compare`'s load goes.
@@ -1146,6 +1149,7 @@ fn compare(
                 binary: "relay-mio",
                 extra: vec![],
                 busy_polls: false,
+                peer_pass: false,
             },
         ),
         (
@@ -1155,6 +1159,7 @@ fn compare(
                 binary: "relay-mio",
                 extra: ["--poll", "busy"].map(String::from).to_vec(),
                 busy_polls: true,
+                peer_pass: false,
             },
         ),
     ] {
@@ -1183,6 +1188,28 @@ fn compare(
                 .map(String::from)
                 .to_vec(),
                 busy_polls: poll == "busy",
+                peer_pass: false,
+            });
+        }
+    }
+    // The in-kernel fast path (wakeup workers: they see only STUN and new flows).
+    for xdp in ["skb", "native"] {
+        if wanted(&format!("afxdp-fast-{xdp}")) {
+            setups.push(Setup::Relay {
+                name: format!("relay-afxdp fast path {xdp}"),
+                binary: "relay-afxdp",
+                extra: [
+                    "--interface",
+                    &bed.relay.ifname,
+                    "--xdp-mode",
+                    xdp,
+                    "--fast-path",
+                    "xdp",
+                ]
+                .map(String::from)
+                .to_vec(),
+                busy_polls: false,
+                peer_pass: xdp == "native",
             });
         }
     }
@@ -1285,7 +1312,12 @@ fn compare(
                     perf::xdp::XdpRelay::attach(&relay_if, &peer, &rewrite).expect("XDP relay"),
                 )
             }
-            Setup::Relay { binary, extra, .. } => {
+            Setup::Relay {
+                binary,
+                extra,
+                peer_pass,
+                ..
+            } => {
                 let path = exe_dir.join(binary);
                 assert!(
                     path.exists(),
@@ -1316,7 +1348,12 @@ fn compare(
                 wait_ready(Some(&bed.relay.ns), metrics, &name, READY, || {
                     relay.0.exit_report()
                 });
-                Running::Relay(relay)
+                let peer_pass = peer_pass.then(|| {
+                    let (ns, ifname) = bed.bridge_side(&bed.relay);
+                    let peer = Iface::lookup(&ns, &ifname).expect("the relay's bridge port");
+                    perf::xdp::PeerPass::attach(&peer).expect("XDP on the bridge port")
+                });
+                Running::Relay(relay, peer_pass)
             }
         };
         // Native XDP gives the relay's interface NAPI: run it threaded on the relay's core.
