@@ -146,3 +146,32 @@ fn an_ipv6_compare_forwards_through_nftables_and_relay_mio() {
         assert!(row["fixed"]["latency_samples"].as_u64().unwrap() > 0);
     }
 }
+
+/// The in-kernel fast path's row beside the in-kernel reference relay and relay-mio: it
+/// forwards the load (a loss-free maximum), and the verdict prices it against both.
+#[test]
+fn a_compare_prices_the_fast_path_against_the_in_kernel_reference() {
+    bin("relay-afxdp");
+    let Written { report, json, .. } = compare(
+        &["--only", "direct,xdp-relay,mio,afxdp-fast-native"],
+        "40000",
+    );
+    let row = json["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["setup"] == "relay-afxdp fast path native")
+        .unwrap_or_else(|| panic!("a fast path row: {json}"));
+    assert!(
+        report.contains("relay-afxdp fast path native costs **"),
+        "the verdict prices the fast path: {report}"
+    );
+    assert!(
+        report.contains("the in-kernel reference relay's"),
+        "against the reference: {report}"
+    );
+    assert!(
+        row["max_loss_free_pps"]["median"].as_f64() > Some(0.0),
+        "the fast path had a loss-free trial: {row}"
+    );
+}
