@@ -239,6 +239,9 @@ pub trait FlowMirror: core::fmt::Debug + Send {
     fn gone(&mut self, key: &FlowKey, route: Route);
     /// When the mirror last carried a datagram of `key` going by `route`, if ever.
     fn last_seen(&mut self, key: &FlowKey, route: Route, now: Instant) -> Option<Instant>;
+    /// Called on every expiry pass (the worker's tick): keeps what the mirror derives from
+    /// outside the forwarder (next hops' MACs) current.
+    fn maintain(&mut self) {}
 }
 
 /// What the forwarder counts itself (the flow table counts the rest).
@@ -750,6 +753,9 @@ impl Forwarder {
     /// Flows another worker keeps alive (see [`Forwarder::with_shared_returns`]) are kept
     /// instead, within the same budget.
     pub fn expire(&mut self, now: Instant, budget: usize) -> usize {
+        if let Some(mirror) = &mut self.mirror {
+            mirror.maintain();
+        }
         let mut expired = 0;
         let mut keep_budget = budget;
         while expired < budget {

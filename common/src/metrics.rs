@@ -502,15 +502,16 @@ pub struct FastPathTotals {
     pub forward: (u64, u64),
     /// Datagrams and bytes (as sent) to clients.
     pub back: (u64, u64),
-    /// Datagrams left to the workers: STUN, no entry, a frame it does not take.
-    pub left: [u64; 3],
+    /// Datagrams left to the workers: STUN, no entry, a frame it does not take, a next
+    /// hop without a MAC yet.
+    pub left: [u64; 4],
     /// Proven flows the workers could not hand to it (a next hop's MAC unknown, a map
     /// full, mixed address families): carried by the workers instead.
     pub flows_not_installed: u64,
 }
 
 /// The labels of [`FastPathTotals::left`].
-pub const FAST_PATH_LEFT_LABELS: [&str; 3] = ["stun", "miss", "unfit"];
+pub const FAST_PATH_LEFT_LABELS: [&str; 4] = ["stun", "miss", "unfit", "no_mac"];
 
 /// Reads the fast path's totals.
 pub type FastPathSource = Box<dyn Fn() -> FastPathTotals + Send + Sync>;

@@ -17,8 +17,13 @@ struct Written {
 
 /// Runs `perf compare` with `args` and short trials (one search, 0.3 s trials, a 1 s
 /// latency trial at 5,000 pps, at most `max_pps`), and reads what it wrote.
+/// One compare at a time: each pins its forwarder to CPU 1 and its generator to CPU 0,
+/// so two at once would measure each other.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn compare(args: &[&str], max_pps: &str) -> Written {
     require_root();
+    let _machine = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // compare starts the relay from its own directory.
     bin("relay-mio");
     let dir = std::env::temp_dir().join(format!(

@@ -16,6 +16,13 @@
 //!   transceiver can send to this flow's client, as in user space); value = the headers
 //!   to the client (Ethernet to its next hop, IP and UDP from the VIP).
 //!
+//! An entry names its next hop by address; the MAC comes from a second map,
+//! `fast_next_hops`, which the workers keep equal to their neighbour view (written on
+//! every new view): a neighbour that changes its MAC (a transceiver's host replaced, a
+//! router failover) is followed by every flow through it at once, and a next hop whose
+//! MAC is not known yet sends that flow's frames to the worker, which has the kernel
+//! resolve it, as before the fast path.
+//!
 //! The program then handles a datagram to a VIP or internal address (after the steering
 //! block has matched it) like this:
 //!
@@ -26,6 +33,7 @@
 //!  from a transceiver: frame header 0xF1, both addresses IPv4 (16 bytes) or both
 //!  IPv6 (40)                                                  else → AF_XDP (unfit)
 //!  fast_flows[key] missing                                     → AF_XDP (miss)
+//!  fast_next_hops[entry's next hop] missing                    → AF_XDP (no_mac)
 //!  an IPv6 output and no incoming UDP checksum to update       → AF_XDP (unfit)
 //!  bpf_xdp_adjust_head(in_len − out_len); copy the entry's headers; set the lengths;
 //!  IPv4: header checksum from the entry's partial sum, UDP checksum 0 (IPv4 allows it);
@@ -80,8 +88,9 @@ const KEY_DIR: usize = 36;
 const KEY_FRAME: usize = 40;
 
 /// The value's length: the counters (packets, bytes, last seen in `bpf_ktime_get_ns`),
-/// the lengths and checksum parts, and the headers to send.
-pub const VALUE_LEN: usize = 40 + TEMPLATE_MAX;
+/// the lengths and checksum parts, the next hop's address (16 bytes, IPv4 mapped: the
+/// key of its MAC in `fast_next_hops`), and the headers to send.
+pub const VALUE_LEN: usize = 56 + TEMPLATE_MAX;
 const V_PACKETS: i16 = 0;
 const V_BYTES: i16 = 8;
 const V_LAST_SEEN: i16 = 16;
@@ -90,7 +99,8 @@ const V_OUT_LEN: i16 = 26;
 const V_OUT_V6: i16 = 28;
 const V_IP_SUM: i16 = 30;
 const V_CSUM_K: i16 = 32;
-const V_TEMPLATE: i16 = 40;
+const V_NEXT_HOP: i16 = 40;
+const V_TEMPLATE: i16 = 56;
 /// The longest headers sent: Ethernet, IPv6, UDP and a frame header of two IPv6
 /// addresses.
 const TEMPLATE_MAX: usize = ETH_LEN + IPV6_LEN + UDP_LEN + MAX_HEADER_LEN;
@@ -99,6 +109,9 @@ const TEMPLATE_MAX: usize = ETH_LEN + IPV6_LEN + UDP_LEN + MAX_HEADER_LEN;
 /// forwards over IPv4 or IPv6 with a frame header for IPv4 or IPv6 clients.
 const OUT_LENS_V4: [usize; 3] = [42, 58, 82];
 const OUT_LENS_V6: [usize; 3] = [62, 78, 102];
+
+/// Next hops (neighbours: transceivers, clients on the link, gateways) with a MAC.
+const NEXT_HOPS: u32 = 4096;
 
 /// `fast_stats` indexes (per-CPU `u64`s).
 pub const STAT_FORWARD_PACKETS: u32 = 0;
@@ -114,7 +127,9 @@ pub const STAT_STUN: u32 = 4;
 pub const STAT_MISS: u32 = 5;
 /// A frame this path does not take (options, lengths, no checksum): left to user space.
 pub const STAT_UNFIT: u32 = 6;
-const STATS: u32 = 7;
+/// The entry's next hop has no MAC in `fast_next_hops` yet: left to user space.
+pub const STAT_NO_MAC: u32 = 7;
+const STATS: u32 = 8;
 
 /// Where the fast path builds its key on the stack (80 bytes, 8-aligned), below the
 /// steering block's key.
@@ -122,12 +137,16 @@ const FKEY: i16 = -112;
 /// The incoming UDP length and checksum, as loaded, kept across the map lookup.
 const SAVED_LEN: i16 = -120;
 const SAVED_SUM: i16 = -118;
+/// The next hop's MAC (6 bytes and 2 of padding), kept across the head's move.
+const SAVED_MAC: i16 = -128;
 
 /// The maps the fast-path block reads and writes.
 #[derive(Clone, Copy, Debug)]
 pub struct FastMaps {
     /// `fast_flows`.
     pub flows_fd: i32,
+    /// `fast_next_hops`: next-hop address (16 bytes, IPv4 mapped) → MAC.
+    pub next_hops_fd: i32,
     /// `fast_stats`.
     pub stats_fd: i32,
 }
@@ -266,6 +285,15 @@ fn look_up_entry(a: &mut Asm, maps: FastMaps) {
     a.mov_reg(9, 0);
     a.load(H, 1, 9, V_IN_LEN);
     a.jump(JNE, 1, Ok(7), "fast_unfit");
+    // The next hop's MAC, looked up by address: a neighbour that changes its MAC (a
+    // host replaced, a router failover) changes one entry, not every flow's.
+    a.mov_reg(2, 9);
+    a.add_imm(2, i32::from(V_NEXT_HOP));
+    a.map_fd(1, maps.next_hops_fd);
+    a.call(helper::MAP_LOOKUP_ELEM);
+    a.jump(JEQ, 0, Err(0), "fast_no_mac");
+    a.load(DW, 1, 0, 0);
+    a.store_reg(DW, 10, SAVED_MAC, 1);
     a.load(W, 2, 6, 0);
     a.load(W, 3, 6, 4);
     a.mov_reg(4, 2);
@@ -371,7 +399,7 @@ fn rewrite(a: &mut Asm) {
 }
 
 /// Copies the entry's `len` header bytes to the frame's start (8 bytes at a time, then
-/// the tail), then continues at `then`.
+/// the tail) and the next hop's MAC over the destination, then continues at `then`.
 fn copy_template(a: &mut Asm, label: &'static str, len: usize, then: &'static str) {
     a.label(label);
     a.mov_reg(4, 2);
@@ -388,6 +416,11 @@ fn copy_template(a: &mut Asm, label: &'static str, len: usize, then: &'static st
         a.store_reg(size.0, 2, off as i16, 1);
         off += size.1;
     }
+    // The destination MAC: the next hop's now.
+    a.load(W, 1, 10, SAVED_MAC);
+    a.store_reg(W, 2, 0, 1);
+    a.load(H, 1, 10, SAVED_MAC + 4);
+    a.store_reg(H, 2, 4, 1);
     a.goto(then);
 }
 
@@ -434,6 +467,7 @@ fn leave_to_user_space(a: &mut Asm, maps: FastMaps, steer: &'static str) {
         ("fast_stun", STAT_STUN, "fast_stun_counted"),
         ("fast_miss", STAT_MISS, "fast_miss_counted"),
         ("fast_unfit", STAT_UNFIT, "fast_unfit_counted"),
+        ("fast_no_mac", STAT_NO_MAC, "fast_no_mac_counted"),
     ] {
         a.label(label);
         add_stat(a, maps, index, None, done);
@@ -514,9 +548,9 @@ impl Leg {
         key
     }
 
-    /// The entry (counters zero), or `None` for a shape this path does not carry (mixed
-    /// families on the way out, or a mixed frame header).
-    fn value(&self, src_mac: [u8; 6], dst_mac: [u8; 6]) -> Option<[u8; VALUE_LEN]> {
+    /// The entry (counters zero) for sending through `next_hop`, or `None` for a shape
+    /// this path does not carry (mixed families on the way out, or a mixed frame header).
+    fn value(&self, src_mac: [u8; 6], next_hop: IpAddr) -> Option<[u8; VALUE_LEN]> {
         let mixed =
             |h: Option<FrameHeader>| h.is_some_and(|h| h.client.is_ipv4() != h.vip.is_ipv4());
         if mixed(self.frame_in) || mixed(self.frame_out) {
@@ -532,10 +566,11 @@ impl Leg {
         let (frame_in, frame_out) = (&frame_in[..frame_in_len], &frame_out[..frame_out_len]);
         let in_len = ETH_LEN + ip_in + UDP_LEN + frame_in.len();
         let mut template = [0u8; TEMPLATE_MAX];
+        // The destination MAC is the program's to write, from `fast_next_hops`.
         let headers = write_udp(
             &mut template,
             src_mac,
-            dst_mac,
+            [0; 6],
             self.out_from,
             self.out_to,
             0,
@@ -572,6 +607,7 @@ impl Leg {
         put16(&mut value, V_IP_SUM, ip_sum);
         value[V_CSUM_K as usize..V_CSUM_K as usize + 4]
             .copy_from_slice(&u32::from(csum_k).to_ne_bytes());
+        value[V_NEXT_HOP as usize..V_TEMPLATE as usize].copy_from_slice(&ip16(next_hop));
         value[V_TEMPLATE as usize..].copy_from_slice(&template);
         Some(value)
     }
@@ -611,24 +647,24 @@ impl FastFlow {
         }
     }
 
-    /// The forward entry's key and value (towards the transceiver through `next_hop_mac`).
+    /// The forward entry's key and value (towards the transceiver through `next_hop`).
     pub fn forward_entry(
         &self,
         if_mac: [u8; 6],
-        next_hop_mac: [u8; 6],
+        next_hop: IpAddr,
     ) -> Option<([u8; KEY_LEN], [u8; VALUE_LEN])> {
         let leg = self.forward();
-        Some((leg.key(), leg.value(if_mac, next_hop_mac)?))
+        Some((leg.key(), leg.value(if_mac, next_hop)?))
     }
 
-    /// The return entry's key and value (towards the client through `next_hop_mac`).
+    /// The return entry's key and value (towards the client through `next_hop`).
     pub fn return_entry(
         &self,
         if_mac: [u8; 6],
-        next_hop_mac: [u8; 6],
+        next_hop: IpAddr,
     ) -> Option<([u8; KEY_LEN], [u8; VALUE_LEN])> {
         let leg = self.back();
-        Some((leg.key(), leg.value(if_mac, next_hop_mac)?))
+        Some((leg.key(), leg.value(if_mac, next_hop)?))
     }
 }
 
@@ -639,18 +675,21 @@ pub struct FastStats {
     pub forward: (u64, u64),
     /// Datagrams and bytes sent to clients.
     pub back: (u64, u64),
-    /// Left to user space: STUN, no entry, a frame this path does not take.
+    /// Left to user space: STUN.
     pub stun: u64,
     /// No entry.
     pub miss: u64,
     /// Not taken (options, lengths, no checksum for an IPv6 output, mixed families).
     pub unfit: u64,
+    /// The entry's next hop had no MAC yet.
+    pub no_mac: u64,
 }
 
 /// The fast path's maps, shared by the program and every worker.
 #[derive(Debug)]
 pub struct FastPathMaps {
     flows: Map,
+    next_hops: Map,
     stats: Map,
     /// Proven flows no worker could install (see [`FastPathTotals::flows_not_installed`]).
     not_installed: AtomicU64,
@@ -668,6 +707,7 @@ impl FastPathMaps {
                 entries,
                 "fast_flows",
             )?,
+            next_hops: Map::create(bpf::MAP_HASH, 16, 8, NEXT_HOPS, "fast_next_hops")?,
             stats: Map::create(bpf::MAP_PERCPU_ARRAY, 4, 8, STATS, "fast_stats")?,
             not_installed: AtomicU64::new(0),
         })
@@ -677,6 +717,7 @@ impl FastPathMaps {
     pub fn fds(&self) -> FastMaps {
         FastMaps {
             flows_fd: self.flows.raw_fd(),
+            next_hops_fd: self.next_hops.raw_fd(),
             stats_fd: self.stats.raw_fd(),
         }
     }
@@ -690,6 +731,7 @@ impl FastPathMaps {
             stun: read(STAT_STUN)?,
             miss: read(STAT_MISS)?,
             unfit: read(STAT_UNFIT)?,
+            no_mac: read(STAT_NO_MAC)?,
         })
     }
 
@@ -699,7 +741,7 @@ impl FastPathMaps {
         FastPathTotals {
             forward: stats.forward,
             back: stats.back,
-            left: [stats.stun, stats.miss, stats.unfit],
+            left: [stats.stun, stats.miss, stats.unfit, stats.no_mac],
             flows_not_installed: self.not_installed.load(Ordering::Relaxed),
         }
     }
@@ -721,14 +763,23 @@ impl FastPathMaps {
         self.flows.update(key, buf)
     }
 
+    /// Sets the MAC frames to `next_hop` leave with (every entry through it follows).
+    pub fn set_next_hop(&self, next_hop: IpAddr, mac: [u8; 6]) -> io::Result<()> {
+        let mut value = [0u8; 8];
+        value[..6].copy_from_slice(&mac);
+        self.next_hops.update(&ip16(next_hop), &value)
+    }
+
     /// Writes both entries of `flow` (the return entry first, so a forwarded datagram's
-    /// answer cannot miss it), with the next hops' MACs; `buf` is a [`Self::value_buffer`].
-    /// False for a flow this path does not carry (mixed address families).
+    /// answer cannot miss it), through the next hops towards the transceiver and the
+    /// client (whose MACs [`Self::set_next_hop`] gives); `buf` is a
+    /// [`Self::value_buffer`]. False for a flow this path does not carry (mixed address
+    /// families).
     pub fn install(
         &self,
         flow: &FastFlow,
         if_mac: [u8; 6],
-        (to_transceiver, to_client): ([u8; 6], [u8; 6]),
+        (to_transceiver, to_client): (IpAddr, IpAddr),
         buf: &mut [u8],
     ) -> io::Result<bool> {
         let entries = (
@@ -796,6 +847,8 @@ pub struct FastPathWriter {
     internal: SocketAddr,
     /// One value per possible CPU, written at once.
     per_cpu: Vec<u8>,
+    /// The neighbour view whose MACs are in `fast_next_hops`.
+    written_generation: Option<u64>,
 }
 
 impl FastPathWriter {
@@ -813,6 +866,7 @@ impl FastPathWriter {
             if_mac,
             internal,
             per_cpu,
+            written_generation: None,
         })
     }
 
@@ -836,13 +890,22 @@ impl FlowMirror for FastPathWriter {
             return self.not_installed();
         }
         let flow = self.flow(key, route);
-        let macs = (
-            self.neighbours.mac_for(route.next_hop.ip()),
-            self.neighbours.mac_for(key.client.ip()),
+        let hops = (
+            self.neighbours.next_hop(route.next_hop.ip()),
+            self.neighbours.next_hop(key.client.ip()),
         );
-        let (Some(to_transceiver), Some(to_client)) = macs else {
-            return self.not_installed();
+        let (Some(to_transceiver), Some(to_client)) = hops else {
+            return self.not_installed(); // no route out of this interface
         };
+        // A MAC not known yet: the frames go to the worker (which has the kernel resolve
+        // it) until `maintain` writes the new neighbour view.
+        for dst in [route.next_hop.ip(), key.client.ip()] {
+            if let Some(mac) = self.neighbours.mac_for(dst)
+                && let Some(hop) = self.neighbours.next_hop(dst)
+            {
+                let _ = self.maps.set_next_hop(hop, mac);
+            }
+        }
         let installed = self.maps.install(
             &flow,
             self.if_mac,
@@ -851,6 +914,25 @@ impl FlowMirror for FastPathWriter {
         );
         if !matches!(installed, Ok(true)) {
             self.not_installed();
+        }
+    }
+
+    /// Writes every MAC of a new neighbour view into `fast_next_hops`: a neighbour that
+    /// changed its MAC is followed by every flow through it at once. (A neighbour that
+    /// left the kernel's table keeps its last MAC here.)
+    fn maintain(&mut self) {
+        self.neighbours.refresh();
+        let generation = self.neighbours.generation();
+        if self.written_generation == Some(generation) {
+            return;
+        }
+        let maps = &self.maps;
+        let mut failed = false;
+        self.neighbours.each_mac(|hop, mac| {
+            failed |= maps.set_next_hop(hop, mac).is_err();
+        });
+        if !failed {
+            self.written_generation = Some(generation);
         }
     }
 

@@ -196,6 +196,18 @@ impl Neighbours {
         }
     }
 
+    /// Which view this handle holds (it changes when it adopts a new one).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Calls `f` with each next hop of the view this handle holds and its MAC.
+    pub fn each_mac(&self, mut f: impl FnMut(IpAddr, [u8; 6])) {
+        for (ip, mac) in &self.view.macs {
+            f(*ip, *mac);
+        }
+    }
+
     /// The next hop for `dst`: the gateway of its longest-prefix route on this interface,
     /// or `dst` itself for a route on the link; `None` when no route leads out here.
     pub fn next_hop(&self, dst: IpAddr) -> Option<IpAddr> {

@@ -93,15 +93,22 @@ impl Bench {
         }
     }
 
+    /// Installs `flow` with both ends on the link, their MACs known.
     fn install(&mut self, flow: &FastFlow) {
+        self.maps
+            .set_next_hop(flow.transceiver.ip(), TRANSCEIVER_MAC)
+            .unwrap();
+        self.maps
+            .set_next_hop(flow.key.client.ip(), CLIENT_MAC)
+            .unwrap();
+        self.install_without_macs(flow);
+    }
+
+    fn install_without_macs(&mut self, flow: &FastFlow) {
+        let hops = (flow.transceiver.ip(), flow.key.client.ip());
         assert!(
             self.maps
-                .install(
-                    flow,
-                    RELAY_MAC,
-                    (TRANSCEIVER_MAC, CLIENT_MAC),
-                    &mut self.buf
-                )
+                .install(flow, RELAY_MAC, hops, &mut self.buf)
                 .expect("written")
         );
     }
@@ -347,4 +354,35 @@ fn an_ipv6_output_without_an_incoming_checksum_is_left_to_user_space() {
     let (verdict, out) = b.run(&with_checksum);
     assert_eq!(verdict, action::TX);
     assert_valid_udp_checksum(&out, INTERNAL6, TRANSCEIVER6);
+}
+
+#[test]
+fn a_next_hop_without_a_mac_waits_for_user_space_and_a_new_mac_is_followed_at_once() {
+    let mut b = Bench::new();
+    let f = flow(CLIENT4, VIP4, TRANSCEIVER4, INTERNAL4);
+    b.install_without_macs(&f);
+    let datagram = udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &RTP);
+    b.left_to_user_space(
+        &datagram,
+        |s| s.no_mac,
+        "the transceiver's MAC not known yet",
+    );
+    // Known: forwarded with it. Changed (the transceiver's host replaced): one write, and
+    // the flow follows without being touched.
+    for mac in [TRANSCEIVER_MAC, [0x02, 0, 0, 0, 0, 0x33]] {
+        b.maps.set_next_hop(a(TRANSCEIVER4).ip(), mac).unwrap();
+        let (verdict, out) = b.run(&datagram);
+        assert_eq!(verdict, action::TX);
+        assert_eq!(&out[..6], &mac, "to the next hop's MAC now");
+        assert_eq!(
+            &out[6..],
+            &expected(
+                RELAY_MAC,
+                mac,
+                INTERNAL4,
+                TRANSCEIVER4,
+                &framed(CLIENT4, VIP4, &RTP)
+            )[6..]
+        );
+    }
 }
