@@ -65,18 +65,7 @@ struct Bench {
 
 impl Bench {
     fn new() -> Bench {
-        let uid = std::fs::read_to_string("/proc/self/status")
-            .unwrap()
-            .lines()
-            .find_map(|l| {
-                l.strip_prefix("Uid:")
-                    .map(|v| v.split_whitespace().next().unwrap().to_string())
-            })
-            .unwrap();
-        assert_eq!(
-            uid, "0",
-            "loading XDP programs needs root (CAP_BPF); CI runs as root"
-        );
+        testkit::testbed::tools::require_root();
         let maps = FastPathMaps::create(64).expect("maps");
         let steering = Steering::load_with(
             &[a(VIP4), a(VIP6)],

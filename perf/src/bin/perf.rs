@@ -1167,49 +1167,38 @@ fn compare(
             setups.push(setup);
         }
     }
-    for (xdp, poll) in [
-        ("skb", "wakeup"),
-        ("skb", "busy"),
-        ("native", "wakeup"),
-        ("native", "busy"),
-    ] {
-        if wanted(&format!("afxdp-{xdp}-{poll}")) {
+    // relay-afxdp in each attach and poll mode, then with the in-kernel fast path (wakeup
+    // workers: they see only STUN and new flows).
+    let afxdp_rows = [
+        ("afxdp-skb-wakeup", "skb", "--poll", "wakeup"),
+        ("afxdp-skb-busy", "skb", "--poll", "busy"),
+        ("afxdp-native-wakeup", "native", "--poll", "wakeup"),
+        ("afxdp-native-busy", "native", "--poll", "busy"),
+        ("afxdp-fast-skb", "skb", "--fast-path", "xdp"),
+        ("afxdp-fast-native", "native", "--fast-path", "xdp"),
+    ];
+    for (key, xdp, flag, value) in afxdp_rows {
+        if wanted(key) {
+            let fast = flag == "--fast-path";
             setups.push(Setup::Relay {
-                name: format!("relay-afxdp {xdp} {poll}"),
+                name: if fast {
+                    format!("relay-afxdp fast path {xdp}")
+                } else {
+                    format!("relay-afxdp {xdp} {value}")
+                },
                 binary: "relay-afxdp",
                 extra: [
                     "--interface",
                     &bed.relay.ifname,
                     "--xdp-mode",
                     xdp,
-                    "--poll",
-                    poll,
+                    flag,
+                    value,
                 ]
                 .map(String::from)
                 .to_vec(),
-                busy_polls: poll == "busy",
-                peer_pass: false,
-            });
-        }
-    }
-    // The in-kernel fast path (wakeup workers: they see only STUN and new flows).
-    for xdp in ["skb", "native"] {
-        if wanted(&format!("afxdp-fast-{xdp}")) {
-            setups.push(Setup::Relay {
-                name: format!("relay-afxdp fast path {xdp}"),
-                binary: "relay-afxdp",
-                extra: [
-                    "--interface",
-                    &bed.relay.ifname,
-                    "--xdp-mode",
-                    xdp,
-                    "--fast-path",
-                    "xdp",
-                ]
-                .map(String::from)
-                .to_vec(),
-                busy_polls: false,
-                peer_pass: xdp == "native",
+                busy_polls: value == "busy",
+                peer_pass: fast && xdp == "native",
             });
         }
     }
