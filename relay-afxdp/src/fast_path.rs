@@ -899,10 +899,11 @@ impl FlowMirror for FastPathWriter {
         };
         // A MAC not known yet: the frames go to the worker (which has the kernel resolve
         // it) until `maintain` writes the new neighbour view.
-        for dst in [route.next_hop.ip(), key.client.ip()] {
-            if let Some(mac) = self.neighbours.mac_for(dst)
-                && let Some(hop) = self.neighbours.next_hop(dst)
-            {
+        for (dst, hop) in [
+            (route.next_hop.ip(), to_transceiver),
+            (key.client.ip(), to_client),
+        ] {
+            if let Some(mac) = self.neighbours.mac_for(dst) {
                 let _ = self.maps.set_next_hop(hop, mac);
             }
         }
