@@ -296,6 +296,47 @@ fn wake_up_costs(rows: &[Row]) -> Vec<(&Row, &Row)> {
 /// Audio packets per second one voice session costs a relay: 50 each way.
 pub const VOICE_SESSION_PPS: f64 = 100.0;
 
+/// The name prefix of the rows that run relay-afxdp's worker on the `xdp` crate's AF_XDP
+/// layer instead of ours (`--xsk-layer xdp-crate`).
+pub const ON_XDP_CRATE: &str = "relay-afxdp on the xdp crate ";
+
+/// One line per AF_XDP layer comparison: each row on the `xdp` crate against the row with
+/// the same worker and modes on ours. Whether to adopt the crate is read from here.
+fn layer_verdicts(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for theirs in rows.iter().filter(|r| r.setup.starts_with(ON_XDP_CRATE)) {
+        let modes = &theirs.setup[ON_XDP_CRATE.len()..];
+        let ours_name = format!("relay-afxdp {modes}");
+        let Some(ours) = rows.iter().find(|r| r.setup == ours_name) else {
+            continue;
+        };
+        let (Some((them, them_min, them_max)), Some((us, us_min, us_max))) =
+            (theirs.forwarder_us(), ours.forwarder_us())
+        else {
+            let _ = writeln!(
+                out,
+                "- AF_XDP layer ({modes}): one of the two rows had no loss-free trial: no comparison."
+            );
+            continue;
+        };
+        let reading = if them_max >= us_min && us_max >= them_min {
+            "the ranges overlap: no measurable difference on this host".to_string()
+        } else if them < us {
+            format!(
+                "the crate is **{:.0} %** cheaper",
+                (1.0 - them / us) * 100.0
+            )
+        } else {
+            format!("ours is **{:.0} %** cheaper", (1.0 - us / them) * 100.0)
+        };
+        let _ = writeln!(
+            out,
+            "- AF_XDP layer ({modes}): the `xdp` crate costs **{them:.2} µs** [{them_min:.2}–{them_max:.2}] per packet under the same worker, ours **{us:.2} µs** [{us_min:.2}–{us_max:.2}]: {reading}."
+        );
+    }
+    out
+}
+
 /// The verdict, computed from the rows: relay-mio against the best relay-afxdp row (by
 /// forwarder µs per packet), and each against the alternatives a user would pick.
 pub fn verdict(rows: &[Row]) -> String {
@@ -321,9 +362,12 @@ pub fn verdict(rows: &[Row]) -> String {
         sessions(mio_us)
     );
     let is_fast_path = |r: &Row| r.setup.starts_with("relay-afxdp fast path");
+    let on_crate = |r: &Row| r.setup.starts_with(ON_XDP_CRATE);
     let afxdp = rows
         .iter()
-        .filter(|r| r.setup.starts_with("relay-afxdp") && !r.busy_polls && !is_fast_path(r))
+        .filter(|r| {
+            r.setup.starts_with("relay-afxdp") && !r.busy_polls && !is_fast_path(r) && !on_crate(r)
+        })
         .filter_map(|r| r.forwarder_us().map(|c| (r, c)))
         .min_by(|a, b| a.1.0.total_cmp(&b.1.0));
     match afxdp {
@@ -373,6 +417,7 @@ pub fn verdict(rows: &[Row]) -> String {
             sessions(us),
         );
     }
+    out.push_str(&layer_verdicts(rows));
     let mio_pps = mio.max_pps().map(|v| v.0);
     for (alt, goal) in [
         ("nginx stream proxy, 1 worker", 2.5),
@@ -807,6 +852,40 @@ mod tests {
         );
         assert!(
             v.contains("relay-afxdp fast path skb costs **3.50 µs** per packet: 3.50× the in-kernel reference relay's 1.00 µs (goal ≤ 1.2×: not met), relay-mio spends 1.71× that (goal ≥ 2×: not met)"),
+            "{v}"
+        );
+    }
+
+    #[test]
+    fn the_xdp_crate_rows_are_compared_with_their_twins_not_taken_as_the_bypass_row() {
+        let rows = [
+            row("relay-mio", 150_000, 6.0, false),
+            row("relay-afxdp native wakeup", 250_000, 4.0, false),
+            row(
+                "relay-afxdp on the xdp crate native wakeup",
+                250_000,
+                2.0,
+                false,
+            ),
+            row("relay-afxdp native busy", 300_000, 1.0, true),
+            row(
+                "relay-afxdp on the xdp crate native busy",
+                300_000,
+                1.02,
+                true,
+            ),
+        ];
+        let v = verdict(&rows);
+        assert!(
+            v.contains("relay-afxdp native wakeup costs **4.00 µs**"),
+            "{v}"
+        );
+        assert!(
+            v.contains("AF_XDP layer (native wakeup): the `xdp` crate costs **2.00 µs** [1.80–2.20] per packet under the same worker, ours **4.00 µs** [3.60–4.40]: the crate is **50 %** cheaper."),
+            "{v}"
+        );
+        assert!(
+            v.contains("AF_XDP layer (native busy): the `xdp` crate costs **1.02 µs** [0.92–1.12] per packet under the same worker, ours **1.00 µs** [0.90–1.10]: the ranges overlap"),
             "{v}"
         );
     }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use relay_afxdp::packet::{headers_len, parse_udp, write_udp};
 use relay_afxdp::steering::{AttachMode, Steering};
-use relay_afxdp::xsk::{RxFrame, XdpSocket, XskConfig};
+use relay_afxdp::xsk::{RxFrame, UmemSocket, XdpSocket, XskConfig};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

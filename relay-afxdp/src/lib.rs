@@ -4,10 +4,10 @@
 //! Our own XDP steering program ([`program`]), assembled from BPF instructions in Rust,
 //! loaded by the project's BPF toolkit (`ufrag_bpf`) and attached through a BPF
 //! link ([`steering`]); one AF_XDP socket per RX queue with its own UMEM ([`xsk`], on the
-//! pure ring arithmetic of [`ring`]); in-place UDP frame rewriting with full checksums
+//! pure ring arithmetic of [`ring`]; or, to compare, on the `xdp` crate: [`xsk_crate`]); in-place UDP frame rewriting with full checksums
 //! ([`packet`]); next hops from the kernel's neighbour and routing tables over rtnetlink
 //! ([`netlink`], [`neighbours`]); and the per-queue forwarding loop ([`worker`]).
-//! Unsafe code lives only in `xsk` (and in `ufrag_bpf::sys`).
+//! Unsafe code lives only in `xsk` and `xsk_crate` (and in `ufrag_bpf::sys`).
 #![deny(unsafe_code)]
 
 pub mod fast_path;
@@ -20,3 +20,4 @@ pub mod ring;
 pub mod steering;
 pub mod worker;
 pub mod xsk;
+pub mod xsk_crate;

@@ -20,7 +20,8 @@ use crate::fast_path::{FastPathMaps, FastPathWriter};
 use crate::neighbours::Neighbours;
 use crate::steering::{AttachMode, Steering};
 use crate::worker::{AfXdpWorker, WorkerParts};
-use crate::xsk::{XdpSocket, XskConfig};
+use crate::xsk::{UmemSocket, XdpSocket, XskConfig};
+use crate::xsk_crate::CrateSocket;
 
 /// How the AF_XDP socket is bound.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -41,6 +42,17 @@ pub enum FastPath {
     /// forwards its datagrams both ways itself; STUN and unknown flows still go to the
     /// workers (see `fast_path`).
     Xdp,
+}
+
+/// Which AF_XDP layer the workers run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum XskLayer {
+    /// The project's own (`xsk`): every frame's holder is tracked, so a wrong or repeated
+    /// address is refused.
+    Own,
+    /// The pure-Rust `xdp` crate, through an adapter (`xsk_crate`): kept to compare the
+    /// two under the same worker.
+    XdpCrate,
 }
 
 /// The options relay-afxdp adds to the relay's own.
@@ -67,6 +79,9 @@ pub struct AfXdpOptions {
     /// Forward established flows in the kernel (`xdp`) or not (`off`).
     #[arg(long, value_enum, default_value_t = FastPath::Off)]
     pub fast_path: FastPath,
+    /// The AF_XDP layer under the workers: ours, or the `xdp` crate's (to compare).
+    #[arg(long, value_enum, default_value_t = XskLayer::Own)]
+    pub xsk_layer: XskLayer,
 }
 
 /// Why relay-afxdp could not start: a configuration error (exit code 2) or a failure of
@@ -192,7 +207,7 @@ fn validate(
     Ok(())
 }
 
-impl RelayWorker for AfXdpWorker {
+impl<S: UmemSocket + 'static> RelayWorker for AfXdpWorker<S> {
     fn set_cache(&mut self, cache: CacheClient) {
         AfXdpWorker::set_cache(self, cache);
     }
@@ -224,6 +239,18 @@ impl Relay {
     /// workers, route cache and HTTP endpoints. The program stays attached until the
     /// workers have stopped ([`Running::join`]).
     pub fn start(config: &RelayConfig, options: &AfXdpOptions) -> Result<Running, StartError> {
+        match options.xsk_layer {
+            XskLayer::Own => Self::start_on(config, options, XdpSocket::open),
+            XskLayer::XdpCrate => Self::start_on(config, options, CrateSocket::open),
+        }
+    }
+
+    /// [`Relay::start`] with the workers' sockets opened by `open`.
+    fn start_on<S: UmemSocket + 'static>(
+        config: &RelayConfig,
+        options: &AfXdpOptions,
+        open: fn(u32, u32, XskConfig) -> io::Result<S>,
+    ) -> Result<Running, StartError> {
         let interface = Interface::read(&options.interface)?;
         validate(config, options, interface.rx_queues)?;
         let internals: Vec<_> = (0..config.workers())
@@ -264,9 +291,10 @@ impl Relay {
         let mut workers = Vec::with_capacity(config.workers());
         for index in 0..config.workers() {
             let queue = index as u32;
-            let socket = XdpSocket::open(interface.index, queue, xsk_config).map_err(system(
-                format!("AF_XDP socket on {} queue {index}", options.interface),
-            ))?;
+            let socket = open(interface.index, queue, xsk_config).map_err(system(format!(
+                "AF_XDP socket on {} queue {index}",
+                options.interface
+            )))?;
             steering
                 .register_socket(queue, socket.fd())
                 .map_err(system("registering the socket"))?;
@@ -324,6 +352,7 @@ impl Relay {
             xdp_mode = ?options.xdp_mode,
             bind_mode = ?options.bind_mode,
             fast_path = ?options.fast_path,
+            xsk_layer = ?options.xsk_layer,
             poll = ?config.poll,
             workers = config.workers(),
             "relay-afxdp ready"

@@ -27,7 +27,7 @@ use ufrag_common::runtime::keys::KeyReader;
 
 use crate::neighbours::Neighbours;
 use crate::packet::{Rewrite, parse_udp, plan, write_udp};
-use crate::xsk::{RxFrame, XdpSocket};
+use crate::xsk::{RxFrame, UmemSocket, XdpSocket};
 
 /// How often the worker expires flows, refreshes neighbours and publishes counters.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -45,9 +45,7 @@ const EXPIRE_BUDGET: usize = 4096;
 pub struct UmemFrame {
     /// The frame's address in the UMEM (what the RX ring gave).
     addr: u64,
-    /// The UMEM chunk's base address.
-    base: u64,
-    /// Offset of the UDP payload in the chunk.
+    /// Offset of the UDP payload in the frame's buffer.
     payload_at: usize,
     /// Length of the UDP payload.
     payload_len: usize,
@@ -76,8 +74,8 @@ pub struct PollStats {
 /// The worker's I/O: its AF_XDP socket (UMEM and rings), next-hop MACs, frames held
 /// for a MAC, and its route-cache client. The executor drives it through [`Egress`].
 #[derive(Debug)]
-struct XskEgress {
-    socket: XdpSocket,
+struct XskEgress<S> {
+    socket: S,
     neighbours: Neighbours,
     if_mac: [u8; 6],
     internal: SocketAddr,
@@ -86,8 +84,8 @@ struct XskEgress {
     now: Instant,
 }
 
-impl XskEgress {
-    /// Writes Ethernet/IP/UDP headers at `start` in the frame's chunk for a datagram of
+impl<S: UmemSocket> XskEgress<S> {
+    /// Writes Ethernet/IP/UDP headers at `start` in the frame's buffer for a datagram of
     /// `payload_len` bytes following them, then sends it, or holds it until the kernel
     /// has resolved the next hop's MAC (as the kernel itself queues packets awaiting
     /// ARP), at most [`HOLD`] and [`MAX_PENDING`] frames.
@@ -111,7 +109,7 @@ impl XskEgress {
         let Some(len) = written else {
             return self.fail(frame.addr, ticket, DropReason::TooLarge, tally);
         };
-        let addr = frame.base + start as u64;
+        let addr = self.socket.address_at(frame.addr, start);
         match mac {
             Some(_) => self.send(addr, len, ticket, tally),
             None if self.pending.len() < MAX_PENDING => self.pending.push_back(Pending {
@@ -155,7 +153,7 @@ impl XskEgress {
             };
             match mac {
                 Some(mac) => {
-                    let offset = (p.addr % u64::from(self.socket.frame_size())) as usize;
+                    let offset = self.socket.offset_in_buffer(p.addr);
                     let buf = self.socket.frame_buffer(p.addr);
                     if let Some(dst_mac) = buf.get_mut(offset..offset + 6) {
                         dst_mac.copy_from_slice(&mac);
@@ -168,7 +166,7 @@ impl XskEgress {
     }
 }
 
-impl Egress for XskEgress {
+impl<S: UmemSocket> Egress for XskEgress<S> {
     type Received<'r> = UmemFrame;
 
     /// Rewrites the frame in place: a frame header (if any) goes just before the bytes
@@ -227,11 +225,11 @@ impl Egress for XskEgress {
 
 /// What a worker is built from.
 #[derive(Debug)]
-pub struct WorkerParts {
+pub struct WorkerParts<S = XdpSocket> {
     /// Worker index (also its RX queue).
     pub index: usize,
     /// Its socket, bound to the queue.
-    pub socket: XdpSocket,
+    pub socket: S,
     /// The shared decision code with this worker's flow table.
     pub forwarder: Forwarder,
     /// Where counters are published.
@@ -255,13 +253,13 @@ pub struct WorkerParts {
 
 /// One worker: one AF_XDP socket on one (interface, queue), pinned to its core.
 #[derive(Debug)]
-pub struct AfXdpWorker {
+pub struct AfXdpWorker<S = XdpSocket> {
     index: usize,
     executor: Executor,
     /// The hint keys, when they can change (set by the lifecycle before the worker runs).
     keys: Option<KeyReader>,
     shared: Arc<SharedCounters>,
-    egress: XskEgress,
+    egress: XskEgress<S>,
     vips: Vec<SocketAddr>,
     internals: Vec<SocketAddr>,
     mode: PollMode,
@@ -269,10 +267,10 @@ pub struct AfXdpWorker {
     polls: PollStats,
 }
 
-impl AfXdpWorker {
+impl<S: UmemSocket> AfXdpWorker<S> {
     /// A worker with everything its loop needs allocated up front (the receive batch,
     /// room for every held frame).
-    pub fn new(parts: WorkerParts) -> Self {
+    pub fn new(parts: WorkerParts<S>) -> Self {
         AfXdpWorker {
             index: parts.index,
             executor: Executor::new(parts.forwarder),
@@ -374,9 +372,7 @@ impl AfXdpWorker {
     }
 
     fn handle(&mut self, f: RxFrame, now: Instant) {
-        let frame_size = u64::from(self.egress.socket.frame_size());
-        let base = f.addr - f.addr % frame_size;
-        let data_off = (f.addr - base) as usize;
+        let data_off = self.egress.socket.offset_in_buffer(f.addr);
         let len = f.len as usize;
         let decision = {
             let buf = self.egress.socket.frame_buffer(f.addr);
@@ -393,7 +389,6 @@ impl AfXdpWorker {
             let payload = &frame[u.payload_at..u.payload_at + u.payload_len];
             let umem = UmemFrame {
                 addr: f.addr,
-                base,
                 payload_at: data_off + u.payload_at,
                 payload_len: u.payload_len,
             };

@@ -193,6 +193,35 @@ pub struct RxFrame {
     pub len: u32,
 }
 
+/// What a worker needs from an AF_XDP socket: received frames named by their UMEM
+/// address, read and rewritten in place, then sent or recycled. [`XdpSocket`] (ours) and
+/// `crate::xsk_crate::CrateSocket` (the pure-Rust `xdp` crate) implement it, so both run
+/// the same worker and `perf compare` can price them side by side.
+pub trait UmemSocket: Send + std::fmt::Debug {
+    /// The socket's descriptor (for the XSKMAP and for poll).
+    fn fd(&self) -> RawFd;
+    /// Reaps finished transmissions and refills the fill ring.
+    fn maintain(&mut self);
+    /// Takes up to `out.len()` received frames, which become the caller's; returns how
+    /// many.
+    fn receive(&mut self, out: &mut [RxFrame]) -> usize;
+    /// The whole writable buffer of the caller's frame containing `addr`; empty for a
+    /// frame that is not the caller's.
+    fn frame_buffer(&mut self, addr: u64) -> &mut [u8];
+    /// Where `addr` lies in its frame's buffer (as [`UmemSocket::frame_buffer`] gives it).
+    fn offset_in_buffer(&self, addr: u64) -> usize;
+    /// The UMEM address of byte `offset` of the buffer of the frame containing `addr`.
+    fn address_at(&self, addr: u64, offset: usize) -> u64;
+    /// Gives the caller's frame back (it will not be sent); any other address is left
+    /// alone.
+    fn recycle(&mut self, addr: u64);
+    /// Queues the caller's frame at `addr` (`len` bytes) for transmission; false when
+    /// the TX ring is full or the frame is not the caller's (the caller recycles it).
+    fn transmit(&mut self, addr: u64, len: u32) -> bool;
+    /// Tells the kernel to send what is queued.
+    fn flush_tx(&mut self);
+}
+
 /// Who holds a UMEM frame now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Holder {
@@ -424,11 +453,6 @@ impl XdpSocket {
         Ok(sock)
     }
 
-    /// The socket's descriptor (for the XSKMAP and for poll).
-    pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
-    }
-
     /// Gives free frames to the fill ring, keeping half the UMEM for transmit.
     fn refill(&mut self) {
         let keep = (self.cfg.frames / 2) as usize;
@@ -447,9 +471,30 @@ impl XdpSocket {
         }
     }
 
+    /// The bytes of the caller's frame at `addr`, `len` long (cut at the end of its
+    /// frame); empty for a frame that is not the caller's.
+    pub fn frame_mut(&mut self, addr: u64, len: usize) -> &mut [u8] {
+        let at = (addr - self.ledger.base(addr)) as usize;
+        let buf = self.frame_buffer(addr);
+        let end = at.saturating_add(len).min(buf.len());
+        buf.get_mut(at..end).unwrap_or_default()
+    }
+
+    /// Bytes per UMEM frame.
+    pub fn frame_size(&self) -> u32 {
+        self.cfg.frame_size
+    }
+}
+
+impl UmemSocket for XdpSocket {
+    /// The socket's descriptor (for the XSKMAP and for poll).
+    fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Reaps finished transmissions and refills the fill ring; kicks the kernel when it
     /// asks for a wakeup.
-    pub fn maintain(&mut self) {
+    fn maintain(&mut self) {
         let n = self.comp_cur.peek(&self.comp, self.cfg.ring_size);
         for k in 0..n {
             let addr = self.comp.read_addr(self.comp_cur.slot(k));
@@ -478,7 +523,7 @@ impl XdpSocket {
 
     /// Takes up to `out.len()` received frames, which become the caller's; returns how
     /// many. A descriptor for a frame the kernel did not hold is skipped.
-    pub fn receive(&mut self, out: &mut [RxFrame]) -> usize {
+    fn receive(&mut self, out: &mut [RxFrame]) -> usize {
         let n = self.rx_cur.peek(&self.rx, out.len() as u32);
         let mut taken = 0;
         for k in 0..n {
@@ -500,23 +545,9 @@ impl XdpSocket {
         taken
     }
 
-    /// The bytes of the caller's frame at `addr`, `len` long (cut at the end of its
-    /// frame); empty for a frame that is not the caller's.
-    pub fn frame_mut(&mut self, addr: u64, len: usize) -> &mut [u8] {
-        let at = (addr - self.ledger.base(addr)) as usize;
-        let buf = self.frame_buffer(addr);
-        let end = at.saturating_add(len).min(buf.len());
-        buf.get_mut(at..end).unwrap_or_default()
-    }
-
-    /// Bytes per UMEM frame.
-    pub fn frame_size(&self) -> u32 {
-        self.cfg.frame_size
-    }
-
     /// The whole buffer of the caller's frame containing `addr`; empty for a frame that
     /// is not the caller's (in a ring, free, or outside the UMEM).
-    pub fn frame_buffer(&mut self, addr: u64) -> &mut [u8] {
+    fn frame_buffer(&mut self, addr: u64) -> &mut [u8] {
         if !self.ledger.is_held_by(addr, Holder::Caller) {
             return &mut [];
         }
@@ -529,9 +560,17 @@ impl XdpSocket {
         unsafe { std::slice::from_raw_parts_mut(self.umem.ptr.as_ptr().add(start), size) }
     }
 
+    fn offset_in_buffer(&self, addr: u64) -> usize {
+        (addr - self.ledger.base(addr)) as usize
+    }
+
+    fn address_at(&self, addr: u64, offset: usize) -> u64 {
+        self.ledger.base(addr) + offset as u64
+    }
+
     /// Gives the caller's frame back to the free list (it will not be sent); a frame
     /// that is not the caller's is left alone.
-    pub fn recycle(&mut self, addr: u64) {
+    fn recycle(&mut self, addr: u64) {
         if self.ledger.hand_over(addr, Holder::Caller, Holder::Free) {
             self.free.push(self.ledger.base(addr));
         }
@@ -540,7 +579,7 @@ impl XdpSocket {
     /// Queues the caller's frame at `addr` (`len` bytes, inside the frame) for
     /// transmission; false when the TX ring is full or the frame is not the caller's
     /// (the caller recycles it and counts the drop).
-    pub fn transmit(&mut self, addr: u64, len: u32) -> bool {
+    fn transmit(&mut self, addr: u64, len: u32) -> bool {
         let inside = (addr - self.ledger.base(addr)).saturating_add(u64::from(len))
             <= u64::from(self.cfg.frame_size);
         if !inside || !self.ledger.is_held_by(addr, Holder::Caller) {
@@ -564,7 +603,7 @@ impl XdpSocket {
     }
 
     /// Tells the kernel to send what is queued (copy mode always needs this kick).
-    pub fn flush_tx(&mut self) {
+    fn flush_tx(&mut self) {
         if !self.cfg.need_wakeup || self.tx.needs_wakeup() {
             // SAFETY: a zero-length, non-blocking sendto on our own socket: a TX kick only.
             unsafe {

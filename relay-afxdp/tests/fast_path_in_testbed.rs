@@ -43,15 +43,7 @@ fn let_the_bridge_take_xdp_tx(bed: &Testbed) -> std::os::fd::OwnedFd {
     let mut pass = Asm::default();
     pass.ret(action::PASS);
     let prog = sys::prog_load_xdp(&pass.finish(), "bridge_pass").expect("a pass program");
-    let shown = Command::new("ip")
-        .args(["-n", &ns, "-o", "link", "show", "dev", &peer])
-        .output()
-        .expect("ip link show");
-    let ifindex: u32 = String::from_utf8_lossy(&shown.stdout)
-        .split(':')
-        .next()
-        .and_then(|n| n.trim().parse().ok())
-        .expect("the peer's ifindex");
+    let ifindex = testkit::testbed::tools::ifindex_in(&ns, &peer);
     testkit::netns::in_netns(Some(&ns), move || {
         sys::link_create_xdp(&prog, ifindex, sys::XDP_FLAGS_DRV_MODE)
     })

@@ -9,27 +9,14 @@ use std::time::{Duration, Instant};
 
 use relay_afxdp::neighbours::Neighbours;
 use testkit::testbed::Testbed;
-use testkit::testbed::tools::require_root;
-
-/// The index of interface `ifname` in namespace `ns` (`ip -o link`: `N: name…`).
-fn ifindex(ns: &str, ifname: &str) -> u32 {
-    let out = Command::new("ip")
-        .args(["-n", ns, "-o", "link", "show", "dev", ifname])
-        .output()
-        .expect("ip runs");
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split(':')
-        .next()
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no index for {ifname} in {ns}: {text}"))
-}
+use testkit::testbed::tools::{ifindex_in, require_root};
 
 #[test]
 fn a_neighbour_the_kernel_announces_reaches_the_view_without_a_periodic_reread() {
     require_root();
     let bed = Testbed::up().expect("testbed");
     let (ns, ifname) = (bed.relay.ns.clone(), bed.relay.ifname.clone());
-    let index = ifindex(&ns, &ifname);
+    let index = ifindex_in(&ns, &ifname);
     let target = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 200));
     let mac = [2, 0, 0, 0, 0, 0xc8];
     let (asked, seen) = testkit::netns::in_netns(Some(&ns.clone()), move || {

@@ -57,7 +57,17 @@ impl Drop for ControlDir {
 /// drives a warm-up flow, then a counted one, through it.
 #[test]
 fn the_afxdp_worker_does_not_allocate_per_packet() {
-    counted_run("the_afxdp_worker_does_not_allocate_per_packet", "off");
+    counted_run("the_afxdp_worker_does_not_allocate_per_packet", &[]);
+}
+
+/// The same worker on the `xdp` crate's AF_XDP layer (`--xsk-layer xdp-crate`): the
+/// adapter's packet table and slabs are sized at open, so it allocates nothing either.
+#[test]
+fn the_afxdp_worker_on_the_xdp_crate_does_not_allocate_per_packet() {
+    counted_run(
+        "the_afxdp_worker_on_the_xdp_crate_does_not_allocate_per_packet",
+        &["--xsk-layer", "xdp-crate"],
+    );
 }
 
 /// The same with the in-kernel fast path: the worker writes each proven flow's entries
@@ -67,11 +77,11 @@ fn the_afxdp_worker_does_not_allocate_per_packet() {
 fn the_afxdp_worker_with_the_fast_path_does_not_allocate() {
     counted_run(
         "the_afxdp_worker_with_the_fast_path_does_not_allocate",
-        "xdp",
+        &["--fast-path", "xdp"],
     );
 }
 
-fn counted_run(test_name: &str, fast_path: &str) {
+fn counted_run(test_name: &str, flags: &[&str]) {
     if std::env::var_os(CONTROL_DIR_ENV).is_some() {
         return relay_in_namespace();
     }
@@ -88,7 +98,7 @@ fn counted_run(test_name: &str, fast_path: &str) {
         .env(CONTROL_DIR_ENV, control)
         .env(
             "UFRAG_AFXDP_ALLOC_ARGS",
-            format!("{vip} {internal} {} {fast_path}", bed.relay.ifname),
+            format!("{vip} {internal} {} {}", bed.relay.ifname, flags.join(" ")).trim_end(),
         )
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -160,7 +170,7 @@ fn counted_run(test_name: &str, fast_path: &str) {
     let allocations: u64 = count.trim().parse().unwrap();
     assert_eq!(
         allocations, 0,
-        "relay-afxdp's worker (fast path {fast_path}) allocated {allocations} times while forwarding 500 datagrams \
+        "relay-afxdp's worker (flags {flags:?}) allocated {allocations} times while forwarding 500 datagrams \
          each way, then 100 more after a neighbour miss"
     );
 }
@@ -170,27 +180,29 @@ fn counted_run(test_name: &str, fast_path: &str) {
 fn relay_in_namespace() {
     let control = std::path::PathBuf::from(std::env::var_os(CONTROL_DIR_ENV).unwrap());
     let args = std::env::var("UFRAG_AFXDP_ALLOC_ARGS").unwrap();
-    let [vip, internal, ifname, fast_path]: [&str; 4] =
-        args.split(' ').collect::<Vec<_>>().try_into().unwrap();
-    let cli = Cli::try_parse_from([
-        "relay-afxdp",
-        "--vip",
-        vip,
-        "--internal-addr",
-        internal,
-        "--allow-transceiver-net",
-        "10.77.0.0/24",
-        "--workers",
-        "1",
-        "--cpus",
-        "1",
-        "--metrics-addr",
-        METRICS,
-        "--interface",
-        ifname,
-        "--fast-path",
-        fast_path,
-    ])
+    let mut args = args.split(' ');
+    let [vip, internal, ifname] = [(); 3].map(|()| args.next().expect("three fixed arguments"));
+    let cli = Cli::try_parse_from(
+        [
+            "relay-afxdp",
+            "--vip",
+            vip,
+            "--internal-addr",
+            internal,
+            "--allow-transceiver-net",
+            "10.77.0.0/24",
+            "--workers",
+            "1",
+            "--cpus",
+            "1",
+            "--metrics-addr",
+            METRICS,
+            "--interface",
+            ifname,
+        ]
+        .into_iter()
+        .chain(args),
+    )
     .expect("the flags parse");
     let online = std::thread::available_parallelism().map_or(1, |n| n.get());
     let config = RelayConfig::load(&cli.relay, Some(KEYS), online).expect("the config loads");

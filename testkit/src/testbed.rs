@@ -356,6 +356,20 @@ pub mod tools {
         );
     }
 
+    /// The index of interface `ifname` in namespace `ns`, from `ip -o link` (`N: name…`):
+    /// `/sys/class/net` shows the process's namespace, not a thread's.
+    pub fn ifindex_in(ns: &str, ifname: &str) -> u32 {
+        let out = std::process::Command::new("ip")
+            .args(["-n", ns, "-o", "link", "show", "dev", ifname])
+            .output()
+            .expect("ip runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        text.split(':')
+            .next()
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no index for {ifname} in {ns}: {text}"))
+    }
+
     /// What `ip link show` says of the relay's interface; an attached XDP program shows
     /// as `xdpgeneric` (skb mode) or `xdp` (native), with `prog/xdp id N`.
     pub fn relay_link_shown(bed: &Testbed) -> String {

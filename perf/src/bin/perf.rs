@@ -76,7 +76,8 @@ enum Cmd {
         search: Search,
         /// Only these setups (comma-separated names: direct, naive, bare, nftables, nginx,
         /// quilkin, quilkin-xdp, xdp-relay, mio, mio-busy, afxdp-skb-wakeup, afxdp-skb-busy, afxdp-native-wakeup,
-        /// afxdp-native-busy, afxdp-fast-skb, afxdp-fast-native); default all.
+        /// afxdp-native-busy, afxdp-crate-native-wakeup, afxdp-crate-native-busy, afxdp-fast-skb,
+        /// afxdp-fast-native); default all.
         #[arg(long, value_delimiter = ',')]
         only: Vec<String>,
         /// Client flows (source address and port pairs) the load is spread over, each made
@@ -1167,37 +1168,71 @@ fn compare(
             setups.push(setup);
         }
     }
-    // relay-afxdp in each attach and poll mode, then with the in-kernel fast path (wakeup
-    // workers: they see only STUN and new flows).
-    let afxdp_rows = [
-        ("afxdp-skb-wakeup", "skb", "--poll", "wakeup"),
-        ("afxdp-skb-busy", "skb", "--poll", "busy"),
-        ("afxdp-native-wakeup", "native", "--poll", "wakeup"),
-        ("afxdp-native-busy", "native", "--poll", "busy"),
-        ("afxdp-fast-skb", "skb", "--fast-path", "xdp"),
-        ("afxdp-fast-native", "native", "--fast-path", "xdp"),
+    // relay-afxdp in each attach and poll mode, on the `xdp` crate's AF_XDP layer for
+    // comparison, then with the in-kernel fast path (wakeup workers: they see only STUN
+    // and new flows).
+    let afxdp_rows: [(&str, &str, &str, &[&str]); 8] = [
+        (
+            "afxdp-skb-wakeup",
+            "relay-afxdp skb wakeup",
+            "skb",
+            &["--poll", "wakeup"],
+        ),
+        (
+            "afxdp-skb-busy",
+            "relay-afxdp skb busy",
+            "skb",
+            &["--poll", "busy"],
+        ),
+        (
+            "afxdp-native-wakeup",
+            "relay-afxdp native wakeup",
+            "native",
+            &["--poll", "wakeup"],
+        ),
+        (
+            "afxdp-native-busy",
+            "relay-afxdp native busy",
+            "native",
+            &["--poll", "busy"],
+        ),
+        (
+            "afxdp-crate-native-wakeup",
+            "relay-afxdp on the xdp crate native wakeup",
+            "native",
+            &["--poll", "wakeup", "--xsk-layer", "xdp-crate"],
+        ),
+        (
+            "afxdp-crate-native-busy",
+            "relay-afxdp on the xdp crate native busy",
+            "native",
+            &["--poll", "busy", "--xsk-layer", "xdp-crate"],
+        ),
+        (
+            "afxdp-fast-skb",
+            "relay-afxdp fast path skb",
+            "skb",
+            &["--fast-path", "xdp"],
+        ),
+        (
+            "afxdp-fast-native",
+            "relay-afxdp fast path native",
+            "native",
+            &["--fast-path", "xdp"],
+        ),
     ];
-    for (key, xdp, flag, value) in afxdp_rows {
+    for (key, name, xdp, flags) in afxdp_rows {
         if wanted(key) {
-            let fast = flag == "--fast-path";
-            setups.push(Setup::Relay {
-                name: if fast {
-                    format!("relay-afxdp fast path {xdp}")
-                } else {
-                    format!("relay-afxdp {xdp} {value}")
-                },
-                binary: "relay-afxdp",
-                extra: [
-                    "--interface",
-                    &bed.relay.ifname,
-                    "--xdp-mode",
-                    xdp,
-                    flag,
-                    value,
-                ]
+            let fast = flags.contains(&"--fast-path");
+            let mut extra: Vec<String> = ["--interface", &bed.relay.ifname, "--xdp-mode", xdp]
                 .map(String::from)
-                .to_vec(),
-                busy_polls: value == "busy",
+                .to_vec();
+            extra.extend(flags.iter().map(|f| f.to_string()));
+            setups.push(Setup::Relay {
+                name: name.into(),
+                binary: "relay-afxdp",
+                extra,
+                busy_polls: flags.contains(&"busy"),
                 peer_pass: fast && xdp == "native",
             });
         }

@@ -206,6 +206,7 @@ impl RelayProcess {
                 mode.flag().into(),
             ]);
         }
+        args.extend(setup.net.backend.flags.iter().cloned());
         args.extend(setup.extra.iter().cloned());
         let log = std::env::temp_dir().join(format!(
             "relay-{}-{}-{}.log",

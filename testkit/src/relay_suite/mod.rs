@@ -57,6 +57,10 @@ pub struct Backend {
     pub place: Place,
     /// `Some` for relay-afxdp: it needs an interface (the testbed's veth) and a mode.
     pub xdp: Option<XdpMode>,
+    /// Flags every relay of this backend gets (before each test's own).
+    pub flags: Vec<String>,
+    /// The trial-name prefix, when the place and mode do not name it alone.
+    pub tag: Option<&'static str>,
 }
 
 impl Backend {
@@ -66,6 +70,8 @@ impl Backend {
             binary: binary.into(),
             place,
             xdp: None,
+            flags: Vec::new(),
+            tag: None,
         }
     }
 
@@ -75,11 +81,23 @@ impl Backend {
             binary: binary.into(),
             place: Place::Testbed,
             xdp: Some(mode),
+            flags: Vec::new(),
+            tag: None,
         }
     }
 
-    /// The trial-name prefix: `loopback`, `testbed`, `skb`, `native`.
+    /// The same backend with `flags` on every relay, its trials named `tag::…`.
+    pub fn with_flags(mut self, tag: &'static str, flags: &[&str]) -> Backend {
+        self.flags = flags.iter().map(|f| f.to_string()).collect();
+        self.tag = Some(tag);
+        self
+    }
+
+    /// The trial-name prefix: `loopback`, `testbed`, `skb`, `native`, or the tag.
     pub fn label(&self) -> &'static str {
+        if let Some(tag) = self.tag {
+            return tag;
+        }
         match (self.place, self.xdp) {
             (Place::Loopback, _) => "loopback",
             (Place::Testbed, None) => "testbed",
