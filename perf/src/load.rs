@@ -416,6 +416,21 @@ pub struct Trial {
     pub latency: Latency,
 }
 
+impl Trial {
+    /// A trial that offered and carried nothing: the place of a row's latency trial
+    /// before `perf compare --interleave` reaches its last round and takes it.
+    pub const NONE: Trial = Trial {
+        offered_pps: 0,
+        sent_pps: 0,
+        sent: 0,
+        received: 0,
+        latency: Latency {
+            samples: 0,
+            cdf_us: [0.0; CDF_QUANTILES.len()],
+        },
+    };
+}
+
 /// The quantiles a [`Latency`] keeps: its CDF, from the 1st percentile to the maximum.
 pub const CDF_QUANTILES: [f64; 8] = [0.01, 0.1, 0.5, 0.9, 0.99, 0.999, 0.9999, 1.0];
 

@@ -341,6 +341,13 @@ fn layer_verdicts(rows: &[Row]) -> String {
 /// forwarder µs per packet), and each against the alternatives a user would pick.
 pub fn verdict(rows: &[Row]) -> String {
     let mut out = String::from("## Verdict\n\n");
+    verdict_against_relay_mio(rows, &mut out);
+    out.push_str(&layer_verdicts(rows));
+    out
+}
+
+/// The verdict's lines that price each row against relay-mio (none without it).
+fn verdict_against_relay_mio(rows: &[Row], out: &mut String) {
     let find = |name: &str| rows.iter().find(|r| r.setup == name);
     let cost = |r: &Row| r.forwarder_us().map(|v| v.0);
     // relay-mio's row (on loopback: its first, one-worker row).
@@ -348,12 +355,12 @@ pub fn verdict(rows: &[Row]) -> String {
         .iter()
         .find(|r| r.setup == "relay-mio" || r.setup.starts_with("relay-mio,"))
     else {
-        out.push_str("relay-mio was not measured: no verdict.\n");
-        return out;
+        out.push_str("relay-mio was not measured: no verdict against it.\n");
+        return;
     };
     let Some(mio_us) = cost(mio) else {
-        out.push_str("relay-mio had no loss-free trial: no verdict.\n");
-        return out;
+        out.push_str("relay-mio had no loss-free trial: no verdict against it.\n");
+        return;
     };
     let sessions = |us: f64| 1e6 / us / VOICE_SESSION_PPS;
     let _ = writeln!(
@@ -417,7 +424,6 @@ pub fn verdict(rows: &[Row]) -> String {
             sessions(us),
         );
     }
-    out.push_str(&layer_verdicts(rows));
     let mio_pps = mio.max_pps().map(|v| v.0);
     for (alt, goal) in [
         ("nginx stream proxy, 1 worker", 2.5),
@@ -483,7 +489,6 @@ pub fn verdict(rows: &[Row]) -> String {
             tool_limited.join(", ")
         );
     }
-    out
 }
 
 /// The rows as one JSON document.

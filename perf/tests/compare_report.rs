@@ -8,15 +8,18 @@
 use testkit::cargo_build::bin;
 use testkit::testbed::tools::require_root;
 
-/// What one `perf compare` run wrote: the Markdown report, its JSON and its SVG.
+/// What one `perf compare` run wrote: the Markdown report, its JSON and its SVG, and
+/// its progress (stderr).
 struct Written {
     report: String,
     json: serde_json::Value,
     svg: String,
+    progress: String,
 }
 
-/// Runs `perf compare` with `args` and short trials (one search, 0.3 s trials, a 1 s
-/// latency trial at 5,000 pps, at most `max_pps`), and reads what it wrote.
+/// Runs `perf compare` with `args` and short trials (one search unless `args` say
+/// `--repeats`, 0.3 s trials, a 1 s latency trial at 5,000 pps, at most `max_pps`), and
+/// reads what it wrote.
 /// One compare at a time: each pins its forwarder to CPU 1 and its generator to CPU 0,
 /// so two at once would measure each other.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -33,10 +36,16 @@ fn compare(args: &[&str], max_pps: &str) -> Written {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("compare.md");
+    let repeats: &[&str] = if args.contains(&"--repeats") {
+        &[]
+    } else {
+        &["--repeats", "1"]
+    };
     let run = std::process::Command::new(bin("perf"))
         .arg("compare")
         .args(args)
-        .args(["--repeats", "1", "--trial", "300ms", "--max-pps", max_pps])
+        .args(repeats)
+        .args(["--trial", "300ms", "--max-pps", max_pps])
         .args(["--fixed-pps", "5000", "--latency-trial", "1s"])
         .arg("--out")
         .arg(&out)
@@ -52,6 +61,7 @@ fn compare(args: &[&str], max_pps: &str) -> Written {
         report: read("md"),
         json: serde_json::from_str(&read("json")).unwrap(),
         svg: read("svg"),
+        progress: stderr.into_owned(),
     };
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
@@ -75,8 +85,9 @@ fn unfilled_placeholder(text: &str) -> Option<&str> {
 
 #[test]
 fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
-    let Written { report, json, svg } =
-        compare(&["--only", "direct,mio,mio-busy", "--no-steer"], "40000");
+    let Written {
+        report, json, svg, ..
+    } = compare(&["--only", "direct,mio,mio-busy", "--no-steer"], "40000");
 
     assert!(report.contains("## Latency at 5000 pps"), "{report}");
     for setup in ["direct path (no relay)", "relay-mio", "relay-mio busy"] {
@@ -178,5 +189,54 @@ fn a_compare_prices_the_fast_path_against_the_in_kernel_reference() {
     assert!(
         row["max_loss_free_pps"]["median"].as_f64() > Some(0.0),
         "the fast path had a loss-free trial: {row}"
+    );
+}
+
+/// Our AF_XDP layer and the `xdp` crate's under the same worker, searched in interleaved
+/// rounds: the rounds alternate the two setups, each row gathers one search per round,
+/// the report says so, and the verdict compares the pair.
+#[test]
+fn an_interleaved_compare_alternates_the_two_af_xdp_layers_and_compares_them() {
+    bin("relay-afxdp");
+    let Written {
+        report,
+        json,
+        progress,
+        ..
+    } = compare(
+        &[
+            "--interleave",
+            "--repeats",
+            "2",
+            "--only",
+            "afxdp-native-wakeup,afxdp-crate-native-wakeup",
+        ],
+        "40000",
+    );
+    let order: Vec<&str> = progress
+        .lines()
+        .filter(|l| l.starts_with("round "))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "round 1 of 2: relay-afxdp native wakeup",
+            "round 1 of 2: relay-afxdp on the xdp crate native wakeup",
+            "round 2 of 2: relay-afxdp native wakeup",
+            "round 2 of 2: relay-afxdp on the xdp crate native wakeup",
+        ],
+        "{progress}"
+    );
+    for row in json["rows"].as_array().unwrap() {
+        assert_eq!(
+            row["runs"].as_array().map(Vec::len),
+            Some(2),
+            "one search per round: {row}"
+        );
+    }
+    assert!(report.contains("2 interleaved rounds"), "{report}");
+    assert!(
+        report.contains("AF_XDP layer (native wakeup): the `xdp` crate costs"),
+        "the verdict compares the two layers: {report}"
     );
 }

@@ -112,6 +112,12 @@ enum Cmd {
         /// the busy-polling generator and means little.
         #[arg(long, default_value_t = FORWARDER_CPU)]
         forwarder_cpu: usize,
+        /// Search in rounds: every setup once per round, started afresh, `--repeats`
+        /// rounds, instead of all of one setup's searches in a row; drift in a shared
+        /// host's speed then falls on every row alike. The latency trial and the profile
+        /// are taken in the last round.
+        #[arg(long, default_value_t = false)]
+        interleave: bool,
         /// Where to write the Markdown report (JSON goes next to it, .json).
         #[arg(long, default_value = "target/perf/compare.md")]
         out: std::path::PathBuf,
@@ -387,10 +393,11 @@ fn main() {
             generator,
             no_steer,
             forwarder_cpu,
+            interleave,
             out,
         } => compare(
             &search,
-            &only,
+            (&only, interleave),
             (flows, &direction, downlink_share, ipv6),
             &generator,
             (!no_steer, forwarder_cpu),
@@ -1025,7 +1032,7 @@ const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
 
 fn compare(
     search: &Search,
-    only: &[String],
+    (only, interleave): (&[String], bool),
     (flows, direction, downlink_share, ipv6): (u32, &str, f64, bool),
     generator: &str,
     (steer, forwarder_cpu): (bool, usize),
@@ -1259,12 +1266,21 @@ fn compare(
         });
     }
 
-    let mut rows = vec![];
+    let mut rows: Vec<Row> = vec![];
     let mut profiles = String::new();
     let mut quilkin_drops = None;
-    let mut receive_buffer_drops = vec![];
-    for setup in setups {
+    let mut receive_buffer_drops: Vec<(String, u64)> = vec![];
+    let rounds = if interleave { search.repeats.max(1) } else { 1 };
+    let per_round = Search {
+        repeats: if interleave { 1 } else { search.repeats },
+        ..*search
+    };
+    for (round, setup) in (1..=rounds).flat_map(|round| setups.iter().map(move |s| (round, s))) {
+        let last_round = round == rounds;
         let name = setup.name();
+        if interleave {
+            eprintln!("round {round} of {rounds}: {name}");
+        }
         let to = |port: u16| SocketAddr::new(bed.relay.ip(ipv6), port);
         let (dst, dst_mac, framed) = match &setup {
             Setup::Direct => (sink_addr, xcv_if.mac, false),
@@ -1538,11 +1554,34 @@ fn compare(
             }
         );
         let rcvbuf_before = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns));
-        let mut row = measure(&name, load.as_mut(), search, busy_polls, || {
+        let runs = search_runs(&name, load.as_mut(), &per_round, || {
             perf::load::cpu_busy_seconds(forwarder_cpu)
         });
         let rcvbuf = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns)) - rcvbuf_before;
-        receive_buffer_drops.push(format!("{name}: {rcvbuf}"));
+        match receive_buffer_drops.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, drops)) => *drops += rcvbuf,
+            None => receive_buffer_drops.push((name.clone(), rcvbuf)),
+        }
+        let index = match rows.iter().position(|r| r.setup == name) {
+            Some(index) => {
+                rows[index].runs.extend(runs);
+                index
+            }
+            None => {
+                rows.push(Row {
+                    setup: name.clone(),
+                    runs,
+                    fixed: perf::load::Trial::NONE,
+                    busy_polls,
+                });
+                rows.len() - 1
+            }
+        };
+        if !last_round {
+            continue;
+        }
+        let row = &mut rows[index];
+        row.fixed = load.latency_trial(search.fixed_pps, search.latency_trial);
         // Where the forwarder's core goes: one more trial at 70 % of the maximum,
         // sampled by Linux perf.
         let rate = row
@@ -1571,7 +1610,6 @@ fn compare(
             eprintln!("  Quilkin's own drop counters: {drops:?}");
             quilkin_drops = Some(drops);
         }
-        rows.push(row);
         drop(load);
         drop(running);
     }
@@ -1650,8 +1688,19 @@ fn compare(
          buffer was full (`Udp: RcvbufErrors` in its namespace), over each setup's searches: {}. A setup \
          that loses while its core is not saturated and shows drops here does not drain its socket fast \
          enough (wake-ups, batching), not for want of CPU.\n\n",
-        receive_buffer_drops.join("; ")
+        receive_buffer_drops
+            .iter()
+            .map(|(name, drops)| format!("{name}: {drops}"))
+            .collect::<Vec<_>>()
+            .join("; ")
     ));
+    if interleave {
+        notes.push_str(&format!(
+            "The searches ran in {rounds} interleaved rounds: every setup once per round, started \
+             afresh, so drift in this host's speed falls on every row alike; the latency trial and the \
+             profile come from the last round.\n\n"
+        ));
+    }
     let hops = if forwarder_cpu == perf::load::LOAD_CPU {
         "none: the forwarder shares the tools' core".to_string()
     } else if steer {
@@ -1880,6 +1929,24 @@ fn measure(
     busy_polls: bool,
     forwarder_busy: impl Fn() -> f64,
 ) -> Row {
+    let runs = search_runs(name, load, search, forwarder_busy);
+    let fixed = load.latency_trial(search.fixed_pps, search.latency_trial);
+    Row {
+        setup: name.to_string(),
+        runs,
+        fixed,
+        busy_polls,
+    }
+}
+
+/// `search.repeats` searches for the highest loss-free rate of `load`, each with what the
+/// forwarder's core, the tools' core and the machine spent per packet at its best trial.
+fn search_runs(
+    name: &str,
+    load: &mut dyn perf::load::Load,
+    search: &Search,
+    forwarder_busy: impl Fn() -> f64,
+) -> Vec<Run> {
     use perf::load::{LOAD_CPU, cpu_busy_seconds, machine_busy_seconds};
     eprintln!("measuring {name}…");
     let mut runs = vec![];
@@ -1926,13 +1993,7 @@ fn measure(
             search: run,
         });
     }
-    let fixed = load.latency_trial(search.fixed_pps, search.latency_trial);
-    Row {
-        setup: name.to_string(),
-        runs,
-        fixed,
-        busy_polls,
-    }
+    runs
 }
 
 /// The relay's drop counters by reason, summed over workers.
