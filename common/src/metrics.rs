@@ -227,6 +227,9 @@ label_enum! {
         ReturnWrongSource = "return_wrong_source",
         /// The kernel refused to send (buffer full, unreachable).
         SendFailed = "send_failed",
+        /// AF_XDP: the frames handed to the kernel and not yet sent reached their bound
+        /// (`--tx-backlog`); dropped now rather than sent stale behind them.
+        TxBacklogFull = "tx_backlog_full",
         /// A datagram too large to frame within the MTU of the buffers.
         TooLarge = "too_large",
         /// No MAC address known yet for the next hop (AF_XDP; the kernel is asked to resolve).

@@ -76,6 +76,10 @@ pub struct AfXdpOptions {
     /// Frames per receive batch.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
+    /// Frames handed to the kernel to send and not yet sent, at most (1..=ring size):
+    /// beyond it a frame is dropped (`tx_backlog_full`) rather than sent stale.
+    #[arg(long, default_value_t = 256)]
+    pub tx_backlog: u32,
     /// Forward established flows in the kernel (`xdp`) or not (`off`).
     #[arg(long, value_enum, default_value_t = FastPath::Off)]
     pub fast_path: FastPath,
@@ -204,6 +208,12 @@ fn validate(
     if options.batch == 0 {
         return Err(StartError::Config("`batch` must be at least 1".into()));
     }
+    if !(1..=options.ring_size).contains(&options.tx_backlog) {
+        return Err(StartError::Config(format!(
+            "`tx_backlog` must be from 1 to the ring size ({})",
+            options.ring_size
+        )));
+    }
     Ok(())
 }
 
@@ -277,6 +287,7 @@ impl Relay {
             ring_size: options.ring_size,
             zerocopy: options.bind_mode == BindMode::Zerocopy,
             need_wakeup: true,
+            tx_backlog: options.tx_backlog,
         };
         let metrics = RelayMetrics::new("afxdp", config.workers());
         let policy = ForwardPolicy::from(config);

@@ -70,6 +70,13 @@ impl ProducerCursor {
         (self.local.wrapping_add(n) & (self.size - 1)) as usize
     }
 
+    /// Slots published and not yet consumed (reads the consumer index).
+    pub fn pending(&self, idx: &impl Indices) -> u32 {
+        self.local
+            .wrapping_sub(idx.consumer().load(Ordering::Acquire))
+            .min(self.size)
+    }
+
     /// Publishes `n` filled slots.
     pub fn submit(&mut self, idx: &impl Indices, n: u32) {
         self.local = self.local.wrapping_add(n);

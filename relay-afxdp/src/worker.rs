@@ -124,6 +124,14 @@ impl<S: UmemSocket> XskEgress<S> {
     }
 
     fn send(&mut self, addr: u64, len: usize, ticket: Ticket, tally: &mut Tally<'_>) {
+        if self.socket.tx_backlog_full() {
+            // Kicked and reaped first: only a device that pushes back leaves it full.
+            self.socket.flush_tx();
+            self.socket.maintain();
+            if self.socket.tx_backlog_full() {
+                return self.fail(addr, ticket, DropReason::TxBacklogFull, tally);
+            }
+        }
         if self.socket.transmit(addr, len as u32) {
             tally.sent(ticket);
         } else {
@@ -326,7 +334,13 @@ impl<S: UmemSocket> AfXdpWorker<S> {
             if n == 0 {
                 self.polls.empty += 1;
                 match self.mode {
-                    PollMode::Busy => std::hint::spin_loop(),
+                    PollMode::Busy => {
+                        // Nothing else would kick the kernel to send a backlog.
+                        if self.egress.socket.tx_waiting() > 0 {
+                            self.egress.socket.flush_tx();
+                        }
+                        std::hint::spin_loop();
+                    }
                     PollMode::Wakeup => self.wait(next_tick),
                 }
                 continue;
@@ -343,11 +357,19 @@ impl<S: UmemSocket> AfXdpWorker<S> {
         self.polls
     }
 
+    /// Sleeps in poll(2) until a frame arrives or the next tick, at most 1 ms while frames
+    /// wait to be sent: in copy mode each poll also sends up to 32 of them, so a backlog
+    /// drains while the worker is idle instead of leaving with the next traffic.
     fn wait(&self, until: Instant) {
+        let longest = if self.egress.socket.tx_waiting() > 0 {
+            1
+        } else {
+            50
+        };
         let timeout = until
             .saturating_duration_since(Instant::now())
             .as_millis()
-            .min(50) as i32;
+            .min(longest) as i32;
         crate::xsk::poll_readable(self.egress.socket.fd(), timeout.max(1));
     }
 

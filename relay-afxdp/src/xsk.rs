@@ -31,6 +31,11 @@ pub struct XskConfig {
     pub zerocopy: bool,
     /// Use need_wakeup (syscalls only when the kernel asks).
     pub need_wakeup: bool,
+    /// Frames waiting in the TX ring for the kernel to take them, at most: past it
+    /// `transmit` refuses. A device that pushes back otherwise lets the whole TX ring
+    /// fill, and its last frames leave hundreds of milliseconds late: too late for voice,
+    /// so they are better dropped and counted.
+    pub tx_backlog: u32,
 }
 
 impl Default for XskConfig {
@@ -42,6 +47,7 @@ impl Default for XskConfig {
             ring_size: 2048,
             zerocopy: false,
             need_wakeup: true,
+            tx_backlog: 256,
         }
     }
 }
@@ -218,8 +224,44 @@ pub trait UmemSocket: Send + std::fmt::Debug {
     /// Queues the caller's frame at `addr` (`len` bytes) for transmission; false when
     /// the TX ring is full or the frame is not the caller's (the caller recycles it).
     fn transmit(&mut self, addr: u64, len: u32) -> bool;
-    /// Tells the kernel to send what is queued.
+    /// Tells the kernel to send what is queued: kicks until it has taken it all (copy
+    /// mode takes at most 32 frames per kick) or pushes back.
     fn flush_tx(&mut self);
+    /// Frames queued to send that the kernel has not taken yet.
+    fn tx_waiting(&self) -> u32;
+    /// The most frames `transmit` lets wait ([`XskConfig::tx_backlog`]).
+    fn tx_backlog(&self) -> u32;
+    /// Whether `transmit` would refuse for want of room in the backlog.
+    fn tx_backlog_full(&self) -> bool {
+        self.tx_waiting() >= self.tx_backlog()
+    }
+}
+
+/// Frames the kernel sends per kick in copy mode (its `TX_BATCH_SIZE`).
+const FRAMES_PER_KICK: u32 = 32;
+
+/// Kicks the kernel to send what waits in the TX ring of socket `fd`, as often as
+/// `waiting` frames need, and no more once it says all went out: in copy mode each kick
+/// sends at most [`FRAMES_PER_KICK`] frames and answers EAGAIN while more wait (or while
+/// the device pushes back, when kicking again is pointless beyond the bound).
+pub(crate) fn kick_tx(fd: RawFd, waiting: u32) {
+    for _ in 0..waiting.div_ceil(FRAMES_PER_KICK).max(1) {
+        // SAFETY: a zero-length, non-blocking sendto on the caller's own socket: a TX
+        // kick only; no buffer is read or written.
+        let sent = unsafe {
+            libc::sendto(
+                fd,
+                std::ptr::null(),
+                0,
+                libc::MSG_DONTWAIT,
+                std::ptr::null(),
+                0,
+            )
+        };
+        if sent >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EAGAIN) {
+            break;
+        }
+    }
 }
 
 /// Who holds a UMEM frame now.
@@ -582,7 +624,7 @@ impl UmemSocket for XdpSocket {
     fn transmit(&mut self, addr: u64, len: u32) -> bool {
         let inside = (addr - self.ledger.base(addr)).saturating_add(u64::from(len))
             <= u64::from(self.cfg.frame_size);
-        if !inside || !self.ledger.is_held_by(addr, Holder::Caller) {
+        if !inside || !self.ledger.is_held_by(addr, Holder::Caller) || self.tx_backlog_full() {
             return false;
         }
         if self.tx_cur.reserve(&self.tx, 1) == 0 {
@@ -602,20 +644,18 @@ impl UmemSocket for XdpSocket {
         true
     }
 
-    /// Tells the kernel to send what is queued (copy mode always needs this kick).
+    fn tx_waiting(&self) -> u32 {
+        self.tx_cur.pending(&self.tx)
+    }
+
+    fn tx_backlog(&self) -> u32 {
+        self.cfg.tx_backlog
+    }
+
     fn flush_tx(&mut self) {
-        if !self.cfg.need_wakeup || self.tx.needs_wakeup() {
-            // SAFETY: a zero-length, non-blocking sendto on our own socket: a TX kick only.
-            unsafe {
-                libc::sendto(
-                    self.fd(),
-                    std::ptr::null(),
-                    0,
-                    libc::MSG_DONTWAIT,
-                    std::ptr::null(),
-                    0,
-                )
-            };
+        let waiting = self.tx_waiting();
+        if waiting > 0 && (!self.cfg.need_wakeup || self.tx.needs_wakeup()) {
+            kick_tx(self.fd(), waiting);
         }
     }
 }

@@ -47,6 +47,10 @@ pub struct CrateSocket {
     /// Kick the kernel after filling the fill ring (zero-copy drivers need it; copy mode
     /// receives from the XDP redirect path without one).
     wake_fill: bool,
+    /// Frames queued to send and not yet completed (the crate does not show its TX ring,
+    /// so frames the kernel took count until their completion), and their bound.
+    tx_in_flight: u32,
+    tx_backlog: u32,
 }
 
 // SAFETY: every packet in `held`, `received` and `outgoing` points into `umem`, which this
@@ -143,6 +147,8 @@ impl CrateSocket {
             frames: cfg.frames,
             ring_size: cfg.ring_size,
             wake_fill: cfg.zerocopy,
+            tx_in_flight: 0,
+            tx_backlog: cfg.tx_backlog,
         };
         sock.refill();
         Ok(sock)
@@ -202,9 +208,11 @@ impl UmemSocket for CrateSocket {
     }
 
     fn maintain(&mut self) {
-        self.rings
+        let completed = self
+            .rings
             .completion_ring
             .dequeue(&mut self.umem, self.ring_size as usize);
+        self.tx_in_flight = self.tx_in_flight.saturating_sub(completed as u32);
         self.refill();
     }
 
@@ -255,7 +263,7 @@ impl UmemSocket for CrateSocket {
         let Some(tail_cut) = self.capacity().checked_sub(head + len as usize) else {
             return false;
         };
-        if self.outgoing.available() == 0 {
+        if self.outgoing.available() == 0 || self.tx_backlog_full() {
             return false;
         }
         let Some(mut packet) = self.index(addr).and_then(|i| self.held[i].take()) else {
@@ -271,7 +279,10 @@ impl UmemSocket for CrateSocket {
             return false;
         }
         match self.outgoing.push_front(packet) {
-            None => true,
+            None => {
+                self.tx_in_flight += 1;
+                true
+            }
             Some(refused) => {
                 self.umem.free_packet(refused);
                 false
@@ -285,7 +296,18 @@ impl UmemSocket for CrateSocket {
         {
             // SAFETY: the packets point into `self.umem`, which outlives the socket (it is
             // dropped after it).
-            let _ = unsafe { tx.send(&mut self.outgoing, true) };
+            let _ = unsafe { tx.send(&mut self.outgoing, false) };
         }
+        if self.tx_in_flight > 0 {
+            crate::xsk::kick_tx(self.socket.raw_fd(), self.tx_in_flight);
+        }
+    }
+
+    fn tx_waiting(&self) -> u32 {
+        self.tx_in_flight
+    }
+
+    fn tx_backlog(&self) -> u32 {
+        self.tx_backlog
     }
 }

@@ -3,7 +3,8 @@
 //! crate's through its adapter (`xsk_crate`). Each keeps the contract the worker relies
 //! on: only a frame the caller holds can be read, written, sent or recycled, and each
 //! only once; any other address (never received, already given back, outside the UMEM,
-//! a length past the frame's end) is refused, never trusted.
+//! a length past the frame's end) is refused, never trusted; and no more frames wait to
+//! be sent than the backlog allows.
 
 use std::io;
 use std::net::{SocketAddr, UdpSocket};
@@ -76,6 +77,7 @@ fn holds_the_contract<S: UmemSocket + 'static>(open: fn(u32, u32, XskConfig) -> 
             frame_size: FRAME_SIZE,
             headroom: 128,
             ring_size: 32,
+            tx_backlog: 2,
             ..XskConfig::default()
         };
         let mut socket = open(ifindex, 0, config).expect("the socket binds");
@@ -95,9 +97,15 @@ fn holds_the_contract<S: UmemSocket + 'static>(open: fn(u32, u32, XskConfig) -> 
             socket.recycle(addr);
         }
 
-        let frames = receive(&mut socket, 3);
-        assert_eq!(frames.len(), 3, "three of the client's datagrams arrive");
-        let [recycled, sent, too_long] = [frames[0], frames[1], frames[2]];
+        let frames = receive(&mut socket, 5);
+        assert_eq!(frames.len(), 5, "five of the client's datagrams arrive");
+        let [
+            recycled,
+            sent,
+            too_long,
+            fills_the_backlog,
+            beyond_the_backlog,
+        ] = [frames[0], frames[1], frames[2], frames[3], frames[4]];
 
         // A received frame is the caller's: its bytes are the client's datagram.
         let at = socket.offset_in_buffer(recycled.addr);
@@ -120,7 +128,6 @@ fn holds_the_contract<S: UmemSocket + 'static>(open: fn(u32, u32, XskConfig) -> 
         assert!(socket.transmit(sent.addr, sent.len));
         assert!(!socket.transmit(sent.addr, sent.len), "sent twice");
         assert!(socket.frame_buffer(sent.addr).is_empty());
-        socket.flush_tx();
 
         // A length running past the frame's end is refused and the frame stays the
         // caller's, to recycle.
@@ -128,6 +135,23 @@ fn holds_the_contract<S: UmemSocket + 'static>(open: fn(u32, u32, XskConfig) -> 
         assert!(!socket.transmit(too_long.addr, room as u32 + 1));
         assert!(!socket.frame_buffer(too_long.addr).is_empty());
         socket.recycle(too_long.addr);
+
+        // Two frames waiting fill a backlog of two: a third is refused and stays the
+        // caller's; once the kernel has sent them (kicked, completions reaped), the
+        // backlog is empty again.
+        assert!(socket.transmit(fills_the_backlog.addr, fills_the_backlog.len));
+        assert_eq!(socket.tx_waiting(), 2);
+        assert!(socket.tx_backlog_full());
+        assert!(!socket.transmit(beyond_the_backlog.addr, beyond_the_backlog.len));
+        assert!(!socket.frame_buffer(beyond_the_backlog.addr).is_empty());
+        socket.recycle(beyond_the_backlog.addr);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while socket.tx_waiting() > 0 && Instant::now() < deadline {
+            socket.flush_tx();
+            socket.maintain();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(socket.tx_waiting(), 0, "the kernel sent the backlog");
 
         // The frames cycle on: the layer still receives after all that.
         let more = receive(&mut socket, 2);
