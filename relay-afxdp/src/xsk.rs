@@ -222,7 +222,8 @@ pub trait UmemSocket: Send + std::fmt::Debug {
     /// alone.
     fn recycle(&mut self, addr: u64);
     /// Queues the caller's frame at `addr` (`len` bytes) for transmission; false when
-    /// the TX ring is full or the frame is not the caller's (the caller recycles it).
+    /// the TX ring or the backlog is full, the frame is not the caller's, or `len` runs
+    /// past its end (the caller recycles it).
     fn transmit(&mut self, addr: u64, len: u32) -> bool;
     /// Tells the kernel to send what is queued: kicks until it has taken it all (copy
     /// mode takes at most 32 frames per kick) or pushes back.
