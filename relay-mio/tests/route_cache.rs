@@ -4,7 +4,9 @@
 //! In bursts, records and lookups queued together go to the store in pipelines (up to
 //! `PIPELINE` per round trip; a cluster's split by node), and each lookup is answered
 //! with its own flow's route, in order with the records before it in the same queue, with
-//! no failure counted; a lookup of a flow never recorded is a miss. A cluster spreads the
+//! no failure counted; a lookup of a flow never recorded is a miss. A worker that stops
+//! reading its answers costs the helper nothing: what finds its answer queue full is
+//! counted as a failure. A cluster spreads the
 //! flows over all its masters. Through a Sentinel failover, the helper counts failures
 //! while the master is gone, then finds the promoted replica: flows recorded before the
 //! failover are still found, and new ones are written to the new master.
@@ -17,7 +19,7 @@ use ufrag_common::config::RouteStore;
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::Route;
-use ufrag_common::runtime::cache::{CacheAnswer, PIPELINE, RouteCache};
+use ufrag_common::runtime::cache::{ANSWER_QUEUE, CacheAnswer, PIPELINE, RouteCache};
 
 fn key(i: u32) -> FlowKey {
     FlowKey::new(
@@ -155,6 +157,11 @@ fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_writ
 
 /// Records flows and looks them up (and some never recorded) in bursts through a helper
 /// on `store`, and checks every answer.
+///
+/// The test keeps at most [`ANSWER_QUEUE`] lookups unanswered, as a worker does by
+/// draining its answers every loop: the helper answers as fast as Redis does, and had the
+/// test queued every lookup before reading one, a helper that ran ahead would find the
+/// answer queue full and count the rest as failures (that case has its own test below).
 fn burst(store: &RouteStore) {
     let (cache, clients) =
         RouteCache::start(store, Duration::from_secs(30), vec![Box::new(|| {})]).unwrap();
@@ -163,7 +170,26 @@ fn burst(store: &RouteStore) {
     // lookup of a flow that was never recorded after every tenth.
     let flows = (PIPELINE * 8) as u32;
     let mut queued = 0;
+    let mut answers: Vec<CacheAnswer> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let drain_until = |answers: &mut Vec<CacheAnswer>, enough: &dyn Fn(usize) -> bool| {
+        while !enough(answers.len()) {
+            assert!(
+                Instant::now() < deadline,
+                "answers stopped after {} lookups",
+                answers.len()
+            );
+            match client.next_answer() {
+                Some(a) => answers.push(a),
+                None => std::thread::sleep(Duration::from_millis(1)),
+            }
+        }
+    };
     for i in 0..flows {
+        // Room for this flow's two lookups in the answer queue.
+        drain_until(&mut answers, &|answered| {
+            queued + 2 - answered <= ANSWER_QUEUE
+        });
         assert!(client.submit(RouteCacheRequest::Record {
             key: key(i),
             route: route(i)
@@ -177,14 +203,7 @@ fn burst(store: &RouteStore) {
             queued += 1;
         }
     }
-    let mut answers: Vec<CacheAnswer> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while answers.len() < queued && Instant::now() < deadline {
-        match client.next_answer() {
-            Some(a) => answers.push(a),
-            None => std::thread::sleep(Duration::from_millis(1)),
-        }
-    }
+    drain_until(&mut answers, &|answered| answered >= queued);
     assert_eq!(answers.len(), queued, "every lookup answered");
     assert_eq!(client.take_failures(), 0);
     for a in &answers {
@@ -197,6 +216,41 @@ fn burst(store: &RouteStore) {
             assert_eq!(a.route, None, "never recorded: a miss");
         }
     }
+    drop(clients);
+    cache.stop();
+}
+
+#[test]
+fn answers_beyond_a_full_answer_queue_are_counted_as_failures_never_waited_for() {
+    let redis = RedisServer::start_at(unique_ip());
+    let (cache, clients) = RouteCache::start(
+        &RouteStore::Server(redis.url()),
+        Duration::from_secs(30),
+        vec![Box::new(|| {})],
+    )
+    .unwrap();
+    let client = &clients[0];
+    // A worker that stops reading its answers: the helper never blocks on it.
+    let over = 10;
+    for i in 0..(ANSWER_QUEUE + over) as u32 {
+        assert!(client.submit(RouteCacheRequest::Lookup { key: key(i) }));
+    }
+    // The overflow is the last lookups queued: once they are counted, all are handled.
+    let failures = std::cell::Cell::new(0);
+    wait_until("the helper to answer or fail every lookup", 20, || {
+        failures.set(failures.get() + client.take_failures());
+        failures.get() >= over as u64
+    });
+    assert_eq!(
+        failures.get(),
+        over as u64,
+        "exactly the lookups with no room"
+    );
+    let mut answered = 0;
+    while client.next_answer().is_some() {
+        answered += 1;
+    }
+    assert_eq!(answered, ANSWER_QUEUE, "the queue held all it could");
     drop(clients);
     cache.stop();
 }
