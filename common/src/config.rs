@@ -33,6 +33,10 @@
 //! rate_limit_prefix_v6 = 56
 //! new_flows_per_worker = 5000             # new flows per second in one worker
 //! poll = "wakeup"                         # or "busy": workers spin instead of sleeping
+//! tcp_vips = ["203.0.113.10:443"]         # ICE-TCP for clients whose networks block UDP
+//! tcp_connections_per_worker = 4096       # open TCP connections one worker holds
+//! tcp_connections_per_prefix = 16         # ... from one source prefix, per worker
+//! tcp_handshake_timeout = "5s"            # a connection's first Binding Request by then
 //!
 //! [clusters]                              # cluster id → that cluster's relay (global mode)
 //! 2 = "198.51.100.7:3479"
@@ -55,6 +59,11 @@ pub const HINT_KEYS_ENV: &str = "UFRAG_RELAY_HINT_KEYS";
 
 const DEFAULT_FLOWS_PER_WORKER: usize = 262_144;
 const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+const DEFAULT_TCP_CONNECTIONS_PER_WORKER: usize = 4096;
+const MAX_TCP_CONNECTIONS_PER_WORKER: usize = 65_536;
+const DEFAULT_TCP_CONNECTIONS_PER_PREFIX: u32 = 16;
+const DEFAULT_TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_DRAIN_TIME: Duration = Duration::from_secs(5);
 const DEFAULT_METRICS_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9100);
 const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
@@ -218,6 +227,20 @@ pub struct RelayArgs {
     /// their own, for the lowest latency).
     #[arg(long, value_enum, value_name = "MODE")]
     pub poll: Option<PollMode>,
+    /// Public VIP:port for ICE over TCP (RFC 6544, RFC 4571 framing), for clients whose
+    /// networks block UDP (repeat; replaces the file's `tcp_vips`; none: no TCP).
+    #[arg(long = "tcp-vip", value_name = "IP:PORT")]
+    pub tcp_vips: Vec<SocketAddr>,
+    /// Open TCP connections one worker holds at most (default 4096).
+    #[arg(long, value_name = "N")]
+    pub tcp_connections_per_worker: Option<usize>,
+    /// Open TCP connections from one source prefix (--rate-limit-prefix-v4/-v6) per
+    /// worker (default 16).
+    #[arg(long, value_name = "N")]
+    pub tcp_connections_per_prefix: Option<u32>,
+    /// A TCP connection must bring an authentic Binding Request within this (default 5s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub tcp_handshake_timeout: Option<Duration>,
 }
 
 /// The config file, as written: every key optional, unknown keys rejected.
@@ -247,6 +270,10 @@ struct FileConfig {
     rate_limit_prefix_v6: Option<u8>,
     new_flows_per_worker: Option<u32>,
     poll: Option<PollMode>,
+    tcp_vips: Option<Vec<SocketAddr>>,
+    tcp_connections_per_worker: Option<usize>,
+    tcp_connections_per_prefix: Option<u32>,
+    tcp_handshake_timeout: Option<String>,
 }
 
 /// A validated relay configuration.
@@ -285,6 +312,34 @@ pub struct RelayConfig {
     pub admission: AdmissionPolicy,
     /// How workers wait when idle.
     pub poll: PollMode,
+    /// ICE over TCP: its VIPs (none: not served) and what connections may cost.
+    pub tcp: TcpPolicy,
+}
+
+/// ICE over TCP: where it listens and what its connections may cost. A connection's idle
+/// timeout is the flows' (`idle_timeout`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TcpPolicy {
+    /// Public VIP:port list for TCP; empty when TCP is not served.
+    pub vips: Vec<SocketAddr>,
+    /// Open connections one worker holds at most.
+    pub connections_per_worker: usize,
+    /// Open connections from one source prefix, per worker.
+    pub connections_per_prefix: u32,
+    /// The first Binding Request must arrive within this.
+    pub handshake_timeout: Duration,
+}
+
+impl Default for TcpPolicy {
+    /// TCP not served; the limits it would have.
+    fn default() -> Self {
+        TcpPolicy {
+            vips: Vec::new(),
+            connections_per_worker: DEFAULT_TCP_CONNECTIONS_PER_WORKER,
+            connections_per_prefix: DEFAULT_TCP_CONNECTIONS_PER_PREFIX,
+            handshake_timeout: DEFAULT_TCP_HANDSHAKE_TIMEOUT,
+        }
+    }
 }
 
 impl RelayConfig {
@@ -354,6 +409,7 @@ impl RelayConfig {
         }
 
         let mut admission = admission_policy(&file, args)?;
+        let tcp = tcp_policy(&file, args)?;
 
         let vips = pick(args.vips.clone(), file.vips);
         if vips.is_empty() {
@@ -362,29 +418,7 @@ impl RelayConfig {
                 "at least one public VIP:port is required (--vip)",
             ));
         }
-        for (i, vip) in vips.iter().enumerate() {
-            // A wildcard VIP cannot work: the frame tells the transceiver which VIP the
-            // client used (str0m checks it against its candidate), and a reply must leave
-            // from exactly that address; a wildcard socket knows neither.
-            if vip.ip().is_unspecified() {
-                return Err(bad(
-                    "vips",
-                    format!(
-                        "{vip}: a wildcard address cannot be a VIP; name the public address \
-                         clients send to (one --vip per address)"
-                    ),
-                ));
-            }
-            if vip.port() == 0 {
-                return Err(bad(
-                    "vips",
-                    format!("{vip}: port 0 is not a fixed public port"),
-                ));
-            }
-            if vips[..i].contains(vip) {
-                return Err(bad("vips", format!("{vip} is listed twice")));
-            }
-        }
+        validate_vips("vips", &vips)?;
 
         let internal_addr = args
             .internal_addr
@@ -563,6 +597,7 @@ impl RelayConfig {
             metrics_addr,
             admission,
             poll: args.poll.or(file.poll).unwrap_or_default(),
+            tcp,
         })
     }
 }
@@ -642,6 +677,87 @@ fn route_store(
         )
     })?;
     Ok(Some(RouteStore::Sentinel { sentinels, master }))
+}
+
+/// Checks a VIP list (`field` names it): named addresses, fixed ports, no repeats.
+fn validate_vips(field: &str, vips: &[SocketAddr]) -> Result<(), ConfigError> {
+    for (i, vip) in vips.iter().enumerate() {
+        // A wildcard VIP cannot work: the frame tells the transceiver which VIP the
+        // client used (str0m checks it against its candidate), and a reply must leave
+        // from exactly that address; a wildcard socket knows neither.
+        if vip.ip().is_unspecified() {
+            return Err(bad(
+                field,
+                format!(
+                    "{vip}: a wildcard address cannot be a VIP; name the public address \
+                     clients send to (one per address)"
+                ),
+            ));
+        }
+        if vip.port() == 0 {
+            return Err(bad(
+                field,
+                format!("{vip}: port 0 is not a fixed public port"),
+            ));
+        }
+        if vips[..i].contains(vip) {
+            return Err(bad(field, format!("{vip} is listed twice")));
+        }
+    }
+    Ok(())
+}
+
+/// The ICE-TCP settings from flags and file, validated.
+fn tcp_policy(file: &FileConfig, args: &RelayArgs) -> Result<TcpPolicy, ConfigError> {
+    let vips = if args.tcp_vips.is_empty() {
+        file.tcp_vips.clone().unwrap_or_default()
+    } else {
+        args.tcp_vips.clone()
+    };
+    validate_vips("tcp_vips", &vips)?;
+    let connections_per_worker = args
+        .tcp_connections_per_worker
+        .or(file.tcp_connections_per_worker)
+        .unwrap_or(DEFAULT_TCP_CONNECTIONS_PER_WORKER);
+    if !(1..=MAX_TCP_CONNECTIONS_PER_WORKER).contains(&connections_per_worker) {
+        return Err(bad(
+            "tcp_connections_per_worker",
+            format!("{connections_per_worker}: must be 1..={MAX_TCP_CONNECTIONS_PER_WORKER}"),
+        ));
+    }
+    let connections_per_prefix = args
+        .tcp_connections_per_prefix
+        .or(file.tcp_connections_per_prefix)
+        .unwrap_or(DEFAULT_TCP_CONNECTIONS_PER_PREFIX);
+    if connections_per_prefix == 0 {
+        return Err(bad(
+            "tcp_connections_per_prefix",
+            "0: no client could connect",
+        ));
+    }
+    let handshake_timeout = duration_field(
+        "tcp_handshake_timeout",
+        args.tcp_handshake_timeout,
+        file.tcp_handshake_timeout.as_deref(),
+        DEFAULT_TCP_HANDSHAKE_TIMEOUT,
+    )?;
+    if !(MIN_IDLE_TIMEOUT..=MAX_TCP_HANDSHAKE_TIMEOUT).contains(&handshake_timeout) {
+        return Err(bad(
+            "tcp_handshake_timeout",
+            format!(
+                "{}: must be {}..={}",
+                humantime::format_duration(handshake_timeout),
+                humantime::format_duration(MIN_IDLE_TIMEOUT),
+                humantime::format_duration(MAX_TCP_HANDSHAKE_TIMEOUT)
+            ),
+        ));
+    }
+    Ok(TcpPolicy {
+        vips,
+        connections_per_worker,
+        connections_per_prefix,
+        handshake_timeout,
+    })
 }
 
 /// The admission limits from flags and file, validated.

@@ -508,6 +508,11 @@ impl Executor {
         self.counters.cache_errors += failures;
     }
 
+    /// Ends `key`'s flow now (its TCP connection closed); whether it was held.
+    pub fn end_flow(&mut self, key: &FlowKey) -> bool {
+        self.forwarder.end_flow(key)
+    }
+
     /// Expires up to `budget` idle flows at `now`; returns how many.
     pub fn expire(&mut self, now: Instant, budget: usize) -> usize {
         self.forwarder.expire(now, budget)

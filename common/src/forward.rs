@@ -74,6 +74,12 @@
 //! to another transceiver, and asked when it last carried the flow, which counts as the
 //! flow's use for expiry and for the consent interval that guards a reroute.
 //!
+//! A forwarder serves one transport ([`Forwarder::serving`]): UDP flows, or the TCP
+//! connections of ICE-TCP clients, whose messages are decided exactly as datagrams are
+//! (the same hint, MESSAGE-INTEGRITY and admission checks on the first) and whose frames
+//! carry the TCP bit. A return frame of the other transport is dropped. A TCP flow ends
+//! with its connection ([`Forwarder::end_flow`]).
+//!
 //! The relay never answers a client itself and never sends a client more than one
 //! datagram per datagram received from its flow's transceiver.
 
@@ -88,7 +94,7 @@ use crate::admission::{Admission, AdmissionPolicy, FlowRequest, SessionTag};
 use crate::config::RelayConfig;
 use crate::demux::DatagramKind;
 use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
-use crate::frame::FrameHeader;
+use crate::frame::{FrameHeader, Transport};
 use crate::hint::HintKeys;
 use crate::metrics::DropReason;
 use crate::returns::{SharedReturn, SharedReturns};
@@ -228,6 +234,7 @@ pub struct Forwarder {
     returns: Option<Arc<SharedReturns>>,
     mirror: Option<Box<dyn FlowMirror>>,
     counters: ForwarderCounters,
+    transport: Transport,
 }
 
 /// A copy of the proven flows kept outside the forwarder, which carries some of their
@@ -279,7 +286,22 @@ impl Forwarder {
             returns: None,
             mirror: None,
             counters: ForwarderCounters::default(),
+            transport: Transport::Udp,
         }
+    }
+
+    /// Serves clients on `transport` (UDP unless told): frames towards transceivers carry
+    /// it, and a return frame for the other transport is dropped as
+    /// `frame_wrong_transport`. A relay serving both keeps one forwarder for each, so a
+    /// TCP connection and a UDP flow that share an address pair stay apart.
+    pub fn serving(mut self, transport: Transport) -> Self {
+        self.transport = transport;
+        self
+    }
+
+    /// The transport this forwarder serves.
+    pub fn transport(&self) -> Transport {
+        self.transport
     }
 
     /// Shares this worker's flows' return paths with the other workers through
@@ -408,7 +430,7 @@ impl Forwarder {
             return Verdict::Drop(DropReason::Unclassified);
         }
         let key = FlowKey::new(client, vip);
-        let header = FrameHeader::new(client, vip);
+        let header = FrameHeader::over(self.transport, client, vip);
         let seconds = self.seconds(now);
         let refresh_every_s = self.refresh_every_s;
         let route_cache = self.policy.route_cache;
@@ -642,6 +664,9 @@ impl Forwarder {
             Ok(parsed) => parsed,
             Err(e) => return Verdict::Drop(e.into()),
         };
+        if header.transport != self.transport {
+            return Verdict::Drop(DropReason::FrameWrongTransport);
+        }
         let key = FlowKey::new(header.client, header.vip);
         // A frame from a global relay carries a client's datagram towards a transceiver.
         // The global relays' networks are configured explicitly and take precedence over
@@ -747,6 +772,17 @@ impl Forwarder {
             }
             Err(InsertError::TableFull) => Err(RestoreRefused::TableFull),
         }
+    }
+
+    /// Ends `key`'s flow now, whatever its idle time: its client is gone (a TCP
+    /// connection closed). Its session's count drops; returns whether it was held.
+    pub fn end_flow(&mut self, key: &FlowKey) -> bool {
+        let Some(flow) = self.table.remove(key) else {
+            return false;
+        };
+        self.unshare(key, flow.value.route, flow.value.proven);
+        self.admission.left(flow.value.session);
+        true
     }
 
     /// Expires up to `budget` idle flows at `now`; returns how many.

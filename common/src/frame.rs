@@ -17,7 +17,9 @@
 //! +-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+-+
 //! |                 the WebRTC datagram, untouched ...            |
 //!
-//!  flags: bit 0 (0x01) client IP is IPv6, bit 1 (0x02) VIP IP is IPv6, others zero.
+//!  flags: bit 0 (0x01) client IP is IPv6, bit 1 (0x02) VIP IP is IPv6,
+//!         bit 2 (0x04) the client is on a TCP connection to the VIP (ICE-TCP, RFC 6544):
+//!         the datagram is one RFC 4571 message without its length prefix; others zero.
 //!  Header length: 8 + 4|16 + 4|16 = 16 (v4/v4), 28 (mixed) or 40 (v6/v6) bytes.
 //! ```
 //!
@@ -27,6 +29,11 @@
 //!
 //! The same header travels relay → transceiver, transceiver → relay (naming the client to
 //! send to and the VIP to send from) and global relay ↔ cluster relay.
+//!
+//! A TCP client's connection is named by its address and the VIP, as a UDP client's flow
+//! is: the kernel never has two connections with the same four-tuple. The TCP bit keeps
+//! the two transports apart where a client's port numbers coincide: a reply framed with
+//! it goes back on the connection, one without it as a UDP datagram.
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -40,6 +47,28 @@ pub const MAX_HEADER_LEN: usize = FIXED_LEN + 16 + 16;
 const MAGIC_NIBBLE: u8 = 0xF0;
 const FLAG_CLIENT_V6: u8 = 0x01;
 const FLAG_VIP_V6: u8 = 0x02;
+const FLAG_TCP: u8 = 0x04;
+const KNOWN_FLAGS: u8 = FLAG_CLIENT_V6 | FLAG_VIP_V6 | FLAG_TCP;
+
+/// How the client reaches the relay: its datagrams, or its RFC 4571 messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// UDP datagrams to a VIP (the norm).
+    #[default]
+    Udp,
+    /// A TCP connection to a TCP VIP (ICE-TCP, for networks that block UDP).
+    Tcp,
+}
+
+impl Transport {
+    /// A stable lowercase label for metrics and logs.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Self::Udp => "udp",
+            Self::Tcp => "tcp",
+        }
+    }
+}
 
 /// Why a datagram is not a usable frame. Each variant is one drop reason.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -87,6 +116,8 @@ pub struct FrameHeader {
     pub client: SocketAddr,
     /// The relay's public VIP and port the client sent to (and must hear back from).
     pub vip: SocketAddr,
+    /// Whether the client is on a UDP flow or a TCP connection.
+    pub transport: Transport,
 }
 
 fn ip_len(ip: &IpAddr) -> usize {
@@ -118,12 +149,34 @@ fn read_ip(bytes: &[u8]) -> IpAddr {
     }
 }
 
+/// The transport a frame names, read from its first two bytes without parsing the rest:
+/// how a relay serving both picks the forwarder for a return frame. `None` for anything
+/// but a version-1 frame (the forwarder then says what is wrong with it).
+pub fn transport_of(frame: &[u8]) -> Option<Transport> {
+    match frame {
+        [first, flags, ..] if *first == MAGIC_NIBBLE | FRAME_VERSION => {
+            Some(if flags & FLAG_TCP != 0 {
+                Transport::Tcp
+            } else {
+                Transport::Udp
+            })
+        }
+        _ => None,
+    }
+}
+
 impl FrameHeader {
-    /// Builds a header; IPv4-mapped IPv6 addresses are written as IPv4.
+    /// Builds a header for a UDP client; IPv4-mapped IPv6 addresses are written as IPv4.
     pub fn new(client: SocketAddr, vip: SocketAddr) -> Self {
+        Self::over(Transport::Udp, client, vip)
+    }
+
+    /// Builds a header for a client on `transport`.
+    pub fn over(transport: Transport, client: SocketAddr, vip: SocketAddr) -> Self {
         FrameHeader {
             client: canonical(client),
             vip: canonical(vip),
+            transport,
         }
     }
 
@@ -147,6 +200,9 @@ impl FrameHeader {
         if vip.is_ipv6() {
             flags |= FLAG_VIP_V6;
         }
+        if self.transport == Transport::Tcp {
+            flags |= FLAG_TCP;
+        }
         out[0] = MAGIC_NIBBLE | FRAME_VERSION;
         out[1] = flags;
         out[2..4].fill(0);
@@ -168,7 +224,7 @@ impl FrameHeader {
             return Err(FrameError::UnknownVersion);
         }
         let flags = fixed[1];
-        if flags & !(FLAG_CLIENT_V6 | FLAG_VIP_V6) != 0 || fixed[2] != 0 || fixed[3] != 0 {
+        if flags & !KNOWN_FLAGS != 0 || fixed[2] != 0 || fixed[3] != 0 {
             return Err(FrameError::ReservedBitsSet);
         }
         let client_len = if flags & FLAG_CLIENT_V6 != 0 { 16 } else { 4 };
@@ -185,7 +241,13 @@ impl FrameHeader {
         let vip_port = u16::from_be_bytes([fixed[6], fixed[7]]);
         // An IPv4-mapped IPv6 address is accepted and read as the IPv4 address it maps,
         // the same canonical form emit writes and flow keys use.
-        let header = FrameHeader::new(
+        let transport = if flags & FLAG_TCP != 0 {
+            Transport::Tcp
+        } else {
+            Transport::Udp
+        };
+        let header = FrameHeader::over(
+            transport,
             SocketAddr::new(read_ip(&frame[FIXED_LEN..vip_at]), client_port),
             SocketAddr::new(read_ip(&frame[vip_at..header_len]), vip_port),
         );

@@ -225,6 +225,12 @@ label_enum! {
         ReturnUnknownVip = "return_unknown_vip",
         /// A return frame from a transceiver other than the flow's.
         ReturnWrongSource = "return_wrong_source",
+        /// A frame for a client on the other transport (the TCP bit set for a UDP flow,
+        /// or clear for a TCP connection), or a TCP client's frame where no TCP is served.
+        FrameWrongTransport = "frame_wrong_transport",
+        /// A TCP client's connection has no room for the message in its bounded send
+        /// buffer (a slow reader): dropped, as the network would drop a UDP datagram.
+        TcpSendBufferFull = "tcp_send_buffer_full",
         /// The kernel refused to send (buffer full, unreachable).
         SendFailed = "send_failed",
         /// AF_XDP: the frames handed to the kernel and not yet sent reached their bound
@@ -519,11 +525,103 @@ pub const FAST_PATH_LEFT_LABELS: [&str; 4] = ["stun", "miss", "unfit", "no_mac"]
 /// Reads the fast path's totals.
 pub type FastPathSource = Box<dyn Fn() -> FastPathTotals + Send + Sync>;
 
+label_enum! {
+    /// Why a relay closed (or refused) an ICE-TCP connection. Every close counts once.
+    pub enum TcpCloseReason {
+        /// The client closed it (end of stream).
+        PeerClosed = "peer_closed",
+        /// A read or write failed (reset, broken pipe).
+        Reset = "reset",
+        /// No authentic Binding Request within the handshake timeout.
+        HandshakeTimeout = "handshake_timeout",
+        /// Nothing in either direction for the idle timeout.
+        IdleTimeout = "idle_timeout",
+        /// The first message was not an authentic, admitted Binding Request (its drop
+        /// reason is counted with the TCP drops).
+        FirstMessageRefused = "first_message_refused",
+        /// A length prefix above the largest message the relay carries.
+        MessageTooLarge = "message_too_large",
+        /// The connection's flow left the table (expired or shed).
+        FlowEnded = "flow_ended",
+        /// Refused at accept: the worker holds its cap of connections.
+        WorkerLimit = "worker_limit",
+        /// Refused at accept: the source prefix holds its cap of connections.
+        PrefixLimit = "prefix_limit",
+        /// The relay stopped.
+        Stopping = "relay_stopping",
+    }
+}
+
+/// One worker's ICE-TCP connection counts, updated by the worker as connections come and
+/// go (never per message).
+#[derive(Debug)]
+pub struct TcpConnectionCounters {
+    accepted: AtomicU64,
+    active: AtomicU64,
+    closed: [AtomicU64; TcpCloseReason::COUNT],
+}
+
+impl Default for TcpConnectionCounters {
+    fn default() -> Self {
+        TcpConnectionCounters {
+            accepted: AtomicU64::new(0),
+            active: AtomicU64::new(0),
+            closed: core::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+impl TcpConnectionCounters {
+    /// A connection was accepted and is open now.
+    pub fn opened(&self) {
+        self.accepted.fetch_add(1, Ordering::Relaxed);
+        self.active.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An open connection was closed for `reason`.
+    pub fn closed(&self, reason: TcpCloseReason) {
+        self.active.fetch_sub(1, Ordering::Relaxed);
+        self.closed[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connection was refused at accept (closed before it was counted open).
+    pub fn refused(&self, reason: TcpCloseReason) {
+        self.closed[reason.index()].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::Relaxed)
+    }
+
+    /// Connections open now.
+    pub fn active(&self) -> u64 {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed or refused for `reason` so far.
+    pub fn closed_for(&self, reason: TcpCloseReason) -> u64 {
+        self.closed[reason.index()].load(Ordering::Relaxed)
+    }
+}
+
+/// One worker's ICE-TCP side as `/metrics` sees it: its messages (counted as datagrams
+/// are) and its connections.
+#[derive(Clone, Debug, Default)]
+pub struct TcpWorkerMetrics {
+    /// Messages in and out and drops, published by the worker's TCP executor.
+    pub messages: Arc<SharedCounters>,
+    /// Connections opened, open, and closed by reason.
+    pub connections: Arc<TcpConnectionCounters>,
+}
+
 /// Everything a relay exposes on `/metrics`: every worker's shared counters, readiness,
 /// and which backend this is.
 pub struct RelayMetrics {
     backend: &'static str,
     workers: Vec<Arc<SharedCounters>>,
+    /// One per worker when ICE-TCP is served, else empty.
+    tcp: Vec<TcpWorkerMetrics>,
     ready: AtomicBool,
     worker_failures: AtomicU64,
     /// The id of the hint key new hints are checked against first (the current one).
@@ -546,9 +644,18 @@ impl core::fmt::Debug for RelayMetrics {
 impl RelayMetrics {
     /// Metrics for `workers` workers of the named backend (`"mio"` or `"afxdp"`).
     pub fn new(backend: &'static str, workers: usize) -> Arc<Self> {
+        Self::serving(backend, workers, false)
+    }
+
+    /// Like [`RelayMetrics::new`], with each worker's ICE-TCP side too when `tcp`.
+    pub fn serving(backend: &'static str, workers: usize, tcp: bool) -> Arc<Self> {
+        let tcp_workers = if tcp { workers } else { 0 };
         Arc::new(RelayMetrics {
             backend,
             workers: (0..workers).map(|_| Arc::default()).collect(),
+            tcp: (0..tcp_workers)
+                .map(|_| TcpWorkerMetrics::default())
+                .collect(),
             ready: AtomicBool::new(false),
             worker_failures: AtomicU64::new(0),
             hint_key: AtomicU64::new(0),
@@ -582,6 +689,11 @@ impl RelayMetrics {
     /// The shared counters of worker `index`, for that worker to publish into.
     pub fn worker(&self, index: usize) -> Arc<SharedCounters> {
         Arc::clone(&self.workers[index])
+    }
+
+    /// Worker `index`'s ICE-TCP counters, when TCP is served.
+    pub fn tcp_worker(&self, index: usize) -> Option<&TcpWorkerMetrics> {
+        self.tcp.get(index)
     }
 
     /// Sets readiness (false while starting and draining).
@@ -774,6 +886,127 @@ fn encode_value(
     }
 }
 
+/// The per-worker families (datagrams received, forwarded and dropped; flows; cache),
+/// named `<prefix>_…`: `ufrag_relay` for UDP, `ufrag_relay_tcp` for ICE-TCP messages.
+fn encode_worker_families(
+    encoder: &mut DescriptorEncoder<'_>,
+    prefix: &str,
+    snapshots: &[WorkerCounters],
+) -> Result<(), core::fmt::Error> {
+    type PerLabel = fn(&WorkerCounters, usize) -> u64;
+    let families: [(&str, &str, &str, &[&str], PerLabel); 6] = [
+        (
+            "received_packets",
+            "Datagrams received; port vip = from clients, internal = from transceivers and relays.",
+            "port",
+            &PORT_LABELS,
+            |c, i| c.received_packets[i],
+        ),
+        (
+            "received_bytes",
+            "Bytes received (UDP payload; frame headers included on the internal port).",
+            "port",
+            &PORT_LABELS,
+            |c, i| c.received_bytes[i],
+        ),
+        (
+            "packets",
+            "Datagrams forwarded; direction in = client to transceiver, out = back to the client.",
+            "direction",
+            &DIRECTION_LABELS,
+            |c, i| c.packets[i],
+        ),
+        (
+            "bytes",
+            "Bytes of the datagrams forwarded, as received (frame headers included on frames).",
+            "direction",
+            &DIRECTION_LABELS,
+            |c, i| c.bytes[i],
+        ),
+        (
+            "drops",
+            "Datagrams dropped, by reason.",
+            "reason",
+            &DROP_LABELS,
+            |c, i| c.drops[i],
+        ),
+        (
+            "dropped_bytes",
+            "Bytes of the datagrams dropped, as received, by reason.",
+            "reason",
+            &DROP_LABELS,
+            |c, i| c.drop_bytes[i],
+        ),
+    ];
+    for (name, help, label, values, get) in families {
+        let name = format!("{prefix}_{name}");
+        let mut e = encoder.encode_descriptor(&name, help, None, MetricType::Counter)?;
+        for (worker, s) in snapshots.iter().enumerate() {
+            for (i, value) in values.iter().enumerate() {
+                let labels = [("worker", worker.to_string()), (label, value.to_string())];
+                ConstCounter::new(get(s, i)).encode(e.encode_family(&labels)?)?;
+            }
+        }
+    }
+    for (name, help, kind, get) in WORKER_SCALARS {
+        let name = name.replacen("ufrag_relay", prefix, 1);
+        let mut e = encoder.encode_descriptor(&name, help, None, *kind)?;
+        for (worker, s) in snapshots.iter().enumerate() {
+            let labels = [("worker", worker.to_string())];
+            encode_value(e.encode_family(&labels)?, *kind, get(s))?;
+        }
+    }
+    Ok(())
+}
+
+/// Each worker's ICE-TCP connections: accepted, open, and closed by reason.
+fn encode_tcp_connections(
+    encoder: &mut DescriptorEncoder<'_>,
+    tcp: &[TcpWorkerMetrics],
+) -> Result<(), core::fmt::Error> {
+    let mut e = encoder.encode_descriptor(
+        "ufrag_relay_tcp_connections_accepted",
+        "ICE-TCP connections accepted (refused ones are counted as closed only).",
+        None,
+        MetricType::Counter,
+    )?;
+    for (worker, t) in tcp.iter().enumerate() {
+        let labels = [("worker", worker.to_string())];
+        ConstCounter::new(t.connections.accepted()).encode(e.encode_family(&labels)?)?;
+    }
+    let mut e = encoder.encode_descriptor(
+        "ufrag_relay_tcp_connections_active",
+        "ICE-TCP connections open now.",
+        None,
+        MetricType::Gauge,
+    )?;
+    for (worker, t) in tcp.iter().enumerate() {
+        let labels = [("worker", worker.to_string())];
+        encode_value(
+            e.encode_family(&labels)?,
+            MetricType::Gauge,
+            t.connections.active(),
+        )?;
+    }
+    let mut e = encoder.encode_descriptor(
+        "ufrag_relay_tcp_connections_closed",
+        "ICE-TCP connections closed or refused, by reason.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (worker, t) in tcp.iter().enumerate() {
+        for reason in TcpCloseReason::ALL {
+            let labels = [
+                ("worker", worker.to_string()),
+                ("reason", reason.label().to_string()),
+            ];
+            ConstCounter::new(t.connections.closed_for(*reason))
+                .encode(e.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
 impl Collector for RelayMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), core::fmt::Error> {
         let snapshots: Vec<WorkerCounters> = self.workers.iter().map(|w| w.snapshot()).collect();
@@ -829,67 +1062,11 @@ impl Collector for RelayMetrics {
             encode_fast_path(&mut encoder, &fast)?;
         }
 
-        type PerLabel = fn(&WorkerCounters, usize) -> u64;
-        let families: [(&str, &str, &str, &[&str], PerLabel); 6] = [
-            (
-                "ufrag_relay_received_packets",
-                "Datagrams received; port vip = from clients, internal = from transceivers and relays.",
-                "port",
-                &PORT_LABELS,
-                |c, i| c.received_packets[i],
-            ),
-            (
-                "ufrag_relay_received_bytes",
-                "Bytes received (UDP payload; frame headers included on the internal port).",
-                "port",
-                &PORT_LABELS,
-                |c, i| c.received_bytes[i],
-            ),
-            (
-                "ufrag_relay_packets",
-                "Datagrams forwarded; direction in = client to transceiver, out = back to the client.",
-                "direction",
-                &DIRECTION_LABELS,
-                |c, i| c.packets[i],
-            ),
-            (
-                "ufrag_relay_bytes",
-                "Bytes of the datagrams forwarded, as received (frame headers included on frames).",
-                "direction",
-                &DIRECTION_LABELS,
-                |c, i| c.bytes[i],
-            ),
-            (
-                "ufrag_relay_drops",
-                "Datagrams dropped, by reason.",
-                "reason",
-                &DROP_LABELS,
-                |c, i| c.drops[i],
-            ),
-            (
-                "ufrag_relay_dropped_bytes",
-                "Bytes of the datagrams dropped, as received, by reason.",
-                "reason",
-                &DROP_LABELS,
-                |c, i| c.drop_bytes[i],
-            ),
-        ];
-        for (name, help, label, values, get) in families {
-            let mut e = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
-            for (worker, s) in snapshots.iter().enumerate() {
-                for (i, value) in values.iter().enumerate() {
-                    let labels = [("worker", worker.to_string()), (label, value.to_string())];
-                    ConstCounter::new(get(s, i)).encode(e.encode_family(&labels)?)?;
-                }
-            }
-        }
-
-        for (name, help, kind, get) in WORKER_SCALARS {
-            let mut e = encoder.encode_descriptor(name, help, None, *kind)?;
-            for (worker, s) in snapshots.iter().enumerate() {
-                let labels = [("worker", worker.to_string())];
-                encode_value(e.encode_family(&labels)?, *kind, get(s))?;
-            }
+        encode_worker_families(&mut encoder, "ufrag_relay", &snapshots)?;
+        if !self.tcp.is_empty() {
+            let tcp: Vec<WorkerCounters> = self.tcp.iter().map(|t| t.messages.snapshot()).collect();
+            encode_worker_families(&mut encoder, "ufrag_relay_tcp", &tcp)?;
+            encode_tcp_connections(&mut encoder, &self.tcp)?;
         }
         Ok(())
     }

@@ -166,6 +166,26 @@ fn flags_override_the_file() {
 }
 
 #[test]
+fn ice_tcp_is_off_unless_a_tcp_vip_is_given_and_its_limits_have_defaults() {
+    let off = load(MINIMAL, &[]).unwrap();
+    assert!(off.tcp.vips.is_empty(), "no TCP VIP: TCP not served");
+    assert_eq!(off.tcp.connections_per_worker, 4096);
+    assert_eq!(off.tcp.connections_per_prefix, 16);
+    assert_eq!(off.tcp.handshake_timeout, Duration::from_secs(5));
+    let file = format!(
+        "{MINIMAL}\ntcp_vips = [\"127.0.0.1:443\"]\ntcp_connections_per_prefix = 4\ntcp_handshake_timeout = \"2s\""
+    );
+    let on = load(&file, &["--tcp-connections-per-worker", "10"]).unwrap();
+    assert_eq!(on.tcp.vips, vec!["127.0.0.1:443".parse().unwrap()]);
+    assert_eq!(on.tcp.connections_per_worker, 10);
+    assert_eq!(on.tcp.connections_per_prefix, 4);
+    assert_eq!(on.tcp.handshake_timeout, Duration::from_secs(2));
+    // The same address and port as a UDP VIP is another socket: allowed.
+    let shared = load(MINIMAL, &["--tcp-vip", &off.vips[0].to_string()]).unwrap();
+    assert_eq!(shared.tcp.vips, off.vips);
+}
+
+#[test]
 fn each_bad_field_is_named() {
     let cases: &[(&str, &[&str], &str)] = &[
         ("", &[], "vips"),
@@ -200,6 +220,38 @@ fn each_bad_field_is_named() {
             "allowed_transceiver_networks",
         ),
         (MINIMAL, &["--flows-per-worker", "0"], "flows_per_worker"),
+        (MINIMAL, &["--tcp-vip", "0.0.0.0:443"], "tcp_vips"),
+        (MINIMAL, &["--tcp-vip", "127.0.0.1:0"], "tcp_vips"),
+        (
+            MINIMAL,
+            &["--tcp-vip", "127.0.0.1:443", "--tcp-vip", "127.0.0.1:443"],
+            "tcp_vips",
+        ),
+        (
+            MINIMAL,
+            &["--tcp-connections-per-worker", "0"],
+            "tcp_connections_per_worker",
+        ),
+        (
+            MINIMAL,
+            &["--tcp-connections-per-worker", "65537"],
+            "tcp_connections_per_worker",
+        ),
+        (
+            MINIMAL,
+            &["--tcp-connections-per-prefix", "0"],
+            "tcp_connections_per_prefix",
+        ),
+        (
+            MINIMAL,
+            &["--tcp-handshake-timeout", "10ms"],
+            "tcp_handshake_timeout",
+        ),
+        (
+            MINIMAL,
+            &["--tcp-handshake-timeout", "2m"],
+            "tcp_handshake_timeout",
+        ),
         (MINIMAL, &["--idle-timeout", "10ms"], "idle_timeout"),
         (MINIMAL, &["--idle-timeout", "2h"], "idle_timeout"),
         (MINIMAL, &["--drain-time", "1h"], "drain_time"),

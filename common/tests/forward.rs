@@ -1108,3 +1108,58 @@ fn a_restored_flow_is_mirrored_at_once() {
     assert!(fwd.restore(&key, route, t0));
     assert_eq!(log.lock().unwrap().proven, vec![(key, route)]);
 }
+
+#[test]
+fn a_tcp_forwarder_frames_with_the_tcp_bit_refuses_udp_returns_and_ends_flows_with_their_connections()
+ {
+    use ufrag_common::frame::Transport;
+    let t0 = Instant::now();
+    let tcp_policy = policy();
+    let mut fwd = TestRelay::new(
+        Forwarder::new(
+            tcp_policy,
+            FlowTable::new(16, Duration::from_secs(30), t0).unwrap(),
+            t0,
+        )
+        .serving(Transport::Tcp),
+        PlannedEgress::logging(),
+    );
+    let request = binding_request(TRANSCEIVER, CLUSTER, 1);
+    let v = fwd.from_client(&request, a(CLIENT), a(VIP), t0);
+    assert!(
+        matches!(v, Verdict::Forward { header, .. }
+            if header == FrameHeader::over(Transport::Tcp, a(CLIENT), a(VIP))),
+        "{v:?}"
+    );
+    // A return frame without the TCP bit is not for this forwarder's clients.
+    let udp_return = frame(CLIENT, VIP, &RTP);
+    let v = fwd.from_internal(&udp_return, a(TRANSCEIVER), t0);
+    expect_drop(v, DropReason::FrameWrongTransport, &mut fwd);
+    let tcp_return = {
+        let h = FrameHeader::over(Transport::Tcp, a(CLIENT), a(VIP));
+        let mut f = vec![0u8; h.encoded_len()];
+        h.emit(&mut f).unwrap();
+        f.extend_from_slice(&RTP);
+        f
+    };
+    let v = fwd.from_internal(&tcp_return, a(TRANSCEIVER), t0);
+    assert!(matches!(v, Verdict::Return { .. }), "{v:?}");
+    // The connection closes: its flow ends at once, and its session's slot is free.
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    assert!(fwd.executor.end_flow(&key));
+    assert!(!fwd.executor.end_flow(&key), "ended once");
+    assert!(fwd.table().peek(&key).is_none());
+    let session = fwd.executor.forwarder().admission().session_tag(
+        ufrag_common::stun::StunView::parse(&request)
+            .unwrap()
+            .ufrags()
+            .unwrap()
+            .server,
+    );
+    assert_eq!(fwd.executor.forwarder().admission().flows_of(session), 0);
+    // And a UDP forwarder (the default) refuses a TCP frame the same way.
+    let mut udp = forwarder(t0);
+    udp.from_client(&request, a(CLIENT), a(VIP), t0);
+    let v = udp.from_internal(&tcp_return, a(TRANSCEIVER), t0);
+    expect_drop(v, DropReason::FrameWrongTransport, &mut udp);
+}

@@ -3,7 +3,7 @@
 use core::net::SocketAddr;
 
 use proptest::prelude::*;
-use ufrag_common::frame::{FrameError, FrameHeader, MAX_HEADER_LEN};
+use ufrag_common::frame::{FrameError, FrameHeader, MAX_HEADER_LEN, Transport};
 
 fn addr(s: &str) -> SocketAddr {
     s.parse().unwrap()
@@ -105,7 +105,7 @@ fn unknown_version() {
 
 #[test]
 fn reserved_bits_set() {
-    for (at, value) in [(1, 0x04), (1, 0x80), (2, 0x01), (3, 0x80)] {
+    for (at, value) in [(1, 0x08), (1, 0x80), (2, 0x01), (3, 0x80)] {
         let mut f = V4_FRAME;
         f[at] |= value;
         assert_eq!(
@@ -114,6 +114,23 @@ fn reserved_bits_set() {
             "byte {at}"
         );
     }
+}
+
+#[test]
+fn the_tcp_bit_names_a_client_on_a_tcp_connection() {
+    let (udp, _) = FrameHeader::parse(&V4_FRAME).unwrap();
+    assert_eq!(udp.transport, Transport::Udp);
+    let mut f = V4_FRAME;
+    f[1] = 0x04;
+    let (tcp, payload) = FrameHeader::parse(&f).unwrap();
+    assert_eq!(tcp.transport, Transport::Tcp);
+    assert_eq!((tcp.client, tcp.vip), (udp.client, udp.vip));
+    assert_eq!(payload, &[0x17, 0xFE]);
+    let mut out = [0u8; 16];
+    FrameHeader::over(Transport::Tcp, udp.client, udp.vip)
+        .emit(&mut out)
+        .unwrap();
+    assert_eq!(out, f[..16], "emitted byte for byte");
 }
 
 #[test]
@@ -141,8 +158,9 @@ fn any_socket_addr() -> impl Strategy<Value = SocketAddr> {
 
 proptest! {
     #[test]
-    fn round_trip(client in any_socket_addr(), vip in any_socket_addr(), payload in proptest::collection::vec(any::<u8>(), 1..64)) {
-        let h = FrameHeader::new(client, vip);
+    fn round_trip(client in any_socket_addr(), vip in any_socket_addr(), tcp in any::<bool>(), payload in proptest::collection::vec(any::<u8>(), 1..64)) {
+        let transport = if tcp { Transport::Tcp } else { Transport::Udp };
+        let h = FrameHeader::over(transport, client, vip);
         let mut frame = vec![0xa5u8; h.encoded_len()];
         prop_assert_eq!(h.emit(&mut frame), Ok(h.encoded_len()));
         frame.extend_from_slice(&payload);

@@ -38,7 +38,7 @@ impl Relay {
     /// and the HTTP endpoints, then marks the relay ready. Any bind error is returned
     /// before anything is left running.
     pub fn start(config: &RelayConfig) -> io::Result<Running> {
-        let metrics = RelayMetrics::new("mio", config.workers());
+        let metrics = RelayMetrics::serving("mio", config.workers(), !config.tcp.vips.is_empty());
         let policy = ForwardPolicy::from(config);
         let mut workers = Vec::with_capacity(config.workers());
         let mut wakers: Vec<WakeFn> = Vec::with_capacity(config.workers());
@@ -52,6 +52,8 @@ impl Relay {
                 flows: config.flows_per_worker,
                 idle_timeout: config.idle_timeout,
                 poll_mode: config.poll,
+                tcp: config.tcp.clone(),
+                tcp_metrics: metrics.tcp_worker(index).cloned(),
             };
             let (worker, waker) = Worker::bind(spec, metrics.worker(index))?;
             wakers.push(Box::new(move || {
@@ -67,6 +69,7 @@ impl Relay {
             metrics = ?running.metrics_addr(),
             route_cache = ?config.route_store,
             poll = ?config.poll,
+            tcp_vips = ?config.tcp.vips,
             "relay-mio ready"
         );
         Ok(running)

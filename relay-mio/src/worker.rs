@@ -11,15 +11,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
-use ufrag_common::config::PollMode;
+use ufrag_common::config::{PollMode, TcpPolicy};
 use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
 use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder};
-use ufrag_common::frame::MAX_HEADER_LEN;
-use ufrag_common::metrics::{DropReason, Port, SharedCounters};
+use ufrag_common::frame::{MAX_HEADER_LEN, Transport, transport_of};
+use ufrag_common::metrics::{DropReason, Port, SharedCounters, TcpWorkerMetrics};
 use ufrag_common::runtime::cache::{CacheClient, deliver_answers};
 use ufrag_common::runtime::keys::KeyReader;
 use ufrag_udp::{BATCH, PushError, RecvBatch, SendBatch, bind_udp};
+
+use crate::tcp::{CONNECTION_TOKENS, LISTENER_TOKENS, TcpSide};
 
 /// How often a worker expires flows and publishes its counters.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -54,11 +56,15 @@ pub struct WorkerSpec {
     pub idle_timeout: Duration,
     /// Sleep in epoll when idle, or spin.
     pub poll_mode: PollMode,
+    /// ICE over TCP: its VIPs (none: not served) and limits.
+    pub tcp: TcpPolicy,
+    /// Where the TCP side counts, when TCP is served.
+    pub tcp_metrics: Option<TcpWorkerMetrics>,
 }
 
 /// One socket and the batch of datagrams queued for it.
 #[derive(Debug)]
-struct Outbox {
+pub(crate) struct Outbox {
     socket: mio::net::UdpSocket,
     batch: SendBatch<Ticket>,
 }
@@ -76,7 +82,7 @@ impl Outbox {
     }
 
     /// Queues `head` + `body` for `to`, sending the batch first when it is full.
-    fn queue(
+    pub(crate) fn queue(
         &mut self,
         to: SocketAddr,
         head: &[u8],
@@ -96,7 +102,7 @@ impl Outbox {
         }
     }
 
-    fn flush(&mut self, tally: &mut Tally<'_>) {
+    pub(crate) fn flush(&mut self, tally: &mut Tally<'_>) {
         if self.batch.is_empty() {
             return;
         }
@@ -173,6 +179,8 @@ pub struct Worker {
     shared: Arc<SharedCounters>,
     recv: RecvBatch,
     egress: SocketEgress,
+    /// ICE over TCP, when TCP VIPs are configured.
+    tcp: Option<TcpSide>,
 }
 
 impl Worker {
@@ -213,6 +221,16 @@ impl Worker {
         let started = Instant::now();
         let table = FlowTable::new(spec.flows, spec.idle_timeout, started)
             .map_err(|e| io::Error::other(e.to_string()))?;
+        let tcp = match spec.tcp_metrics {
+            Some(metrics) if !spec.tcp.vips.is_empty() => Some(TcpSide::bind(
+                &spec.tcp,
+                &spec.policy,
+                spec.idle_timeout,
+                poll.registry(),
+                metrics,
+            )?),
+            _ => None,
+        };
         Ok((
             Worker {
                 index: spec.index,
@@ -228,6 +246,7 @@ impl Worker {
                     internal: Outbox::new(internal, spec.internal.is_ipv6()),
                     cache: None,
                 },
+                tcp,
             },
             waker,
         ))
@@ -278,6 +297,9 @@ impl Worker {
             }
         }
         self.tick(Instant::now());
+        if let Some(tcp) = &mut self.tcp {
+            tcp.close_all(Instant::now());
+        }
         Ok(())
     }
 
@@ -287,6 +309,9 @@ impl Worker {
     /// datagram read after a reload was published meets the new keys.
     fn adopt_new_keys(&mut self) {
         if let Some(keys) = self.keys.as_mut().and_then(KeyReader::changed) {
+            if let Some(tcp) = &mut self.tcp {
+                tcp.set_hint_keys(keys.clone());
+            }
             self.executor.set_hint_keys(keys);
         }
     }
@@ -294,6 +319,9 @@ impl Worker {
     fn tick(&mut self, now: Instant) {
         self.deliver_cache_answers();
         self.executor.tick(now, EXPIRE_BUDGET, &self.shared);
+        if let Some(tcp) = &mut self.tcp {
+            tcp.tick(now, EXPIRE_BUDGET);
+        }
     }
 
     fn deliver_cache_answers(&mut self) {
@@ -309,6 +337,16 @@ impl Worker {
     /// the internal one, or the VIP whose index is the token. Says whether it emptied
     /// the socket.
     fn drain(&mut self, token: Token) -> Drained {
+        if let (Some(tcp), Token(t)) = (&mut self.tcp, token)
+            && (LISTENER_TOKENS..usize::MAX - 2).contains(&t)
+        {
+            let now = Instant::now();
+            return if t >= CONNECTION_TOKENS {
+                tcp.serve(t - CONNECTION_TOKENS, &mut self.egress.internal, now)
+            } else {
+                tcp.accept(t - LISTENER_TOKENS, now)
+            };
+        }
         let (fd, port, vip) = match token {
             INTERNAL => (self.egress.internal.fd(), Port::Internal, None),
             Token(i) => match (self.egress.to_clients.get(i), self.egress.vips.get(i)) {
@@ -340,11 +378,24 @@ impl Worker {
                 }
                 let decision = match vip {
                     Some(vip) => self.executor.decide_client(d.data, d.source, vip, now),
-                    None => self.executor.decide_internal(d.data, d.source, now),
+                    None => {
+                        if let Some(tcp) = &mut self.tcp
+                            && transport_of(d.data) == Some(Transport::Tcp)
+                        {
+                            tcp.return_frame(d.data, d.source, &mut self.egress.internal, now);
+                            continue;
+                        }
+                        self.executor.decide_internal(d.data, d.source, now)
+                    }
                 };
                 self.executor.carry_out(decision, d.data, &mut self.egress);
             }
             self.executor.flush(&mut self.egress);
+            if vip.is_none()
+                && let Some(tcp) = &mut self.tcp
+            {
+                tcp.flush(&mut self.egress.internal);
+            }
             if n < BATCH {
                 drained = Drained::Empty;
                 break;
@@ -356,7 +407,7 @@ impl Worker {
 
 /// Whether a socket's turn emptied it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Drained {
+pub(crate) enum Drained {
     /// It would block (or failed): wait for its next wakeup.
     Empty,
     /// The turn ended with data likely left: revisit it without sleeping.

@@ -56,6 +56,8 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
         flows: 1024,
         idle_timeout: Duration::from_millis(300),
         poll_mode,
+        tcp: ufrag_common::config::TcpPolicy::default(),
+        tcp_metrics: None,
     };
     let (worker, _waker) = Worker::bind(spec, shared).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
