@@ -4,15 +4,20 @@
 //!
 //! It is test and load tooling, not part of the server: it lives in the test kit so that
 //! `perf` drives the same peer the tests drive.
+//!
+//! A client made with [`Client::over_tcp`] is one whose network blocks UDP: its only
+//! candidate is an active ICE-TCP one (RFC 6544) on a connection it opens to the relay's
+//! TCP VIP, and every STUN, DTLS and SRTP packet travels on it with RFC 4571 framing.
 
-use std::net::{SocketAddr, UdpSocket};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::time::{Duration, Instant};
 
 use crate::http::{HttpResponse, request};
 use str0m::change::{SdpAnswer, SdpPendingOffer};
 use str0m::channel::ChannelId;
 use str0m::media::{Direction, Frequency, MediaKind, MediaTime, Mid, Pt};
-use str0m::net::{Protocol, Receive};
+use str0m::net::{Protocol, Receive, TcpType};
 use str0m::{Candidate, Event, Input, Output, Rtc};
 
 /// How long `run_until` waits.
@@ -72,6 +77,69 @@ pub struct Client {
     recorded_until: Option<Instant>,
     /// Where the recorded talk goes: the server's address on the selected pair.
     recorded_to: Option<SocketAddr>,
+    /// The ICE-TCP connection, for a client made with [`Client::over_tcp`].
+    pub tcp: Option<TcpLink>,
+}
+
+/// A client's ICE-TCP connection to the relay's TCP VIP, RFC 4571 framed both ways.
+#[derive(Debug)]
+pub struct TcpLink {
+    /// The connection (non-blocking).
+    pub stream: TcpStream,
+    /// The relay's TCP VIP.
+    pub remote: SocketAddr,
+    /// Bytes read and not yet a whole message.
+    inbox: Vec<u8>,
+    /// Framed messages the kernel has not taken yet.
+    outbox: Vec<u8>,
+}
+
+impl TcpLink {
+    /// Queues one message (framed) and writes what the kernel takes now.
+    fn send(&mut self, message: &[u8]) {
+        let len = u16::try_from(message.len()).expect("a message fits a 2-byte length");
+        self.outbox.extend_from_slice(&len.to_be_bytes());
+        self.outbox.extend_from_slice(message);
+        self.write_out();
+    }
+
+    fn write_out(&mut self) {
+        while !self.outbox.is_empty() {
+            match self.stream.write(&self.outbox) {
+                Ok(0) => return,
+                Ok(n) => {
+                    self.outbox.drain(..n);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// Reads what arrived (until the connection would block) and returns the whole
+    /// messages among it.
+    fn receive(&mut self) -> Vec<Vec<u8>> {
+        self.write_out();
+        let mut buf = [0u8; 4096];
+        loop {
+            match self.stream.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.inbox.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        let mut messages = Vec::new();
+        while self.inbox.len() >= 2 {
+            let len = usize::from(u16::from_be_bytes([self.inbox[0], self.inbox[1]]));
+            if self.inbox.len() < 2 + len {
+                break;
+            }
+            messages.push(self.inbox[2..2 + len].to_vec());
+            self.inbox.drain(..2 + len);
+        }
+        messages
+    }
 }
 
 /// One datagram of a recorded talk: sent `offset` after the talk starts, to `to`.
@@ -100,6 +168,48 @@ impl Client {
 
     /// A client on a socket the caller bound (e.g. inside a network namespace).
     pub fn with_socket(socket: UdpSocket) -> Client {
+        let local = socket.local_addr().expect("a bound socket has an address");
+        let candidate = Candidate::host(local, "udp").expect("a host candidate");
+        Self::with_candidate(socket, candidate, None)
+    }
+
+    /// A client whose network blocks UDP: it connects from `ip` to the relay's TCP VIP
+    /// `relay_tcp`, and its only candidate is an active ICE-TCP one on that connection.
+    pub fn over_tcp(ip: std::net::Ipv4Addr, relay_tcp: SocketAddr) -> Client {
+        use socket2::{Domain, Socket, Type};
+        let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a TCP socket");
+        socket
+            .bind(&SocketAddr::from((ip, 0)).into())
+            .expect("the client address binds");
+        socket
+            .connect(&relay_tcp.into())
+            .expect("the relay's TCP VIP accepts");
+        let stream: TcpStream = socket.into();
+        stream.set_nodelay(true).expect("TCP_NODELAY");
+        stream.set_nonblocking(true).expect("non-blocking mode");
+        let local = stream
+            .local_addr()
+            .expect("a connected stream has an address");
+        let candidate = Candidate::builder()
+            .tcp()
+            .host(local)
+            .tcptype(TcpType::Active)
+            .build()
+            .expect("an active TCP candidate");
+        // The UDP socket is never used: it keeps the fields every client has.
+        let unused = UdpSocket::bind((ip, 0)).expect("client socket binds");
+        let link = TcpLink {
+            stream,
+            remote: relay_tcp,
+            inbox: Vec::new(),
+            outbox: Vec::new(),
+        };
+        let mut client = Self::with_candidate(unused, candidate, Some(link));
+        client.local = local;
+        client
+    }
+
+    fn with_candidate(socket: UdpSocket, candidate: Candidate, tcp: Option<TcpLink>) -> Client {
         let now = Instant::now();
         socket.set_nonblocking(true).expect("non-blocking mode");
         let local = socket.local_addr().expect("a bound socket has an address");
@@ -107,7 +217,7 @@ impl Client {
             .clear_codecs()
             .enable_opus(true, false)
             .build(now);
-        rtc.add_local_candidate(Candidate::host(local, "udp").expect("a host candidate"));
+        rtc.add_local_candidate(candidate);
         let mut api = rtc.sdp_api();
         let mid = api.add_media(MediaKind::Audio, Direction::SendRecv, None, None, None);
         let channel = api.add_channel("events".into());
@@ -139,6 +249,7 @@ impl Client {
             kept: Vec::new(),
             recorded_until: None,
             recorded_to: None,
+            tcp,
         }
     }
 
@@ -184,6 +295,9 @@ impl Client {
             let _ = self.rtc.handle_input(Input::Timeout(now));
         }
         self.drain();
+        if self.tcp.is_some() {
+            return self.step_tcp();
+        }
         let mut buf = [0u8; 2048];
         while let Ok((n, source)) = self.socket.recv_from(&mut buf) {
             if is_rtp(&buf[..n]) {
@@ -200,6 +314,33 @@ impl Client {
         }
     }
 
+    /// [`Client::step`]'s reads for a client over TCP: each whole message to str0m.
+    fn step_tcp(&mut self) {
+        loop {
+            let Some(link) = self.tcp.as_mut() else {
+                return;
+            };
+            let remote = link.remote;
+            let messages = link.receive();
+            if messages.is_empty() {
+                return;
+            }
+            for message in messages {
+                if is_rtp(&message) {
+                    let now = Instant::now();
+                    if let Some(last) = self.last_rtp_at.replace(now) {
+                        self.longest_rtp_gap = self.longest_rtp_gap.max(now - last);
+                    }
+                }
+                let Ok(r) = Receive::new(Protocol::Tcp, remote, self.local, &message) else {
+                    continue;
+                };
+                let _ = self.rtc.handle_input(Input::Receive(Instant::now(), r));
+                self.drain();
+            }
+        }
+    }
+
     fn drain(&mut self) {
         loop {
             match self.rtc.poll_output() {
@@ -207,7 +348,12 @@ impl Client {
                     if t.contents.first().is_some_and(|b| *b < 4) {
                         self.stun_sent += 1;
                     }
-                    let _ = self.socket.send_to(&t.contents, t.destination);
+                    match (&mut self.tcp, t.proto) {
+                        (Some(link), Protocol::Tcp) => link.send(&t.contents),
+                        _ => {
+                            let _ = self.socket.send_to(&t.contents, t.destination);
+                        }
+                    }
                 }
                 Ok(Output::Timeout(t)) => {
                     self.next_timeout = t;

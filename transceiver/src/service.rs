@@ -54,6 +54,10 @@ pub struct TransceiverOptions {
     /// The relay VIP:port to advertise as the only candidate.
     #[arg(long, value_name = "IP:PORT", required_unless_present = "direct")]
     pub advertise: Option<SocketAddr>,
+    /// The relay's TCP VIP:port, advertised as a passive ICE-TCP candidate below the UDP
+    /// one, for clients whose networks block UDP (relay mode only).
+    #[arg(long, value_name = "IP:PORT", conflicts_with = "direct")]
+    pub advertise_tcp: Option<SocketAddr>,
     /// Talk to clients directly (advertise the worker's own address), for comparison.
     #[arg(long)]
     pub direct: bool,
@@ -206,6 +210,7 @@ impl Transceiver {
                 index,
                 bind: SocketAddr::new(opts.bind.ip(), port),
                 advertise: opts.advertise.unwrap_or(opts.bind),
+                advertise_tcp: opts.advertise_tcp,
                 direct: opts.direct,
                 allowed_relays: opts.allowed_relays.clone(),
                 keys: key_watch.shared(),

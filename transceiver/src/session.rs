@@ -10,8 +10,9 @@ use str0m::change::SdpOffer;
 use str0m::channel::ChannelId;
 use str0m::config::DtlsCert;
 use str0m::media::{Frequency, MediaTime, Mid, Pt};
-use str0m::net::{Protocol, Receive, Transmit};
+use str0m::net::{Protocol, Receive, TcpType, Transmit};
 use str0m::{Candidate, Event, IceConnectionState, IceCreds, Input, Output, Rtc};
+use ufrag_common::frame::Transport;
 
 use ufrag_common::stun::{METHOD_BINDING, StunClass, StunView, StunWriter, attr};
 
@@ -60,8 +61,11 @@ pub struct Session {
     events: Option<ChannelId>,
     /// Model events written before the `events` channel opened.
     pending_events: Vec<String>,
-    /// The relay that last sent this session's traffic (relay mode).
-    relay: Option<SocketAddr>,
+    /// The relay that last sent this session's traffic, per transport (UDP, TCP), and
+    /// the transport it last came over (relay mode). A session's UDP and TCP paths may
+    /// come through different relay workers.
+    relays: [Option<SocketAddr>; 2],
+    last_transport: Transport,
     /// Set once the session has failed; `poll_output` reports it next.
     ended: Option<EndReason>,
     /// The server ICE password: what the client's checks are signed with.
@@ -70,18 +74,51 @@ pub struct Session {
     nominated: bool,
 }
 
+/// The host candidates a session advertises: the relay's UDP VIP (or the worker itself
+/// in direct mode), and its TCP VIP for ICE-TCP when the relay serves one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Advertised {
+    /// The UDP candidate.
+    pub udp: SocketAddr,
+    /// The passive TCP candidate, if any.
+    pub tcp: Option<SocketAddr>,
+}
+
+impl From<SocketAddr> for Advertised {
+    fn from(udp: SocketAddr) -> Self {
+        Advertised { udp, tcp: None }
+    }
+}
+
+/// str0m's name for a transport.
+pub fn protocol_of(transport: Transport) -> Protocol {
+    match transport {
+        Transport::Udp => Protocol::Udp,
+        Transport::Tcp => Protocol::Tcp,
+    }
+}
+
+fn transport_index(transport: Transport) -> usize {
+    match transport {
+        Transport::Udp => 0,
+        Transport::Tcp => 1,
+    }
+}
+
 impl Session {
-    /// A session answering `offer` as ICE lite with `local` credentials, one host
-    /// candidate, `advertise`, and the DTLS certificate `dtls_cert`: the session and its
-    /// SDP answer. Only Opus audio is accepted.
+    /// A session answering `offer` as ICE lite with `local` credentials, the host
+    /// candidates `advertise` (UDP, and passive TCP when given, which str0m ranks below
+    /// UDP), and the DTLS certificate `dtls_cert`: the session and its SDP answer. Only
+    /// Opus audio is accepted.
     pub fn accept(
         id: SessionId,
         offer: SdpOffer,
         local: IceCreds,
-        advertise: SocketAddr,
+        advertise: impl Into<Advertised>,
         dtls_cert: DtlsCert,
         now: Instant,
     ) -> Result<(Session, String), SignalError> {
+        let advertise: Advertised = advertise.into();
         let local_password = local.pass.clone();
         let mut rtc = Rtc::builder()
             .set_ice_lite(true)
@@ -92,9 +129,19 @@ impl Session {
             .clear_codecs()
             .enable_opus(true, false)
             .build(now);
-        let candidate = Candidate::host(advertise, "udp")
-            .map_err(|e| SignalError::BadOffer(format!("cannot advertise {advertise}: {e}")))?;
+        let candidate = Candidate::host(advertise.udp, "udp").map_err(|e| {
+            SignalError::BadOffer(format!("cannot advertise {}: {e}", advertise.udp))
+        })?;
         rtc.add_local_candidate(candidate);
+        if let Some(tcp) = advertise.tcp {
+            let candidate = Candidate::builder()
+                .tcp()
+                .host(tcp)
+                .tcptype(TcpType::Passive)
+                .build()
+                .map_err(|e| SignalError::BadOffer(format!("cannot advertise tcp {tcp}: {e}")))?;
+            rtc.add_local_candidate(candidate);
+        }
         let answer = rtc
             .sdp_api()
             .accept_offer(offer)
@@ -115,7 +162,8 @@ impl Session {
             audio: None,
             events: None,
             pending_events: Vec::new(),
-            relay: None,
+            relays: [None; 2],
+            last_transport: Transport::Udp,
             ended: None,
             local_password,
             nominated: false,
@@ -125,10 +173,15 @@ impl Session {
 
     /// The relay the session's traffic last came through (relay mode).
     pub fn relay(&self) -> Option<SocketAddr> {
-        self.relay
+        self.relay_for(self.last_transport)
     }
 
-    /// A datagram from `client` to `local` (via `relay` in relay mode).
+    /// The relay the session's traffic over `transport` last came through.
+    pub fn relay_for(&self, transport: Transport) -> Option<SocketAddr> {
+        self.relays[transport_index(transport)]
+    }
+
+    /// A UDP datagram from `client` to `local` (via `relay` in relay mode).
     pub fn handle_receive(
         &mut self,
         now: Instant,
@@ -137,7 +190,20 @@ impl Session {
         relay: Option<SocketAddr>,
         payload: &[u8],
     ) -> Result<(), DropReason> {
-        let receive = Receive::new(Protocol::Udp, client, local, payload)
+        self.handle_receive_over(Transport::Udp, now, client, local, relay, payload)
+    }
+
+    /// A datagram, or an ICE-TCP message, from `client` to `local` (via `relay`).
+    pub fn handle_receive_over(
+        &mut self,
+        transport: Transport,
+        now: Instant,
+        client: SocketAddr,
+        local: SocketAddr,
+        relay: Option<SocketAddr>,
+        payload: &[u8],
+    ) -> Result<(), DropReason> {
+        let receive = Receive::new(protocol_of(transport), client, local, payload)
             .map_err(|_| DropReason::Unparsable)?;
         self.rtc
             .handle_input(Input::Receive(now, receive))
@@ -146,10 +212,13 @@ impl Session {
                 DropReason::RtcRefused
             })?;
         if relay.is_some() {
-            self.relay = relay;
+            self.relays[transport_index(transport)] = relay;
+            self.last_transport = transport;
         }
         self.last_receive = now;
-        if !self.nominated {
+        // TCP is the last resort: a TCP path is used once the client nominates it, never
+        // ahead of it, so a client with UDP keeps its UDP pair.
+        if !self.nominated && transport == Transport::Udp {
             self.nominate_checked_path(now, client, local, payload);
         }
         Ok(())

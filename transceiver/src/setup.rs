@@ -14,7 +14,7 @@ use ufrag_common::hint::RoutingHint;
 use ufrag_common::runtime::keys::SharedKeys;
 
 use crate::model::SessionId;
-use crate::session::Session;
+use crate::session::{Advertised, Session};
 use crate::worker::SignalError;
 
 /// One DTLS certificate for every session of this process (its fingerprint goes into
@@ -36,8 +36,9 @@ pub struct SessionMint {
     pub cluster: u16,
     /// The worker's socket: where relays must send this worker's frames.
     pub hint_target: SocketAddr,
-    /// The single ICE candidate advertised: the relay VIP, or the worker in direct mode.
-    pub advertise: SocketAddr,
+    /// The candidates advertised: the relay VIP (or the worker in direct mode), and the
+    /// relay's TCP VIP when ICE-TCP is offered.
+    pub advertise: Advertised,
     /// The process's DTLS certificate.
     pub dtls_cert: DtlsCert,
 }

@@ -25,13 +25,13 @@ use str0m::IceCreds;
 use str0m::config::DtlsCert;
 use str0m::net::Transmit;
 use ufrag_common::demux::DatagramKind;
-use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
+use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN, Transport};
 use ufrag_common::runtime::keys::SharedKeys;
 use ufrag_udp::{PushError, RecvBatch, SendBatch};
 
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
 use crate::model::{ModelBackend, ModelInput, ModelOutput, SessionId};
-use crate::session::{Session, SessionOutput};
+use crate::session::{Advertised, Session, SessionOutput};
 use crate::session_table::{ClientPath, PathRefused, SessionTable, Unrouted};
 use crate::setup::{NewSession, SessionMint};
 
@@ -44,6 +44,14 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// A session that has received nothing for this long no longer holds its paths against
 /// another session's checks (a live one receives media or consent checks far more often).
 const PATH_HOLDER_IDLE: Duration = Duration::from_secs(5);
+
+/// The frame transport of a str0m transmit: TCP for ICE-TCP, UDP for everything else.
+fn transport_of(proto: str0m::net::Protocol) -> Transport {
+    match proto {
+        str0m::net::Protocol::Udp => Transport::Udp,
+        _ => Transport::Tcp,
+    }
+}
 
 /// Why signaling failed, as the HTTP layer reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,8 +103,10 @@ pub struct WorkerConfig {
     pub index: usize,
     /// Address the worker's socket binds.
     pub bind: SocketAddr,
-    /// The single ICE candidate advertised: the relay VIP, or `bind` in direct mode.
+    /// The UDP candidate advertised: the relay VIP, or `bind` in direct mode.
     pub advertise: SocketAddr,
+    /// The relay's TCP VIP, advertised as a passive ICE-TCP candidate (relay mode only).
+    pub advertise_tcp: Option<SocketAddr>,
     /// Direct mode: clients talk to this socket without a relay.
     pub direct: bool,
     /// Networks relays send frames from.
@@ -201,7 +211,10 @@ impl Worker {
             keys: cfg.keys.clone(),
             cluster: cfg.cluster,
             hint_target: addr,
-            advertise: cfg.advertise,
+            advertise: Advertised {
+                udp: cfg.advertise,
+                tcp: cfg.advertise_tcp.filter(|_| !cfg.direct),
+            },
             dtls_cert: cfg.dtls_cert.clone(),
         });
         let handle = WorkerHandle {
@@ -419,12 +432,12 @@ impl Worker {
         source: SocketAddr,
         datagram: &[u8],
     ) -> Result<(), DropReason> {
-        let (path, relay, payload) = if self.cfg.direct {
+        let (path, relay, payload, transport) = if self.cfg.direct {
             let path = ClientPath {
                 client: source,
                 local: self.cfg.bind,
             };
-            (path, None, datagram)
+            (path, None, datagram, Transport::Udp)
         } else {
             if !contains(&self.cfg.allowed_relays, source) {
                 return Err(DropReason::FrameSourceNotAllowed);
@@ -434,7 +447,7 @@ impl Worker {
                 client: header.client,
                 local: header.vip,
             };
-            (path, Some(source), payload)
+            (path, Some(source), payload, header.transport)
         };
         let id = self
             .sessions
@@ -452,7 +465,7 @@ impl Worker {
                 })?;
         }
         let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
-        session.handle_receive(now, path.client, path.local, relay, payload)?;
+        session.handle_receive_over(transport, now, path.client, path.local, relay, payload)?;
         self.drive(id, now);
         Ok(())
     }
@@ -464,9 +477,9 @@ impl Worker {
             let Some(session) = self.sessions.get_mut(id) else {
                 return;
             };
-            let relay = session.relay();
             match session.poll_output() {
                 SessionOutput::Transmit(t) => {
+                    let relay = session.relay_for(transport_of(t.proto));
                     // The session answers only on paths that passed an authenticated
                     // check (or were nominated): datagrams from there are its own.
                     let path = ClientPath {
@@ -513,7 +526,7 @@ impl Worker {
             (t.destination, &header[..0])
         } else {
             let relay = relay.ok_or(DropReason::NoRelay)?;
-            let n = FrameHeader::new(t.destination, t.source)
+            let n = FrameHeader::over(transport_of(t.proto), t.destination, t.source)
                 .emit(&mut header)
                 .map_err(|_| DropReason::TooLarge)?;
             (relay, &header[..n])

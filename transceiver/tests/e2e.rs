@@ -1,6 +1,9 @@
-//! End to end: a str0m client → relay-mio → transceiver, over real UDP on loopback.
+//! End to end: a str0m client → relay-mio → transceiver, over real UDP on loopback, and
+//! over ICE-TCP for a client whose only candidate is TCP.
 
 mod support;
+
+use std::net::SocketAddr;
 
 use support::*;
 
@@ -42,4 +45,50 @@ fn a_session_through_the_relay_echoes_audio_and_answers_pings_then_deletes() {
         xcvr.metric("ufrag_transceiver_sessions_ended_total{reason=\"deleted\"}"),
         1.0
     );
+}
+
+#[test]
+fn a_client_whose_network_blocks_udp_talks_over_ice_tcp_through_the_relay() {
+    let ip = unique_ip();
+    let tcp_vip = SocketAddr::from((ip, 4443));
+    let relay = TestRelay::start_on(ip, &["--tcp-vip", &tcp_vip.to_string()]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--advertise-tcp", &tcp_vip.to_string()]);
+    let mut client = Client::over_tcp(unique_ip(), tcp_vip);
+    let r = client.signal(xcvr.http);
+    assert_eq!(r.status, 201, "{}", r.body);
+    let tcp_line = r
+        .body
+        .lines()
+        .find(|l| l.contains("tcptype passive"))
+        .unwrap_or_else(|| panic!("a passive TCP candidate in the answer:\n{}", r.body));
+    assert!(
+        tcp_line.to_ascii_uppercase().contains(&format!(
+            "{} {} TYP HOST",
+            tcp_vip.ip(),
+            tcp_vip.port()
+        )),
+        "the relay's TCP VIP: {tcp_line}"
+    );
+    let udp_line = r
+        .body
+        .lines()
+        .find(|l| l.starts_with("a=candidate") && l.to_ascii_lowercase().contains(" udp "))
+        .expect("the UDP candidate stays");
+    let priority = |line: &str| -> u64 { line.split(' ').nth(3).unwrap().parse().unwrap() };
+    assert!(
+        priority(udp_line) > priority(tcp_line),
+        "TCP is the last resort: {udp_line} / {tcp_line}"
+    );
+
+    let client = converse_with_echo(client, "over ICE-TCP through relay-mio", 50, 45);
+    let relay_metric = |name: &str| testkit::http::metric(None, relay.metrics, name);
+    assert!(relay_metric("ufrag_relay_tcp_packets_total{worker=\"0\",direction=\"in\"}") >= 50.0);
+    assert!(relay_metric("ufrag_relay_tcp_packets_total{worker=\"0\",direction=\"out\"}") >= 45.0);
+    assert_eq!(
+        relay_metric("ufrag_relay_packets_total"),
+        0.0,
+        "nothing went over UDP"
+    );
+    assert_eq!(relay_metric("ufrag_relay_tcp_connections_active"), 1.0);
+    drop(client);
 }
