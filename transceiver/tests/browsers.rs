@@ -11,6 +11,9 @@
 //! (the common case for real users: Wi-Fi and VPN, IPv4 and IPv6): media from either
 //! must reach the session from the start.
 //!
+//! Chromium in a namespace whose nftables drop all UDP connects over ICE-TCP through the
+//! relay's TCP VIP; with UDP allowed, the same page with TCP offered selects UDP.
+//!
 //! Firefox ESR (Debian) runs in the testbed as well: on loopback it gathers no loopback
 //! candidate, even with `media.peerconnection.ice.loopback`.
 //!
@@ -272,18 +275,52 @@ fn aiortc_with_balanced_bundle_connects_and_echoes() {
     aiortc_through_relay_mio("balanced");
 }
 
-/// `engine` in the netns testbed (client namespace, with two interfaces when
-/// `two_interfaces`), through relay-mio to the transceiver: the page's report, checked
-/// like every client's, and the number of flows the relay made.
-fn browser_in_testbed(engine: Engine, two_interfaces: bool) -> f64 {
+/// How a browser meets the testbed.
+#[derive(Clone, Copy, Default)]
+struct BrowserBed {
+    /// A second client interface (Wi-Fi and VPN).
+    two_interfaces: bool,
+    /// The relay serves ICE-TCP on [`TCP_VIP`] and the transceiver offers it.
+    ice_tcp: bool,
+    /// nftables in the client's namespace drop every UDP packet, both ways.
+    udp_blocked: bool,
+}
+
+/// The relay's TCP VIP in the testbed. A public deployment uses 443, which networks that
+/// block UDP let through; Chromium refuses a remote candidate on a port below 1024 at a
+/// private address (WebRTC's `VerifyCandidate`: "port of 80 or 443 with private IP
+/// address"), and the testbed's addresses are private.
+const TCP_VIP: &str = "10.77.0.2:4443";
+
+/// What a browser in the testbed showed: the page's report and the relay's counters.
+struct BedOutcome {
+    report: Value,
+    udp_flows: f64,
+    udp_packets_in: f64,
+    tcp_connections: f64,
+    tcp_packets_in: f64,
+}
+
+/// `engine` in the netns testbed (client namespace, set up as `setup` says), through
+/// relay-mio to the transceiver: the page's report, checked like every client's, and
+/// what the relay counted.
+fn browser_in_testbed(engine: Engine, setup: BrowserBed) -> BedOutcome {
     require_root();
     let name = format!("{engine:?} in the testbed");
     let bed = Testbed::up().unwrap();
-    if two_interfaces {
+    if setup.two_interfaces {
         bed.add_client_interface(std::net::Ipv4Addr::new(10, 77, 0, 11))
             .expect("a second client interface");
     }
-    let _relay = start_relay(&bed, "relay-mio", "0", &[]);
+    if setup.udp_blocked {
+        block_udp(&bed.client.ns);
+    }
+    let tcp_flags: &[&str] = if setup.ice_tcp {
+        &["--tcp-vip", TCP_VIP]
+    } else {
+        &[]
+    };
+    let _relay = start_relay(&bed, "relay-mio", "0", tcp_flags);
     let http = SocketAddr::from(([10, 77, 0, 3], 8080));
     let mut command = bed.transceiver.command(env!("CARGO_BIN_EXE_transceiver"));
     command
@@ -304,6 +341,9 @@ fn browser_in_testbed(engine: Engine, two_interfaces: bool) -> f64 {
         .env("UFRAG_RELAY_HINT_KEYS", KEYS)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    if setup.ice_tcp {
+        command.args(["--advertise-tcp", TCP_VIP]);
+    }
     let mut xcvr = OwnedChild::spawn(&mut command).unwrap();
     testkit::http::wait_ready(
         Some(&bed.transceiver.ns),
@@ -322,24 +362,110 @@ fn browser_in_testbed(engine: Engine, two_interfaces: bool) -> f64 {
             .unwrap_or_default()
     });
     let result = report_of(&report, &mut browser, &mut watch);
+    // What the relay counted, for the failure message of any check below.
+    let counted: Vec<String> = testkit::testbed::tools::relay_http(&bed, "/metrics")
+        .lines()
+        .filter(|l| l.starts_with("ufrag_relay_") && !l.ends_with(" 0"))
+        .map(str::to_string)
+        .collect();
+    eprintln!("{name}: the relay counted:\n{}", counted.join("\n"));
     assert_talked(&result, &name);
     assert_echoed_while_talking(&result, &name);
     watch.assert_no_drops_then_deleted();
-    testkit::testbed::tools::relay_metric(&bed, "ufrag_relay_flows_created_total")
+    let metric = |series| testkit::testbed::tools::relay_metric(&bed, series);
+    BedOutcome {
+        udp_flows: metric("ufrag_relay_flows_created_total"),
+        udp_packets_in: metric("ufrag_relay_packets_total{worker=\"0\",direction=\"in\"}"),
+        tcp_connections: metric("ufrag_relay_tcp_connections_accepted_total"),
+        tcp_packets_in: metric("ufrag_relay_tcp_packets_total{worker=\"0\",direction=\"in\"}"),
+        report: result,
+    }
+}
+
+/// Drops every UDP packet in and out of namespace `ns` (nftables; the table goes with the
+/// namespace). DNS is not needed: the page uses addresses.
+fn block_udp(ns: &str) {
+    let rules = "table inet block_udp {\n\
+        chain out { type filter hook output priority 0; meta l4proto udp drop; }\n\
+        chain in { type filter hook input priority 0; meta l4proto udp drop; }\n\
+        }\n";
+    let mut nft = Command::new("ip")
+        .args(["netns", "exec", ns, "nft", "-f", "-"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("nft runs (scripts/test.sh installs nftables)");
+    use std::io::Write;
+    nft.stdin
+        .take()
+        .unwrap()
+        .write_all(rules.as_bytes())
+        .unwrap();
+    assert!(nft.wait().unwrap().success(), "the UDP block is in place");
 }
 
 /// Chromium with two interfaces checks from both and may send from either: the session
 /// must take media from every address it answered a check from.
 #[test]
 fn chromium_with_two_addresses_loses_nothing_at_session_start() {
-    let flows = browser_in_testbed(Engine::Chromium, true);
-    assert_eq!(flows, 2.0, "the relay saw both client addresses");
+    let setup = BrowserBed {
+        two_interfaces: true,
+        ..BrowserBed::default()
+    };
+    let outcome = browser_in_testbed(Engine::Chromium, setup);
+    assert_eq!(
+        outcome.udp_flows, 2.0,
+        "the relay saw both client addresses"
+    );
+}
+
+/// Chromium in a network that drops all UDP (nftables in its namespace) reaches the
+/// session over ICE-TCP through the relay's TCP VIP and gets its audio echoed.
+#[test]
+fn chromium_whose_network_blocks_udp_talks_over_ice_tcp() {
+    let setup = BrowserBed {
+        ice_tcp: true,
+        udp_blocked: true,
+        ..BrowserBed::default()
+    };
+    let outcome = browser_in_testbed(Engine::Chromium, setup);
+    let path = outcome.report["path"].as_str().unwrap_or_default();
+    assert_eq!(path, format!("{TCP_VIP} over TCP"), "{}", outcome.report);
+    assert_eq!(outcome.udp_flows, 0.0, "no UDP reached the relay");
+    assert!(outcome.tcp_connections >= 1.0);
+    assert!(
+        outcome.tcp_packets_in >= 100.0,
+        "audio came over TCP: {} messages",
+        outcome.tcp_packets_in
+    );
+}
+
+/// The same page with UDP allowed and ICE-TCP offered selects the UDP pair: TCP is the
+/// last resort.
+#[test]
+fn chromium_with_udp_and_ice_tcp_offered_selects_udp() {
+    let setup = BrowserBed {
+        ice_tcp: true,
+        ..BrowserBed::default()
+    };
+    let outcome = browser_in_testbed(Engine::Chromium, setup);
+    let path = outcome.report["path"].as_str().unwrap_or_default();
+    assert_eq!(path, "10.77.0.2:3478 over UDP", "{}", outcome.report);
+    assert!(
+        outcome.udp_packets_in >= 100.0,
+        "audio came over UDP: {} datagrams",
+        outcome.udp_packets_in
+    );
+    assert!(
+        outcome.tcp_packets_in < 20.0,
+        "TCP carried at most connectivity checks: {} messages",
+        outcome.tcp_packets_in
+    );
 }
 
 /// Firefox (ESR, Debian): its ICE agent differs from Chromium's, and ICE-lite servers
 /// have broken on it before.
 #[test]
 fn firefox_talks_through_relay_mio() {
-    let flows = browser_in_testbed(Engine::Firefox, false);
-    assert!(flows >= 1.0);
+    let outcome = browser_in_testbed(Engine::Firefox, BrowserBed::default());
+    assert!(outcome.udp_flows >= 1.0);
 }
