@@ -279,7 +279,7 @@ struct FileConfig {
 /// A validated relay configuration.
 #[derive(Debug, Clone)]
 pub struct RelayConfig {
-    /// Public VIP:port list.
+    /// Public VIP:port list for UDP; empty only in an ICE-TCP-only relay.
     pub vips: Vec<SocketAddr>,
     /// Internal address; worker i uses port `internal_addr.port() + i`.
     pub internal_addr: SocketAddr,
@@ -412,10 +412,13 @@ impl RelayConfig {
         let tcp = tcp_policy(&file, args)?;
 
         let vips = pick(args.vips.clone(), file.vips);
-        if vips.is_empty() {
+        // An ICE-TCP-only relay (beside relay-afxdp, which leaves TCP to the kernel)
+        // needs no UDP VIP.
+        if vips.is_empty() && tcp.vips.is_empty() {
             return Err(bad(
                 "vips",
-                "at least one public VIP:port is required (--vip)",
+                "at least one public VIP:port is required (--vip; or --tcp-vip alone for a \
+                 relay that serves only ICE over TCP)",
             ));
         }
         validate_vips("vips", &vips)?;

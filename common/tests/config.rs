@@ -180,6 +180,14 @@ fn ice_tcp_is_off_unless_a_tcp_vip_is_given_and_its_limits_have_defaults() {
     assert_eq!(on.tcp.connections_per_worker, 10);
     assert_eq!(on.tcp.connections_per_prefix, 4);
     assert_eq!(on.tcp.handshake_timeout, Duration::from_secs(2));
+    // A relay that serves only ICE-TCP (beside relay-afxdp) needs no UDP VIP.
+    let tcp_only = load(
+        "internal_addr = \"127.0.0.1:40000\"\nallowed_transceiver_networks = [\"10.0.0.0/8\"]",
+        &["--tcp-vip", "127.0.0.1:443"],
+    )
+    .unwrap();
+    assert!(tcp_only.vips.is_empty());
+    assert_eq!(tcp_only.tcp.vips.len(), 1);
     // The same address and port as a UDP VIP is another socket: allowed.
     let shared = load(MINIMAL, &["--tcp-vip", &off.vips[0].to_string()]).unwrap();
     assert_eq!(shared.tcp.vips, off.vips);

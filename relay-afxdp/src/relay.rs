@@ -162,6 +162,19 @@ fn validate(
     options: &AfXdpOptions,
     rx_queues: usize,
 ) -> Result<(), StartError> {
+    if !config.tcp.vips.is_empty() {
+        return Err(StartError::Config(
+            "`tcp_vips`: relay-afxdp leaves TCP to the kernel and serves no ICE over TCP; run \
+             relay-mio with --tcp-vip (and no --vip) beside it, its --internal-addr outside \
+             this relay's worker ports (README: ICE over TCP)"
+                .into(),
+        ));
+    }
+    if config.vips.is_empty() {
+        return Err(StartError::Config(
+            "`vips`: relay-afxdp needs a UDP VIP (--vip)".into(),
+        ));
+    }
     if config.workers() > rx_queues {
         return Err(StartError::Config(format!(
             "`workers`: {} workers but {} has {rx_queues} RX queue(s); one socket per queue",

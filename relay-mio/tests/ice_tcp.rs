@@ -9,7 +9,8 @@
 //! connections past the per-prefix and per-worker caps are refused at accept; a bad
 //! message on a bound connection is dropped and the session lives on; a client that does
 //! not read loses messages (counted) and never stalls another connection; a frame of the
-//! wrong transport never reaches a client.
+//! wrong transport never reaches a client. A relay with a TCP VIP and no UDP VIP (the
+//! deployment beside relay-afxdp) serves ICE-TCP alone.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -29,12 +30,18 @@ fn backend() -> Backend {
 
 /// A relay serving TCP on port [`TCP_PORT`] of its address, with `flags` added.
 fn relay_with(flags: &[&str]) -> (RelayProcess, SocketAddr, Endpoint) {
+    relay_serving(1, flags)
+}
+
+/// [`relay_with`] with `udp_vips` UDP VIPs (0: a relay that serves only ICE-TCP).
+fn relay_serving(udp_vips: usize, flags: &[&str]) -> (RelayProcess, SocketAddr, Endpoint) {
     let net = backend().net();
     let tcp_vip = SocketAddr::from((net.relay_ip(0), TCP_PORT));
     let mut extra = vec!["--tcp-vip".to_string(), tcp_vip.to_string()];
     extra.extend(flags.iter().map(|f| f.to_string()));
     let setup = RelaySetup {
         extra,
+        vips: udp_vips,
         ..RelaySetup::on(net.clone())
     };
     let transceiver = net.transceiver();
@@ -335,5 +342,27 @@ fn a_client_that_does_not_read_loses_messages_and_never_stalls_another() {
         tcp_total(&relay, "connections_active", ""),
         2.0,
         "the slow client is not cut off either"
+    );
+}
+
+/// The deployment beside relay-afxdp (which leaves TCP to the kernel): relay-mio with a
+/// TCP VIP and no UDP VIP serves ICE-TCP alone.
+#[test]
+fn a_relay_with_only_a_tcp_vip_serves_ice_tcp() {
+    let (relay, tcp_vip, transceiver) = relay_serving(0, &[]);
+    let (mut client, client_addr) = bound_connection(tcp_vip, &transceiver, 3, None);
+    reply(
+        &transceiver,
+        &relay,
+        Transport::Tcp,
+        client_addr,
+        tcp_vip,
+        &rtp(1),
+    );
+    assert_eq!(read_message(&mut client), Some(rtp(1)));
+    assert!(
+        relay.log_text().contains("tcp_vips=[") && relay.log_text().contains("vips=[]"),
+        "{}",
+        relay.log_text()
     );
 }
