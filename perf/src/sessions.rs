@@ -93,9 +93,34 @@ pub fn setup_times(
     count: usize,
     limit: Duration,
 ) -> Result<Vec<Setup>, String> {
+    setup_times_of(http, count, limit, || Client::new_on(ip))
+}
+
+/// [`setup_times`] for clients over ICE-TCP (RFC 4571 on a connection from `ip` to the
+/// relay's TCP VIP `relay_tcp`, their only candidate): what a client whose network
+/// blocks UDP waits. The connection is opened before the POST, as a browser's would be
+/// only after the answer: the TCP handshake (one loopback round trip here) is not in the
+/// figures.
+pub fn setup_times_over_tcp(
+    http: SocketAddr,
+    ip: Ipv4Addr,
+    relay_tcp: SocketAddr,
+    count: usize,
+    limit: Duration,
+) -> Result<Vec<Setup>, String> {
+    setup_times_of(http, count, limit, || Client::over_tcp(ip, relay_tcp))
+}
+
+/// [`setup_times`] with clients made by `new_client`.
+fn setup_times_of(
+    http: SocketAddr,
+    count: usize,
+    limit: Duration,
+    new_client: impl Fn() -> Client,
+) -> Result<Vec<Setup>, String> {
     let mut out = Vec::with_capacity(count);
     for i in 0..count {
-        let mut c = Client::new_on(ip);
+        let mut c = new_client();
         let t0 = Instant::now();
         let r = c.signal(http);
         if r.status != 201 {

@@ -610,7 +610,9 @@ fn sessions(
         report,
         "str0m clients (full ICE, Opus, `events` channel) on loopback; one transceiver worker \
          alone on CPU {TRANSCEIVER_CPU}; relay-mio (1 worker) and the capacity clients on CPU \
-         {SESSIONS_CLIENT_CPU}.\n"
+         {SESSIONS_CLIENT_CPU}. The ICE-TCP row's clients have one candidate, active TCP, \
+         on a connection to the relay's TCP VIP opened before the POST (a client whose \
+         network blocks UDP); its TCP handshake is not in the figures.\n"
     );
     let _ = writeln!(
         report,
@@ -619,11 +621,14 @@ fn sessions(
     let _ = writeln!(report, "|---|---:|---|---|");
 
     let vip = SocketAddr::from((loopback_ip(50), 3478));
-    let _relay = start_relay(
+    // ICE over TCP on the same relay: the row for clients whose networks block UDP.
+    let tcp_vip = SocketAddr::from((loopback_ip(50), 4443));
+    let _relay = start_relay_with(
         1,
         vip,
         SocketAddr::from((loopback_ip(51), 40_000)),
         SocketAddr::from((loopback_ip(51), 9100)),
+        &["--tcp-vip".to_string(), tcp_vip.to_string()],
     );
     let relayed_http = SocketAddr::from((loopback_ip(52), 8080));
     let direct_http = SocketAddr::from((loopback_ip(53), 8080));
@@ -631,7 +636,7 @@ fn sessions(
         relayed_http,
         SocketAddr::from((loopback_ip(52), 41_000)),
         Some(vip),
-        &[],
+        &["--advertise-tcp", &tcp_vip.to_string()],
     );
     let direct = start_transceiver(
         direct_http,
@@ -678,16 +683,23 @@ fn sessions(
         Some(global_vip),
         &["--cluster-id", "1"],
     );
-    for (name, http) in [
-        ("through relay-mio", relayed_http),
+    for (name, http, over_tcp) in [
+        ("through relay-mio", relayed_http, false),
+        ("through relay-mio over ICE-TCP", relayed_http, true),
         (
             "through the global relay, then cluster 1's relay",
             tier_http,
+            false,
         ),
-        ("direct", direct_http),
+        ("direct", direct_http, false),
     ] {
         eprintln!("setup times {name}…");
-        match setup_times(http, loopback_ip(60), setups, limit) {
+        let times = if over_tcp {
+            perf::sessions::setup_times_over_tcp(http, loopback_ip(60), tcp_vip, setups, limit)
+        } else {
+            setup_times(http, loopback_ip(60), setups, limit)
+        };
+        match times {
             Ok(times) => {
                 let mut connected: Vec<Duration> = times.iter().map(|t| t.connected).collect();
                 let mut echo: Vec<Duration> = times.iter().map(|t| t.first_echo).collect();
