@@ -14,13 +14,50 @@ use testkit::browser::{Browser, Engine, ReportListener};
 use testkit::http::request as http_request;
 use testkit::webrtc_client::{Client, RecordedDatagram};
 
-/// Setup times of one session.
-#[derive(Clone, Copy, Debug)]
+/// Setup times of one session, and its ping round trips once set up.
+#[derive(Clone, Debug)]
 pub struct Setup {
     /// POST → ICE + DTLS connected.
     pub connected: Duration,
     /// POST → first echoed audio packet.
     pub first_echo: Duration,
+    /// Round trips of [`PINGS`] pings over the `events` channel, one after the other,
+    /// after the first echo.
+    pub rtts: Vec<Duration>,
+}
+
+/// Pings each setup-time session sends after its first echo.
+pub const PINGS: u32 = 10;
+
+/// [`PINGS`] pings over `c`'s `events` channel (once it is open), each sent when the
+/// last one's pong came back: their round trips, or why one got none within `limit`.
+fn ping_rtts(c: &mut Client, limit: Duration) -> Result<Vec<Duration>, String> {
+    let mut rtts = Vec::with_capacity(PINGS as usize);
+    let opening = Instant::now();
+    while !c.channel_open {
+        c.step();
+        if opening.elapsed() > limit {
+            return Err(format!("the events channel did not open within {limit:?}"));
+        }
+        std::thread::yield_now();
+    }
+    for id in 0..PINGS {
+        let pong = format!(r#"{{"type":"pong","id":{id}}}"#);
+        let sent = Instant::now();
+        if !c.send_text(&format!(r#"{{"type":"ping","id":{id}}}"#)) {
+            return Err(format!("ping {id}: the events channel refused it"));
+        }
+        while !c.messages.iter().any(|m| *m == pong) {
+            c.step();
+            if sent.elapsed() > limit {
+                return Err(format!("ping {id}: no pong within {limit:?}"));
+            }
+            // Polls without sleeping, but gives the core to the relay when it has work.
+            std::thread::yield_now();
+        }
+        rtts.push(sent.elapsed());
+    }
+    Ok(rtts)
 }
 
 /// What the demo page reported for one Chromium session (milliseconds from the POST).
@@ -146,9 +183,11 @@ fn setup_times_of(
         let (Some(connected), Some(echo)) = (c.connected_at, c.first_audio_at) else {
             return Err(format!("session {i}: incomplete"));
         };
+        let rtts = ping_rtts(&mut c, limit).map_err(|e| format!("session {i}: {e}"))?;
         out.push(Setup {
             connected: connected - t0,
             first_echo: echo - t0,
+            rtts,
         });
         if let Some(location) = c.location.clone() {
             let _ = http_request(http, "DELETE", &location, None, &[]);

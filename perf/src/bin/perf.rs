@@ -612,13 +612,16 @@ fn sessions(
          alone on CPU {TRANSCEIVER_CPU}; relay-mio (1 worker) and the capacity clients on CPU \
          {SESSIONS_CLIENT_CPU}. The ICE-TCP row's clients have one candidate, active TCP, \
          on a connection to the relay's TCP VIP opened before the POST (a client whose \
-         network blocks UDP); its TCP handshake is not in the figures.\n"
+         network blocks UDP); its TCP handshake is not in the figures. After its first echo \
+         each session sends {} pings over `events`, each when the last pong is back: the ping \
+         RTT quantiles are over all of them.\n",
+        perf::sessions::PINGS
     );
     let _ = writeln!(
         report,
-        "| path | sessions | connected p50 / p99 ms | first echo p50 / p99 ms |"
+        "| path | sessions | connected p50 / p99 ms | first echo p50 / p99 ms | ping RTT p50 / p99 ms |"
     );
-    let _ = writeln!(report, "|---|---:|---|---|");
+    let _ = writeln!(report, "|---|---:|---|---|---|");
 
     let vip = SocketAddr::from((loopback_ip(50), 3478));
     // ICE over TCP on the same relay: the row for clients whose networks block UDP.
@@ -703,18 +706,22 @@ fn sessions(
             Ok(times) => {
                 let mut connected: Vec<Duration> = times.iter().map(|t| t.connected).collect();
                 let mut echo: Vec<Duration> = times.iter().map(|t| t.first_echo).collect();
+                let mut rtts: Vec<Duration> =
+                    times.iter().flat_map(|t| t.rtts.iter().copied()).collect();
                 let _ = writeln!(
                     report,
-                    "| {name} | {} | {:.1} / {:.1} | {:.1} / {:.1} |",
+                    "| {name} | {} | {:.1} / {:.1} | {:.1} / {:.1} | {:.2} / {:.2} |",
                     times.len(),
                     quantile_ms(&mut connected, 0.5),
                     quantile_ms(&mut connected, 0.99),
                     quantile_ms(&mut echo, 0.5),
-                    quantile_ms(&mut echo, 0.99)
+                    quantile_ms(&mut echo, 0.99),
+                    quantile_ms(&mut rtts, 0.5),
+                    quantile_ms(&mut rtts, 0.99)
                 );
             }
             Err(e) => {
-                let _ = writeln!(report, "| {name} | failed: {e} | | |");
+                let _ = writeln!(report, "| {name} | failed: {e} | | | |");
             }
         }
     }
