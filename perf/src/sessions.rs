@@ -47,7 +47,7 @@ fn ping_rtts(c: &mut Client, limit: Duration) -> Result<Vec<Duration>, String> {
         if !c.send_text(&format!(r#"{{"type":"ping","id":{id}}}"#)) {
             return Err(format!("ping {id}: the events channel refused it"));
         }
-        while !c.messages.iter().any(|m| *m == pong) {
+        while !c.messages.contains(&pong) {
             c.step();
             if sent.elapsed() > limit {
                 return Err(format!("ping {id}: no pong within {limit:?}"));
