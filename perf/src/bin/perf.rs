@@ -239,6 +239,13 @@ enum Cmd {
         /// recorded from it; a `send_to` per datagram) or `live` (str0m per packet).
         #[arg(long, value_enum, default_value_t = perf::sessions::Talkers::Recorded)]
         talkers: perf::sessions::Talkers,
+        /// ICE-TCP connections opened, bound and loaded to measure the relay worker's TCP
+        /// listener (0: skip).
+        #[arg(long, default_value_t = 1000)]
+        tcp_connections: usize,
+        /// How long every ICE-TCP connection sends in that measurement.
+        #[arg(long, default_value = "3s", value_parser = humantime_duration)]
+        tcp_blast: Duration,
         /// Chromium sessions per path (one after the other; 0: none).
         #[arg(long, default_value_t = 10)]
         browser_sessions: usize,
@@ -373,6 +380,8 @@ fn main() {
             talk,
             client_threads,
             talkers,
+            tcp_connections,
+            tcp_blast,
             browser_sessions,
             browser_talk,
             out,
@@ -380,6 +389,7 @@ fn main() {
             setups,
             &steps,
             (talk, client_threads, talkers),
+            (tcp_connections, tcp_blast),
             (browser_sessions, browser_talk),
             &out,
         ),
@@ -594,6 +604,7 @@ fn sessions(
     setups: usize,
     steps: &[usize],
     (talk, client_threads, talkers): (Duration, usize, perf::sessions::Talkers),
+    (tcp_connections, tcp_blast): (usize, Duration),
     (browsers, browser_talk): (usize, Duration),
     out: &std::path::Path,
 ) {
@@ -631,7 +642,16 @@ fn sessions(
         vip,
         SocketAddr::from((loopback_ip(51), 40_000)),
         SocketAddr::from((loopback_ip(51), 9100)),
-        &["--tcp-vip".to_string(), tcp_vip.to_string()],
+        &[
+            "--tcp-vip",
+            &tcp_vip.to_string(),
+            // One load host opens the listener's connections: lift the per-source caps.
+            "--tcp-connections-per-prefix",
+            "1000000",
+            "--new-flows-per-worker",
+            "1000000",
+        ]
+        .map(String::from),
     );
     let relayed_http = SocketAddr::from((loopback_ip(52), 8080));
     let direct_http = SocketAddr::from((loopback_ip(53), 8080));
@@ -722,6 +742,53 @@ fn sessions(
             }
             Err(e) => {
                 let _ = writeln!(report, "| {name} | failed: {e} | | | |");
+            }
+        }
+    }
+    if tcp_connections > 0 {
+        eprintln!("ICE-TCP listener: {tcp_connections} connections…");
+        let relay_pid = _relay.0.id();
+        let _ = writeln!(
+            report,
+            "\n## The ICE-TCP listener of one relay-mio worker\n\n{tcp_connections} connections \
+             opened one after the other from one address, each bound by an authentic Binding \
+             Request (its own session), then every connection sending 172-byte messages, 32 per \
+             write, for {tcp_blast:?}; a socket counts what reaches the transceiver's address. \
+             The client and that socket run on CPU {}, the relay worker alone on CPU \
+             {SESSIONS_CLIENT_CPU}.\n",
+            perf::load::LOAD_CPU
+        );
+        match perf::sessions::tcp_listener_capacity(
+            tcp_vip,
+            loopback_ip(61),
+            loopback_ip(62),
+            tcp_connections,
+            tcp_blast,
+            || cpu_seconds(relay_pid, Some("relay-w")),
+        ) {
+            Ok(c) => {
+                let _ = writeln!(
+                    report,
+                    "| connections | opened and bound per s | messages per s | relay worker CPU | load CPU busy (client and sink) |\n|---:|---:|---:|---:|---:|\n| {} | {:.0} | {:.0} | {:.0} % | {:.0} % |",
+                    c.connections,
+                    c.bound_per_second,
+                    c.messages_per_second,
+                    c.relay_cpu,
+                    c.load_cpu
+                );
+                let limit = if c.load_cpu >= 90.0 {
+                    "the load CPU was busy: the client and the sink, not the relay, were the \
+                     limit; the relay's capacity is at least this"
+                } else if c.relay_cpu >= 90.0 {
+                    "the relay worker used its core: this is its capacity"
+                } else {
+                    "neither core was saturated: the limit lies elsewhere (the loopback TCP \
+                     path, the sockets' buffers)"
+                };
+                let _ = writeln!(report, "\nLimit: {limit}.");
+            }
+            Err(e) => {
+                let _ = writeln!(report, "failed: {e}");
             }
         }
     }
