@@ -308,17 +308,24 @@ fn a_client_that_does_not_read_loses_messages_and_never_stalls_another() {
     let (relay, tcp_vip, transceiver) = relay_with(&[]);
     let (_slow, slow_addr) = bound_connection(tcp_vip, &transceiver, 1, Some(4096));
     let (mut reader, reader_addr) = bound_connection(tcp_vip, &transceiver, 2, None);
-    // Far more than the slow client's kernel buffers and the relay's send buffer hold.
+    // Far more than the slow client's kernel buffers and the relay's send buffer hold
+    // (about 60 such messages), in chunks the relay's internal socket always has room for,
+    // each read before the next is sent: every frame reaches the relay.
     let payload = vec![0x80u8; 1200];
-    for _ in 0..3000 {
-        reply(
-            &transceiver,
-            &relay,
-            Transport::Tcp,
-            slow_addr,
-            tcp_vip,
-            &payload,
-        );
+    for chunk in 1..=20 {
+        for _ in 0..50 {
+            reply(
+                &transceiver,
+                &relay,
+                Transport::Tcp,
+                slow_addr,
+                tcp_vip,
+                &payload,
+            );
+        }
+        relay.wait_for("the chunk read", |r| {
+            tcp_total(r, "received_packets_total", "port=\"internal\"") == f64::from(chunk * 50)
+        });
     }
     relay.wait_for("messages for the slow client dropped", |r| {
         tcp_total(r, "drops_total", "reason=\"tcp_send_buffer_full\"") > 0.0
