@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
+use transceiver::session::Advertised;
 use transceiver::setup::{SessionMint, process_certificate};
 use transceiver::signaling::{MAX_BODY_BYTES, check_offer, trickle_credentials};
 use ufrag_common::hint::{HintKey, HintKeys};
@@ -19,7 +20,11 @@ fn mint() -> &'static SessionMint {
         keys: SharedKeys::fixed(HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap()),
         cluster: 0,
         hint_target: "10.0.0.2:41000".parse().unwrap(),
-        advertise: "203.0.113.10:3478".parse().unwrap(),
+        // Both candidates, so answers with an ICE-TCP candidate are fuzzed too.
+        advertise: Advertised {
+            udp: "203.0.113.10:3478".parse().unwrap(),
+            tcp: Some("203.0.113.10:443".parse().unwrap()),
+        },
         dtls_cert: process_certificate().unwrap(),
     })
 }
