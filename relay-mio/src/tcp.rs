@@ -132,12 +132,7 @@ impl Egress for TcpEgress<'_> {
             return tally.failed(tx.ticket, DropReason::TooLarge);
         };
         match tx.from {
-            Source::Internal => {
-                let mut head = [0u8; MAX_HEADER_LEN];
-                let head_len = tx.emit_header(&mut head);
-                self.internal
-                    .queue(tx.to, &head[..head_len], body, tx.ticket, tally);
-            }
+            Source::Internal => self.internal.queue_transmit(body, tx, tally),
             Source::Vip(vip) => match self.connections.queue(&FlowKey::new(tx.to, vip), body) {
                 Ok(()) => tally.sent(tx.ticket),
                 Err(reason) => tally.failed(tx.ticket, reason),

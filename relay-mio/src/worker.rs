@@ -102,6 +102,13 @@ impl Outbox {
         }
     }
 
+    /// Queues `tx`: its frame header (if any), then `body`.
+    pub(crate) fn queue_transmit(&mut self, body: &[u8], tx: Transmit, tally: &mut Tally<'_>) {
+        let mut head = [0u8; MAX_HEADER_LEN];
+        let head_len = tx.emit_header(&mut head);
+        self.queue(tx.to, &head[..head_len], body, tx.ticket, tally);
+    }
+
     pub(crate) fn flush(&mut self, tally: &mut Tally<'_>) {
         if self.batch.is_empty() {
             return;
@@ -150,9 +157,7 @@ impl Egress for SocketEgress {
                 None => return tally.failed(tx.ticket, DropReason::ReturnUnknownVip),
             },
         };
-        let mut head = [0u8; MAX_HEADER_LEN];
-        let head_len = tx.emit_header(&mut head);
-        outbox.queue(tx.to, &head[..head_len], body, tx.ticket, tally);
+        outbox.queue_transmit(body, tx, tally);
     }
 
     fn flush(&mut self, tally: &mut Tally<'_>) {

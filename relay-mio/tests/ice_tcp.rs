@@ -14,7 +14,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use testkit::relay_suite::harness::{
     Endpoint, RelayProcess, RelaySetup, WAIT, binding_request_for, rtp, unique_ip,
@@ -262,14 +262,12 @@ fn what_a_tcp_connection_may_cost_is_bounded_and_every_close_is_counted() {
     assert_eq!(closes(&relay, "worker_limit"), 1.0);
 
     // Silence past the handshake timeout closes all three.
-    let started = Instant::now();
     for stream in silent.iter_mut().chain([&mut fits]) {
         assert!(
             closed_by_relay(stream),
             "closed when its handshake time ran out"
         );
     }
-    assert!(started.elapsed() < WAIT);
     relay.wait_for("three handshake timeouts", |r| {
         closes(r, "handshake_timeout") == 3.0 && tcp_total(r, "connections_active", "") == 0.0
     });
