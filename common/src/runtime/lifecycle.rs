@@ -75,8 +75,12 @@ pub fn drain(metrics: &RelayMetrics, drain_time: Duration, stop: &AtomicBool) {
 /// Pins the calling thread to `cpu`. Returns false when the CPU does not exist or the
 /// kernel refuses.
 pub fn pin_current_thread(cpu: usize) -> bool {
-    core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
+    // core_affinity indexes a fixed 1,024-CPU set and panics beyond it.
+    cpu < MAX_CPUS && core_affinity::set_for_current(core_affinity::CoreId { id: cpu })
 }
+
+/// The CPUs a thread can be pinned to: those of a `cpu_set_t` (glibc's `CPU_SETSIZE`).
+const MAX_CPUS: usize = 1024;
 
 /// A relay backend's worker: what the shared lifecycle needs of it.
 pub trait RelayWorker: Send + 'static {
@@ -321,4 +325,23 @@ pub fn load_config(name: &str, args: &RelayArgs) -> Result<RelayConfig, std::pro
         eprintln!("{name}: {e}");
         std::process::ExitCode::from(2)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pinning_to_a_cpu_beyond_any_cpu_set_is_refused_not_a_panic() {
+        let outcome = std::thread::spawn(|| {
+            (
+                pin_current_thread(MAX_CPUS),
+                pin_current_thread(usize::MAX),
+                pin_current_thread(0),
+            )
+        })
+        .join()
+        .expect("pinning never panics");
+        assert_eq!(outcome, (false, false, true));
+    }
 }
