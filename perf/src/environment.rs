@@ -32,8 +32,21 @@ fn first_line_of(program: &str, args: &[&str]) -> String {
     )
 }
 
-/// What this run ran on.
-pub fn record(bed: &Testbed, placement: &Placement, live_frames: bool) -> Value {
+/// What this run ran on; `(tools_cpu, forwarder_cpu)` are the cores whose wake-up round
+/// trip it reads (across them, and on the tools' core alone) for the record.
+pub fn record(
+    bed: &Testbed,
+    placement: &Placement,
+    live_frames: bool,
+    (tools_cpu, forwarder_cpu): (usize, usize),
+) -> Value {
+    let wake = |a, b| {
+        crate::wake::round_trip(a, b, crate::wake::ROUND_TRIPS).map_or(Value::Null, |w| w.json())
+    };
+    let wake_up = json!({
+        "cross_core": wake(tools_cpu, forwarder_cpu),
+        "same_core": wake(tools_cpu, tools_cpu),
+    });
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo
         .lines()
@@ -71,6 +84,7 @@ pub fn record(bed: &Testbed, placement: &Placement, live_frames: bool) -> Value 
         "driver": driver,
         "af_xdp": "copy mode (veth has no zero-copy); native XDP on veth copies each skb into an xdp_buff",
         "placement": placement.notes,
+        "wake_up_round_trip": wake_up,
         "tools": {
             "generator": if live_frames {
                 "BPF_PROG_RUN live frames (XDP_TX on the client's veth), paced in the program"
@@ -107,6 +121,19 @@ pub fn markdown(env: &Value) -> String {
         for n in notes {
             let _ = writeln!(out, "- placement: {}", n.as_str().unwrap_or(""));
         }
+    }
+    if let Some(wake) = env.get("wake_up_round_trip") {
+        let label = |w: &Value| match (w["p50_us"].as_f64(), w["p99_us"].as_f64()) {
+            (Some(p50), Some(p99)) => format!("{p50:.0} µs (p99 {p99:.0})"),
+            _ => "not read".into(),
+        };
+        let _ = writeln!(
+            out,
+            "- wake-up round trip at the end of the run (two pinned threads waking each other): \
+             across cores {}, on one core {}",
+            label(&wake["cross_core"]),
+            label(&wake["same_core"])
+        );
     }
     if let Some(tools) = env.get("tools").and_then(Value::as_object) {
         for (k, v) in tools {

@@ -18,4 +18,5 @@ pub mod profile;
 pub mod report;
 pub mod resilience;
 pub mod sessions;
+pub mod wake;
 pub mod xdp;

@@ -4,6 +4,7 @@
 use std::fmt::Write as _;
 
 use crate::load::{CDF_QUANTILES, Limit, SearchRun, Spread, Trial, spread};
+use crate::wake::WakeCost;
 
 /// One search of a setup and what its cores spent at its maximum.
 #[derive(Clone, Debug)]
@@ -19,6 +20,9 @@ pub struct Run {
     pub tools_busy: Option<f64>,
     /// Busy time of the whole machine per packet at the maximum, µs.
     pub machine_us_per_packet: Option<f64>,
+    /// The host's cross-core wake-up round trip, read just before the search (see
+    /// [`crate::wake`]): what each hop between cores cost then.
+    pub host_wake: Option<WakeCost>,
 }
 
 /// A core this busy at the maximum was the limit.
@@ -179,6 +183,7 @@ pub fn markdown(
     let _ = writeln!(out, "\n{}", verdict(rows));
     out.push_str(&latency_section(rows, fixed_pps));
     out.push_str(notes);
+    out.push_str(&host_state_section(rows));
     let _ = writeln!(out, "\n## Search trials\n");
     let _ = writeln!(
         out,
@@ -491,6 +496,54 @@ fn verdict_against_relay_mio(rows: &[Row], out: &mut String) {
     }
 }
 
+/// Each search beside the host's cross-core wake-up round trip read just before it: on a
+/// VM that price moves from minute to minute, and every hop of a forwarder's path pays it,
+/// so a search that found less while the host woke slower says why. Empty when no
+/// search has a reading.
+fn host_state_section(rows: &[Row]) -> String {
+    if rows
+        .iter()
+        .all(|r| r.runs.iter().all(|run| run.host_wake.is_none()))
+    {
+        return String::new();
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n## The host's state at each search\n\nBefore each search, two threads pinned to \
+         the tools' and the forwarder's cores wake each other {} times (a futex each way, as \
+         RPS's interrupt and a sleeping forwarder's `epoll_wait` are woken): the median and \
+         p99 round trip (two wake-ups). On bare metal this is a few µs and steady; on a VM each \
+         wake-up is an interrupt through the hypervisor, and its price moves with the host's \
+         load. Compare a setup's searches with each other through it: a slow search with a \
+         slow host is the host.\n",
+        crate::wake::ROUND_TRIPS
+    );
+    let _ = writeln!(
+        out,
+        "| setup | search | max loss-free pps | forwarder µs/pkt | wake-up round trip before it |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---|");
+    for r in rows {
+        for (i, run) in r.runs.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} |",
+                r.setup,
+                i + 1,
+                run.search.best.map_or("none".into(), |b| format!(
+                    "{:.0}k",
+                    b.sent_pps as f64 / 1e3
+                )),
+                run.forwarder_us_per_packet
+                    .map_or("–".into(), |us| format!("{us:.2}")),
+                run.host_wake.map_or("not read".into(), |w| w.label()),
+            );
+        }
+    }
+    out
+}
+
 /// The rows as one JSON document.
 pub fn json(rows: &[Row], environment: &serde_json::Value) -> String {
     let verdict_text = verdict(rows);
@@ -513,6 +566,7 @@ pub fn json(rows: &[Row], environment: &serde_json::Value) -> String {
                     "forwarder_busy": run.forwarder_busy,
                     "tools_busy": run.tools_busy,
                     "machine_us_per_packet": run.machine_us_per_packet,
+                    "host_wake_round_trip": run.host_wake.map(|w| w.json()),
                     "trials": run.search.trials.iter().map(|t| serde_json::json!({
                         "offered_pps": t.offered_pps, "sent_pps": t.sent_pps,
                         "sent": t.sent, "received": t.received,
@@ -766,6 +820,7 @@ mod tests {
             forwarder_busy: Some(0.5),
             tools_busy: None,
             machine_us_per_packet: Some(us * 2.0),
+            host_wake: None,
         };
         Row {
             setup: setup.into(),
@@ -778,6 +833,38 @@ mod tests {
     fn with_p50(mut r: Row, p50: f64) -> Row {
         r.fixed.latency = latency(p50);
         r
+    }
+
+    #[test]
+    fn each_search_is_listed_beside_the_host_wake_up_read_before_it() {
+        let mut mio = row("relay-mio", 200_000, 4.0, false);
+        assert_eq!(
+            host_state_section(std::slice::from_ref(&mio)),
+            "",
+            "no reading, no section"
+        );
+        mio.runs[0].host_wake = Some(WakeCost {
+            cpus: (0, 1),
+            round_trips: 2_000,
+            p50_us: 55.2,
+            p99_us: 98.4,
+        });
+        let section = host_state_section(std::slice::from_ref(&mio));
+        assert!(
+            section.contains("| relay-mio | 1 | 200k | 3.60 | 55 µs (p99 98) |"),
+            "{section}"
+        );
+        assert!(
+            section.contains("| relay-mio | 2 | 200k | 4.00 | not read |"),
+            "{section}"
+        );
+        let json: serde_json::Value =
+            serde_json::from_str(&json(&[mio], &serde_json::json!({}))).unwrap();
+        assert_eq!(
+            json["rows"][0]["runs"][0]["host_wake_round_trip"]["p50_us"],
+            55.2
+        );
+        assert!(json["rows"][0]["runs"][1]["host_wake_round_trip"].is_null());
     }
 
     #[test]

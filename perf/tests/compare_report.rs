@@ -160,7 +160,28 @@ fn an_ipv6_compare_forwards_through_nftables_and_relay_mio() {
             row["setup"]
         );
         assert!(row["fixed"]["latency_samples"].as_u64().unwrap() > 0);
+        // Each search carries the host's wake-up round trip read before it.
+        let wake = &row["runs"][0]["host_wake_round_trip"];
+        assert!(wake["p50_us"].as_f64() > Some(0.0), "{row}");
+        assert_eq!(wake["cpus"], serde_json::json!([0, 1]), "{row}");
     }
+    // The default placement took: the relay's receive work steered to the forwarder's core.
+    let placement = json["environment"]["placement"].to_string();
+    assert!(
+        placement.contains("RPS of the relay's interface → CPU 1") && !placement.contains("FAILED"),
+        "{placement}"
+    );
+    assert!(
+        report.contains("## The host's state at each search")
+            && report.contains("| relay-mio | 1 | "),
+        "{report}"
+    );
+    let env_wake = &json["environment"]["wake_up_round_trip"];
+    assert!(
+        env_wake["cross_core"]["p50_us"].as_f64() > Some(0.0)
+            && env_wake["same_core"]["p50_us"].as_f64() > Some(0.0),
+        "{env_wake}"
+    );
 }
 
 /// The in-kernel fast path's row beside the in-kernel reference relay and relay-mio: it
@@ -239,4 +260,57 @@ fn an_interleaved_compare_alternates_the_two_af_xdp_layers_and_compares_them() {
         report.contains("AF_XDP layer (native wakeup): the `xdp` crate costs"),
         "the verdict compares the two layers: {report}"
     );
+}
+
+/// A run stopped by SIGINT (by hand, or a CI timeout's SIGTERM) mid-search deletes its
+/// testbed's namespaces and exits 130.
+#[test]
+fn an_interrupted_compare_deletes_its_testbed() {
+    use std::io::{BufRead, BufReader};
+    require_root();
+    let _machine = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    bin("relay-mio");
+    let out = std::env::temp_dir().join(format!("ufrag-compare-int-{}.md", std::process::id()));
+    let mut run = std::process::Command::new(bin("perf"))
+        .args(["compare", "--only", "mio", "--repeats", "1"])
+        .args(["--trial", "2s", "--max-pps", "20000"])
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("perf compare starts");
+    let prefix = format!("ufrag-tb-{}-", run.id());
+    let namespaces = || {
+        let list = std::process::Command::new("ip")
+            .args(["netns", "list"])
+            .output()
+            .expect("ip netns list");
+        String::from_utf8_lossy(&list.stdout)
+            .lines()
+            .filter(|l| l.starts_with(&prefix))
+            .count()
+    };
+    // Wait until the search has begun (the relay runs), bounded by the progress lines.
+    let mut progress = BufReader::new(run.stderr.take().unwrap()).lines();
+    let searching = progress
+        .by_ref()
+        .take(200)
+        .map_while(Result::ok)
+        .any(|line| line.starts_with("measuring relay-mio"));
+    assert!(searching, "the search never began");
+    assert!(namespaces() > 0, "the testbed is up while it searches");
+    send_signal(run.id(), "INT");
+    let status = run.wait().expect("perf compare ends");
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    assert_eq!(namespaces(), 0, "no namespace of the run is left");
+    let _ = std::fs::remove_file(&out);
+}
+
+/// Sends SIG`signal` to `pid` with kill(1).
+fn send_signal(pid: u32, signal: &str) {
+    let sent = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success());
 }

@@ -1157,6 +1157,7 @@ fn compare(
     let wanted = |name: &str| only.is_empty() || only.iter().any(|o| o == name);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let bed = Testbed::up().expect("the testbed needs root (ip netns, veth, bridge)");
+    delete_on_interrupt(bed.namespaces());
     let placement = if steer {
         perf::placement::steer(&bed, forwarder_cpu, perf::load::LOAD_CPU)
     } else {
@@ -1640,9 +1641,13 @@ fn compare(
             }
         );
         let rcvbuf_before = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns));
-        let runs = search_runs(&name, load.as_mut(), &per_round, || {
-            perf::load::cpu_busy_seconds(forwarder_cpu)
-        });
+        let runs = search_runs(
+            &name,
+            load.as_mut(),
+            &per_round,
+            || perf::load::cpu_busy_seconds(forwarder_cpu),
+            forwarder_cpu,
+        );
         let rcvbuf = perf::load::udp_receive_buffer_drops(Some(&bed.relay.ns)) - rcvbuf_before;
         match receive_buffer_drops.iter_mut().find(|(n, _)| *n == name) {
             Some((_, drops)) => *drops += rcvbuf,
@@ -1699,7 +1704,12 @@ fn compare(
         drop(load);
         drop(running);
     }
-    let environment = perf::environment::record(&bed, &placement, live_frames);
+    let environment = perf::environment::record(
+        &bed,
+        &placement,
+        live_frames,
+        (perf::load::LOAD_CPU, forwarder_cpu),
+    );
     drop(bed);
 
     let share_text = if downlink_share == 0.5 {
@@ -2015,7 +2025,7 @@ fn measure(
     busy_polls: bool,
     forwarder_busy: impl Fn() -> f64,
 ) -> Row {
-    let runs = search_runs(name, load, search, forwarder_busy);
+    let runs = search_runs(name, load, search, forwarder_busy, FORWARDER_CPU);
     let fixed = load.latency_trial(search.fixed_pps, search.latency_trial);
     Row {
         setup: name.to_string(),
@@ -2026,17 +2036,24 @@ fn measure(
 }
 
 /// `search.repeats` searches for the highest loss-free rate of `load`, each with what the
-/// forwarder's core, the tools' core and the machine spent per packet at its best trial.
+/// forwarder's core, the tools' core and the machine spent per packet at its best trial,
+/// and the host's wake-up round trip between the tools' core and `forwarder_cpu` read
+/// just before it.
 fn search_runs(
     name: &str,
     load: &mut dyn perf::load::Load,
     search: &Search,
     forwarder_busy: impl Fn() -> f64,
+    forwarder_cpu: usize,
 ) -> Vec<Run> {
     use perf::load::{LOAD_CPU, cpu_busy_seconds, machine_busy_seconds};
     eprintln!("measuring {name}…");
     let mut runs = vec![];
     for repeat in 0..search.repeats.max(1) {
+        let host_wake = perf::wake::round_trip(LOAD_CPU, forwarder_cpu, perf::wake::ROUND_TRIPS);
+        if let Some(w) = host_wake {
+            eprintln!("  host wake-up round trip: {}", w.label());
+        }
         let mut costs = std::collections::HashMap::new();
         let run = max_loss_free(
             |rate| {
@@ -2076,10 +2093,36 @@ fn search_runs(
             tools_busy: at_best.map(|((_, t, _), _, wall)| t / wall),
             machine_us_per_packet: at_best
                 .map(|((_, _, m), received, _)| m * 1e6 / received.max(1) as f64),
+            host_wake,
             search: run,
         });
     }
     runs
+}
+
+/// On SIGINT, SIGTERM or SIGHUP (a run stopped by hand or by a CI timeout), deletes
+/// `namespaces` (and with them every veth, XDP program and nftables rule in them) before
+/// exiting: a long run would otherwise leave its testbed behind, as no destructor runs.
+/// The relays and tools it started die with it (`PR_SET_PDEATHSIG`).
+fn delete_on_interrupt(namespaces: &[String]) {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let namespaces = namespaces.to_vec();
+    let mut signals = match signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) {
+        Ok(signals) => signals,
+        Err(e) => {
+            eprintln!("WARNING: no signal handler ({e}): an interrupted run leaves its testbed");
+            return;
+        }
+    };
+    std::thread::spawn(move || {
+        if let Some(signal) = signals.forever().next() {
+            eprintln!("signal {signal}: deleting the testbed's namespaces, then exiting");
+            for ns in namespaces.iter().rev() {
+                let _ = Command::new("ip").args(["netns", "del", ns]).status();
+            }
+            std::process::exit(128 + signal);
+        }
+    });
 }
 
 /// The relay's drop counters by reason, summed over workers.
