@@ -124,7 +124,7 @@ pub fn markdown(env: &Value) -> String {
     }
     if let Some(wake) = env.get("wake_up_round_trip") {
         let label = |w: &Value| match (w["p50_us"].as_f64(), w["p99_us"].as_f64()) {
-            (Some(p50), Some(p99)) => format!("{p50:.0} µs (p99 {p99:.0})"),
+            (Some(p50), Some(p99)) => crate::wake::label(p50, p99),
             _ => "not read".into(),
         };
         let _ = writeln!(

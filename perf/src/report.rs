@@ -511,8 +511,8 @@ fn host_state_section(rows: &[Row]) -> String {
     let _ = writeln!(
         out,
         "\n## The host's state at each search\n\nBefore each search, two threads pinned to \
-         the tools' and the forwarder's cores wake each other {} times (a futex each way, as \
-         RPS's interrupt and a sleeping forwarder's `epoll_wait` are woken): the median and \
+         the tools' and the forwarder's cores wake each other {} times (a datagram each way on a \
+         socket pair, as a forwarder asleep on its socket is woken): the median and \
          p99 round trip (two wake-ups). On bare metal this is a few µs and steady; on a VM each \
          wake-up is an interrupt through the hypervisor, and its price moves with the host's \
          load. Compare a setup's searches with each other through it: a slow search with a \

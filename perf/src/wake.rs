@@ -93,10 +93,15 @@ fn ping_pong(cpu_a: usize, cpu_b: usize, round_trips: u32) -> Option<WakeCost> {
     })
 }
 
+/// A reading's median and p99 as the reports print them: "55 µs (p99 98)".
+pub fn label(p50_us: f64, p99_us: f64) -> String {
+    format!("{p50_us:.0} µs (p99 {p99_us:.0})")
+}
+
 impl WakeCost {
     /// "55 µs (p99 98)", as the reports print it.
     pub fn label(&self) -> String {
-        format!("{:.0} µs (p99 {:.0})", self.p50_us, self.p99_us)
+        label(self.p50_us, self.p99_us)
     }
 
     /// The JSON the reports carry.
