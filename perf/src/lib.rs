@@ -1,6 +1,7 @@
 //! The benchmark suite: a paced UDP load generator and a sink that measures loss and
 //! one-way latency, a bare `recvmmsg`/`sendmmsg` forwarder (the reference that does no
-//! routing work), the search for the maximum loss-free rate, and the report.
+//! routing work), CPU accounting, the host gate, the NDR/PDR search, the statistics, and
+//! `perf compare`, which puts them together into a verdict.
 //!
 //! Everything runs on loopback addresses chosen per run (127.x.y.z) or inside network
 //! namespaces the run creates (`testkit::testbed`), bounded in packets and time.
@@ -9,14 +10,22 @@
 
 pub mod alternatives;
 pub mod bare;
+pub mod cmd;
+pub mod compare;
+pub mod cpu;
 pub mod environment;
 pub mod gate;
+pub mod host_gate;
+pub mod interrupt;
 pub mod load;
+pub mod measure;
 pub mod placement;
 pub mod probe;
 pub mod profile;
 pub mod report;
 pub mod resilience;
+pub mod search;
 pub mod sessions;
+pub mod stats;
 pub mod wake;
 pub mod xdp;

@@ -342,7 +342,7 @@ fn tcp_capacity_on_this_thread(
         batch.extend_from_slice(&[0x80u8; 172]);
     }
     let before = received.load(Ordering::Relaxed);
-    let load_busy = || crate::load::cpu_busy_seconds(crate::load::LOAD_CPU);
+    let load_busy = || crate::cpu::cpu_busy_seconds(crate::load::LOAD_CPU);
     let (relay_before, load_before) = (relay_cpu_seconds(), load_busy());
     let blast_started = Instant::now();
     let mut sent = 0u64;
@@ -656,12 +656,12 @@ pub fn load_step<S>(
                             Talkers::Live => Vec::new(),
                         };
                         talk_edges.wait();
-                        let cpu_before = crate::load::thread_cpu_seconds();
+                        let cpu_before = crate::cpu::thread_cpu_seconds();
                         match talkers {
                             Talkers::Recorded => group.play(&recordings),
                             Talkers::Live => group.send_audio_for(talk),
                         }
-                        let cpu = crate::load::thread_cpu_seconds() - cpu_before;
+                        let cpu = crate::cpu::thread_cpu_seconds() - cpu_before;
                         talk_edges.wait();
                         match talkers {
                             Talkers::Recorded => group.settle_recorded(SETTLE),

@@ -585,22 +585,20 @@ pub fn relay_program(r: &Rewrite) -> Vec<Insn> {
     a.finish()
 }
 
-/// The reference relay attached to the relay's interface (native XDP), with the
-/// `XDP_PASS` program its veth peer needs for `XDP_TX` frames; detached on drop.
+/// The reference relay attached to the relay's interface (native XDP); detached on
+/// drop. Its `XDP_TX` frames reach the veth's peer only when the peer has an XDP program
+/// of its own ([`PeerPass`]): `perf compare` keeps one there for every setup alike.
 #[derive(Debug)]
 pub struct XdpRelay {
     _relay: Attached,
-    _peer: PeerPass,
 }
 
 impl XdpRelay {
-    /// Attaches to `on`, whose veth peer is `peer`.
-    pub fn attach(on: &Iface, peer: &Iface, rewrite: &Rewrite) -> io::Result<Self> {
-        let peer = PeerPass::attach(peer)?;
+    /// Attaches to `on`.
+    pub fn attach(on: &Iface, rewrite: &Rewrite) -> io::Result<Self> {
         let prog = bpf::prog_load_xdp(&relay_program(rewrite), "perf_xdp_relay")?;
         Ok(XdpRelay {
             _relay: on.attach_native(prog)?,
-            _peer: peer,
         })
     }
 

@@ -17,9 +17,9 @@ struct Written {
     progress: String,
 }
 
-/// Runs `perf compare` with `args` and short trials (one search unless `args` say
-/// `--repeats`, 0.3 s trials, a 1 s latency trial at 5,000 pps, at most `max_pps`), and
-/// reads what it wrote.
+/// Runs `perf compare` with `args` and short trials (no fixed-load rounds unless `args`
+/// say `--rounds`, one search of one trial per rate unless they say `--repeats`, 0.3 s
+/// trials, a 1 s latency trial at 5,000 pps, at most `max_pps`), and reads what it wrote.
 /// One compare at a time: each pins its forwarder to CPU 1 and its generator to CPU 0,
 /// so two at once would measure each other.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -41,11 +41,19 @@ fn compare(args: &[&str], max_pps: &str) -> Written {
     } else {
         &["--repeats", "1"]
     };
+    // The fixed-load rounds only where a test asks for them.
+    let rounds: &[&str] = if args.contains(&"--rounds") {
+        &[]
+    } else {
+        &["--rounds", "0"]
+    };
     let run = std::process::Command::new(bin("perf"))
         .arg("compare")
         .args(args)
         .args(repeats)
-        .args(["--trial", "300ms", "--max-pps", max_pps])
+        .args(rounds)
+        .args(["--trial", "300ms", "--search-trial", "300ms"])
+        .args(["--trials-per-rate", "1", "--max-pps", max_pps])
         .args(["--fixed-pps", "5000", "--latency-trial", "1s"])
         .arg("--out")
         .arg(&out)
@@ -135,7 +143,10 @@ fn an_ipv6_compare_forwards_through_nftables_and_relay_mio() {
     let Written { report, json, .. } =
         compare(&["--ipv6", "--only", "direct,nftables,nginx,mio"], "20000");
     assert!(report.contains("1000 flows, IPv6"), "{report}");
-    assert!(report.contains("Not measured over IPv6: nginx"), "{report}");
+    assert!(
+        report.contains("nginx stream proxy, 1 worker (IPv4 only here)"),
+        "{report}"
+    );
     let rows = json["rows"].as_array().unwrap();
     let names: Vec<&str> = rows.iter().map(|r| r["setup"].as_str().unwrap()).collect();
     assert_eq!(
@@ -236,15 +247,17 @@ fn an_interleaved_compare_alternates_the_two_af_xdp_layers_and_compares_them() {
     );
     let order: Vec<&str> = progress
         .lines()
-        .filter(|l| l.starts_with("round "))
+        .filter(|l| l.starts_with("search round "))
         .collect();
     assert_eq!(
         order,
         [
-            "round 1 of 2: relay-afxdp native wakeup",
-            "round 1 of 2: relay-afxdp on the xdp crate native wakeup",
-            "round 2 of 2: relay-afxdp native wakeup",
-            "round 2 of 2: relay-afxdp on the xdp crate native wakeup",
+            "search round 1 of 2: direct path (no relay)",
+            "search round 1 of 2: relay-afxdp native wakeup",
+            "search round 1 of 2: relay-afxdp on the xdp crate native wakeup",
+            "search round 2 of 2: direct path (no relay)",
+            "search round 2 of 2: relay-afxdp native wakeup",
+            "search round 2 of 2: relay-afxdp on the xdp crate native wakeup",
         ],
         "{progress}"
     );
@@ -262,7 +275,7 @@ fn an_interleaved_compare_alternates_the_two_af_xdp_layers_and_compares_them() {
     );
 }
 
-/// A run stopped by SIGINT (by hand, or a CI timeout's SIGTERM) mid-search deletes its
+/// A run stopped by SIGINT (by hand, or a CI timeout's SIGTERM) mid-trial deletes its
 /// testbed's namespaces and exits 130.
 #[test]
 fn an_interrupted_compare_deletes_its_testbed() {
@@ -272,7 +285,15 @@ fn an_interrupted_compare_deletes_its_testbed() {
     bin("relay-mio");
     let out = std::env::temp_dir().join(format!("ufrag-compare-int-{}.md", std::process::id()));
     let mut run = std::process::Command::new(bin("perf"))
-        .args(["compare", "--only", "mio", "--repeats", "1"])
+        .args([
+            "compare",
+            "--only",
+            "mio",
+            "--rounds",
+            "1",
+            "--repeats",
+            "1",
+        ])
         .args(["--trial", "2s", "--max-pps", "20000"])
         .arg("--out")
         .arg(&out)
@@ -290,14 +311,14 @@ fn an_interrupted_compare_deletes_its_testbed() {
             .filter(|l| l.starts_with(&prefix))
             .count()
     };
-    // Wait until the search has begun (the relay runs), bounded by the progress lines.
+    // Wait until relay-mio's trials have begun, bounded by the progress lines.
     let mut progress = BufReader::new(run.stderr.take().unwrap()).lines();
-    let searching = progress
+    let measuring = progress
         .by_ref()
         .take(200)
         .map_while(Result::ok)
-        .any(|line| line.starts_with("measuring relay-mio"));
-    assert!(searching, "the search never began");
+        .any(|line| line.starts_with("round 1/1: relay-mio"));
+    assert!(measuring, "relay-mio's trials never began");
     assert!(namespaces() > 0, "the testbed is up while it searches");
     send_signal(run.id(), "INT");
     let status = run.wait().expect("perf compare ends");
@@ -313,4 +334,192 @@ fn send_signal(pid: u32, signal: &str) {
         .status()
         .expect("kill runs");
     assert!(sent.success());
+}
+
+/// The primary phase end to end: three randomized rounds of the direct path, relay-mio and
+/// relay-afxdp at two fixed loads. Every setup runs once per round (in some order), each
+/// row's cost has the null row's subtracted and a ratio to relay-mio's per round, and the
+/// report leads with a verdict sentence of one of the four kinds.
+#[test]
+fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
+    bin("relay-afxdp");
+    let Written { report, json, .. } = compare(
+        &[
+            "--only",
+            "mio,afxdp-skb-wakeup",
+            "--rounds",
+            "3",
+            "--loads",
+            "5000,10000",
+            "--no-search",
+            "--seed",
+            "7",
+        ],
+        "40000",
+    );
+    let cost = &json["cost"];
+    assert_eq!(cost["seed"], 7);
+    let samples = cost["samples"].as_array().unwrap();
+    assert_eq!(samples.len(), 9, "three setups, three rounds");
+    for round in 1..=3 {
+        let mut places: Vec<u64> = samples
+            .iter()
+            .filter(|s| s["round"] == round)
+            .map(|s| s["position"].as_u64().unwrap())
+            .collect();
+        places.sort_unstable();
+        assert_eq!(places, [1, 2, 3], "round {round}: each setup once");
+    }
+    for s in samples {
+        for load in s["loads"].as_array().unwrap() {
+            let (sent, received) = (
+                load["sent"].as_u64().unwrap(),
+                load["received"].as_u64().unwrap(),
+            );
+            assert!(sent > 0 && received * 10 >= sent * 9, "{s}");
+            assert!(load["busy_seconds"].as_f64() > Some(0.0), "{s}");
+        }
+    }
+    let rows = cost["rows"].as_array().unwrap();
+    let setups: Vec<&str> = rows.iter().map(|r| r["setup"].as_str().unwrap()).collect();
+    assert_eq!(
+        setups,
+        ["mio", "afxdp-skb-wakeup"],
+        "no row for the null row itself"
+    );
+    for row in rows {
+        let kept = row["rounds_kept"].as_u64().unwrap();
+        if kept == 0 {
+            continue; // the gate left every round out: said in the report, not a failure here
+        }
+        assert!(row["us_per_packet"]["median"].as_f64() > Some(0.0), "{row}");
+        assert_eq!(
+            row["us_per_packet_by_load"].as_array().map(Vec::len),
+            Some(2)
+        );
+        assert!(row["sessions_per_core"].as_f64() > Some(0.0), "{row}");
+    }
+    let mio_ratio = &rows[0]["ratio_to_baseline"];
+    if !mio_ratio.is_null() {
+        assert_eq!(mio_ratio["median"], 1.0, "relay-mio against itself");
+    }
+    let kind = cost["verdict"]["kind"].as_str().unwrap();
+    assert!(
+        ["saves", "costs", "inconclusive", "withheld"].contains(&kind),
+        "{kind}"
+    );
+    let sentence = cost["verdict"]["sentence"].as_str().unwrap();
+    assert!(
+        report.contains(sentence),
+        "the report leads with it: {report}"
+    );
+    assert!(
+        report.contains("## CPU cost per forwarded packet at fixed loads")
+            && report.contains("| relay-afxdp skb wakeup |")
+            && report.contains("## The host gate")
+            && report.contains("## What this testbed cannot show"),
+        "{report}"
+    );
+}
+
+/// A deliberately disturbed run: once round 2 begins, a thread spins on the forwarder's
+/// core. The host gate leaves out every later setup trial, says why, and withholds the
+/// verdict; the first round, before the hog, keeps what it measured.
+#[test]
+fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    require_root();
+    let _machine = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    bin("relay-mio");
+    bin("relay-afxdp");
+    let dir = std::env::temp_dir().join(format!("ufrag-compare-hog-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("compare.md");
+    let mut run = std::process::Command::new(bin("perf"))
+        .args(["compare", "--only", "mio,afxdp-skb-wakeup", "--rounds", "4"])
+        .args(["--loads", "5000", "--trial", "300ms", "--no-search"])
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("perf compare starts");
+    let progress = BufReader::new(run.stderr.take().unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut hog = None;
+    let mut lines = vec![];
+    for line in progress.lines().map_while(Result::ok).take(2_000) {
+        if hog.is_none() && line.starts_with("round 2/4") {
+            let stop = Arc::clone(&stop);
+            // Bounded: it stops when the run ends, and after two minutes whatever happens.
+            hog = Some(std::thread::spawn(move || {
+                assert!(core_affinity::set_for_current(core_affinity::CoreId {
+                    id: 1
+                }));
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
+                let mut x = 1u64;
+                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+                    x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005));
+                }
+            }));
+        }
+        lines.push(line);
+    }
+    let status = run.wait().expect("perf compare ends");
+    stop.store(true, Ordering::Relaxed);
+    hog.expect("round 2 began").join().unwrap();
+    assert!(status.success(), "{}", lines.join("\n"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    let report = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let samples = json["cost"]["samples"].as_array().unwrap();
+    let kept_in = |round: u64| {
+        samples
+            .iter()
+            .filter(|s| s["round"] == round && s["kept"] == true)
+            .count()
+    };
+    assert!(
+        kept_in(1) > 0,
+        "before the hog the gate keeps trials: {samples:?}"
+    );
+    for s in samples.iter().filter(|s| s["round"].as_u64() >= Some(3)) {
+        assert_eq!(
+            s["kept"], false,
+            "a trial with the hog running was kept: {s}"
+        );
+        let why = s["disturbances"].to_string();
+        assert!(
+            why.contains("busy at rest") || why.contains("calibration"),
+            "{why}"
+        );
+    }
+    assert_eq!(
+        json["cost"]["verdict"]["kind"], "withheld",
+        "{}",
+        json["cost"]["verdict"]
+    );
+    assert!(report.contains("**Verdict withheld**"), "{report}");
+    assert!(
+        report.contains("host ") && report.contains("busy at rest"),
+        "{report}"
+    );
+}
+
+/// A typo in `--only` is refused before anything starts, naming the setups there are.
+#[test]
+fn an_unknown_setup_is_refused_with_the_known_ones() {
+    let run = std::process::Command::new(bin("perf"))
+        .args(["compare", "--only", "mio,afxdp-skbb"])
+        .output()
+        .expect("perf compare runs");
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("afxdp-skbb") && stderr.contains("afxdp-skb-wakeup"),
+        "{stderr}"
+    );
 }

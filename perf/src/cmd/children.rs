@@ -1,0 +1,155 @@
+//! What the loopback subcommands start and share: relay-mio and the transceiver as child
+//! processes (killed on drop, and by the kernel if perf dies), per-run loopback
+//! addresses, and writing a report.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use testkit::OwnedChild;
+use testkit::http::wait_ready;
+
+/// How long a started relay or transceiver may take to become ready.
+pub const READY: Duration = Duration::from_secs(10);
+
+/// How long a trial waits for stragglers before reading the sink.
+pub const SETTLE: Duration = Duration::from_millis(300);
+
+/// The transceiver's worker runs here, alone: relay-mio's worker (CPU 1) and the
+/// session load clients ([`SESSIONS_CLIENT_CPU`]) share the other vCPU.
+pub const TRANSCEIVER_CPU: usize = 0;
+/// Where `perf sessions` runs its capacity clients.
+pub const SESSIONS_CLIENT_CPU: usize = 1;
+
+/// A relay started by the suite: killed on drop, and by the kernel if perf dies.
+#[derive(Debug)]
+pub struct RelayChild(pub OwnedChild);
+
+/// A transceiver started by the suite: killed on drop, and by the kernel if perf dies.
+#[derive(Debug)]
+pub struct TransceiverChild(pub OwnedChild);
+
+pub fn loopback_ip(last: u8) -> Ipv4Addr {
+    let pid = std::process::id();
+    Ipv4Addr::new(
+        127,
+        200 + (pid % 50) as u8,
+        ((pid / 50) % 250) as u8 + 1,
+        last,
+    )
+}
+
+pub fn start_relay(
+    workers: usize,
+    vip: SocketAddr,
+    internal: SocketAddr,
+    metrics: SocketAddr,
+) -> RelayChild {
+    start_relay_with(workers, vip, internal, metrics, &[])
+}
+
+/// [`start_relay`] with extra flags.
+pub fn start_relay_with(
+    workers: usize,
+    vip: SocketAddr,
+    internal: SocketAddr,
+    metrics: SocketAddr,
+    extra: &[String],
+) -> RelayChild {
+    let exe = std::env::current_exe().expect("own path");
+    let relay = exe.with_file_name("relay-mio");
+    assert!(
+        relay.exists(),
+        "{} missing: cargo build --release -p relay-mio",
+        relay.display()
+    );
+    let mut command = Command::new(relay);
+    command
+        .args([
+            "--vip",
+            &vip.to_string(),
+            "--internal-addr",
+            &internal.to_string(),
+        ])
+        .args([
+            "--workers",
+            &workers.to_string(),
+            "--cpus",
+            if workers == 1 { "1" } else { "0-1" },
+        ])
+        .args([
+            "--allow-transceiver-net",
+            "127.0.0.0/8",
+            "--metrics-addr",
+            &metrics.to_string(),
+        ])
+        // Every load client is one host: its hundreds of sessions, set up at once, are
+        // not an attack, so the per-prefix rate of new flows is lifted.
+        .args(["--new-flows-per-prefix", "1000000"])
+        .args(extra)
+        .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    let mut child = RelayChild(OwnedChild::spawn(&mut command).expect("relay-mio starts"));
+    wait_ready(None, metrics, "relay-mio", READY, || child.0.exit_report());
+    child
+}
+
+pub fn start_transceiver(
+    http: SocketAddr,
+    bind: SocketAddr,
+    advertise: Option<SocketAddr>,
+    extra: &[&str],
+) -> TransceiverChild {
+    let exe = std::env::current_exe()
+        .expect("own path")
+        .with_file_name("transceiver");
+    assert!(
+        exe.exists(),
+        "{} missing: cargo build --release -p transceiver",
+        exe.display()
+    );
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--http-addr",
+        &http.to_string(),
+        "--bind",
+        &bind.to_string(),
+        "--workers",
+        "1",
+    ]);
+    cmd.args(["--max-sessions-per-worker", "5000"]);
+    cmd.args(["--cpus", &TRANSCEIVER_CPU.to_string()]);
+    // The load clients are one address: lift the per-address POST rate.
+    cmd.args(["--posts-per-second-per-ip", "1000000"]);
+    match advertise {
+        Some(vip) => cmd.args([
+            "--advertise",
+            &vip.to_string(),
+            "--allow-relay-net",
+            "127.0.0.0/8",
+        ]),
+        None => cmd.arg("--direct"),
+    };
+    cmd.args(extra);
+    cmd.env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    let mut child = TransceiverChild(OwnedChild::spawn(&mut cmd).expect("transceiver starts"));
+    wait_ready(None, http, "transceiver", READY, || child.0.exit_report());
+    child
+}
+
+/// Prints the Markdown report and writes it to `out`, with the rows as JSON lines next to
+/// it (`.jsonl`) when there are rows.
+pub fn write_report(out: &std::path::Path, report: &str, json: Option<String>) {
+    print!("{report}");
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).expect("report directory");
+    }
+    std::fs::write(out, report).expect("write report");
+    if let Some(json) = json {
+        std::fs::write(out.with_extension("json"), json).expect("write json");
+    }
+    eprintln!("report: {}", out.display());
+}

@@ -1,0 +1,10 @@
+//! The subcommands of `perf` besides `compare` ([`crate::compare`]): each module holds
+//! its options (clap) and its `run`.
+
+pub mod children;
+pub mod gate;
+pub mod lab;
+pub mod loopback;
+pub mod resilience;
+pub mod sessions;
+pub mod tools;

@@ -1,0 +1,356 @@
+//! The bench `perf compare` measures on: the netns testbed with its addresses,
+//! interfaces and client flows, how a setup's flows are made, and the loads that drive
+//! it (the live-frames generator for the rate search, client sockets for fixed loads).
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use testkit::testbed::Testbed;
+
+use super::setups::{Kind, Setup, Target};
+use crate::load::{FlowPlan, Generator, Sink};
+use crate::xdp::{
+    Counted, Iface, NEVER_SAMPLED, PeerPass, Sender, Stamps, XdpGenerator, XdpLoad, XdpSink,
+    template_frame,
+};
+
+/// The first client port of the generators (each flow one port up).
+pub const FIRST_CLIENT_PORT: u16 = 20_000;
+/// The sink's UDP port on the transceiver host.
+pub const SINK_PORT: u16 = 41_000;
+/// The XDP sink passes one frame in this many to the latency socket.
+pub const SAMPLE_EVERY: u32 = 8;
+/// The flows (the plan's first) whose sockets send the socket loads.
+pub const SOCKET_FLOWS: u32 = 256;
+/// How fast flows are made before the trials (datagrams a second).
+const FLOWS_MADE_PER_SECOND: u32 = 20_000;
+/// Source ports per client address.
+pub const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
+/// How long a trial waits for stragglers before reading the sink.
+pub const SETTLE: Duration = Duration::from_millis(100);
+
+/// An IPv4 address of a v4-only setup or the downlink's frames.
+pub fn v4(a: SocketAddr) -> SocketAddrV4 {
+    match a {
+        SocketAddr::V4(v4) => v4,
+        SocketAddr::V6(_) => unreachable!("IPv6 runs uplink only, without v4-only setups"),
+    }
+}
+
+/// The testbed and everything a setup's start and load need from it.
+#[derive(Debug)]
+pub struct Bench {
+    /// The namespaces and veths.
+    pub bed: Testbed,
+    /// Clients, relay and transceiver over IPv6.
+    pub ipv6: bool,
+    /// The forwarder's CPU.
+    pub forwarder_cpu: usize,
+    /// Client flows made before the trials.
+    pub flows: u32,
+    /// The client flows.
+    pub plan: FlowPlan,
+    /// The sink on the transceiver host.
+    pub sink_addr: SocketAddr,
+    /// Our relays' public address.
+    pub vip: SocketAddr,
+    /// Our relays' internal address.
+    pub internal: SocketAddr,
+    /// Our relays' metrics (in the relay's namespace).
+    pub metrics: SocketAddr,
+    /// Where perf's sibling binaries are.
+    pub exe_dir: PathBuf,
+    /// The client's, relay's and transceiver's interfaces.
+    pub client_if: Iface,
+    /// See `client_if`.
+    pub relay_if: Iface,
+    /// See `client_if`.
+    pub xcv_if: Iface,
+    /// The bridge ports of the client and the transceiver (the live-frames generator
+    /// needs an XDP program on its veth's peer).
+    pub client_peer: Iface,
+    /// See `client_peer`.
+    pub xcv_peer: Iface,
+    /// The clock every latency stamp counts from.
+    pub epoch: Instant,
+    /// An `XDP_PASS` program on the relay's bridge port, for every setup alike: native
+    /// `XDP_TX` frames (the in-kernel rewrite, the fast path, Quilkin's XDP mode) reach
+    /// the bridge only through one, and with it every setup's transmitted frames take
+    /// the same path into the bridge (veth's XDP receive), not only theirs.
+    _relay_peer: PeerPass,
+}
+
+impl Bench {
+    /// Builds the testbed with `flows` client flows (on extra client addresses from .100
+    /// when they do not fit on one).
+    pub fn up(ipv6: bool, flows: u32, forwarder_cpu: usize) -> Result<Bench, String> {
+        let bed = Testbed::up().map_err(|e| format!("the testbed needs root: {e}"))?;
+        let iface = |ns: &str, name: &str| {
+            Iface::lookup(ns, name).map_err(|e| format!("interface {ns}/{name}: {e}"))
+        };
+        let client_if = iface(&bed.client.ns, &bed.client.ifname)?;
+        let relay_if = iface(&bed.relay.ns, &bed.relay.ifname)?;
+        let xcv_if = iface(&bed.transceiver.ns, &bed.transceiver.ifname)?;
+        let (ns, name) = bed.bridge_side(&bed.client);
+        let client_peer = iface(&ns, &name)?;
+        let (ns, name) = bed.bridge_side(&bed.transceiver);
+        let xcv_peer = iface(&ns, &name)?;
+        let (ns, name) = bed.bridge_side(&bed.relay);
+        let relay_peer = PeerPass::attach(&iface(&ns, &name)?)
+            .map_err(|e| format!("XDP on the relay's bridge port: {e}"))?;
+        let first_ip = if flows <= PORTS_PER_CLIENT_ADDR {
+            bed.client.ip(ipv6)
+        } else {
+            Ipv4Addr::new(10, 77, 0, 100).into()
+        };
+        let plan = FlowPlan::new(first_ip, FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, flows)
+            .map_err(|e| format!("--flows {flows}: {e}"))?;
+        if plan.addresses() > 6 {
+            return Err(format!("--flows {flows}: at most 6 client addresses"));
+        }
+        if ipv6 && plan.addresses() > 1 {
+            return Err(format!(
+                "--ipv6: at most {PORTS_PER_CLIENT_ADDR} flows (one client address)"
+            ));
+        }
+        if plan.first_ip != bed.client.ip(ipv6) {
+            for i in 0..plan.addresses() {
+                let std::net::IpAddr::V4(extra) = plan.ip(i) else {
+                    unreachable!("IPv6 plans have one address")
+                };
+                bed.add_client_address(extra)
+                    .map_err(|e| format!("add a client address: {e}"))?;
+            }
+        }
+        let exe_dir = std::env::current_exe()
+            .map_err(|e| format!("own path: {e}"))?
+            .parent()
+            .ok_or("perf's directory")?
+            .to_path_buf();
+        Ok(Bench {
+            sink_addr: SocketAddr::new(bed.transceiver.ip(ipv6), SINK_PORT),
+            vip: SocketAddr::new(bed.relay.ip(ipv6), 3478),
+            internal: SocketAddr::new(bed.relay.ip(ipv6), 40_000),
+            metrics: SocketAddr::from(([127, 0, 0, 1], 9100)),
+            bed,
+            ipv6,
+            forwarder_cpu,
+            flows,
+            plan,
+            exe_dir,
+            client_if,
+            relay_if,
+            xcv_if,
+            client_peer,
+            xcv_peer,
+            epoch: Instant::now(),
+            _relay_peer: relay_peer,
+        })
+    }
+
+    /// The transceivers' network our relays allow.
+    pub fn transceiver_net(&self) -> &'static str {
+        if self.ipv6 {
+            "fd77::/64"
+        } else {
+            "10.77.0.0/24"
+        }
+    }
+
+    /// An XDP program on the relay's bridge port, which native `XDP_TX` frames need.
+    pub fn relay_peer_pass(&self) -> PeerPass {
+        let (ns, ifname) = self.bed.bridge_side(&self.bed.relay);
+        let peer = Iface::lookup(&ns, &ifname).expect("the relay's bridge port");
+        PeerPass::attach(&peer).expect("XDP on the bridge port")
+    }
+
+    /// Makes `setup`'s flows: one Binding Request per flow for our relays (a session
+    /// each), one datagram for the rest, all sent twice (the first datagram towards a next
+    /// hop AF_XDP has not resolved is dropped), paced so no buffer overflows. Returns the
+    /// client sockets of the first [`SOCKET_FLOWS`] flows, bound before the flows are
+    /// made so their ports are the flows'.
+    pub fn make_flows(&self, setup: &Setup, target: Target) -> Generator {
+        let sockets = Generator::for_flows(
+            Some(&self.bed.client.ns),
+            &self.plan,
+            SOCKET_FLOWS,
+            self.epoch,
+        )
+        .expect("client sockets");
+        if setup.kind == Kind::Direct {
+            return sockets;
+        }
+        let keys = testkit::keys::keys();
+        let mut rtp_like = vec![0u8; 12];
+        rtp_like[..2].copy_from_slice(&[0x80, 111]);
+        for _ in 0..2 {
+            crate::load::make_flows(
+                Some(&self.bed.client.ns),
+                &self.plan,
+                target.dst,
+                FLOWS_MADE_PER_SECOND,
+                |f| {
+                    if target.framed {
+                        crate::probe::binding_request(&keys, self.sink_addr, f)
+                    } else {
+                        rtp_like.clone()
+                    }
+                },
+            )
+            .expect("the datagrams that make the flows");
+            std::thread::sleep(SETTLE);
+        }
+        if target.framed {
+            let active = testkit::http::get(Some(&self.bed.relay.ns), self.metrics, "/metrics")
+                .map_or(0.0, |r| {
+                    testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
+                });
+            if active < f64::from(self.flows) {
+                eprintln!(
+                    "  WARNING: {} holds {active} of {} flows",
+                    setup.name, self.flows
+                );
+            }
+        }
+        sockets
+    }
+
+    /// The fixed-load load: `sockets` send to `target` from the client's namespace,
+    /// paced by sleeping (so their cost is proportional to the rate, and the same in
+    /// every row), counted in XDP on the transceiver's veth with nothing passed up.
+    pub fn socket_load(&self, sockets: Generator, target: Target, size: usize) -> XdpLoad {
+        let idle = Sink::start_in(
+            Some(&self.bed.transceiver.ns),
+            SocketAddr::new(self.sink_addr.ip(), 0),
+            false,
+            self.epoch,
+        )
+        .expect("an idle latency socket");
+        XdpLoad {
+            generator: Sender::Sockets(sockets.with_payload_len(size), target.dst),
+            latency_generator: None,
+            sink: XdpSink::attach(&self.xcv_if, Counted::ToPort(SINK_PORT), NEVER_SAMPLED)
+                .expect("XDP sink"),
+            sampler: idle,
+            settle: SETTLE,
+        }
+    }
+
+    /// The uplink's live-frames load (or, without `live_frames`, the sockets' load),
+    /// counted in XDP on the transceiver's veth, one in [`SAMPLE_EVERY`] passed to a
+    /// socket for latency; `sockets` send the latency trial.
+    pub fn uplink_load(
+        &self,
+        sockets: Generator,
+        target: Target,
+        size: usize,
+        live_frames: bool,
+    ) -> XdpLoad {
+        let sockets = Sender::Sockets(sockets.with_payload_len(size), target.dst);
+        let (generator, latency_generator) = if live_frames {
+            let frames = XdpGenerator::new(
+                self.client_if.clone(),
+                Some(&self.client_peer),
+                template_frame(
+                    self.client_if.mac,
+                    target.dst_mac,
+                    self.plan.addr(0),
+                    target.dst,
+                    size,
+                ),
+                &self.plan,
+                self.epoch,
+            )
+            .expect("XDP generator");
+            (Sender::LiveFrames(frames), Some(sockets))
+        } else {
+            (sockets, None)
+        };
+        XdpLoad {
+            generator,
+            latency_generator,
+            sink: XdpSink::attach(&self.xcv_if, Counted::ToPort(SINK_PORT), SAMPLE_EVERY)
+                .expect("XDP sink"),
+            sampler: Sink::start_in(
+                Some(&self.bed.transceiver.ns),
+                self.sink_addr,
+                target.framed,
+                self.epoch,
+            )
+            .expect("latency socket"),
+            settle: SETTLE,
+        }
+    }
+
+    /// Replies from the transceiver's veth in live frames: to our relays' internal port
+    /// in a frame naming the client, or (nftables, the direct path) to the client's port;
+    /// counted on the client's veth by their source port; no latency sample.
+    pub fn downlink_load(&self, setup: &Setup, size: usize) -> XdpLoad {
+        let (plan, client_mac) = (self.plan, self.client_if.mac);
+        let relay = |port: u16| SocketAddr::new(self.bed.relay.ip(self.ipv6), port);
+        let (frame, plan, stamps, from_port) = match setup.kind {
+            Kind::Direct => (
+                template_frame(
+                    self.xcv_if.mac,
+                    client_mac,
+                    self.sink_addr,
+                    plan.addr(0),
+                    size,
+                ),
+                plan,
+                Stamps::DESTINATION,
+                SINK_PORT,
+            ),
+            Kind::Nftables => {
+                // The reply goes to the VIP at the client's port; conntrack undoes it.
+                let to_vip = FlowPlan {
+                    first_ip: self.bed.relay.addr.into(),
+                    ..plan
+                };
+                let frame = template_frame(
+                    self.xcv_if.mac,
+                    self.relay_if.mac,
+                    self.sink_addr,
+                    to_vip.addr(0),
+                    size,
+                );
+                (frame, to_vip, Stamps::DESTINATION, self.vip.port())
+            }
+            _ => (
+                crate::xdp::framed_template(
+                    (self.xcv_if.mac, self.relay_if.mac),
+                    (v4(self.sink_addr), v4(relay(self.internal.port()))),
+                    (v4(plan.addr(0)), v4(relay(self.vip.port()))),
+                    size,
+                ),
+                plan,
+                Stamps::FRAMED_CLIENT,
+                self.vip.port(),
+            ),
+        };
+        let frames = XdpGenerator::stamping(
+            self.xcv_if.clone(),
+            Some(&self.xcv_peer),
+            frame,
+            (&plan, stamps),
+            self.epoch,
+        )
+        .expect("XDP generator");
+        let nothing = Sink::start_in(
+            Some(&self.bed.client.ns),
+            SocketAddr::from((self.bed.client.addr, 0)),
+            false,
+            self.epoch,
+        )
+        .expect("an idle latency socket");
+        XdpLoad {
+            generator: Sender::LiveFrames(frames),
+            latency_generator: None,
+            sink: XdpSink::attach(&self.client_if, Counted::FromPort(from_port), NEVER_SAMPLED)
+                .expect("XDP sink"),
+            sampler: nothing,
+            settle: SETTLE,
+        }
+    }
+}

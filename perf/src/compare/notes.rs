@@ -1,0 +1,270 @@
+//! The prose of `perf compare`'s report: how each phase was measured, what the veth
+//! testbed cannot show, and the evidence for the anomalies a reader would otherwise ask
+//! about. Kept apart from the numbers so the report's code reads as tables.
+
+use std::fmt::Write as _;
+
+use super::bench::{PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SOCKET_FLOWS};
+use super::cost::{RowCost, Sample};
+use super::setups::name_of;
+use super::{Direction, GeneratorKind, Options};
+use crate::load::LOAD_CPU;
+
+/// How the fixed-load phase was measured.
+pub fn rounds_method(options: &Options, seed: u64) -> String {
+    let loads: Vec<String> = options.loads.iter().map(|l| format!("{l}")).collect();
+    format!(
+        "\n## How the cost was measured\n\n{} randomized interleaved rounds (seed {seed}): every setup \
+         once per round, in a new random order, started afresh, its {} flows made, a 200 ms warm-up \
+         not counted, then {} pps for {:?} each from the client sockets of the first {SOCKET_FLOWS} \
+         flows (`sendmmsg`, paced by sleeping, so the tools cost the same in every row), counted and \
+         dropped in XDP on the transceiver's veth. Around each trial every CPU of the machine is \
+         counted (busy = wall − idle − iowait − steal from `/proc/stat`, softirq included), \
+         whatever it ran for: the generator, the bridge, the relay, the sink. The same trial on the \
+         direct path in the same round (the null row: the same tools, no relay) is subtracted load \
+         by load, so what remains is what the setup added. A load a setup lost more than 0.5 % at \
+         is left out of its pooled figure. Per round, each row's pooled cost is divided by \
+         relay-mio's in that round; the verdict reads the median of those ratios and its \
+         distribution-free interval. `/proc/stat` counts in 10 ms steps per CPU, so a 1 s trial \
+         at 10k pps reads to a few tenths of a µs per packet; the pooled figure, over all loads, \
+         to better.\n",
+        options.rounds,
+        options.flows,
+        loads.join(", "),
+        options.trial,
+    )
+}
+
+/// The host gate: what it reads and the thresholds.
+pub fn host_gate_method() -> String {
+    let t = crate::host_gate::THRESHOLDS;
+    format!(
+        "\n## The host gate\n\nBefore each setup's trials the gate watches the host at rest for {} ms \
+         (nothing of ours running), runs a fixed-work loop pinned to the forwarder's core (the \
+         fastest of three) and the cross-core wake-up probe; during the trials it reads steal. A \
+         setup's trials are left out when the host was over {:.0} % busy at rest, more than \
+         {:.0} % was stolen, some task waited for a CPU over {:.0} % of the rest window (PSI), or \
+         the loop ran over {:.1}× slower than the run's fastest. A round whose null row or \
+         relay-mio was left out counts for no ratio. When fewer than {:.0} % of the rounds are \
+         kept the verdict is withheld.\n",
+        crate::host_gate::QUIET_WINDOW.as_millis(),
+        t.busy_at_rest * 100.0,
+        t.steal * 100.0,
+        t.pressure_at_rest * 100.0,
+        t.calibration_slowdown,
+        super::verdict::KEPT_NEEDED * 100.0,
+    )
+}
+
+/// The host gate's readings, one row per setup and round, disturbed ones first.
+pub fn host_gate_table(samples: &[Sample]) -> String {
+    if samples.is_empty() {
+        return String::new();
+    }
+    let kept = samples.iter().filter(|s| s.clean()).count();
+    let mut out = format!(
+        "\n{kept} of {} setup trials passed the gate.\n\n| round | place | setup | at rest busy / steal / pressure | calibration µs | wake-up round trip | left out because |\n|---:|---:|---|---|---:|---|---|\n",
+        samples.len()
+    );
+    let mut ordered: Vec<&Sample> = samples.iter().collect();
+    ordered.sort_by_key(|s| (s.clean(), s.round, s.position));
+    for s in ordered {
+        let (rest, calibration, wake) =
+            s.reading
+                .as_ref()
+                .map_or(("–".into(), "–".into(), "–".into()), |r| {
+                    (
+                        format!(
+                            "{:.1} % / {:.1} % / {}",
+                            r.at_rest.busy_share() * 100.0,
+                            r.at_rest.steal_share() * 100.0,
+                            r.at_rest
+                                .pressure
+                                .map_or("–".into(), |p| format!("{:.1} %", p * 100.0))
+                        ),
+                        r.calibration_us.map_or("–".into(), |c| format!("{c:.0}")),
+                        r.wake.map_or("–".into(), |w| w.label()),
+                    )
+                });
+        let why: Vec<String> = s.disturbances.iter().map(|d| d.label()).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {rest} | {calibration} | {wake} | {} |",
+            s.round,
+            s.position,
+            name_of(&s.setup),
+            if why.is_empty() {
+                "–".to_string()
+            } else {
+                why.join("; ")
+            }
+        );
+    }
+    out
+}
+
+/// What the veth testbed cannot show, so no reader carries a veth figure to a NIC.
+pub const VETH_LIMITS: &str = "\n## What this testbed cannot show\n\n\
+- **AF_XDP is copy mode on veth.** veth has no zero-copy AF_XDP: every frame is copied into \
+  and out of the UMEM. On a NIC with zero-copy (`--bind-mode zerocopy`) relay-afxdp skips both \
+  copies; these rows overstate its cost.\n\
+- **Native XDP on veth rebuilds each skb.** A frame arriving on a veth with a native XDP \
+  program was already an skb; veth turns it into an `xdp_buff` (copying it when the skb is \
+  shared or lacks headroom) and, on `XDP_PASS`, builds a new skb. Generic (skb) mode skips \
+  that round trip, so on veth it can be the cheaper mode — the reverse of a NIC, whose driver \
+  runs native XDP on the DMA buffer before any skb exists.\n\
+- **Every hop between cores is an interrupt through the hypervisor.** The relay's receive work \
+  is steered to its core (RPS) and the bridge's share of its sends back to the tools' core; on \
+  this VM each such inter-processor interrupt is an exit to the hypervisor (`native_write_msr` \
+  in the profiles). A NIC queue whose interrupt is affine to the relay's core pays none.\n\
+- **Two vCPUs.** One worker per setup, one core for the tools: scaling across cores is not \
+  measured here.\n";
+
+/// The anomalies, with this run's evidence: rows that split in two, whether a row's
+/// cost depends on its place in the round, native against generic XDP, and the in-kernel
+/// reference against relay-afxdp.
+pub fn anomalies(rows: &[RowCost]) -> String {
+    let mut out = String::from("\n## Anomalies, with this run's evidence\n\n");
+    let cost = |key: &str| rows.iter().find(|r| r.setup == key).and_then(|r| r.pooled);
+    let bimodal: Vec<String> = rows
+        .iter()
+        .filter(|r| r.bimodal)
+        .map(|r| name_of(&r.setup))
+        .collect();
+    let _ = writeln!(
+        out,
+        "- **Rows in two states.** {}",
+        if bimodal.is_empty() {
+            "No row's per-round costs split into two groups in this run.".to_string()
+        } else {
+            format!(
+                "Split into two groups (their per-round costs are listed below): {}. Their median \
+                 describes neither state; the interval says how far apart the states are.",
+                bimodal.join(", ")
+            )
+        }
+    );
+    let _ = writeln!(
+        out,
+        "- **The order a setup ran in.** Each row's median pooled cost by its place in the round \
+         (1 = first after the previous round's last setup stopped); a row whose standing moved \
+         with its place would show it here:"
+    );
+    for r in rows.iter().filter(|r| r.by_position.len() > 1) {
+        let places: Vec<String> = r
+            .by_position
+            .iter()
+            .map(|(at, us)| format!("{at}: {us:.2}"))
+            .collect();
+        let _ = writeln!(out, "  - {}: {}", name_of(&r.setup), places.join(", "));
+    }
+    if let (Some(skb), Some(native)) = (cost("afxdp-skb-wakeup"), cost("afxdp-native-wakeup")) {
+        let _ = writeln!(
+            out,
+            "- **Native XDP against generic on veth.** relay-afxdp wakeup costs {:.2} µs per packet in \
+             skb mode and {:.2} in native mode here: native on veth {}. See *What this testbed \
+             cannot show*: native XDP on veth rebuilds each skb, which a NIC does not.",
+            skb.median,
+            native.median,
+            if native.median > skb.median {
+                "pays for the skb round trip"
+            } else {
+                "does not cost more in this run"
+            }
+        );
+    }
+    if let Some(reference) = cost("xdp-relay") {
+        let afxdp_best = ["afxdp-skb-wakeup", "afxdp-native-wakeup"]
+            .iter()
+            .filter_map(|k| cost(k))
+            .map(|c| c.median)
+            .min_by(f64::total_cmp);
+        let _ = writeln!(
+            out,
+            "- **The in-kernel XDP reference.** It costs {:.2} µs per packet{}. Every setup in this run \
+             had the same `XDP_PASS` program on the relay's bridge port (the in-kernel rewrite's \
+             `XDP_TX` frames need one to arrive), so every row's transmitted frames took the same \
+             veth path into the bridge; before, only the rewrite paid for it.",
+            reference.median,
+            afxdp_best.map_or(String::new(), |b| format!(
+                " against relay-afxdp's best {b:.2}: the rewrite is {}",
+                if reference.median <= b {
+                    "the cheaper, as it should be (it does the same work without leaving the kernel)"
+                } else {
+                    "still dearer here: `XDP_TX` on veth hands each frame to the peer's NAPI ring, \
+                     where native mode's skb round trip is paid again"
+                }
+            ))
+        );
+    }
+    out
+}
+
+/// How the secondary phase was measured.
+pub fn search_method(options: &Options, addresses: u32, vcpus: &serde_json::Value) -> String {
+    let generator = match (options.direction, options.generator) {
+        (Direction::Both, _) => format!(
+            "Both directions at once, {:.0} % of each trial's rate downlink: a live-frames \
+             generator on each end, both busy-polling CPU {LOAD_CPU} (so the tools core's busy \
+             share is not shown); latency sampled on the uplink",
+            options.downlink_share * 100.0
+        ),
+        (Direction::Down, _) => format!(
+            "The generator transmits prebuilt replies from the transceiver's veth in live frames \
+             (busy-polling CPU {LOAD_CPU}): to our relays a frame to the internal port naming the \
+             client, to nftables a datagram to the VIP at the client's port, on the direct path a \
+             datagram to the client; counted in XDP on the client's veth"
+        ),
+        (Direction::Up, GeneratorKind::LiveFrames) => format!(
+            "The generator transmits prebuilt frames from the client's veth with one BPF_PROG_RUN \
+             in live-frames mode, paced against the kernel clock (it busy-polls CPU {LOAD_CPU}, so \
+             the tools core's busy share is not shown); the sink counts in XDP on the transceiver's \
+             veth and passes one in {SAMPLE_EVERY} to a socket for latency"
+        ),
+        (Direction::Up, GeneratorKind::Sockets) => format!(
+            "The generator sends with sendmmsg from the sockets of the first {SOCKET_FLOWS} flows, \
+             paced in 0.5 ms slices"
+        ),
+    };
+    let placement = if options.no_steer {
+        "its kernel receive work is not steered (veth runs it on the sender's CPU), so \
+         \"forwarder µs/pkt\" counts what the forwarder does from its socket or XDP program on"
+    } else {
+        "its kernel receive work is steered there too (RPS and threaded NAPI), so \"forwarder \
+         µs/pkt\" is all of the relay path's cost on that core"
+    };
+    let cpu = options.forwarder_cpu;
+    let hops = if cpu == LOAD_CPU {
+        "none: the forwarder shares the tools' core".to_string()
+    } else if !options.no_steer {
+        format!(
+            "two for every forwarder, busy-polling or not (RPS to CPU {cpu}, and back to CPU \
+             {LOAD_CPU} for the bridge's share of what the forwarder sends); none on the direct path"
+        )
+    } else {
+        "two for a forwarder that sleeps (its own wake-up, then the sink's), one for a \
+         busy-polling one (the sink's wake-up); none on the direct path"
+            .to_string()
+    };
+    let interleaved = if options.interleave {
+        format!(
+            " The searches ran in {} interleaved rounds: every setup once per round, started \
+             afresh; the latency trial and the profile come from the last round.",
+            options.search.repeats.max(1)
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "\n## How the maximum rate was measured\n\nTopology: a one-armed relay behind a Linux \
+         bridge (client, relay and transceiver namespaces, each a veth to a bridge namespace). The \
+         load is spread over {} client flows ({addresses} client address(es), up to \
+         {PORTS_PER_CLIENT_ADDR} ports each), every one made before the search. {generator}. Every \
+         forwarder runs on CPU {cpu}; {placement}. One worker per setup on this host's {vcpus} \
+         vCPUs.{interleaved}\n\nCross-core hops in a datagram's path in the latency trial (the \
+         sender and the sink run on CPU {LOAD_CPU}; each hop is an inter-processor interrupt, on a \
+         VM a trip through the hypervisor): {hops}. `--no-steer` leaves a busy-polling forwarder \
+         one hop; `--forwarder-cpu {LOAD_CPU}` none.\n",
+        options.flows,
+    )
+}

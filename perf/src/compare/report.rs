@@ -1,0 +1,290 @@
+//! `perf compare`'s report: the verdict and the cost table first (the primary metric),
+//! the host gate, the anomalies, then the maximum-rate search, as Markdown for people,
+//! JSON for machines (CI, a lab's tracking) and an SVG of the two.
+
+use std::fmt::Write as _;
+
+use super::cost::{CONFIDENCE, RowCost, Sample, row_costs, sessions_per_core};
+use super::search_phase::Searched;
+use super::setups::{BASELINE, NULL, Setup, bypass_keys, name_of};
+use super::verdict::{Verdict, judge};
+use super::{Direction, Options, notes};
+use crate::stats::Interval;
+
+/// Everything a run measured.
+#[derive(Debug)]
+pub struct Measured<'a> {
+    /// The setups run.
+    pub setups: &'a [&'static Setup],
+    /// Setups left out, and why.
+    pub left_out: &'a [(String, &'static str)],
+    /// The fixed-load rounds' samples.
+    pub samples: &'a [Sample],
+    /// The search phase.
+    pub searched: &'a Searched,
+    /// The rounds' seed.
+    pub seed: u64,
+    /// The environment record.
+    pub environment: &'a serde_json::Value,
+}
+
+/// The cost table: each row's net µs per packet at each load, pooled, its ratio to
+/// relay-mio's, voice sessions per core, and the rounds kept.
+fn cost_table(rows: &[RowCost], loads: &[u64]) -> String {
+    let mut out = format!(
+        "\n## CPU cost per forwarded packet at fixed loads\n\nµs of the whole machine per packet, \
+         the null row's subtracted; median [interval of at least {:.0} % confidence] over the rounds kept.\n\n| setup |",
+        CONFIDENCE * 100.0
+    );
+    for l in loads {
+        let _ = write!(out, " at {}k pps |", l / 1000);
+    }
+    out.push_str(" pooled | ratio to relay-mio | voice sessions per core | rounds kept |\n|---|");
+    out.push_str(&"---:|".repeat(loads.len() + 4));
+    out.push('\n');
+    let label = |i: Option<Interval>, digits: usize| i.map_or("–".into(), |i| i.label(digits));
+    for r in rows {
+        let _ = write!(
+            out,
+            "| {}{} |",
+            name_of(&r.setup),
+            if r.bimodal { " (two states)" } else { "" }
+        );
+        for l in &r.per_load {
+            let _ = write!(out, " {} |", label(*l, 2));
+        }
+        let _ = writeln!(
+            out,
+            " {} | {} | {} | {} of {} |",
+            label(r.pooled, 2),
+            label(r.ratio_to_baseline, 2),
+            r.pooled.map_or("–".into(), |p| format!(
+                "{:.0}",
+                sessions_per_core(p.median)
+            )),
+            r.rounds_kept,
+            r.rounds_run
+        );
+    }
+    out
+}
+
+/// Every kept round's pooled cost, per row: the raw material of every median above.
+fn per_round_table(rows: &[RowCost], rounds: usize) -> String {
+    let mut out = String::from("\n### Pooled µs per packet in each round\n\n| setup |");
+    for round in 1..=rounds {
+        let _ = write!(out, " {round} |");
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---:|".repeat(rounds));
+    out.push('\n');
+    for r in rows {
+        let _ = write!(out, "| {} |", name_of(&r.setup));
+        for round in 1..=rounds {
+            let cell = r
+                .pooled_by_round
+                .iter()
+                .find(|(n, _)| *n == round)
+                .map_or("–".into(), |(_, us)| format!("{us:.2}"));
+            let _ = write!(out, " {cell} |");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn interval_json(i: Option<Interval>) -> serde_json::Value {
+    i.map_or(serde_json::Value::Null, |i| {
+        serde_json::json!({
+            "median": i.median, "low": i.low, "high": i.high,
+            "confidence": i.confidence, "samples": i.samples,
+        })
+    })
+}
+
+/// The primary phase as JSON.
+fn cost_json(
+    verdict: &Verdict,
+    rows: &[RowCost],
+    samples: &[Sample],
+    options: &Options,
+    seed: u64,
+) -> serde_json::Value {
+    serde_json::json!({
+        "loads_pps": options.loads,
+        "trial_seconds": options.trial.as_secs_f64(),
+        "rounds": options.rounds,
+        "seed": seed,
+        "null_row": NULL,
+        "baseline": BASELINE,
+        "verdict": {
+            "kind": verdict.kind(),
+            "sentence": verdict.sentence(name_of),
+            "ratio": interval_json(verdict.ratio()),
+            "setup": match verdict {
+                Verdict::Saves { setup, .. } | Verdict::Costs { setup, .. }
+                | Verdict::Inconclusive { setup, .. } => serde_json::json!(setup),
+                Verdict::Withheld(_) => serde_json::Value::Null,
+            },
+        },
+        "rows": rows.iter().map(|r| serde_json::json!({
+            "setup": r.setup,
+            "name": name_of(&r.setup),
+            "us_per_packet_by_load": r.per_load.iter().map(|i| interval_json(*i)).collect::<Vec<_>>(),
+            "us_per_packet": interval_json(r.pooled),
+            "ratio_to_baseline": interval_json(r.ratio_to_baseline),
+            "sessions_per_core": r.pooled.map(|p| sessions_per_core(p.median)),
+            "bimodal": r.bimodal,
+            "rounds_kept": r.rounds_kept,
+            "rounds_run": r.rounds_run,
+        })).collect::<Vec<_>>(),
+        "samples": samples.iter().map(|s| serde_json::json!({
+            "round": s.round,
+            "position": s.position,
+            "setup": s.setup,
+            "kept": s.clean(),
+            "disturbances": s.disturbances.iter().map(|d| d.label()).collect::<Vec<_>>(),
+            "host": s.reading.map(|r| serde_json::json!({
+                "busy_at_rest": r.at_rest.busy_share(),
+                "steal_at_rest": r.at_rest.steal_share(),
+                "pressure_at_rest": r.at_rest.pressure,
+                "calibration_us": r.calibration_us,
+                "wake_round_trip": r.wake.map(|w| w.json()),
+            })),
+            "loads": s.loads.iter().map(|t| serde_json::json!({
+                "offered_pps": t.offered_pps, "sent": t.sent, "received": t.received,
+                "busy_seconds": t.busy, "wall_seconds": t.wall,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Writes the report (Markdown, with JSON and SVG beside it) to `options.out`.
+pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
+    let keys: Vec<&str> = m.setups.iter().map(|s| s.key).collect();
+    let rows = row_costs(m.samples, NULL, BASELINE, &keys);
+    let verdict = judge(&rows, BASELINE, &bypass_keys());
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let way = match options.direction {
+        Direction::Up => "uplink",
+        Direction::Down => "downlink",
+        Direction::Both => "both directions",
+    };
+    let mut md = format!(
+        "# Side by side on the netns testbed ({way}, {} flows{}): is kernel bypass warranted?\n\nCommand: `{command}`\n\n",
+        options.flows,
+        if options.ipv6 { ", IPv6" } else { "" }
+    );
+    if m.samples.is_empty() {
+        md.push_str(
+            "No fixed-load rounds ran (`--rounds 0`, or a direction other than up): no cost verdict; \
+             the maximum-rate search below is the only result.\n",
+        );
+    } else {
+        md.push_str(&super::verdict::markdown(
+            &verdict, &rows, BASELINE, name_of,
+        ));
+        md.push_str(&cost_table(&rows, &options.loads));
+        md.push_str(&per_round_table(&rows, options.rounds));
+        md.push_str(&notes::rounds_method(options, m.seed));
+        md.push_str(&notes::host_gate_method());
+        md.push_str(&notes::host_gate_table(m.samples));
+        md.push_str(&notes::anomalies(&rows));
+    }
+    md.push_str(notes::VETH_LIMITS);
+    if !m.left_out.is_empty() {
+        let listed: Vec<String> = m
+            .left_out
+            .iter()
+            .map(|(n, why)| format!("{n} ({why})"))
+            .collect();
+        let _ = writeln!(md, "\nNot measured in this run: {}.", listed.join("; "));
+    }
+    let searched = m.searched;
+    if !searched.rows.is_empty() {
+        md.push_str("\n# The maximum rate (secondary)\n\n");
+        let traffic = format!("{}-byte datagrams, {way}", options.search.size);
+        md.push_str(&crate::report::body(
+            &traffic,
+            &searched.rows,
+            options.search.fixed_pps,
+        ));
+        md.push_str(&notes::search_method(
+            options,
+            options.flows.div_ceil(super::bench::PORTS_PER_CLIENT_ADDR),
+            &m.environment["vcpus"],
+        ));
+        let drops: Vec<String> = searched
+            .receive_buffer_drops
+            .iter()
+            .map(|(n, d)| format!("{n}: {d}"))
+            .collect();
+        let _ = writeln!(
+            md,
+            "\nDatagrams the relay host's kernel dropped for a full socket receive buffer \
+             (`Udp: RcvbufErrors`) over each setup's searches: {}.",
+            drops.join("; ")
+        );
+        if let Some(q) = &searched.quilkin_drops {
+            let listed: Vec<String> = q.iter().map(|(r, n)| format!("{r}: {n}")).collect();
+            let _ = writeln!(
+                md,
+                "\nQuilkin's own drop counters over its row: {}.",
+                listed.join(", ")
+            );
+        }
+    }
+    md.push_str(&crate::environment::markdown(m.environment));
+    if !searched.rows.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Where the time goes\n\nCPU {} (the forwarder's core) sampled by Linux perf over one \
+             more trial per setup at 70 % of its maximum: the busiest functions, in percent of the \
+             core's busy samples. `native_write_msr` is RPS's inter-processor interrupt, a \
+             hypervisor exit on this VM.",
+            options.forwarder_cpu
+        );
+        md.push_str(&searched.profiles);
+        md.push_str(&crate::report::appendix(&searched.rows));
+    }
+    let svg_name = options.out.with_extension("svg");
+    if let Some(name) = svg_name.file_name().and_then(|n| n.to_str()) {
+        md = md.replacen(
+            "\n\n",
+            &format!("\n\n![cost per packet and maximum rate]({name})\n\n"),
+            1,
+        );
+    }
+    let mut json = crate::report::json(&searched.rows, m.environment);
+    json["cost"] = cost_json(&verdict, &rows, m.samples, options, m.seed);
+    let cost_bars: Vec<(String, Option<crate::stats::Spread>)> = rows
+        .iter()
+        .map(|r| {
+            (
+                name_of(&r.setup),
+                r.pooled.map(|p| (p.median, p.low, p.high)),
+            )
+        })
+        .collect();
+    let svg = crate::report::svg_with(
+        &[(
+            "µs of the machine per packet at fixed loads, null row subtracted (lower is better)",
+            "µs",
+            cost_bars,
+        )],
+        &searched.rows,
+        options.search.fixed_pps,
+    );
+    if let Some(dir) = options.out.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    print!("{md}");
+    std::fs::write(&options.out, md)?;
+    std::fs::write(
+        options.out.with_extension("json"),
+        serde_json::to_string_pretty(&json).expect("JSON"),
+    )?;
+    std::fs::write(svg_name, svg)?;
+    eprintln!("report: {}", options.out.display());
+    Ok(())
+}

@@ -1,0 +1,184 @@
+//! The primary phase of `perf compare`: randomized interleaved rounds. Every setup once
+//! per round, in a new random order each round, started afresh; each offered the same
+//! fixed loads from client sockets, with every CPU's busy time counted around each trial
+//! and the host read by the gate before it. Drift in the host's speed then falls on every
+//! row alike, and a round's ratios compare setups measured minutes apart at most.
+
+use std::time::{Duration, Instant};
+
+use super::bench::Bench;
+use super::cost::{LoadTrial, Sample};
+use super::setups::Setup;
+use crate::cpu::Snapshot;
+use crate::host_gate::{self, THRESHOLDS};
+use crate::load::{LOAD_CPU, Load};
+
+/// How the rounds run.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Rounds.
+    pub rounds: usize,
+    /// The fixed loads, pps, each below every measured setup's saturation.
+    pub loads: Vec<u64>,
+    /// Each trial's length.
+    pub trial: Duration,
+    /// UDP payload bytes.
+    pub size: usize,
+    /// The seed of the rounds' orders.
+    pub seed: u64,
+}
+
+/// A small, seeded generator for the rounds' orders (xorshift64*): the order is in the
+/// report, and `--seed` repeats it.
+#[derive(Clone, Debug)]
+pub struct Shuffler(u64);
+
+impl Shuffler {
+    /// Seeded with `seed` (0 is replaced: xorshift has no zero state).
+    pub fn new(seed: u64) -> Shuffler {
+        Shuffler(seed.max(1))
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// `items` in a random order (Fisher–Yates).
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = (self.next() % (i as u64 + 1)) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+/// A seed from the clock, for a run that names none.
+pub fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// Runs the rounds on `bench`; every sample, in the order taken.
+pub fn run(bench: &Bench, setups: &[&'static Setup], plan: &Plan) -> Vec<Sample> {
+    let mut shuffler = Shuffler::new(plan.seed);
+    let mut samples = vec![];
+    let mut fastest_calibration: Option<f64> = None;
+    let steps = plan.rounds * setups.len();
+    let started = Instant::now();
+    for round in 1..=plan.rounds {
+        let mut order = setups.to_vec();
+        shuffler.shuffle(&mut order);
+        for (position, setup) in order.iter().enumerate() {
+            let done = samples.len();
+            let eta = if done == 0 {
+                String::new()
+            } else {
+                let left = started.elapsed().as_secs_f64() / done as f64 * (steps - done) as f64;
+                format!(", about {:.0} min left", (left / 60.0).ceil())
+            };
+            eprintln!(
+                "round {round}/{}: {} ({}/{steps}{eta})",
+                plan.rounds,
+                setup.name,
+                done + 1
+            );
+            let reading = host_gate::read(LOAD_CPU, bench.forwarder_cpu);
+            let (loads, during) = measure(bench, setup, plan);
+            let disturbances = host_gate::judge(
+                &reading,
+                Some(&during),
+                fastest_calibration.or(reading.calibration_us),
+                &THRESHOLDS,
+            );
+            if let Some(c) = reading.calibration_us {
+                fastest_calibration = Some(fastest_calibration.map_or(c, |f: f64| f.min(c)));
+            }
+            for d in &disturbances {
+                eprintln!("  host gate: {} (left out)", d.label());
+            }
+            samples.push(Sample {
+                setup: setup.key.to_string(),
+                round,
+                position: position + 1,
+                loads,
+                disturbances,
+                reading: Some(reading),
+            });
+        }
+    }
+    samples
+}
+
+/// Starts `setup`, makes its flows, offers each load once (after a short warm-up that
+/// is not counted) and stops it; the trials and the window they span.
+fn measure(bench: &Bench, setup: &Setup, plan: &Plan) -> (Vec<LoadTrial>, crate::cpu::Spent) {
+    let running = setup.start(bench);
+    let target = setup.target(bench);
+    let sockets = bench.make_flows(setup, target);
+    let mut load = bench.socket_load(sockets, target, plan.size);
+    // Neighbour tables, caches and the relay's first wake-ups: not counted.
+    let _ = load.trial(plan.loads[0], Duration::from_millis(200));
+    let window = Snapshot::now();
+    let mut trials = vec![];
+    for &rate in &plan.loads {
+        let before = Snapshot::now();
+        let t = load.trial(rate, plan.trial);
+        let spent = before.until(&Snapshot::now());
+        eprintln!(
+            "  {rate:>6} pps: received {:>7} of {:>7}, {:.2} µs per packet (whole machine)",
+            t.received,
+            t.sent,
+            spent.busy * 1e6 / t.received.max(1) as f64
+        );
+        trials.push(LoadTrial {
+            offered_pps: rate,
+            sent: t.sent,
+            received: t.received,
+            busy: spent.busy,
+            wall: spent.wall,
+        });
+    }
+    let during = window.until(&Snapshot::now());
+    drop(load);
+    drop(running);
+    (trials, during)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shuffle_is_a_permutation_and_the_seed_repeats_it() {
+        let mut a: Vec<u32> = (0..8).collect();
+        let mut b = a.clone();
+        Shuffler::new(42).shuffle(&mut a);
+        Shuffler::new(42).shuffle(&mut b);
+        assert_eq!(a, b);
+        let mut sorted = a.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, (0..8).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn over_many_rounds_every_setup_takes_every_place() {
+        let mut shuffler = Shuffler::new(7);
+        let mut seen = [[0u32; 4]; 4];
+        for _ in 0..400 {
+            let mut order = [0usize, 1, 2, 3];
+            shuffler.shuffle(&mut order);
+            for (place, setup) in order.iter().enumerate() {
+                seen[*setup][place] += 1;
+            }
+        }
+        for row in seen {
+            for count in row {
+                assert!((60..=140).contains(&count), "{seen:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The secondary phase of `perf compare`: each setup's maximum rate (CSIT-style NDR and
+//! PDR, [`crate::search`]) with the live-frames generator, its latency at a fixed load,
+//! and a Linux perf profile of the forwarder's core at 70 % of its maximum.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::bench::Bench;
+use super::setups::{Kind, Running, Setup};
+use super::{Direction, GeneratorKind, Options};
+use crate::load::Load;
+use crate::report::Row;
+
+/// What the phase measured.
+#[derive(Debug, Default)]
+pub struct Searched {
+    /// One row per setup.
+    pub rows: Vec<Row>,
+    /// The profiles, as Markdown.
+    pub profiles: String,
+    /// Quilkin's own drop counters, if it ran.
+    pub quilkin_drops: Option<BTreeMap<String, f64>>,
+    /// Datagrams the relay host dropped for a full socket buffer, per setup.
+    pub receive_buffer_drops: Vec<(String, u64)>,
+}
+
+/// The load a setup's search drives, by `options.direction`.
+fn load_for(
+    bench: &Bench,
+    setup: &Setup,
+    options: &Options,
+    sockets: crate::load::Generator,
+) -> Box<dyn Load> {
+    let target = setup.target(bench);
+    let size = options.search.size;
+    let live = options.generator == GeneratorKind::LiveFrames;
+    match options.direction {
+        Direction::Up => Box::new(bench.uplink_load(sockets, target, size, live)),
+        Direction::Down => Box::new(bench.downlink_load(setup, size)),
+        Direction::Both => Box::new(crate::xdp::Conversation {
+            up: bench.uplink_load(sockets, target, size, live),
+            down: bench.downlink_load(setup, size),
+            downlink_share: options.downlink_share,
+        }),
+    }
+}
+
+/// Searches every setup (in `--repeats` rounds with `--interleave`); `steer` says
+/// whether the relay's NAPI threads go to the forwarder's core.
+pub fn run(bench: &Bench, setups: &[&Setup], options: &Options, steer: bool) -> Searched {
+    let mut searched = Searched::default();
+    let rounds = if options.interleave {
+        options.search.repeats.max(1)
+    } else {
+        1
+    };
+    let per_round = crate::measure::SearchArgs {
+        repeats: if options.interleave {
+            1
+        } else {
+            options.search.repeats
+        },
+        ..options.search
+    };
+    let cpu = bench.forwarder_cpu;
+    for round in 1..=rounds {
+        for setup in setups {
+            if options.interleave {
+                eprintln!("search round {round} of {rounds}: {}", setup.name);
+            }
+            let running = setup.start(bench);
+            if steer {
+                let napi = crate::placement::pin_napi_threads(
+                    &bench.bed.relay.ns,
+                    &bench.bed.relay.ifname,
+                    cpu,
+                );
+                if napi > 0 {
+                    eprintln!(
+                        "  {napi} NAPI thread(s) of the relay's interface pinned to CPU {cpu}"
+                    );
+                }
+            }
+            let sockets = bench.make_flows(setup, setup.target(bench));
+            let mut load = load_for(bench, setup, options, sockets);
+            if options.direction != Direction::Up {
+                // A relay learns the client's next hop from its first replies (AF_XDP
+                // asks the kernel): a short trial first, not counted.
+                let _ = load.trial(1_000, Duration::from_millis(300));
+            }
+            let drops_before = crate::load::udp_receive_buffer_drops(Some(&bench.bed.relay.ns));
+            let runs = crate::measure::runs(
+                setup.name,
+                load.as_mut(),
+                &per_round,
+                || crate::cpu::cpu_busy_seconds(cpu),
+                cpu,
+            );
+            let drops =
+                crate::load::udp_receive_buffer_drops(Some(&bench.bed.relay.ns)) - drops_before;
+            match searched
+                .receive_buffer_drops
+                .iter_mut()
+                .find(|(n, _)| n == setup.name)
+            {
+                Some((_, d)) => *d += drops,
+                None => searched
+                    .receive_buffer_drops
+                    .push((setup.name.to_string(), drops)),
+            }
+            let index = match searched.rows.iter().position(|r| r.setup == setup.name) {
+                Some(i) => {
+                    searched.rows[i].runs.extend(runs);
+                    i
+                }
+                None => {
+                    searched.rows.push(Row {
+                        setup: setup.name.to_string(),
+                        runs,
+                        fixed: crate::load::Trial::NONE,
+                        busy_polls: setup.busy_polls(),
+                    });
+                    searched.rows.len() - 1
+                }
+            };
+            if round == rounds {
+                finish_row(bench, &mut searched, index, load.as_mut(), options);
+                if let (Running::Quilkin(q), Kind::Quilkin { .. }) = (&running, setup.kind) {
+                    let drops = q.drops();
+                    eprintln!("  Quilkin's own drop counters: {drops:?}");
+                    searched.quilkin_drops = Some(drops);
+                }
+            }
+            drop(load);
+            drop(running);
+        }
+    }
+    searched
+}
+
+/// The last round's extras for row `index`: the latency trial, and a profile of the
+/// forwarder's core over one more trial at 70 % of its maximum.
+fn finish_row(
+    bench: &Bench,
+    searched: &mut Searched,
+    index: usize,
+    load: &mut dyn Load,
+    options: &Options,
+) {
+    let args = &options.search;
+    let row = &mut searched.rows[index];
+    row.fixed = load.latency_trial(args.fixed_pps, args.latency_trial);
+    let rate = row
+        .max_pps()
+        .map_or(args.fixed_pps, |m| (m.0 * 0.7) as u64)
+        .max(1_000);
+    let dir = options.out.parent().unwrap_or(std::path::Path::new("."));
+    match crate::profile::Recording::start(bench.forwarder_cpu, dir, "compare") {
+        Some(recording) => {
+            let _ = load.trial(rate, args.search_trial.max(Duration::from_secs(1)));
+            if let Some(p) = recording.finish() {
+                searched
+                    .profiles
+                    .push_str(&crate::profile::markdown(&row.setup, rate, &p));
+            }
+        }
+        None => eprintln!("  no profile: {} missing", crate::profile::LINUX_PERF),
+    }
+    if options.generator == GeneratorKind::LiveFrames {
+        // The live-frames generator busy-polls the tools' core: its busy share says
+        // nothing; a tools limit shows as the generator falling short.
+        for run in &mut row.runs {
+            run.tools_busy = None;
+        }
+    }
+}

@@ -1,0 +1,494 @@
+//! The one table of `perf compare`'s setups: each one's key (what `--only` takes), its
+//! name in the report, what it needs installed, where the load goes, how it starts and
+//! (by dropping what [`Setup::start`] returns) how it stops. Adding a setup is one entry
+//! here and, for a new kind, one arm in [`Setup::start`].
+
+use std::net::SocketAddr;
+use std::process::Stdio;
+
+use testkit::OwnedChild;
+use testkit::http::wait_ready;
+
+use super::bench::Bench;
+
+/// What runs in the relay's place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Nothing: the load goes straight to the sink (the null row).
+    Direct,
+    /// One thread, `recv_from`/`send_to`.
+    Naive,
+    /// `recvmmsg`/`sendmmsg` with no routing work.
+    Bare,
+    /// The kernel's NAT.
+    Nftables,
+    /// nginx's stream proxy, one worker.
+    Nginx,
+    /// Quilkin, in its UDP or XDP mode.
+    Quilkin {
+        /// XDP mode.
+        xdp: bool,
+    },
+    /// A rewrite-and-`XDP_TX` program: the in-kernel reference.
+    XdpRelay,
+    /// One of ours.
+    Relay {
+        /// Its binary, next to `perf`.
+        binary: &'static str,
+        /// Its flags beyond the common ones.
+        flags: &'static [&'static str],
+        /// relay-afxdp's attach mode (`skb` or `native`); `None` for relay-mio.
+        xdp_mode: Option<&'static str>,
+    },
+}
+
+/// One setup.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup {
+    /// What `--only` calls it.
+    pub key: &'static str,
+    /// What the report calls it.
+    pub name: &'static str,
+    /// What it is.
+    pub kind: Kind,
+    /// In a default run.
+    pub default: bool,
+}
+
+const fn relay(
+    key: &'static str,
+    name: &'static str,
+    binary: &'static str,
+    flags: &'static [&'static str],
+    xdp_mode: Option<&'static str>,
+    default: bool,
+) -> Setup {
+    Setup {
+        key,
+        name,
+        kind: Kind::Relay {
+            binary,
+            flags,
+            xdp_mode,
+        },
+        default,
+    }
+}
+
+const fn other(key: &'static str, name: &'static str, kind: Kind, default: bool) -> Setup {
+    Setup {
+        key,
+        name,
+        kind,
+        default,
+    }
+}
+
+/// Every setup, in the report's order.
+pub const SETUPS: &[Setup] = &[
+    other("direct", "direct path (no relay)", Kind::Direct, true),
+    other("naive", "naive recv_from/send_to relay", Kind::Naive, true),
+    other("bare", "bare mmsg forwarder", Kind::Bare, true),
+    other(
+        "nftables",
+        "nftables DNAT+SNAT (kernel)",
+        Kind::Nftables,
+        true,
+    ),
+    other("nginx", "nginx stream proxy, 1 worker", Kind::Nginx, false),
+    other(
+        "quilkin",
+        "Quilkin 0.10 UDP proxy, 1 worker",
+        Kind::Quilkin { xdp: false },
+        false,
+    ),
+    other(
+        "quilkin-xdp",
+        "Quilkin 0.10 UDP proxy, XDP mode",
+        Kind::Quilkin { xdp: true },
+        false,
+    ),
+    other(
+        "xdp-relay",
+        "in-kernel XDP rewrite relay",
+        Kind::XdpRelay,
+        true,
+    ),
+    relay("mio", "relay-mio", "relay-mio", &[], None, true),
+    relay(
+        "mio-busy",
+        "relay-mio busy",
+        "relay-mio",
+        &["--poll", "busy"],
+        None,
+        false,
+    ),
+    relay(
+        "afxdp-skb-wakeup",
+        "relay-afxdp skb wakeup",
+        "relay-afxdp",
+        &["--poll", "wakeup"],
+        Some("skb"),
+        true,
+    ),
+    relay(
+        "afxdp-skb-busy",
+        "relay-afxdp skb busy",
+        "relay-afxdp",
+        &["--poll", "busy"],
+        Some("skb"),
+        false,
+    ),
+    relay(
+        "afxdp-native-wakeup",
+        "relay-afxdp native wakeup",
+        "relay-afxdp",
+        &["--poll", "wakeup"],
+        Some("native"),
+        true,
+    ),
+    relay(
+        "afxdp-native-busy",
+        "relay-afxdp native busy",
+        "relay-afxdp",
+        &["--poll", "busy"],
+        Some("native"),
+        false,
+    ),
+    relay(
+        "afxdp-crate-native-wakeup",
+        "relay-afxdp on the xdp crate native wakeup",
+        "relay-afxdp",
+        &["--poll", "wakeup", "--xsk-layer", "xdp-crate"],
+        Some("native"),
+        false,
+    ),
+    relay(
+        "afxdp-crate-native-busy",
+        "relay-afxdp on the xdp crate native busy",
+        "relay-afxdp",
+        &["--poll", "busy", "--xsk-layer", "xdp-crate"],
+        Some("native"),
+        false,
+    ),
+    relay(
+        "afxdp-fast-skb",
+        "relay-afxdp fast path skb",
+        "relay-afxdp",
+        &["--fast-path", "xdp"],
+        Some("skb"),
+        false,
+    ),
+    relay(
+        "afxdp-fast-native",
+        "relay-afxdp fast path native",
+        "relay-afxdp",
+        &["--fast-path", "xdp"],
+        Some("native"),
+        false,
+    ),
+];
+
+/// The null row's key: its cost is subtracted from every row's.
+pub const NULL: &str = "direct";
+/// The baseline every ratio is taken against.
+pub const BASELINE: &str = "mio";
+
+/// Every key, for `--only`'s parser.
+pub fn keys() -> Vec<&'static str> {
+    SETUPS.iter().map(|s| s.key).collect()
+}
+
+/// The setup called `key`.
+pub fn by_key(key: &str) -> Option<&'static Setup> {
+    SETUPS.iter().find(|s| s.key == key)
+}
+
+/// The report's name for `key` (the key itself if unknown).
+pub fn name_of(key: &str) -> String {
+    by_key(key).map_or(key.to_string(), |s| s.name.to_string())
+}
+
+/// The keys of the kernel-bypass rows the verdict picks its best from (relay-afxdp on
+/// its own AF_XDP layer, without the in-kernel fast path).
+pub fn bypass_keys() -> Vec<&'static str> {
+    SETUPS
+        .iter()
+        .filter(|s| s.key.starts_with("afxdp-skb") || s.key.starts_with("afxdp-native"))
+        .map(|s| s.key)
+        .collect()
+}
+
+/// How long a started relay may take to become ready.
+const READY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Where a setup's load goes.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The datagrams' destination.
+    pub dst: SocketAddr,
+    /// The next hop's MAC.
+    pub dst_mac: [u8; 6],
+    /// Whether it speaks our relay↔transceiver frames (flows made by Binding Requests).
+    pub framed: bool,
+}
+
+/// What a started setup holds; dropping it stops the setup.
+#[allow(dead_code)] // held for their Drop
+#[derive(Debug)]
+pub enum Running {
+    /// The direct path.
+    Nothing,
+    /// The naive forwarder.
+    Naive(crate::bare::NaiveForwarder),
+    /// The bare forwarder.
+    Bare(crate::bare::BareForwarder),
+    /// The NAT table.
+    Nftables(crate::alternatives::Nftables),
+    /// nginx.
+    Nginx(crate::alternatives::Nginx),
+    /// Quilkin.
+    Quilkin(crate::alternatives::Quilkin),
+    /// The XDP rewrite.
+    XdpRelay(crate::xdp::XdpRelay),
+    /// One of our relays.
+    Relay(OwnedChild),
+}
+
+impl Setup {
+    /// Whether it busy-polls (its core is 100 % busy by construction).
+    pub fn busy_polls(&self) -> bool {
+        matches!(self.kind, Kind::Relay { flags, .. } if flags.contains(&"busy"))
+    }
+
+    /// What it needs that is not here: a program on the PATH or a binary next to perf.
+    pub fn missing(&self, exe_dir: &std::path::Path) -> Option<String> {
+        let on_path = |program: &str| {
+            std::env::var_os("PATH").is_some_and(|paths| {
+                std::env::split_paths(&paths).any(|dir| dir.join(program).is_file())
+            })
+        };
+        let needs = |program: &str, how: &str| {
+            (!on_path(program)).then(|| format!("{}: `{program}` not found ({how})", self.key))
+        };
+        match self.kind {
+            Kind::Nftables => needs("nft", "apt-get install nftables"),
+            Kind::Nginx => needs("nginx", "scripts/bench.sh installs it"),
+            Kind::Quilkin { .. } => needs("quilkin", "scripts/bench.sh installs it"),
+            Kind::Relay { binary, .. } => (!exe_dir.join(binary).exists()).then(|| {
+                format!(
+                    "{}: {binary} not built (cargo build --release -p {binary})",
+                    self.key
+                )
+            }),
+            _ => None,
+        }
+    }
+
+    /// Whether it carries a transceiver's replies to clients the way `--direction down`
+    /// sends them: our relays (frames to the internal port), nftables (replies to the VIP
+    /// at the client's port, when the flows use one client address: else SNAT may have
+    /// moved ports) and the direct path. The rest forward one way only or answer from
+    /// upstream ports of their own choosing, unknown to the generator.
+    pub fn carries_downlink(&self, client_addresses: u32) -> bool {
+        match self.kind {
+            Kind::Direct | Kind::Relay { .. } => true,
+            Kind::Nftables => client_addresses == 1,
+            _ => false,
+        }
+    }
+
+    /// Whether `--ipv6` can run it: not nginx and Quilkin (configured for IPv4 here) nor
+    /// the in-kernel rewrite (IPv4 only).
+    pub fn speaks_ipv6(&self) -> bool {
+        !matches!(
+            self.kind,
+            Kind::Nginx | Kind::Quilkin { .. } | Kind::XdpRelay
+        )
+    }
+
+    /// Where its load goes on `bench`.
+    pub fn target(&self, bench: &Bench) -> Target {
+        let relay_mac = bench.relay_if.mac;
+        let to = |port: u16| SocketAddr::new(bench.bed.relay.ip(bench.ipv6), port);
+        let (dst, framed) = match self.kind {
+            Kind::Direct => {
+                return Target {
+                    dst: bench.sink_addr,
+                    dst_mac: bench.xcv_if.mac,
+                    framed: false,
+                };
+            }
+            Kind::Naive => (to(4001), false),
+            Kind::Bare => (to(4000), false),
+            Kind::Nftables | Kind::XdpRelay => (to(3478), false),
+            Kind::Nginx => (to(4002), false),
+            Kind::Quilkin { .. } => (to(4003), false),
+            Kind::Relay { .. } => (to(3478), true),
+        };
+        Target {
+            dst,
+            dst_mac: relay_mac,
+            framed,
+        }
+    }
+
+    /// Starts it on `bench`; panics with what failed (a run cannot go on without it).
+    pub fn start(&self, bench: &Bench) -> Running {
+        let dst = self.target(bench).dst;
+        let (relay_ns, cpu) = (&bench.bed.relay.ns, bench.forwarder_cpu);
+        let sink = bench.sink_addr;
+        let v4 = super::bench::v4;
+        match self.kind {
+            Kind::Direct => Running::Nothing,
+            Kind::Naive => Running::Naive(
+                crate::bare::NaiveForwarder::start_in(Some(relay_ns), dst, sink, cpu)
+                    .expect("naive forwarder"),
+            ),
+            Kind::Bare => Running::Bare(
+                crate::bare::BareForwarder::start_in(Some(relay_ns), dst, sink, cpu)
+                    .expect("bare forwarder"),
+            ),
+            Kind::Nftables => Running::Nftables(
+                crate::alternatives::Nftables::start(relay_ns, dst, sink).expect("nftables"),
+            ),
+            Kind::Nginx => Running::Nginx(
+                crate::alternatives::Nginx::start(relay_ns, v4(dst), v4(sink), cpu, bench.flows)
+                    .expect("nginx"),
+            ),
+            Kind::Quilkin { xdp } => {
+                let quilkin = crate::alternatives::Quilkin::start(
+                    relay_ns,
+                    v4(dst),
+                    v4(sink),
+                    cpu,
+                    xdp.then_some(bench.bed.relay.ifname.as_str()),
+                )
+                .expect("quilkin");
+                Running::Quilkin(quilkin)
+            }
+            Kind::XdpRelay => {
+                let rewrite = crate::xdp::Rewrite {
+                    vip: v4(dst),
+                    relay_mac: bench.relay_if.mac,
+                    to: v4(sink),
+                    to_mac: bench.xcv_if.mac,
+                };
+                Running::XdpRelay(
+                    crate::xdp::XdpRelay::attach(&bench.relay_if, &rewrite).expect("XDP relay"),
+                )
+            }
+            Kind::Relay {
+                binary,
+                flags,
+                xdp_mode,
+            } => Running::Relay(self.start_relay(bench, binary, flags, xdp_mode)),
+        }
+    }
+
+    /// Starts one of our relays in the relay's namespace, one worker on the forwarder's
+    /// core, and waits until it is ready.
+    fn start_relay(
+        &self,
+        bench: &Bench,
+        binary: &str,
+        flags: &[&str],
+        xdp_mode: Option<&str>,
+    ) -> OwnedChild {
+        let path = bench.exe_dir.join(binary);
+        let mut command = bench
+            .bed
+            .relay
+            .command(path.to_str().expect("a UTF-8 path"));
+        command
+            .args(["--vip", &bench.vip.to_string()])
+            .args(["--internal-addr", &bench.internal.to_string()])
+            .args(["--workers", "1", "--cpus", &bench.forwarder_cpu.to_string()])
+            .args(["--allow-transceiver-net", bench.transceiver_net()])
+            .args(["--metrics-addr", &bench.metrics.to_string()])
+            // Every flow is made before the trials and must outlive them; the admission
+            // limits meant for the internet would refuse them.
+            .args(["--idle-timeout", "15m"])
+            .args(["--new-flows-per-prefix", "1000000"])
+            .args(["--new-flows-per-worker", "1000000"]);
+        if let Some(mode) = xdp_mode {
+            command.args(["--interface", &bench.bed.relay.ifname, "--xdp-mode", mode]);
+        }
+        command
+            .args(flags)
+            .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null());
+        let mut relay = OwnedChild::spawn(&mut command).expect("relay starts");
+        wait_ready(
+            Some(&bench.bed.relay.ns),
+            bench.metrics,
+            self.name,
+            READY,
+            || relay.exit_report(),
+        );
+        relay
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_is_unique_and_the_null_and_baseline_rows_exist() {
+        let mut keys = keys();
+        let n = keys.len();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "duplicate keys");
+        assert!(by_key(NULL).is_some_and(|s| s.kind == Kind::Direct && s.default));
+        assert!(by_key(BASELINE).is_some_and(|s| s.default));
+        assert_eq!(name_of("mio"), "relay-mio");
+    }
+
+    #[test]
+    fn the_verdict_picks_among_af_xdp_rows_on_our_own_layer_only() {
+        let bypass = bypass_keys();
+        assert!(bypass.contains(&"afxdp-skb-wakeup") && bypass.contains(&"afxdp-native-busy"));
+        assert!(
+            !bypass
+                .iter()
+                .any(|k| k.contains("crate") || k.contains("fast"))
+        );
+    }
+
+    #[test]
+    fn only_busy_polling_relays_say_they_busy_poll() {
+        let busy: Vec<&str> = SETUPS
+            .iter()
+            .filter(|s| s.busy_polls())
+            .map(|s| s.key)
+            .collect();
+        assert_eq!(
+            busy,
+            [
+                "mio-busy",
+                "afxdp-skb-busy",
+                "afxdp-native-busy",
+                "afxdp-crate-native-busy"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_relay_binary_that_is_not_built_is_named() {
+        let mio = by_key("mio").unwrap();
+        let missing = mio.missing(std::path::Path::new("/nonexistent")).unwrap();
+        assert!(
+            missing.contains("cargo build --release -p relay-mio"),
+            "{missing}"
+        );
+        assert!(
+            by_key("direct")
+                .unwrap()
+                .missing(std::path::Path::new("/"))
+                .is_none()
+        );
+    }
+}
