@@ -6,10 +6,10 @@
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
+use perf::load::checksum;
 use perf::load::{DATAGRAM_LEN, FlowPlan, Sink};
 use perf::xdp::{
-    Counted, Iface, NEVER_SAMPLED, Stamps, XdpGenerator, XdpSink, checksum, framed_template,
-    template_frame,
+    Counted, Iface, NEVER_SAMPLED, Stamps, XdpGenerator, XdpSink, framed_template, template_frame,
 };
 use testkit::testbed::Testbed;
 use testkit::testbed::tools::require_root;
@@ -295,7 +295,7 @@ fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
         "destination: the transceiver"
     );
     assert_eq!(
-        perf::xdp::checksum(&out[14..34]),
+        perf::load::checksum(&out[14..34]),
         0,
         "a valid IPv4 checksum"
     );

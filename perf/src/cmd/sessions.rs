@@ -86,7 +86,7 @@ pub fn sessions(
     (browsers, browser_talk): (usize, Duration),
     out: &std::path::Path,
 ) {
-    use crate::sessions::{LoadPlan, browser_session, load_step, median, quantile_ms, setup_times};
+    use crate::sessions::{LoadPlan, browser_session, load_step, quantile_ms, setup_times};
     use std::fmt::Write as _;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let limit = Duration::from_secs(10);
@@ -303,7 +303,7 @@ pub fn sessions(
         match runs {
             Ok(runs) => {
                 let of = |f: fn(&crate::sessions::BrowserRun) -> f64| {
-                    median(&mut runs.iter().map(f).collect::<Vec<_>>())
+                    crate::stats::median(&runs.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0)
                 };
                 let _ = writeln!(
                     report,

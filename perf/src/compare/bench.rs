@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use testkit::testbed::Testbed;
 
-use super::setups::{Kind, Setup, Target};
 use crate::load::{FlowPlan, Generator, Sink};
 use crate::xdp::{
     Counted, Iface, NEVER_SAMPLED, PeerPass, Sender, Stamps, XdpGenerator, XdpLoad, XdpSink,
@@ -29,6 +28,28 @@ const FLOWS_MADE_PER_SECOND: u32 = 20_000;
 pub const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
 /// How long a trial waits for stragglers before reading the sink.
 pub const SETTLE: Duration = Duration::from_millis(100);
+
+/// Where a setup's load goes.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The datagrams' destination.
+    pub dst: SocketAddr,
+    /// The next hop's MAC.
+    pub dst_mac: [u8; 6],
+    /// Whether it speaks our relay↔transceiver frames (flows made by Binding Requests).
+    pub framed: bool,
+}
+
+/// How the transceiver's replies reach a setup's clients (`--direction down`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replies {
+    /// Straight to the client (the direct path).
+    Direct,
+    /// To the VIP at the client's port, which conntrack undoes (nftables).
+    ToTheVip,
+    /// In a frame to the relay's internal port naming the client (our relays).
+    Framed,
+}
 
 /// An IPv4 address of a v4-only setup or the downlink's frames.
 pub fn v4(a: SocketAddr) -> SocketAddrV4 {
@@ -165,12 +186,12 @@ impl Bench {
         PeerPass::attach(&peer).expect("XDP on the bridge port")
     }
 
-    /// Makes `setup`'s flows: one Binding Request per flow for our relays (a session
+    /// Makes a setup's flows (`keeps_flows`; `name` for its warnings): one Binding Request per flow for our relays (a session
     /// each), one datagram for the rest, all sent twice (the first datagram towards a next
     /// hop AF_XDP has not resolved is dropped), paced so no buffer overflows. Returns the
     /// client sockets of the first [`SOCKET_FLOWS`] flows, bound before the flows are
     /// made so their ports are the flows'.
-    pub fn make_flows(&self, setup: &Setup, target: Target) -> Generator {
+    pub fn make_flows(&self, name: &str, keeps_flows: bool, target: Target) -> Generator {
         let sockets = Generator::for_flows(
             Some(&self.bed.client.ns),
             &self.plan,
@@ -178,7 +199,7 @@ impl Bench {
             self.epoch,
         )
         .expect("client sockets");
-        if setup.kind == Kind::Direct {
+        if !keeps_flows {
             return sockets;
         }
         let keys = testkit::keys::keys();
@@ -207,10 +228,7 @@ impl Bench {
                     testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
                 });
             if active < f64::from(self.flows) {
-                eprintln!(
-                    "  WARNING: {} holds {active} of {} flows",
-                    setup.name, self.flows
-                );
+                eprintln!("  WARNING: {name} holds {active} of {} flows", self.flows);
             }
         }
         sockets
@@ -286,11 +304,11 @@ impl Bench {
     /// Replies from the transceiver's veth in live frames: to our relays' internal port
     /// in a frame naming the client, or (nftables, the direct path) to the client's port;
     /// counted on the client's veth by their source port; no latency sample.
-    pub fn downlink_load(&self, setup: &Setup, size: usize) -> XdpLoad {
+    pub fn downlink_load(&self, replies: Replies, size: usize) -> XdpLoad {
         let (plan, client_mac) = (self.plan, self.client_if.mac);
         let relay = |port: u16| SocketAddr::new(self.bed.relay.ip(self.ipv6), port);
-        let (frame, plan, stamps, from_port) = match setup.kind {
-            Kind::Direct => (
+        let (frame, plan, stamps, from_port) = match replies {
+            Replies::Direct => (
                 template_frame(
                     self.xcv_if.mac,
                     client_mac,
@@ -302,7 +320,7 @@ impl Bench {
                 Stamps::DESTINATION,
                 SINK_PORT,
             ),
-            Kind::Nftables => {
+            Replies::ToTheVip => {
                 // The reply goes to the VIP at the client's port; conntrack undoes it.
                 let to_vip = FlowPlan {
                     first_ip: self.bed.relay.addr.into(),
@@ -317,7 +335,7 @@ impl Bench {
                 );
                 (frame, to_vip, Stamps::DESTINATION, self.vip.port())
             }
-            _ => (
+            Replies::Framed => (
                 crate::xdp::framed_template(
                     (self.xcv_if.mac, self.relay_if.mac),
                     (v4(self.sink_addr), v4(relay(self.internal.port()))),

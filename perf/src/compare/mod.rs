@@ -11,161 +11,20 @@
 //!    searches, the latency trial and a profile of the forwarder's core.
 //!
 //! [`setups`] is the one table of what can be compared; [`bench`] the testbed and its
-//! loads; [`report`] writes the Markdown, JSON and SVG.
+//! loads; [`options`] the flags; [`report`] writes the Markdown, JSON and SVG.
 
 pub mod bench;
 pub mod cost;
 pub mod notes;
+pub mod options;
 pub mod report;
 pub mod rounds;
 pub mod search_phase;
 pub mod setups;
 pub mod verdict;
 
-use std::path::PathBuf;
-use std::time::Duration;
-
-use clap::ValueEnum;
-
-use crate::measure::SearchArgs;
 use bench::Bench;
-use setups::{NULL, SETUPS, Setup};
-
-/// Which way the load goes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Direction {
-    /// Client → transceiver.
-    Up,
-    /// Transceiver → client (the relay's return path; live frames only).
-    Down,
-    /// Both at once, as in a conversation (live frames only).
-    Both,
-}
-
-/// The rate search's generator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum GeneratorKind {
-    /// BPF_PROG_RUN live frames, paced in the kernel (busy-polls the tools' core).
-    LiveFrames,
-    /// `sendmmsg` from the sockets of the first 256 flows.
-    Sockets,
-}
-
-/// `perf compare`'s options.
-#[derive(Clone, Debug, clap::Args)]
-pub struct Options {
-    /// Only these setups (comma-separated; default: those marked default in the setup
-    /// table). The direct path is always measured: it is the null row.
-    #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(setups::keys()))]
-    pub only: Vec<String>,
-    /// Rounds of the fixed-load phase (0: skip it).
-    #[arg(long, default_value_t = 10)]
-    pub rounds: usize,
-    /// The fixed loads of each round, pps.
-    #[arg(long, value_delimiter = ',', default_value = "10000,25000,50000")]
-    pub loads: Vec<u64>,
-    /// Length of each fixed-load trial.
-    #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
-    pub trial: Duration,
-    /// The seed of the rounds' random orders (default: from the clock; the report says it).
-    #[arg(long)]
-    pub seed: Option<u64>,
-    /// Skip the maximum-rate search, latency trial and profile.
-    #[arg(long)]
-    pub no_search: bool,
-    /// The search phase in rounds too: every setup once per round, `--repeats` rounds.
-    #[arg(long)]
-    pub interleave: bool,
-    /// The rate search and the latency trial.
-    #[command(flatten)]
-    pub search: SearchArgs,
-    /// Client flows the load is spread over, each made before the trials; up to 40,000
-    /// per client address, at most 6 addresses.
-    #[arg(long, default_value_t = 1_000)]
-    pub flows: u32,
-    /// Which way the load goes (the fixed-load phase runs uplink only).
-    #[arg(long, value_enum, default_value_t = Direction::Up)]
-    pub direction: Direction,
-    /// With `--direction both`: the share of each trial's rate sent downlink.
-    #[arg(long, default_value_t = 0.5)]
-    pub downlink_share: f64,
-    /// Clients, relay and transceiver over IPv6 (uplink only).
-    #[arg(long)]
-    pub ipv6: bool,
-    /// The rate search's generator.
-    #[arg(long, value_enum, default_value_t = GeneratorKind::LiveFrames)]
-    pub generator: GeneratorKind,
-    /// Leave the relay interface's kernel receive work on the sender's core instead of
-    /// steering it to the forwarder's core (RPS, threaded NAPI).
-    #[arg(long)]
-    pub no_steer: bool,
-    /// The forwarder's CPU.
-    #[arg(long, default_value_t = 1)]
-    pub forwarder_cpu: usize,
-    /// Where to write the Markdown report (JSON and SVG go next to it).
-    #[arg(long, default_value = "target/perf/compare.md")]
-    pub out: PathBuf,
-}
-
-impl Options {
-    /// Refuses option combinations that cannot run, naming why.
-    fn check(&self) -> Result<(), String> {
-        let share = self.downlink_share;
-        if !(share > 0.0 && share < 1.0) {
-            return Err(format!(
-                "--downlink-share {share}: a fraction between 0 and 1"
-            ));
-        }
-        if self.direction != Direction::Both && share != 0.5 {
-            return Err("--downlink-share goes with --direction both".into());
-        }
-        let downlink = self.direction != Direction::Up;
-        if self.ipv6 && downlink {
-            return Err("--ipv6 measures the uplink only".into());
-        }
-        if downlink && self.generator != GeneratorKind::LiveFrames {
-            return Err("--direction down or both needs --generator live-frames".into());
-        }
-        if self.rounds > 0 && self.loads.is_empty() {
-            return Err("--loads: at least one".into());
-        }
-        if self.rounds == 0 && self.no_search {
-            return Err("--rounds 0 with --no-search measures nothing".into());
-        }
-        Ok(())
-    }
-
-    /// The setups to run: `--only`'s (with the null row), or the defaults; those the
-    /// direction or family cannot run are left out and named.
-    fn setups(&self, client_addresses: u32) -> (Vec<&'static Setup>, Vec<(String, &'static str)>) {
-        let wanted = |s: &Setup| {
-            if self.only.is_empty() {
-                s.default
-            } else {
-                s.key == NULL || self.only.iter().any(|o| o == s.key)
-            }
-        };
-        let mut left_out = vec![];
-        let setups = SETUPS
-            .iter()
-            .filter(|s| wanted(s))
-            .filter(|s| {
-                let why = if self.ipv6 && !s.speaks_ipv6() {
-                    Some("IPv4 only here")
-                } else if self.direction != Direction::Up && !s.carries_downlink(client_addresses) {
-                    Some("carries no downlink the generator can address")
-                } else {
-                    None
-                };
-                if let Some(why) = why {
-                    left_out.push((s.name.to_string(), why));
-                }
-                why.is_none()
-            })
-            .collect();
-        (setups, left_out)
-    }
-}
+pub use options::{Direction, GeneratorKind, Options};
 
 /// Runs `perf compare`; the process's exit code.
 pub fn run(options: &Options) -> i32 {

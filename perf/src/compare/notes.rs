@@ -6,8 +6,8 @@ use std::fmt::Write as _;
 
 use super::bench::{PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SOCKET_FLOWS};
 use super::cost::{RowCost, Sample};
+use super::options::{Direction, GeneratorKind, Options};
 use super::setups::name_of;
-use super::{Direction, GeneratorKind, Options};
 use crate::load::LOAD_CPU;
 
 /// How the fixed-load phase was measured.
@@ -27,7 +27,11 @@ pub fn rounds_method(options: &Options, seed: u64) -> String {
          relay-mio's in that round; the verdict reads the median of those ratios and its \
          distribution-free interval. `/proc/stat` counts in 10 ms steps per CPU, so a 1 s trial \
          at 10k pps reads to a few tenths of a µs per packet; the pooled figure, over all loads, \
-         to better.\n",
+         to better. No load near each row's knee is offered here: the socket generator tops \
+         out near 150k pps on this host, below the knee of the fastest rows, and the \
+         live-frames generator busy-polls the tools' core, which would put a constant full \
+         core into every row's count; the maximum-rate search's forwarder µs per packet at \
+         NDR stands for the near-saturation cost.\n",
         options.rounds,
         options.flows,
         loads.join(", "),

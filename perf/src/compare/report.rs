@@ -5,10 +5,11 @@
 use std::fmt::Write as _;
 
 use super::cost::{CONFIDENCE, RowCost, Sample, row_costs, sessions_per_core};
+use super::notes;
+use super::options::{Direction, Options};
 use super::search_phase::Searched;
 use super::setups::{BASELINE, NULL, Setup, bypass_keys, name_of};
 use super::verdict::{Verdict, judge};
-use super::{Direction, Options, notes};
 use crate::stats::Interval;
 
 /// Everything a run measured.

@@ -118,7 +118,7 @@ pub fn run(bench: &Bench, setups: &[&'static Setup], plan: &Plan) -> Vec<Sample>
 fn measure(bench: &Bench, setup: &Setup, plan: &Plan) -> (Vec<LoadTrial>, crate::cpu::Spent) {
     let running = setup.start(bench);
     let target = setup.target(bench);
-    let sockets = bench.make_flows(setup, target);
+    let sockets = bench.make_flows(setup.name, setup.keeps_flows(), target);
     let mut load = bench.socket_load(sockets, target, plan.size);
     // Neighbour tables, caches and the relay's first wake-ups: not counted.
     let _ = load.trial(plan.loads[0], Duration::from_millis(200));

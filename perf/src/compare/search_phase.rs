@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::bench::Bench;
+use super::options::{Direction, GeneratorKind, Options};
 use super::setups::{Kind, Running, Setup};
-use super::{Direction, GeneratorKind, Options};
 use crate::load::Load;
 use crate::report::Row;
 
@@ -36,10 +36,10 @@ fn load_for(
     let live = options.generator == GeneratorKind::LiveFrames;
     match options.direction {
         Direction::Up => Box::new(bench.uplink_load(sockets, target, size, live)),
-        Direction::Down => Box::new(bench.downlink_load(setup, size)),
+        Direction::Down => Box::new(bench.downlink_load(setup.replies(), size)),
         Direction::Both => Box::new(crate::xdp::Conversation {
             up: bench.uplink_load(sockets, target, size, live),
-            down: bench.downlink_load(setup, size),
+            down: bench.downlink_load(setup.replies(), size),
             downlink_share: options.downlink_share,
         }),
     }
@@ -81,7 +81,7 @@ pub fn run(bench: &Bench, setups: &[&Setup], options: &Options, steer: bool) -> 
                     );
                 }
             }
-            let sockets = bench.make_flows(setup, setup.target(bench));
+            let sockets = bench.make_flows(setup.name, setup.keeps_flows(), setup.target(bench));
             let mut load = load_for(bench, setup, options, sockets);
             if options.direction != Direction::Up {
                 // A relay learns the client's next hop from its first replies (AF_XDP

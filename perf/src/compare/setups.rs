@@ -9,7 +9,7 @@ use std::process::Stdio;
 use testkit::OwnedChild;
 use testkit::http::wait_ready;
 
-use super::bench::Bench;
+use super::bench::{Bench, Replies, Target};
 
 /// What runs in the relay's place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -222,17 +222,6 @@ pub fn bypass_keys() -> Vec<&'static str> {
 /// How long a started relay may take to become ready.
 const READY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Where a setup's load goes.
-#[derive(Clone, Copy, Debug)]
-pub struct Target {
-    /// The datagrams' destination.
-    pub dst: SocketAddr,
-    /// The next hop's MAC.
-    pub dst_mac: [u8; 6],
-    /// Whether it speaks our relay↔transceiver frames (flows made by Binding Requests).
-    pub framed: bool,
-}
-
 /// What a started setup holds; dropping it stops the setup.
 #[allow(dead_code)] // held for their Drop
 #[derive(Debug)]
@@ -305,6 +294,20 @@ impl Setup {
             self.kind,
             Kind::Nginx | Kind::Quilkin { .. } | Kind::XdpRelay
         )
+    }
+
+    /// How a transceiver's replies reach its clients, for `--direction down`.
+    pub fn replies(&self) -> Replies {
+        match self.kind {
+            Kind::Direct => Replies::Direct,
+            Kind::Nftables => Replies::ToTheVip,
+            _ => Replies::Framed,
+        }
+    }
+
+    /// Whether its flows are made before the trials (all but the direct path).
+    pub fn keeps_flows(&self) -> bool {
+        self.kind != Kind::Direct
     }
 
     /// Where its load goes on `bench`.

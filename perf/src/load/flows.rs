@@ -1,0 +1,291 @@
+//! The client flows a load is spread over, how they are made through a relay before a
+//! run (one raw socket, so 100k flows need no 100k sockets), and the packets that make
+//! them: IP and UDP headers built by hand, with the Internet checksum.
+
+use std::net::{IpAddr, SocketAddr, SocketAddrV4};
+use std::time::{Duration, Instant};
+
+/// The client addresses of `flows` flows: ports `first_port`… on one address, then on
+/// the next (consecutive last octets), at most `ports_per_addr` ports each. Flow `f` is
+/// `addr(f)`; the live-frames generator stamps the same address into its `f`-th frame of
+/// every cycle, so the socket that made flow `f` and the frames that load it agree.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowPlan {
+    /// The first client address (IPv4 or IPv6).
+    pub first_ip: IpAddr,
+    /// The first source port on every address.
+    pub first_port: u16,
+    /// Ports per address.
+    pub ports_per_addr: u32,
+    /// Flows in all.
+    pub flows: u32,
+}
+
+/// Why a flow plan cannot be laid out.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FlowPlanError {
+    /// No flows, or no ports per address.
+    #[error("a flow plan needs at least one flow and one port per address")]
+    Empty,
+    /// The ports run past 65535.
+    #[error("ports {first}..{first}+{per_addr} run past 65535")]
+    Ports {
+        /// The first port.
+        first: u16,
+        /// Ports per address.
+        per_addr: u32,
+    },
+    /// The addresses run past the last octet 254.
+    #[error("{needed} addresses from {first} run past .254")]
+    Addresses {
+        /// The first address.
+        first: IpAddr,
+        /// Addresses needed.
+        needed: u32,
+    },
+}
+
+impl FlowPlan {
+    /// `flows` flows from `first_ip`:`first_port` on, `ports_per_addr` per address.
+    pub fn new(
+        first_ip: impl Into<IpAddr>,
+        first_port: u16,
+        ports_per_addr: u32,
+        flows: u32,
+    ) -> Result<Self, FlowPlanError> {
+        let first_ip = first_ip.into();
+        if flows == 0 || ports_per_addr == 0 || first_port == 0 {
+            return Err(FlowPlanError::Empty);
+        }
+        let ports_per_addr = ports_per_addr.min(flows);
+        if u32::from(first_port) + ports_per_addr > 65_536 {
+            return Err(FlowPlanError::Ports {
+                first: first_port,
+                per_addr: ports_per_addr,
+            });
+        }
+        let plan = FlowPlan {
+            first_ip,
+            first_port,
+            ports_per_addr,
+            flows,
+        };
+        if u32::from(last_octet(first_ip)) + plan.addresses() > 255 {
+            return Err(FlowPlanError::Addresses {
+                first: first_ip,
+                needed: plan.addresses(),
+            });
+        }
+        Ok(plan)
+    }
+
+    /// How many client addresses the flows use.
+    pub fn addresses(&self) -> u32 {
+        self.flows.div_ceil(self.ports_per_addr)
+    }
+
+    /// The `i`-th client address: the first with its last octet `i` up.
+    pub fn ip(&self, i: u32) -> IpAddr {
+        match self.first_ip {
+            IpAddr::V4(v4) => {
+                let mut o = v4.octets();
+                o[3] += i as u8;
+                IpAddr::from(o)
+            }
+            IpAddr::V6(v6) => {
+                let mut o = v6.octets();
+                o[15] += i as u8;
+                IpAddr::from(o)
+            }
+        }
+    }
+
+    /// Flow `f`'s client address (`f` < `flows`).
+    pub fn addr(&self, f: u32) -> SocketAddr {
+        SocketAddr::new(
+            self.ip(f / self.ports_per_addr),
+            self.first_port + (f % self.ports_per_addr) as u16,
+        )
+    }
+
+    /// Whether the flows are IPv6.
+    pub fn is_ipv6(&self) -> bool {
+        self.first_ip.is_ipv6()
+    }
+}
+
+/// An address's last octet (what a plan counts its addresses up in).
+pub(crate) fn last_octet(ip: IpAddr) -> u8 {
+    match ip {
+        IpAddr::V4(v4) => v4.octets()[3],
+        IpAddr::V6(v6) => v6.octets()[15],
+    }
+}
+
+/// Sends `datagram(f)` from each flow `f` of `plan` to `to` once, at most `per_second`
+/// a second, from one raw socket of the plan's family in namespace `ns` (so no flow needs
+/// a socket of its own and 100k flows fit the open-file limit; the client addresses must
+/// be on the namespace's interface, so that whatever answers reaches a real host).
+pub fn make_flows(
+    ns: Option<&str>,
+    plan: &FlowPlan,
+    to: SocketAddr,
+    per_second: u32,
+    datagram: impl Fn(u32) -> Vec<u8>,
+) -> std::io::Result<()> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let domain = if to.is_ipv6() {
+        Domain::IPV6
+    } else {
+        Domain::IPV4
+    };
+    let raw = testkit::netns::in_netns(ns, move || {
+        // IPPROTO_RAW: the packets carry their own IP header (IP_HDRINCL, and for IPv6
+        // the kernel sets it for IPPROTO_RAW alike).
+        Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))
+    })??;
+    // Port 0: an IPv6 raw socket reads a destination port as a protocol number.
+    let dest = socket2::SockAddr::from(SocketAddr::new(to.ip(), 0));
+    let start = Instant::now();
+    for f in 0..plan.flows {
+        let due = start + Duration::from_secs_f64(f64::from(f) / f64::from(per_second.max(1)));
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let packet = udp_packet(plan.addr(f), to, &datagram(f));
+        if let Err(e) = raw.send_to(&packet, &dest) {
+            // A full send buffer: wait a little and try once more.
+            if e.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(e);
+            }
+            std::thread::sleep(Duration::from_millis(1));
+            raw.send_to(&packet, &dest)?;
+        }
+    }
+    Ok(())
+}
+
+/// An IP header and a UDP header in front of `payload`: [`ipv4_udp_packet`] or
+/// [`ipv6_udp_packet`], by the addresses' family (which must agree).
+pub fn udp_packet(from: SocketAddr, to: SocketAddr, payload: &[u8]) -> Vec<u8> {
+    match (from, to) {
+        (SocketAddr::V4(f), SocketAddr::V4(t)) => ipv4_udp_packet(f, t, payload),
+        (SocketAddr::V6(f), SocketAddr::V6(t)) => {
+            ipv6_udp_packet(*f.ip(), *t.ip(), (f.port(), t.port()), payload)
+        }
+        _ => panic!("{from} → {to}: one family"),
+    }
+}
+
+/// An IPv6 header (hop limit 64) and a UDP header with its checksum (mandatory in IPv6,
+/// over the pseudo-header) in front of `payload`.
+pub fn ipv6_udp_packet(
+    from: std::net::Ipv6Addr,
+    to: std::net::Ipv6Addr,
+    (from_port, to_port): (u16, u16),
+    payload: &[u8],
+) -> Vec<u8> {
+    let udp_len = (8 + payload.len()) as u16;
+    let mut p = vec![0x60, 0, 0, 0];
+    p.extend_from_slice(&udp_len.to_be_bytes());
+    p.extend_from_slice(&[17, 64]);
+    p.extend_from_slice(&from.octets());
+    p.extend_from_slice(&to.octets());
+    p.extend_from_slice(&from_port.to_be_bytes());
+    p.extend_from_slice(&to_port.to_be_bytes());
+    p.extend_from_slice(&udp_len.to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    let mut pseudo = Vec::with_capacity(40 + p.len());
+    pseudo.extend_from_slice(&from.octets());
+    pseudo.extend_from_slice(&to.octets());
+    pseudo.extend_from_slice(&u32::from(udp_len).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    pseudo.extend_from_slice(&p[40..]);
+    let sum = match checksum(&pseudo) {
+        0 => 0xffff, // 0 means "no checksum", which IPv6 forbids
+        s => s,
+    };
+    p[46..48].copy_from_slice(&sum.to_be_bytes());
+    p
+}
+
+/// An IPv4 header (checksummed, DF, TTL 64) and a UDP header (checksum 0: none, which
+/// IPv4 allows) in front of `payload`.
+pub fn ipv4_udp_packet(from: SocketAddrV4, to: SocketAddrV4, payload: &[u8]) -> Vec<u8> {
+    let total = (20 + 8 + payload.len()) as u16;
+    let mut p = vec![0x45, 0];
+    p.extend_from_slice(&total.to_be_bytes());
+    p.extend_from_slice(&[0, 0, 0x40, 0, 64, 17, 0, 0]);
+    p.extend_from_slice(&from.ip().octets());
+    p.extend_from_slice(&to.ip().octets());
+    let sum = checksum(&p);
+    p[10..12].copy_from_slice(&sum.to_be_bytes());
+    p.extend_from_slice(&from.port().to_be_bytes());
+    p.extend_from_slice(&to.port().to_be_bytes());
+    p.extend_from_slice(&((8 + payload.len()) as u16).to_be_bytes());
+    p.extend_from_slice(&[0, 0]);
+    p.extend_from_slice(payload);
+    p
+}
+
+/// The Internet checksum of `bytes` (RFC 1071): 0 over a header that carries a
+/// correct one.
+pub fn checksum(bytes: &[u8]) -> u16 {
+    let mut sum: u32 = bytes
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
+        .sum();
+    while sum >> 16 != 0 {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn a_flow_plan_fills_one_address_then_the_next() {
+        let ip = Ipv4Addr::new(10, 77, 0, 100);
+        let plan = FlowPlan::new(ip, 20_000, 40_000, 100_000).unwrap();
+        assert_eq!(plan.addresses(), 3);
+        assert_eq!(plan.addr(0), SocketAddr::from((ip, 20_000)));
+        assert_eq!(plan.addr(39_999), SocketAddr::from((ip, 59_999)));
+        assert_eq!(
+            plan.addr(40_000),
+            SocketAddr::from((Ipv4Addr::new(10, 77, 0, 101), 20_000))
+        );
+        assert_eq!(
+            plan.addr(99_999),
+            SocketAddr::from((Ipv4Addr::new(10, 77, 0, 102), 39_999))
+        );
+        let few = FlowPlan::new(ip, 20_000, 40_000, 32).unwrap();
+        assert_eq!((few.addresses(), few.ports_per_addr), (1, 32));
+        // IPv6 plans count up the last octet the same way.
+        let v6: std::net::Ipv6Addr = "fd77::1".parse().unwrap();
+        let plan6 = FlowPlan::new(v6, 20_000, 10, 15).unwrap();
+        assert!(plan6.is_ipv6());
+        assert_eq!(
+            plan6.addr(12),
+            "[fd77::2]:20002".parse::<SocketAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn a_flow_plan_that_does_not_fit_is_refused() {
+        let ip = Ipv4Addr::new(10, 77, 0, 250);
+        assert_eq!(FlowPlan::new(ip, 20_000, 1, 0), Err(FlowPlanError::Empty));
+        assert!(matches!(
+            FlowPlan::new(ip, 60_000, 10_000, 10_000),
+            Err(FlowPlanError::Ports { .. })
+        ));
+        assert!(matches!(
+            FlowPlan::new(ip, 20_000, 1_000, 10_000),
+            Err(FlowPlanError::Addresses { needed: 10, .. })
+        ));
+        assert!(FlowPlan::new(ip, 20_000, 1_000, 5_000).is_ok(), "250..=254");
+    }
+}
