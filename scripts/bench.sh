@@ -63,7 +63,7 @@ echo "== WebRTC sessions (perf sessions)"
 target/release/perf sessions --out target/perf/sessions.md
 echo "== live sessions under junk and through relay restarts (perf resilience)"
 target/release/perf resilience --out target/perf/resilience.md
-echo "== side by side on the netns testbed (perf compare; needs root)"
+echo "== is kernel bypass warranted? side by side on the netns testbed (perf compare; needs root; about 10 minutes)"
 target/release/perf compare --out target/perf/compare.md
 echo "== downlink: the transceiver's replies to 1,000 clients (perf compare --direction down)"
 target/release/perf compare --direction down --out target/perf/compare-downlink.md
@@ -81,6 +81,6 @@ target/release/perf compare --direction both --downlink-share 0.8 \
   --only direct,nftables,mio,afxdp-skb-wakeup,afxdp-native-wakeup,afxdp-fast-native \
   --out target/perf/compare-model-speaks.md
 echo "== latency: sleeping against busy-polling forwarders, one cross-core hop fewer (perf compare --no-steer)"
-target/release/perf compare --no-steer --repeats 1 \
+target/release/perf compare --no-steer --rounds 0 \
   --only direct,mio,mio-busy,afxdp-skb-wakeup,afxdp-skb-busy,afxdp-native-wakeup,afxdp-native-busy \
   --out target/perf/compare-latency.md
