@@ -106,10 +106,12 @@ pub fn runs(
                 let wall = Instant::now();
                 let t: Trial = load.trial(rate, args.search_trial);
                 let wall = wall.elapsed().as_secs_f64();
+                // Two readings of /proc/stat's 10 ms counts can differ by less than nothing
+                // on an idle core: a cost is never below zero.
                 let spent = (
-                    forwarder_busy() - f0,
-                    cpu_busy_seconds(LOAD_CPU) - t0,
-                    machine_busy_seconds() - m0,
+                    (forwarder_busy() - f0).max(0.0),
+                    (cpu_busy_seconds(LOAD_CPU) - t0).max(0.0),
+                    (machine_busy_seconds() - m0).max(0.0),
                 );
                 costs.insert(rate, (spent, t.received, wall));
                 eprintln!(
