@@ -123,7 +123,6 @@ pub fn row_costs(samples: &[Sample], null: &str, baseline: &str, setups: &[&str]
     let loads = samples.iter().map(|s| s.loads.len()).max().unwrap_or(0);
     let rounds: Vec<usize> = {
         let mut r: Vec<usize> = samples.iter().map(|s| s.round).collect();
-        r.dedup();
         r.sort_unstable();
         r.dedup();
         r
