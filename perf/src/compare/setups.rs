@@ -252,18 +252,15 @@ impl Setup {
 
     /// What it needs that is not here: a program on the PATH or a binary next to perf.
     pub fn missing(&self, exe_dir: &std::path::Path) -> Option<String> {
-        let on_path = |program: &str| {
-            std::env::var_os("PATH").is_some_and(|paths| {
-                std::env::split_paths(&paths).any(|dir| dir.join(program).is_file())
-            })
-        };
-        let needs = |program: &str, how: &str| {
-            (!on_path(program)).then(|| format!("{}: `{program}` not found ({how})", self.key))
+        let needs = |program: &str, installer: &str| {
+            testkit::browser::installed(program, installer)
+                .err()
+                .map(|e| format!("{}: {e}", self.key))
         };
         match self.kind {
             Kind::Nftables => needs("nft", "apt-get install nftables"),
-            Kind::Nginx => needs("nginx", "scripts/bench.sh installs it"),
-            Kind::Quilkin { .. } => needs("quilkin", "scripts/bench.sh installs it"),
+            Kind::Nginx => needs("nginx", "scripts/bench.sh"),
+            Kind::Quilkin { .. } => needs("quilkin", "scripts/bench.sh"),
             Kind::Relay { binary, .. } => (!exe_dir.join(binary).exists()).then(|| {
                 format!(
                     "{}: {binary} not built (cargo build --release -p {binary})",
