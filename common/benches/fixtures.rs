@@ -40,7 +40,7 @@ pub(crate) fn first_packet() -> FirstPacket {
         cluster: 1,
         transceiver: "10.0.0.2:40000".parse().unwrap(),
     };
-    let ufrag = keys.encode(&hint, [1, 2, 3, 4, 5, 6]);
+    let ufrag = keys.mint(&hint, [1, 2, 3, 4, 5]);
     let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     let mut buf = [0u8; 512];
     let len = stun::write_binding_request(
@@ -133,6 +133,7 @@ pub(crate) fn policy(cluster_id: u16) -> ufrag_common::forward::ForwardPolicy {
         hint_keys: first_packet().keys,
         route_cache: false,
         admission: Default::default(),
+        shared_replays: None,
     }
 }
 
@@ -147,12 +148,16 @@ pub(crate) fn fresh_forwarder(
     (forwarder, first_packet().request, t0)
 }
 
-/// A forwarder in our own cluster whose flow for the client carried its first request
-/// and a DTLS datagram (proven): what every later datagram of the session meets.
+/// A forwarder in our own cluster whose flow for the client carried its first request, a
+/// DTLS datagram and media back from the transceiver (proven), and one more client
+/// datagram (its route recorded, when there is a cache): what every later datagram of the
+/// session meets.
 pub(crate) fn established_forwarder() -> (ufrag_common::forward::Forwarder, Instant) {
     let (mut forwarder, request, t0) = fresh_forwarder(1);
     let (client, vip) = (CLIENT.parse().unwrap(), VIP);
     forwarder.from_client(&request, client, vip, t0);
+    forwarder.from_client(&DTLS, client, vip, t0);
+    forwarder.from_internal(&return_frame(), transceiver(), t0);
     forwarder.from_client(&DTLS, client, vip, t0);
     (forwarder, t0)
 }

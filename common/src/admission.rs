@@ -1,7 +1,8 @@
 //! Who may create a flow, and what one session, one source prefix and one worker may
-//! cost: live flows per session (server ufrag), token buckets for new flows per source
-//! prefix and per worker, and a filter that recognises a replayed Binding Request.
-//! Fixed memory, no allocation after construction, O(1) per decision.
+//! cost: the age of the hint that asks, live flows per session (server ufrag), token
+//! buckets for new flows per source prefix and per worker, and the relay's shared filter
+//! that recognises a replayed Binding Request ([`crate::replay`]). Fixed memory, no
+//! allocation after construction, O(1) per decision.
 //!
 //! A Binding Request that authenticates proves only that its sender once saw (or holds)
 //! the session's credentials, not that it owns the source address: UDP sources are
@@ -11,9 +12,14 @@
 //!   (NAT rebinding and a handful of candidates need no more). A credential holder can
 //!   therefore aim at most that many flows, and the transceiver's answers through them,
 //!   at third parties, per worker.
+//! - **Hint age**: a hint makes new flows only for `hint_max_age` after its transceiver
+//!   minted it (and at most [`HINT_CLOCK_SKEW`] before, by the relay's clock), so ufrags
+//!   collected from past sessions expire. Flows already made are not affected; an ICE
+//!   restart mints a new hint.
 //! - **Replay**: a request whose transaction id already created a flow from another
-//!   address within the window creates nothing (a client's retransmission comes from the
-//!   same address and finds its flow).
+//!   address creates nothing, for as long as its hint could create flows, whichever worker
+//!   of the relay sees it (a client's retransmission comes from the same address and
+//!   finds its flow).
 //! - **Per source prefix** (/24 IPv4, /56 IPv6 by default) and **per worker**: token
 //!   buckets bound the rate of new flows. Prefix buckets are a fixed array indexed by a
 //!   keyed hash of the prefix; two prefixes that share a bucket share its rate, which
@@ -22,14 +28,17 @@
 use core::net::{IpAddr, SocketAddr};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use crate::metrics::DropReason;
+use crate::replay::ReplayFilter;
 
 /// Prefix token buckets per worker (a power of two).
 const PREFIX_BUCKETS: usize = 1 << 14;
-/// Remembered transaction ids per worker (a power of two).
-const REPLAY_SLOTS: usize = 1 << 12;
+/// How far ahead of the relay's clock a hint's minted time may be (transceivers' clocks
+/// are kept by NTP; this is generous).
+pub const HINT_CLOCK_SKEW: Duration = Duration::from_secs(30);
 
 /// The limits; see the module documentation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,8 +53,16 @@ pub struct AdmissionPolicy {
     pub prefix_len_v6: u8,
     /// New flows per second in one worker (also its burst).
     pub new_flows_per_worker: u32,
-    /// How long a transaction id that created a flow is remembered.
-    pub replay_window: Duration,
+    /// How long after it was minted a hint may still create flows.
+    pub hint_max_age: Duration,
+}
+
+impl AdmissionPolicy {
+    /// How long a transaction that created a flow is remembered: as long as its hint
+    /// could create flows.
+    pub fn replay_window(&self) -> Duration {
+        self.hint_max_age + HINT_CLOCK_SKEW
+    }
 }
 
 impl Default for AdmissionPolicy {
@@ -56,7 +73,7 @@ impl Default for AdmissionPolicy {
             prefix_len_v4: 24,
             prefix_len_v6: 56,
             new_flows_per_worker: 5_000,
-            replay_window: Duration::from_secs(30),
+            hint_max_age: Duration::from_secs(600),
         }
     }
 }
@@ -93,13 +110,6 @@ impl TokenBucket {
     }
 }
 
-#[derive(Clone, Copy, Debug, Default)]
-struct ReplayEntry {
-    transaction: u64,
-    flow: u64,
-    at_ms: u64,
-}
-
 /// One worker's admission state.
 #[derive(Debug)]
 pub struct Admission {
@@ -110,8 +120,10 @@ pub struct Admission {
     flows_per_session: HashMap<u64, u16>,
     prefixes: Box<[TokenBucket]>,
     worker: TokenBucket,
-    replays: Box<[ReplayEntry]>,
+    replays: Arc<ReplayFilter>,
     started: Instant,
+    /// The wall clock at `started`, in Unix seconds (hints carry wall-clock time).
+    started_unix_s: u64,
 }
 
 /// A session's identity in the admission state: a keyed hash of its server ufrag.
@@ -133,17 +145,50 @@ pub struct FlowRequest<'a> {
 }
 
 impl Admission {
-    /// Admission for a worker whose flow table holds `flow_capacity` flows, from `now`.
-    pub fn new(policy: AdmissionPolicy, flow_capacity: usize, now: Instant) -> Self {
+    /// Admission for a worker whose flow table holds `flow_capacity` flows, from `now`,
+    /// checking replays in `replays` (the relay's shared filter) or, if `None`, in a
+    /// filter of its own sized for one worker.
+    pub fn new(
+        policy: AdmissionPolicy,
+        flow_capacity: usize,
+        replays: Option<Arc<ReplayFilter>>,
+        now: Instant,
+    ) -> Self {
+        let replays = replays.unwrap_or_else(|| {
+            Arc::new(ReplayFilter::new(
+                1,
+                policy.new_flows_per_worker,
+                policy.replay_window(),
+                now,
+            ))
+        });
+        let started_unix_s = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |since| since.as_secs());
         Admission {
             policy,
             hasher: RandomState::new(),
             flows_per_session: HashMap::with_capacity(flow_capacity.saturating_mul(2)),
             prefixes: vec![TokenBucket::default(); PREFIX_BUCKETS].into_boxed_slice(),
             worker: TokenBucket::default(),
-            replays: vec![ReplayEntry::default(); REPLAY_SLOTS].into_boxed_slice(),
+            replays,
             started: now,
+            started_unix_s,
         }
+    }
+
+    /// Whether a hint minted at `minted_unix_s` may create a flow at `now`: not older
+    /// than `hint_max_age`, not more than [`HINT_CLOCK_SKEW`] ahead.
+    pub fn check_hint_age(&self, minted_unix_s: u32, now: Instant) -> Result<(), DropReason> {
+        let now_unix_s =
+            self.started_unix_s + now.saturating_duration_since(self.started).as_secs();
+        let minted = u64::from(minted_unix_s);
+        let too_old = now_unix_s.saturating_sub(minted) > self.policy.hint_max_age.as_secs();
+        let too_new = minted.saturating_sub(now_unix_s) > HINT_CLOCK_SKEW.as_secs();
+        if too_old || too_new {
+            return Err(DropReason::HintExpired);
+        }
+        Ok(())
     }
 
     /// The limits.
@@ -171,18 +216,16 @@ impl Admission {
     }
 
     /// Whether `request` may create a flow at `now`: replay, session cap, then the
-    /// prefix and worker buckets (a refused request spends no token of a later check).
+    /// prefix and worker buckets (a refused request spends no token of a later check),
+    /// then the request's transaction is claimed in the shared replay filter (a copy that
+    /// another worker admitted a moment ago loses there). The caller creates the flow
+    /// when this says yes.
     pub fn check(&mut self, request: &FlowRequest<'_>, now: Instant) -> Result<(), DropReason> {
         let now_ms = self.ms(now);
-        let window_ms = u64::try_from(self.policy.replay_window.as_millis()).unwrap_or(u64::MAX);
-        let transaction = self.hasher.hash_one(request.transaction_id);
-        let seen = self.replays[transaction as usize & (REPLAY_SLOTS - 1)];
-        if seen.transaction == transaction
-            && seen.flow != request.flow
-            && now_ms.saturating_sub(seen.at_ms) < window_ms
-        {
-            return Err(DropReason::ReplayedRequest);
-        }
+        let replayed = |_| DropReason::ReplayedRequest;
+        self.replays
+            .seen(request.transaction_id, request.flow, now)
+            .map_err(replayed)?;
         if self.flows_of(request.session) >= self.policy.max_flows_per_session {
             return Err(DropReason::SessionFlowLimit);
         }
@@ -193,18 +236,19 @@ impl Admission {
         if !self.worker.take(now_ms, self.policy.new_flows_per_worker) {
             return Err(DropReason::WorkerRateLimit);
         }
-        Ok(())
+        self.replays
+            .claim(request.transaction_id, request.flow, now)
+            .map_err(replayed)
     }
 
-    /// `request` created a flow at `now`.
-    pub fn admitted(&mut self, request: &FlowRequest<'_>, now: Instant) {
-        let transaction = self.hasher.hash_one(request.transaction_id);
-        self.replays[transaction as usize & (REPLAY_SLOTS - 1)] = ReplayEntry {
-            transaction,
-            flow: request.flow,
-            at_ms: self.ms(now),
-        };
+    /// `request` created a flow.
+    pub fn admitted(&mut self, request: &FlowRequest<'_>) {
         self.joined(request.session);
+    }
+
+    /// The replay filter this worker checks.
+    pub fn replays(&self) -> &Arc<ReplayFilter> {
+        &self.replays
     }
 
     /// A flow now belongs to `session` (created, or moved to it).
@@ -256,7 +300,7 @@ mod tests {
 
     fn admit(a: &mut Admission, r: &FlowRequest<'_>, now: Instant) -> Result<(), DropReason> {
         a.check(r, now)?;
-        a.admitted(r, now);
+        a.admitted(r);
         Ok(())
     }
 
@@ -267,7 +311,7 @@ mod tests {
             max_flows_per_session: 3,
             ..AdmissionPolicy::default()
         };
-        let mut a = Admission::new(policy, 64, now);
+        let mut a = Admission::new(policy, 64, None, now);
         for i in 0..3u8 {
             let txid = [i; 12];
             admit(
@@ -296,7 +340,7 @@ mod tests {
     #[test]
     fn a_transaction_that_created_a_flow_creates_no_other_within_the_window() {
         let now = Instant::now();
-        let mut a = Admission::new(AdmissionPolicy::default(), 64, now);
+        let mut a = Admission::new(AdmissionPolicy::default(), 64, None, now);
         let txid = [1; 12];
         admit(&mut a, &request(7, "198.51.100.1:1000", 1, &txid), now).unwrap();
         let replay = request(7, "203.0.113.9:4000", 2, &txid);
@@ -307,8 +351,32 @@ mod tests {
             Ok(())
         );
         // After the window the id is forgotten (the session cap still applies).
-        let later = now + AdmissionPolicy::default().replay_window;
+        let later = now + AdmissionPolicy::default().replay_window();
         assert_eq!(a.check(&replay, later), Ok(()));
+    }
+
+    #[test]
+    fn a_hint_makes_flows_from_its_minting_until_its_max_age_and_not_before_the_skew() {
+        let t0 = Instant::now();
+        let a = Admission::new(AdmissionPolicy::default(), 64, None, t0);
+        let now_s = crate::hint::unix_seconds(SystemTime::now());
+        let max_age_s = AdmissionPolicy::default().hint_max_age.as_secs() as u32;
+        let skew_s = HINT_CLOCK_SKEW.as_secs() as u32;
+        assert_eq!(a.check_hint_age(now_s, t0), Ok(()));
+        // A few seconds of slack either way for the clock read in `new`.
+        assert_eq!(a.check_hint_age(now_s - max_age_s + 5, t0), Ok(()));
+        assert_eq!(a.check_hint_age(now_s + skew_s - 5, t0), Ok(()));
+        assert_eq!(
+            a.check_hint_age(now_s - max_age_s - 5, t0),
+            Err(DropReason::HintExpired)
+        );
+        assert_eq!(
+            a.check_hint_age(now_s + skew_s + 5, t0),
+            Err(DropReason::HintExpired)
+        );
+        // The same hint, judged later by the relay's monotonic clock, expires.
+        let later = t0 + AdmissionPolicy::default().hint_max_age + Duration::from_secs(5);
+        assert_eq!(a.check_hint_age(now_s, later), Err(DropReason::HintExpired));
     }
 
     #[test]
@@ -319,7 +387,7 @@ mod tests {
             new_flows_per_prefix: 10,
             ..AdmissionPolicy::default()
         };
-        let mut a = Admission::new(policy, 1024, now);
+        let mut a = Admission::new(policy, 1024, None, now);
         let txid = |i: u32| {
             let mut t = [0u8; 12];
             t[..4].copy_from_slice(&i.to_be_bytes());
@@ -354,14 +422,14 @@ mod tests {
             new_flows_per_prefix: 2,
             ..AdmissionPolicy::default()
         };
-        let mut a = Admission::new(policy, 64, now);
-        let t = [0u8; 12];
+        let mut a = Admission::new(policy, 64, None, now);
         let same_56 = ["[2001:db8:0:ab01::1]:1", "[2001:db8:0:abff::2]:2"];
         for (i, s) in same_56.iter().enumerate() {
+            let t = [i as u8; 12];
             assert_eq!(a.check(&request(1, s, i as u64, &t), now), Ok(()));
         }
         assert_eq!(
-            a.check(&request(1, "[2001:db8:0:ab42::3]:3", 3, &t), now),
+            a.check(&request(1, "[2001:db8:0:ab42::3]:3", 3, &[3; 12]), now),
             Err(DropReason::PrefixRateLimit)
         );
     }
@@ -374,10 +442,12 @@ mod tests {
             new_flows_per_worker: 5,
             ..AdmissionPolicy::default()
         };
-        let mut a = Admission::new(policy, 64, now);
-        let t = [0u8; 12];
-        let results: Vec<_> = (0..6u64)
-            .map(|i| a.check(&request(1, &format!("10.{i}.0.1:1"), i, &t), now))
+        let mut a = Admission::new(policy, 64, None, now);
+        let results: Vec<_> = (0..6u8)
+            .map(|i| {
+                let source = format!("10.{i}.0.1:1");
+                a.check(&request(1, &source, u64::from(i), &[i; 12]), now)
+            })
             .collect();
         assert!(results[..5].iter().all(|r| r.is_ok()), "{results:?}");
         assert_eq!(results[5], Err(DropReason::WorkerRateLimit));

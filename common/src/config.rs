@@ -32,6 +32,7 @@
 //! rate_limit_prefix_v4 = 24               # how sources are grouped for that rate
 //! rate_limit_prefix_v6 = 56
 //! new_flows_per_worker = 5000             # new flows per second in one worker
+//! hint_max_age = "10m"                    # a hint makes new flows this long after it was minted
 //! poll = "wakeup"                         # or "busy": workers spin instead of sleeping
 //! tcp_vips = ["203.0.113.10:443"]         # ICE-TCP for clients whose networks block UDP
 //! tcp_connections_per_worker = 4096       # open TCP connections one worker holds
@@ -58,6 +59,9 @@ use crate::hint::HintKeys;
 pub const HINT_KEYS_ENV: &str = "UFRAG_RELAY_HINT_KEYS";
 
 const DEFAULT_FLOWS_PER_WORKER: usize = 262_144;
+/// The shortest `hint_max_age`: a client needs a few seconds between the answer and its
+/// first check.
+const MIN_HINT_MAX_AGE: Duration = Duration::from_secs(10);
 const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_TCP_CONNECTIONS_PER_WORKER: usize = 4096;
 const MAX_TCP_CONNECTIONS_PER_WORKER: usize = 65_536;
@@ -223,6 +227,10 @@ pub struct RelayArgs {
     /// New flows per second (and burst) in one worker (default 5000).
     #[arg(long, value_name = "N")]
     pub new_flows_per_worker: Option<u32>,
+    /// A hint makes new flows this long after its transceiver minted it (default 10m;
+    /// a session's existing flows are not affected; an ICE restart mints a new hint).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub hint_max_age: Option<Duration>,
     /// How workers wait when idle: wakeup (sleep; the default) or busy (spin on a core of
     /// their own, for the lowest latency).
     #[arg(long, value_enum, value_name = "MODE")]
@@ -269,6 +277,7 @@ struct FileConfig {
     rate_limit_prefix_v4: Option<u8>,
     rate_limit_prefix_v6: Option<u8>,
     new_flows_per_worker: Option<u32>,
+    hint_max_age: Option<String>,
     poll: Option<PollMode>,
     tcp_vips: Option<Vec<SocketAddr>>,
     tcp_connections_per_worker: Option<usize>,
@@ -408,7 +417,7 @@ impl RelayConfig {
             }
         }
 
-        let mut admission = admission_policy(&file, args)?;
+        let admission = admission_policy(&file, args)?;
         let tcp = tcp_policy(&file, args)?;
 
         let vips = pick(args.vips.clone(), file.vips);
@@ -579,9 +588,6 @@ impl RelayConfig {
             .metrics_addr
             .or(file.metrics_addr)
             .unwrap_or(DEFAULT_METRICS_ADDR);
-
-        // A transaction id is remembered as long as a flow lives without traffic.
-        admission.replay_window = idle_timeout;
 
         Ok(RelayConfig {
             vips,
@@ -786,6 +792,24 @@ fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPoli
         }
         Ok(value)
     };
+    let hint_max_age = duration_field(
+        "hint_max_age",
+        args.hint_max_age,
+        file.hint_max_age.as_deref(),
+        default.hint_max_age,
+    )?;
+    let longest_hint_age = crate::replay::MAX_WINDOW - crate::admission::HINT_CLOCK_SKEW;
+    if !(MIN_HINT_MAX_AGE..=longest_hint_age).contains(&hint_max_age) {
+        return Err(bad(
+            "hint_max_age",
+            format!(
+                "{}: must be between {} and {}",
+                humantime::format_duration(hint_max_age),
+                humantime::format_duration(MIN_HINT_MAX_AGE),
+                humantime::format_duration(longest_hint_age),
+            ),
+        ));
+    }
     let prefix = |field: &str, flag: Option<u8>, file: Option<u8>, default: u8, max: u8| {
         let value = flag.or(file).unwrap_or(default);
         if value > max {
@@ -821,7 +845,7 @@ fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPoli
             file.new_flows_per_worker,
             default.new_flows_per_worker,
         )?,
-        replay_window: default.replay_window,
+        hint_max_age,
     })
 }
 

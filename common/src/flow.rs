@@ -475,6 +475,16 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
         None
     }
 
+    /// Removes a flow its caller chose to give way to a new one, counted in
+    /// [`TableCounters::shed`].
+    pub fn shed(&mut self, key: &FlowKey) -> Option<Flow<V>> {
+        let packed = key.pack();
+        let at = self.find(&packed, self.hash(&packed))?;
+        let flow = self.release(at);
+        self.counters.shed += 1;
+        Some(flow)
+    }
+
     /// Counts an insert its caller refused for lack of room (in
     /// [`TableCounters::refused`], beside the ones the table refuses itself).
     pub fn refuse(&mut self) {

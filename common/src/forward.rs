@@ -37,13 +37,16 @@
 //!
 //! # What one session can cost
 //!
-//! An attacker holding one session's credentials (or one captured request) gets, per
-//! worker: one flow per captured request (copies are replays), at most
-//! `max_flows_per_session` flows for requests it signs itself, each flow forwarding its
-//! datagrams to the session's own transceiver, which answers one datagram per request
-//! (no amplification). Flows it never uses for DTLS or media are shed first when the
-//! table fills, are never written to Redis, and cannot take over a live flow. What
-//! many sessions or spoofed sources can cost is bounded by the prefix and worker rates.
+//! An attacker holding one session's credentials (or one captured request) gets: one
+//! flow per captured request in the whole relay (copies are replays, whichever worker
+//! they reach), at most `max_flows_per_session` flows per worker for requests it signs
+//! itself, each flow forwarding its datagrams to the session's own transceiver, which
+//! answers one datagram per request (no amplification). Flows its transceiver never
+//! sends DTLS or media on stay unproven however much the attacker sends on them: they
+//! give way to newcomers once [`PROVE_WITHIN`] has passed, are never written to Redis,
+//! and cannot take over a live flow. Hints expire for new flows, so ufrags collected from
+//! past sessions buy nothing. What many sessions or spoofed sources can cost is bounded
+//! by the prefix and worker rates.
 //!
 //! # From the internal side (on the worker's internal port)
 //!
@@ -65,12 +68,13 @@
 //! instead, with the same rule (a live flow whose next hop is the frame's source). Such
 //! returns refresh the flow's stamp in the set, which its owner reads before it expires
 //! the flow, so traffic towards the client keeps a flow alive on whichever worker it
-//! lands.
+//! lands. A return of DTLS or media taken that way is marked in the set, where the owner
+//! reads it as its transceiver's half of the flow's proof.
 //!
 //! A backend that carries proven flows outside the forwarder (relay-afxdp's in-kernel
 //! fast path) gives it a [`FlowMirror`] ([`Forwarder::with_mirror`]): told when a flow
-//! has proved itself (its first DTLS or media datagram, or a route restored from the
-//! cache: the same moment a route is worth caching) and when it leaves the table or moves
+//! has proved itself (DTLS or media both ways, or a route restored from the cache: the
+//! same moment a route is worth caching) and when it leaves the table or moves
 //! to another transceiver, and asked when it last carried the flow, which counts as the
 //! flow's use for expiry and for the consent interval that guards a reroute.
 //!
@@ -84,7 +88,7 @@
 //! datagram per datagram received from its flow's transceiver.
 
 use core::net::SocketAddr;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -97,6 +101,7 @@ use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
 use crate::frame::{FrameHeader, Transport};
 use crate::hint::HintKeys;
 use crate::metrics::DropReason;
+use crate::replay::ReplayFilter;
 use crate::returns::{SharedReturn, SharedReturns};
 use crate::stun::StunView;
 
@@ -115,23 +120,51 @@ pub struct FlowState {
     /// Where the flow goes.
     pub route: Route,
     /// When the route was last written to the route cache, in seconds since the
-    /// forwarder started.
-    pub recorded_at_s: u32,
+    /// forwarder started; `None` until it is first written.
+    pub recorded_at_s: Option<u32>,
+    /// When the flow was made (or moved to its route), in seconds since the forwarder
+    /// started.
+    pub created_at_s: u32,
     /// The session whose Binding Request created the flow (0 for a flow restored from
     /// the route cache, which counts for no session).
     pub session: SessionTag,
-    /// The client sent DTLS or media on this flow: it is a session's path, not just a
-    /// STUN exchange (only such flows are cached, and they are never shed).
-    pub proven: bool,
+    /// The client sent DTLS or media on this flow (a spoofer can, blind).
+    pub client_media: bool,
+    /// The transceiver sent DTLS or media on this flow: its session selected the path.
+    pub server_media: bool,
+}
+
+impl FlowState {
+    /// A new flow on `route` for `session`, made at `created_at_s`: nothing proven yet.
+    fn unproven(route: Route, session: SessionTag, created_at_s: u32) -> Self {
+        FlowState {
+            route,
+            recorded_at_s: None,
+            created_at_s,
+            session,
+            client_media: false,
+            server_media: false,
+        }
+    }
+
+    /// DTLS or media has passed both ways: a session's path, not just a STUN exchange
+    /// or a spoofer's blind bytes. Only such flows are cached, mirrored and never shed.
+    pub fn proven(&self) -> bool {
+        self.client_media && self.server_media
+    }
 }
 
 /// A flow that has been idle this long may follow its client to another session's
 /// transceiver (RFC 7675's consent interval: a live session sends consent checks and
 /// media more often than this, so a spoofed request cannot take its flow).
 pub const REROUTE_MIN_IDLE: Duration = Duration::from_secs(5);
-/// When the table is full, a flow that has carried nothing but STUN and has been idle
-/// this long may be shed to make room.
+/// When the table is full, an unproven flow that has been idle this long may be shed to
+/// make room.
 pub const SHED_MIN_IDLE: Duration = Duration::from_secs(1);
+/// When the table is full, an unproven flow this old gives way to a new one however busy
+/// it is (the oldest first): an ICE check and a DTLS handshake take a few round trips, so
+/// a session's path proves itself well within it, and a spoofer's blind traffic never does.
+pub const PROVE_WITHIN: Duration = Duration::from_secs(10);
 /// How many of the least recently used flows are looked at for one to shed.
 pub const SHED_SCAN: usize = 16;
 
@@ -201,6 +234,9 @@ pub struct ForwardPolicy {
     pub route_cache: bool,
     /// What one session, source prefix and worker may cost in new flows.
     pub admission: AdmissionPolicy,
+    /// The relay's replay filter, shared by all its workers' forwarders; `None`: each
+    /// forwarder keeps its own (one worker).
+    pub shared_replays: Option<Arc<ReplayFilter>>,
 }
 
 impl From<&RelayConfig> for ForwardPolicy {
@@ -214,6 +250,24 @@ impl From<&RelayConfig> for ForwardPolicy {
             hint_keys: c.hint_keys.clone(),
             route_cache: c.route_store.is_some(),
             admission: c.admission,
+            shared_replays: None,
+        }
+    }
+}
+
+impl ForwardPolicy {
+    /// The policy every worker of one relay shares: `config`'s, with one replay filter
+    /// for all of them (UDP and TCP), sized for their admission rate over the window.
+    pub fn for_workers(config: &RelayConfig, now: Instant) -> Self {
+        let admission = config.admission;
+        ForwardPolicy {
+            shared_replays: Some(Arc::new(ReplayFilter::new(
+                config.workers(),
+                admission.new_flows_per_worker,
+                admission.replay_window(),
+                now,
+            ))),
+            ..ForwardPolicy::from(config)
         }
     }
 }
@@ -235,12 +289,16 @@ pub struct Forwarder {
     mirror: Option<Box<dyn FlowMirror>>,
     counters: ForwarderCounters,
     transport: Transport,
+    /// Unproven flows in the order they were made, with when: the oldest gives way first
+    /// once [`PROVE_WITHIN`] has passed. Entries of flows since proven or gone are
+    /// skipped when reached. Never longer than the table's capacity.
+    unproven: VecDeque<(FlowKey, u32)>,
 }
 
 /// A copy of the proven flows kept outside the forwarder, which carries some of their
 /// datagrams itself (see the module doc). Its calls happen on the worker thread.
 pub trait FlowMirror: core::fmt::Debug + Send {
-    /// `key` is a proven flow going by `route` now (new, restored, or moved).
+    /// `key` is a proven flow going by `route` now (proved, or restored).
     fn proven(&mut self, key: &FlowKey, route: Route, now: Instant);
     /// `key`, which went by `route`, has left the table or moved elsewhere.
     fn gone(&mut self, key: &FlowKey, route: Route);
@@ -276,7 +334,13 @@ impl Forwarder {
         let refresh_every_s = u32::try_from(table.idle_timeout().as_secs() / 3)
             .unwrap_or(u32::MAX)
             .max(1);
-        let admission = Admission::new(policy.admission, table.capacity(), now);
+        let admission = Admission::new(
+            policy.admission,
+            table.capacity(),
+            policy.shared_replays.clone(),
+            now,
+        );
+        let unproven = VecDeque::with_capacity(table.capacity());
         Forwarder {
             policy,
             table,
@@ -287,6 +351,7 @@ impl Forwarder {
             mirror: None,
             counters: ForwarderCounters::default(),
             transport: Transport::Udp,
+            unproven,
         }
     }
 
@@ -367,7 +432,7 @@ impl Forwarder {
                 .filter(|seen| now.saturating_duration_since(*seen) < timeout);
             let Some(returned_at) = returned_at else {
                 let (key, flow) = self.table.pop_expired(now)?;
-                self.unshare(&key, flow.value.route, flow.value.proven);
+                self.unshare(&key, flow.value.route, flow.value.proven());
                 return Some((key, flow.value));
             };
             if *keep_budget == 0 {
@@ -441,24 +506,35 @@ impl Forwarder {
             _ => None,
         };
         if let Some(flow) = self.table.lookup(&key, now) {
-            let state = flow.value;
             flow.record_in(datagram.len());
-            let mut record = None;
-            let mut proved = false;
-            if kind != DatagramKind::Stun && !state.proven {
-                // DTLS or media: the flow is a session's path now, worth caching.
-                flow.value.proven = true;
-                flow.value.recorded_at_s = seconds;
-                record = route_cache.then_some(state.route);
-                proved = true;
-            } else if route_cache
-                && state.proven
-                && seconds.wrapping_sub(state.recorded_at_s) >= refresh_every_s
-            {
-                flow.value.recorded_at_s = seconds;
-                record = Some(state.route);
+            let was_proven = flow.value.proven();
+            if !was_proven {
+                flow.value.client_media |= kind != DatagramKind::Stun;
+                // The transceiver's half, when another worker took its returns.
+                let next_hop = flow.value.route.next_hop;
+                let returned_media = flow.value.client_media
+                    && !flow.value.server_media
+                    && (self.returns.as_ref())
+                        .is_some_and(|returns| returns.carried_media(&key, next_hop));
+                flow.value.server_media |= returned_media;
             }
-            if proved && let Some(mirror) = &mut self.mirror {
+            let mut record = None;
+            if route_cache
+                && flow.value.proven()
+                && flow
+                    .value
+                    .recorded_at_s
+                    .is_none_or(|at| seconds.wrapping_sub(at) >= refresh_every_s)
+            {
+                // A session's path: worth caching, and refreshed while it lives.
+                flow.value.recorded_at_s = Some(seconds);
+                record = Some(flow.value.route);
+            }
+            let state = flow.value;
+            if !was_proven
+                && state.proven()
+                && let Some(mirror) = &mut self.mirror
+            {
                 mirror.proven(&key, state.route, now);
             }
             let mut to = state.route.next_hop;
@@ -483,10 +559,18 @@ impl Forwarder {
             }
             return Verdict::Drop(DropReason::NoFlow);
         }
-        let (route, request) = match self.authenticate_binding_request(datagram, return_via) {
+        let (route, request) = match self.authenticate_binding_request(datagram, return_via, now) {
             Ok(admitted) => admitted,
             Err(reason) => return Verdict::Drop(reason),
         };
+        self.make_room(now);
+        if self.table.len() == self.table.capacity() {
+            // make_room could free nothing (or only flows another worker keeps alive):
+            // refused here, before any rate token is spent, and so that the table never
+            // reclaims a slot behind our back.
+            self.table.refuse();
+            return Verdict::Drop(DropReason::TableFull);
+        }
         let request = FlowRequest {
             session: self.admission.session_tag(request.server_ufrag),
             source: client,
@@ -496,28 +580,17 @@ impl Forwarder {
         if let Err(reason) = self.admission.check(&request, now) {
             return Verdict::Drop(reason);
         }
-        self.make_room(now);
-        let state = FlowState {
-            route,
-            recorded_at_s: seconds,
-            session: request.session,
-            proven: false,
-        };
-        if self.table.len() == self.table.capacity() {
-            // make_room could free nothing (or only flows another worker keeps alive):
-            // refused here, so the table never reclaims a slot behind our back.
-            self.table.refuse();
-            return Verdict::Drop(DropReason::TableFull);
-        }
+        let state = FlowState::unproven(route, request.session, seconds);
         match self.table.insert(&key, state, now) {
-            Ok(_) => self.admission.admitted(&request, now),
+            Ok(_) => self.admission.admitted(&request),
             Err(InsertError::TableFull) => return Verdict::Drop(DropReason::TableFull),
         }
+        self.track_unproven(key, seconds);
         self.share(&key, route, now);
         if let Some(flow) = self.table.lookup(&key, now) {
             flow.record_in(datagram.len());
         }
-        // Not cached yet: only a flow that carries DTLS or media is written to the cache.
+        // Not cached yet: only a proven flow is written to the cache.
         Verdict::Forward {
             to: route.next_hop,
             header,
@@ -526,34 +599,73 @@ impl Forwarder {
         }
     }
 
-    /// Frees a slot when the table is full: an expired flow first, else one that has
-    /// carried nothing but STUN for [`SHED_MIN_IDLE`]. Every removal here leaves its
-    /// session's count. If nothing could go, the insert that follows is refused (and
-    /// counted) by the table.
+    /// Frees a slot when the table is full: an expired flow first, else an unproven one
+    /// idle for [`SHED_MIN_IDLE`] among the least recently used, else the oldest unproven
+    /// one older than [`PROVE_WITHIN`]. Every removal here leaves its session's count. If
+    /// nothing could go, the caller refuses the new flow.
     fn make_room(&mut self, now: Instant) {
         if self.table.len() < self.table.capacity() {
             return;
         }
         let mut keep_budget = SHED_SCAN;
-        let removed = self.pop_idle(now, &mut keep_budget).or_else(|| {
-            let (key, flow) = self.table.shed_where(now, SHED_SCAN, |flow, idle| {
-                !flow.value.proven && idle >= SHED_MIN_IDLE
-            })?;
-            self.unshare(&key, flow.value.route, flow.value.proven);
-            Some((key, flow.value))
-        });
+        let removed = self
+            .pop_idle(now, &mut keep_budget)
+            .or_else(|| {
+                let (key, flow) = self.table.shed_where(now, SHED_SCAN, |flow, idle| {
+                    !flow.value.proven() && idle >= SHED_MIN_IDLE
+                })?;
+                self.unshare(&key, flow.value.route, false);
+                Some((key, flow.value))
+            })
+            .or_else(|| self.shed_overdue_unproven(now));
         if let Some((_, flow)) = removed {
             self.admission.left(flow.session);
         }
     }
 
-    /// The full first-packet check: Binding Request, authentic hint, MESSAGE-INTEGRITY
+    /// Remembers that the unproven flow `key` was made at `created_at_s`, for
+    /// [`Forwarder::shed_overdue_unproven`]. The oldest entry is forgotten when the queue
+    /// holds as many as the table (it never grows).
+    fn track_unproven(&mut self, key: FlowKey, created_at_s: u32) {
+        if self.unproven.len() == self.unproven.capacity() {
+            self.unproven.pop_front();
+        }
+        self.unproven.push_back((key, created_at_s));
+    }
+
+    /// Removes the oldest flow still unproven [`PROVE_WITHIN`] after it was made, however
+    /// busy it is, and returns it. Amortized O(1): each entry is looked at once.
+    fn shed_overdue_unproven(&mut self, now: Instant) -> Option<(FlowKey, FlowState)> {
+        let now_s = self.seconds(now);
+        let within_s = PROVE_WITHIN.as_secs() as u32;
+        while let Some(&(key, created_at_s)) = self.unproven.front() {
+            if now_s.saturating_sub(created_at_s) < within_s {
+                return None;
+            }
+            self.unproven.pop_front();
+            let same_unproven_flow = self
+                .table
+                .peek(&key)
+                .is_some_and(|f| !f.value.proven() && f.value.created_at_s == created_at_s);
+            if !same_unproven_flow {
+                continue;
+            }
+            let flow = self.table.shed(&key)?;
+            self.unshare(&key, flow.value.route, false);
+            return Some((key, flow.value));
+        }
+        None
+    }
+
+    /// The full first-packet check: Binding Request, authentic hint young enough to make
+    /// flows, MESSAGE-INTEGRITY
     /// under the derived password, FINGERPRINT if present, destination allowed (our
     /// cluster) or a known cluster relay (another cluster).
     fn authenticate_binding_request<'d>(
         &self,
         datagram: &'d [u8],
         return_via: Option<SocketAddr>,
+        now: Instant,
     ) -> Result<(Route, FirstRequest<'d>), DropReason> {
         let view = StunView::parse(datagram)?;
         if !view.is_binding_request() {
@@ -562,6 +674,8 @@ impl Forwarder {
         let server = view.ufrags()?.server;
         let keys = &self.policy.hint_keys;
         let verified = keys.authenticate(server)?;
+        // Before the other two HMACs: an expired hint is refused cheaply.
+        self.admission.check_hint_age(verified.minted_unix_s, now)?;
         let password = keys
             .ice_password(verified.key_id, server)
             .ok_or(DropReason::HintUnknownKey)?;
@@ -621,7 +735,7 @@ impl Forwarder {
         if same_cluster && hint.hint.transceiver == route.next_hop {
             return route.next_hop;
         }
-        let Ok((new_route, request)) = self.authenticate_binding_request(datagram, return_via)
+        let Ok((new_route, request)) = self.authenticate_binding_request(datagram, return_via, now)
         else {
             return route.next_hop;
         };
@@ -638,17 +752,14 @@ impl Forwarder {
             return route.next_hop;
         }
         // An update of an existing key: never refused for lack of room.
-        let moved = FlowState {
-            route: new_route,
-            recorded_at_s: self.seconds(now),
-            session: request.session,
-            proven: false,
-        };
+        let seconds = self.seconds(now);
+        let moved = FlowState::unproven(new_route, request.session, seconds);
         let _ = self.table.insert(key, moved, now);
-        self.unshare(key, route, state.proven);
+        self.track_unproven(*key, seconds);
+        self.unshare(key, route, state.proven());
         self.share(key, new_route, now);
         self.admission.left(state.session);
-        self.admission.admitted(&request, now);
+        self.admission.admitted(&request);
         new_route.next_hop
     }
 
@@ -684,41 +795,60 @@ impl Forwarder {
             );
         }
         let vip_is_ours = self.policy.vips.contains(&header.vip);
+        let media = |payload: &[u8]| DatagramKind::classify(payload) != DatagramKind::Stun;
         let outcome = match self.table.lookup(&key, now) {
-            None => self.take_shared_return(&key, source, vip_is_ours, frame, payload, now),
+            None => {
+                let media = media(payload);
+                self.take_shared_return(&key, source, vip_is_ours, media, frame, payload, now)
+            }
             Some(flow) if flow.value.route.next_hop != source => Err(DropReason::ReturnWrongSource),
-            Some(flow) => match flow.value.route.return_via {
-                Some(global) => {
-                    flow.record_out(payload.len());
-                    Ok(Verdict::Relay { to: global })
+            Some(flow) => {
+                if !flow.value.server_media && media(payload) {
+                    // The transceiver's half of the proof: its source is the flow's next
+                    // hop, checked above.
+                    flow.value.server_media = true;
+                    if flow.value.proven()
+                        && let Some(mirror) = &mut self.mirror
+                    {
+                        mirror.proven(&key, flow.value.route, now);
+                    }
                 }
-                None if !vip_is_ours => Err(DropReason::ReturnUnknownVip),
-                None => {
-                    flow.record_out(payload.len());
-                    Ok(Verdict::Return {
-                        client: header.client,
-                        vip: header.vip,
-                        payload_at: frame.len() - payload.len(),
-                    })
+                match flow.value.route.return_via {
+                    Some(global) => {
+                        flow.record_out(payload.len());
+                        Ok(Verdict::Relay { to: global })
+                    }
+                    None if !vip_is_ours => Err(DropReason::ReturnUnknownVip),
+                    None => {
+                        flow.record_out(payload.len());
+                        Ok(Verdict::Return {
+                            client: header.client,
+                            vip: header.vip,
+                            payload_at: frame.len() - payload.len(),
+                        })
+                    }
                 }
-            },
+            }
         };
         outcome.unwrap_or_else(Verdict::Drop)
     }
 
     /// A return frame for a flow this worker does not hold: decided from the shared
-    /// return paths (another worker's flow), by the same rule as a local one.
+    /// return paths (another worker's flow), by the same rule as a local one; a return
+    /// of DTLS or media (`media`) is marked there for the owner.
+    #[allow(clippy::too_many_arguments)]
     fn take_shared_return(
         &mut self,
         key: &FlowKey,
         source: SocketAddr,
         vip_is_ours: bool,
+        media: bool,
         frame: &[u8],
         payload: &[u8],
         now: Instant,
     ) -> Result<Verdict, DropReason> {
         let returns = self.returns.as_ref().ok_or(DropReason::ReturnNoFlow)?;
-        let verdict = match returns.take_return(key, source, now) {
+        let verdict = match returns.take_return(key, source, media, now) {
             None => return Err(DropReason::ReturnNoFlow),
             Some(SharedReturn::ViaRelay(global)) => Verdict::Relay { to: global },
             Some(SharedReturn::ToClient) if !vip_is_ours => {
@@ -752,11 +882,12 @@ impl Forwarder {
         self.make_room(now);
         // Only proven flows are cached, so a restored flow is proven; it counts for no
         // session (the cache holds routes, not ufrags).
+        let seconds = self.seconds(now);
         let state = FlowState {
-            route,
-            recorded_at_s: self.seconds(now),
-            session: SessionTag(0),
-            proven: true,
+            recorded_at_s: Some(seconds),
+            client_media: true,
+            server_media: true,
+            ..FlowState::unproven(route, SessionTag(0), seconds)
         };
         if self.table.len() == self.table.capacity() {
             self.table.refuse();
@@ -780,7 +911,7 @@ impl Forwarder {
         let Some(flow) = self.table.remove(key) else {
             return false;
         };
-        self.unshare(key, flow.value.route, flow.value.proven);
+        self.unshare(key, flow.value.route, flow.value.proven());
         self.admission.left(flow.value.session);
         true
     }

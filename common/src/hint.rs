@@ -1,27 +1,31 @@
 //! The routing hint: the server ICE ufrag that tells any relay, with no state, which
 //! transceiver owns a session, and the stateless ICE password that goes with it.
 //!
-//! # Layout (version 1)
+//! # Layout (version 2)
 //!
 //! The hint is a short binary record, written as ICE characters (the base64 alphabet,
 //! see [`crate::ice_chars`]); every record is a multiple of three bytes, so there is no
 //! padding:
 //!
 //! ```text
-//!  byte  0      version (high nibble, = 1) | flags (low nibble: bit 0 = IPv6, bits 1-3 = 0)
+//!  byte  0      version (high nibble, = 2) | flags (low nibble: bit 0 = IPv6, bits 1-3 = 0)
 //!  byte  1      key id
 //!  bytes 2-3    cluster id (big endian)
 //!  bytes 4..    transceiver IP: 4 bytes (IPv4) or 16 bytes (IPv6)
 //!  next 2       transceiver UDP port (big endian)
-//!  next 6       random bits (48 ≥ the 24 RFC 8445 §5.3 asks for), chosen by the caller
+//!  next 4       minted: when the transceiver wrote the hint, Unix seconds (big endian)
+//!  next 5       random bits (40 ≥ the 24 RFC 8445 §5.3 asks for), chosen by the caller
 //!  last 8       MAC: HMAC-SHA256(mac key of `key id`, all bytes before it), truncated
 //!
-//!  IPv4: 24 bytes = 32 ICE chars;  IPv6: 36 bytes = 48 ICE chars   (RFC 8839: 4..=256)
+//!  IPv4: 27 bytes = 36 ICE chars;  IPv6: 39 bytes = 52 ICE chars   (RFC 8839: 4..=256)
 //! ```
 //!
 //! The 64-bit MAC makes forging a hint that routes to a chosen transceiver a 2^64 online
 //! guess per attempt. Even an authentic hint is forwarded only if its address lies in the
-//! relay's allowed transceiver networks.
+//! relay's allowed transceiver networks. The minted time lets a relay refuse new flows for
+//! a hint older than its `hint_max_age`, so ufrags collected from past sessions (a
+//! POST-then-DELETE loop) expire; the flows a session already has are not affected, and an
+//! ICE restart mints a new hint. Version 1 (no minted time) is refused.
 //!
 //! # Keys
 //!
@@ -51,13 +55,13 @@ use crate::ice_chars;
 type HmacSha256 = hmac::Hmac<Sha256>;
 
 /// The hint format version this code writes and reads.
-pub const HINT_VERSION: u8 = 1;
+pub const HINT_VERSION: u8 = 2;
 /// Length in ICE characters of an IPv4 hint.
-pub const HINT_LEN_V4: usize = 32;
+pub const HINT_LEN_V4: usize = 36;
 /// Length in ICE characters of an IPv6 hint.
-pub const HINT_LEN_V6: usize = 48;
+pub const HINT_LEN_V6: usize = 52;
 /// Bytes of caller-chosen randomness in every hint.
-pub const RANDOM_LEN: usize = 6;
+pub const RANDOM_LEN: usize = 5;
 /// Length in ICE characters of a derived ICE password.
 pub const PASSWORD_LEN: usize = 24;
 /// Smallest accepted key secret.
@@ -70,14 +74,18 @@ const _: () = assert!(HINT_LEN_V4 >= 4 && HINT_LEN_V6 <= 256);
 const _: () = assert!(PASSWORD_LEN >= 22 && PASSWORD_LEN.is_multiple_of(4));
 
 const MAC_LEN: usize = 8;
+const MINTED_LEN: usize = 4;
 const FLAG_IPV6: u8 = 0x01;
 const RAW_LEN_V4: usize = HINT_LEN_V4 / 4 * 3;
 const RAW_LEN_V6: usize = HINT_LEN_V6 / 4 * 3;
+// version+flags, key id, cluster, IP, port, minted, random, MAC.
+const _: () = assert!(RAW_LEN_V4 == 4 + 4 + 2 + MINTED_LEN + RANDOM_LEN + MAC_LEN);
+const _: () = assert!(RAW_LEN_V6 == 4 + 16 + 2 + MINTED_LEN + RANDOM_LEN + MAC_LEN);
 
 /// Why a server ufrag is not a hint this relay will route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum HintError {
-    /// The ufrag is neither 32 nor 48 characters, or its family flag disagrees with its
+    /// The ufrag is neither 36 nor 52 characters, or its family flag disagrees with its
     /// length.
     BadLength,
     /// A character outside the ICE character set.
@@ -157,6 +165,8 @@ pub struct VerifiedHint {
     pub hint: RoutingHint,
     /// The key id that authenticated it (needed to derive the ICE password).
     pub key_id: u8,
+    /// When the transceiver wrote the hint, in Unix seconds.
+    pub minted_unix_s: u32,
 }
 
 /// One hint key with its derived MAC and password keys, ready to use.
@@ -323,8 +333,14 @@ impl HintKeys {
         }
     }
 
-    /// Writes the hint for `hint` with the current key and the caller's random bytes.
-    pub fn encode(&self, hint: &RoutingHint, random: [u8; RANDOM_LEN]) -> HintUfrag {
+    /// Writes the hint for `hint`, minted at `minted_unix_s` (see [`unix_seconds`]), with
+    /// the current key and the caller's random bytes.
+    pub fn encode(
+        &self,
+        hint: &RoutingHint,
+        minted_unix_s: u32,
+        random: [u8; RANDOM_LEN],
+    ) -> HintUfrag {
         let key = &self.current;
         let mut raw = [0u8; RAW_LEN_V6];
         let (flags, ip_len) = match hint.transceiver.ip().to_canonical() {
@@ -343,6 +359,8 @@ impl HintKeys {
         let mut at = 4 + ip_len;
         raw[at..at + 2].copy_from_slice(&hint.transceiver.port().to_be_bytes());
         at += 2;
+        raw[at..at + MINTED_LEN].copy_from_slice(&minted_unix_s.to_be_bytes());
+        at += MINTED_LEN;
         raw[at..at + RANDOM_LEN].copy_from_slice(&random);
         at += RANDOM_LEN;
         let mut mac = key.mac.clone();
@@ -356,8 +374,14 @@ impl HintKeys {
         };
         let chars_len = raw_len / 3 * 4;
         ice_chars::encode(&raw[..raw_len], &mut out.chars[..chars_len]);
-        out.len = chars_len as u8; // 32 or 48
+        out.len = chars_len as u8; // 36 or 52
         out
+    }
+
+    /// Writes the hint for `hint`, minted now by the wall clock: what a transceiver hands
+    /// out.
+    pub fn mint(&self, hint: &RoutingHint, random: [u8; RANDOM_LEN]) -> HintUfrag {
+        self.encode(hint, unix_seconds(std::time::SystemTime::now()), random)
     }
 
     /// Decodes and authenticates a server ufrag, then checks that its transceiver address
@@ -401,20 +425,25 @@ impl HintKeys {
             .map_err(|_| HintError::BadMac)?;
 
         let ip = if is_v6 {
-            let octets: [u8; 16] = body[4..20].try_into().expect("36-byte record");
+            let octets: [u8; 16] = body[4..20].try_into().expect("39-byte record");
             IpAddr::V6(Ipv6Addr::from(octets))
         } else {
-            let octets: [u8; 4] = body[4..8].try_into().expect("24-byte record");
+            let octets: [u8; 4] = body[4..8].try_into().expect("27-byte record");
             IpAddr::V4(Ipv4Addr::from(octets))
         };
         let port_at = if is_v6 { 20 } else { 8 };
         let port = u16::from_be_bytes([body[port_at], body[port_at + 1]]);
+        let minted_at = port_at + 2;
+        let minted: [u8; MINTED_LEN] = body[minted_at..minted_at + MINTED_LEN]
+            .try_into()
+            .expect("every record holds the minted time");
         Ok(VerifiedHint {
             hint: RoutingHint {
                 cluster: u16::from_be_bytes([body[2], body[3]]),
                 transceiver: SocketAddr::new(ip, port),
             },
             key_id: key.id,
+            minted_unix_s: u32::from_be_bytes(minted),
         })
     }
 
@@ -428,6 +457,14 @@ impl HintKeys {
         ice_chars::encode(&digest[..PASSWORD_LEN / 4 * 3], &mut out);
         Some(IcePassword(out))
     }
+}
+
+/// The wall clock in Unix seconds, as hints carry it (until 2106).
+pub fn unix_seconds(at: std::time::SystemTime) -> u32 {
+    let seconds = at
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    u32::try_from(seconds).unwrap_or(u32::MAX)
 }
 
 fn decode_hex(hex: &str) -> Option<Vec<u8>> {

@@ -9,6 +9,8 @@
 //! - [`frame`]: the relay ↔ transceiver frame header.
 //! - [`flow`]: the fixed-capacity flow table with idle expiry.
 //! - [`admission`]: what one session, source prefix and worker may cost in new flows.
+//! - [`replay`]: the filter that admits a Binding Request once per relay, whichever
+//!   worker sees it.
 //! - [`forward`]: the forwarding decision for one datagram, shared by both backends.
 //! - [`returns`]: the live flows' return paths, shared lock-free by one relay's workers
 //!   (relay-afxdp: a transceiver's reply may reach any worker).
@@ -33,6 +35,7 @@ pub mod frame;
 pub mod hint;
 pub mod ice_chars;
 pub mod metrics;
+pub mod replay;
 pub mod returns;
 #[cfg(feature = "runtime")]
 pub mod runtime;

@@ -194,9 +194,14 @@ label_enum! {
         HintBadMac = "hint_bad_mac",
         /// Hint destination outside the allowed transceiver networks.
         HintDestinationNotAllowed = "hint_destination_not_allowed",
+        /// An authentic hint minted longer ago than `hint_max_age` (or further ahead of
+        /// the relay's clock than [`crate::forward::HINT_CLOCK_SKEW`]) asks for a new
+        /// flow: a ufrag collected from a past session. Existing flows are not affected.
+        HintExpired = "hint_expired",
         /// Hint names a cluster with no relay configured.
         UnknownCluster = "unknown_cluster",
-        /// The flow table is full of live flows that proved themselves with DTLS or media.
+        /// The flow table is full of live flows that are proven (DTLS or media from both
+        /// sides) or still within their time to prove themselves.
         TableFull = "table_full",
         /// An authentic Binding Request whose transaction already created a flow from
         /// another address: a replay.

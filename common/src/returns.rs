@@ -19,7 +19,8 @@
 //!   `AtomicU64`: a tag (a 64-bit SipHash of client, VIP and next hop under a random key
 //!   chosen per process, so collisions cannot be aimed at) and a stamp (milliseconds since
 //!   the set was made, shifted left 8 bits, with the index of the flow's global relay in
-//!   the low 8 bits; 0 for none).
+//!   the low 7 bits, 0 for none, and above them a bit set once a reader took a return of
+//!   DTLS or media: the transceiver's half of the flow's proof, which the owner reads).
 //! - Only a flow's owner publishes and withdraws its entry (so one flow has at most one
 //!   entry); any worker reads. Publishing claims an empty or withdrawn slot with a compare-and-swap to a *reserved* tag, writes
 //!   the stamp, then releases the real tag, so a reader never sees a tag with another
@@ -47,8 +48,10 @@ const TOMBSTONE: u64 = 1;
 const RESERVED: u64 = 2;
 /// Tags below this are the markers above; a hash that lands there is raised to it.
 const FIRST_TAG: u64 = 3;
-const VIA_BITS: u32 = 8;
-const VIA_MASK: u64 = (1 << VIA_BITS) - 1;
+const LOW_BITS: u32 = 8;
+const VIA_MASK: u64 = 0x7F;
+const MEDIA_BIT: u64 = 0x80;
+const _: () = assert!(VIA_SLOTS as u64 <= VIA_MASK);
 
 /// Slots looked at from a flow's home slot before a publish gives up or a lookup says
 /// "not here".
@@ -147,7 +150,7 @@ impl SharedReturns {
             return false;
         };
         let tag = self.tag(key, next_hop);
-        let stamp = self.millis(now) << VIA_BITS | via;
+        let stamp = self.millis(now) << LOW_BITS | via;
         if let Some(slot) = self.find(tag) {
             // Published already (a restore of a flow we hold): refresh it.
             slot.stamp.store(stamp, Ordering::Relaxed);
@@ -201,11 +204,13 @@ impl SharedReturns {
     }
 
     /// A return frame for `key` from `source`: where it goes if `key` is a live flow
-    /// whose next hop is `source`, refreshing its stamp; `None` otherwise.
+    /// whose next hop is `source`, refreshing its stamp (and marking that the
+    /// transceiver sent DTLS or media on it, for `media`); `None` otherwise.
     pub fn take_return(
         &self,
         key: &FlowKey,
         source: SocketAddr,
+        media: bool,
         now: Instant,
     ) -> Option<SharedReturn> {
         let tag = self.tag(key, source);
@@ -213,12 +218,16 @@ impl SharedReturns {
         let now_ms = self.millis(now);
         let refresh_ms = REFRESH_EVERY.as_millis() as u64;
         let mut stamp = slot.stamp.load(Ordering::Relaxed);
-        if now_ms.saturating_sub(stamp >> VIA_BITS) >= refresh_ms {
+        let mark = if media { MEDIA_BIT } else { 0 };
+        let stale = now_ms.saturating_sub(stamp >> LOW_BITS) >= refresh_ms;
+        if stale || stamp & mark != mark {
             // Keeps the global-relay bits whatever they are: this never changes a route.
             let refreshed = slot
                 .stamp
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
-                    (now_ms > s >> VIA_BITS).then_some(now_ms << VIA_BITS | (s & VIA_MASK))
+                    let at = (s >> LOW_BITS).max(now_ms);
+                    let updated = at << LOW_BITS | (s & (VIA_MASK | MEDIA_BIT)) | mark;
+                    (updated != s).then_some(updated)
                 });
             stamp = refreshed.unwrap_or_else(|s| s);
         }
@@ -240,8 +249,15 @@ impl SharedReturns {
     /// worker (or the flow was published), if it is published.
     pub fn last_seen(&self, key: &FlowKey, next_hop: SocketAddr) -> Option<Instant> {
         let slot = self.find(self.tag(key, next_hop))?;
-        let ms = slot.stamp.load(Ordering::Relaxed) >> VIA_BITS;
+        let ms = slot.stamp.load(Ordering::Relaxed) >> LOW_BITS;
         Some(self.epoch + Duration::from_millis(ms))
+    }
+
+    /// Whether any worker took a return of DTLS or media for the owner's flow `key`
+    /// going to `next_hop` since it was published.
+    pub fn carried_media(&self, key: &FlowKey, next_hop: SocketAddr) -> bool {
+        self.find(self.tag(key, next_hop))
+            .is_some_and(|slot| slot.stamp.load(Ordering::Relaxed) & MEDIA_BIT != 0)
     }
 
     /// How many flows are published now (a scan: for tests and diagnostics, not the
@@ -269,22 +285,25 @@ mod tests {
         let key = FlowKey::new(addr("192.0.2.7:5000"), addr("203.0.113.1:3478"));
         let hop = addr("10.0.0.3:41000");
         assert_eq!(
-            set.take_return(&key, hop, t0),
+            set.take_return(&key, hop, false, t0),
             None,
             "nothing published yet"
         );
         assert!(set.publish(&key, hop, None, t0));
-        assert_eq!(set.take_return(&key, hop, t0), Some(SharedReturn::ToClient));
         assert_eq!(
-            set.take_return(&key, addr("10.0.0.4:41000"), t0),
+            set.take_return(&key, hop, false, t0),
+            Some(SharedReturn::ToClient)
+        );
+        assert_eq!(
+            set.take_return(&key, addr("10.0.0.4:41000"), false, t0),
             None,
             "another transceiver may not answer for this flow"
         );
         let other_client = FlowKey::new(addr("192.0.2.7:5001"), key.vip);
-        assert_eq!(set.take_return(&other_client, hop, t0), None);
+        assert_eq!(set.take_return(&other_client, hop, false, t0), None);
         assert!(set.withdraw(&key, hop));
         assert!(!set.withdraw(&key, hop), "withdrawn once");
-        assert_eq!(set.take_return(&key, hop, t0), None);
+        assert_eq!(set.take_return(&key, hop, false, t0), None);
         assert_eq!(set.published(), 0);
     }
 
@@ -297,15 +316,40 @@ mod tests {
         assert!(set.publish(&key, hop, None, t0));
         assert_eq!(set.last_seen(&key, hop), Some(t0));
         let later = t0 + Duration::from_secs(10);
-        set.take_return(&key, hop, later).unwrap();
+        set.take_return(&key, hop, false, later).unwrap();
         assert_eq!(set.last_seen(&key, hop), Some(later));
         // Within REFRESH_EVERY the stamp is not rewritten.
-        set.take_return(&key, hop, later + REFRESH_EVERY / 2)
+        set.take_return(&key, hop, false, later + REFRESH_EVERY / 2)
             .unwrap();
         assert_eq!(set.last_seen(&key, hop), Some(later));
         // An earlier time never moves it back.
-        set.take_return(&key, hop, t0).unwrap();
+        set.take_return(&key, hop, false, t0).unwrap();
         assert_eq!(set.last_seen(&key, hop), Some(later));
+    }
+
+    #[test]
+    fn a_return_of_media_is_marked_for_the_owner_and_a_stun_answer_is_not() {
+        let t0 = Instant::now();
+        let set = SharedReturns::new(16, t0);
+        let key = FlowKey::new(addr("198.51.100.7:5000"), addr("203.0.113.1:3478"));
+        let hop = addr("10.0.0.3:41000");
+        let via = addr("192.0.2.9:3479");
+        assert!(set.publish(&key, hop, Some(via), t0));
+        set.take_return(&key, hop, false, t0).unwrap();
+        assert!(!set.carried_media(&key, hop));
+        // Marked at once, even within REFRESH_EVERY, and the route is untouched.
+        assert_eq!(
+            set.take_return(&key, hop, true, t0),
+            Some(SharedReturn::ViaRelay(via))
+        );
+        assert!(set.carried_media(&key, hop));
+        set.take_return(&key, hop, false, t0 + REFRESH_EVERY)
+            .unwrap();
+        assert!(
+            set.carried_media(&key, hop),
+            "a later refresh keeps the mark"
+        );
+        assert_eq!(set.last_seen(&key, hop), Some(t0 + REFRESH_EVERY));
     }
 
     #[test]
@@ -317,12 +361,12 @@ mod tests {
         let global = addr("10.9.0.1:40000");
         assert!(set.publish(&key, hop, Some(global), t0));
         assert_eq!(
-            set.take_return(&key, hop, t0 + Duration::from_secs(1)),
+            set.take_return(&key, hop, false, t0 + Duration::from_secs(1)),
             Some(SharedReturn::ViaRelay(global)),
             "a refresh keeps the relay"
         );
         assert_eq!(
-            set.take_return(&key, hop, t0 + Duration::from_secs(2)),
+            set.take_return(&key, hop, false, t0 + Duration::from_secs(2)),
             Some(SharedReturn::ViaRelay(global))
         );
     }
@@ -359,7 +403,7 @@ mod tests {
         assert!(
             published
                 .iter()
-                .all(|k| set.take_return(k, hop, t0).is_some())
+                .all(|k| set.take_return(k, hop, false, t0).is_some())
         );
         // Withdrawn slots are reused.
         assert!(set.withdraw(published[0], hop));
@@ -414,7 +458,7 @@ mod tests {
                             SocketAddr::new([192, 0, 2, w].into(), 1000),
                             addr("203.0.113.1:3478"),
                         );
-                        if let Some(route) = set.take_return(&key, hop, Instant::now()) {
+                        if let Some(route) = set.take_return(&key, hop, false, Instant::now()) {
                             taken += 1;
                             let want = if w == 1 {
                                 SharedReturn::ViaRelay(global)

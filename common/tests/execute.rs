@@ -99,6 +99,13 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
         "a flow that carried only STUN is not cached"
     );
     r.from_client(&RTP, a(CLIENT), a(VIP), t0);
+    assert_eq!(
+        r.egress.cache_requests,
+        [RouteCacheRequest::Lookup { key }],
+        "media from the client alone (which a spoofer can send blind) is not cached"
+    );
+    r.from_internal(&frame(CLIENT, VIP, &RTP), a(TRANSCEIVER), t0);
+    r.from_client(&RTP, a(CLIENT), a(VIP), t0);
     let route = Route {
         next_hop: a(TRANSCEIVER),
         return_via: None,
@@ -108,7 +115,8 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
         [
             RouteCacheRequest::Lookup { key },
             RouteCacheRequest::Record { key, route }
-        ]
+        ],
+        "media both ways: cached on the client's next datagram"
     );
     assert_eq!(r.egress.released, 1, "the looked-up datagram is released");
     r.egress.cache_closed = true;

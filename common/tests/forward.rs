@@ -11,11 +11,14 @@ use std::time::{Duration, Instant};
 
 use support::{
     CLIENT, CLUSTER, DTLS, PlannedEgress, RTP, SECRET, TRANSCEIVER, TestRelay, VIP, a,
-    binding_request, binding_request_with_transaction, frame, policy,
+    binding_request, binding_request_with_transaction, frame, minted, minted_binding_request,
+    policy,
 };
+use ufrag_common::admission::AdmissionPolicy;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{
-    FlowMirror, ForwardPolicy, Forwarder, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE, Verdict,
+    FlowMirror, ForwardPolicy, Forwarder, PROVE_WITHIN, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE,
+    Verdict,
 };
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
@@ -135,12 +138,12 @@ fn each_bad_first_packet_is_dropped_under_its_reason() {
     };
     let forged = {
         let other = HintKeys::new(HintKey::new(1, &[0x24; 32]).unwrap(), None).unwrap();
-        let ufrag = other.encode(
+        let ufrag = other.mint(
             &RoutingHint {
                 cluster: CLUSTER,
                 transceiver: a(TRANSCEIVER),
             },
-            [0; 6],
+            [0; 5],
         );
         let mut u = ufrag.as_bytes().to_vec();
         u.extend_from_slice(b":cli1");
@@ -148,12 +151,12 @@ fn each_bad_first_packet_is_dropped_under_its_reason() {
     };
     let unknown_key = {
         let other = HintKeys::new(HintKey::new(7, SECRET).unwrap(), None).unwrap();
-        let ufrag = other.encode(
+        let ufrag = other.mint(
             &RoutingHint {
                 cluster: CLUSTER,
                 transceiver: a(TRANSCEIVER),
             },
-            [0; 6],
+            [0; 5],
         );
         let mut u = ufrag.as_bytes().to_vec();
         u.extend_from_slice(b":cli1");
@@ -374,6 +377,7 @@ fn a_full_table_sheds_a_flow_that_carried_only_stun_before_refusing_a_new_one() 
         t0,
     );
     fwd.from_client(&RTP, proven, a(VIP), t0);
+    fwd.from_internal(&frame("198.51.100.1:1", VIP, &RTP), a(TRANSCEIVER), t0);
     fwd.from_client(
         &binding_request(TRANSCEIVER, CLUSTER, 2),
         stun_only,
@@ -403,6 +407,165 @@ fn a_full_table_sheds_a_flow_that_carried_only_stun_before_refusing_a_new_one() 
     );
     assert_eq!(v, Verdict::Drop(DropReason::TableFull));
     assert!(fwd.table().peek(&FlowKey::new(proven, a(VIP))).is_some());
+}
+
+/// Squatting (hostile clients, second round, finding 1): spoofed sources with a
+/// session's credentials make flows and keep them busy with blind "media". Before, any
+/// non-STUN byte proved a flow, proven flows were never shed, and the table stayed full.
+#[test]
+fn blind_media_never_proves_a_flow_and_a_squatter_gives_way_once_prove_within_has_passed() {
+    let t0 = Instant::now();
+    let cached = ForwardPolicy {
+        route_cache: true,
+        ..policy()
+    };
+    let mut fwd = forwarder_with(cached, 4, t0);
+    // Four squatters from four /24s, each with its own signed request, kept busy.
+    let squatters: Vec<SocketAddr> = (1..=4).map(|i| a(&format!("192.0.{i}.9:{i}"))).collect();
+    let keep_busy = |fwd: &mut TestRelay, at: Instant| {
+        for squatter in &squatters {
+            let v = fwd.from_client(&DTLS, *squatter, a(VIP), at);
+            assert!(
+                matches!(v, Verdict::Forward { record: None, .. }),
+                "forwarded, never cached: {v:?}"
+            );
+        }
+    };
+    for (i, squatter) in squatters.iter().enumerate() {
+        let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 9, i as u16);
+        let v = fwd.from_client(&request, *squatter, a(VIP), t0);
+        assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+    }
+    keep_busy(&mut fwd, t0);
+    // A legitimate session arrives while the squatters are young and busy: refused.
+    let newcomer = a("198.51.100.50:5000");
+    let early = t0 + PROVE_WITHIN / 2;
+    keep_busy(&mut fwd, early);
+    assert_eq!(
+        fwd.from_client(
+            &binding_request(TRANSCEIVER, CLUSTER, 1),
+            newcomer,
+            a(VIP),
+            early
+        ),
+        Verdict::Drop(DropReason::TableFull)
+    );
+    // Once PROVE_WITHIN has passed, busy or not, the oldest squatter gives way.
+    let late = t0 + PROVE_WITHIN;
+    keep_busy(&mut fwd, late - Duration::from_millis(1));
+    let v = fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        newcomer,
+        a(VIP),
+        late,
+    );
+    assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+    assert!(
+        fwd.table()
+            .peek(&FlowKey::new(squatters[0], a(VIP)))
+            .is_none()
+    );
+    assert_eq!(fwd.table().counters().shed, 1);
+    // The newcomer's transceiver answers: its flow is proven and can no longer be shed.
+    fwd.from_client(&DTLS, newcomer, a(VIP), late);
+    fwd.from_internal(
+        &frame("198.51.100.50:5000", VIP, &DTLS),
+        a(TRANSCEIVER),
+        late,
+    );
+    let v = fwd.from_client(&RTP, newcomer, a(VIP), late);
+    assert!(
+        matches!(
+            v,
+            Verdict::Forward {
+                record: Some(_),
+                ..
+            }
+        ),
+        "{v:?}"
+    );
+    let much_later = late + PROVE_WITHIN * 2;
+    for i in 0..3u16 {
+        let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 2, 100 + i);
+        let v = fwd.from_client(&request, a(&format!("203.0.113.{i}:7")), a(VIP), much_later);
+        assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+    }
+    assert!(fwd.table().peek(&FlowKey::new(newcomer, a(VIP))).is_some());
+}
+
+/// A full table refuses a newcomer before the newcomer's prefix spends a rate token
+/// (finding 1): a flood against a full table cannot also starve the prefixes it spoofs.
+#[test]
+fn a_full_table_refuses_before_any_rate_token_is_spent() {
+    let t0 = Instant::now();
+    let one_per_second = ForwardPolicy {
+        admission: AdmissionPolicy {
+            new_flows_per_prefix: 1,
+            ..AdmissionPolicy::default()
+        },
+        ..policy()
+    };
+    let mut fwd = forwarder_with(one_per_second, 1, t0);
+    fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    for i in 0..3u16 {
+        let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 2, i);
+        let v = fwd.from_client(&request, a("192.0.2.1:1"), a(VIP), t0);
+        assert_eq!(v, Verdict::Drop(DropReason::TableFull));
+    }
+    assert!(fwd.end_flow(&FlowKey::new(a(CLIENT), a(VIP))));
+    let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 2, 9);
+    let v = fwd.from_client(&request, a("192.0.2.1:1"), a(VIP), t0);
+    assert!(
+        matches!(v, Verdict::Forward { .. }),
+        "the prefix's one token is intact: {v:?}"
+    );
+}
+
+/// Hints expire for new flows (finding 1): a ufrag collected from a past session makes
+/// nothing, while the flows a session already has live on.
+#[test]
+fn an_expired_hint_makes_no_new_flow_and_the_session_keeps_the_flows_it_has() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder(t0);
+    let max_age = AdmissionPolicy::default().hint_max_age;
+    let stale_minted = minted() - max_age.as_secs() as u32 - 60;
+    let stale = minted_binding_request(TRANSCEIVER, CLUSTER, 3, stale_minted, &[3; 12]);
+    assert_eq!(
+        fwd.from_client(&stale, a(CLIENT), a(VIP), t0),
+        Verdict::Drop(DropReason::HintExpired)
+    );
+    let ahead = minted_binding_request(TRANSCEIVER, CLUSTER, 3, minted() + 3600, &[4; 12]);
+    assert_eq!(
+        fwd.from_client(&ahead, a(CLIENT), a(VIP), t0),
+        Verdict::Drop(DropReason::HintExpired),
+        "minted an hour ahead of the relay's clock"
+    );
+    // A fresh session's flow, kept alive by its consent checks past the hint's age.
+    let consent = binding_request(TRANSCEIVER, CLUSTER, 5);
+    assert!(matches!(
+        fwd.from_client(&consent, a(CLIENT), a(VIP), t0),
+        Verdict::Forward { .. }
+    ));
+    let mut at = t0;
+    while at < t0 + max_age + Duration::from_secs(60) {
+        at += Duration::from_secs(5);
+        assert!(matches!(
+            fwd.from_client(&consent, a(CLIENT), a(VIP), at),
+            Verdict::Forward { .. }
+        ));
+    }
+    // The same hint from a new address (a NAT rebinding) makes no new flow: the client
+    // restarts ICE and gets a new hint.
+    let rebound = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 5, 77);
+    assert_eq!(
+        fwd.from_client(&rebound, a("198.51.100.99:1"), a(VIP), at),
+        Verdict::Drop(DropReason::HintExpired)
+    );
 }
 
 #[test]
@@ -769,6 +932,14 @@ fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
         )),
         None
     );
+    // Nor at the client's first media: a spoofer can send that blind.
+    assert_eq!(
+        record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0)),
+        None
+    );
+    // The transceiver answers with media: the path is its session's. Recorded on the
+    // client's next datagram.
+    fwd.from_internal(&frame(CLIENT, VIP, &RTP), a(TRANSCEIVER), t0);
     assert_eq!(
         record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0)),
         Some(route)
@@ -951,13 +1122,17 @@ fn restored_flows_are_shared_and_a_full_table_never_reclaims_a_shared_flow_unsee
         return_via: None,
     };
     assert!(owner.restore(&key, route, t0));
-    assert!(returns.take_return(&key, a(TRANSCEIVER), t0).is_some());
+    assert!(
+        returns
+            .take_return(&key, a(TRANSCEIVER), false, t0)
+            .is_some()
+    );
     // Idle on its owner for the timeout, but its returns went on elsewhere: a new client
     // finds the one-slot table full, and the shared flow stays.
     let now = t0 + Duration::from_secs(31);
     assert!(
         returns
-            .take_return(&key, a(TRANSCEIVER), now - Duration::from_secs(1))
+            .take_return(&key, a(TRANSCEIVER), false, now - Duration::from_secs(1))
             .is_some()
     );
     let v = owner.from_client(
@@ -969,7 +1144,11 @@ fn restored_flows_are_shared_and_a_full_table_never_reclaims_a_shared_flow_unsee
     assert_eq!(v, Verdict::Drop(DropReason::TableFull));
     assert_eq!(owner.counters().flows_refused, 1);
     assert!(owner.table().peek(&key).is_some());
-    assert!(returns.take_return(&key, a(TRANSCEIVER), now).is_some());
+    assert!(
+        returns
+            .take_return(&key, a(TRANSCEIVER), false, now)
+            .is_some()
+    );
 }
 
 /// A mirror that records what it is told and answers `last_seen` from `carried_at`.
@@ -1029,11 +1208,17 @@ fn the_mirror_gets_a_flow_when_it_proves_itself_and_loses_it_when_it_expires() {
         "STUN alone proves nothing"
     );
     fwd.from_client(&DTLS, a(CLIENT), a(VIP), t0);
+    assert!(
+        log.lock().unwrap().proven.is_empty(),
+        "the client's DTLS alone proves nothing"
+    );
+    fwd.from_internal(&frame(CLIENT, VIP, &DTLS), a(TRANSCEIVER), t0);
     fwd.from_client(&RTP, a(CLIENT), a(VIP), t0);
+    fwd.from_internal(&frame(CLIENT, VIP, &RTP), a(TRANSCEIVER), t0);
     assert_eq!(
         log.lock().unwrap().proven,
         vec![(key, route)],
-        "once, at the first DTLS"
+        "once, at the transceiver's first DTLS after the client's"
     );
     // The mirror carried it until 40 s: it outlives its idle timeout on the worker.
     log.lock().unwrap().carried_at = Some(t0 + Duration::from_secs(40));
@@ -1064,6 +1249,7 @@ fn a_flow_the_mirror_carries_is_not_idle_and_cannot_be_moved() {
         t0,
     );
     fwd.from_client(&DTLS, a(CLIENT), a(VIP), t0);
+    fwd.from_internal(&frame(CLIENT, VIP, &DTLS), a(TRANSCEIVER), t0);
     // The worker has seen nothing for a consent interval, but the mirror carried media
     // a second ago: another session's request from this address does not move it.
     let later = t0 + REROUTE_MIN_IDLE + Duration::from_secs(1);

@@ -13,6 +13,8 @@ use ufrag_common::stun::{self, StunView};
 
 const SECRET_A: &[u8] = b"0123456789abcdef0123456789abcdef";
 const SECRET_B: &[u8] = b"fedcba9876543210fedcba9876543210";
+/// A minted time (2026-05-28, Unix seconds).
+const MINTED: u32 = 1_780_000_000;
 
 fn keys_a() -> HintKeys {
     HintKeys::new(HintKey::new(1, SECRET_A).unwrap(), None).unwrap()
@@ -33,7 +35,7 @@ fn hint(addr: &str) -> RoutingHint {
 fn ipv4_hint_round_trips_and_is_a_valid_ice_ufrag() {
     let keys = keys_a();
     let h = hint("10.1.2.3:40000");
-    let ufrag = keys.encode(&h, [1, 2, 3, 4, 5, 6]);
+    let ufrag = keys.encode(&h, MINTED, [1, 2, 3, 4, 5]);
     assert_eq!(ufrag.as_bytes().len(), HINT_LEN_V4);
     assert!(ufrag.as_bytes().iter().all(|&b| is_ice_char(b)));
     let verified = keys.verify(ufrag.as_bytes(), &allowed()).unwrap();
@@ -45,7 +47,7 @@ fn ipv4_hint_round_trips_and_is_a_valid_ice_ufrag() {
 fn ipv6_hint_round_trips() {
     let keys = keys_a();
     let h = hint("[fd00::1:2]:5000");
-    let ufrag = keys.encode(&h, [9; 6]);
+    let ufrag = keys.encode(&h, MINTED, [9; 5]);
     assert_eq!(ufrag.as_bytes().len(), HINT_LEN_V6);
     assert_eq!(keys.verify(ufrag.as_bytes(), &allowed()).unwrap().hint, h);
 }
@@ -53,7 +55,7 @@ fn ipv6_hint_round_trips() {
 #[test]
 fn ipv4_mapped_ipv6_is_written_as_ipv4() {
     let keys = keys_a();
-    let ufrag = keys.encode(&hint("[::ffff:10.0.0.9]:1234"), [0; 6]);
+    let ufrag = keys.encode(&hint("[::ffff:10.0.0.9]:1234"), MINTED, [0; 5]);
     assert_eq!(ufrag.as_bytes().len(), HINT_LEN_V4);
     let got = keys.verify(ufrag.as_bytes(), &allowed()).unwrap().hint;
     assert_eq!(
@@ -65,8 +67,8 @@ fn ipv4_mapped_ipv6_is_written_as_ipv4() {
 #[test]
 fn different_random_bits_give_different_ufrags_for_the_same_destination() {
     let keys = keys_a();
-    let a = keys.encode(&hint("10.0.0.1:1"), [0; 6]);
-    let b = keys.encode(&hint("10.0.0.1:1"), [0, 0, 0, 0, 0, 1]);
+    let a = keys.encode(&hint("10.0.0.1:1"), MINTED, [0; 5]);
+    let b = keys.encode(&hint("10.0.0.1:1"), MINTED, [0, 0, 0, 0, 1]);
     assert_ne!(a, b);
 }
 
@@ -85,21 +87,22 @@ fn layout_and_derivation_match_the_spec() {
     }
 
     let keys = keys_a();
-    let ufrag = keys.encode(&hint("10.1.2.3:40000"), [1, 2, 3, 4, 5, 6]);
+    let ufrag = keys.encode(&hint("10.1.2.3:40000"), MINTED, [1, 2, 3, 4, 5]);
     let raw = base64::engine::general_purpose::STANDARD
         .decode(ufrag.as_str())
         .unwrap();
+    let [m0, m1, m2, m3] = MINTED.to_be_bytes();
     let body = [
-        0x10, 0x01, 0x00, 0x07, 10, 1, 2, 3, 0x9c, 0x40, 1, 2, 3, 4, 5, 6,
+        0x20, 0x01, 0x00, 0x07, 10, 1, 2, 3, 0x9c, 0x40, m0, m1, m2, m3, 1, 2, 3, 4, 5,
     ];
     assert_eq!(
-        &raw[..16],
+        &raw[..19],
         &body,
-        "version|flags, key id, cluster, ip, port, random"
+        "version|flags, key id, cluster, ip, port, minted, random"
     );
     let mac_key = hmac(SECRET_A, b"ufrag-relay/v1/hint-mac");
     assert_eq!(
-        &raw[16..],
+        &raw[19..],
         &hmac(&mac_key, &body)[..8],
         "truncated HMAC-SHA256"
     );
@@ -116,12 +119,12 @@ fn layout_and_derivation_match_the_spec() {
 #[test]
 fn bad_length() {
     let keys = keys_a();
-    let ufrag = keys.encode(&hint("10.1.2.3:40000"), [0; 6]);
+    let ufrag = keys.encode(&hint("10.1.2.3:40000"), MINTED, [0; 5]);
     let s = ufrag.as_bytes();
-    assert_eq!(keys.verify(&s[..31], &allowed()), Err(HintError::BadLength));
+    assert_eq!(keys.verify(&s[..35], &allowed()), Err(HintError::BadLength));
     assert_eq!(keys.verify(b"evtj", &allowed()), Err(HintError::BadLength));
     assert_eq!(keys.verify(b"", &allowed()), Err(HintError::BadLength));
-    // A 48-character ufrag whose flags say IPv4.
+    // A 52-character ufrag whose flags say IPv4.
     let mut long = s.to_vec();
     long.extend_from_slice(&s[..16]);
     assert_eq!(keys.verify(&long, &allowed()), Err(HintError::BadLength));
@@ -131,7 +134,7 @@ fn bad_length() {
 fn bad_alphabet() {
     let keys = keys_a();
     let mut s = keys
-        .encode(&hint("10.1.2.3:40000"), [0; 6])
+        .encode(&hint("10.1.2.3:40000"), MINTED, [0; 5])
         .as_bytes()
         .to_vec();
     s[10] = b'-';
@@ -144,13 +147,16 @@ fn bad_alphabet() {
 fn unknown_version() {
     let keys = keys_a();
     let mut s = keys
-        .encode(&hint("10.1.2.3:40000"), [0; 6])
+        .encode(&hint("10.1.2.3:40000"), MINTED, [0; 5])
         .as_bytes()
         .to_vec();
     // First char encodes the top 6 bits of byte 0 (version nibble + 2 flag bits).
-    s[0] = b'I'; // 0b001000 → version 2
+    assert_eq!(s[0], b'I', "0b001000: version 2");
+    s[0] = b'E'; // 0b000100 → version 1, which carried no minted time
     assert_eq!(keys.verify(&s, &allowed()), Err(HintError::UnknownVersion));
-    s[0] = b'E';
+    s[0] = b'M'; // 0b001100 → version 3
+    assert_eq!(keys.verify(&s, &allowed()), Err(HintError::UnknownVersion));
+    s[0] = b'I';
     s[1] = b'g'; // 0b100000: flag bit 1 (reserved) set in byte 0, key id nibble unchanged
     assert_eq!(keys.verify(&s, &allowed()), Err(HintError::UnknownVersion));
 }
@@ -158,7 +164,7 @@ fn unknown_version() {
 #[test]
 fn unknown_key_id() {
     let other = HintKeys::new(HintKey::new(9, SECRET_A).unwrap(), None).unwrap();
-    let ufrag = other.encode(&hint("10.1.2.3:40000"), [0; 6]);
+    let ufrag = other.encode(&hint("10.1.2.3:40000"), MINTED, [0; 5]);
     assert_eq!(
         keys_a().verify(ufrag.as_bytes(), &allowed()),
         Err(HintError::UnknownKeyId)
@@ -168,14 +174,14 @@ fn unknown_key_id() {
 #[test]
 fn bad_mac_from_a_wrong_secret_or_a_changed_field() {
     let forged = HintKeys::new(HintKey::new(1, SECRET_B).unwrap(), None).unwrap();
-    let ufrag = forged.encode(&hint("10.1.2.3:40000"), [0; 6]);
+    let ufrag = forged.encode(&hint("10.1.2.3:40000"), MINTED, [0; 5]);
     assert_eq!(
         keys_a().verify(ufrag.as_bytes(), &allowed()),
         Err(HintError::BadMac)
     );
 
     // Change the port character by character: every change breaks the MAC.
-    let good = keys_a().encode(&hint("10.1.2.3:40000"), [0; 6]);
+    let good = keys_a().encode(&hint("10.1.2.3:40000"), MINTED, [0; 5]);
     for i in 4..24 {
         let mut s = good.as_bytes().to_vec();
         s[i] = if s[i] == b'A' { b'B' } else { b'A' };
@@ -190,7 +196,7 @@ fn bad_mac_from_a_wrong_secret_or_a_changed_field() {
 #[test]
 fn destination_outside_allowed_networks() {
     let keys = keys_a();
-    let ufrag = keys.encode(&hint("192.168.1.1:40000"), [0; 6]);
+    let ufrag = keys.encode(&hint("192.168.1.1:40000"), MINTED, [0; 5]);
     assert_eq!(
         keys.verify(ufrag.as_bytes(), &allowed()),
         Err(HintError::DestinationNotAllowed)
@@ -209,8 +215,8 @@ fn rotation_accepts_current_and_previous_and_encodes_with_current() {
         Some(HintKey::new(1, SECRET_A).unwrap()),
     )
     .unwrap();
-    let old_ufrag = old.encode(&hint("10.1.2.3:40000"), [0; 6]);
-    let new_ufrag = rotated.encode(&hint("10.1.2.3:40000"), [0; 6]);
+    let old_ufrag = old.encode(&hint("10.1.2.3:40000"), MINTED, [0; 5]);
+    let new_ufrag = rotated.encode(&hint("10.1.2.3:40000"), MINTED, [0; 5]);
     assert_eq!(
         rotated
             .verify(old_ufrag.as_bytes(), &allowed())
@@ -239,13 +245,13 @@ fn rotation_accepts_current_and_previous_and_encodes_with_current() {
 #[test]
 fn password_is_deterministic_ice_chars_and_key_dependent() {
     let keys = keys_a();
-    let ufrag = keys.encode(&hint("10.1.2.3:40000"), [0; 6]);
+    let ufrag = keys.encode(&hint("10.1.2.3:40000"), MINTED, [0; 5]);
     let p1 = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     let p2 = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     assert_eq!(p1, p2);
     assert_eq!(p1.as_bytes().len(), PASSWORD_LEN);
     assert!(p1.as_bytes().iter().all(|&b| is_ice_char(b)));
-    let other_ufrag = keys.encode(&hint("10.1.2.3:40000"), [1; 6]);
+    let other_ufrag = keys.encode(&hint("10.1.2.3:40000"), MINTED, [1; 5]);
     assert_ne!(keys.ice_password(1, other_ufrag.as_bytes()).unwrap(), p1);
     assert_eq!(keys.ice_password(3, ufrag.as_bytes()), None);
     let b = HintKeys::new(HintKey::new(1, SECRET_B).unwrap(), None).unwrap();
@@ -256,7 +262,7 @@ fn password_is_deterministic_ice_chars_and_key_dependent() {
 #[test]
 fn relay_can_verify_integrity_of_a_binding_request_with_no_state() {
     let keys = keys_a();
-    let ufrag = keys.encode(&hint("10.1.2.3:40000"), [7; 6]);
+    let ufrag = keys.encode(&hint("10.1.2.3:40000"), MINTED, [7; 5]);
     let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     let mut buf = [0u8; 256];
     let len = stun::write_binding_request(
@@ -318,7 +324,7 @@ proptest! {
         ip4 in any::<[u8; 4]>(),
         ip6 in any::<[u8; 16]>(),
         port in any::<u16>(),
-        random in any::<[u8; 6]>(),
+        random in any::<[u8; 5]>(),
     ) {
         let ip: core::net::IpAddr = if v6 {
             core::net::Ipv6Addr::from(ip6).into()
@@ -327,7 +333,7 @@ proptest! {
         };
         let h = RoutingHint { cluster, transceiver: SocketAddr::new(ip.to_canonical(), port) };
         let keys = keys_a();
-        let ufrag = keys.encode(&h, random);
+        let ufrag = keys.encode(&h, MINTED, random);
         let all: Vec<IpNet> = vec!["0.0.0.0/0".parse().unwrap(), "::/0".parse().unwrap()];
         let verified = keys.verify(ufrag.as_bytes(), &all).unwrap();
         prop_assert_eq!(verified.hint, h);

@@ -58,7 +58,7 @@ fn the_hot_path_does_not_allocate() {
         cluster: 1,
         transceiver: "10.0.0.2:40000".parse().unwrap(),
     };
-    let ufrag = keys.encode(&hint, [1; 6]);
+    let ufrag = keys.mint(&hint, [1; 5]);
     let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     let mut request = [0u8; 256];
     let request_len = stun::write_binding_request(
@@ -158,6 +158,7 @@ fn the_forwarder_and_executor_do_not_allocate() {
             new_flows_per_prefix: 100_000,
             ..AdmissionPolicy::default()
         },
+        shared_replays: None,
     };
     let t0 = Instant::now();
     // Another worker takes the returns of this one's flows through the shared set.
@@ -190,12 +191,12 @@ fn the_forwarder_and_executor_do_not_allocate() {
     let requests: Vec<Vec<u8>> = (0..512u16)
         .map(|port| {
             let [hi, lo] = port.to_be_bytes();
-            let ufrag = keys.encode(
+            let ufrag = keys.mint(
                 &RoutingHint {
                     cluster: 1,
                     transceiver,
                 },
-                [1, 2, 3, 4, hi, lo],
+                [1, 2, 3, hi, lo],
             );
             let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
             let mut request = [0u8; 256];

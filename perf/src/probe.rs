@@ -43,12 +43,12 @@ pub struct ProbeResult {
 /// transaction id.
 pub fn binding_request(keys: &HintKeys, transceiver: SocketAddr, seed: u32) -> Vec<u8> {
     let [a, b, c, d] = seed.to_be_bytes();
-    let ufrag = keys.encode(
+    let ufrag = keys.mint(
         &RoutingHint {
             cluster: 0,
             transceiver,
         },
-        [a, b, c, d, 0x5e, 0xed],
+        [a, b, c, d, 0x5e],
     );
     let pwd = keys
         .ice_password(keys.current().id(), ufrag.as_bytes())

@@ -303,7 +303,7 @@ impl Relay {
             tx_backlog: options.tx_backlog,
         };
         let metrics = RelayMetrics::new("afxdp", config.workers());
-        let policy = ForwardPolicy::from(config);
+        let policy = ForwardPolicy::for_workers(config, std::time::Instant::now());
         // The NIC puts a transceiver's replies on any queue: every worker must be able to
         // send the returns of every worker's flows.
         let shared_returns = (config.workers() > 1).then(|| {

@@ -180,7 +180,9 @@ fn a_webrtc_session_crosses_the_fast_path() {
 /// kernel, both ways, with no STUN.
 #[test]
 fn a_restarted_relay_refills_the_fast_path_from_the_route_cache() {
-    use testkit::relay_suite::harness::{RelayProcess, RelaySetup, binding_request_for, rtp};
+    use testkit::relay_suite::harness::{
+        RelayProcess, RelaySetup, binding_request_for, prove_flow, rtp,
+    };
     use testkit::relay_suite::{Backend, XdpMode};
     require_root();
     let backend = Backend::afxdp(env!("CARGO_BIN_EXE_relay-afxdp"), XdpMode::Skb);
@@ -200,8 +202,7 @@ fn a_restarted_relay_refills_the_fast_path_from_the_route_cache() {
     let relay = RelayProcess::start(&setup);
     client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
     assert!(transceiver.recv_frame().is_some(), "the Binding Request");
-    client.send(relay.vip(), &rtp(0));
-    assert!(transceiver.recv_frame().is_some(), "the flow's first media");
+    prove_flow(&relay, &transceiver, &client);
     redis.wait_for_flow(client.addr(), relay.vip());
     drop(relay); // SIGKILL: the flow table and the program's maps are gone
 

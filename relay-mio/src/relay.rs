@@ -39,7 +39,7 @@ impl Relay {
     /// before anything is left running.
     pub fn start(config: &RelayConfig) -> io::Result<Running> {
         let metrics = RelayMetrics::serving("mio", config.workers(), !config.tcp.vips.is_empty());
-        let policy = ForwardPolicy::from(config);
+        let policy = ForwardPolicy::for_workers(config, std::time::Instant::now());
         let mut workers = Vec::with_capacity(config.workers());
         let mut wakers: Vec<WakeFn> = Vec::with_capacity(config.workers());
         for (index, &cpu) in config.worker_cpus.iter().enumerate() {

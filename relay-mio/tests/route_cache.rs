@@ -257,7 +257,9 @@ fn answers_beyond_a_full_answer_queue_are_counted_as_failures_never_waited_for()
 
 #[test]
 fn a_relay_on_a_redis_cluster_restores_every_flow_after_a_restart() {
-    use testkit::relay_suite::harness::{RelayProcess, RelaySetup, binding_request_for, rtp};
+    use testkit::relay_suite::harness::{
+        RelayProcess, RelaySetup, binding_request_for, prove_flow, rtp,
+    };
     use testkit::relay_suite::{Backend, Place};
     let backend = Backend::mio(env!("CARGO_BIN_EXE_relay-mio"), Place::Loopback);
     let net = backend.net();
@@ -275,8 +277,7 @@ fn a_relay_on_a_redis_cluster_restores_every_flow_after_a_restart() {
             &binding_request_for(transceiver.addr(), 0, i as u8),
         );
         assert!(transceiver.recv_frame().is_some(), "flow {i} made");
-        c.send(relay.vip(), &rtp(0)); // media: the flow is recorded
-        assert!(transceiver.recv_frame().is_some());
+        prove_flow(&relay, &transceiver, c); // media both ways: the flow is recorded
     }
     wait_until("12 flows to reach the cluster", 10, || {
         cluster.keys_per_node().iter().sum::<u64>() >= 12

@@ -46,6 +46,7 @@ fn bound_tcp_connections_cost_the_worker_no_allocation_per_message() {
         hint_keys: keys.clone(),
         route_cache: false,
         admission: Default::default(),
+        shared_replays: None,
     };
     let metrics = RelayMetrics::serving("mio", 1, true);
     let tcp = TcpPolicy {
@@ -86,12 +87,12 @@ fn bound_tcp_connections_cost_the_worker_no_allocation_per_message() {
     let mut buf = [0u8; 2048];
     // Bind each connection with its own session's Binding Request.
     for (i, c) in clients.iter_mut().enumerate() {
-        let ufrag = keys.encode(
+        let ufrag = keys.mint(
             &RoutingHint {
                 cluster: 0,
                 transceiver: transceiver.local_addr().unwrap(),
             },
-            [i as u8; 6],
+            [i as u8; 5],
         );
         let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
         let mut stun_buf = [0u8; 512];

@@ -44,6 +44,7 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
         hint_keys: keys.clone(),
         route_cache: false,
         admission: Default::default(),
+        shared_replays: None,
     };
     let metrics = RelayMetrics::new("mio", 1);
     let shared: Arc<SharedCounters> = metrics.worker(0);
@@ -76,12 +77,12 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
     // from 16 addresses would be refused as a replay).
     let requests: Vec<Vec<u8>> = (0..clients.len() as u8)
         .map(|i| {
-            let ufrag = keys.encode(
+            let ufrag = keys.mint(
                 &RoutingHint {
                     cluster: 0,
                     transceiver: transceiver.local_addr().unwrap(),
                 },
-                [i; 6],
+                [i; 5],
             );
             let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
             let mut stun_buf = [0u8; 512];

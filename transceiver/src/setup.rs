@@ -10,7 +10,7 @@ use std::time::Instant;
 use str0m::IceCreds;
 use str0m::change::SdpOffer;
 use str0m::config::DtlsCert;
-use ufrag_common::hint::RoutingHint;
+use ufrag_common::hint::{RANDOM_LEN, RoutingHint};
 use ufrag_common::runtime::keys::SharedKeys;
 
 use crate::model::SessionId;
@@ -57,13 +57,13 @@ pub struct NewSession {
 impl SessionMint {
     /// A server ufrag carrying a routing hint to this worker, with `random` bits, and
     /// the password derived from it.
-    pub fn credentials(&self, random: [u8; 6]) -> IceCreds {
+    pub fn credentials(&self, random: [u8; RANDOM_LEN]) -> IceCreds {
         let target = RoutingHint {
             cluster: self.cluster,
             transceiver: self.hint_target,
         };
         let keys = self.keys.current();
-        let ufrag = keys.encode(&target, random);
+        let ufrag = keys.mint(&target, random);
         let pass = keys
             .ice_password(keys.current().id(), ufrag.as_bytes())
             .expect("the current key derives passwords");
@@ -78,7 +78,7 @@ impl SessionMint {
         &self,
         id: SessionId,
         offer: SdpOffer,
-        random: [u8; 6],
+        random: [u8; RANDOM_LEN],
         now: Instant,
     ) -> Result<NewSession, SignalError> {
         let creds = self.credentials(random);

@@ -83,7 +83,7 @@ pub enum Command {
         /// The client's new ufrag and password.
         remote: IceCreds,
         /// Random bits for the new routing hint.
-        random: [u8; 6],
+        random: [u8; ufrag_common::hint::RANDOM_LEN],
         /// `None` for an unknown session.
         reply: Sender<Option<IceCreds>>,
     },
@@ -330,7 +330,7 @@ impl Worker {
         &mut self,
         id: SessionId,
         remote: IceCreds,
-        random: [u8; 6],
+        random: [u8; ufrag_common::hint::RANDOM_LEN],
     ) -> Option<IceCreds> {
         let local = self.mint.credentials(random);
         if !self.sessions.rekey(id, local.ufrag.clone()) {

@@ -20,12 +20,12 @@ const VIP: &str = "203.0.113.10:3478";
 const TRANSCEIVER: &str = "10.0.0.2:40000";
 
 fn binding_request(keys: &HintKeys, session: u8) -> Vec<u8> {
-    let ufrag = keys.encode(
+    let ufrag = keys.mint(
         &RoutingHint {
             cluster: 0,
             transceiver: TRANSCEIVER.parse().unwrap(),
         },
-        [session; 6],
+        [session; 5],
     );
     let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     let mut buf = [0u8; 256];
@@ -54,6 +54,7 @@ fuzz_target!(|data: &[u8]| {
         hint_keys: keys,
         route_cache: data.first().is_some_and(|b| b & 1 == 1),
         admission: Default::default(),
+        shared_replays: None,
     };
     let t0 = Instant::now();
     let table = FlowTable::new(4, Duration::from_millis(200), t0).unwrap();

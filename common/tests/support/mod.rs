@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ufrag_common::forward::ForwardPolicy;
 use ufrag_common::frame::FrameHeader;
-use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
+use ufrag_common::hint::{HintKey, HintKeys, RoutingHint, unix_seconds};
 use ufrag_common::stun;
 
 use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
@@ -207,6 +207,10 @@ impl TestRelay {
         self.executor.expire(now, budget)
     }
 
+    pub fn end_flow(&mut self, key: &FlowKey) -> bool {
+        self.executor.end_flow(key)
+    }
+
     pub fn flush(&mut self) {
         self.executor.flush(&mut self.egress);
     }
@@ -247,6 +251,7 @@ pub fn policy() -> ForwardPolicy {
         hint_keys: keys(),
         route_cache: false,
         admission: Default::default(),
+        shared_replays: None,
     }
 }
 
@@ -273,10 +278,29 @@ pub fn binding_request_with_transaction(
     signed_binding_request(transceiver, cluster, random, &id)
 }
 
+/// When this test process's hints were minted: once, so that one `random` names one
+/// session however long the process runs.
+pub fn minted() -> u32 {
+    static MINTED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MINTED.get_or_init(|| unix_seconds(std::time::SystemTime::now()))
+}
+
 fn signed_binding_request(
     transceiver: &str,
     cluster: u16,
     random: u8,
+    transaction_id: &[u8; 12],
+) -> Vec<u8> {
+    minted_binding_request(transceiver, cluster, random, minted(), transaction_id)
+}
+
+/// [`binding_request`] whose hint was minted at `minted_unix_s`, with its own
+/// transaction id.
+pub fn minted_binding_request(
+    transceiver: &str,
+    cluster: u16,
+    random: u8,
+    minted_unix_s: u32,
     transaction_id: &[u8; 12],
 ) -> Vec<u8> {
     let keys = keys();
@@ -285,7 +309,8 @@ fn signed_binding_request(
             cluster,
             transceiver: a(transceiver),
         },
-        [random; 6],
+        minted_unix_s,
+        [random; 5],
     );
     let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     let mut buf = [0u8; 256];

@@ -105,14 +105,12 @@ fn tcp_capacity_on_this_thread(
             .map_err(|e| format!("connection {i}: {e}"))?;
         let mut stream: std::net::TcpStream = socket.into();
         let random = (i as u64).to_be_bytes();
-        let ufrag = keys.encode(
+        let ufrag = keys.mint(
             &ufrag_common::hint::RoutingHint {
                 cluster: 0,
                 transceiver: sink_addr,
             },
-            [
-                random[2], random[3], random[4], random[5], random[6], random[7],
-            ],
+            [random[3], random[4], random[5], random[6], random[7]],
         );
         let password = keys
             .ice_password(keys.current().id(), ufrag.as_bytes())

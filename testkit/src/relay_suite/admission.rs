@@ -2,10 +2,14 @@
 //! Request replayed from many source addresses creates one flow (every copy counted as
 //! `replayed_request`, none forwarded, so nothing is reflected), newly signed requests
 //! for one session stop at its flow cap (`session_flow_limit`), and other sessions are
-//! unaffected.
+//! unaffected. With two workers, one request replayed from 64 sources still makes one
+//! flow in the whole relay; flows squatted with blind "media" from spoofed sources give
+//! way to a new session once their time to prove themselves has passed.
 
-use super::Backend;
+use std::time::{Duration, Instant};
+
 use super::harness::*;
+use super::{Backend, XdpMode};
 
 /// Sources the one request is replayed from (each a new address or port, as spoofing
 /// would give).
@@ -68,4 +72,99 @@ pub fn one_sessions_request_replayed_from_many_sources_creates_one_flow(b: &Back
         .recv_frame()
         .expect("a new session gets its flow");
     assert_eq!(header.client, other.addr());
+}
+
+/// Hostile clients, second round, finding 2: the replay filter is the relay's, not a
+/// worker's. Before, SO_REUSEPORT (or the NIC's RSS) put copies from other source ports
+/// on the other worker, which admitted one: two flows from one request.
+pub fn a_request_replayed_from_64_sources_makes_one_flow_whichever_worker_sees_it(b: &Backend) {
+    const SOURCES: usize = 64;
+    let relay = RelayProcess::start(&RelaySetup {
+        workers: 2,
+        ..RelaySetup::on(b.net_with_queues(2))
+    });
+    let net = relay.net().clone();
+    let transceiver = net.transceiver();
+    let request = binding_request_for(transceiver.addr(), 0, 1);
+    let original = net.client();
+    original.send(relay.vip(), &request);
+    assert!(
+        transceiver.recv_frame().is_some(),
+        "the original makes a flow"
+    );
+    // Each replay source stays open, so no two share a port.
+    let replayers: Vec<Endpoint> = (0..SOURCES).map(|_| net.client()).collect();
+    for replayer in &replayers {
+        replayer.send(relay.vip(), &request);
+    }
+    relay.wait_for("every replay counted", |r| {
+        r.drops("replayed_request") == SOURCES as f64
+    });
+    assert_eq!(transceiver.count_arrivals(), 0, "no replay was forwarded");
+    assert_eq!(relay.total("ufrag_relay_flows_active", ""), 1.0);
+    // Where the backend spreads sources over both workers, both refused copies: the
+    // filter is shared, not merely one worker's.
+    if b.xdp != Some(XdpMode::Skb) {
+        let metrics = relay.metrics();
+        for worker in 0..2 {
+            let series = format!(
+                "ufrag_relay_drops_total{{worker=\"{worker}\",reason=\"replayed_request\"}}"
+            );
+            let refused = metrics.get(&series).copied().unwrap_or(0.0);
+            assert!(refused > 0.0, "worker {worker} saw no replay: {metrics:?}");
+        }
+    }
+}
+
+/// Hostile clients, second round, finding 1: a full table of flows that spoofed sources
+/// keep busy with blind DTLS, which their transceiver never answers, gives way to a new
+/// session once [`ufrag_common::forward::PROVE_WITHIN`] has passed. Before, the first
+/// non-STUN byte proved a flow and proven flows were never shed: the newcomer was
+/// refused for as long as the squatters kept sending.
+pub fn squatted_flows_that_never_prove_themselves_give_way_to_a_new_session(b: &Backend) {
+    const TABLE: usize = 8;
+    let relay = RelayProcess::start(&RelaySetup {
+        extra: vec!["--flows-per-worker".into(), TABLE.to_string()],
+        ..b.setup()
+    });
+    let net = relay.net().clone();
+    let transceiver = net.transceiver();
+    let squatters: Vec<Endpoint> = (0..TABLE).map(|_| net.client()).collect();
+    for (i, squatter) in squatters.iter().enumerate() {
+        let mut id = [0x5b; 12];
+        id[0] = i as u8;
+        squatter.send(
+            relay.vip(),
+            &binding_request_with_transaction(transceiver.addr(), 0, 9, id),
+        );
+    }
+    relay.wait_for("the table full of squatters", |r| {
+        r.total("ufrag_relay_flows_active", "") == TABLE as f64
+    });
+    let keep_busy = |until: Instant| {
+        while Instant::now() < until {
+            for squatter in &squatters {
+                squatter.send(relay.vip(), &dtls());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let started = Instant::now();
+    let newcomer = net.client();
+    let request = binding_request_for(transceiver.addr(), 0, 1);
+    newcomer.send(relay.vip(), &request);
+    relay.wait_for("the newcomer refused while the squatters are young", |r| {
+        r.drops("table_full") == 1.0
+    });
+    keep_busy(started + ufrag_common::forward::PROVE_WITHIN + Duration::from_secs(1));
+    transceiver.count_arrivals();
+    newcomer.send(relay.vip(), &request);
+    relay.wait_for("the oldest squatter shed", |r| {
+        r.total("ufrag_relay_flows_shed_total", "") == 1.0
+    });
+    let (header, payload, _) = transceiver
+        .recv_frame()
+        .expect("the newcomer's request forwarded");
+    assert_eq!((header.client, payload), (newcomer.addr(), request));
+    prove_flow(&relay, &transceiver, &newcomer);
 }

@@ -472,6 +472,13 @@ pub fn binding_request_with_transaction(
     signed_binding_request(&keys(), transceiver, cluster, seed, transaction_id)
 }
 
+/// When this process's hints were minted: once, so that one seed names one session
+/// however long the process runs.
+fn minted() -> u32 {
+    static MINTED: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *MINTED.get_or_init(|| ufrag_common::hint::unix_seconds(std::time::SystemTime::now()))
+}
+
 fn signed_binding_request(
     keys: &HintKeys,
     transceiver: SocketAddr,
@@ -484,7 +491,8 @@ fn signed_binding_request(
             cluster,
             transceiver,
         },
-        [seed; 6],
+        minted(),
+        [seed; 5],
     );
     let password = keys
         .ice_password(keys.current().id(), ufrag.as_bytes())
@@ -502,6 +510,22 @@ fn signed_binding_request(
 }
 
 /// An SRTP-like datagram (RTP version 2 header, 160 bytes of payload) with sequence `seq`.
+/// Media both ways on `client`'s flow, which proves it to the relay (the client's half
+/// alone a spoofer could send blind), then one more datagram from the client, on which a
+/// proven flow is recorded in the route cache. Returns once the transceiver has it.
+pub fn prove_flow(relay: &RelayProcess, transceiver: &Endpoint, client: &Endpoint) {
+    client.send(relay.vip(), &rtp(0));
+    transceiver
+        .recv_frame()
+        .expect("the client's media forwarded");
+    transceiver.send_frame(relay.internal_of(0), client.addr(), relay.vip(), &rtp(1));
+    client.recv().expect("the transceiver's media returned");
+    client.send(relay.vip(), &rtp(2));
+    transceiver
+        .recv_frame()
+        .expect("the client's next media forwarded");
+}
+
 pub fn rtp(seq: u16) -> Vec<u8> {
     let mut p = vec![0x80, 111];
     p.extend_from_slice(&seq.to_be_bytes());

@@ -254,6 +254,14 @@ pub const CASES: &[Case] = &[
         admission::one_sessions_request_replayed_from_many_sources_creates_one_flow,
     ),
     case(
+        "a_request_replayed_from_64_sources_makes_one_flow_whichever_worker_sees_it",
+        admission::a_request_replayed_from_64_sources_makes_one_flow_whichever_worker_sees_it,
+    ),
+    case(
+        "squatted_flows_that_never_prove_themselves_give_way_to_a_new_session",
+        admission::squatted_flows_that_never_prove_themselves_give_way_to_a_new_session,
+    ),
+    case(
         "route_cache_a_restarted_relay_restores_the_flow_from_the_first_srtp_packet",
         route_cache::a_restarted_relay_restores_the_flow_from_the_first_srtp_packet,
     ),

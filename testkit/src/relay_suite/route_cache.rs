@@ -32,9 +32,17 @@ pub fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet(b: &Backen
     std::thread::sleep(Duration::from_millis(300));
     let key = format!("ufrag-relay:flow:{}|{}", client.addr(), relay.vip());
     assert_eq!(redis.get(&key), None, "a STUN-only flow was cached");
-    // …its first DTLS or media datagram has it recorded.
+    // …nor one that carried media from the client only (a spoofer can send that blind)…
     client.send(relay.vip(), &rtp(0));
     assert!(transceiver.recv_frame().is_some());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        redis.get(&key),
+        None,
+        "a flow proven by the client alone was cached"
+    );
+    // …media both ways has it recorded.
+    prove_flow(&relay, &transceiver, &client);
     let value = redis.wait_for_flow(client.addr(), relay.vip());
     assert_eq!(
         value,
@@ -135,8 +143,7 @@ pub fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects(b: 
             &binding_request_for(transceiver.addr(), 0, session),
         );
         assert!(transceiver.recv_frame().is_some());
-        attempt.send(relay.vip(), &rtp(0));
-        assert!(transceiver.recv_frame().is_some());
+        prove_flow(&relay, &transceiver, &attempt);
         session = session.wrapping_add(1);
         std::thread::sleep(Duration::from_millis(200));
         let key = format!("ufrag-relay:flow:{}|{}", attempt.addr(), relay.vip());

@@ -40,7 +40,7 @@ fuzz_target!(|data: &[u8]| {
         assert!(text.contains(&creds.ufrag) && text.contains(&creds.pass));
     }
     if let Ok(offer) = check_offer(text)
-        && let Ok(new) = mint().session(1, offer, [1; 6], Instant::now())
+        && let Ok(new) = mint().session(1, offer, [1; 5], Instant::now())
     {
         assert!(new.answer.starts_with("v=0"), "{}", new.answer);
         assert!(new.answer.contains(&new.ufrag));

@@ -1,0 +1,289 @@
+//! The replay filter one relay's workers share: a Binding Request that created a flow
+//! creates no other from another address, whichever worker the copy reaches, for as long
+//! as its hint could create flows at all.
+//!
+//! # Why one filter per relay
+//!
+//! SO_REUSEPORT hashes a copy of a captured request sent from another source port to
+//! another worker; a filter per worker admits it once per worker. The window is the
+//! hint's remaining life: a request names a hint that makes new flows only until
+//! `hint_max_age` after it was minted (plus the allowed clock skew), so remembering a
+//! transaction that long covers every replay that could succeed.
+//!
+//! # Structure and concurrency
+//!
+//! - A fixed array of `AtomicU64`, sized at start from what the relay may admit in one
+//!   window (`workers × new_flows_per_worker × window`, a power of two, within
+//!   [`MIN_SLOTS`]..=[`MAX_SLOTS`]), in buckets of [`BUCKET`] slots (one cache line).
+//! - A slot holds a 32-bit fingerprint of the transaction id (a keyed hash: collisions
+//!   cannot be aimed at), 16 bits of the flow that made it, and a 16-bit stamp (seconds,
+//!   wrapping; the window is validated to be well under 2^16 s). Zero is empty.
+//! - [`ReplayFilter::seen`] reads a bucket; [`ReplayFilter::claim`] writes the
+//!   transaction into the first empty or stale slot with a compare-and-swap, then reads
+//!   the rest of the bucket: two workers claiming the same transaction at once race for
+//!   the same first free slot, and the loser finds the winner's entry. If every slot of a
+//!   bucket is fresh (the relay admitted more than it was sized for), the oldest entry is
+//!   overwritten and counted: that transaction could then be replayed once more.
+//! - No lock, no allocation after construction, O([`BUCKET`]) per call.
+
+use core::hash::BuildHasher;
+use std::hash::RandomState;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// Slots per bucket: one 64-byte cache line.
+pub const BUCKET: usize = 8;
+/// The smallest filter.
+pub const MIN_SLOTS: usize = 1 << 12;
+/// The largest filter (128 MiB); a relay that could admit more in one window overwrites
+/// its oldest entries (counted).
+pub const MAX_SLOTS: usize = 1 << 24;
+/// The longest window a 16-bit stamp tells apart from an entry one wrap older, with room.
+pub const MAX_WINDOW: Duration = Duration::from_secs(1 << 15);
+
+const STAMP_BITS: u32 = 16;
+const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
+const FLOW_MASK: u64 = 0xFFFF;
+
+/// A request's transaction was seen creating a flow from another address within the
+/// window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replayed;
+
+/// The shared filter (see the module doc).
+#[derive(Debug)]
+pub struct ReplayFilter {
+    slots: Box<[AtomicU64]>,
+    bucket_mask: usize,
+    hasher: RandomState,
+    window_s: u64,
+    epoch: Instant,
+    overwritten: AtomicU64,
+}
+
+impl ReplayFilter {
+    /// A filter remembering each transaction for `window`, sized for `workers` workers
+    /// admitting `new_flows_per_worker` flows per second each, its clock starting at `epoch`.
+    pub fn new(
+        workers: usize,
+        new_flows_per_worker: u32,
+        window: Duration,
+        epoch: Instant,
+    ) -> Self {
+        let window = window.min(MAX_WINDOW);
+        let admitted = (workers.max(1) as u64)
+            .saturating_mul(u64::from(new_flows_per_worker))
+            .saturating_mul(window.as_secs().max(1));
+        let len = usize::try_from(admitted)
+            .unwrap_or(MAX_SLOTS)
+            .clamp(MIN_SLOTS, MAX_SLOTS)
+            .next_power_of_two();
+        ReplayFilter {
+            slots: (0..len).map(|_| AtomicU64::new(0)).collect(),
+            bucket_mask: len / BUCKET - 1,
+            hasher: RandomState::new(),
+            window_s: window.as_secs().max(1),
+            epoch,
+            overwritten: AtomicU64::new(0),
+        }
+    }
+
+    /// Bytes the filter holds.
+    pub fn memory_bytes(&self) -> usize {
+        self.slots.len() * core::mem::size_of::<AtomicU64>()
+    }
+
+    /// Fresh entries overwritten because their bucket was full: transactions that could
+    /// be replayed once more. Non-zero means the filter is too small for the admission rate.
+    pub fn overwritten(&self) -> u64 {
+        self.overwritten.load(Ordering::Relaxed)
+    }
+
+    fn bucket(&self, transaction_id: &[u8; 12]) -> (&[AtomicU64], u64) {
+        let hash = self.hasher.hash_one(transaction_id);
+        let at = (hash as usize & self.bucket_mask) * BUCKET;
+        // The top 32 bits, never zero (zero marks an empty slot).
+        let fingerprint = (hash >> 32).max(1);
+        (&self.slots[at..at + BUCKET], fingerprint)
+    }
+
+    fn stamp(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.epoch).as_secs() & STAMP_MASK
+    }
+
+    fn age_s(&self, entry: u64, now_stamp: u64) -> u64 {
+        now_stamp.wrapping_sub(entry & STAMP_MASK) & STAMP_MASK
+    }
+
+    fn fresh(&self, entry: u64, now_stamp: u64) -> bool {
+        entry != 0 && self.age_s(entry, now_stamp) < self.window_s
+    }
+
+    /// What a fresh entry of `fingerprint` says about a request on `flow`: `Some(true)`
+    /// the same flow (its own retransmission), `Some(false)` another flow (a replay).
+    fn same_flow(&self, entry: u64, fingerprint: u64, flow: u64, now_stamp: u64) -> Option<bool> {
+        (self.fresh(entry, now_stamp) && entry >> 32 == fingerprint)
+            .then_some((entry >> STAMP_BITS) & FLOW_MASK == flow & FLOW_MASK)
+    }
+
+    /// Whether `transaction_id` created a flow other than `flow` (a keyed hash of the
+    /// flow's key) within the window. Reads only.
+    pub fn seen(&self, transaction_id: &[u8; 12], flow: u64, now: Instant) -> Result<(), Replayed> {
+        let (bucket, fingerprint) = self.bucket(transaction_id);
+        let now_stamp = self.stamp(now);
+        for slot in bucket {
+            let entry = slot.load(Ordering::Acquire);
+            if self.same_flow(entry, fingerprint, flow, now_stamp) == Some(false) {
+                return Err(Replayed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Records that `transaction_id` creates `flow` now, unless another flow claimed it
+    /// first (then nothing is recorded and the request is a replay).
+    pub fn claim(
+        &self,
+        transaction_id: &[u8; 12],
+        flow: u64,
+        now: Instant,
+    ) -> Result<(), Replayed> {
+        let (bucket, fingerprint) = self.bucket(transaction_id);
+        let now_stamp = self.stamp(now);
+        let ours = fingerprint << 32 | (flow & FLOW_MASK) << STAMP_BITS | now_stamp;
+        let mut claimed: Option<&AtomicU64> = None;
+        for slot in bucket {
+            let mut entry = slot.load(Ordering::Acquire);
+            loop {
+                match self.same_flow(entry, fingerprint, flow, now_stamp) {
+                    Some(same) => {
+                        if let Some(mine) = claimed {
+                            // Someone claimed it before us: take ours back.
+                            let _ =
+                                mine.compare_exchange(ours, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        }
+                        return if same { Ok(()) } else { Err(Replayed) };
+                    }
+                    None if claimed.is_none() && !self.fresh(entry, now_stamp) => {
+                        match slot.compare_exchange(
+                            entry,
+                            ours,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        ) {
+                            Ok(_) => claimed = Some(slot),
+                            // Another worker wrote here first: judge what it wrote.
+                            Err(actual) => {
+                                entry = actual;
+                                continue;
+                            }
+                        }
+                    }
+                    None => {}
+                }
+                break;
+            }
+        }
+        if claimed.is_none() {
+            // Every slot is fresh and another transaction's: the oldest goes.
+            let oldest = bucket
+                .iter()
+                .max_by_key(|slot| self.age_s(slot.load(Ordering::Relaxed), now_stamp))
+                .expect("a bucket has slots");
+            oldest.store(ours, Ordering::Release);
+            self.overwritten.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    fn txid(i: u32) -> [u8; 12] {
+        let mut t = [7u8; 12];
+        t[..4].copy_from_slice(&i.to_be_bytes());
+        t
+    }
+
+    #[test]
+    fn a_claimed_transaction_is_a_replay_from_another_flow_until_the_window_ends() {
+        let t0 = Instant::now();
+        let filter = ReplayFilter::new(1, 100, Duration::from_secs(60), t0);
+        assert_eq!(filter.seen(&txid(1), 10, t0), Ok(()));
+        assert_eq!(filter.claim(&txid(1), 10, t0), Ok(()));
+        // Its own flow asking again is no replay; another flow is, until the window ends.
+        assert_eq!(filter.seen(&txid(1), 10, t0), Ok(()));
+        assert_eq!(filter.claim(&txid(1), 10, t0), Ok(()));
+        assert_eq!(filter.seen(&txid(1), 11, t0), Err(Replayed));
+        assert_eq!(filter.claim(&txid(1), 11, t0), Err(Replayed));
+        let late = t0 + Duration::from_secs(59);
+        assert_eq!(filter.seen(&txid(1), 11, late), Err(Replayed));
+        let after = t0 + Duration::from_secs(60);
+        assert_eq!(filter.seen(&txid(1), 11, after), Ok(()));
+        // Another transaction was never affected.
+        assert_eq!(filter.seen(&txid(2), 11, t0), Ok(()));
+    }
+
+    #[test]
+    fn it_is_sized_from_what_the_relay_may_admit_in_one_window() {
+        let t0 = Instant::now();
+        let small = ReplayFilter::new(1, 10, Duration::from_secs(10), t0);
+        assert_eq!(small.memory_bytes(), MIN_SLOTS * 8);
+        let sized = ReplayFilter::new(4, 1000, Duration::from_secs(300), t0);
+        assert_eq!(
+            sized.memory_bytes(),
+            (4 * 1000 * 300usize).next_power_of_two() * 8
+        );
+        let capped = ReplayFilter::new(64, 10_000_000, Duration::from_secs(3600), t0);
+        assert_eq!(capped.memory_bytes(), MAX_SLOTS * 8);
+    }
+
+    #[test]
+    fn an_overfull_bucket_overwrites_its_oldest_entry_and_counts_it() {
+        let t0 = Instant::now();
+        let filter = ReplayFilter::new(1, 1, Duration::from_secs(600), t0);
+        // Transactions that share the first one's bucket, found by trying.
+        let home = |t: &[u8; 12]| filter.bucket(t).0.as_ptr();
+        let first = txid(0);
+        let mates: Vec<[u8; 12]> = (1..)
+            .map(txid)
+            .filter(|t| home(t) == home(&first))
+            .take(BUCKET)
+            .collect();
+        filter.claim(&first, 1, t0).unwrap();
+        for (i, t) in mates.iter().enumerate() {
+            let later = t0 + Duration::from_secs(1 + i as u64);
+            filter.claim(t, 1, later).unwrap();
+        }
+        assert_eq!(filter.overwritten(), 1);
+        let now = t0 + Duration::from_secs(BUCKET as u64 + 1);
+        // The oldest (the first) was forgotten; the newest is remembered.
+        assert_eq!(filter.seen(&first, 2, now), Ok(()));
+        assert_eq!(filter.seen(&mates[BUCKET - 1], 2, now), Err(Replayed));
+    }
+
+    #[test]
+    fn workers_claiming_one_transaction_at_once_admit_it_once() {
+        let t0 = Instant::now();
+        for round in 0..200u32 {
+            let filter = Arc::new(ReplayFilter::new(2, 100, Duration::from_secs(60), t0));
+            let barrier = Arc::new(std::sync::Barrier::new(4));
+            let admitted: usize = (0..4u64)
+                .map(|flow| {
+                    let (filter, barrier) = (Arc::clone(&filter), Arc::clone(&barrier));
+                    std::thread::spawn(move || {
+                        barrier.wait();
+                        filter.claim(&txid(round), flow, t0).is_ok()
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|worker| usize::from(worker.join().unwrap()))
+                .sum();
+            assert_eq!(admitted, 1, "round {round}");
+        }
+    }
+}
