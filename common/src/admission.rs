@@ -110,6 +110,86 @@ impl TokenBucket {
     }
 }
 
+/// Rates of arrivals (new flows, or accepted connections) per source prefix and per
+/// worker: token buckets, the prefix ones a fixed array indexed by a keyed hash of the
+/// prefix (two prefixes sharing a bucket share its rate, which errs towards refusing).
+/// No allocation after construction, O(1) per arrival.
+#[derive(Debug)]
+pub struct ArrivalRates {
+    per_prefix: u32,
+    per_worker: u32,
+    prefix_len_v4: u8,
+    prefix_len_v6: u8,
+    hasher: RandomState,
+    prefixes: Box<[TokenBucket]>,
+    worker: TokenBucket,
+    started: Instant,
+}
+
+/// Which rate an arrival found spent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateSpent {
+    /// Its source prefix's.
+    Prefix,
+    /// The worker's.
+    Worker,
+}
+
+impl ArrivalRates {
+    /// `per_prefix` arrivals per second (and burst) from one source prefix (/`prefix_len_v4`,
+    /// /`prefix_len_v6`), `per_worker` in all, the clock starting at `now`.
+    pub fn new(
+        per_prefix: u32,
+        per_worker: u32,
+        (prefix_len_v4, prefix_len_v6): (u8, u8),
+        now: Instant,
+    ) -> Self {
+        ArrivalRates {
+            per_prefix,
+            per_worker,
+            prefix_len_v4,
+            prefix_len_v6,
+            hasher: RandomState::new(),
+            prefixes: vec![TokenBucket::default(); PREFIX_BUCKETS].into_boxed_slice(),
+            worker: TokenBucket::default(),
+            started: now,
+        }
+    }
+
+    /// Takes a token for an arrival from `source` at `now`: its prefix's first, then the
+    /// worker's (a refused arrival spends no token of a later bucket).
+    pub fn take(&mut self, source: IpAddr, now: Instant) -> Result<(), RateSpent> {
+        let now_ms = u64::try_from(now.saturating_duration_since(self.started).as_millis())
+            .unwrap_or(u64::MAX);
+        let prefix = self.prefix_bucket(source);
+        if !self.prefixes[prefix].take(now_ms, self.per_prefix) {
+            return Err(RateSpent::Prefix);
+        }
+        if !self.worker.take(now_ms, self.per_worker) {
+            return Err(RateSpent::Worker);
+        }
+        Ok(())
+    }
+
+    fn prefix_bucket(&self, ip: IpAddr) -> usize {
+        let masked: u128 = match ip.to_canonical() {
+            IpAddr::V4(v4) => {
+                let keep = u32::MAX
+                    .checked_shl(32 - u32::from(self.prefix_len_v4.min(32)))
+                    .unwrap_or(0);
+                u128::from(u32::from(v4) & keep) | 1 << 127
+            }
+            IpAddr::V6(v6) => {
+                let keep = u128::MAX
+                    .checked_shl(128 - u32::from(self.prefix_len_v6.min(128)))
+                    .unwrap_or(0);
+                u128::from(v6) & keep & !(1 << 127) | 1 << 126
+            }
+        };
+        self.hasher.hash_one(masked) as usize & (PREFIX_BUCKETS - 1)
+    }
+}
+
 /// One worker's admission state.
 #[derive(Debug)]
 pub struct Admission {
@@ -118,8 +198,7 @@ pub struct Admission {
     /// Session tag → live flows. Reserved for twice the flow capacity, so neither an
     /// insert nor the in-place cleanup of removed entries ever allocates.
     flows_per_session: HashMap<u64, u16>,
-    prefixes: Box<[TokenBucket]>,
-    worker: TokenBucket,
+    rates: ArrivalRates,
     replays: Arc<ReplayFilter>,
     started: Instant,
     /// The wall clock at `started`, in Unix seconds (hints carry wall-clock time).
@@ -169,8 +248,12 @@ impl Admission {
             policy,
             hasher: RandomState::new(),
             flows_per_session: HashMap::with_capacity(flow_capacity.saturating_mul(2)),
-            prefixes: vec![TokenBucket::default(); PREFIX_BUCKETS].into_boxed_slice(),
-            worker: TokenBucket::default(),
+            rates: ArrivalRates::new(
+                policy.new_flows_per_prefix,
+                policy.new_flows_per_worker,
+                (policy.prefix_len_v4, policy.prefix_len_v6),
+                now,
+            ),
             replays,
             started: now,
             started_unix_s,
@@ -206,10 +289,6 @@ impl Admission {
         self.hasher.hash_one(value)
     }
 
-    fn ms(&self, now: Instant) -> u64 {
-        u64::try_from(now.saturating_duration_since(self.started).as_millis()).unwrap_or(u64::MAX)
-    }
-
     /// Live flows of `session`.
     pub fn flows_of(&self, session: SessionTag) -> u16 {
         self.flows_per_session.get(&session.0).copied().unwrap_or(0)
@@ -221,7 +300,6 @@ impl Admission {
     /// another worker admitted a moment ago loses there). The caller creates the flow
     /// when this says yes.
     pub fn check(&mut self, request: &FlowRequest<'_>, now: Instant) -> Result<(), DropReason> {
-        let now_ms = self.ms(now);
         let replayed = |_| DropReason::ReplayedRequest;
         self.replays
             .seen(request.transaction_id, request.flow, now)
@@ -229,13 +307,12 @@ impl Admission {
         if self.flows_of(request.session) >= self.policy.max_flows_per_session {
             return Err(DropReason::SessionFlowLimit);
         }
-        let prefix = self.prefix_bucket(request.source.ip());
-        if !self.prefixes[prefix].take(now_ms, self.policy.new_flows_per_prefix) {
-            return Err(DropReason::PrefixRateLimit);
-        }
-        if !self.worker.take(now_ms, self.policy.new_flows_per_worker) {
-            return Err(DropReason::WorkerRateLimit);
-        }
+        self.rates
+            .take(request.source.ip(), now)
+            .map_err(|spent| match spent {
+                RateSpent::Prefix => DropReason::PrefixRateLimit,
+                RateSpent::Worker => DropReason::WorkerRateLimit,
+            })?;
         self.replays
             .claim(request.transaction_id, request.flow, now)
             .map_err(replayed)
@@ -264,24 +341,6 @@ impl Admission {
                 self.flows_per_session.remove(&session.0);
             }
         }
-    }
-
-    fn prefix_bucket(&self, ip: IpAddr) -> usize {
-        let masked: u128 = match ip.to_canonical() {
-            IpAddr::V4(v4) => {
-                let keep = u32::MAX
-                    .checked_shl(32 - u32::from(self.policy.prefix_len_v4.min(32)))
-                    .unwrap_or(0);
-                u128::from(u32::from(v4) & keep) | 1 << 127
-            }
-            IpAddr::V6(v6) => {
-                let keep = u128::MAX
-                    .checked_shl(128 - u32::from(self.policy.prefix_len_v6.min(128)))
-                    .unwrap_or(0);
-                u128::from(v6) & keep & !(1 << 127) | 1 << 126
-            }
-        };
-        self.hasher.hash_one(masked) as usize & (PREFIX_BUCKETS - 1)
     }
 }
 

@@ -38,6 +38,8 @@
 //! tcp_connections_per_worker = 4096       # open TCP connections one worker holds
 //! tcp_connections_per_prefix = 16         # ... from one source prefix, per worker
 //! tcp_handshake_timeout = "5s"            # a connection's first Binding Request by then
+//! tcp_accepts_per_prefix = 8              # new connections per second from one prefix, per worker
+//! tcp_accepts_per_worker = 1000           # new connections per second, per worker
 //!
 //! [clusters]                              # cluster id → that cluster's relay (global mode)
 //! 2 = "198.51.100.7:3479"
@@ -67,6 +69,8 @@ const DEFAULT_TCP_CONNECTIONS_PER_WORKER: usize = 4096;
 const MAX_TCP_CONNECTIONS_PER_WORKER: usize = 65_536;
 const DEFAULT_TCP_CONNECTIONS_PER_PREFIX: u32 = 16;
 const DEFAULT_TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+const DEFAULT_TCP_ACCEPTS_PER_PREFIX: u32 = 8;
+const DEFAULT_TCP_ACCEPTS_PER_WORKER: u32 = 1000;
 const MAX_TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_DRAIN_TIME: Duration = Duration::from_secs(5);
 const DEFAULT_METRICS_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9100);
@@ -249,6 +253,13 @@ pub struct RelayArgs {
     /// A TCP connection must bring an authentic Binding Request within this (default 5s).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub tcp_handshake_timeout: Option<Duration>,
+    /// New TCP connections per second (and burst) from one source prefix, per worker
+    /// (default 8).
+    #[arg(long, value_name = "N")]
+    pub tcp_accepts_per_prefix: Option<u32>,
+    /// New TCP connections per second (and burst) in one worker (default 1000).
+    #[arg(long, value_name = "N")]
+    pub tcp_accepts_per_worker: Option<u32>,
 }
 
 /// The config file, as written: every key optional, unknown keys rejected.
@@ -283,6 +294,8 @@ struct FileConfig {
     tcp_connections_per_worker: Option<usize>,
     tcp_connections_per_prefix: Option<u32>,
     tcp_handshake_timeout: Option<String>,
+    tcp_accepts_per_prefix: Option<u32>,
+    tcp_accepts_per_worker: Option<u32>,
 }
 
 /// A validated relay configuration.
@@ -337,6 +350,10 @@ pub struct TcpPolicy {
     pub connections_per_prefix: u32,
     /// The first Binding Request must arrive within this.
     pub handshake_timeout: Duration,
+    /// New connections per second (and burst) from one source prefix, per worker.
+    pub accepts_per_prefix: u32,
+    /// New connections per second (and burst) in one worker.
+    pub accepts_per_worker: u32,
 }
 
 impl Default for TcpPolicy {
@@ -347,6 +364,8 @@ impl Default for TcpPolicy {
             connections_per_worker: DEFAULT_TCP_CONNECTIONS_PER_WORKER,
             connections_per_prefix: DEFAULT_TCP_CONNECTIONS_PER_PREFIX,
             handshake_timeout: DEFAULT_TCP_HANDSHAKE_TIMEOUT,
+            accepts_per_prefix: DEFAULT_TCP_ACCEPTS_PER_PREFIX,
+            accepts_per_worker: DEFAULT_TCP_ACCEPTS_PER_WORKER,
         }
     }
 }
@@ -716,6 +735,23 @@ fn validate_vips(field: &str, vips: &[SocketAddr]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// A rate from its flag, else the file, else `default`: 1..=10,000,000 per second.
+fn per_second(
+    field: &str,
+    flag: Option<u32>,
+    file: Option<u32>,
+    default: u32,
+) -> Result<u32, ConfigError> {
+    let value = flag.or(file).unwrap_or(default);
+    if value == 0 || value > 10_000_000 {
+        return Err(bad(
+            field,
+            format!("{value}: must be 1..=10000000 per second"),
+        ));
+    }
+    Ok(value)
+}
+
 /// The ICE-TCP settings from flags and file, validated.
 fn tcp_policy(file: &FileConfig, args: &RelayArgs) -> Result<TcpPolicy, ConfigError> {
     let vips = if args.tcp_vips.is_empty() {
@@ -766,6 +802,18 @@ fn tcp_policy(file: &FileConfig, args: &RelayArgs) -> Result<TcpPolicy, ConfigEr
         connections_per_worker,
         connections_per_prefix,
         handshake_timeout,
+        accepts_per_prefix: per_second(
+            "tcp_accepts_per_prefix",
+            args.tcp_accepts_per_prefix,
+            file.tcp_accepts_per_prefix,
+            DEFAULT_TCP_ACCEPTS_PER_PREFIX,
+        )?,
+        accepts_per_worker: per_second(
+            "tcp_accepts_per_worker",
+            args.tcp_accepts_per_worker,
+            file.tcp_accepts_per_worker,
+            DEFAULT_TCP_ACCEPTS_PER_WORKER,
+        )?,
     })
 }
 
@@ -782,16 +830,6 @@ fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPoli
             "0: a session needs at least one flow",
         ));
     }
-    let rate = |field: &str, flag: Option<u32>, file: Option<u32>, default: u32| {
-        let value = flag.or(file).unwrap_or(default);
-        if value == 0 || value > 10_000_000 {
-            return Err(bad(
-                field,
-                format!("{value}: must be 1..=10000000 per second"),
-            ));
-        }
-        Ok(value)
-    };
     let hint_max_age = duration_field(
         "hint_max_age",
         args.hint_max_age,
@@ -819,7 +857,7 @@ fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPoli
     };
     Ok(AdmissionPolicy {
         max_flows_per_session,
-        new_flows_per_prefix: rate(
+        new_flows_per_prefix: per_second(
             "new_flows_per_prefix",
             args.new_flows_per_prefix,
             file.new_flows_per_prefix,
@@ -839,7 +877,7 @@ fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPoli
             default.prefix_len_v6,
             128,
         )?,
-        new_flows_per_worker: rate(
+        new_flows_per_worker: per_second(
             "new_flows_per_worker",
             args.new_flows_per_worker,
             file.new_flows_per_worker,

@@ -301,6 +301,9 @@ impl Executor {
             now,
         } = decision;
         let ticket = |direction| Ticket { direction, bytes };
+        if let Some((key, route)) = self.forwarder.take_pending_record() {
+            self.ask_cache(egress, RouteCacheRequest::Record { key, route });
+        }
         let transmit = match verdict {
             Verdict::Forward {
                 to,

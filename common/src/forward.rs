@@ -293,6 +293,9 @@ pub struct Forwarder {
     /// once [`PROVE_WITHIN`] has passed. Entries of flows since proven or gone are
     /// skipped when reached. Never longer than the table's capacity.
     unproven: VecDeque<(FlowKey, u32)>,
+    /// A route to write to the route cache that no verdict carries: a flow that proved
+    /// itself on a return frame ([`Forwarder::take_pending_record`]).
+    pending_record: Option<(FlowKey, Route)>,
 }
 
 /// A copy of the proven flows kept outside the forwarder, which carries some of their
@@ -352,6 +355,7 @@ impl Forwarder {
             counters: ForwarderCounters::default(),
             transport: Transport::Udp,
             unproven,
+            pending_record: None,
         }
     }
 
@@ -386,6 +390,12 @@ impl Forwarder {
     /// When the mirror last carried `key`'s datagrams, if there is a mirror and it has.
     fn mirrored_at(&mut self, key: &FlowKey, route: Route, now: Instant) -> Option<Instant> {
         self.mirror.as_mut()?.last_seen(key, route, now)
+    }
+
+    /// The route to write to the route cache for the flow that proved itself on the last
+    /// return frame, if it did (the executor asks after every decision).
+    pub fn take_pending_record(&mut self) -> Option<(FlowKey, Route)> {
+        self.pending_record.take()
     }
 
     /// What the forwarder has counted.
@@ -807,10 +817,16 @@ impl Forwarder {
                     // The transceiver's half of the proof: its source is the flow's next
                     // hop, checked above.
                     flow.value.server_media = true;
-                    if flow.value.proven()
-                        && let Some(mirror) = &mut self.mirror
-                    {
-                        mirror.proven(&key, flow.value.route, now);
+                    if flow.value.proven() {
+                        if let Some(mirror) = &mut self.mirror {
+                            mirror.proven(&key, flow.value.route, now);
+                        }
+                        if self.policy.route_cache {
+                            // Recorded now: a mirror may carry the client's next datagrams.
+                            let seconds = now.saturating_duration_since(self.started).as_secs();
+                            flow.value.recorded_at_s = Some(seconds.try_into().unwrap_or(u32::MAX));
+                            self.pending_record = Some((key, flow.value.route));
+                        }
                     }
                 }
                 match flow.value.route.return_via {

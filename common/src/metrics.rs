@@ -552,6 +552,10 @@ label_enum! {
         WorkerLimit = "worker_limit",
         /// Refused at accept: the source prefix holds its cap of connections.
         PrefixLimit = "prefix_limit",
+        /// Refused at accept: the source prefix spent its rate of new connections.
+        PrefixRate = "prefix_rate",
+        /// Refused at accept: the worker spent its rate of new connections.
+        WorkerRate = "worker_rate",
         /// The relay stopped.
         Stopping = "relay_stopping",
     }

@@ -105,7 +105,6 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
         "media from the client alone (which a spoofer can send blind) is not cached"
     );
     r.from_internal(&frame(CLIENT, VIP, &RTP), a(TRANSCEIVER), t0);
-    r.from_client(&RTP, a(CLIENT), a(VIP), t0);
     let route = Route {
         next_hop: a(TRANSCEIVER),
         return_via: None,
@@ -116,8 +115,10 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
             RouteCacheRequest::Lookup { key },
             RouteCacheRequest::Record { key, route }
         ],
-        "media both ways: cached on the client's next datagram"
+        "media both ways: cached when the transceiver's media proves it"
     );
+    r.from_client(&RTP, a(CLIENT), a(VIP), t0);
+    assert_eq!(r.egress.cache_requests.len(), 2, "recorded once");
     assert_eq!(r.egress.released, 1, "the looked-up datagram is released");
     r.egress.cache_closed = true;
     r.from_client(&RTP, a("198.51.100.8:1"), a(VIP), t0);

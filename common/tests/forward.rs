@@ -15,6 +15,7 @@ use support::{
     policy,
 };
 use ufrag_common::admission::AdmissionPolicy;
+use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{
     FlowMirror, ForwardPolicy, Forwarder, PROVE_WITHIN, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE,
@@ -937,12 +938,17 @@ fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
         record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0)),
         None
     );
-    // The transceiver answers with media: the path is its session's. Recorded on the
-    // client's next datagram.
+    // The transceiver answers with media: the path is its session's, recorded at once
+    // (a fast path may carry the client's next datagrams past the forwarder).
     fwd.from_internal(&frame(CLIENT, VIP, &RTP), a(TRANSCEIVER), t0);
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    assert_eq!(
+        fwd.egress.cache_requests,
+        [RouteCacheRequest::Record { key, route }]
+    );
     assert_eq!(
         record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0)),
-        Some(route)
+        None
     );
     assert_eq!(
         record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0 + Duration::from_secs(9))),

@@ -13,9 +13,11 @@
 //! client address and VIP name: a connection's four-tuple is unique, so no connection id
 //! is needed.
 //!
-//! What a connection may cost is bounded: connections per worker and per source prefix
-//! (refused at accept), a handshake timeout (no authentic Binding Request yet), the flows'
-//! idle timeout, at most [`MAX_MESSAGE`] bytes per message (a longer length prefix closes
+//! What a connection may cost is bounded: new connections per second per source prefix
+//! and per worker, and open connections per worker and per source prefix (all refused at
+//! accept, counted by reason; IPv6 sources are grouped by at most a /48, so one
+//! allocation cannot walk its /56s past the caps), a handshake timeout (no authentic
+//! Binding Request yet), the flows' idle timeout, at most [`MAX_MESSAGE`] bytes per message (a longer length prefix closes
 //! the connection), a [`INBOX`]-byte receive buffer, and a [`SEND_BUFFER`]-byte send
 //! buffer allocated only once the connection is bound. A slow reader never stalls others:
 //! what its send buffer cannot take is dropped and counted (`tcp_send_buffer_full`), as
@@ -31,6 +33,7 @@ use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Interest, Registry, Token};
+use ufrag_common::admission::{ArrivalRates, RateSpent};
 use ufrag_common::config::TcpPolicy;
 use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Transmit};
 use ufrag_common::flow::{FlowKey, FlowTable};
@@ -104,6 +107,7 @@ pub(crate) struct TcpSide {
     policy: TcpPolicy,
     prefix_len_v4: u8,
     prefix_len_v6: u8,
+    accepts: ArrivalRates,
     idle_timeout: Duration,
     scan_at: usize,
     metrics: TcpWorkerMetrics,
@@ -247,6 +251,10 @@ impl Connections {
     }
 }
 
+/// The longest IPv6 prefix TCP sources are grouped by: one allocation (often a /48) holds
+/// 256 /56s, and would get 256 times the per-prefix caps if grouped by /56.
+const TCP_PREFIX_LEN_V6_MAX: u8 = 48;
+
 /// The listen backlog: connections the kernel completes before the worker accepts them.
 const BACKLOG: i32 = 1024;
 
@@ -315,7 +323,7 @@ impl TcpSide {
             .map_err(|e| io::Error::other(e.to_string()))?;
         let (prefix_len_v4, prefix_len_v6) = (
             forward.admission.prefix_len_v4,
-            forward.admission.prefix_len_v6,
+            forward.admission.prefix_len_v6.min(TCP_PREFIX_LEN_V6_MAX),
         );
         let forward = ForwardPolicy {
             vips: policy.vips.clone(),
@@ -339,6 +347,12 @@ impl TcpSide {
             policy: policy.clone(),
             prefix_len_v4,
             prefix_len_v6,
+            accepts: ArrivalRates::new(
+                policy.accepts_per_prefix,
+                policy.accepts_per_worker,
+                (prefix_len_v4, prefix_len_v6),
+                started,
+            ),
             idle_timeout,
             scan_at: 0,
             metrics,
@@ -375,6 +389,13 @@ impl TcpSide {
 
     fn admit(&mut self, mut stream: TcpStream, peer: SocketAddr, vip: SocketAddr, now: Instant) {
         let counters = &self.connections.counters;
+        if let Err(spent) = self.accepts.take(peer.ip(), now) {
+            counters.refused(match spent {
+                RateSpent::Prefix => TcpCloseReason::PrefixRate,
+                RateSpent::Worker => TcpCloseReason::WorkerRate,
+            });
+            return;
+        }
         if self.connections.len() >= self.policy.connections_per_worker {
             counters.refused(TcpCloseReason::WorkerLimit);
             return;
@@ -646,5 +667,15 @@ mod tests {
         assert_eq!(p("198.51.100.77", 0, 56), "0.0.0.0");
         assert_eq!(p("2001:db8:1:2:3::9", 24, 56), "2001:db8:1::");
         assert_eq!(p("2001:db8:1:2:3::9", 24, 128), "2001:db8:1:2:3::9");
+    }
+
+    #[test]
+    fn tcp_groups_ipv6_by_at_most_a_48_so_one_allocation_is_one_prefix() {
+        let v6_len = 56.min(TCP_PREFIX_LEN_V6_MAX);
+        let p = |s: &str| source_prefix(s.parse().unwrap(), 24, v6_len).to_string();
+        // 256 /56s of one /48 are one group.
+        assert_eq!(p("2001:db8:7:100::1"), "2001:db8:7::");
+        assert_eq!(p("2001:db8:7:ff00::1"), "2001:db8:7::");
+        assert_eq!(p("2001:db8:8::1"), "2001:db8:8::");
     }
 }

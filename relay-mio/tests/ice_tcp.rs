@@ -6,7 +6,8 @@
 //! splits or joins the bytes. What each kind of bad input costs, and how each close is
 //! counted: a first message that is not an authentic Binding Request closes the
 //! connection; so do an oversized length prefix and silence past the handshake timeout;
-//! connections past the per-prefix and per-worker caps are refused at accept; a bad
+//! connections past the per-prefix and per-worker caps, or faster than a prefix's accept
+//! rate, are refused at accept (a legitimate client binds during a flood); a bad
 //! message on a bound connection is dropped and the session lives on; a client that does
 //! not read loses messages (counted) and never stalls another connection; a frame of the
 //! wrong transport never reaches a client. A relay with a TCP VIP and no UDP VIP (the
@@ -299,6 +300,44 @@ fn what_a_tcp_connection_may_cost_is_bounded_and_every_close_is_counted() {
         transceiver.nothing_arrives(),
         "nothing unauthenticated reached the transceiver"
     );
+}
+
+/// Hostile clients, second round, finding 4: a flood of silent connections from one
+/// prefix is refused at the prefix's accept rate (before, every one was accepted up to the
+/// per-prefix cap and held a slot for the handshake timeout), and a legitimate client
+/// from elsewhere binds while it runs.
+#[test]
+fn a_connection_flood_from_one_prefix_is_refused_at_its_rate_and_a_client_still_binds() {
+    const FLOOD: usize = 40;
+    let (relay, tcp_vip, transceiver) = relay_with(&[
+        "--tcp-accepts-per-prefix",
+        "4",
+        "--tcp-connections-per-prefix",
+        "1000",
+        // Long enough that no accepted one is closed before it is counted.
+        "--tcp-handshake-timeout",
+        "60s",
+    ]);
+    let crowd = unique_ip();
+    let flood: Vec<TcpStream> = (0..FLOOD)
+        .map(|_| connect_from(crowd, tcp_vip, None))
+        .collect();
+    // The legitimate client, from another /24.
+    let elsewhere = Ipv4Addr::new(127, crowd.octets()[1] ^ 0x80, 9, 9);
+    let mut client = connect_from(elsewhere, tcp_vip, None);
+    let request = binding_request_for(transceiver.addr(), 0, 7);
+    client.write_all(&framed(&request)).unwrap();
+    let (header, payload, _) = transceiver.recv_frame().expect("the client binds");
+    assert_eq!((header.client.ip(), payload), (elsewhere.into(), request));
+    relay.wait_for("every flood connection accepted or refused", |r| {
+        tcp_total(r, "connections_active", "") + closes(r, "prefix_rate") == (FLOOD + 1) as f64
+    });
+    let refused = closes(&relay, "prefix_rate");
+    assert!(
+        refused >= (FLOOD - 8) as f64,
+        "at most the burst (4) and what refilled got in: {refused} refused"
+    );
+    drop(flood);
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! until an endpoint answers 200.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::netns::in_netns;
@@ -55,9 +55,42 @@ pub fn request_in(
     body: Option<(&str, &str)>,
     extra_headers: &[(&str, &str)],
 ) -> Option<HttpResponse> {
-    let mut s = in_netns(ns, move || TcpStream::connect_timeout(&addr, CONNECT_WAIT))
+    let s = in_netns(ns, move || TcpStream::connect_timeout(&addr, CONNECT_WAIT))
         .ok()?
         .ok()?;
+    exchange(s, addr, method, path, body, extra_headers)
+}
+
+/// [`request`] from the local address `source` (a loopback address other than
+/// 127.0.0.1 plays another client).
+pub fn request_from(
+    source: IpAddr,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &str)>,
+    extra_headers: &[(&str, &str)],
+) -> Option<HttpResponse> {
+    let socket = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .ok()?;
+    socket.bind(&SocketAddr::new(source, 0).into()).ok()?;
+    socket.connect_timeout(&addr.into(), CONNECT_WAIT).ok()?;
+    exchange(socket.into(), addr, method, path, body, extra_headers)
+}
+
+/// Sends one request on `s` and reads the whole answer.
+fn exchange(
+    mut s: TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &str)>,
+    extra_headers: &[(&str, &str)],
+) -> Option<HttpResponse> {
     s.set_read_timeout(Some(READ_WAIT)).ok()?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     for (k, v) in extra_headers {

@@ -4,6 +4,8 @@
 //! | limit | value | what happens |
 //! |---|---|---|
 //! | concurrent connections | `--http-max-connections` (1024) | a connection beyond is closed at once (`http_refusals{reason="connection_cap"}`) |
+//! | concurrent connections from one address (IPv4, or IPv6 /64) | `--http-max-connections-per-ip` (32) | a connection beyond is closed at once (`address_connection_cap`), so one address cannot hold the slots another needs |
+//! | requests from one address, any route | `--requests-per-second-per-ip` (100, twice that at once) | `429` before the body is read (`request_rate`) |
 //! | time to send a request's headers | 5 s | the connection is closed |
 //! | header block | 16 KiB, 64 headers | the connection is closed (hyper answers 431 where it can) |
 //! | body | 64 KiB | `413` |
@@ -31,6 +33,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::metrics::HttpRefusal;
+use crate::per_address::ConnectionsPerAddress;
 use crate::signaling::{MAX_BODY_BYTES, SignalResponse, Signaling, text};
 
 /// How long a client may take to send a request's headers.
@@ -56,11 +59,11 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Binds `addr` and serves `signaling` with at most `max_connections` connections.
+    /// Binds `addr` and serves `signaling` with at most `caps` connections.
     pub fn start(
         addr: SocketAddr,
         signaling: Arc<Signaling>,
-        max_connections: usize,
+        caps: ConnectionCaps,
     ) -> io::Result<HttpServer> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(IO_THREADS)
@@ -76,7 +79,7 @@ impl HttpServer {
             .name("http-accept".into())
             .spawn(move || {
                 let served = Arc::clone(&signaling);
-                runtime.block_on(accept_loop(listener, served, max_connections, stop));
+                runtime.block_on(accept_loop(listener, served, caps, stop));
                 // However the loop ended, the endpoint no longer serves.
                 signaling.http_died();
                 runtime.shutdown_timeout(Duration::from_secs(1));
@@ -102,13 +105,23 @@ impl HttpServer {
     }
 }
 
+/// How many signaling connections may be open at once.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnectionCaps {
+    /// In all.
+    pub total: usize,
+    /// From one client address (IPv4, or IPv6 /64).
+    pub per_address: u32,
+}
+
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     signaling: Arc<Signaling>,
-    max_connections: usize,
+    caps: ConnectionCaps,
     shutdown: Arc<Notify>,
 ) {
-    let slots = Arc::new(Semaphore::new(max_connections));
+    let slots = Arc::new(Semaphore::new(caps.total));
+    let per_address = ConnectionsPerAddress::new(caps.per_address);
     loop {
         let accepted = tokio::select! {
             () = shutdown.notified() => return,
@@ -122,6 +135,13 @@ async fn accept_loop(
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
+        };
+        let Some(held) = per_address.open(peer.ip()) else {
+            signaling
+                .metrics()
+                .http_refused(HttpRefusal::AddressConnectionCap);
+            drop(stream);
+            continue;
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             signaling.metrics().http_refused(HttpRefusal::ConnectionCap);
@@ -144,7 +164,7 @@ async fn accept_loop(
             {
                 signaling.metrics().http_refused(HttpRefusal::BadHeaders);
             }
-            drop(slot);
+            drop((slot, held));
         });
     }
 }
@@ -155,6 +175,9 @@ async fn respond(
     peer: IpAddr,
     signaling: Arc<Signaling>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(refusal) = signaling.refuse_over_rate(peer) {
+        return Ok(into_hyper(refusal));
+    }
     let (parts, body) = request.into_parts();
     let collected =
         tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY_BYTES).collect()).await;

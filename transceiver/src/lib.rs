@@ -11,6 +11,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod page;
+pub mod per_address;
 pub mod service;
 pub mod session;
 pub mod session_table;

@@ -71,6 +71,11 @@ label_enum! {
     pub enum HttpRefusal {
         /// Every connection slot was taken; the new connection was closed at once.
         ConnectionCap = "connection_cap",
+        /// The client's address (IPv4, or IPv6 /64) held its cap of connections; the new
+        /// one was closed at once.
+        AddressConnectionCap = "address_connection_cap",
+        /// The client's address spent its rate of requests of any kind (429).
+        RequestRate = "request_rate",
         /// The client's address spent its rate of session POSTs (429).
         PostRate = "post_rate",
         /// The body was larger than allowed (413).

@@ -16,7 +16,7 @@ use ufrag_common::hint::HintKeys;
 use ufrag_common::runtime::keys::KeyWatch;
 use ufrag_common::runtime::lifecycle::Service;
 
-use crate::http::HttpServer;
+use crate::http::{ConnectionCaps, HttpServer};
 use crate::metrics::TransceiverMetrics;
 use crate::model::EchoModel;
 use crate::signaling::{MAX_WORKERS, Signaling};
@@ -89,9 +89,17 @@ pub struct TransceiverOptions {
     /// Concurrent signaling connections; one beyond is closed at once.
     #[arg(long, default_value_t = 1024, value_name = "N")]
     pub http_max_connections: usize,
+    /// Concurrent signaling connections from one client address (IPv4, or IPv6 /64); one
+    /// beyond is closed at once.
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub http_max_connections_per_ip: u32,
     /// Session POSTs per second from one client address (twice that at once); beyond: 429.
     #[arg(long, default_value_t = 50.0, value_name = "N")]
     pub posts_per_second_per_ip: f64,
+    /// Requests of any kind per second from one client address (twice that at once);
+    /// beyond: 429.
+    #[arg(long, default_value_t = 100.0, value_name = "N")]
+    pub requests_per_second_per_ip: f64,
     /// Serve signaling on a non-loopback address without a bearer token (logged loudly).
     #[arg(long)]
     pub allow_unauthenticated: bool,
@@ -154,6 +162,16 @@ impl Transceiver {
         if opts.http_max_connections == 0 {
             return Err(StartError::Config(
                 "`http_max_connections`: must be at least 1".into(),
+            ));
+        }
+        if opts.http_max_connections_per_ip == 0 {
+            return Err(StartError::Config(
+                "`http_max_connections_per_ip`: must be at least 1".into(),
+            ));
+        }
+        if !opts.requests_per_second_per_ip.is_finite() || opts.requests_per_second_per_ip <= 0.0 {
+            return Err(StartError::Config(
+                "`requests_per_second_per_ip`: must be above 0".into(),
             ));
         }
         if !opts.posts_per_second_per_ip.is_finite() || opts.posts_per_second_per_ip <= 0.0 {
@@ -268,11 +286,15 @@ impl Transceiver {
             token,
             Arc::clone(&metrics),
             opts.posts_per_second_per_ip,
+            opts.requests_per_second_per_ip,
         ));
         let http = HttpServer::start(
             opts.http_addr,
             Arc::clone(&signaling),
-            opts.http_max_connections,
+            ConnectionCaps {
+                total: opts.http_max_connections,
+                per_address: opts.http_max_connections_per_ip,
+            },
         )
         .map_err(|e| StartError::System(format!("http_addr {}: {e}", opts.http_addr)))?;
         metrics.set_ready(true);

@@ -10,7 +10,8 @@
 //! | a wrong content type | `415` |
 //! | every worker full, or draining | `503` with `Retry-After` |
 //! | missing or wrong bearer token (when one is configured) | `401` |
-//! | more session POSTs from one client address than its rate allows | `429` with `Retry-After` |
+//! | more session POSTs from one client address (IPv4, or IPv6 /64) than its rate allows | `429` with `Retry-After` |
+//! | more requests of any kind from one client address than its rate allows | `429` with `Retry-After`, before the body is read |
 //! | a body over 64 KiB (POST and PATCH) | `413` |
 //! | `OPTIONS` (CORS preflight) | `204` with the CORS headers |
 //! | `GET /` | the demo page; `GET /metrics`, `/healthz`, `/readyz` |
@@ -23,11 +24,10 @@
 //! A session id carries its worker's index in its low byte, so DELETE and PATCH find
 //! the worker without any table that could grow.
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hyper::{HeaderMap, Method};
@@ -36,6 +36,7 @@ use subtle::ConstantTimeEq;
 
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::model::SessionId;
+use crate::per_address::AddressRate;
 use crate::worker::{Command, SignalError, WorkerHandle};
 
 /// Largest accepted request body (an offer or a trickle fragment).
@@ -44,8 +45,6 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 const WORKER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most workers a transceiver may have: a session id names its worker in one byte.
 pub const MAX_WORKERS: usize = 256;
-/// Client addresses whose POST rate is remembered; beyond, full buckets are forgotten.
-const MAX_RATE_ENTRIES: usize = 65_536;
 
 /// A response as signaling writes it; the transport turns it into HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,38 +98,6 @@ fn with_cors(r: SignalResponse) -> SignalResponse {
         .with("Access-Control-Expose-Headers", "Location")
 }
 
-/// A token bucket per client address for session POSTs.
-#[derive(Debug)]
-struct PostRate {
-    per_second: f64,
-    buckets: Mutex<HashMap<IpAddr, (f64, Instant)>>,
-}
-
-impl PostRate {
-    /// Takes one POST for `peer` at `now`: a bucket of `per_second` with a burst of twice
-    /// that.
-    fn take(&self, peer: IpAddr, now: Instant) -> bool {
-        let burst = 2.0 * self.per_second;
-        let mut buckets = self.buckets.lock().expect("post rate");
-        if buckets.len() >= MAX_RATE_ENTRIES {
-            // Forget addresses whose bucket has refilled: they lose nothing.
-            let per_second = self.per_second;
-            buckets.retain(|_, (tokens, at)| {
-                *tokens + now.saturating_duration_since(*at).as_secs_f64() * per_second < burst
-            });
-        }
-        let (tokens, at) = buckets.entry(peer).or_insert((burst, now));
-        *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * self.per_second)
-            .min(burst);
-        *at = now;
-        if *tokens < 1.0 {
-            return false;
-        }
-        *tokens -= 1.0;
-        true
-    }
-}
-
 /// The signaling state shared by the HTTP handlers.
 #[derive(Debug)]
 pub struct Signaling {
@@ -139,7 +106,8 @@ pub struct Signaling {
     metrics: Arc<TransceiverMetrics>,
     accepting: AtomicBool,
     http_alive: AtomicBool,
-    post_rate: PostRate,
+    post_rate: AddressRate,
+    request_rate: AddressRate,
 }
 
 /// Random bytes from the kernel (signaling only, never per packet).
@@ -206,12 +174,14 @@ fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
 
 impl Signaling {
     /// Signaling over these workers (at most [`MAX_WORKERS`]), with an optional bearer
-    /// token and a rate of session POSTs per client address.
+    /// token, a rate of session POSTs and a rate of requests of any kind per client
+    /// address ([`crate::per_address`]).
     pub fn new(
         workers: Vec<WorkerHandle>,
         token: Option<String>,
         metrics: Arc<TransceiverMetrics>,
         posts_per_second: f64,
+        requests_per_second: f64,
     ) -> Self {
         assert!(workers.len() <= MAX_WORKERS, "checked at start");
         Signaling {
@@ -220,11 +190,19 @@ impl Signaling {
             metrics,
             accepting: AtomicBool::new(true),
             http_alive: AtomicBool::new(true),
-            post_rate: PostRate {
-                per_second: posts_per_second,
-                buckets: Mutex::new(HashMap::new()),
-            },
+            post_rate: AddressRate::new(posts_per_second),
+            request_rate: AddressRate::new(requests_per_second),
         }
+    }
+
+    /// A `429` for a request from `peer` beyond its address's rate of requests (any
+    /// route), before its body is read; `None` when it may go on.
+    pub fn refuse_over_rate(&self, peer: IpAddr) -> Option<SignalResponse> {
+        if self.request_rate.take(peer, Instant::now()) {
+            return None;
+        }
+        self.metrics.http_refused(HttpRefusal::RequestRate);
+        Some(text(429, "too many requests from this address").with("Retry-After", "1"))
     }
 
     /// Stops accepting new sessions (drain).
@@ -469,20 +447,5 @@ mod tests {
         assert_eq!(parse_session_id(&on_worker_9, 8), None, "no such worker");
         assert_eq!(parse_session_id("zz", 8), None);
         assert_eq!(parse_session_id("0123", 8), None);
-    }
-
-    #[test]
-    fn one_address_gets_twice_its_rate_at_once_then_its_rate() {
-        let rate = PostRate {
-            per_second: 5.0,
-            buckets: Mutex::new(HashMap::new()),
-        };
-        let t0 = Instant::now();
-        let peer: IpAddr = "198.51.100.7".parse().unwrap();
-        let other: IpAddr = "198.51.100.8".parse().unwrap();
-        assert_eq!((0..12).filter(|_| rate.take(peer, t0)).count(), 10);
-        assert!(rate.take(other, t0), "another address has its own bucket");
-        assert!(rate.take(peer, t0 + Duration::from_millis(200)));
-        assert!(!rate.take(peer, t0 + Duration::from_millis(200)));
     }
 }

@@ -1,7 +1,8 @@
 //! Signaling under hostile clients, against the real binary: slow clients (headers and
 //! bodies trickled a byte a second) leave POST, `/healthz` and `/readyz` answering and are
 //! cut off; oversized bodies get 413 (PATCH too); connections beyond the cap are closed
-//! at once; one address's POST rate is bounded (429); a non-loopback address needs a
+//! at once; one address cannot hold the connections another needs, and its request rate
+//! on any route and its POST rate are bounded (429); a non-loopback address needs a
 //! token; a dead worker turns readiness off while the other worker keeps serving.
 
 mod support;
@@ -43,7 +44,12 @@ fn closed_by_server(s: &mut TcpStream, seen: &mut Vec<u8>) -> bool {
 
 #[test]
 fn slow_clients_do_not_stop_signaling_and_are_cut_off() {
-    let xcvr = Transceiver::start(Some("127.0.0.1:3478".parse().unwrap()), &[]);
+    // The slow clients and the real requests share one address here: lift its own cap,
+    // so what is tested is what slow clients cost the server (a task, not a thread).
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--http-max-connections-per-ip", "1000"],
+    );
     let mut headers: Vec<TcpStream> = (0..SLOW_CLIENTS / 2).map(|_| connect(xcvr.http)).collect();
     let mut bodies: Vec<TcpStream> = (0..SLOW_CLIENTS / 2)
         .map(|_| {
@@ -171,6 +177,88 @@ fn connections_beyond_the_cap_are_closed_at_once_and_counted() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert!(xcvr.metric("ufrag_transceiver_http_refusals_total{reason=\"connection_cap\"}") >= 1.0);
+}
+
+/// `ufrag_transceiver_http_refusals_total{reason}`, read from address `from` (127.0.0.1
+/// may be the one refused).
+fn metric_from(from: std::net::IpAddr, xcvr: &Transceiver, reason: &str) -> f64 {
+    let metrics = testkit::http::request_from(from, xcvr.http, "GET", "/metrics", None, &[])
+        .expect("metrics answer another address");
+    let series = format!("ufrag_transceiver_http_refusals_total{{reason=\"{reason}\"}}");
+    testkit::http::metric_sum(&metrics.body, &series)
+}
+
+/// Hostile clients, second round, finding 5: one address holding connections (idle
+/// keep-alive, or a cheap GET now and then) cannot take the slots another address needs.
+/// Before, the cap was global only: the hog's connections filled it and the other
+/// address's POST was closed unanswered.
+#[test]
+fn one_address_holding_many_connections_does_not_stop_another_addresss_post() {
+    let (total, per_address) = (16, 8);
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &[
+            "--http-max-connections",
+            &total.to_string(),
+            "--http-max-connections-per-ip",
+            &per_address.to_string(),
+        ],
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let mut hog: Vec<TcpStream> = (0..total).map(|_| connect(xcvr.http)).collect();
+    // The address's first `per_address` are held; the rest are closed at once.
+    let deadline = Instant::now() + CUT_OFF_WAIT;
+    let mut seen = Vec::new();
+    while hog
+        .iter_mut()
+        .map(|s| closed_by_server(s, &mut seen))
+        .filter(|closed| !closed)
+        .count()
+        > per_address
+    {
+        assert!(Instant::now() < deadline, "the hog kept more than its cap");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+    let post = testkit::http::request_from(
+        other,
+        xcvr.http,
+        "POST",
+        "/v1/sessions",
+        Some(("application/sdp", "x")),
+        &[],
+    )
+    .expect("another address is served");
+    assert_eq!(post.status, 400, "the garbage offer reached signaling");
+    let health = testkit::http::request_from(other, xcvr.http, "GET", "/healthz", None, &[]);
+    assert_eq!(health.map(|r| r.status), Some(200));
+    drop(hog);
+    let refused = metric_from(other, &xcvr, "address_connection_cap");
+    assert!(refused >= (total - per_address) as f64, "{refused}");
+}
+
+/// Every route has a per-address request rate (finding 5): a client polling a cheap GET
+/// gets 429 beyond it, and another address is not affected.
+#[test]
+fn one_address_requesting_too_fast_gets_429_on_any_route() {
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--requests-per-second-per-ip", "5"],
+    );
+    // Twice the rate at once (the harness's own readiness checks may have spent some).
+    let statuses: Vec<u16> = (0..20)
+        .map(|_| {
+            http_request(xcvr.http, "GET", "/healthz", None, &[])
+                .unwrap()
+                .status
+        })
+        .collect();
+    assert!(statuses.contains(&200), "{statuses:?}");
+    assert!(statuses.ends_with(&[429, 429, 429]), "{statuses:?}");
+    let other: std::net::IpAddr = "127.0.0.3".parse().unwrap();
+    let health = testkit::http::request_from(other, xcvr.http, "GET", "/healthz", None, &[]);
+    assert_eq!(health.map(|r| r.status), Some(200));
+    assert!(metric_from(other, &xcvr, "request_rate") >= 3.0);
 }
 
 #[test]

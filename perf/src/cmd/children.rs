@@ -120,8 +120,10 @@ pub fn start_transceiver(
     ]);
     cmd.args(["--max-sessions-per-worker", "5000"]);
     cmd.args(["--cpus", &TRANSCEIVER_CPU.to_string()]);
-    // The load clients are one address: lift the per-address POST rate.
+    // The load clients are one address: lift its caps.
     cmd.args(["--posts-per-second-per-ip", "1000000"]);
+    cmd.args(["--requests-per-second-per-ip", "1000000"]);
+    cmd.args(["--http-max-connections-per-ip", "100000"]);
     match advertise {
         Some(vip) => cmd.args([
             "--advertise",

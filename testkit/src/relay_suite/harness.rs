@@ -511,8 +511,8 @@ fn signed_binding_request(
 
 /// An SRTP-like datagram (RTP version 2 header, 160 bytes of payload) with sequence `seq`.
 /// Media both ways on `client`'s flow, which proves it to the relay (the client's half
-/// alone a spoofer could send blind), then one more datagram from the client, on which a
-/// proven flow is recorded in the route cache. Returns once the transceiver has it.
+/// alone a spoofer could send blind; a proven flow is recorded in the route cache), then
+/// one more datagram from the client. Returns once the transceiver has it.
 pub fn prove_flow(relay: &RelayProcess, transceiver: &Endpoint, client: &Endpoint) {
     client.send(relay.vip(), &rtp(0));
     transceiver
