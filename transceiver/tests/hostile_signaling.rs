@@ -205,20 +205,26 @@ fn one_address_holding_many_connections_does_not_stop_another_addresss_post() {
         ],
     );
     std::thread::sleep(Duration::from_millis(200));
+    // The hog fills every slot with keep-alive connections, each with a cheap GET.
     let mut hog: Vec<TcpStream> = (0..total).map(|_| connect(xcvr.http)).collect();
-    // The address's first `per_address` are held; the rest are closed at once.
-    let deadline = Instant::now() + CUT_OFF_WAIT;
-    let mut seen = Vec::new();
-    while hog
-        .iter_mut()
-        .map(|s| closed_by_server(s, &mut seen))
-        .filter(|closed| !closed)
-        .count()
-        > per_address
-    {
-        assert!(Instant::now() < deadline, "the hog kept more than its cap");
-        std::thread::sleep(Duration::from_millis(50));
+    for s in &mut hog {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
     }
+    // The address's first `per_address` are served and kept; the rest closed at once.
+    let mut served = 0;
+    for s in &mut hog {
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + CUT_OFF_WAIT;
+        while !seen.starts_with(b"HTTP/1.1 200") && !closed_by_server(s, &mut seen) {
+            assert!(Instant::now() < deadline, "neither served nor closed");
+        }
+        served += usize::from(seen.starts_with(b"HTTP/1.1 200"));
+    }
+    assert_eq!(
+        served, per_address,
+        "the hog's address keeps its cap, no more"
+    );
     let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
     let post = testkit::http::request_from(
         other,
