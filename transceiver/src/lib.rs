@@ -11,6 +11,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod page;
+pub mod path_check;
 pub mod per_address;
 pub mod service;
 pub mod session;

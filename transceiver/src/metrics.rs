@@ -122,6 +122,8 @@ pub struct TransceiverMetrics {
     drops: Vec<Counter>,
     audio_echoed: Counter,
     ice_restarts: Counter,
+    path_probes: Counter,
+    kept_on_verified_path: Counter,
     connect_seconds: Histogram,
     /// Indexed by [`HttpRefusal::index`].
     http_refusals: Vec<Counter>,
@@ -149,6 +151,18 @@ impl TransceiverMetrics {
         let drops = Family::<Labels, Counter>::default();
         let audio_echoed = Counter::default();
         let ice_restarts = Counter::default();
+        let path_probes = Counter::default();
+        let kept_on_verified_path = Counter::default();
+        registry.register(
+            "path_probes",
+            "Probes sent to a client path that has not shown it receives (return routability).",
+            path_probes.clone(),
+        );
+        registry.register(
+            "kept_on_verified_path",
+            "Datagrams sent to a session's verified path instead of the unverified one str0m chose.",
+            kept_on_verified_path.clone(),
+        );
         let connect_seconds = Histogram::new([
             0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
         ]);
@@ -229,6 +243,8 @@ impl TransceiverMetrics {
                 .collect(),
             audio_echoed,
             ice_restarts,
+            path_probes,
+            kept_on_verified_path,
             connect_seconds,
             http_refusals: HttpRefusal::ALL
                 .iter()
@@ -276,6 +292,16 @@ impl TransceiverMetrics {
     /// The model sent an audio packet back.
     pub fn audio_echoed(&self) {
         self.audio_echoed.inc();
+    }
+
+    /// A probe went to a client path that has not shown it receives.
+    pub fn path_probe(&self) {
+        self.path_probes.inc();
+    }
+
+    /// A datagram went to the session's verified path instead of an unverified one.
+    pub fn kept_on_verified_path(&self) {
+        self.kept_on_verified_path.inc();
     }
 
     /// An ICE restart was applied.

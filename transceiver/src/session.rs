@@ -18,7 +18,13 @@ use ufrag_common::stun::{METHOD_BINDING, StunClass, StunView, StunWriter, attr};
 
 use crate::metrics::{DropReason, EndReason};
 use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
+use crate::path_check::{Destination, PathCheck};
+use crate::session_table::ClientPath;
 use crate::worker::SignalError;
+
+/// The PRIORITY a probe carries (a host candidate's, RFC 8445 §5.1.2.1; the client
+/// answers whatever it is).
+const PROBE_PRIORITY: u32 = 2_130_706_431;
 
 /// Name of the data channel the model talks on.
 pub const EVENTS_CHANNEL: &str = "events";
@@ -72,6 +78,12 @@ pub struct Session {
     local_password: String,
     /// A path has been nominated (by the client, or by [`Session::nominate_checked_path`]).
     nominated: bool,
+    /// The server ICE ufrag and the client's credentials (from the offer, or the last ICE
+    /// restart): what a probe of a new client path is signed with.
+    local_ufrag: String,
+    remote: Option<IceCreds>,
+    /// Where media may go: return routability ([`crate::path_check`]).
+    paths: PathCheck,
 }
 
 /// The host candidates a session advertises: the relay's UDP VIP (or the worker itself
@@ -120,6 +132,11 @@ impl Session {
     ) -> Result<(Session, String), SignalError> {
         let advertise: Advertised = advertise.into();
         let local_password = local.pass.clone();
+        let local_ufrag = local.ufrag.clone();
+        let remote = offer
+            .session
+            .ice_creds()
+            .or_else(|| offer.media_lines.iter().find_map(|m| m.ice_creds()));
         let mut rtc = Rtc::builder()
             .set_ice_lite(true)
             .set_local_ice_credentials(local)
@@ -167,6 +184,9 @@ impl Session {
             ended: None,
             local_password,
             nominated: false,
+            local_ufrag,
+            remote,
+            paths: PathCheck::default(),
         };
         Ok((session, answer))
     }
@@ -267,6 +287,64 @@ impl Session {
         }
     }
 
+    /// Where a datagram str0m sends to `path` goes, and whether `path` should be probed
+    /// now ([`PathCheck::route`]).
+    pub fn route_transmit(
+        &mut self,
+        path: ClientPath,
+        stun: bool,
+        now: Instant,
+    ) -> (Destination, bool) {
+        self.paths.route(path, stun, now)
+    }
+
+    /// Writes into `buf` a probe of `path` under `transaction_id`: a Binding Request
+    /// signed with the client's ICE password (USERNAME `client:server`, ICE-CONTROLLED,
+    /// as the controlled agent), and remembers it. `None` without the client's
+    /// credentials or room.
+    pub fn write_probe(
+        &mut self,
+        path: ClientPath,
+        transaction_id: [u8; 12],
+        now: Instant,
+        buf: &mut [u8],
+    ) -> Option<usize> {
+        let remote = self.remote.as_ref()?;
+        let username = format!("{}:{}", remote.ufrag, self.local_ufrag);
+        let mut writer =
+            StunWriter::new(buf, METHOD_BINDING, StunClass::Request, &transaction_id).ok()?;
+        writer
+            .attribute(attr::USERNAME, username.as_bytes())
+            .ok()?
+            .attribute(attr::PRIORITY, &PROBE_PRIORITY.to_be_bytes())
+            .ok()?
+            .attribute(attr::ICE_CONTROLLED, &transaction_id[..8])
+            .ok()?
+            .integrity(remote.pass.as_bytes())
+            .ok()?
+            .fingerprint()
+            .ok()?;
+        let len = writer.finish();
+        self.paths.probed(path, transaction_id, now);
+        Some(len)
+    }
+
+    /// Whether `payload` from `path` is the success response to this session's probe of
+    /// `path` (then `path` is verified, and the response is not for str0m).
+    pub fn probe_answered(&mut self, path: ClientPath, payload: &[u8]) -> bool {
+        let Ok(view) = StunView::parse(payload) else {
+            return false;
+        };
+        if view.class() != StunClass::SuccessResponse || view.method() != METHOD_BINDING {
+            return false;
+        }
+        let signed_by_client = self
+            .remote
+            .as_ref()
+            .is_some_and(|remote| view.verify_integrity(remote.pass.as_bytes()).is_ok());
+        signed_by_client && self.paths.answered(path, view.transaction_id())
+    }
+
     /// How long the session has received nothing, at `now`.
     pub fn idle_at(&self, now: Instant) -> Duration {
         now.saturating_duration_since(self.last_receive)
@@ -308,6 +386,8 @@ impl Session {
     /// New ICE credentials on both sides (an ICE restart).
     pub fn restart_ice(&mut self, local: IceCreds, remote: IceCreds) {
         self.local_password.clone_from(&local.pass);
+        self.local_ufrag.clone_from(&local.ufrag);
+        self.remote = Some(remote.clone());
         self.nominated = false;
         let mut api = self.rtc.direct_api();
         api.set_local_ice_credentials(local);
@@ -375,6 +455,7 @@ impl Session {
         match event {
             Event::Connected => {
                 self.connected = true;
+                self.paths.connected();
                 let since = self.last_receive.saturating_duration_since(self.created);
                 Some(SessionOutput::Connected(since))
             }

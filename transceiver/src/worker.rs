@@ -23,7 +23,7 @@ use ipnet::IpNet;
 use mio::{Events, Interest, Poll, Token, Waker};
 use str0m::IceCreds;
 use str0m::config::DtlsCert;
-use str0m::net::Transmit;
+use str0m::net::Protocol;
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN, Transport};
 use ufrag_common::runtime::keys::SharedKeys;
@@ -31,9 +31,11 @@ use ufrag_udp::{PushError, RecvBatch, SendBatch};
 
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
 use crate::model::{ModelBackend, ModelInput, ModelOutput, SessionId};
+use crate::path_check::Destination;
 use crate::session::{Advertised, Session, SessionOutput};
 use crate::session_table::{ClientPath, PathRefused, SessionTable, Unrouted};
 use crate::setup::{NewSession, SessionMint};
+use crate::signaling::random_bytes;
 
 const SOCKET: Token = Token(0);
 const WAKE: Token = Token(1);
@@ -453,6 +455,11 @@ impl Worker {
             .sessions
             .route(payload, path)
             .map_err(|_: Unrouted| DropReason::NoSession)?;
+        let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
+        if session.probe_answered(path, payload) {
+            // The path showed it receives: the session's media may go there now.
+            return Ok(());
+        }
         if DatagramKind::classify(payload) == DatagramKind::Stun {
             let idle_for = PATH_HOLDER_IDLE;
             self.sessions
@@ -486,9 +493,28 @@ impl Worker {
                         client: t.destination,
                         local: t.source,
                     };
+                    let stun = DatagramKind::classify(&t.contents) == DatagramKind::Stun;
+                    let (destination, probe_due) = session.route_transmit(path, stun, now);
+                    let mut probe = [0u8; 256];
+                    let probe_len = probe_due
+                        .then(|| session.write_probe(path, random_bytes(), now, &mut probe))
+                        .flatten();
                     self.sessions.learn_path(id, path);
-                    if let Err(reason) = self.transmit(relay, &t) {
+                    let to = match destination {
+                        Destination::AsSent => path,
+                        Destination::Verified(verified) => {
+                            self.metrics.kept_on_verified_path();
+                            verified
+                        }
+                    };
+                    if let Err(reason) = self.transmit(relay, t.proto, to, &t.contents) {
                         self.metrics.dropped(reason);
+                    }
+                    if let Some(len) = probe_len {
+                        self.metrics.path_probe();
+                        if let Err(reason) = self.transmit(relay, t.proto, path, &probe[..len]) {
+                            self.metrics.dropped(reason);
+                        }
                     }
                 }
                 SessionOutput::Model(input) => self.model.handle(now, input, &mut self.outputs),
@@ -518,15 +544,22 @@ impl Worker {
         self.apply_model_outputs(now);
     }
 
-    /// Queues one of a session's datagrams: to the client itself (direct mode) or framed
-    /// to the relay its traffic came through. A full batch is sent first.
-    fn transmit(&mut self, relay: Option<SocketAddr>, t: &Transmit) -> Result<(), DropReason> {
+    /// Queues one of a session's datagrams for `path` over `proto`: to the client itself
+    /// (direct mode) or framed to the relay its traffic came through. A full batch is
+    /// sent first.
+    fn transmit(
+        &mut self,
+        relay: Option<SocketAddr>,
+        proto: Protocol,
+        path: ClientPath,
+        contents: &[u8],
+    ) -> Result<(), DropReason> {
         let mut header = [0u8; MAX_HEADER_LEN];
         let (to, head) = if self.cfg.direct {
-            (t.destination, &header[..0])
+            (path.client, &header[..0])
         } else {
             let relay = relay.ok_or(DropReason::NoRelay)?;
-            let n = FrameHeader::over(transport_of(t.proto), t.destination, t.source)
+            let n = FrameHeader::over(transport_of(proto), path.client, path.local)
                 .emit(&mut header)
                 .map_err(|_| DropReason::TooLarge)?;
             (relay, &header[..n])
@@ -535,7 +568,7 @@ impl Worker {
             self.flush();
         }
         self.outgoing
-            .push(to, head, &t.contents, ())
+            .push(to, head, contents, ())
             .map_err(|((), e)| match e {
                 PushError::TooLarge => DropReason::TooLarge,
                 PushError::Full | PushError::WrongFamily => DropReason::SendFailed,

@@ -375,3 +375,87 @@ fn a_session_through_the_global_relay_and_a_cluster_relay_is_echoed() {
     );
     assert_eq!(flows(&cluster), 1.0, "and the cluster relay its own");
 }
+
+/// The value of the first `a=<name>:` line of `sdp`.
+fn sdp_attribute<'s>(sdp: &'s str, name: &str) -> &'s str {
+    let prefix = format!("a={name}:");
+    sdp.lines()
+        .find_map(|line| line.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no a={name} in the SDP"))
+        .trim()
+}
+
+/// Hostile clients, second round, finding 3: the session's own client signs a check
+/// with USE-CANDIDATE from another address V (a spoofed source, in the attack). str0m
+/// follows the nomination; before, the model's audio then went to V (reflection with a
+/// large gain). Now media stays on the path that proved it receives, V is probed, and
+/// since V never answers it gets STUN only: the answer to its check and the probes.
+#[test]
+fn a_forged_nomination_from_another_address_gets_it_no_media() {
+    use ufrag_common::stun::{StunClass, StunWriter, attr};
+    let xcvr = Transceiver::start(None, &[]);
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    let mut clients = vec![client];
+    run_until(&mut clients, "connected", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    talk(&mut clients, 10);
+    run_until(&mut clients, "echo", |c| c.audio_received >= 8);
+
+    // The forged nomination, signed with the server's password as the client can.
+    let answer = clients[0].answer.clone().expect("signaled");
+    let offer = clients[0].offer.clone();
+    let username = format!(
+        "{}:{}",
+        sdp_attribute(&answer, "ice-ufrag"),
+        sdp_attribute(&offer, "ice-ufrag")
+    );
+    let mut check = [0u8; 256];
+    let mut writer = StunWriter::new(&mut check, 0x001, StunClass::Request, &[0x66; 12]).unwrap();
+    writer
+        .attribute(attr::USERNAME, username.as_bytes())
+        .unwrap()
+        .attribute(attr::PRIORITY, &0x7FFF_FFFFu32.to_be_bytes())
+        .unwrap()
+        .attribute(attr::ICE_CONTROLLING, &[1; 8])
+        .unwrap()
+        .attribute(attr::USE_CANDIDATE, &[])
+        .unwrap()
+        .integrity(sdp_attribute(&answer, "ice-pwd").as_bytes())
+        .unwrap()
+        .fingerprint()
+        .unwrap();
+    let len = writer.finish();
+    let victim = std::net::UdpSocket::bind((unique_ip(), 0)).unwrap();
+    victim
+        .set_read_timeout(Some(Duration::from_millis(20)))
+        .unwrap();
+    victim.send_to(&check[..len], xcvr.worker).unwrap();
+
+    // A second of talk after it: the model's audio keeps coming to the real client.
+    let before = clients[0].audio_received;
+    talk(&mut clients, 50);
+    run_until(&mut clients, "echo after the forged nomination", |c| {
+        c.audio_received >= before + 40
+    });
+    let mut to_victim = Vec::new();
+    let mut buf = [0u8; 2048];
+    while let Ok((n, _)) = victim.recv_from(&mut buf) {
+        to_victim.push(buf[..n].to_vec());
+    }
+    let stun = |d: &Vec<u8>| d.first().is_some_and(|b| *b < 4);
+    assert!(
+        to_victim.iter().all(stun),
+        "V got {} datagrams, {} of them not STUN",
+        to_victim.len(),
+        to_victim.iter().filter(|d| !stun(d)).count()
+    );
+    assert!(
+        (1..=8).contains(&to_victim.len()),
+        "the answer to V's check and a few probes: {}",
+        to_victim.len()
+    );
+    assert!(xcvr.metric("ufrag_transceiver_kept_on_verified_path") > 0.0);
+    assert!(xcvr.metric("ufrag_transceiver_path_probes") >= 1.0);
+}
