@@ -12,6 +12,10 @@
 //!   (NAT rebinding and a handful of candidates need no more). A credential holder can
 //!   therefore aim at most that many flows, and the transceiver's answers through them,
 //!   at third parties, per worker.
+//! - **Attempts**: a first packet's authentication (three HMACs) is attempted at most
+//!   [`ATTEMPTS_PER_NEW_FLOW`] times the new-flow rates, per source prefix and per
+//!   worker, before any HMAC runs (`auth_rate_limit`): a flood of forged requests costs
+//!   a token-bucket look-up each beyond that.
 //! - **Hint age**: a hint makes new flows only for `hint_max_age` after its transceiver
 //!   minted it (and at most [`HINT_CLOCK_SKEW`] before, by the relay's clock), so ufrags
 //!   collected from past sessions expire. Flows already made are not affected; an ICE
@@ -34,6 +38,10 @@ use std::time::{Duration, Instant, SystemTime};
 use crate::metrics::DropReason;
 use crate::replay::ReplayFilter;
 
+/// Authentication attempts allowed per new flow allowed, per prefix and per worker:
+/// room for retransmissions and a client's several candidates, and a bound on the HMAC
+/// work forged requests can cause.
+pub const ATTEMPTS_PER_NEW_FLOW: u32 = 4;
 /// Prefix token buckets per worker (a power of two).
 const PREFIX_BUCKETS: usize = 1 << 14;
 /// How far ahead of the relay's clock a hint's minted time may be (transceivers' clocks
@@ -199,6 +207,7 @@ pub struct Admission {
     /// insert nor the in-place cleanup of removed entries ever allocates.
     flows_per_session: HashMap<u64, u16>,
     rates: ArrivalRates,
+    attempts: ArrivalRates,
     replays: Arc<ReplayFilter>,
     started: Instant,
     /// The wall clock at `started`, in Unix seconds (hints carry wall-clock time).
@@ -254,10 +263,28 @@ impl Admission {
                 (policy.prefix_len_v4, policy.prefix_len_v6),
                 now,
             ),
+            attempts: ArrivalRates::new(
+                policy
+                    .new_flows_per_prefix
+                    .saturating_mul(ATTEMPTS_PER_NEW_FLOW),
+                policy
+                    .new_flows_per_worker
+                    .saturating_mul(ATTEMPTS_PER_NEW_FLOW),
+                (policy.prefix_len_v4, policy.prefix_len_v6),
+                now,
+            ),
             replays,
             started: now,
             started_unix_s,
         }
+    }
+
+    /// Whether a first packet from `source` may be authenticated at `now` (before any
+    /// HMAC): its prefix's and the worker's attempt buckets.
+    pub fn attempt(&mut self, source: IpAddr, now: Instant) -> Result<(), DropReason> {
+        self.attempts
+            .take(source, now)
+            .map_err(|_| DropReason::AuthRateLimit)
     }
 
     /// Whether a hint minted at `minted_unix_s` may create a flow at `now`: not older

@@ -461,6 +461,16 @@ impl RelayConfig {
                 "port 0: workers need fixed ports so return traffic reaches the flow's owner",
             ));
         }
+        if internal_addr.ip().is_unspecified() {
+            return Err(bad(
+                "internal_addr",
+                format!(
+                    "{}: a wildcard would take frames on every address, the public ones too; \
+                     name the internal interface's address",
+                    internal_addr.ip()
+                ),
+            ));
+        }
 
         let cpus = match args.cpus.as_deref().or(file.cpus.as_deref()) {
             Some(list) => parse_cpu_list(list).map_err(|reason| bad("cpus", reason))?,

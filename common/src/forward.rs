@@ -325,7 +325,8 @@ pub struct ForwarderCounters {
 /// Why a route from the route cache was not installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RestoreRefused {
-    /// The cached next hop is neither an allowed transceiver nor a cluster relay.
+    /// The cached next hop is neither an allowed transceiver nor a cluster relay, or its
+    /// return path is not in the global relays' networks.
     DestinationNotAllowed,
     /// The flow table is full of live flows.
     TableFull,
@@ -551,8 +552,12 @@ impl Forwarder {
             let idle_since = |since: Option<Instant>| {
                 since.is_none_or(|at| now.saturating_duration_since(at) >= REROUTE_MIN_IDLE)
             };
+            // Idle here, in the mirror, and in the returns other workers took for it.
+            let returned_at = (self.returns.as_ref())
+                .and_then(|returns| returns.last_seen(&key, state.route.next_hop));
             if idle_before.is_some_and(|idle| idle >= REROUTE_MIN_IDLE)
                 && idle_since(self.mirrored_at(&key, state.route, now))
+                && idle_since(returned_at)
             {
                 to = self.follow_rerouted_session(datagram, &key, state, return_via, now);
             }
@@ -568,6 +573,9 @@ impl Forwarder {
                 return Verdict::LookupRoute { key };
             }
             return Verdict::Drop(DropReason::NoFlow);
+        }
+        if let Err(reason) = self.admission.attempt(client.ip(), now) {
+            return Verdict::Drop(reason);
         }
         let (route, request) = match self.authenticate_binding_request(datagram, return_via, now) {
             Ok(admitted) => admitted,
@@ -892,7 +900,12 @@ impl Forwarder {
         }
         let destination_ok = contains(&self.policy.allowed_transceiver_networks, route.next_hop)
             || self.policy.clusters.values().any(|r| *r == route.next_hop);
-        if !destination_ok {
+        // A route that returns through a global relay must name one of theirs: the cache
+        // is not trusted to point the relay's VIP traffic anywhere else.
+        let return_ok = route
+            .return_via
+            .is_none_or(|via| contains(&self.policy.global_relay_networks, via));
+        if !(destination_ok && return_ok) {
             return Err(RestoreRefused::DestinationNotAllowed);
         }
         self.make_room(now);

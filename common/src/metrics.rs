@@ -208,6 +208,9 @@ label_enum! {
         ReplayedRequest = "replayed_request",
         /// The session (server ufrag) already holds its cap of live flows.
         SessionFlowLimit = "session_flow_limit",
+        /// The source prefix's or the worker's rate of authentication attempts is spent:
+        /// refused before any HMAC.
+        AuthRateLimit = "auth_rate_limit",
         /// The source prefix's rate of new flows is spent.
         PrefixRateLimit = "prefix_rate_limit",
         /// The worker's rate of new flows is spent.

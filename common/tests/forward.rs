@@ -474,16 +474,11 @@ fn blind_media_never_proves_a_flow_and_a_squatter_gives_way_once_prove_within_ha
         a(TRANSCEIVER),
         late,
     );
-    let v = fwd.from_client(&RTP, newcomer, a(VIP), late);
+    let recorded = |request: &RouteCacheRequest| matches!(request, RouteCacheRequest::Record { key, .. } if key.client == newcomer);
     assert!(
-        matches!(
-            v,
-            Verdict::Forward {
-                record: Some(_),
-                ..
-            }
-        ),
-        "{v:?}"
+        fwd.egress.cache_requests.iter().any(recorded),
+        "proven, hence recorded: {:?}",
+        fwd.egress.cache_requests
     );
     let much_later = late + PROVE_WITHIN * 2;
     for i in 0..3u16 {
@@ -492,6 +487,52 @@ fn blind_media_never_proves_a_flow_and_a_squatter_gives_way_once_prove_within_ha
         assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
     }
     assert!(fwd.table().peek(&FlowKey::new(newcomer, a(VIP))).is_some());
+}
+
+/// Forged first packets cost a token-bucket look-up, not three HMACs, beyond
+/// ATTEMPTS_PER_NEW_FLOW times the new-flow rates (hostile clients, second round, finding
+/// 6); another prefix is not affected.
+#[test]
+fn forged_first_packets_beyond_the_attempt_rate_are_refused_before_any_hmac() {
+    use ufrag_common::admission::ATTEMPTS_PER_NEW_FLOW;
+    let t0 = Instant::now();
+    let two_per_second = ForwardPolicy {
+        admission: AdmissionPolicy {
+            new_flows_per_prefix: 2,
+            ..AdmissionPolicy::default()
+        },
+        ..policy()
+    };
+    let mut fwd = forwarder_with(two_per_second, 16, t0);
+    let mut forged = binding_request(TRANSCEIVER, CLUSTER, 1);
+    let last = forged.len() - 1;
+    forged[last] ^= 1; // the FINGERPRINT no longer matches
+    let attempts = 2 * ATTEMPTS_PER_NEW_FLOW as usize;
+    let verdicts: Vec<Verdict> = (0..attempts + 3)
+        .map(|i| fwd.from_client(&forged, a(&format!("192.0.2.{}:9", i + 1)), a(VIP), t0))
+        .collect();
+    assert!(
+        verdicts[..attempts]
+            .iter()
+            .all(|v| *v == Verdict::Drop(DropReason::StunBadFingerprint)),
+        "{verdicts:?}"
+    );
+    assert!(
+        verdicts[attempts..]
+            .iter()
+            .all(|v| *v == Verdict::Drop(DropReason::AuthRateLimit)),
+        "{verdicts:?}"
+    );
+    let v = fwd.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    assert!(
+        matches!(v, Verdict::Forward { .. }),
+        "another prefix: {v:?}"
+    );
 }
 
 /// A full table refuses a newcomer before the newcomer's prefix spends a rate token
@@ -796,6 +837,17 @@ fn restore_from_the_route_cache() {
         t0
     ));
     assert!(fwd.table().peek(&other).is_none());
+    // So is one whose return path is not a global relay's (hostile clients, second round,
+    // finding 6): the cache must not aim the VIP's traffic anywhere else.
+    assert!(!fwd.restore(
+        &other,
+        Route {
+            next_hop: a(TRANSCEIVER),
+            return_via: Some(a("198.51.100.66:9"))
+        },
+        t0
+    ));
+    assert!(fwd.table().peek(&other).is_none());
 }
 
 #[test]
@@ -978,6 +1030,39 @@ fn two_workers_sharing_returns(t0: Instant) -> (TestRelay, TestRelay, Arc<Shared
         TestRelay::new(forwarder, PlannedEgress::logging())
     };
     (worker(16), worker(16), returns)
+}
+
+/// Hostile clients, second round, finding 6: a flow whose returns another worker carries
+/// is live, however long its owner has seen nothing from the client: another session's
+/// request cannot move it. Before, only the owner's own table and the mirror were read.
+#[test]
+fn a_flow_whose_returns_another_worker_takes_cannot_be_moved() {
+    let t0 = Instant::now();
+    let (mut owner, mut other, _returns) = two_workers_sharing_returns(t0);
+    owner.from_client(
+        &binding_request(TRANSCEIVER, CLUSTER, 1),
+        a(CLIENT),
+        a(VIP),
+        t0,
+    );
+    // The model talks: its audio lands on the other worker, the client is silent.
+    let talking = t0 + REROUTE_MIN_IDLE + Duration::from_secs(1);
+    let back = frame(CLIENT, VIP, &RTP);
+    assert!(matches!(
+        other.from_internal(&back, a(TRANSCEIVER), talking),
+        Verdict::Return { .. }
+    ));
+    let second = "10.0.0.3:40000";
+    let v = owner.from_client(
+        &binding_request(second, CLUSTER, 2),
+        a(CLIENT),
+        a(VIP),
+        talking,
+    );
+    assert!(
+        matches!(v, Verdict::Forward { to, .. } if to == a(TRANSCEIVER)),
+        "the live flow stays: {v:?}"
+    );
 }
 
 #[test]

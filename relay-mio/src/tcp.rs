@@ -93,6 +93,9 @@ struct Connections {
     per_prefix: HashMap<IpAddr, u32>,
     /// Slots whose outbox has bytes to write at the next flush.
     dirty: Vec<usize>,
+    /// Flows of bound connections a failed write closed, for the forwarder to end after
+    /// the flush (it is busy with the flush while the write fails).
+    write_failed: Vec<FlowKey>,
     registry: Registry,
     counters: Arc<TcpConnectionCounters>,
 }
@@ -188,6 +191,11 @@ impl Connections {
         let now = Instant::now();
         while let Some(slot) = self.dirty.pop() {
             if let Err(reason) = self.write(slot, now) {
+                if let Some(conn) = self.slots.get(slot).and_then(Option::as_ref)
+                    && conn.bound
+                {
+                    self.write_failed.push(conn.flow);
+                }
                 self.close(slot, reason, None);
             }
         }
@@ -340,6 +348,7 @@ impl TcpSide {
                 by_flow: HashMap::with_capacity(cap),
                 per_prefix: HashMap::with_capacity(cap),
                 dirty: Vec::with_capacity(cap),
+                write_failed: Vec::with_capacity(cap),
                 registry: registry.try_clone()?,
                 counters: Arc::clone(&metrics.connections),
             },
@@ -605,6 +614,11 @@ impl TcpSide {
             connections: &mut self.connections,
         };
         self.executor.flush(&mut egress);
+        // A connection a write failure closed ends its flow too (hostile clients, second
+        // round): its flow must not outlive it and take returns for nobody.
+        for flow in self.connections.write_failed.drain(..) {
+            self.executor.end_flow(&flow);
+        }
     }
 
     fn close(&mut self, slot: usize, reason: TcpCloseReason) {

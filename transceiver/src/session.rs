@@ -12,6 +12,7 @@ use str0m::config::DtlsCert;
 use str0m::media::{Frequency, MediaTime, Mid, Pt};
 use str0m::net::{Protocol, Receive, TcpType, Transmit};
 use str0m::{Candidate, Event, IceConnectionState, IceCreds, Input, Output, Rtc};
+use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::Transport;
 
 use ufrag_common::stun::{METHOD_BINDING, StunClass, StunView, StunWriter, attr};
@@ -231,6 +232,11 @@ impl Session {
                 tracing::debug!(error = %e, "input refused");
                 DropReason::RtcRefused
             })?;
+        if !self.may_change_state(payload) {
+            // Unauthenticated STUN (anyone who saw the ufrags can send it): str0m ignores
+            // it, and it moves nothing here either: relay, idle timer, nomination.
+            return Ok(());
+        }
         if relay.is_some() {
             self.relays[transport_index(transport)] = relay;
             self.last_transport = transport;
@@ -242,6 +248,21 @@ impl Session {
             self.nominate_checked_path(now, client, local, payload);
         }
         Ok(())
+    }
+
+    /// Whether `payload` may change the session's state: anything but STUN (str0m
+    /// authenticates DTLS and SRTP itself), and STUN only as a Binding Request signed with
+    /// the server password.
+    fn may_change_state(&self, payload: &[u8]) -> bool {
+        if DatagramKind::classify(payload) != DatagramKind::Stun {
+            return true;
+        }
+        StunView::parse(payload).is_ok_and(|check| {
+            check.is_binding_request()
+                && check
+                    .verify_integrity(self.local_password.as_bytes())
+                    .is_ok()
+        })
     }
 
     /// Makes the path of the first authenticated check the send path at once. ICE-lite
@@ -887,6 +908,51 @@ mod tests {
         // Once nominated, later checks are just answered.
         let again = check(creds.pass.as_bytes(), [3; 12]);
         assert_eq!(answers_after(&mut session, &again, now), [[3; 12]]);
+    }
+
+    /// Hostile clients, second round, finding 6: STUN that does not authenticate (someone
+    /// who saw the ufrags on the wire can send it through any relay) changes nothing: not
+    /// the relay the session answers through, not its idle timer.
+    #[test]
+    fn unauthenticated_stun_moves_neither_the_relay_nor_the_idle_timer() {
+        let t0 = Instant::now();
+        let (mut client, _, offer, _, _) = client_offer(t0);
+        let client_ufrag = client.direct_api().local_ice_credentials().ufrag;
+        let creds = server_credentials();
+        let (mut session, _) = Session::accept(9, offer, creds.clone(), VIP, cert(), t0).unwrap();
+        let mut buf = [0u8; 512];
+        let n = ufrag_common::stun::write_binding_request(
+            &mut buf,
+            &[4; 12],
+            creds.ufrag.as_bytes(),
+            client_ufrag.as_bytes(),
+            creds.pass.as_bytes(),
+        )
+        .unwrap();
+        session
+            .handle_receive(t0, CLIENT, VIP, Some(RELAY), &buf[..n])
+            .unwrap();
+        assert_eq!(session.relay(), Some(RELAY));
+        // Later, a forged check through another relay.
+        let later = t0 + Duration::from_secs(20);
+        let other_relay: SocketAddr = "10.9.9.9:40000".parse().unwrap();
+        let m = ufrag_common::stun::write_binding_request(
+            &mut buf,
+            &[5; 12],
+            creds.ufrag.as_bytes(),
+            client_ufrag.as_bytes(),
+            b"not-the-server-password",
+        )
+        .unwrap();
+        session
+            .handle_receive(later, CLIENT, VIP, Some(other_relay), &buf[..m])
+            .unwrap();
+        assert_eq!(session.relay(), Some(RELAY), "the relay did not move");
+        assert_eq!(
+            session.idle_at(later),
+            Duration::from_secs(20),
+            "nor the idle timer"
+        );
     }
 
     /// One lost packet must not silence the model: str0m's default held 15 frames (300
