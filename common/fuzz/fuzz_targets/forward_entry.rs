@@ -1,7 +1,9 @@
 //! Fuzz target: the relay's per-datagram entry points ([`Forwarder::from_client`] and
 //! [`Forwarder::from_internal`]) on any sequence of datagrams from a few clients, the
 //! transceiver and a stranger, with authentic Binding Requests mixed in so that flows
-//! exist. Never panics, and every verdict keeps the relay's promises: nothing but an
+//! exist: two fixed ones, and ones signed from fuzz bytes (the hint's random bits and
+//! minted time, the transaction id, the client ufrag), so that the code after the MAC
+//! checks (hint age, replay filter, session cap, rates, shedding) is reached. Never panics, and every verdict keeps the relay's promises: nothing but an
 //! authentic STUN request is forwarded without a flow, a return needs the flow and comes
 //! from its next hop, and offsets stay inside the datagram.
 #![no_main]
@@ -14,35 +16,69 @@ use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
+use ufrag_common::replay::ReplayFilter;
 use ufrag_common::stun;
 
 const VIP: &str = "203.0.113.10:3478";
 const TRANSCEIVER: &str = "10.0.0.2:40000";
 
 fn binding_request(keys: &HintKeys, session: u8) -> Vec<u8> {
-    let ufrag = keys.mint(
+    signed_request(keys, [session; 5], 0, [session; 12], b"cli1")
+}
+
+/// An authentic Binding Request for the session named by `random`, its hint minted
+/// `age_s` seconds ago (a hint older than the relay's maximum age makes no flow), under
+/// `transaction_id`, from the client ufrag `client`.
+fn signed_request(
+    keys: &HintKeys,
+    random: [u8; 5],
+    age_s: u32,
+    transaction_id: [u8; 12],
+    client: &[u8],
+) -> Vec<u8> {
+    let now = ufrag_common::hint::unix_seconds(std::time::SystemTime::now());
+    let ufrag = keys.encode(
         &RoutingHint {
             cluster: 0,
             transceiver: TRANSCEIVER.parse().unwrap(),
         },
-        [session; 5],
+        now.saturating_sub(age_s),
+        random,
     );
     let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-    let mut buf = [0u8; 256];
+    let mut buf = [0u8; 512];
     let n = stun::write_binding_request(
         &mut buf,
-        &[session; 12],
+        &transaction_id,
         ufrag.as_bytes(),
-        b"cli1",
+        client,
         password.as_bytes(),
     )
     .unwrap();
     buf[..n].to_vec()
 }
 
+/// A request signed from fuzz bytes: 5 of the hint's random bits, 1 of age (in 5 s
+/// steps, past the 10-minute maximum at the top), 12 of transaction id, the rest the
+/// client ufrag. `None` when there are too few bytes.
+fn request_from_fuzz(keys: &HintKeys, bytes: &[u8]) -> Option<Vec<u8>> {
+    let (random, rest) = bytes.split_first_chunk::<5>()?;
+    let (age, rest) = rest.split_first()?;
+    let (transaction_id, client) = rest.split_first_chunk::<12>()?;
+    let client = &client[..client.len().min(64)];
+    Some(signed_request(
+        keys,
+        *random,
+        u32::from(*age) * 5,
+        *transaction_id,
+        client,
+    ))
+}
+
 fuzz_target!(|data: &[u8]| {
     let keys = HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap();
     let requests = [binding_request(&keys, 1), binding_request(&keys, 2)];
+    let signing_keys = keys.clone();
     let vip: SocketAddr = VIP.parse().unwrap();
     let transceiver: SocketAddr = TRANSCEIVER.parse().unwrap();
     let policy = ForwardPolicy {
@@ -54,7 +90,13 @@ fuzz_target!(|data: &[u8]| {
         hint_keys: keys,
         route_cache: data.first().is_some_and(|b| b & 1 == 1),
         admission: Default::default(),
-        shared_replays: None,
+        // A small filter: one sized for the default rates is 32 MiB to zero per run.
+        shared_replays: Some(std::sync::Arc::new(ReplayFilter::new(
+            1,
+            100,
+            Duration::from_secs(60),
+            Instant::now(),
+        ))),
     };
     let t0 = Instant::now();
     let table = FlowTable::new(4, Duration::from_millis(200), t0).unwrap();
@@ -68,10 +110,15 @@ fuzz_target!(|data: &[u8]| {
         let client = SocketAddr::from(([198, 51, 100, who % 4], 5000));
         let key = FlowKey::new(client, vip);
         let had_flow = fwd.table().peek(&key).is_some();
-        match op % 5 {
-            0 | 1 => {
-                let datagram = match op % 5 {
+        let crafted;
+        match op % 6 {
+            0 | 1 | 5 => {
+                let datagram = match op % 6 {
                     0 => &requests[usize::from(who & 1)][..],
+                    5 => {
+                        crafted = request_from_fuzz(&signing_keys, payload);
+                        crafted.as_deref().unwrap_or(payload)
+                    }
                     _ => payload,
                 };
                 match fwd.from_client(datagram, client, vip, now) {
@@ -94,7 +141,7 @@ fuzz_target!(|data: &[u8]| {
                 }
             }
             2 | 3 => {
-                let source = if op % 5 == 2 {
+                let source = if op % 6 == 2 {
                     transceiver
                 } else {
                     SocketAddr::from(([192, 0, 2, 1], 9))
