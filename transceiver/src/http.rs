@@ -59,11 +59,12 @@ pub struct HttpServer {
 }
 
 impl HttpServer {
-    /// Binds `addr` and serves `signaling` with at most `caps` connections.
+    /// Binds `addr` and serves `surface` of `signaling` with at most `caps` connections.
     pub fn start(
         addr: SocketAddr,
         signaling: Arc<Signaling>,
         caps: ConnectionCaps,
+        surface: Surface,
     ) -> io::Result<HttpServer> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(IO_THREADS)
@@ -79,7 +80,7 @@ impl HttpServer {
             .name("http-accept".into())
             .spawn(move || {
                 let served = Arc::clone(&signaling);
-                runtime.block_on(accept_loop(listener, served, caps, stop));
+                runtime.block_on(accept_loop(listener, served, caps, surface, stop));
                 // However the loop ended, the endpoint no longer serves.
                 signaling.http_died();
                 runtime.shutdown_timeout(Duration::from_secs(1));
@@ -105,6 +106,30 @@ impl HttpServer {
     }
 }
 
+/// What a listener serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Surface {
+    /// Signaling, the demo page, health, and `/metrics` unless it has its own listener.
+    Public {
+        /// `/metrics` is served here too.
+        metrics: bool,
+    },
+    /// `/metrics`, `/healthz` and `/readyz` only (`--metrics-addr`): the public
+    /// signaling port need not show them.
+    Operations,
+}
+
+impl Surface {
+    /// Whether a request for `path` is served here.
+    fn serves(self, path: &str) -> bool {
+        let operations = matches!(path, "/metrics" | "/healthz" | "/readyz");
+        match self {
+            Surface::Public { metrics } => metrics || path != "/metrics",
+            Surface::Operations => operations,
+        }
+    }
+}
+
 /// How many signaling connections may be open at once.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionCaps {
@@ -118,6 +143,7 @@ async fn accept_loop(
     listener: tokio::net::TcpListener,
     signaling: Arc<Signaling>,
     caps: ConnectionCaps,
+    surface: Surface,
     shutdown: Arc<Notify>,
 ) {
     let slots = Arc::new(Semaphore::new(caps.total));
@@ -151,8 +177,9 @@ async fn accept_loop(
         let signaling = Arc::clone(&signaling);
         tokio::spawn(async move {
             let handler = Arc::clone(&signaling);
-            let service =
-                service_fn(move |request| respond(request, peer.ip(), Arc::clone(&handler)));
+            let service = service_fn(move |request| {
+                respond(request, peer.ip(), surface, Arc::clone(&handler))
+            });
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
@@ -173,10 +200,14 @@ async fn accept_loop(
 async fn respond(
     request: Request<Incoming>,
     peer: IpAddr,
+    surface: Surface,
     signaling: Arc<Signaling>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if let Some(refusal) = signaling.refuse_over_rate(peer) {
         return Ok(into_hyper(refusal));
+    }
+    if !surface.serves(request.uri().path()) {
+        return Ok(into_hyper(text(404, "not found")));
     }
     let (parts, body) = request.into_parts();
     let collected =

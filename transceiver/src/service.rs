@@ -16,7 +16,11 @@ use ufrag_common::hint::HintKeys;
 use ufrag_common::runtime::keys::KeyWatch;
 use ufrag_common::runtime::lifecycle::Service;
 
-use crate::http::{ConnectionCaps, HttpServer};
+use crate::http::{ConnectionCaps, HttpServer, Surface};
+
+/// Connections the operations listener (`--metrics-addr`) holds at once: scrapers and
+/// probes, not clients.
+const OPERATIONS_CONNECTIONS: usize = 64;
 use crate::metrics::TransceiverMetrics;
 use crate::model::EchoModel;
 use crate::signaling::{MAX_WORKERS, Signaling};
@@ -38,9 +42,13 @@ pub const FAULT_ENV: &str = "UFRAG_TRANSCEIVER_FAULT";
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "transceiver", version, verbatim_doc_comment)]
 pub struct TransceiverOptions {
-    /// Signaling, metrics and the demo page listen here.
+    /// Signaling, the demo page, health (and metrics, unless --metrics-addr) listen here.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "IP:PORT")]
     pub http_addr: SocketAddr,
+    /// Serve /metrics, /healthz and /readyz here instead, off the public signaling port
+    /// (which then answers 404 for /metrics).
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<SocketAddr>,
     /// Worker 0's UDP socket; worker i binds PORT + i (port 0: any).
     #[arg(long, value_name = "IP:PORT")]
     pub bind: SocketAddr,
@@ -133,6 +141,8 @@ pub struct Transceiver {
     metrics: Arc<TransceiverMetrics>,
     signaling: Arc<Signaling>,
     http: HttpServer,
+    /// The operations listener (`--metrics-addr`), if any.
+    operations: Option<HttpServer>,
     stop: Arc<AtomicBool>,
     workers: Vec<JoinHandle<()>>,
 }
@@ -295,8 +305,22 @@ impl Transceiver {
                 total: opts.http_max_connections,
                 per_address: opts.http_max_connections_per_ip,
             },
+            Surface::Public {
+                metrics: opts.metrics_addr.is_none(),
+            },
         )
         .map_err(|e| StartError::System(format!("http_addr {}: {e}", opts.http_addr)))?;
+        let operations = opts
+            .metrics_addr
+            .map(|addr| {
+                let caps = ConnectionCaps {
+                    total: OPERATIONS_CONNECTIONS,
+                    per_address: OPERATIONS_CONNECTIONS as u32,
+                };
+                HttpServer::start(addr, Arc::clone(&signaling), caps, Surface::Operations)
+                    .map_err(|e| StartError::System(format!("metrics_addr {addr}: {e}")))
+            })
+            .transpose()?;
         metrics.set_ready(true);
         tracing::info!(http = %opts.http_addr, direct = opts.direct, "transceiver ready");
         Ok(Transceiver {
@@ -304,6 +328,7 @@ impl Transceiver {
             metrics,
             signaling,
             http,
+            operations,
             stop,
             workers,
         })
@@ -329,6 +354,9 @@ impl Service for Transceiver {
             let _ = worker.join();
         }
         self.http.stop();
+        if let Some(operations) = self.operations {
+            operations.stop();
+        }
         if self.signaling.all_workers_alive() {
             Ok(())
         } else {

@@ -380,3 +380,34 @@ fn workers_run_on_the_cpus_listed_and_a_bad_list_is_refused() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("`cpus`"), "{stderr}");
 }
+
+/// `/metrics` can be served off the public signaling port (hostile clients, second
+/// round, finding 6): with `--metrics-addr`, the public port answers 404 for it and the
+/// operations listener serves metrics and health only.
+#[test]
+fn metrics_can_leave_the_public_signaling_port() {
+    let ip = unique_ip();
+    let operations = SocketAddr::from((ip, free_tcp_port(ip)));
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--metrics-addr", &operations.to_string()],
+    );
+    let public = http_request(xcvr.http, "GET", "/metrics", None, &[]).unwrap();
+    assert_eq!(public.status, 404, "the public port shows no metrics");
+    let scraped = http_request(operations, "GET", "/metrics", None, &[]).unwrap();
+    assert_eq!(scraped.status, 200);
+    assert!(scraped.body.contains("ufrag_transceiver_sessions_active"));
+    let health = http_request(operations, "GET", "/readyz", None, &[]).unwrap();
+    assert_eq!(health.status, 200);
+    let post = http_request(
+        operations,
+        "POST",
+        "/v1/sessions",
+        Some(("application/sdp", "x")),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(post.status, 404, "no signaling on the operations listener");
+    let page = http_request(xcvr.http, "GET", "/healthz", None, &[]).unwrap();
+    assert_eq!(page.status, 200, "health stays on the public port too");
+}
