@@ -226,8 +226,6 @@ pub struct FlowRequest<'a> {
     pub session: SessionTag,
     /// The request's source.
     pub source: SocketAddr,
-    /// A keyed hash of the flow's key (client and VIP).
-    pub flow: u64,
     /// The STUN transaction id.
     pub transaction_id: &'a [u8; 12],
 }
@@ -311,11 +309,6 @@ impl Admission {
         SessionTag(self.hasher.hash_one(server_ufrag).max(1))
     }
 
-    /// A keyed hash of anything hashable (flow keys for [`FlowRequest::flow`]).
-    pub fn tag_of(&self, value: impl core::hash::Hash) -> u64 {
-        self.hasher.hash_one(value)
-    }
-
     /// Live flows of `session`.
     pub fn flows_of(&self, session: SessionTag) -> u16 {
         self.flows_per_session.get(&session.0).copied().unwrap_or(0)
@@ -329,7 +322,7 @@ impl Admission {
     pub fn check(&mut self, request: &FlowRequest<'_>, now: Instant) -> Result<(), DropReason> {
         let replayed = |_| DropReason::ReplayedRequest;
         self.replays
-            .seen(request.transaction_id, request.flow, now)
+            .seen(request.transaction_id, now)
             .map_err(replayed)?;
         if self.flows_of(request.session) >= self.policy.max_flows_per_session {
             return Err(DropReason::SessionFlowLimit);
@@ -341,7 +334,7 @@ impl Admission {
                 RateSpent::Worker => DropReason::WorkerRateLimit,
             })?;
         self.replays
-            .claim(request.transaction_id, request.flow, now)
+            .claim(request.transaction_id, now)
             .map_err(replayed)
     }
 
@@ -375,11 +368,10 @@ impl Admission {
 mod tests {
     use super::*;
 
-    fn request<'t>(session: u64, source: &str, flow: u64, txid: &'t [u8; 12]) -> FlowRequest<'t> {
+    fn request<'t>(session: u64, source: &str, txid: &'t [u8; 12]) -> FlowRequest<'t> {
         FlowRequest {
             session: SessionTag(session),
             source: source.parse().unwrap(),
-            flow,
             transaction_id: txid,
         }
     }
@@ -400,24 +392,14 @@ mod tests {
         let mut a = Admission::new(policy, 64, None, now);
         for i in 0..3u8 {
             let txid = [i; 12];
-            admit(
-                &mut a,
-                &request(7, "198.51.100.1:1000", u64::from(i), &txid),
-                now,
-            )
-            .unwrap();
+            admit(&mut a, &request(7, "198.51.100.1:1000", &txid), now).unwrap();
         }
         let txid = [9; 12];
-        let fourth = request(7, "198.51.100.1:1000", 9, &txid);
+        let fourth = request(7, "198.51.100.1:1000", &txid);
         assert_eq!(a.check(&fourth, now), Err(DropReason::SessionFlowLimit));
         // Another session is not affected.
         let other_txid = [10; 12];
-        admit(
-            &mut a,
-            &request(8, "198.51.100.1:1001", 10, &other_txid),
-            now,
-        )
-        .unwrap();
+        admit(&mut a, &request(8, "198.51.100.1:1001", &other_txid), now).unwrap();
         a.left(SessionTag(7));
         admit(&mut a, &fourth, now).unwrap();
         assert_eq!(a.flows_of(SessionTag(7)), 3);
@@ -428,14 +410,9 @@ mod tests {
         let now = Instant::now();
         let mut a = Admission::new(AdmissionPolicy::default(), 64, None, now);
         let txid = [1; 12];
-        admit(&mut a, &request(7, "198.51.100.1:1000", 1, &txid), now).unwrap();
-        let replay = request(7, "203.0.113.9:4000", 2, &txid);
+        admit(&mut a, &request(7, "198.51.100.1:1000", &txid), now).unwrap();
+        let replay = request(7, "203.0.113.9:4000", &txid);
         assert_eq!(a.check(&replay, now), Err(DropReason::ReplayedRequest));
-        // The same flow asking again (its own retransmission) is not a replay.
-        assert_eq!(
-            a.check(&request(7, "198.51.100.1:1000", 1, &txid), now),
-            Ok(())
-        );
         // After the window the id is forgotten (the session cap still applies).
         let later = now + AdmissionPolicy::default().replay_window();
         assert_eq!(a.check(&replay, later), Ok(()));
@@ -483,17 +460,17 @@ mod tests {
         for i in 0..10u32 {
             let t = txid(i);
             let source = format!("198.51.100.{}:{}", i + 1, 1000 + i);
-            admit(&mut a, &request(1, &source, u64::from(i), &t), now).unwrap();
+            admit(&mut a, &request(1, &source, &t), now).unwrap();
         }
         let t = txid(10);
-        let eleventh = request(1, "198.51.100.200:5", 10, &t);
+        let eleventh = request(1, "198.51.100.200:5", &t);
         assert_eq!(a.check(&eleventh, now), Err(DropReason::PrefixRateLimit));
         // Another /24 has its own bucket (the test's two prefixes do not collide: the
         // check is repeated with a third prefix if they happen to share a bucket).
         let t2 = txid(11);
         let other = ["203.0.113.1:5", "192.0.2.1:5"]
             .iter()
-            .map(|s| a.check(&request(1, s, 11, &t2), now))
+            .map(|s| a.check(&request(1, s, &t2), now))
             .any(|r| r.is_ok());
         assert!(other, "a different prefix is refused");
         // 100 ms later one more token is there.
@@ -512,10 +489,10 @@ mod tests {
         let same_56 = ["[2001:db8:0:ab01::1]:1", "[2001:db8:0:abff::2]:2"];
         for (i, s) in same_56.iter().enumerate() {
             let t = [i as u8; 12];
-            assert_eq!(a.check(&request(1, s, i as u64, &t), now), Ok(()));
+            assert_eq!(a.check(&request(1, s, &t), now), Ok(()));
         }
         assert_eq!(
-            a.check(&request(1, "[2001:db8:0:ab42::3]:3", 3, &[3; 12]), now),
+            a.check(&request(1, "[2001:db8:0:ab42::3]:3", &[3; 12]), now),
             Err(DropReason::PrefixRateLimit)
         );
     }
@@ -532,7 +509,7 @@ mod tests {
         let results: Vec<_> = (0..6u8)
             .map(|i| {
                 let source = format!("10.{i}.0.1:1");
-                a.check(&request(1, &source, u64::from(i), &[i; 12]), now)
+                a.check(&request(1, &source, &[i; 12]), now)
             })
             .collect();
         assert!(results[..5].iter().all(|r| r.is_ok()), "{results:?}");

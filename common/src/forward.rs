@@ -592,7 +592,6 @@ impl Forwarder {
         let request = FlowRequest {
             session: self.admission.session_tag(request.server_ufrag),
             source: client,
-            flow: self.admission.tag_of(key),
             transaction_id: request.transaction_id,
         };
         if let Err(reason) = self.admission.check(&request, now) {
@@ -763,7 +762,6 @@ impl Forwarder {
         let request = FlowRequest {
             session: self.admission.session_tag(request.server_ufrag),
             source: key.client,
-            flow: self.admission.tag_of(key),
             transaction_id: request.transaction_id,
         };
         if self.admission.check(&request, now).is_err() {

@@ -15,9 +15,12 @@
 //! - A fixed array of `AtomicU64`, sized at start from what the relay may admit in one
 //!   window (`workers × new_flows_per_worker × window`, a power of two, within
 //!   [`MIN_SLOTS`]..=[`MAX_SLOTS`]), in buckets of [`BUCKET`] slots (one cache line).
-//! - A slot holds a 32-bit fingerprint of the transaction id (a keyed hash: collisions
-//!   cannot be aimed at), 16 bits of the flow that made it, and a 16-bit stamp (seconds,
-//!   wrapping; the window is validated to be well under 2^16 s). Zero is empty.
+//! - A slot holds a 48-bit fingerprint of the transaction id (a keyed hash: collisions
+//!   cannot be aimed at) and a 16-bit stamp (seconds, wrapping; the window is validated to
+//!   be well under 2^16 s). Zero is empty. A request whose transaction created a flow is
+//!   refused whatever its source: its own retransmission finds its flow and never gets
+//!   here (an earlier version let "the same flow" through by 16 bits of a flow hash, and
+//!   one replay in 65,536 got a second flow).
 //! - [`ReplayFilter::seen`] reads a bucket; [`ReplayFilter::claim`] writes the
 //!   transaction into the first empty or stale slot with a compare-and-swap, then reads
 //!   the rest of the bucket: two workers claiming the same transaction at once race for
@@ -43,10 +46,8 @@ pub const MAX_WINDOW: Duration = Duration::from_secs(1 << 15);
 
 const STAMP_BITS: u32 = 16;
 const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
-const FLOW_MASK: u64 = 0xFFFF;
 
-/// A request's transaction was seen creating a flow from another address within the
-/// window.
+/// A request's transaction was seen creating a flow within the window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Replayed;
 
@@ -102,8 +103,8 @@ impl ReplayFilter {
     fn bucket(&self, transaction_id: &[u8; 12]) -> (&[AtomicU64], u64) {
         let hash = self.hasher.hash_one(transaction_id);
         let at = (hash as usize & self.bucket_mask) * BUCKET;
-        // The top 32 bits, never zero (zero marks an empty slot).
-        let fingerprint = (hash >> 32).max(1);
+        // The top 48 bits, never zero (zero marks an empty slot).
+        let fingerprint = (hash >> STAMP_BITS).max(1);
         (&self.slots[at..at + BUCKET], fingerprint)
     }
 
@@ -119,69 +120,51 @@ impl ReplayFilter {
         entry != 0 && self.age_s(entry, now_stamp) < self.window_s
     }
 
-    /// What a fresh entry of `fingerprint` says about a request on `flow`: `Some(true)`
-    /// the same flow (its own retransmission), `Some(false)` another flow (a replay).
-    fn same_flow(&self, entry: u64, fingerprint: u64, flow: u64, now_stamp: u64) -> Option<bool> {
-        (self.fresh(entry, now_stamp) && entry >> 32 == fingerprint)
-            .then_some((entry >> STAMP_BITS) & FLOW_MASK == flow & FLOW_MASK)
+    /// Whether `entry` is a fresh record of `fingerprint`.
+    fn holds(&self, entry: u64, fingerprint: u64, now_stamp: u64) -> bool {
+        self.fresh(entry, now_stamp) && entry >> STAMP_BITS == fingerprint
     }
 
-    /// Whether `transaction_id` created a flow other than `flow` (a keyed hash of the
-    /// flow's key) within the window. Reads only.
-    pub fn seen(&self, transaction_id: &[u8; 12], flow: u64, now: Instant) -> Result<(), Replayed> {
+    /// Whether `transaction_id` created a flow within the window. Reads only.
+    pub fn seen(&self, transaction_id: &[u8; 12], now: Instant) -> Result<(), Replayed> {
         let (bucket, fingerprint) = self.bucket(transaction_id);
         let now_stamp = self.stamp(now);
-        for slot in bucket {
-            let entry = slot.load(Ordering::Acquire);
-            if self.same_flow(entry, fingerprint, flow, now_stamp) == Some(false) {
-                return Err(Replayed);
-            }
+        let held =
+            |slot: &AtomicU64| self.holds(slot.load(Ordering::Acquire), fingerprint, now_stamp);
+        if bucket.iter().any(held) {
+            return Err(Replayed);
         }
         Ok(())
     }
 
-    /// Records that `transaction_id` creates `flow` now, unless another flow claimed it
-    /// first (then nothing is recorded and the request is a replay).
-    pub fn claim(
-        &self,
-        transaction_id: &[u8; 12],
-        flow: u64,
-        now: Instant,
-    ) -> Result<(), Replayed> {
+    /// Records that `transaction_id` creates a flow now, unless it was recorded first
+    /// (then nothing is recorded and the request is a replay).
+    pub fn claim(&self, transaction_id: &[u8; 12], now: Instant) -> Result<(), Replayed> {
         let (bucket, fingerprint) = self.bucket(transaction_id);
         let now_stamp = self.stamp(now);
-        let ours = fingerprint << 32 | (flow & FLOW_MASK) << STAMP_BITS | now_stamp;
+        let ours = fingerprint << STAMP_BITS | now_stamp;
         let mut claimed: Option<&AtomicU64> = None;
         for slot in bucket {
             let mut entry = slot.load(Ordering::Acquire);
             loop {
-                match self.same_flow(entry, fingerprint, flow, now_stamp) {
-                    Some(same) => {
-                        if let Some(mine) = claimed {
-                            // Someone claimed it before us: take ours back.
-                            let _ =
-                                mine.compare_exchange(ours, 0, Ordering::AcqRel, Ordering::Relaxed);
-                        }
-                        return if same { Ok(()) } else { Err(Replayed) };
+                if self.holds(entry, fingerprint, now_stamp) {
+                    if let Some(mine) = claimed {
+                        // Someone claimed it before us: take ours back.
+                        let _ = mine.compare_exchange(ours, 0, Ordering::AcqRel, Ordering::Relaxed);
                     }
-                    None if claimed.is_none() && !self.fresh(entry, now_stamp) => {
-                        match slot.compare_exchange(
-                            entry,
-                            ours,
-                            Ordering::AcqRel,
-                            Ordering::Acquire,
-                        ) {
-                            Ok(_) => claimed = Some(slot),
-                            // Another worker wrote here first: judge what it wrote.
-                            Err(actual) => {
-                                entry = actual;
-                                continue;
-                            }
-                        }
-                    }
-                    None => {}
+                    return Err(Replayed);
                 }
-                break;
+                if claimed.is_some() || self.fresh(entry, now_stamp) {
+                    break;
+                }
+                match slot.compare_exchange(entry, ours, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        claimed = Some(slot);
+                        break;
+                    }
+                    // Another worker wrote here first: judge what it wrote.
+                    Err(actual) => entry = actual,
+                }
             }
         }
         if claimed.is_none() {
@@ -209,22 +192,33 @@ mod tests {
     }
 
     #[test]
-    fn a_claimed_transaction_is_a_replay_from_another_flow_until_the_window_ends() {
+    fn a_claimed_transaction_is_a_replay_until_the_window_ends() {
         let t0 = Instant::now();
         let filter = ReplayFilter::new(1, 100, Duration::from_secs(60), t0);
-        assert_eq!(filter.seen(&txid(1), 10, t0), Ok(()));
-        assert_eq!(filter.claim(&txid(1), 10, t0), Ok(()));
-        // Its own flow asking again is no replay; another flow is, until the window ends.
-        assert_eq!(filter.seen(&txid(1), 10, t0), Ok(()));
-        assert_eq!(filter.claim(&txid(1), 10, t0), Ok(()));
-        assert_eq!(filter.seen(&txid(1), 11, t0), Err(Replayed));
-        assert_eq!(filter.claim(&txid(1), 11, t0), Err(Replayed));
+        assert_eq!(filter.seen(&txid(1), t0), Ok(()));
+        assert_eq!(filter.claim(&txid(1), t0), Ok(()));
+        assert_eq!(filter.seen(&txid(1), t0), Err(Replayed));
+        assert_eq!(filter.claim(&txid(1), t0), Err(Replayed));
         let late = t0 + Duration::from_secs(59);
-        assert_eq!(filter.seen(&txid(1), 11, late), Err(Replayed));
+        assert_eq!(filter.seen(&txid(1), late), Err(Replayed));
         let after = t0 + Duration::from_secs(60);
-        assert_eq!(filter.seen(&txid(1), 11, after), Ok(()));
+        assert_eq!(filter.seen(&txid(1), after), Ok(()));
         // Another transaction was never affected.
-        assert_eq!(filter.seen(&txid(2), 11, t0), Ok(()));
+        assert_eq!(filter.seen(&txid(2), t0), Ok(()));
+    }
+
+    #[test]
+    fn ten_thousand_replays_are_all_refused() {
+        let t0 = Instant::now();
+        let filter = ReplayFilter::new(1, 5000, Duration::from_secs(630), t0);
+        filter.claim(&txid(7), t0).unwrap();
+        let admitted = (0..10_000u64)
+            .filter(|i| {
+                let at = t0 + Duration::from_millis(*i);
+                filter.seen(&txid(7), at).is_ok() && filter.claim(&txid(7), at).is_ok()
+            })
+            .count();
+        assert_eq!(admitted, 0);
     }
 
     #[test]
@@ -253,16 +247,16 @@ mod tests {
             .filter(|t| home(t) == home(&first))
             .take(BUCKET)
             .collect();
-        filter.claim(&first, 1, t0).unwrap();
+        filter.claim(&first, t0).unwrap();
         for (i, t) in mates.iter().enumerate() {
             let later = t0 + Duration::from_secs(1 + i as u64);
-            filter.claim(t, 1, later).unwrap();
+            filter.claim(t, later).unwrap();
         }
         assert_eq!(filter.overwritten(), 1);
         let now = t0 + Duration::from_secs(BUCKET as u64 + 1);
         // The oldest (the first) was forgotten; the newest is remembered.
-        assert_eq!(filter.seen(&first, 2, now), Ok(()));
-        assert_eq!(filter.seen(&mates[BUCKET - 1], 2, now), Err(Replayed));
+        assert_eq!(filter.seen(&first, now), Ok(()));
+        assert_eq!(filter.seen(&mates[BUCKET - 1], now), Err(Replayed));
     }
 
     #[test]
@@ -271,12 +265,12 @@ mod tests {
         for round in 0..200u32 {
             let filter = Arc::new(ReplayFilter::new(2, 100, Duration::from_secs(60), t0));
             let barrier = Arc::new(std::sync::Barrier::new(4));
-            let admitted: usize = (0..4u64)
-                .map(|flow| {
+            let admitted: usize = (0..4)
+                .map(|_| {
                     let (filter, barrier) = (Arc::clone(&filter), Arc::clone(&barrier));
                     std::thread::spawn(move || {
                         barrier.wait();
-                        filter.claim(&txid(round), flow, t0).is_ok()
+                        filter.claim(&txid(round), t0).is_ok()
                     })
                 })
                 .collect::<Vec<_>>()

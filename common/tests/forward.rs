@@ -786,9 +786,11 @@ fn idle_flows_expire_and_then_need_stun_again() {
         fwd.from_client(&RTP, a(CLIENT), a(VIP), later),
         Verdict::Drop(DropReason::NoFlow)
     );
+    // The client's next check: the same session, a new transaction (a copy of the first
+    // would be a replay).
     assert!(matches!(
         fwd.from_client(
-            &binding_request(TRANSCEIVER, CLUSTER, 1),
+            &binding_request_with_transaction(TRANSCEIVER, CLUSTER, 1, 2),
             a(CLIENT),
             a(VIP),
             later

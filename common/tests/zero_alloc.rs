@@ -186,11 +186,12 @@ fn the_forwarder_and_executor_do_not_allocate() {
         Fate::QueueThenFail,
     ];
     let mut fwd = TestRelay::new(forwarder, PlannedEgress::planned(plan));
-    // One session (ufrag) and transaction per client port, as real clients have: one
-    // request replayed from 512 ports would be refused as a replay.
-    let requests: Vec<Vec<u8>> = (0..512u16)
-        .map(|port| {
-            let [hi, lo] = port.to_be_bytes();
+    // One session (ufrag) per client port, and a new transaction each time, as real
+    // clients have: a request sent again would be refused as a replay.
+    let requests: Vec<Vec<u8>> = (0..5_000u32)
+        .map(|i| {
+            let [hi, lo] = ((i % 512) as u16).to_be_bytes();
+            let [t0_, t1, t2, t3] = i.to_be_bytes();
             let ufrag = keys.mint(
                 &RoutingHint {
                     cluster: 1,
@@ -202,7 +203,7 @@ fn the_forwarder_and_executor_do_not_allocate() {
             let mut request = [0u8; 256];
             let n = stun::write_binding_request(
                 &mut request,
-                &[9, 9, 9, 9, 9, 9, 9, 9, 9, 9, hi, lo],
+                &[9, 9, 9, 9, 9, 9, 9, 9, t0_, t1, t2, t3],
                 ufrag.as_bytes(),
                 b"cli0",
                 password.as_bytes(),
@@ -218,7 +219,7 @@ fn the_forwarder_and_executor_do_not_allocate() {
     for i in 0..5_000u32 {
         let now = t0 + Duration::from_millis(5 * u64::from(i));
         let client = SocketAddr::from(([198, 51, 100, 1], 1024 + (i % 512) as u16));
-        let request = &requests[(i % 512) as usize];
+        let request = &requests[i as usize];
         assert!(matches!(
             fwd.from_client(request, client, vip, now),
             Verdict::Forward { .. }

@@ -265,9 +265,11 @@ pub fn idle_flows_expire_and_then_need_stun_again(b: &Backend) {
     s.relay
         .wait_for("no_flow after expiry", |r| r.drops("no_flow") == 1.0);
     assert!(s.transceiver.nothing_arrives());
+    // The client's next check: the same session, a new transaction (the first one's
+    // copy would be a replay).
     s.client.send(
         s.relay.vip(),
-        &binding_request_for(s.transceiver.addr(), 0, 1),
+        &binding_request_with_transaction(s.transceiver.addr(), 0, 1, [0x77; 12]),
     );
     assert!(
         s.transceiver.recv_frame().is_some(),
