@@ -553,11 +553,12 @@ impl Forwarder {
                 since.is_none_or(|at| now.saturating_duration_since(at) >= REROUTE_MIN_IDLE)
             };
             // Idle here, in the mirror, and in the returns other workers took for it.
-            let returned_at = (self.returns.as_ref())
-                .and_then(|returns| returns.last_seen(&key, state.route.next_hop));
             if idle_before.is_some_and(|idle| idle >= REROUTE_MIN_IDLE)
                 && idle_since(self.mirrored_at(&key, state.route, now))
-                && idle_since(returned_at)
+                && idle_since(
+                    (self.returns.as_ref())
+                        .and_then(|returns| returns.last_seen(&key, state.route.next_hop)),
+                )
             {
                 to = self.follow_rerouted_session(datagram, &key, state, return_via, now);
             }
@@ -812,6 +813,7 @@ impl Forwarder {
         }
         let vip_is_ours = self.policy.vips.contains(&header.vip);
         let media = |payload: &[u8]| DatagramKind::classify(payload) != DatagramKind::Stun;
+        let mut first_server_media = false;
         let outcome = match self.table.lookup(&key, now) {
             None => {
                 let media = media(payload);
@@ -819,22 +821,9 @@ impl Forwarder {
             }
             Some(flow) if flow.value.route.next_hop != source => Err(DropReason::ReturnWrongSource),
             Some(flow) => {
-                if !flow.value.server_media && media(payload) {
-                    // The transceiver's half of the proof: its source is the flow's next
-                    // hop, checked above.
-                    flow.value.server_media = true;
-                    if flow.value.proven() {
-                        if let Some(mirror) = &mut self.mirror {
-                            mirror.proven(&key, flow.value.route, now);
-                        }
-                        if self.policy.route_cache {
-                            // Recorded now: a mirror may carry the client's next datagrams.
-                            let seconds = now.saturating_duration_since(self.started).as_secs();
-                            flow.value.recorded_at_s = Some(seconds.try_into().unwrap_or(u32::MAX));
-                            self.pending_record = Some((key, flow.value.route));
-                        }
-                    }
-                }
+                // The transceiver's half of the proof: its source is the flow's next hop,
+                // checked above.
+                first_server_media = !flow.value.server_media && media(payload);
                 match flow.value.route.return_via {
                     Some(global) => {
                         flow.record_out(payload.len());
@@ -852,7 +841,35 @@ impl Forwarder {
                 }
             }
         };
+        if first_server_media {
+            self.server_media_arrived(&key, now);
+        }
         outcome.unwrap_or_else(Verdict::Drop)
+    }
+
+    /// The transceiver sent DTLS or media on `key`'s flow for the first time: if the
+    /// client has too, the flow is proven now (mirrored, and recorded at once: a mirror
+    /// may carry the client's next datagrams past the forwarder). Once per flow, so off
+    /// the per-datagram path.
+    #[cold]
+    fn server_media_arrived(&mut self, key: &FlowKey, now: Instant) {
+        let seconds = self.seconds(now);
+        let route_cache = self.policy.route_cache;
+        let Some(flow) = self.table.lookup(key, now) else {
+            return;
+        };
+        flow.value.server_media = true;
+        if !flow.value.proven() {
+            return;
+        }
+        let route = flow.value.route;
+        if route_cache {
+            flow.value.recorded_at_s = Some(seconds);
+            self.pending_record = Some((*key, route));
+        }
+        if let Some(mirror) = &mut self.mirror {
+            mirror.proven(key, route, now);
+        }
     }
 
     /// A return frame for a flow this worker does not hold: decided from the shared

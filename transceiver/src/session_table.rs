@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::FlowKey;
-use ufrag_common::stun::{StunClass, StunView};
+use ufrag_common::stun::StunView;
 
 use crate::model::SessionId;
 
@@ -181,17 +181,16 @@ impl<S> SessionTable<S> {
         self.slots.iter().map(|(id, slot)| (*id, &slot.session))
     }
 
-    /// The session a datagram from `path` belongs to: a STUN request by the server ufrag
-    /// in its USERNAME (the part before the colon), anything else (a response to a probe
-    /// of the path among them) by the path.
+    /// The session a datagram from `path` belongs to: STUN with a USERNAME (a request) by
+    /// the server ufrag in it (the part before the colon), anything else (a response to a
+    /// probe of the path among them) by the path.
     pub fn route(&self, payload: &[u8], path: ClientPath) -> Result<SessionId, Unrouted> {
         if DatagramKind::classify(payload) == DatagramKind::Stun {
             let view = StunView::parse(payload).map_err(|_| Unrouted::UnknownUfrag)?;
-            if view.class() == StunClass::Request {
-                return view
-                    .ufrags()
+            // A request names its session in USERNAME; a response has none.
+            if let Ok(ufrags) = view.ufrags() {
+                return std::str::from_utf8(ufrags.server)
                     .ok()
-                    .and_then(|ufrags| std::str::from_utf8(ufrags.server).ok())
                     .and_then(|ufrag| self.by_ufrag.get(ufrag).copied())
                     .ok_or(Unrouted::UnknownUfrag);
             }
