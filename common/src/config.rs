@@ -575,17 +575,12 @@ impl RelayConfig {
             file.idle_timeout.as_deref(),
             DEFAULT_IDLE_TIMEOUT,
         )?;
-        if !(MIN_IDLE_TIMEOUT..=MAX_IDLE_TIMEOUT).contains(&idle_timeout) {
-            return Err(bad(
-                "idle_timeout",
-                format!(
-                    "{}: must be between {} and {}",
-                    humantime::format_duration(idle_timeout),
-                    humantime::format_duration(MIN_IDLE_TIMEOUT),
-                    humantime::format_duration(MAX_IDLE_TIMEOUT)
-                ),
-            ));
-        }
+        within(
+            "idle_timeout",
+            idle_timeout,
+            MIN_IDLE_TIMEOUT,
+            MAX_IDLE_TIMEOUT,
+        )?;
         let drain_time = duration_field(
             "drain_time",
             args.drain_time,
@@ -745,6 +740,22 @@ fn validate_vips(field: &str, vips: &[SocketAddr]) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// `value` of `field`, refused unless it lies in `min..=max`.
+fn within(field: &str, value: Duration, min: Duration, max: Duration) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        return Ok(());
+    }
+    Err(bad(
+        field,
+        format!(
+            "{}: must be between {} and {}",
+            humantime::format_duration(value),
+            humantime::format_duration(min),
+            humantime::format_duration(max)
+        ),
+    ))
+}
+
 /// A rate from its flag, else the file, else `default`: 1..=10,000,000 per second.
 fn per_second(
     field: &str,
@@ -796,17 +807,12 @@ fn tcp_policy(file: &FileConfig, args: &RelayArgs) -> Result<TcpPolicy, ConfigEr
         file.tcp_handshake_timeout.as_deref(),
         DEFAULT_TCP_HANDSHAKE_TIMEOUT,
     )?;
-    if !(MIN_IDLE_TIMEOUT..=MAX_TCP_HANDSHAKE_TIMEOUT).contains(&handshake_timeout) {
-        return Err(bad(
-            "tcp_handshake_timeout",
-            format!(
-                "{}: must be {}..={}",
-                humantime::format_duration(handshake_timeout),
-                humantime::format_duration(MIN_IDLE_TIMEOUT),
-                humantime::format_duration(MAX_TCP_HANDSHAKE_TIMEOUT)
-            ),
-        ));
-    }
+    within(
+        "tcp_handshake_timeout",
+        handshake_timeout,
+        MIN_IDLE_TIMEOUT,
+        MAX_TCP_HANDSHAKE_TIMEOUT,
+    )?;
     Ok(TcpPolicy {
         vips,
         connections_per_worker,
@@ -847,17 +853,12 @@ fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPoli
         default.hint_max_age,
     )?;
     let longest_hint_age = crate::replay::MAX_WINDOW - crate::admission::HINT_CLOCK_SKEW;
-    if !(MIN_HINT_MAX_AGE..=longest_hint_age).contains(&hint_max_age) {
-        return Err(bad(
-            "hint_max_age",
-            format!(
-                "{}: must be between {} and {}",
-                humantime::format_duration(hint_max_age),
-                humantime::format_duration(MIN_HINT_MAX_AGE),
-                humantime::format_duration(longest_hint_age),
-            ),
-        ));
-    }
+    within(
+        "hint_max_age",
+        hint_max_age,
+        MIN_HINT_MAX_AGE,
+        longest_hint_age,
+    )?;
     let prefix = |field: &str, flag: Option<u8>, file: Option<u8>, default: u8, max: u8| {
         let value = flag.or(file).unwrap_or(default);
         if value > max {

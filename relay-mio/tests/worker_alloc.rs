@@ -74,35 +74,39 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
         .unwrap();
     let clients: Vec<UdpSocket> = (0..16).map(|_| UdpSocket::bind((ip, 0)).unwrap()).collect();
     // One session and transaction per client, as real clients have (one request sent
-    // from 16 addresses would be refused as a replay).
-    let requests: Vec<Vec<u8>> = (0..clients.len() as u8)
-        .map(|i| {
-            let ufrag = keys.mint(
-                &RoutingHint {
-                    cluster: 0,
-                    transceiver: transceiver.local_addr().unwrap(),
-                },
-                [i; 5],
-            );
-            let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-            let mut stun_buf = [0u8; 512];
-            let n = stun::write_binding_request(
-                &mut stun_buf,
-                &[i; 12],
-                ufrag.as_bytes(),
-                b"cli1",
-                pwd.as_bytes(),
-            )
-            .unwrap();
-            stun_buf[..n].to_vec()
-        })
-        .collect();
+    // from 16 addresses would be refused as a replay); after the flows expire, each
+    // client's next check is a new transaction (`generation`).
+    let requests_of = |generation: u8| -> Vec<Vec<u8>> {
+        (0..clients.len() as u8)
+            .map(|i| {
+                let ufrag = keys.mint(
+                    &RoutingHint {
+                        cluster: 0,
+                        transceiver: transceiver.local_addr().unwrap(),
+                    },
+                    [i; 5],
+                );
+                let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+                let mut stun_buf = [0u8; 512];
+                let n = stun::write_binding_request(
+                    &mut stun_buf,
+                    &[i, generation, i, i, i, i, i, i, i, i, i, i],
+                    ufrag.as_bytes(),
+                    b"cli1",
+                    pwd.as_bytes(),
+                )
+                .unwrap();
+                stun_buf[..n].to_vec()
+            })
+            .collect()
+    };
+    let (requests, next_checks) = (requests_of(0), requests_of(1));
     let rtp = [0x80u8; 172];
     let mut buf = [0u8; 2048];
 
-    let mut round = |rtp_per_client: usize| -> usize {
+    let mut round = |requests: &[Vec<u8>], rtp_per_client: usize| -> usize {
         let mut got = 0;
-        for (c, request) in clients.iter().zip(&requests) {
+        for (c, request) in clients.iter().zip(requests) {
             c.send_to(request, vip).unwrap();
             for _ in 0..rtp_per_client {
                 c.send_to(&rtp, vip).unwrap();
@@ -127,15 +131,15 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
         got
     };
 
-    round(4); // warm-up: lazily initialised thread-locals, first flows
+    round(&requests, 4); // warm-up: lazily initialised thread-locals, first flows
     alloc::arm();
     let mut forwarded = 0;
     for _ in 0..20 {
-        forwarded += round(8);
+        forwarded += round(&requests, 8);
     }
     // Let flows expire and ticks publish while armed, then create them again.
     std::thread::sleep(Duration::from_millis(500));
-    forwarded += round(8);
+    forwarded += round(&next_checks, 8);
     let allocations = alloc::disarm();
 
     stop.store(true, Ordering::Relaxed);
