@@ -265,7 +265,8 @@ impl Session {
         })
     }
 
-    /// Makes the path of the first authenticated check the send path at once. ICE-lite
+    /// Makes the path of the first authenticated check the send path at once (called only
+    /// for input that [`Session::may_change_state`] let through). ICE-lite
     /// servers in production send on the path of the first valid check; str0m's lite
     /// agent waits for the client's USE-CANDIDATE, which Chromium sends one check
     /// interval (about 50 ms) later, and holds its DTLS flight until then. So the
@@ -290,12 +291,7 @@ impl Session {
             self.nominated = true; // the client has nominated itself
             return;
         }
-        if check
-            .verify_integrity(self.local_password.as_bytes())
-            .is_err()
-        {
-            return;
-        }
+        // Its MESSAGE-INTEGRITY was verified by `may_change_state` before this is called.
         let mut buf = [0u8; 512];
         let Some(len) = nomination_of(&check, self.local_password.as_bytes(), &mut buf) else {
             return;

@@ -455,12 +455,12 @@ impl Worker {
             .sessions
             .route(payload, path)
             .map_err(|_: Unrouted| DropReason::NoSession)?;
-        let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
-        if session.probe_answered(path, payload) {
-            // The path showed it receives: the session's media may go there now.
-            return Ok(());
-        }
         if DatagramKind::classify(payload) == DatagramKind::Stun {
+            let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
+            if session.probe_answered(path, payload) {
+                // The path showed it receives: the session's media may go there now.
+                return Ok(());
+            }
             let idle_for = PATH_HOLDER_IDLE;
             self.sessions
                 .admit_path(id, path, now, |holder: &Session| {

@@ -19,6 +19,34 @@ const REPLAY_ROUND: usize = 100;
 /// Newly signed requests for the same session, each from its own source.
 const FRESH_REQUESTS: usize = 20;
 
+/// An authentic Binding Request that made its flow, the one every replay copies.
+struct Original {
+    net: Net,
+    transceiver: Endpoint,
+    request: Vec<u8>,
+    /// The original sender stays open: a replay source must not reuse its port.
+    sender: Endpoint,
+}
+
+/// Sends a session's first Binding Request to `relay` and waits until it made its flow.
+fn original_request(relay: &RelayProcess) -> Original {
+    let net = relay.net().clone();
+    let transceiver = net.transceiver();
+    let request = binding_request_for(transceiver.addr(), 0, 1);
+    let sender = net.client();
+    sender.send(relay.vip(), &request);
+    assert!(
+        transceiver.recv_frame().is_some(),
+        "the original creates a flow"
+    );
+    Original {
+        net,
+        transceiver,
+        request,
+        sender,
+    }
+}
+
 pub fn one_sessions_request_replayed_from_many_sources_creates_one_flow(b: &Backend) {
     // The sources share a few prefixes: lift the prefix rates (and with them the rate of
     // authentication attempts, 4x) so that what is counted is the replay filter alone.
@@ -26,16 +54,12 @@ pub fn one_sessions_request_replayed_from_many_sources_creates_one_flow(b: &Back
         extra: vec!["--new-flows-per-prefix".into(), "100000".into()],
         ..b.setup()
     });
-    let net = relay.net().clone();
-    let transceiver = net.transceiver();
-    let request = binding_request_for(transceiver.addr(), 0, 1);
-    // The original sender stays open: a replay source must not reuse its port.
-    let original = net.client();
-    original.send(relay.vip(), &request);
-    assert!(
-        transceiver.recv_frame().is_some(),
-        "the original creates a flow"
-    );
+    let Original {
+        net,
+        transceiver,
+        request,
+        sender: _original,
+    } = original_request(&relay);
 
     // In rounds, each counted before the next is sent, so that what is measured is the
     // relay and not a receive ring overflowing under a burst on a busy machine.
@@ -88,15 +112,12 @@ pub fn a_request_replayed_from_64_sources_makes_one_flow_whichever_worker_sees_i
         workers: 2,
         ..RelaySetup::on(b.net_with_queues(2))
     });
-    let net = relay.net().clone();
-    let transceiver = net.transceiver();
-    let request = binding_request_for(transceiver.addr(), 0, 1);
-    let original = net.client();
-    original.send(relay.vip(), &request);
-    assert!(
-        transceiver.recv_frame().is_some(),
-        "the original makes a flow"
-    );
+    let Original {
+        net,
+        transceiver,
+        request,
+        sender: _original,
+    } = original_request(&relay);
     // Each replay source stays open, so no two share a port.
     let replayers: Vec<Endpoint> = (0..SOURCES).map(|_| net.client()).collect();
     for replayer in &replayers {
