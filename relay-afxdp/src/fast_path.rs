@@ -30,6 +30,8 @@
 //!  IPv4 without options or IPv6 without extension headers; IP and UDP lengths that fill
 //!  the frame exactly                                          else → AF_XDP (unfit)
 //!  first payload byte 0..3 (STUN: consent, ICE restarts)       → AF_XDP (stun)
+//!  from a client: first byte not DTLS (20..63) or RTP/RTCP (128..191)
+//!  (user space drops it as unclassified)                     → AF_XDP (unfit)
 //!  from a transceiver: frame header 0xF1, both addresses IPv4 (16 bytes) or both
 //!  IPv6 (40)                                                  else → AF_XDP (unfit)
 //!  fast_flows[key] missing                                     → AF_XDP (miss)
@@ -230,7 +232,8 @@ fn parse_addresses(a: &mut Asm, steer: &'static str) {
     a.mov_imm(8, 62);
 }
 
-/// STUN goes to user space; a frame from a transceiver must carry a frame header of two
+/// STUN goes to user space, and so does a client's datagram that is neither DTLS nor
+/// RTP/RTCP (RFC 7983); a frame from a transceiver must carry a frame header of two
 /// IPv4 or two IPv6 addresses, which goes into the key. Leaves r7 = the length of the
 /// headers the frame arrived with (a return frame's frame header included).
 fn classify_payload(a: &mut Asm) {
@@ -243,8 +246,16 @@ fn classify_payload(a: &mut Asm) {
     a.load(B, 5, 4, 0);
     a.jump(JLT, 5, Err(4), "fast_stun"); // RFC 7983: 0..3 is STUN
     a.mov_reg(7, 8);
-    a.jump(JEQ, 9, Err(i32::from(KIND_VIP)), "fast_lookup");
+    a.jump(JNE, 9, Err(i32::from(KIND_VIP)), "fast_from_transceiver");
+    // From a client, only what user space forwards: DTLS (20..63) and RTP/RTCP
+    // (128..191); user space drops the rest, and counts it.
+    a.jump(JLT, 5, Err(20), "fast_unfit");
+    a.jump(JLT, 5, Err(64), "fast_lookup");
+    a.jump(JLT, 5, Err(128), "fast_unfit");
+    a.jump(JLT, 5, Err(192), "fast_lookup");
+    a.goto("fast_unfit");
 
+    a.label("fast_from_transceiver");
     a.jump(JNE, 5, Err(0xF1), "fast_unfit"); // not a version-1 frame
     a.mov_reg(5, 4);
     a.add_imm(5, 17); // the shortest header and at least one byte of datagram
@@ -679,7 +690,8 @@ pub struct FastStats {
     pub stun: u64,
     /// No entry.
     pub miss: u64,
-    /// Not taken (options, lengths, no checksum for an IPv6 output, mixed families).
+    /// Not taken (options, lengths, no checksum for an IPv6 output, mixed families, a
+    /// client datagram that is neither DTLS nor RTP/RTCP).
     pub unfit: u64,
     /// The entry's next hop had no MAC yet.
     pub no_mac: u64,

@@ -1,7 +1,9 @@
 //! The in-kernel fast path's decisions and rewrites, checked with BPF_PROG_TEST_RUN on
 //! crafted frames (both directions, IPv4 and IPv6): each output is compared byte for
 //! byte with the frame user space would have sent, and each frame the path must not take
-//! is shown to leave untouched for AF_XDP, counted under its reason. Needs root
+//! is shown to leave untouched for AF_XDP, counted under its reason. Two differential
+//! tests run generated datagrams through both the program and the user-space
+//! `Forwarder`: the path takes exactly what user space forwards, byte for byte. Needs root
 //! (CAP_BPF); CI runs as root, and without it these tests fail loudly rather than skip.
 
 use std::net::SocketAddr;
@@ -10,8 +12,12 @@ use relay_afxdp::fast_path::{FastFlow, FastPathMaps, FastStats};
 use relay_afxdp::packet::{headers_len, udp_checksum, write_udp};
 use relay_afxdp::program::action;
 use relay_afxdp::steering::Steering;
+use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::FlowKey;
+use ufrag_common::flow::FlowTable;
+use ufrag_common::forward::{ForwardPolicy, Forwarder, Route, Verdict};
 use ufrag_common::frame::FrameHeader;
+use ufrag_common::hint::{HintKey, HintKeys};
 
 const RELAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
@@ -374,4 +380,164 @@ fn a_next_hop_without_a_mac_waits_for_user_space_and_a_new_mac_is_followed_at_on
             )[6..]
         );
     }
+}
+
+/// A user-space forwarder holding `f`'s flow as a proven one, as the worker does when it
+/// installs the flow in the fast path.
+fn forwarder_holding(f: &FastFlow, now: std::time::Instant) -> Forwarder {
+    let keys = HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap();
+    let policy = ForwardPolicy {
+        vips: vec![f.key.vip],
+        allowed_transceiver_networks: vec!["10.77.0.0/16".parse().unwrap()],
+        global_relay_networks: vec![],
+        cluster_id: 0,
+        clusters: Default::default(),
+        hint_keys: keys,
+        route_cache: false,
+        admission: Default::default(),
+        shared_replays: None,
+    };
+    let table = FlowTable::new(16, std::time::Duration::from_secs(30), now).unwrap();
+    let mut forwarder = Forwarder::new(policy, table, now);
+    let route = Route {
+        next_hop: f.transceiver,
+        return_via: None,
+    };
+    forwarder.restore(&f.key, route, now).expect("restored");
+    forwarder
+}
+
+/// Datagrams with every first byte, at lengths from one byte to a full audio frame, the
+/// rest of each drawn from a fixed-seed generator.
+fn generated_payloads() -> Vec<Vec<u8>> {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state as u8
+    };
+    let mut out = Vec::new();
+    for first in 0..=255u8 {
+        for len in [1usize, 2, 13, 24, 172] {
+            let mut payload: Vec<u8> = (0..len).map(|_| next()).collect();
+            payload[0] = first;
+            out.push(payload);
+        }
+    }
+    out
+}
+
+#[test]
+fn the_fast_path_takes_exactly_the_client_datagrams_user_space_forwards_byte_for_byte() {
+    let mut b = Bench::new();
+    let f = flow(CLIENT4, VIP4, TRANSCEIVER4, INTERNAL4);
+    b.install(&f);
+    let now = std::time::Instant::now();
+    let mut user_space = forwarder_holding(&f, now);
+    let mut disagreements = Vec::new();
+    for payload in generated_payloads() {
+        let frame = udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &payload);
+        let (verdict, out) = b.run(&frame);
+        let decided = user_space.from_client(&payload, a(CLIENT4), a(VIP4), now);
+        let kind = DatagramKind::classify(&payload);
+        match decided {
+            // STUN on an established flow is user space's (consent, ICE restarts); every
+            // other datagram it forwards, the fast path must send exactly as it would.
+            Verdict::Forward {
+                to,
+                header,
+                payload_at: 0,
+                record: None,
+            } if kind != DatagramKind::Stun => {
+                let mut framed = vec![0u8; header.encoded_len()];
+                header.emit(&mut framed).unwrap();
+                framed.extend_from_slice(&payload);
+                let sent = expected(
+                    RELAY_MAC,
+                    TRANSCEIVER_MAC,
+                    INTERNAL4,
+                    &to.to_string(),
+                    &framed,
+                );
+                if (verdict, &out) != (action::TX, &sent) {
+                    disagreements.push(format!(
+                        "{kind:?} {:?}: user space forwards, the fast path {verdict}",
+                        &payload[..payload.len().min(4)]
+                    ));
+                }
+            }
+            // What user space drops (or keeps for itself) the fast path leaves untouched.
+            other => {
+                if (verdict, &out) != (action::PASS, &frame) {
+                    disagreements.push(format!(
+                        "{kind:?} {:?}: user space {other:?}, the fast path {verdict}",
+                        &payload[..payload.len().min(4)]
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        disagreements.is_empty(),
+        "{} of {} datagrams decided differently, e.g. {:#?}",
+        disagreements.len(),
+        generated_payloads().len(),
+        &disagreements[..disagreements.len().min(6)]
+    );
+}
+
+#[test]
+fn a_return_the_fast_path_takes_is_one_user_space_returns_byte_for_byte() {
+    let mut b = Bench::new();
+    let f = flow(CLIENT4, VIP4, TRANSCEIVER4, INTERNAL4);
+    b.install(&f);
+    let now = std::time::Instant::now();
+    let mut user_space = forwarder_holding(&f, now);
+    let header_len = FrameHeader::new(a(CLIENT4), a(VIP4)).encoded_len();
+    let mut taken = 0;
+    for (i, payload) in generated_payloads().into_iter().enumerate() {
+        let mut frame = framed(CLIENT4, VIP4, &payload);
+        // Every third frame has one header byte changed: a version, flags or address
+        // the fast path must not misread.
+        if i % 3 == 1 {
+            frame[i / 3 % header_len] ^= 1 << (i % 8);
+        }
+        let wire = udp_frame(
+            TRANSCEIVER_MAC,
+            RELAY_MAC,
+            a(TRANSCEIVER4),
+            a(INTERNAL4),
+            &frame,
+        );
+        let (verdict, out) = b.run(&wire);
+        let decided = user_space.from_internal(&frame, a(TRANSCEIVER4), now);
+        if verdict == action::TX {
+            taken += 1;
+            let Verdict::Return {
+                client,
+                vip,
+                payload_at,
+            } = decided
+            else {
+                panic!("frame {i}: the fast path returned what user space decides as {decided:?}");
+            };
+            let sent = expected(
+                RELAY_MAC,
+                CLIENT_MAC,
+                &vip.to_string(),
+                &client.to_string(),
+                &frame[payload_at..],
+            );
+            assert_eq!(out, sent, "frame {i}: byte for byte as user space");
+        } else {
+            assert_eq!(
+                (verdict, &out),
+                (action::PASS, &wire),
+                "frame {i}: untouched"
+            );
+        }
+    }
+    // Every unchanged frame is taken; the changed ones only where user space agrees.
+    assert!(taken >= generated_payloads().len() * 2 / 3, "{taken} taken");
 }
