@@ -37,6 +37,7 @@ pub mod ice_chars;
 pub mod metrics;
 pub mod replay;
 pub mod returns;
+pub mod rfc4571;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod stun;

@@ -40,6 +40,7 @@ use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
 use ufrag_common::frame::{MAX_HEADER_LEN, Transport};
 use ufrag_common::metrics::{DropReason, TcpCloseReason, TcpConnectionCounters, TcpWorkerMetrics};
+use ufrag_common::rfc4571;
 use ufrag_udp::BUF_LEN;
 
 use crate::worker::{Drained, Outbox};
@@ -48,7 +49,7 @@ use crate::worker::{Drained, Outbox};
 pub const MAX_MESSAGE: usize = BUF_LEN - MAX_HEADER_LEN;
 /// A connection's receive buffer: room for a whole message of the largest size behind
 /// the partial one a read may leave.
-pub const INBOX: usize = 2 * (2 + MAX_MESSAGE);
+pub const INBOX: usize = 2 * (rfc4571::PREFIX_LEN + MAX_MESSAGE);
 /// A bound connection's send buffer: what the kernel has not taken yet, at most.
 pub const SEND_BUFFER: usize = 16 * 1024;
 /// Connections accepted per listener per turn before the other sockets get a turn.
@@ -172,15 +173,15 @@ impl Connections {
     fn queue(&mut self, flow: &FlowKey, message: &[u8]) -> Result<(), DropReason> {
         let slot = *self.by_flow.get(flow).ok_or(DropReason::ReturnNoFlow)?;
         let conn = self.get(slot).ok_or(DropReason::ReturnNoFlow)?;
-        let len = u16::try_from(message.len()).map_err(|_| DropReason::TooLarge)?;
-        if conn.outbox.len() + 2 + message.len() > SEND_BUFFER {
+        let prefix = rfc4571::prefix(message.len()).ok_or(DropReason::TooLarge)?;
+        if conn.outbox.len() + prefix.len() + message.len() > SEND_BUFFER {
             return Err(DropReason::TcpSendBufferFull);
         }
         if conn.outbox.is_empty() && !conn.waiting_to_write {
             self.dirty.push(slot);
         }
         let conn = self.get(slot).ok_or(DropReason::ReturnNoFlow)?;
-        conn.outbox.extend_from_slice(&len.to_be_bytes());
+        conn.outbox.extend_from_slice(&prefix);
         conn.outbox.extend_from_slice(message);
         Ok(())
     }
@@ -519,18 +520,12 @@ impl TcpSide {
         let len = conn.inbox_len;
         let mut at = 0;
         let outcome = loop {
-            let rest = &inbox[at..len];
-            let Some(&[high, low]) = rest.get(..2) else {
-                break Ok(());
+            let (message, taken) = match rfc4571::next_message(&inbox[at..len], MAX_MESSAGE) {
+                Ok(Some(whole)) => whole,
+                Ok(None) => break Ok(()),
+                Err(_) => break Err(TcpCloseReason::MessageTooLarge),
             };
-            let size = usize::from(u16::from_be_bytes([high, low]));
-            if size > MAX_MESSAGE {
-                break Err(TcpCloseReason::MessageTooLarge);
-            }
-            let Some(message) = rest.get(2..2 + size) else {
-                break Ok(());
-            };
-            at += 2 + size;
+            at += taken;
             if let Err(reason) = self.decide(slot, message, internal, now) {
                 break Err(reason);
             }
