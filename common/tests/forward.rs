@@ -18,8 +18,7 @@ use ufrag_common::admission::AdmissionPolicy;
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{
-    FlowMirror, ForwardPolicy, Forwarder, PROVE_WITHIN, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE,
-    Verdict,
+    FlowMirror, ForwardPolicy, Forwarder, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE, Verdict,
 };
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
@@ -38,6 +37,16 @@ fn forwarder_with(policy: ForwardPolicy, capacity: usize, t0: Instant) -> TestRe
 
 fn forwarder(t0: Instant) -> TestRelay {
     forwarder_with(policy(), 16, t0)
+}
+
+/// DTLS both ways on `client`'s flow: a session's path, which is never shed.
+fn prove(fwd: &mut TestRelay, client: SocketAddr, at: Instant) {
+    assert!(matches!(
+        fwd.from_client(&DTLS, client, a(VIP), at),
+        Verdict::Forward { .. }
+    ));
+    let returned = fwd.from_internal(&frame(&client.to_string(), VIP, &DTLS), a(TRANSCEIVER), at);
+    assert!(matches!(returned, Verdict::Return { .. }), "{returned:?}");
 }
 
 fn expect_drop(v: Verdict, reason: DropReason, fwd: &mut TestRelay) {
@@ -399,7 +408,8 @@ fn a_full_table_sheds_a_flow_that_carried_only_stun_before_refusing_a_new_one() 
     assert!(fwd.table().peek(&FlowKey::new(stun_only, a(VIP))).is_none());
     assert!(fwd.table().peek(&FlowKey::new(proven, a(VIP))).is_some());
     assert_eq!(fwd.table().counters().shed, 1);
-    // The newcomer is STUN-only but fresh; the other flow is proven: nothing to shed.
+    // The newcomer proves itself; both flows are proven: nothing to shed.
+    prove(&mut fwd, newcomer, later);
     let v = fwd.from_client(
         &binding_request(TRANSCEIVER, CLUSTER, 4),
         a("198.51.100.4:4"),
@@ -413,8 +423,10 @@ fn a_full_table_sheds_a_flow_that_carried_only_stun_before_refusing_a_new_one() 
 /// Squatting (hostile clients, second round, finding 1): spoofed sources with a
 /// session's credentials make flows and keep them busy with blind "media". Before, any
 /// non-STUN byte proved a flow, proven flows were never shed, and the table stayed full.
+/// Now the oldest unproven flow, however busy, gives way to each admitted newcomer, and
+/// only to an admitted one; a proven flow never does.
 #[test]
-fn blind_media_never_proves_a_flow_and_a_squatter_gives_way_once_prove_within_has_passed() {
+fn blind_media_never_proves_a_flow_and_the_oldest_squatter_gives_way_to_each_admitted_newcomer() {
     let t0 = Instant::now();
     let cached = ForwardPolicy {
         route_cache: true,
@@ -425,6 +437,9 @@ fn blind_media_never_proves_a_flow_and_a_squatter_gives_way_once_prove_within_ha
     let squatters: Vec<SocketAddr> = (1..=4).map(|i| a(&format!("192.0.{i}.9:{i}"))).collect();
     let keep_busy = |fwd: &mut TestRelay, at: Instant| {
         for squatter in &squatters {
+            if fwd.table().peek(&FlowKey::new(*squatter, a(VIP))).is_none() {
+                continue;
+            }
             let v = fwd.from_client(&DTLS, *squatter, a(VIP), at);
             assert!(
                 matches!(v, Verdict::Forward { record: None, .. }),
@@ -437,42 +452,33 @@ fn blind_media_never_proves_a_flow_and_a_squatter_gives_way_once_prove_within_ha
         let v = fwd.from_client(&request, *squatter, a(VIP), t0);
         assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
     }
-    keep_busy(&mut fwd, t0);
-    // A legitimate session arrives while the squatters are young and busy: refused.
+    let held =
+        |fwd: &TestRelay, who: SocketAddr| fwd.table().peek(&FlowKey::new(who, a(VIP))).is_some();
+    // A legitimate session arrives while the squatters are young and busy: the oldest
+    // squatter gives way at once.
     let newcomer = a("198.51.100.50:5000");
-    let early = t0 + PROVE_WITHIN / 2;
+    let early = t0 + Duration::from_millis(100);
     keep_busy(&mut fwd, early);
-    assert_eq!(
-        fwd.from_client(
-            &binding_request(TRANSCEIVER, CLUSTER, 1),
-            newcomer,
-            a(VIP),
-            early
-        ),
-        Verdict::Drop(DropReason::TableFull)
-    );
-    // Once PROVE_WITHIN has passed, busy or not, the oldest squatter gives way.
-    let late = t0 + PROVE_WITHIN;
-    keep_busy(&mut fwd, late - Duration::from_millis(1));
-    let v = fwd.from_client(
-        &binding_request(TRANSCEIVER, CLUSTER, 1),
-        newcomer,
-        a(VIP),
-        late,
-    );
+    let request = binding_request(TRANSCEIVER, CLUSTER, 1);
+    let v = fwd.from_client(&request, newcomer, a(VIP), early);
     assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
-    assert!(
-        fwd.table()
-            .peek(&FlowKey::new(squatters[0], a(VIP)))
-            .is_none()
-    );
+    assert!(!held(&fwd, squatters[0]), "the oldest squatter went");
+    assert!(squatters[1..].iter().all(|s| held(&fwd, *s)));
     assert_eq!(fwd.table().counters().shed, 1);
+    // A request admission refuses (here a replay from another source) costs no flow.
+    let v = fwd.from_client(&request, a("198.51.100.51:5000"), a(VIP), early);
+    assert_eq!(v, Verdict::Drop(DropReason::ReplayedRequest));
+    assert_eq!(
+        fwd.table().counters().shed,
+        1,
+        "nothing shed for a refused request"
+    );
     // The newcomer's transceiver answers: its flow is proven and can no longer be shed.
-    fwd.from_client(&DTLS, newcomer, a(VIP), late);
+    fwd.from_client(&DTLS, newcomer, a(VIP), early);
     fwd.from_internal(
         &frame("198.51.100.50:5000", VIP, &DTLS),
         a(TRANSCEIVER),
-        late,
+        early,
     );
     let recorded = |request: &RouteCacheRequest| matches!(request, RouteCacheRequest::Record { key, .. } if key.client == newcomer);
     assert!(
@@ -480,13 +486,22 @@ fn blind_media_never_proves_a_flow_and_a_squatter_gives_way_once_prove_within_ha
         "proven, hence recorded: {:?}",
         fwd.egress.cache_requests
     );
-    let much_later = late + PROVE_WITHIN * 2;
-    for i in 0..3u16 {
-        let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 2, 100 + i);
-        let v = fwd.from_client(&request, a(&format!("203.0.113.{i}:7")), a(VIP), much_later);
+    // Four more newcomers: the three squatters go, oldest first, then the first of the
+    // newcomers still unproven; never the proven one.
+    let later = early + Duration::from_millis(100);
+    let others: Vec<SocketAddr> = (0..4).map(|i| a(&format!("203.0.113.{i}:7"))).collect();
+    for (i, other) in others.iter().enumerate() {
+        keep_busy(&mut fwd, later);
+        let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 2, 100 + i as u16);
+        let v = fwd.from_client(&request, *other, a(VIP), later);
         assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+        if let Some(squatter) = squatters.get(i + 1) {
+            assert!(!held(&fwd, *squatter), "squatter {} went", i + 1);
+        }
     }
-    assert!(fwd.table().peek(&FlowKey::new(newcomer, a(VIP))).is_some());
+    assert!(!held(&fwd, others[0]), "then the oldest unproven newcomer");
+    assert!(held(&fwd, newcomer), "never the proven flow");
+    assert_eq!(fwd.table().counters().shed, 5);
 }
 
 /// Forged first packets cost a token-bucket look-up, not three HMACs, beyond
@@ -535,8 +550,9 @@ fn forged_first_packets_beyond_the_attempt_rate_are_refused_before_any_hmac() {
     );
 }
 
-/// A full table refuses a newcomer before the newcomer's prefix spends a rate token
-/// (finding 1): a flood against a full table cannot also starve the prefixes it spoofs.
+/// A table full of proven flows refuses a newcomer before the newcomer's prefix spends a
+/// rate token (finding 1): a flood against a full table cannot also starve the prefixes
+/// it spoofs.
 #[test]
 fn a_full_table_refuses_before_any_rate_token_is_spent() {
     let t0 = Instant::now();
@@ -554,6 +570,7 @@ fn a_full_table_refuses_before_any_rate_token_is_spent() {
         a(VIP),
         t0,
     );
+    prove(&mut fwd, a(CLIENT), t0);
     for i in 0..3u16 {
         let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 2, i);
         let v = fwd.from_client(&request, a("192.0.2.1:1"), a(VIP), t0);
@@ -753,6 +770,7 @@ fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding() {
             ),
             Verdict::Forward { .. }
         ));
+        prove(&mut fwd, client, t0);
     }
     let third = SocketAddr::from(([198, 51, 100, 7], 3));
     let v = fwd.from_client(&binding_request(TRANSCEIVER, CLUSTER, 3), third, a(VIP), t0);

@@ -16,6 +16,7 @@ pub mod cpu;
 pub mod environment;
 pub mod gate;
 pub mod host_gate;
+pub mod hostile;
 pub mod interrupt;
 pub mod load;
 pub mod measure;

@@ -43,6 +43,24 @@ pub struct ProbeResult {
 /// transaction id.
 pub fn binding_request(keys: &HintKeys, transceiver: SocketAddr, seed: u32) -> Vec<u8> {
     let [a, b, c, d] = seed.to_be_bytes();
+    signed_binding_request(
+        keys,
+        transceiver,
+        seed,
+        [a, b, c, d, d, c, b, a, 0x5e, 0xed, a, d],
+    )
+}
+
+/// A Binding Request for session `session` (its hint's random bits) on `transceiver`,
+/// with `transaction` as its id: what the holder of a session's credentials (its
+/// POST's answer) can sign as often as it likes.
+pub fn signed_binding_request(
+    keys: &HintKeys,
+    transceiver: SocketAddr,
+    session: u32,
+    transaction: [u8; 12],
+) -> Vec<u8> {
+    let [a, b, c, d] = session.to_be_bytes();
     let ufrag = keys.mint(
         &RoutingHint {
             cluster: 0,
@@ -56,7 +74,7 @@ pub fn binding_request(keys: &HintKeys, transceiver: SocketAddr, seed: u32) -> V
     let mut buf = [0u8; 512];
     let n = stun::write_binding_request(
         &mut buf,
-        &[a, b, c, d, d, c, b, a, 0x5e, 0xed, a, d],
+        &transaction,
         ufrag.as_bytes(),
         b"perf",
         pwd.as_bytes(),

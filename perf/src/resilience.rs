@@ -1,14 +1,18 @@
 //! Live sessions under hostile traffic and through a relay restart: `n` str0m echo
 //! sessions talk while something else happens (a junk flood at the relay's public port,
-//! or the relay killed with SIGKILL and started again), and what the sessions lost is
-//! measured: echoed audio over sent, and each session's longest gap between two echoes.
+//! the relay killed with SIGKILL and started again, or one of [`crate::hostile`]'s
+//! attacks running while they sign up), and what the sessions got is measured: how many
+//! connected and how long it took, echoed audio over sent, and each session's longest
+//! gap between two echoes.
 
-use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use testkit::http::request as http_request;
+use testkit::http::request_from;
 use testkit::webrtc_client::Client;
 
+use crate::hostile::paced;
 use crate::sessions::ClientGroup;
 
 /// What the live sessions saw.
@@ -16,8 +20,13 @@ use crate::sessions::ClientGroup;
 pub struct LiveRun {
     /// Sessions asked for.
     pub sessions: usize,
+    /// POSTs that did not answer 201 (or did not answer).
+    pub refused_posts: usize,
     /// Sessions that connected.
     pub connected: usize,
+    /// Each connected session's setup time: from the start of its POST to str0m's
+    /// `Connected` (ICE and DTLS done).
+    pub setups: Vec<Duration>,
     /// Audio packets sent.
     pub sent: usize,
     /// Echoes received.
@@ -39,6 +48,75 @@ impl LiveRun {
     }
 }
 
+/// `n` signed-up clients, client `i` on `ip_of(i)`, and when each one's POST began.
+struct SignedUp {
+    group: ClientGroup,
+    ips: Vec<Ipv4Addr>,
+    posted_at: Vec<Instant>,
+    refused_posts: usize,
+}
+
+impl SignedUp {
+    /// POSTs `n` offers to `http`, each from its client's own address, and steps the
+    /// clients until every signed-up one has connected (at most 20 s).
+    fn connect(http: SocketAddr, n: usize, ip_of: impl Fn(usize) -> Ipv4Addr) -> SignedUp {
+        let ips: Vec<Ipv4Addr> = (0..n).map(ip_of).collect();
+        let mut clients: Vec<Client> = ips.iter().map(|ip| Client::new_on(*ip)).collect();
+        let mut posted_at = Vec::with_capacity(n);
+        let mut refused_posts = 0;
+        for (c, ip) in clients.iter_mut().zip(&ips) {
+            posted_at.push(Instant::now());
+            let offer = c.offer.clone();
+            let answer = request_from(
+                IpAddr::V4(*ip),
+                http,
+                "POST",
+                "/v1/sessions",
+                Some(("application/sdp", &offer)),
+                &[],
+            );
+            match answer {
+                Some(r) if r.status == 201 => c.apply_answer(&r),
+                _ => refused_posts += 1,
+            }
+        }
+        let mut group = ClientGroup::new(clients).expect("epoll");
+        group.connect();
+        SignedUp {
+            group,
+            ips,
+            posted_at,
+            refused_posts,
+        }
+    }
+
+    /// What the sessions saw; each is DELETEd.
+    fn finish(self, http: SocketAddr) -> LiveRun {
+        let clients = &self.group.clients;
+        let connected = || clients.iter().filter(|c| c.connected_at.is_some());
+        let run = LiveRun {
+            sessions: clients.len(),
+            refused_posts: self.refused_posts,
+            connected: connected().count(),
+            setups: clients
+                .iter()
+                .zip(&self.posted_at)
+                .filter_map(|(c, posted)| Some(c.connected_at? - *posted))
+                .collect(),
+            sent: clients.iter().map(|c| c.audio_sent).sum(),
+            received: clients.iter().map(|c| c.audio_received).sum(),
+            gaps: connected().map(|c| c.longest_rtp_gap).collect(),
+            delivered_gaps: connected().map(|c| c.longest_audio_gap).collect(),
+        };
+        for (c, ip) in clients.iter().zip(&self.ips) {
+            if let Some(location) = &c.location {
+                let _ = request_from(IpAddr::V4(*ip), http, "DELETE", location, None, &[]);
+            }
+        }
+        run
+    }
+}
+
 /// `n` sessions on signaling `http`, clients on `ip`, connected first, then talking for
 /// `talk` on their own thread while `during` runs on this one, `lead` after they start.
 pub fn talk_while<T>(
@@ -49,47 +127,47 @@ pub fn talk_while<T>(
     lead: Duration,
     during: impl FnOnce() -> T,
 ) -> (LiveRun, T) {
-    let mut clients: Vec<Client> = (0..n).map(|_| Client::new_on(ip)).collect();
-    for c in &mut clients {
-        let _ = c.signal(http);
-    }
-    let mut group = ClientGroup::new(clients).expect("epoll");
-    group.connect();
-    let (group, outcome) = std::thread::scope(|scope| {
+    let signed_up = SignedUp::connect(http, n, |_| ip);
+    let (signed_up, outcome) = std::thread::scope(|scope| {
         let talking = std::thread::Builder::new()
             .name("perf-live".into())
             .spawn_scoped(scope, move || {
-                group.talk_connected(talk);
-                group
+                let mut signed_up = signed_up;
+                signed_up.group.talk_connected(talk);
+                signed_up
             })
             .expect("client thread");
         std::thread::sleep(lead);
         let outcome = during();
         (talking.join().expect("client thread"), outcome)
     });
-    let clients = group.clients;
-    let run = LiveRun {
-        sessions: n,
-        connected: clients.iter().filter(|c| c.connected_at.is_some()).count(),
-        sent: clients.iter().map(|c| c.audio_sent).sum(),
-        received: clients.iter().map(|c| c.audio_received).sum(),
-        gaps: clients
-            .iter()
-            .filter(|c| c.connected_at.is_some())
-            .map(|c| c.longest_rtp_gap)
-            .collect(),
-        delivered_gaps: clients
-            .iter()
-            .filter(|c| c.connected_at.is_some())
-            .map(|c| c.longest_audio_gap)
-            .collect(),
-    };
-    for c in &clients {
-        if let Some(location) = &c.location {
-            let _ = http_request(http, "DELETE", location, None, &[]);
-        }
-    }
-    (run, outcome)
+    (signed_up.finish(http), outcome)
+}
+
+/// `attack` runs on its own thread (told to stop through its flag); `ramp` after it
+/// starts, `n` sessions sign up on `http` (client `i` from `ip_of(i)`), connect and talk
+/// for `talk`; then the attack is stopped.
+pub fn sessions_during<T: Send>(
+    http: SocketAddr,
+    n: usize,
+    ip_of: impl Fn(usize) -> Ipv4Addr,
+    talk: Duration,
+    ramp: Duration,
+    attack: impl FnOnce(&AtomicBool) -> T + Send,
+) -> (LiveRun, T) {
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let attacker = std::thread::Builder::new()
+            .name("perf-attack".into())
+            .spawn_scoped(scope, || attack(&stop))
+            .expect("attack thread");
+        std::thread::sleep(ramp);
+        let mut signed_up = SignedUp::connect(http, n, ip_of);
+        signed_up.group.talk_connected(talk);
+        stop.store(true, Ordering::Relaxed);
+        let outcome = attacker.join().expect("attack thread");
+        (signed_up.finish(http), outcome)
+    })
 }
 
 /// The kinds of junk a flood mixes, in turn.
@@ -128,25 +206,12 @@ pub fn junk_flood(
     let mut rtp = [0u8; 172];
     rtp[..2].copy_from_slice(&[0x80, 111]);
     let kinds: [&[u8]; 5] = [&bad_mac, &bad_cookie, &dtls, &rtp, valid_request];
-    let start = Instant::now();
-    let per_ms = (rate / 1000).max(1);
-    let mut sent = 0u64;
-    let mut tick = 0u32;
-    while start.elapsed() < duration {
-        for _ in 0..per_ms {
-            let socket = &sockets[sent as usize % sockets.len()];
-            let datagram = kinds[(sent / sockets.len() as u64) as usize % kinds.len()];
-            if socket.send_to(datagram, vip).is_ok() {
-                sent += 1;
-            }
-        }
-        tick += 1;
-        let next = start + Duration::from_millis(1) * tick;
-        if let Some(wait) = next.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-    }
-    Ok(sent)
+    let tally = paced(rate, &AtomicBool::new(false), duration, |i| {
+        let socket = &sockets[i as usize % sockets.len()];
+        let datagram = kinds[i as usize / sockets.len() % kinds.len()];
+        socket.send_to(datagram, vip).is_ok()
+    });
+    Ok(tally.sent)
 }
 
 /// The `q` quantile of `gaps` in milliseconds (0 for none).
@@ -163,7 +228,9 @@ mod tests {
     fn loss_is_the_share_not_echoed() {
         let run = LiveRun {
             sessions: 2,
+            refused_posts: 0,
             connected: 2,
+            setups: vec![],
             sent: 1000,
             received: 999,
             gaps: vec![Duration::from_millis(20), Duration::from_millis(40)],

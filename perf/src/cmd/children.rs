@@ -56,6 +56,21 @@ pub fn start_relay_with(
     metrics: SocketAddr,
     extra: &[String],
 ) -> RelayChild {
+    // Every load client is one host: its hundreds of sessions, set up at once, are not
+    // an attack, so the per-prefix rate of new flows is lifted.
+    let mut flags = vec!["--new-flows-per-prefix".to_string(), "1000000".to_string()];
+    flags.extend_from_slice(extra);
+    start_relay_as_deployed(workers, vip, internal, metrics, &flags)
+}
+
+/// relay-mio with its own limits (none lifted for the load clients), and `extra` flags.
+pub fn start_relay_as_deployed(
+    workers: usize,
+    vip: SocketAddr,
+    internal: SocketAddr,
+    metrics: SocketAddr,
+    extra: &[String],
+) -> RelayChild {
     let exe = std::env::current_exe().expect("own path");
     let relay = exe.with_file_name("relay-mio");
     assert!(
@@ -83,9 +98,6 @@ pub fn start_relay_with(
             "--metrics-addr",
             &metrics.to_string(),
         ])
-        // Every load client is one host: its hundreds of sessions, set up at once, are
-        // not an attack, so the per-prefix rate of new flows is lifted.
-        .args(["--new-flows-per-prefix", "1000000"])
         .args(extra)
         .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
         .env("RUST_LOG", "warn")
@@ -96,6 +108,26 @@ pub fn start_relay_with(
 }
 
 pub fn start_transceiver(
+    http: SocketAddr,
+    bind: SocketAddr,
+    advertise: Option<SocketAddr>,
+    extra: &[&str],
+) -> TransceiverChild {
+    // The load clients are one address: lift its caps.
+    let mut flags = vec![
+        "--posts-per-second-per-ip",
+        "1000000",
+        "--requests-per-second-per-ip",
+        "1000000",
+        "--http-max-connections-per-ip",
+        "100000",
+    ];
+    flags.extend_from_slice(extra);
+    start_transceiver_as_deployed(http, bind, advertise, &flags)
+}
+
+/// The transceiver with its own signaling limits (none lifted), and `extra` flags.
+pub fn start_transceiver_as_deployed(
     http: SocketAddr,
     bind: SocketAddr,
     advertise: Option<SocketAddr>,
@@ -120,10 +152,6 @@ pub fn start_transceiver(
     ]);
     cmd.args(["--max-sessions-per-worker", "5000"]);
     cmd.args(["--cpus", &TRANSCEIVER_CPU.to_string()]);
-    // The load clients are one address: lift its caps.
-    cmd.args(["--posts-per-second-per-ip", "1000000"]);
-    cmd.args(["--requests-per-second-per-ip", "1000000"]);
-    cmd.args(["--http-max-connections-per-ip", "100000"]);
     match advertise {
         Some(vip) => cmd.args([
             "--advertise",
