@@ -77,8 +77,9 @@ impl Attack {
                  every few tens of ms"
             }
             Attack::IceTcpSlots => {
-                "TCP connections to the ICE-TCP VIP from 256 addresses on 64 /24s, held \
-                 silent (at most 3,000 open), at a tenth of the datagram rate"
+                "TCP connections to the ICE-TCP VIP from 256 addresses on 64 /24s, each \
+                 kept open and silent (at most 3,000; the relay may close them), at up to a \
+                 tenth of the datagram rate (a connect waits for the relay's backlog)"
             }
             Attack::SignalingConnections => {
                 "keep-alive connections to the signaling port from one address (1,100: \

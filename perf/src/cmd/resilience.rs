@@ -359,7 +359,7 @@ fn hostile(options: &Options, report: &mut String) {
         let sent = match attack {
             Attack::Calm => "–".to_string(),
             Attack::IceTcpSlots => format!(
-                "{} connections held ({:.0}/s for {:.1} s)",
+                "{} connections opened and kept open by the attacker ({:.0}/s for {:.1} s)",
                 tally.connections,
                 tally.rate(),
                 tally.elapsed.as_secs_f64()
@@ -426,9 +426,14 @@ fn hostile(options: &Options, report: &mut String) {
         .iter()
         .map(|r| gap_ms(&r.setups, 0.99))
         .fold(0.0, f64::max);
+    let calm_setups: Vec<f64> = calm.iter().map(|r| gap_ms(&r.setups, 0.99)).collect();
+    let calm_spread = calm_setups.iter().copied().fold(0.0, f64::max)
+        - calm_setups.iter().copied().fold(f64::INFINITY, f64::min);
     let _ = writeln!(
         report,
-        "\nBeside the worse calm run (loss {:.3} %, setup p99 {calm_setup:.0} ms):\n",
+        "\nBeside the worse calm run (loss {:.3} %, setup p99 {calm_setup:.0} ms). One run \
+         per row: the two calm runs' setup p99 differ by {calm_spread:.0} ms, so a \
+         difference of that size is noise.\n",
         100.0 * calm_loss
     );
     for (attack, run) in &attacked {
