@@ -60,3 +60,10 @@ write("frame_header", "v4", frame_v4)
 write("frame_header", "v6", frame_v6)
 write("flow_table", "insert_lookup_expire", bytes([0, 1, 0, 2, 1, 1, 3, 200, 4, 0, 1, 2]))
 write("flow_table", "fill_and_remove", bytes(b for i in range(12) for b in (0, i)) + bytes([2, 3, 1, 3]))
+
+def rfc4571(message): return len(message).to_bytes(2, "big") + message
+# rfc4571_split: limit/4, chunk count, chunk sizes, then the stream.
+write("rfc4571_split", "three_messages", bytes([50, 3, 1, 7, 200]) + rfc4571(b"\x00\x01hello") + rfc4571(b"") + rfc4571(b"\x80" * 30) + b"\x00")
+write("rfc4571_split", "too_large", bytes([2, 1, 0]) + rfc4571(b"a") + b"\x00\x20")
+write("rfc4571_split", "byte_by_byte", bytes([255, 0, 0]) + rfc4571(bytes(range(100))) + rfc4571(bytes(range(50))))
+write("rfc4571_split", "partial_tail", bytes([10, 2, 4, 9]) + rfc4571(b"abcd") + b"\x00\x05ab")
