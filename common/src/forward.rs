@@ -51,9 +51,9 @@
 //! few round trips, a spoofer's blind traffic never does. (Protecting young unproven flows
 //! instead, and refusing newcomers while they are young, let an attacker that refills the
 //! table faster than that age keep every newcomer out: `perf resilience` measured 0 of 10
-//! sessions connecting against a 128-flow table.) Hints expire for new flows, so ufrags collected from
-//! past sessions buy nothing. What many sessions or spoofed sources can cost is bounded
-//! by the prefix and worker rates.
+//! sessions connecting against a 128-flow table.) Hints expire for new flows, so ufrags
+//! collected from past sessions buy nothing. What many sessions or spoofed sources can
+//! cost is bounded by the prefix and worker rates.
 //!
 //! # From the internal side (on the worker's internal port)
 //!

@@ -283,22 +283,34 @@ pub fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding(b: &Backend
         ..b.setup()
     });
     let transceiver = relay.net().transceiver();
-    let clients = clients_with_flows(&relay, &transceiver, 3);
-    // The relay's own accounting first (published every 50 ms): two forwarded, one
-    // refused. Only then count what arrived, so a slow machine cannot fail the count.
-    relay.wait_for("two forwarded, one table_full", |r| {
-        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 2.0
-            && r.drops("table_full") == 1.0
-            && r.total("ufrag_relay_flows_refused_total", "") == 1.0
+    // Two sessions' flows, proven (media both ways): a full table of them sheds nothing.
+    let clients = clients_with_flows(&relay, &transceiver, 2);
+    relay.wait_for("two flows", |r| {
+        r.total("ufrag_relay_flows_active", "") == 2.0
     });
     assert_eq!(transceiver.count_arrivals(), 2, "two flows fit");
-    for c in &clients[..2] {
+    for c in &clients {
+        prove_flow(&relay, &transceiver, c);
+    }
+    let third = relay.net().client();
+    third.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 2));
+    // The relay's own accounting first (published every 50 ms): one refused. Only then
+    // count what arrived, so a slow machine cannot fail the count.
+    relay.wait_for("one table_full", |r| {
+        r.drops("table_full") == 1.0 && r.total("ufrag_relay_flows_refused_total", "") == 1.0
+    });
+    for c in &clients {
         c.send(relay.vip(), &rtp(9));
     }
+    // Two requests, two datagrams from each client while proving, and these two.
     relay.wait_for("the old flows forwarded RTP", |r| {
-        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 4.0
+        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 8.0
     });
-    assert_eq!(transceiver.count_arrivals(), 2, "old flows keep forwarding");
+    assert_eq!(
+        transceiver.count_arrivals(),
+        2,
+        "the old flows keep forwarding; the refused request is not forwarded"
+    );
 }
 
 /// A backlog larger than one turn of the worker (relay-mio: 16 batches of 64) is drained
