@@ -5,7 +5,7 @@
 # may name a host), /etc/passwd and /etc/nsswitch.conf; it runs as uid 65532. Built with
 # Debian's buildah, run with Debian's podman. Then one real session goes through them: a
 # relay container, a transceiver container (host network, loopback addresses of this
-# run's own, the hint keys mounted read-only), and `perf session` (a str0m client) on the
+# run's own, the hint keys mounted read-only), and `ufrag-perf session` (a str0m client) on the
 # host: POST, ICE, DTLS, ping, echoed audio, DELETE.
 #
 #   scripts/images.sh             # build the three images and run the session
@@ -28,7 +28,7 @@ fi
 
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 echo "== release binaries"
-cargo build --locked --release -q -p relay-mio -p relay-afxdp -p transceiver -p perf
+cargo build --locked --release -q -p relay-mio -p relay-afxdp -p transceiver -p ufrag-perf
 
 # The system libraries a dynamically linked binary needs at run time, and glibc's NSS.
 libraries() {
@@ -97,7 +97,7 @@ echo "== a session through a relay-mio container to a transceiver container"
   "localhost/ufrag-relay/transceiver:$version" \
   --http-addr "$xcvr_ip:8080" --bind "$xcvr_ip:41000" --advertise "$relay_ip:3478" \
   --allow-relay-net 127.0.0.0/8 --hint-keys-file /etc/ufrag/hint.keys --log-format json >/dev/null
-if ! target/release/perf session --http "$xcvr_ip:8080" --local 127.91.$net.3; then
+if ! target/release/ufrag-perf session --http "$xcvr_ip:8080" --local 127.91.$net.3; then
   echo "!! the session through the containers failed; their logs:" >&2
   "${run[@]}" logs "ufrag-relay-$tag" >&2 || true
   "${run[@]}" logs "ufrag-xcvr-$tag" >&2 || true

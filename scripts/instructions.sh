@@ -34,7 +34,7 @@ for bench in "${benches[@]}"; do
   cargo bench --locked -q -p "${bench%%:*}" --bench "${bench#*:}" -- --save-summary=json \
     >target/iai-bench.log 2>&1 || { cat target/iai-bench.log; exit 1; }
 done
-gate() { cargo run --locked -q -p perf --bin perf -- gate --summaries "$summaries" "$@"; }
+gate() { cargo run --locked -q -p ufrag-perf --bin ufrag-perf -- gate --summaries "$summaries" "$@"; }
 if [ "${1:-}" = "--accept" ]; then
   gate --accept
   exit 0

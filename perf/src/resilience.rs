@@ -39,6 +39,32 @@ pub struct LiveRun {
 }
 
 impl LiveRun {
+    /// The run as the report's JSON has it.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "sessions": self.sessions,
+            "refused_posts": self.refused_posts,
+            "connected": self.connected,
+            "setup_ms": {
+                "p50": gap_ms(&self.setups, 0.5),
+                "p99": gap_ms(&self.setups, 0.99),
+                "max": gap_ms(&self.setups, 1.0),
+            },
+            "audio_sent": self.sent,
+            "audio_echoed": self.received,
+            "loss": self.loss(),
+            "longest_gap_on_the_wire_ms": {
+                "p50": gap_ms(&self.gaps, 0.5),
+                "p99": gap_ms(&self.gaps, 0.99),
+                "max": gap_ms(&self.gaps, 1.0),
+            },
+            "longest_gap_delivered_ms": {
+                "p50": gap_ms(&self.delivered_gaps, 0.5),
+                "max": gap_ms(&self.delivered_gaps, 1.0),
+            },
+        })
+    }
+
     /// Share of the audio whose echo never came back.
     pub fn loss(&self) -> f64 {
         if self.sent == 0 {

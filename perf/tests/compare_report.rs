@@ -47,7 +47,7 @@ fn compare(args: &[&str], max_pps: &str) -> Written {
     } else {
         &["--rounds", "0"]
     };
-    let run = std::process::Command::new(bin("perf"))
+    let run = std::process::Command::new(bin("ufrag-perf"))
         .arg("compare")
         .args(args)
         .args(repeats)
@@ -278,23 +278,25 @@ fn an_interleaved_compare_alternates_the_two_af_xdp_layers_and_compares_them() {
 /// A run stopped by SIGINT (by hand, or a CI timeout's SIGTERM) mid-trial deletes its
 /// testbed's namespaces and exits 130.
 #[test]
-fn an_interrupted_compare_deletes_its_testbed() {
+fn an_interrupted_compare_deletes_its_testbed_and_keeps_the_rounds_it_finished() {
     use std::io::{BufRead, BufReader};
     require_root();
     let _machine = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     bin("relay-mio");
     let out = std::env::temp_dir().join(format!("ufrag-compare-int-{}.md", std::process::id()));
-    let mut run = std::process::Command::new(bin("perf"))
+    let mut run = std::process::Command::new(bin("ufrag-perf"))
         .args([
             "compare",
             "--only",
             "mio",
             "--rounds",
-            "1",
+            "2",
+            "--loads",
+            "10000",
             "--repeats",
             "1",
         ])
-        .args(["--trial", "2s", "--max-pps", "20000"])
+        .args(["--trial", "1s", "--max-pps", "20000"])
         .arg("--out")
         .arg(&out)
         .stderr(std::process::Stdio::piped())
@@ -311,20 +313,41 @@ fn an_interrupted_compare_deletes_its_testbed() {
             .filter(|l| l.starts_with(&prefix))
             .count()
     };
-    // Wait until relay-mio's trials have begun, bounded by the progress lines.
+    // Wait until the second round has begun (the first is written), bounded by the
+    // progress lines.
     let mut progress = BufReader::new(run.stderr.take().unwrap()).lines();
     let measuring = progress
         .by_ref()
         .take(200)
         .map_while(Result::ok)
-        .any(|line| line.starts_with("round 1/1: relay-mio"));
-    assert!(measuring, "relay-mio's trials never began");
-    assert!(namespaces() > 0, "the testbed is up while it searches");
+        .any(|line| line.starts_with("round 2/2: "));
+    assert!(measuring, "the second round never began");
+    assert!(namespaces() > 0, "the testbed is up while it measures");
     send_signal(run.id(), "INT");
     let status = run.wait().expect("perf compare ends");
     assert_eq!(status.code(), Some(130), "{status:?}");
     assert_eq!(namespaces(), 0, "no namespace of the run is left");
-    let _ = std::fs::remove_file(&out);
+    // What the first round measured is kept, said to be partial, in both formats.
+    let report = std::fs::read_to_string(&out).expect("a partial report");
+    assert!(
+        report.contains("**Partial report**: 1 of 2 rounds done"),
+        "{report}"
+    );
+    assert!(report.contains("relay-mio"), "{report}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .expect("the partial JSON parses");
+    assert!(
+        json["partial"]
+            .as_str()
+            .is_some_and(|p| p.starts_with("1 of 2"))
+    );
+    let samples = json["cost"]["samples"].as_array().expect("samples");
+    assert_eq!(samples.len(), 2, "round 1's two setups: {samples:?}");
+    assert!(samples.iter().all(|s| s["round"] == 1));
+    for written in ["md", "json", "svg"] {
+        let _ = std::fs::remove_file(out.with_extension(written));
+    }
 }
 
 /// Sends SIG`signal` to `pid` with kill(1).
@@ -437,7 +460,7 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
     let dir = std::env::temp_dir().join(format!("ufrag-compare-hog-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("compare.md");
-    let mut run = std::process::Command::new(bin("perf"))
+    let mut run = std::process::Command::new(bin("ufrag-perf"))
         .args(["compare", "--only", "mio,afxdp-skb-wakeup", "--rounds", "4"])
         .args(["--loads", "5000", "--trial", "300ms", "--no-search"])
         .arg("--out")
@@ -512,7 +535,7 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
 /// A typo in `--only` is refused before anything starts, naming the setups there are.
 #[test]
 fn an_unknown_setup_is_refused_with_the_known_ones() {
-    let run = std::process::Command::new(bin("perf"))
+    let run = std::process::Command::new(bin("ufrag-perf"))
         .args(["compare", "--only", "mio,afxdp-skbb"])
         .output()
         .expect("perf compare runs");
@@ -522,4 +545,46 @@ fn an_unknown_setup_is_refused_with_the_known_ones() {
         stderr.contains("afxdp-skbb") && stderr.contains("afxdp-skb-wakeup"),
         "{stderr}"
     );
+}
+
+/// A bad option value and a missing peer each stop the run before anything starts, with
+/// one line naming the problem (and how to install what is missing).
+#[test]
+fn a_bad_value_and_a_missing_peer_are_named_before_any_trial() {
+    require_root();
+    let compare = |args: &[&str], path: &str| {
+        let run = std::process::Command::new(bin("ufrag-perf"))
+            .arg("compare")
+            .args(args)
+            .env("PATH", path)
+            .output()
+            .expect("perf compare runs");
+        (
+            run.status.code(),
+            String::from_utf8_lossy(&run.stderr).into_owned(),
+        )
+    };
+    let path = std::env::var("PATH").unwrap_or_default();
+    let (code, stderr) = compare(&["--workers", "0"], &path);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--workers 0"), "{stderr}");
+    let (code, stderr) = compare(&["--loads", "fast"], &path);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("fast"), "{stderr}");
+    // nginx (and nft) cannot be found on an empty PATH.
+    let empty = std::env::temp_dir().join(format!("ufrag-empty-path-{}", std::process::id()));
+    std::fs::create_dir_all(&empty).unwrap();
+    let empty_path = empty.to_str().unwrap();
+    let (code, stderr) = compare(&["--only", "nginx"], empty_path);
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("not installed"))
+        .unwrap_or_else(|| panic!("no line names it: {stderr}"));
+    assert!(
+        line.contains("nginx") && line.contains("scripts/bench.sh"),
+        "{line}"
+    );
+    assert!(!stderr.contains("round "), "no trial began: {stderr}");
+    let _ = std::fs::remove_dir(&empty);
 }

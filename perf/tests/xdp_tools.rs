@@ -430,7 +430,7 @@ fn perf_gen_and_perf_sink_measure_between_two_hosts() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let Tools { bed, xcv, .. } = tools();
-    let perf = env!("CARGO_BIN_EXE_perf");
+    let perf = env!("CARGO_BIN_EXE_ufrag-perf");
     let mut sink = Command::new(perf)
         .args(["sink", "--netns", &bed.transceiver.ns, "--interface"])
         .args([

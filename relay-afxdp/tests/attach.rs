@@ -88,7 +88,7 @@ fn native_mode_attaches_passes_the_kernel_its_traffic_and_goes_away_on_sigkill()
 fn check_af_xdp_echo(mode: &str) {
     require_root();
     // Built before xsk_echo starts: it waits only so long for the probe.
-    let perf = bin("perf");
+    let perf = bin("ufrag-perf");
     let bed = Testbed::up().unwrap();
     let mut command = bed
         .relay

@@ -15,7 +15,7 @@ use std::sync::Mutex;
 static BUILT: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
 /// The binary `name` of the workspace package of the same name (`relay-mio`,
-/// `relay-afxdp`, `transceiver`, `perf`), built if needed.
+/// `relay-afxdp`, `transceiver`, `ufrag-perf`), built if needed.
 pub fn bin(name: &str) -> PathBuf {
     build(name, &["--bin", name]);
     profile_dir().join(name)

@@ -480,7 +480,7 @@ pub mod tools {
         let transceiver = SocketAddr::new(bed.transceiver.ip(ipv6), 41000).to_string();
         let mut command = bed
             .transceiver
-            .command(bin("perf").to_str().expect("UTF-8 path"));
+            .command(bin("ufrag-perf").to_str().expect("UTF-8 path"));
         command
             .args(["fake-transceiver", "--bind", &transceiver, "--idle", "5s"])
             .stdout(Stdio::null());
@@ -488,7 +488,7 @@ pub mod tools {
         std::thread::sleep(Duration::from_millis(200));
         let probe = bed
             .client
-            .command(bin("perf").to_str().expect("UTF-8 path"))
+            .command(bin("ufrag-perf").to_str().expect("UTF-8 path"))
             .args([
                 "relay-probe",
                 "--vip",

@@ -170,8 +170,8 @@ pub fn start_transceiver_as_deployed(
     child
 }
 
-/// Prints the Markdown report and writes it to `out`, with the rows as JSON lines next to
-/// it (`.jsonl`) when there are rows.
+/// Prints the Markdown report and writes it to `out`, with `json` beside it (`.json`)
+/// when given.
 pub fn write_report(out: &std::path::Path, report: &str, json: Option<String>) {
     print!("{report}");
     if let Some(dir) = out.parent() {
@@ -182,4 +182,64 @@ pub fn write_report(out: &std::path::Path, report: &str, json: Option<String>) {
         std::fs::write(out.with_extension("json"), json).expect("write json");
     }
     eprintln!("report: {}", out.display());
+}
+
+/// The Markdown report's tables as JSON, for a report whose rows are only written as
+/// tables: `{"tables": [{"section", "columns", "rows": [{column: cell}]}]}`, each under
+/// the `#` heading it follows; a cell that is a plain number is a JSON number.
+pub fn tables_json(markdown: &str) -> serde_json::Value {
+    let cells = |line: &str| -> Vec<String> {
+        let inner = line.trim().trim_start_matches('|').trim_end_matches('|');
+        inner.split('|').map(|c| c.trim().to_string()).collect()
+    };
+    let mut tables = vec![];
+    let mut section = String::new();
+    let mut lines = markdown.lines().peekable();
+    while let Some(line) = lines.next() {
+        if let Some(heading) = line.strip_prefix('#') {
+            section = heading.trim_start_matches('#').trim().to_string();
+            continue;
+        }
+        let is_rule = |l: &str| l.starts_with("|-") || l.starts_with("|:");
+        if !(line.starts_with('|') && lines.peek().is_some_and(|next| is_rule(next))) {
+            continue;
+        }
+        let columns = cells(line);
+        lines.next();
+        let mut rows = vec![];
+        while let Some(row) = lines.next_if(|l| l.starts_with('|')) {
+            let object: serde_json::Map<String, serde_json::Value> = columns
+                .iter()
+                .zip(cells(row))
+                .map(|(column, cell)| {
+                    let value = cell
+                        .parse::<f64>()
+                        .ok()
+                        .and_then(serde_json::Number::from_f64)
+                        .map_or(serde_json::Value::String(cell), serde_json::Value::Number);
+                    (column.clone(), value)
+                })
+                .collect();
+            rows.push(serde_json::Value::Object(object));
+        }
+        tables.push(serde_json::json!({ "section": section, "columns": columns, "rows": rows }));
+    }
+    serde_json::json!({ "tables": tables })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tables_json;
+
+    #[test]
+    fn a_reports_tables_become_rows_under_their_heading() {
+        let md = "# Report\n\ntext | not a table\n\n## Setup times\n\n| path | sessions | p50 ms |\n|---|---:|---|\n| relayed | 20 | 12 / 18 |\n| direct | 20 | 9 / 11 |\n\nafter\n";
+        let json = tables_json(md);
+        let tables = json["tables"].as_array().unwrap();
+        assert_eq!(tables.len(), 1);
+        assert_eq!(tables[0]["section"], "Setup times");
+        assert_eq!(tables[0]["rows"][0]["path"], "relayed");
+        assert_eq!(tables[0]["rows"][0]["sessions"], 20.0);
+        assert_eq!(tables[0]["rows"][1]["p50 ms"], "9 / 11");
+    }
 }

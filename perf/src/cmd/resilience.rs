@@ -70,45 +70,53 @@ fn relay_drops(metrics: SocketAddr) -> BTreeMap<String, f64> {
     testkit::http::metric_by_label(&text, "ufrag_relay_drops_total", "reason")
 }
 
-/// The counters by label that grew from `before` to `after`, largest first:
-/// "`label` n, …".
-fn counted_since(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> String {
-    let mut grown: Vec<(&String, f64)> = after
+/// How much each counter by label grew from `before` to `after` (those that did).
+fn grown(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
         .iter()
-        .map(|(k, v)| (k, v - before.get(k).copied().unwrap_or(0.0)))
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
         .filter(|(_, v)| *v > 0.0)
-        .collect();
-    grown.sort_by(|a, b| b.1.total_cmp(&a.1));
-    grown
+        .collect()
+}
+
+/// Counters by label, largest first: "`label` n, …".
+fn listed(counts: &BTreeMap<String, f64>) -> String {
+    let mut sorted: Vec<(&String, &f64)> = counts.iter().collect();
+    sorted.sort_by(|a, b| b.1.total_cmp(a.1));
+    sorted
         .iter()
         .map(|(k, v)| format!("`{k}` {v:.0}"))
         .collect::<Vec<_>>()
         .join(", ")
 }
 
-/// Runs the chosen sections and writes the report to `options.out`.
+/// Runs the chosen sections and writes the report to `options.out`, with its rows as
+/// JSON beside it (`.json`).
 pub fn resilience(options: &Options) {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let mut report = format!(
         "# Live sessions under junk, attacks and relay restarts\n\nCommand: `{command}`\n\n"
     );
+    let mut rows = Vec::new();
     if options.sections.contains(&Section::Junk) || options.sections.contains(&Section::Restart) {
-        junk_and_restarts(options, &mut report);
+        junk_and_restarts(options, &mut report, &mut rows);
     }
     if options.sections.contains(&Section::Hostile) {
-        hostile(options, &mut report);
+        hostile(options, &mut report, &mut rows);
     }
     let out = &options.out;
     if let Some(dir) = out.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
     std::fs::write(out, &report).expect("write the report");
+    let json = serde_json::json!({ "command": command, "rows": rows });
+    std::fs::write(out.with_extension("json"), json.to_string()).expect("write the JSON");
     println!("{report}");
     eprintln!("report: {}", out.display());
 }
 
 /// The junk and restart sections.
-fn junk_and_restarts(options: &Options, into: &mut String) {
+fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_json::Value>) {
     use crate::resilience::{JUNK_KINDS, junk_flood, talk_while};
     use std::fmt::Write as _;
     let (n, talk, junk_factor) = (options.sessions, options.talk, options.junk_factor);
@@ -133,7 +141,13 @@ fn junk_and_restarts(options: &Options, into: &mut String) {
          starts {lead:?} in. Clients, relay, transceiver, Redis and the junk sender share \
          the machine's 2 vCPUs.\n"
     );
-    let row = |report: &mut String, name: &str, run: &LiveRun, extra: &str| {
+    let mut row = |report: &mut String, section: &str, name: &str, run: &LiveRun, extra: &str| {
+        rows.push(serde_json::json!({
+            "section": section,
+            "row": name,
+            "live": run.json(),
+            "notes": extra,
+        }));
         let _ = writeln!(
             report,
             "| {name} | {}/{} | {} | {} | {:.3} % | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {extra} |",
@@ -163,7 +177,7 @@ fn junk_and_restarts(options: &Options, into: &mut String) {
         let _ = writeln!(report, "|---|---:|---:|---:|---:|---|---|---|");
         eprintln!("resilience: baseline…");
         let (baseline, ()) = talk_while(http, clients, n, talk, lead, || ());
-        row(&mut report, "no junk", &baseline, "none");
+        row(&mut report, "junk", "no junk", &baseline, "none");
         eprintln!("resilience: junk flood…");
         let keys = testkit::keys::keys();
         // An authentic request for a session nobody holds (the transceiver knows no such
@@ -176,10 +190,11 @@ fn junk_and_restarts(options: &Options, into: &mut String) {
         let (junked, sent) = talk_while(http, clients, n, talk, lead, || {
             junk_flood(vip, loopback_ip(94), 64, rate, talk / 2, &valid).unwrap_or(0)
         });
-        let reasons = counted_since(&before, &relay_drops(metrics));
+        let reasons = listed(&grown(&before, &relay_drops(metrics)));
         let lookups_answered = misses() - misses_before;
         row(
             &mut report,
+            "junk",
             &format!("junk at {junk_factor}× the live rate"),
             &junked,
             &format!(
@@ -223,9 +238,10 @@ fn junk_and_restarts(options: &Options, into: &mut String) {
                 killed.elapsed()
             });
             let counter = |name: &str| testkit::http::metric(None, metrics, name);
-            let drops = counted_since(&BTreeMap::new(), &relay_drops(metrics));
+            let drops = listed(&relay_drops(metrics));
             row(
                 &mut report,
+                "restart",
                 name,
                 &run,
                 &format!(
@@ -258,7 +274,7 @@ fn by_label(addr: SocketAddr, family: &str, label: &str) -> BTreeMap<String, f64
 /// The hostile section: for the calm run and each attack, a fresh relay-mio (2 workers,
 /// 128 flows each, an ICE-TCP VIP, its own limits), the attack started, and `sessions`
 /// new sessions signing up from their own addresses while it runs.
-fn hostile(options: &Options, report: &mut String) {
+fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Value>) {
     use std::fmt::Write as _;
     let (n, talk, rate) = (options.sessions, options.talk, options.attack_rate);
     const RAMP: Duration = Duration::from_secs(2);
@@ -311,18 +327,18 @@ fn hostile(options: &Options, report: &mut String) {
         "| attack | what the attacker sent | connected | POSTs refused | setup p50 / p99 / max ms | loss | longest gap on the wire p50 / max ms | what the relay and the transceiver refused |"
     );
     let _ = writeln!(report, "|---|---|---:|---:|---|---:|---|---|");
-    let mut rows: Vec<Attack> = vec![Attack::Calm];
-    rows.extend(options.attacks.iter().filter(|a| **a != Attack::Calm));
-    if rows.len() > 1 {
-        rows.push(Attack::Calm);
+    let mut order: Vec<Attack> = vec![Attack::Calm];
+    order.extend(options.attacks.iter().filter(|a| **a != Attack::Calm));
+    if order.len() > 1 {
+        order.push(Attack::Calm);
     }
     let mut calm: Vec<LiveRun> = Vec::new();
     let mut attacked: Vec<(Attack, LiveRun)> = Vec::new();
-    for (i, attack) in rows.iter().copied().enumerate() {
+    for (i, attack) in order.iter().copied().enumerate() {
         eprintln!(
             "resilience: hostile {}/{}: {}…",
             i + 1,
-            rows.len(),
+            order.len(),
             attack.label()
         );
         let mut relay = start_relay_as_deployed(2, vip, internal, metrics, &relay_flags);
@@ -344,17 +360,30 @@ fn hostile(options: &Options, report: &mut String) {
             |stop| run_attack(attack, &target, sources, rate, stop, limit),
         );
         let tally = tally.unwrap_or_else(|e| panic!("{}: {e}", attack.label()));
-        let relay_refused = counted_since(&BTreeMap::new(), &relay_drops(metrics));
-        let tcp_closed = counted_since(
-            &BTreeMap::new(),
-            &by_label(
-                metrics,
-                "ufrag_relay_tcp_connections_closed_total",
-                "reason",
-            ),
+        let relay_refused = relay_drops(metrics);
+        let tcp_closed = by_label(
+            metrics,
+            "ufrag_relay_tcp_connections_closed_total",
+            "reason",
         );
         let shed = testkit::http::metric(None, metrics, "ufrag_relay_flows_shed_total");
-        let transceiver_refused = counted_since(&refused_before, &refusals());
+        let transceiver_refused = grown(&refused_before, &refusals());
+        rows.push(serde_json::json!({
+            "section": "hostile",
+            "row": attack.label(),
+            "attack": format!("{attack:?}"),
+            "live": run.json(),
+            "attacker": {
+                "sent": tally.sent,
+                "connections": tally.connections,
+                "per_second": tally.rate(),
+                "seconds": tally.elapsed.as_secs_f64(),
+            },
+            "relay_drops": grown(&BTreeMap::new(), &relay_refused),
+            "ice_tcp_closes": grown(&BTreeMap::new(), &tcp_closed),
+            "signaling_refusals": transceiver_refused,
+            "unproven_flows_shed": shed,
+        }));
         relay.0.stop();
         let sent = match attack {
             Attack::Calm => "–".to_string(),
@@ -379,13 +408,13 @@ fn hostile(options: &Options, report: &mut String) {
             ),
         };
         let mut refused = vec![];
-        for (what, list) in [
-            ("relay drops", relay_refused),
-            ("ICE-TCP closes", tcp_closed),
+        for (what, counts) in [
+            ("relay drops", grown(&BTreeMap::new(), &relay_refused)),
+            ("ICE-TCP closes", grown(&BTreeMap::new(), &tcp_closed)),
             ("signaling refusals", transceiver_refused),
         ] {
-            if !list.is_empty() {
-                refused.push(format!("{what}: {list}"));
+            if !counts.is_empty() {
+                refused.push(format!("{what}: {}", listed(&counts)));
             }
         }
         if shed > 0.0 {
@@ -416,7 +445,7 @@ fn hostile(options: &Options, report: &mut String) {
         }
     }
     let _ = writeln!(report, "\nWhat each attacker does:\n");
-    for attack in rows.iter().filter(|a| **a != Attack::Calm) {
+    for attack in order.iter().filter(|a| **a != Attack::Calm) {
         let _ = writeln!(report, "- **{}**: {}.", attack.label(), attack.how());
     }
     // Beside the calm runs: the worse of the two (so a drift of the host over the section

@@ -429,5 +429,10 @@ pub fn sessions(
          connected), not over signaling and connecting."
     );
     drop(relayed);
-    write_report(out, &report, None);
+    // Its tables as JSON beside it.
+    write_report(
+        out,
+        &report,
+        Some(super::children::tables_json(&report).to_string()),
+    );
 }

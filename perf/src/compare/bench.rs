@@ -170,6 +170,17 @@ impl Bench {
         })
     }
 
+    /// The CPU list for a relay of `workers` workers: the forwarder's core first, then
+    /// the others, the load tools' core ([`crate::load::LOAD_CPU`]) last.
+    pub fn worker_cpus(&self, workers: usize) -> String {
+        worker_cpus(
+            self.forwarder_cpu,
+            workers,
+            crate::load::LOAD_CPU,
+            host_cpus(),
+        )
+    }
+
     /// The transceivers' network our relays allow.
     pub fn transceiver_net(&self) -> &'static str {
         if self.ipv6 {
@@ -370,5 +381,36 @@ impl Bench {
             sampler: nothing,
             settle: SETTLE,
         }
+    }
+}
+
+/// The CPUs this process may run on.
+fn host_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `workers` CPUs out of `cpus`: `forwarder` first, then the others in order, `tools`
+/// last; comma-separated, as the relays' `--cpus` takes them.
+fn worker_cpus(forwarder: usize, workers: usize, tools: usize, cpus: usize) -> String {
+    let others = (0..cpus).filter(|c| *c != forwarder && *c != tools);
+    std::iter::once(forwarder)
+        .chain(others)
+        .chain((tools != forwarder).then_some(tools))
+        .take(workers)
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod worker_cpu_tests {
+    use super::worker_cpus;
+
+    #[test]
+    fn workers_take_the_forwarders_core_first_and_the_tools_core_last() {
+        assert_eq!(worker_cpus(1, 1, 0, 2), "1");
+        assert_eq!(worker_cpus(1, 2, 0, 2), "1,0");
+        assert_eq!(worker_cpus(2, 3, 0, 8), "2,1,3");
+        assert_eq!(worker_cpus(1, 8, 0, 8), "1,2,3,4,5,6,7,0");
     }
 }

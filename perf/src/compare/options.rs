@@ -80,6 +80,15 @@ pub struct Options {
     /// The forwarder's CPU.
     #[arg(long, default_value_t = 1)]
     pub forwarder_cpu: usize,
+    /// Worker counts to sweep (comma-separated): relay-mio's rows are measured with each
+    /// (`mio-w2`, …) beside its one-worker row, which stays the baseline. A relay's
+    /// workers are pinned to the forwarder's CPU first, then to the others.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub workers: Vec<usize>,
+    /// Leave out setups whose program is not installed (each named, in the report too)
+    /// instead of stopping before the first trial.
+    #[arg(long)]
+    pub skip_missing: bool,
     /// Where to write the Markdown report (JSON and SVG go next to it).
     #[arg(long, default_value = "target/perf/compare.md")]
     pub out: PathBuf,
@@ -109,6 +118,12 @@ impl Options {
         }
         if self.rounds == 0 && self.no_search {
             return Err("--rounds 0 with --no-search measures nothing".into());
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if let Some(w) = self.workers.iter().find(|w| **w == 0 || **w > cpus) {
+            return Err(format!(
+                "--workers {w}: between 1 and this host's {cpus} CPUs"
+            ));
         }
         Ok(())
     }
@@ -143,7 +158,22 @@ impl Options {
                 }
                 why.is_none()
             })
-            .collect();
-        (setups, left_out)
+            .collect::<Vec<&'static Setup>>();
+        // The worker sweep: each sweepable row again with every other worker count.
+        let mut swept = vec![];
+        for setup in setups {
+            swept.push(setup);
+            for &workers in self.workers.iter().filter(|w| **w != setup.workers) {
+                if setup.sweeps_workers() {
+                    swept.push(setup.with_workers(workers));
+                } else if matches!(setup.kind, setups::Kind::Relay { .. }) {
+                    left_out.push((
+                        format!("{}, {workers} workers", setup.name),
+                        "needs one RX queue per worker; the veth testbed has one",
+                    ));
+                }
+            }
+        }
+        (swept, left_out)
     }
 }

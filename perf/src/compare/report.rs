@@ -27,6 +27,9 @@ pub struct Measured<'a> {
     pub seed: u64,
     /// The environment record.
     pub environment: &'a serde_json::Value,
+    /// Where the run was when this was written, if it has not finished: the report is
+    /// rewritten as rounds and phases finish, so an interrupted run keeps what it measured.
+    pub partial: Option<String>,
 }
 
 /// The cost table: each row's net µs per packet at each load, pooled, its ratio to
@@ -65,6 +68,71 @@ fn cost_table(rows: &[RowCost], loads: &[u64]) -> String {
             )),
             r.rounds_kept,
             r.rounds_run
+        );
+    }
+    out
+}
+
+/// How a worker count's per-packet cost compares with one worker's, from the interval of
+/// the per-round ratio: flat within ±10 %, else costlier or cheaper, unless the interval
+/// reaches across a bound.
+fn scaling_word(ratio: Option<Interval>) -> &'static str {
+    match ratio {
+        None => "not measured",
+        Some(r) if r.low >= 0.9 && r.high <= 1.1 => "flat: no contention between workers",
+        Some(r) if r.low > 1.1 => "costlier per packet",
+        Some(r) if r.high < 0.9 => "cheaper per packet",
+        Some(_) => "inconclusive",
+    }
+}
+
+/// relay-mio's rows by worker count (`--workers`): cost per packet, its ratio to one
+/// worker's, and the sessions a host of that many cores carries at that cost.
+fn scaling_table(rows: &[RowCost], workers: &[usize]) -> String {
+    let swept: Vec<(usize, &RowCost)> = rows
+        .iter()
+        .filter_map(|r| {
+            let setup = super::setups::by_key(&r.setup)?;
+            (setup.sweeps_workers() && setup.table_key() == BASELINE).then_some((setup.workers, r))
+        })
+        .collect();
+    if swept.len() < 2 {
+        return String::new();
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut out = String::from(
+        "\n## Scaling across workers (relay-mio, `--workers`)\n\nThe same fixed loads with the \
+         flows spread over more workers (SO_REUSEPORT), every CPU counted as above. Flat cost \
+         per packet means the workers do not contend; a host of N cores then carries N times \
+         the sessions of one.\n\n| workers | µs per packet | ratio to 1 worker | per packet | \
+         voice sessions per core | voice sessions per host of that many cores |\n|---:|---:|---:|---|---:|---:|\n",
+    );
+    let label = |i: Option<Interval>, digits: usize| i.map_or("–".into(), |i| i.label(digits));
+    for (n, r) in &swept {
+        let per_core = r.pooled.map(|p| sessions_per_core(p.median));
+        let _ = writeln!(
+            out,
+            "| {n} | {} | {} | {} | {} | {} |",
+            label(r.pooled, 2),
+            label(r.ratio_to_baseline, 2),
+            if *n == 1 {
+                "the baseline"
+            } else {
+                scaling_word(r.ratio_to_baseline)
+            },
+            per_core.map_or("–".into(), |s| format!("{s:.0}")),
+            per_core.map_or("–".into(), |s| format!("{:.0}", s * *n as f64)),
+        );
+    }
+    let most = workers.iter().copied().max().unwrap_or(1);
+    if most >= cpus {
+        let _ = writeln!(
+            out,
+            "\nThis host has {cpus} CPUs, so {most} workers share a core with the load tools (every \
+             CPU's busy time is counted, so the cost per packet stays comparable), the maximum \
+             rate cannot show scaling (the generator competes with the workers), and more than \
+             {cpus} workers cannot run. What it shows is whether the cost per packet stays flat \
+             when the flows are spread over the workers."
         );
     }
     out
@@ -176,6 +244,13 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         options.flows,
         if options.ipv6 { ", IPv6" } else { "" }
     );
+    if let Some(progress) = &m.partial {
+        let _ = writeln!(
+            md,
+            "> **Partial report**: {progress}. The run is still going or was interrupted; \
+             this file is rewritten as rounds and phases finish.\n"
+        );
+    }
     if m.samples.is_empty() {
         md.push_str(
             "No fixed-load rounds ran (`--rounds 0`, or a direction other than up): no cost verdict; \
@@ -186,6 +261,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             &verdict, &rows, BASELINE, name_of,
         ));
         md.push_str(&cost_table(&rows, &options.loads));
+        md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&per_round_table(&rows, options.rounds));
         md.push_str(&notes::rounds_method(options, m.seed));
         md.push_str(&notes::host_gate_method());
@@ -258,6 +334,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     }
     let mut json = crate::report::json(&searched.rows, m.environment);
     json["cost"] = cost_json(&verdict, &rows, m.samples, options, m.seed);
+    json["partial"] = serde_json::json!(m.partial);
     let cost_bars: Vec<(String, Option<crate::stats::Spread>)> = rows
         .iter()
         .map(|r| {
@@ -279,13 +356,31 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     if let Some(dir) = options.out.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    print!("{md}");
-    std::fs::write(&options.out, md)?;
-    std::fs::write(
-        options.out.with_extension("json"),
-        serde_json::to_string_pretty(&json).expect("JSON"),
+    if m.partial.is_none() {
+        print!("{md}");
+    }
+    write_whole(&options.out, md.as_bytes())?;
+    write_whole(
+        &options.out.with_extension("json"),
+        serde_json::to_string_pretty(&json)
+            .expect("JSON")
+            .as_bytes(),
     )?;
-    std::fs::write(svg_name, svg)?;
-    eprintln!("report: {}", options.out.display());
+    write_whole(&svg_name, svg.as_bytes())?;
+    let what = if m.partial.is_some() {
+        "partial report"
+    } else {
+        "report"
+    };
+    eprintln!("{what}: {}", options.out.display());
     Ok(())
+}
+
+/// Writes `bytes` to `path` whole or not at all (a file beside it, then renamed over it):
+/// a run interrupted while writing leaves the last complete report.
+fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut temporary = path.as_os_str().to_owned();
+    temporary.push(".writing");
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, path)
 }

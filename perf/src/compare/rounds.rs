@@ -62,8 +62,14 @@ pub fn clock_seed() -> u64 {
         .map_or(1, |d| d.as_nanos() as u64)
 }
 
-/// Runs the rounds on `bench`; every sample, in the order taken.
-pub fn run(bench: &Bench, setups: &[&'static Setup], plan: &Plan) -> Vec<Sample> {
+/// Runs the rounds on `bench`; every sample, in the order taken. After each round,
+/// `round_done` gets the samples so far and the rounds done (for a partial report).
+pub fn run(
+    bench: &Bench,
+    setups: &[&'static Setup],
+    plan: &Plan,
+    round_done: &mut dyn FnMut(&[Sample], usize),
+) -> Vec<Sample> {
     let mut shuffler = Shuffler::new(plan.seed);
     let mut samples = vec![];
     let mut fastest_calibration: Option<f64> = None;
@@ -109,6 +115,7 @@ pub fn run(bench: &Bench, setups: &[&'static Setup], plan: &Plan) -> Vec<Sample>
                 reading: Some(reading),
             });
         }
+        round_done(&samples, round);
     }
     samples
 }

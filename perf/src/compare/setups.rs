@@ -53,6 +53,8 @@ pub struct Setup {
     pub kind: Kind,
     /// In a default run.
     pub default: bool,
+    /// Its workers (our relays; 1 for everything else).
+    pub workers: usize,
 }
 
 const fn relay(
@@ -72,6 +74,7 @@ const fn relay(
             xdp_mode,
         },
         default,
+        workers: 1,
     }
 }
 
@@ -81,6 +84,7 @@ const fn other(key: &'static str, name: &'static str, kind: Kind, default: bool)
         name,
         kind,
         default,
+        workers: 1,
     }
 }
 
@@ -199,9 +203,21 @@ pub fn keys() -> Vec<&'static str> {
     SETUPS.iter().map(|s| s.key).collect()
 }
 
-/// The setup called `key`.
+/// The setup called `key`: one of the table's, or a worker-count variant made by
+/// [`Setup::with_workers`].
 pub fn by_key(key: &str) -> Option<&'static Setup> {
-    SETUPS.iter().find(|s| s.key == key)
+    SETUPS.iter().find(|s| s.key == key).or_else(|| {
+        let made = VARIANTS.lock().unwrap_or_else(|e| e.into_inner());
+        made.iter().copied().find(|s| s.key == key)
+    })
+}
+
+/// The worker-count variants made in this process, each made once and kept for the run.
+static VARIANTS: std::sync::Mutex<Vec<&'static Setup>> = std::sync::Mutex::new(Vec::new());
+
+/// The key of `key`'s variant with `workers` workers.
+pub fn variant_key(key: &str, workers: usize) -> String {
+    format!("{key}-w{workers}")
 }
 
 /// The report's name for `key` (the key itself if unknown).
@@ -245,6 +261,49 @@ pub enum Running {
 }
 
 impl Setup {
+    /// The key of the table's setup this one was made from (itself for the table's).
+    pub fn table_key(&self) -> &'static str {
+        SETUPS
+            .iter()
+            .find(|s| s.kind == self.kind)
+            .map_or(self.key, |s| s.key)
+    }
+
+    /// Whether `--workers` can sweep it here: relay-mio (its workers share one port with
+    /// SO_REUSEPORT). relay-afxdp needs an RX queue per worker, and the veth testbed has
+    /// one.
+    pub fn sweeps_workers(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::Relay {
+                binary: "relay-mio",
+                ..
+            }
+        )
+    }
+
+    /// This setup with `workers` workers (`mio-w2`, "relay-mio, 2 workers"), made once
+    /// per run and kept for it (the report's rows name setups for the whole run).
+    pub fn with_workers(&'static self, workers: usize) -> &'static Setup {
+        if workers == self.workers {
+            return self;
+        }
+        let key = variant_key(self.key, workers);
+        let mut made = VARIANTS.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = made.iter().copied().find(|s| s.key == key) {
+            return found;
+        }
+        let variant: &'static Setup = Box::leak(Box::new(Setup {
+            key: Box::leak(key.into_boxed_str()),
+            name: Box::leak(format!("{}, {workers} workers", self.name).into_boxed_str()),
+            workers,
+            default: false,
+            ..*self
+        }));
+        made.push(variant);
+        variant
+    }
+
     /// Whether it busy-polls (its core is 100 % busy by construction).
     pub fn busy_polls(&self) -> bool {
         matches!(self.kind, Kind::Relay { flags, .. } if flags.contains(&"busy"))
@@ -259,8 +318,11 @@ impl Setup {
         };
         match self.kind {
             Kind::Nftables => needs("nft", "apt-get install nftables"),
-            Kind::Nginx => needs("nginx", "scripts/bench.sh"),
-            Kind::Quilkin { .. } => needs("quilkin", "scripts/bench.sh"),
+            Kind::Nginx => needs(
+                "nginx",
+                "scripts/bench.sh (or apt-get install nginx-light libnginx-mod-stream)",
+            ),
+            Kind::Quilkin { .. } => needs("quilkin", "scripts/bench.sh --full"),
             Kind::Relay { binary, .. } => (!exe_dir.join(binary).exists()).then(|| {
                 format!(
                     "{}: {binary} not built (cargo build --release -p {binary})",
@@ -386,8 +448,8 @@ impl Setup {
         }
     }
 
-    /// Starts one of our relays in the relay's namespace, one worker on the forwarder's
-    /// core, and waits until it is ready.
+    /// Starts one of our relays in the relay's namespace, its workers on the forwarder's
+    /// core and then the others ([`Bench::worker_cpus`]), and waits until it is ready.
     fn start_relay(
         &self,
         bench: &Bench,
@@ -403,7 +465,8 @@ impl Setup {
         command
             .args(["--vip", &bench.vip.to_string()])
             .args(["--internal-addr", &bench.internal.to_string()])
-            .args(["--workers", "1", "--cpus", &bench.forwarder_cpu.to_string()])
+            .args(["--workers", &self.workers.to_string()])
+            .args(["--cpus", &bench.worker_cpus(self.workers)])
             .args(["--allow-transceiver-net", bench.transceiver_net()])
             .args(["--metrics-addr", &bench.metrics.to_string()])
             // Every flow is made before the trials and must outlive them; the admission
@@ -456,6 +519,19 @@ mod tests {
                 .iter()
                 .any(|k| k.contains("crate") || k.contains("fast"))
         );
+    }
+
+    #[test]
+    fn a_worker_variant_is_made_once_and_found_by_its_key() {
+        let mio = by_key("mio").unwrap();
+        assert!(std::ptr::eq(mio.with_workers(1), mio));
+        let two = mio.with_workers(2);
+        assert!(std::ptr::eq(mio.with_workers(2), two), "made once");
+        assert_eq!((two.key, two.workers), ("mio-w2", 2));
+        assert_eq!(name_of("mio-w2"), "relay-mio, 2 workers");
+        assert!(std::ptr::eq(by_key("mio-w2").unwrap(), two));
+        assert!(mio.sweeps_workers());
+        assert!(!by_key("afxdp-native-wakeup").unwrap().sweeps_workers());
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! `perf`: the benchmark runner, a dispatcher. Each subcommand's options and work live in
+//! `ufrag-perf`: the benchmark runner, a dispatcher. Each subcommand's options and work live in
 //! the library: `compare` in `perf::compare`, the others in `perf::cmd`.
 
 use clap::{Parser, Subcommand};
 use perf::cmd;
 
 #[derive(Debug, Parser)]
-#[command(name = "perf", about = "ufrag-relay benchmarks")]
+#[command(name = "ufrag-perf", version, about = "ufrag-relay benchmarks")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
@@ -22,8 +22,9 @@ enum Cmd {
     /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
     /// setup times, and concurrent echo sessions one worker carries.
     Sessions(cmd::sessions::Options),
-    /// Live echo sessions through relay-mio next to a junk flood at its public port, and
-    /// through a kill -9 and restart of the relay, with and without the Redis route cache.
+    /// Live echo sessions through relay-mio next to a junk flood at its public port,
+    /// through a kill -9 and restart of the relay (with and without the Redis route
+    /// cache), and signing up while hostile clients attack.
     Resilience(cmd::resilience::Options),
     /// The CI gate: the hot-path benches' callgrind instruction counts against the
     /// committed baseline (run through `scripts/instructions.sh`).
