@@ -101,7 +101,24 @@ pub fn run(options: &Options) -> i32 {
     let searched = if options.no_search {
         search_phase::Searched::default()
     } else {
-        search_phase::run(&bench, &setups, options, !options.no_steer)
+        let rounds_done = if samples.is_empty() {
+            String::new()
+        } else {
+            "all rounds done; ".to_string()
+        };
+        search_phase::run(
+            &bench,
+            &setups,
+            options,
+            !options.no_steer,
+            &mut |searched, done, steps| {
+                let progress =
+                    format!("{rounds_done}the maximum-rate search: {done} of {steps} setups done");
+                if let Err(e) = write(&samples, searched, Some(progress)) {
+                    eprintln!("perf compare: writing the partial report: {e}");
+                }
+            },
+        )
     };
     drop(bench);
     let written = write(&samples, &searched, None);

@@ -55,6 +55,16 @@ impl Shuffler {
     }
 }
 
+/// ", about N min left" after `done` of `steps` equal steps took `elapsed` (nothing
+/// before the first is done).
+pub fn eta(elapsed: Duration, done: usize, steps: usize) -> String {
+    if done == 0 {
+        return String::new();
+    }
+    let left = elapsed.as_secs_f64() / done as f64 * steps.saturating_sub(done) as f64;
+    format!(", about {:.0} min left", (left / 60.0).ceil())
+}
+
 /// A seed from the clock, for a run that names none.
 pub fn clock_seed() -> u64 {
     std::time::SystemTime::now()
@@ -80,17 +90,12 @@ pub fn run(
         shuffler.shuffle(&mut order);
         for (position, setup) in order.iter().enumerate() {
             let done = samples.len();
-            let eta = if done == 0 {
-                String::new()
-            } else {
-                let left = started.elapsed().as_secs_f64() / done as f64 * (steps - done) as f64;
-                format!(", about {:.0} min left", (left / 60.0).ceil())
-            };
             eprintln!(
-                "round {round}/{}: {} ({}/{steps}{eta})",
+                "round {round}/{}: {} ({}/{steps}{})",
                 plan.rounds,
                 setup.name,
-                done + 1
+                done + 1,
+                eta(started.elapsed(), done, steps)
             );
             let reading = host_gate::read(LOAD_CPU, bench.forwarder_cpu);
             let (loads, during) = measure(bench, setup, plan);

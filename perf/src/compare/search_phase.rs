@@ -46,8 +46,16 @@ fn load_for(
 }
 
 /// Searches every setup (in `--repeats` rounds with `--interleave`); `steer` says
-/// whether the relay's NAPI threads go to the forwarder's core.
-pub fn run(bench: &Bench, setups: &[&Setup], options: &Options, steer: bool) -> Searched {
+/// whether the relay's NAPI threads go to the forwarder's core. After each setup,
+/// `step_done` gets what was searched so far, the steps done and the steps in all (for a
+/// partial report).
+pub fn run(
+    bench: &Bench,
+    setups: &[&Setup],
+    options: &Options,
+    steer: bool,
+    step_done: &mut dyn FnMut(&Searched, usize, usize),
+) -> Searched {
     let mut searched = Searched::default();
     let rounds = if options.interleave {
         options.search.repeats.max(1)
@@ -63,11 +71,22 @@ pub fn run(bench: &Bench, setups: &[&Setup], options: &Options, steer: bool) -> 
         ..options.search
     };
     let cpu = bench.forwarder_cpu;
+    let steps = rounds * setups.len();
+    let started = std::time::Instant::now();
     for round in 1..=rounds {
-        for setup in setups {
-            if options.interleave {
-                eprintln!("search round {round} of {rounds}: {}", setup.name);
-            }
+        for (position, setup) in setups.iter().enumerate() {
+            let done = (round - 1) * setups.len() + position;
+            eprintln!(
+                "search {}/{steps}{}: {}{}",
+                done + 1,
+                if options.interleave {
+                    format!(" (round {round} of {rounds})")
+                } else {
+                    String::new()
+                },
+                setup.name,
+                super::rounds::eta(started.elapsed(), done, steps)
+            );
             let running = setup.start(bench);
             if steer {
                 let napi = crate::placement::pin_napi_threads(
@@ -133,6 +152,7 @@ pub fn run(bench: &Bench, setups: &[&Setup], options: &Options, steer: bool) -> 
             }
             drop(load);
             drop(running);
+            step_done(&searched, done + 1, steps);
         }
     }
     searched
