@@ -144,6 +144,12 @@ pub fn markdown(env: &Value) -> String {
 }
 
 /// The number of CPUs in a kernel CPU list such as `0-1,4`.
+/// The host's online CPUs (not this process's affinity: perf pins itself to the tools'
+/// core).
+pub fn online_cpus() -> usize {
+    cpu_count(&read("/sys/devices/system/cpu/online")).max(1)
+}
+
 fn cpu_count(list: &str) -> usize {
     list.trim()
         .split(',')

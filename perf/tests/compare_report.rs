@@ -588,3 +588,51 @@ fn a_bad_value_and_a_missing_peer_are_named_before_any_trial() {
     assert!(!stderr.contains("round "), "no trial began: {stderr}");
     let _ = std::fs::remove_dir(&empty);
 }
+
+/// `--workers 1,2`: relay-mio with two workers in the same rounds as with one, and a
+/// scaling table of the cost per packet of each, saying what a host this small cannot
+/// show.
+#[test]
+fn a_worker_sweep_prices_two_workers_beside_one() {
+    let Written { report, json, .. } = compare(
+        &[
+            "--only",
+            "mio",
+            "--workers",
+            "1,2",
+            "--rounds",
+            "2",
+            "--loads",
+            "5000",
+            "--no-search",
+        ],
+        "40000",
+    );
+    let cost = &json["cost"];
+    assert_eq!(
+        cost["samples"].as_array().map(Vec::len),
+        Some(6),
+        "direct, mio and mio-w2 in each of two rounds"
+    );
+    let rows = cost["rows"].as_array().unwrap();
+    let setups: Vec<&str> = rows.iter().map(|r| r["setup"].as_str().unwrap()).collect();
+    assert_eq!(setups, ["mio", "mio-w2"]);
+    assert!(
+        report.contains("## Scaling across workers") && report.contains("| relay-mio, 2 workers |"),
+        "{report}"
+    );
+    let scaling = report
+        .split("## Scaling across workers")
+        .nth(1)
+        .unwrap_or_default();
+    assert!(
+        scaling.contains("\n| 1 | ") && scaling.contains("\n| 2 | "),
+        "{scaling}"
+    );
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) <= 2 {
+        assert!(
+            scaling.contains("CPUs, so 2 workers share a core") && scaling.contains("cannot"),
+            "{scaling}"
+        );
+    }
+}

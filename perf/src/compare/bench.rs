@@ -177,7 +177,7 @@ impl Bench {
             self.forwarder_cpu,
             workers,
             crate::load::LOAD_CPU,
-            host_cpus(),
+            crate::environment::online_cpus(),
         )
     }
 
@@ -382,11 +382,6 @@ impl Bench {
             settle: SETTLE,
         }
     }
-}
-
-/// The CPUs this process may run on.
-fn host_cpus() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// `workers` CPUs out of `cpus`: `forwarder` first, then the others in order, `tools`

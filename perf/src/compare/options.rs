@@ -119,7 +119,7 @@ impl Options {
         if self.rounds == 0 && self.no_search {
             return Err("--rounds 0 with --no-search measures nothing".into());
         }
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cpus = crate::environment::online_cpus();
         if let Some(w) = self.workers.iter().find(|w| **w == 0 || **w > cpus) {
             return Err(format!(
                 "--workers {w}: between 1 and this host's {cpus} CPUs"

@@ -99,7 +99,7 @@ fn scaling_table(rows: &[RowCost], workers: &[usize]) -> String {
     if swept.len() < 2 {
         return String::new();
     }
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = crate::environment::online_cpus();
     let mut out = String::from(
         "\n## Scaling across workers (relay-mio, `--workers`)\n\nThe same fixed loads with the \
          flows spread over more workers (SO_REUSEPORT), every CPU counted as above. Flat cost \
