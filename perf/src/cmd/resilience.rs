@@ -238,7 +238,7 @@ fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_
                 killed.elapsed()
             });
             let counter = |name: &str| testkit::http::metric(None, metrics, name);
-            let drops = listed(&relay_drops(metrics));
+            let drops = listed(&grown(&BTreeMap::new(), &relay_drops(metrics)));
             row(
                 &mut report,
                 "restart",
