@@ -29,6 +29,7 @@ benches=(ufrag-common:hot_path_instructions relay-afxdp:rewrite_instructions
   transceiver:demux_instructions transceiver:session_echo_instructions)
 summaries=target/iai
 rm -rf "$summaries" # a bench that no longer runs must not be read from an old summary
+mkdir -p target # a fresh clone has none yet: the bench log goes there
 for bench in "${benches[@]}"; do
   echo "== instruction counts: ${bench/:/ }"
   cargo bench --locked -q -p "${bench%%:*}" --bench "${bench#*:}" -- --save-summary=json \
