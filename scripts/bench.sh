@@ -64,7 +64,7 @@ echo "== is kernel bypass warranted? side by side on the netns testbed (perf com
 target/release/ufrag-perf compare --out target/perf/compare.md
 if [ -z "$full" ]; then
   echo "== bench.sh: done in $(( ($(date +%s) - started) / 60 )) min; the verdict (target/perf/compare.md):"
-  grep -m1 '^> ' target/perf/compare.md || echo "(no verdict: see target/perf/compare.md)"
+  sed -n '/^## Verdict/{n;n;p;q}' target/perf/compare.md
   exit 0
 fi
 echo "== scaling across workers: relay-mio with 1 and 2 workers (perf compare --workers)"
@@ -89,4 +89,4 @@ target/release/ufrag-perf compare --no-steer --rounds 0 \
   --only direct,mio,mio-busy,afxdp-skb-wakeup,afxdp-skb-busy,afxdp-native-wakeup,afxdp-native-busy \
   --out target/perf/compare-latency.md
 echo "== bench.sh --full: done in $(( ($(date +%s) - started) / 60 )) min; the verdict (target/perf/compare.md):"
-grep -m1 '^> ' target/perf/compare.md || echo "(no verdict: see target/perf/compare.md)"
+sed -n '/^## Verdict/{n;n;p;q}' target/perf/compare.md
