@@ -23,17 +23,24 @@ pub(crate) fn run(mut command: Command, what: &str) -> io::Result<()> {
 }
 
 /// `program args…` inside namespace `ns` (`ip netns exec`, which also mounts the
-/// namespace's own /sys).
-pub(crate) fn in_ns(ns: &str, program: &str, args: &[&str]) -> Command {
-    let mut c = Command::new("ip");
-    c.args(["netns", "exec", ns, program]).args(args);
+/// namespace's own /sys), or in this process's namespace (a lab's relay host).
+pub(crate) fn in_ns(ns: Option<&str>, program: &str, args: &[&str]) -> Command {
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    };
+    c.args(args);
     c
 }
 
 /// nftables DNAT + SNAT in the relay's namespace: `vip` → `to`, replies' source the VIP.
 #[derive(Debug)]
 pub struct Nftables {
-    ns: String,
+    ns: Option<String>,
     ipv6: bool,
 }
 
@@ -43,7 +50,7 @@ impl Nftables {
     /// Turns on forwarding (one-armed: no ICMP redirects), keeps unreplied UDP flows for
     /// 15 minutes (as long as the relays keep theirs in `perf compare`, instead of 30 s),
     /// and loads the NAT table, for IPv4 or IPv6 by the addresses' family.
-    pub fn start(ns: &str, vip: SocketAddr, to: SocketAddr) -> io::Result<Self> {
+    pub fn start(ns: Option<&str>, vip: SocketAddr, to: SocketAddr) -> io::Result<Self> {
         let ipv6 = vip.is_ipv6();
         let forwarding = if ipv6 {
             "sysctl -qw net.ipv6.conf.all.forwarding=1"
@@ -100,7 +107,7 @@ impl Nftables {
             )));
         }
         Ok(Nftables {
-            ns: ns.to_string(),
+            ns: ns.map(str::to_string),
             ipv6,
         })
     }
@@ -114,11 +121,15 @@ impl Drop for Nftables {
             ("ip", "net.ipv4.ip_forward=0")
         };
         let _ = run(
-            in_ns(&self.ns, "nft", &["delete", "table", family, NFT_TABLE]),
+            in_ns(
+                self.ns.as_deref(),
+                "nft",
+                &["delete", "table", family, NFT_TABLE],
+            ),
             "nft delete",
         );
         let _ = run(
-            in_ns(&self.ns, "sysctl", &["-qw", forwarding]),
+            in_ns(self.ns.as_deref(), "sysctl", &["-qw", forwarding]),
             "forwarding off",
         );
     }
@@ -139,7 +150,7 @@ impl Nginx {
     /// Proxies UDP from `listen` to `to` in namespace `ns`, pinned to `cpu`, with room
     /// for `flows` client sessions (each holds an upstream socket).
     pub fn start(
-        ns: &str,
+        ns: Option<&str>,
         listen: SocketAddrV4,
         to: SocketAddrV4,
         cpu: usize,
@@ -212,7 +223,7 @@ fn wait_for(
 
 /// Waits until `ss -uln` in `ns` lists a UDP socket on `local` (as ss prints it, e.g.
 /// `10.77.0.2:4002` or `*:4003`), or fails with `child`'s exit report.
-fn wait_bound(ns: &str, local: &str, what: &str, child: &mut OwnedChild) -> io::Result<()> {
+fn wait_bound(ns: Option<&str>, local: &str, what: &str, child: &mut OwnedChild) -> io::Result<()> {
     wait_for(&format!("{what} did not bind {local}"), child, || {
         let ss = in_ns(ns, "ss", &["-Huln"]).output()?;
         Ok(String::from_utf8_lossy(&ss.stdout)
@@ -229,7 +240,7 @@ fn wait_bound(ns: &str, local: &str, what: &str, child: &mut OwnedChild) -> io::
 #[derive(Debug)]
 pub struct Quilkin {
     _child: OwnedChild,
-    ns: String,
+    ns: Option<String>,
 }
 
 /// Quilkin's admin (metrics, readiness) address in the relay's namespace.
@@ -240,7 +251,7 @@ impl Quilkin {
     /// `xdp`, in its XDP mode on that interface (its AF_XDP sockets on every queue; it
     /// needs the namespace's local port range to end at 60999).
     pub fn start(
-        ns: &str,
+        ns: Option<&str>,
         listen: SocketAddrV4,
         to: SocketAddrV4,
         cpu: usize,
@@ -296,15 +307,15 @@ impl Quilkin {
         }
         Ok(Quilkin {
             _child: child,
-            ns: ns.to_string(),
+            ns: ns.map(str::to_string),
         })
     }
 
     /// The drops Quilkin counted (`quilkin_packets_dropped_total`), by reason.
     pub fn drops(&self) -> std::collections::BTreeMap<String, f64> {
         let admin = QUILKIN_ADMIN.parse().expect("an address");
-        let text =
-            testkit::http::get(Some(&self.ns), admin, "/metrics").map_or(String::new(), |r| r.1);
+        let text = testkit::http::get(self.ns.as_deref(), admin, "/metrics")
+            .map_or(String::new(), |r| r.1);
         testkit::http::metric_by_label(&text, "quilkin_packets_dropped_total", "reason")
     }
 }
@@ -312,7 +323,7 @@ impl Quilkin {
 /// Waits until `GET path` on `addr` in `ns` answers 200, or fails with `child`'s exit
 /// report.
 fn wait_ready_http(
-    ns: &str,
+    ns: Option<&str>,
     addr: &str,
     path: &str,
     what: &str,
@@ -320,6 +331,6 @@ fn wait_ready_http(
 ) -> io::Result<()> {
     let addr = addr.parse().expect("an address");
     wait_for(&format!("{what} not ready at {addr}{path}"), child, || {
-        Ok(testkit::http::get(Some(ns), addr, path).is_some_and(|(status, _)| status == 200))
+        Ok(testkit::http::get(ns, addr, path).is_some_and(|(status, _)| status == 200))
     })
 }

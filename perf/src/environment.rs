@@ -32,27 +32,39 @@ fn first_line_of(program: &str, args: &[&str]) -> String {
     )
 }
 
-/// What this run ran on; `(tools_cpu, forwarder_cpu)` are the cores whose wake-up round
-/// trip it reads (across them, and on the tools' core alone) for the record.
-pub fn record(
-    bed: &Testbed,
-    placement: &Placement,
-    live_frames: bool,
-    (tools_cpu, forwarder_cpu): (usize, usize),
-) -> Value {
+/// The machine this process runs on: CPU, kernel, governor, and the wake-up round trip
+/// between `tools_cpu` and `forwarder_cpu` (and on `tools_cpu` alone).
+pub fn machine(tools_cpu: usize, forwarder_cpu: usize) -> Value {
     let wake = |a, b| {
         crate::wake::round_trip(a, b, crate::wake::ROUND_TRIPS).map_or(Value::Null, |w| w.json())
     };
-    let wake_up = json!({
-        "cross_core": wake(tools_cpu, forwarder_cpu),
-        "same_core": wake(tools_cpu, tools_cpu),
-    });
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo
         .lines()
         .find(|l| l.starts_with("model name"))
         .and_then(|l| l.split_once(':'))
         .map_or("unknown".into(), |(_, m)| m.trim().to_string());
+    json!({
+        "cpu_model": model,
+        // Online CPUs, not this thread's affinity (perf pins itself to the tools' core).
+        "vcpus": cpu_count(&read("/sys/devices/system/cpu/online")),
+        "kernel": read("/proc/sys/kernel/osrelease"),
+        "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "wake_up_round_trip": {
+            "cross_core": wake(tools_cpu, forwarder_cpu),
+            "same_core": wake(tools_cpu, tools_cpu),
+        },
+    })
+}
+
+/// What a testbed run ran on; `(tools_cpu, forwarder_cpu)` are the cores whose wake-up
+/// round trip it reads (across them, and on the tools' core alone) for the record.
+pub fn record(
+    bed: &Testbed,
+    placement: &Placement,
+    live_frames: bool,
+    (tools_cpu, forwarder_cpu): (usize, usize),
+) -> Value {
     let driver = Command::new("ip")
         .args([
             "-n",
@@ -74,17 +86,12 @@ pub fn record(
             .to_string()
         })
         .unwrap_or_else(|_| "unknown".into());
-    json!({
-        "cpu_model": model,
-        // Online CPUs, not this thread's affinity (perf pins itself to the tools' core).
-        "vcpus": cpu_count(&read("/sys/devices/system/cpu/online")),
-        "kernel": read("/proc/sys/kernel/osrelease"),
-        "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+    let mut record = machine(tools_cpu, forwarder_cpu);
+    let testbed = json!({
         "interfaces": format!("{} veth pairs on a Linux bridge", bed.namespaces().len() - 1),
         "driver": driver,
         "af_xdp": "copy mode (veth has no zero-copy); native XDP on veth copies each skb into an xdp_buff",
         "placement": placement.notes,
-        "wake_up_round_trip": wake_up,
         "tools": {
             "generator": if live_frames {
                 "BPF_PROG_RUN live frames (XDP_TX on the client's veth), paced in the program"
@@ -95,7 +102,11 @@ pub fn record(
             "nginx": first_line_of("nginx", &["-v"]),
             "nft": first_line_of("nft", &["--version"]),
         },
-    })
+    });
+    if let (Some(all), Value::Object(more)) = (record.as_object_mut(), testbed) {
+        all.extend(more);
+    }
+    record
 }
 
 /// The record as a Markdown section.
@@ -116,6 +127,21 @@ pub fn markdown(env: &Value) -> String {
         ("AF_XDP", "af_xdp"),
     ] {
         let _ = writeln!(out, "- {label}: {}", field(key));
+    }
+    for (label, key) in [("relay host's NIC", "nic")] {
+        if let Some(nic) = env.get(key).filter(|v| v.is_object()) {
+            let _ = writeln!(out, "- {label}: {}", crate::lab::nic::summary(nic));
+        }
+    }
+    if let Some(tools) = env.get("tools_host").filter(|v| v.is_object()) {
+        let _ = writeln!(
+            out,
+            "- tools host: kernel {}, {} vCPUs; clients' NIC {}; sink's NIC {}",
+            tools["kernel"].as_str().unwrap_or("unknown"),
+            tools["vcpus"],
+            crate::lab::nic::summary(&tools["client_nic"]),
+            crate::lab::nic::summary(&tools["sink_nic"])
+        );
     }
     if let Some(notes) = env.get("placement").and_then(Value::as_array) {
         for n in notes {

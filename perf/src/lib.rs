@@ -18,6 +18,7 @@ pub mod gate;
 pub mod host_gate;
 pub mod hostile;
 pub mod interrupt;
+pub mod lab;
 pub mod load;
 pub mod measure;
 pub mod placement;

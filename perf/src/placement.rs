@@ -23,7 +23,7 @@ pub struct Placement {
     pub notes: Vec<String>,
 }
 
-fn sh_in(ns: &str, script: &str) -> io::Result<()> {
+fn sh_in(ns: Option<&str>, script: &str) -> io::Result<()> {
     crate::alternatives::run(
         crate::alternatives::in_ns(ns, "sh", &["-c", script]),
         script,
@@ -47,7 +47,7 @@ pub fn steer(bed: &Testbed, relay_cpu: usize, tools_cpu: usize) -> Placement {
     note(
         format!("RPS of the relay's interface → CPU {relay_cpu}"),
         sh_in(
-            &bed.relay.ns,
+            Some(&bed.relay.ns),
             &format!(
                 "for q in /sys/class/net/{relay_if}/queues/rx-*; do echo {} > $q/rps_cpus; done",
                 mask(relay_cpu)
@@ -58,7 +58,7 @@ pub fn steer(bed: &Testbed, relay_cpu: usize, tools_cpu: usize) -> Placement {
     note(
         format!("RPS of the bridge's end of the relay's veth → CPU {tools_cpu}"),
         sh_in(
-            &br_ns,
+            Some(&br_ns),
             &format!(
                 "for q in /sys/class/net/{br_if}/queues/rx-*; do echo {} > $q/rps_cpus; done",
                 mask(tools_cpu)
@@ -72,7 +72,7 @@ pub fn steer(bed: &Testbed, relay_cpu: usize, tools_cpu: usize) -> Placement {
 /// `napi/<ifname>-<id>`) to `cpu`; how many it pinned. A veth has NAPI only while it has
 /// an XDP program (or GRO), so this is for after the relay has attached one; without
 /// NAPI it pins nothing.
-pub fn pin_napi_threads(ns: &str, ifname: &str, cpu: usize) -> usize {
+pub fn pin_napi_threads(ns: Option<&str>, ifname: &str, cpu: usize) -> usize {
     if sh_in(ns, &format!("echo 1 > /sys/class/net/{ifname}/threaded")).is_err() {
         return 0;
     }

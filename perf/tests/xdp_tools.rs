@@ -239,7 +239,7 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
     let epoch = Instant::now();
     let dst = SocketAddrV4::new(bed.transceiver.addr, 41_000);
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
-    let _nat = perf::alternatives::Nftables::start(&bed.relay.ns, vip.into(), dst.into())
+    let _nat = perf::alternatives::Nftables::start(Some(&bed.relay.ns), vip.into(), dst.into())
         .expect("nftables (scripts/test.sh installs nft)");
     let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 1_000_000).expect("XDP sink");
     let frame = template_frame(

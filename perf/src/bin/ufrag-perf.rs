@@ -16,7 +16,7 @@ enum Cmd {
     /// Is kernel bypass warranted? Every setup side by side on the netns testbed (root):
     /// CPU cost per packet at fixed loads in randomized rounds (the verdict), then the
     /// maximum rate (NDR/PDR), latency and a profile.
-    Compare(perf::compare::Options),
+    Compare(Box<perf::compare::Options>),
     /// relay-mio (1 and 2 workers) against a bare mmsg forwarder on loopback.
     Loopback(cmd::loopback::Options),
     /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
@@ -29,6 +29,8 @@ enum Cmd {
     /// The CI gate: the hot-path benches' callgrind instruction counts against the
     /// committed baseline (run through `scripts/instructions.sh`).
     Gate(cmd::gate::Options),
+    /// Lab mode's tools host: runs the generator and the sink for `compare --lab` (root).
+    Agent(perf::lab::agent::AgentOptions),
     /// A lab's load generator on a real interface (root).
     Gen(cmd::lab::GenOptions),
     /// A lab's counting sink on a real interface (root).
@@ -50,6 +52,7 @@ fn main() {
         Cmd::Sessions(options) => cmd::sessions::run(options),
         Cmd::Resilience(options) => cmd::resilience::run(options),
         Cmd::Gate(options) => cmd::gate::run(options),
+        Cmd::Agent(options) => perf::lab::agent::run(options),
         Cmd::Gen(options) => cmd::lab::generate(options),
         Cmd::Sink(options) => cmd::lab::sink(options),
         Cmd::Session(options) => cmd::tools::session(options),

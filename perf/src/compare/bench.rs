@@ -3,12 +3,15 @@
 //! it (the live-frames generator for the rate search, client sockets for fixed loads).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use testkit::testbed::Testbed;
 
-use crate::load::{FlowPlan, Generator, Sink};
+use super::bed::Bed;
+use super::options::{Direction, GeneratorKind, Options};
+use super::relay_host::{BindMode, RelayHost};
+use super::setups::Setup;
+use crate::load::{FlowPlan, Generator, Load, Sink};
 use crate::xdp::{
     Counted, Iface, NEVER_SAMPLED, PeerPass, Sender, Stamps, XdpGenerator, XdpLoad, XdpSink,
     template_frame,
@@ -64,28 +67,14 @@ pub fn v4(a: SocketAddr) -> SocketAddrV4 {
 pub struct Bench {
     /// The namespaces and veths.
     pub bed: Testbed,
+    /// The relay's namespace as the setups see it.
+    pub relay: RelayHost,
     /// Clients, relay and transceiver over IPv6.
     pub ipv6: bool,
-    /// The forwarder's CPU.
-    pub forwarder_cpu: usize,
-    /// Client flows made before the trials.
-    pub flows: u32,
     /// The client flows.
     pub plan: FlowPlan,
-    /// The sink on the transceiver host.
-    pub sink_addr: SocketAddr,
-    /// Our relays' public address.
-    pub vip: SocketAddr,
-    /// Our relays' internal address.
-    pub internal: SocketAddr,
-    /// Our relays' metrics (in the relay's namespace).
-    pub metrics: SocketAddr,
-    /// Where perf's sibling binaries are.
-    pub exe_dir: PathBuf,
-    /// The client's, relay's and transceiver's interfaces.
+    /// The client's and transceiver's interfaces.
     pub client_if: Iface,
-    /// See `client_if`.
-    pub relay_if: Iface,
     /// See `client_if`.
     pub xcv_if: Iface,
     /// The bridge ports of the client and the transceiver (the live-frames generator
@@ -149,45 +138,36 @@ impl Bench {
             .parent()
             .ok_or("perf's directory")?
             .to_path_buf();
-        Ok(Bench {
-            sink_addr: SocketAddr::new(bed.transceiver.ip(ipv6), SINK_PORT),
+        let relay = RelayHost {
+            iface: relay_if,
             vip: SocketAddr::new(bed.relay.ip(ipv6), 3478),
             internal: SocketAddr::new(bed.relay.ip(ipv6), 40_000),
             metrics: SocketAddr::from(([127, 0, 0, 1], 9100)),
-            bed,
-            ipv6,
-            forwarder_cpu,
-            flows,
-            plan,
+            sink_addr: SocketAddr::new(bed.transceiver.ip(ipv6), SINK_PORT),
+            sink_mac: xcv_if.mac,
+            transceiver_net: if ipv6 { "fd77::/64" } else { "10.77.0.0/24" }.to_string(),
             exe_dir,
+            relay_cpus: relay_cpus(
+                forwarder_cpu,
+                crate::load::LOAD_CPU,
+                crate::environment::online_cpus(),
+            ),
+            flows,
+            bind_mode: BindMode::Copy,
+            afxdp_workers: 1,
+        };
+        Ok(Bench {
+            bed,
+            relay,
+            ipv6,
+            plan,
             client_if,
-            relay_if,
             xcv_if,
             client_peer,
             xcv_peer,
             epoch: Instant::now(),
             _relay_peer: relay_peer,
         })
-    }
-
-    /// The CPU list for a relay of `workers` workers: the forwarder's core first, then
-    /// the others, the load tools' core ([`crate::load::LOAD_CPU`]) last.
-    pub fn worker_cpus(&self, workers: usize) -> String {
-        worker_cpus(
-            self.forwarder_cpu,
-            workers,
-            crate::load::LOAD_CPU,
-            crate::environment::online_cpus(),
-        )
-    }
-
-    /// The transceivers' network our relays allow.
-    pub fn transceiver_net(&self) -> &'static str {
-        if self.ipv6 {
-            "fd77::/64"
-        } else {
-            "10.77.0.0/24"
-        }
     }
 
     /// An XDP program on the relay's bridge port, which native `XDP_TX` frames need.
@@ -197,50 +177,21 @@ impl Bench {
         PeerPass::attach(&peer).expect("XDP on the bridge port")
     }
 
-    /// Makes a setup's flows (`keeps_flows`; `name` for its warnings): one Binding Request per flow for our relays (a session
-    /// each), one datagram for the rest, all sent twice (the first datagram towards a next
-    /// hop AF_XDP has not resolved is dropped), paced so no buffer overflows. Returns the
-    /// client sockets of the first [`SOCKET_FLOWS`] flows, bound before the flows are
-    /// made so their ports are the flows'.
+    /// Makes a setup's flows ([`make_flows`]) from the client's namespace; warns when
+    /// one of our relays holds fewer than all.
     pub fn make_flows(&self, name: &str, keeps_flows: bool, target: Target) -> Generator {
-        let sockets = Generator::for_flows(
-            Some(&self.bed.client.ns),
+        let client = Some(self.bed.client.ns.as_str());
+        let sockets = make_flows(
+            client,
             &self.plan,
-            SOCKET_FLOWS,
+            keeps_flows,
+            target,
+            self.relay.sink_addr,
             self.epoch,
         )
-        .expect("client sockets");
-        if !keeps_flows {
-            return sockets;
-        }
-        let keys = testkit::keys::keys();
-        let mut rtp_like = vec![0u8; 12];
-        rtp_like[..2].copy_from_slice(&[0x80, 111]);
-        for _ in 0..2 {
-            crate::load::make_flows(
-                Some(&self.bed.client.ns),
-                &self.plan,
-                target.dst,
-                FLOWS_MADE_PER_SECOND,
-                |f| {
-                    if target.framed {
-                        crate::probe::binding_request(&keys, self.sink_addr, f)
-                    } else {
-                        rtp_like.clone()
-                    }
-                },
-            )
-            .expect("the datagrams that make the flows");
-            std::thread::sleep(SETTLE);
-        }
+        .expect("the client sockets and the datagrams that make the flows");
         if target.framed {
-            let active = testkit::http::get(Some(&self.bed.relay.ns), self.metrics, "/metrics")
-                .map_or(0.0, |r| {
-                    testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
-                });
-            if active < f64::from(self.flows) {
-                eprintln!("  WARNING: {name} holds {active} of {} flows", self.flows);
-            }
+            warn_if_flows_missing(&self.relay, name);
         }
         sockets
     }
@@ -251,7 +202,7 @@ impl Bench {
     pub fn socket_load(&self, sockets: Generator, target: Target, size: usize) -> XdpLoad {
         let idle = Sink::start_in(
             Some(&self.bed.transceiver.ns),
-            SocketAddr::new(self.sink_addr.ip(), 0),
+            SocketAddr::new(self.relay.sink_addr.ip(), 0),
             false,
             self.epoch,
         )
@@ -303,7 +254,7 @@ impl Bench {
                 .expect("XDP sink"),
             sampler: Sink::start_in(
                 Some(&self.bed.transceiver.ns),
-                self.sink_addr,
+                self.relay.sink_addr,
                 target.framed,
                 self.epoch,
             )
@@ -323,7 +274,7 @@ impl Bench {
                 template_frame(
                     self.xcv_if.mac,
                     client_mac,
-                    self.sink_addr,
+                    self.relay.sink_addr,
                     plan.addr(0),
                     size,
                 ),
@@ -339,23 +290,26 @@ impl Bench {
                 };
                 let frame = template_frame(
                     self.xcv_if.mac,
-                    self.relay_if.mac,
-                    self.sink_addr,
+                    self.relay.iface.mac,
+                    self.relay.sink_addr,
                     to_vip.addr(0),
                     size,
                 );
-                (frame, to_vip, Stamps::DESTINATION, self.vip.port())
+                (frame, to_vip, Stamps::DESTINATION, self.relay.vip.port())
             }
             Replies::Framed => (
                 crate::xdp::framed_template(
-                    (self.xcv_if.mac, self.relay_if.mac),
-                    (v4(self.sink_addr), v4(relay(self.internal.port()))),
-                    (v4(plan.addr(0)), v4(relay(self.vip.port()))),
+                    (self.xcv_if.mac, self.relay.iface.mac),
+                    (
+                        v4(self.relay.sink_addr),
+                        v4(relay(self.relay.internal.port())),
+                    ),
+                    (v4(plan.addr(0)), v4(relay(self.relay.vip.port()))),
                     size,
                 ),
                 plan,
                 Stamps::FRAMED_CLIENT,
-                self.vip.port(),
+                self.relay.vip.port(),
             ),
         };
         let frames = XdpGenerator::stamping(
@@ -384,28 +338,107 @@ impl Bench {
     }
 }
 
-/// `workers` CPUs out of `cpus`: `forwarder` first, then the others in order, `tools`
-/// last; comma-separated, as the relays' `--cpus` takes them.
-fn worker_cpus(forwarder: usize, workers: usize, tools: usize, cpus: usize) -> String {
+/// Makes a setup's flows (`keeps_flows`) from namespace `ns`: one Binding Request per
+/// flow for our relays (a session each, naming `sink` as the transceiver), one datagram
+/// for the rest, all sent twice (the first datagram towards a next hop AF_XDP has not
+/// resolved is dropped), paced so no buffer overflows. Returns the client sockets of the
+/// first [`SOCKET_FLOWS`] flows, bound before the flows are made so their ports are the
+/// flows'.
+pub fn make_flows(
+    ns: Option<&str>,
+    plan: &FlowPlan,
+    keeps_flows: bool,
+    target: Target,
+    sink: SocketAddr,
+    epoch: Instant,
+) -> std::io::Result<Generator> {
+    let sockets = Generator::for_flows(ns, plan, SOCKET_FLOWS, epoch)?;
+    if !keeps_flows {
+        return Ok(sockets);
+    }
+    let keys = testkit::keys::keys();
+    let mut rtp_like = vec![0u8; 12];
+    rtp_like[..2].copy_from_slice(&[0x80, 111]);
+    for _ in 0..2 {
+        crate::load::make_flows(ns, plan, target.dst, FLOWS_MADE_PER_SECOND, |f| {
+            if target.framed {
+                crate::probe::binding_request(&keys, sink, f)
+            } else {
+                rtp_like.clone()
+            }
+        })?;
+        std::thread::sleep(SETTLE);
+    }
+    Ok(sockets)
+}
+
+/// Warns when one of our relays on `relay`'s host holds fewer flows than were made.
+pub fn warn_if_flows_missing(relay: &RelayHost, name: &str) {
+    let active = testkit::http::get(relay.ns(), relay.metrics, "/metrics").map_or(0.0, |r| {
+        testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
+    });
+    if active < f64::from(relay.flows) {
+        eprintln!("  WARNING: {name} holds {active} of {} flows", relay.flows);
+    }
+}
+
+/// The CPUs a relay's workers take on the testbed: `forwarder` first, then the others
+/// in order, `tools` last (the load tools share it only when a sweep asks for every CPU).
+fn relay_cpus(forwarder: usize, tools: usize, cpus: usize) -> Vec<usize> {
     let others = (0..cpus).filter(|c| *c != forwarder && *c != tools);
     std::iter::once(forwarder)
         .chain(others)
         .chain((tools != forwarder).then_some(tools))
-        .take(workers)
-        .map(|c| c.to_string())
-        .collect::<Vec<_>>()
-        .join(",")
+        .collect()
+}
+
+impl Bed for Bench {
+    fn relay(&self) -> &RelayHost {
+        &self.relay
+    }
+
+    fn fixed_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
+        let target = setup.target(&self.relay);
+        let sockets = self.make_flows(setup.name, setup.keeps_flows(), target);
+        Box::new(self.socket_load(sockets, target, size))
+    }
+
+    fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load> {
+        let target = setup.target(&self.relay);
+        let sockets = self.make_flows(setup.name, setup.keeps_flows(), target);
+        let size = options.search.size;
+        let live = options.generator == GeneratorKind::LiveFrames;
+        match options.direction {
+            Direction::Up => Box::new(self.uplink_load(sockets, target, size, live)),
+            Direction::Down => Box::new(self.downlink_load(setup.replies(), size)),
+            Direction::Both => Box::new(crate::xdp::Conversation {
+                up: self.uplink_load(sockets, target, size, live),
+                down: self.downlink_load(setup.replies(), size),
+                downlink_share: options.downlink_share,
+            }),
+        }
+    }
+
+    fn place_after_start(&self) -> Option<String> {
+        let cpu = self.relay.forwarder_cpu();
+        let napi = crate::placement::pin_napi_threads(
+            Some(&self.bed.relay.ns),
+            &self.bed.relay.ifname,
+            cpu,
+        );
+        (napi > 0)
+            .then(|| format!("{napi} NAPI thread(s) of the relay's interface pinned to CPU {cpu}"))
+    }
 }
 
 #[cfg(test)]
-mod worker_cpu_tests {
-    use super::worker_cpus;
+mod relay_cpu_tests {
+    use super::relay_cpus;
 
     #[test]
     fn workers_take_the_forwarders_core_first_and_the_tools_core_last() {
-        assert_eq!(worker_cpus(1, 1, 0, 2), "1");
-        assert_eq!(worker_cpus(1, 2, 0, 2), "1,0");
-        assert_eq!(worker_cpus(2, 3, 0, 8), "2,1,3");
-        assert_eq!(worker_cpus(1, 8, 0, 8), "1,2,3,4,5,6,7,0");
+        assert_eq!(relay_cpus(1, 0, 2), [1, 0]);
+        assert_eq!(relay_cpus(2, 0, 8), [2, 1, 3, 4, 5, 6, 7, 0]);
+        assert_eq!(relay_cpus(0, 0, 1), [0]);
     }
 }

@@ -13,16 +13,19 @@
 //! [`setups`] is the one table of what can be compared; [`bench`] the testbed and its
 //! loads; [`options`] the flags; [`report`] writes the Markdown, JSON and SVG.
 
+pub mod bed;
 pub mod bench;
 pub mod cost;
 pub mod notes;
 pub mod options;
+pub mod relay_host;
 pub mod report;
 pub mod rounds;
 pub mod search_phase;
 pub mod setups;
 pub mod verdict;
 
+use bed::Bed;
 use bench::Bench;
 pub use options::{Direction, GeneratorKind, Options};
 
@@ -38,27 +41,29 @@ pub fn run(options: &Options) -> i32 {
         eprintln!("perf compare: {e}");
         return 2;
     }
-    crate::load::pin_to_load_cpu();
-    let bench = match Bench::up(options.ipv6, options.flows, options.forwarder_cpu) {
-        Ok(bench) => bench,
-        Err(e) => {
-            eprintln!("perf compare: {e}");
-            return 2;
+    let seed = options.seed.unwrap_or_else(rounds::clock_seed);
+    let (bed, environment): (Box<dyn Bed>, serde_json::Value) = if options.lab.lab.is_some() {
+        match crate::lab::client::Lab::up(options) {
+            Ok(lab) => {
+                let environment = lab.environment(options);
+                (Box::new(lab), environment)
+            }
+            Err(e) => {
+                eprintln!("perf compare: {e}");
+                return 2;
+            }
+        }
+    } else {
+        match testbed(options) {
+            Ok(up) => up,
+            Err(e) => {
+                eprintln!("perf compare: {e}");
+                return 2;
+            }
         }
     };
-    crate::interrupt::delete_on_interrupt(bench.bed.namespaces());
-    let placement = if options.no_steer {
-        crate::placement::Placement::default()
-    } else {
-        crate::placement::steer(&bench.bed, options.forwarder_cpu, crate::load::LOAD_CPU)
-    };
-    let seed = options.seed.unwrap_or_else(rounds::clock_seed);
-    let environment = crate::environment::record(
-        &bench.bed,
-        &placement,
-        options.generator == GeneratorKind::LiveFrames,
-        (crate::load::LOAD_CPU, options.forwarder_cpu),
-    );
+    let bench = &*bed;
+    starts_once(bench.relay(), &mut setups, &mut left_out);
     // The report so far, rewritten as rounds and phases finish.
     let write =
         |samples: &[cost::Sample], searched: &search_phase::Searched, partial: Option<String>| {
@@ -89,7 +94,7 @@ pub fn run(options: &Options) -> i32 {
             size: options.search.size,
             seed,
         };
-        rounds::run(&bench, &setups, &plan, &mut |samples, done| {
+        rounds::run(bench, &setups, &plan, &mut |samples, done| {
             let progress = format!("{done} of {} rounds done{search_left}", plan.rounds);
             if let Err(e) = write(samples, &not_searched, Some(progress)) {
                 eprintln!("perf compare: writing the partial report: {e}");
@@ -107,7 +112,7 @@ pub fn run(options: &Options) -> i32 {
             "all rounds done; ".to_string()
         };
         search_phase::run(
-            &bench,
+            bench,
             &setups,
             options,
             !options.no_steer,
@@ -120,7 +125,7 @@ pub fn run(options: &Options) -> i32 {
             },
         )
     };
-    drop(bench);
+    drop(bed);
     let written = write(&samples, &searched, None);
     match written {
         Ok(()) => 0,
@@ -138,10 +143,14 @@ pub fn run(options: &Options) -> i32 {
 fn preflight(
     options: &Options,
     setups: &mut Vec<&'static setups::Setup>,
-    left_out: &mut Vec<(String, &'static str)>,
+    left_out: &mut Vec<(String, String)>,
 ) -> Result<(), String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("needs root (it builds network namespaces): run it with sudo".into());
+    }
+    if options.lab.lab.is_some() {
+        testkit::browser::installed("ethtool", "apt-get install ethtool")
+            .map_err(|e| format!("lab mode reads and sets the NIC with ethtool: {e}"))?;
     }
     let exe_dir = std::env::current_exe()
         .ok()
@@ -160,7 +169,10 @@ fn preflight(
     }
     for (key, why) in &missing {
         eprintln!("!! SKIPPED {why}");
-        left_out.push((setups::name_of(key), "not installed (--skip-missing)"));
+        left_out.push((
+            setups::name_of(key),
+            "not installed (--skip-missing)".into(),
+        ));
     }
     setups.retain(|s| !missing.iter().any(|(key, _)| *key == s.key));
     if !options.no_search && !std::path::Path::new(crate::profile::LINUX_PERF).exists() {
@@ -170,4 +182,51 @@ fn preflight(
         );
     }
     Ok(())
+}
+
+/// The netns testbed, up, with this process on the tools' core and the relay's receive
+/// work steered to the forwarder's core; and its environment record.
+fn testbed(options: &Options) -> Result<(Box<dyn Bed>, serde_json::Value), String> {
+    crate::load::pin_to_load_cpu();
+    let mut bench = Bench::up(options.ipv6, options.flows, options.forwarder_cpu)?;
+    bench.relay.bind_mode = options.lab.bind_mode;
+    crate::interrupt::delete_on_interrupt(bench.bed.namespaces());
+    let placement = if options.no_steer {
+        crate::placement::Placement::default()
+    } else {
+        crate::placement::steer(&bench.bed, options.forwarder_cpu, crate::load::LOAD_CPU)
+    };
+    let environment = crate::environment::record(
+        &bench.bed,
+        &placement,
+        options.generator == GeneratorKind::LiveFrames,
+        (crate::load::LOAD_CPU, options.forwarder_cpu),
+    );
+    Ok((Box::new(bench), environment))
+}
+
+/// Starts each setup that attaches to the relay's interface (AF_XDP, XDP) once before
+/// the first trial: one the driver refuses (zero-copy on veth, native XDP on a driver
+/// without it) is left out, named loudly with the refusal, in the report too.
+fn starts_once(
+    relay: &relay_host::RelayHost,
+    setups: &mut Vec<&'static setups::Setup>,
+    left_out: &mut Vec<(String, String)>,
+) {
+    setups.retain(|setup| {
+        if !setup.attaches_to_interface() {
+            return true;
+        }
+        match setup.start(relay) {
+            Ok(running) => {
+                drop(running);
+                true
+            }
+            Err(why) => {
+                eprintln!("!! LEFT OUT {}: {why}", setup.name);
+                left_out.push((setup.name.to_string(), format!("did not start: {why}")));
+                false
+            }
+        }
+    });
 }

@@ -124,6 +124,22 @@ pub const VETH_LIMITS: &str = "\n## What this testbed cannot show\n\n\
 - **Two vCPUs.** One worker per setup, one core for the tools: scaling across cores is not \
   measured here.\n";
 
+/// What a lab run measures, and how it differs from the testbed's method described above.
+pub const LAB_MODE: &str = "\n## Lab mode: what differs from the testbed\n\n\
+- **Two hosts.** The setups ran on the relay host's interface named in the command; the agent \
+  on the tools host (`ufrag-perf agent`) made the flows and ran the generator and the sink. \
+  Where the method above says the client's or transceiver's veth, read the tools host's \
+  interfaces (see *Environment*).\n\
+- **Only the relay host's CPUs are counted.** Every trial's busy time is the relay host's; \
+  the tools host's work is in no row. The null row's traffic stays on the tools host (it is \
+  sent to the sink's own address), so its cost is the relay host at rest over the same \
+  trials, and subtracting it leaves what each setup cost the relay host.\n\
+- **The NIC is the lab's.** Interrupt affinity and RSS are as the lab set them; lab mode \
+  steers nothing. The queue count, the AF_XDP bind mode and the relays' CPUs are in \
+  *Environment*; relay-afxdp runs one worker per RX queue.\n\
+- **Setups the driver refused** (zero-copy, native XDP) were started once before the first \
+  trial and left out, named below with the refusal.\n";
+
 /// The anomalies, with this run's evidence: rows that split in two, whether a row's
 /// cost depends on its place in the round, native against generic XDP, and the in-kernel
 /// reference against relay-afxdp.
@@ -230,7 +246,11 @@ pub fn search_method(options: &Options, addresses: u32, vcpus: &serde_json::Valu
              paced in 0.5 ms slices"
         ),
     };
-    let placement = if options.no_steer {
+    let lab = options.lab.lab.is_some();
+    let placement = if lab {
+        "its NIC's interrupts and kernel receive work are where the lab put them (lab mode \
+         steers nothing), so \"forwarder µs/pkt\" counts what ran on that core"
+    } else if options.no_steer {
         "its kernel receive work is not steered (veth runs it on the sender's CPU), so \
          \"forwarder µs/pkt\" counts what the forwarder does from its socket or XDP program on"
     } else {
@@ -238,7 +258,9 @@ pub fn search_method(options: &Options, addresses: u32, vcpus: &serde_json::Valu
          µs/pkt\" is all of the relay path's cost on that core"
     };
     let cpu = options.forwarder_cpu;
-    let hops = if cpu == LOAD_CPU {
+    let hops = if lab {
+        "set by the lab's interrupt placement (the tools run on the tools host)".to_string()
+    } else if cpu == LOAD_CPU {
         "none: the forwarder shares the tools' core".to_string()
     } else if !options.no_steer {
         format!(
@@ -259,9 +281,15 @@ pub fn search_method(options: &Options, addresses: u32, vcpus: &serde_json::Valu
     } else {
         String::new()
     };
+    let topology = if lab {
+        "the lab's relay host and tools host (see *Environment*; where this section says \
+         the client's or the transceiver's veth, read the tools host's interfaces)"
+    } else {
+        "a one-armed relay behind a Linux bridge (client, relay and transceiver namespaces, \
+         each a veth to a bridge namespace)"
+    };
     format!(
-        "\n## How the maximum rate was measured\n\nTopology: a one-armed relay behind a Linux \
-         bridge (client, relay and transceiver namespaces, each a veth to a bridge namespace). The \
+        "\n## How the maximum rate was measured\n\nTopology: {topology}. The \
          load is spread over {} client flows ({addresses} client address(es), up to \
          {PORTS_PER_CLIENT_ADDR} ports each), every one made before the search. {generator}. Every \
          forwarder runs on CPU {cpu}; {placement}. One worker per setup on this host's {vcpus} \

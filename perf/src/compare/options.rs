@@ -89,6 +89,9 @@ pub struct Options {
     /// instead of stopping before the first trial.
     #[arg(long)]
     pub skip_missing: bool,
+    /// Lab mode: the comparison on your own hosts.
+    #[command(flatten)]
+    pub lab: crate::lab::client::LabArgs,
     /// Where to write the Markdown report (JSON and SVG go next to it).
     #[arg(long, default_value = "target/perf/compare.md")]
     pub out: PathBuf,
@@ -125,15 +128,12 @@ impl Options {
                 "--workers {w}: between 1 and this host's {cpus} CPUs"
             ));
         }
-        Ok(())
+        self.lab.check(self)
     }
 
     /// The setups to run: `--only`'s (with the null row), or the defaults; those the
     /// direction or family cannot run are left out and named.
-    pub fn setups(
-        &self,
-        client_addresses: u32,
-    ) -> (Vec<&'static Setup>, Vec<(String, &'static str)>) {
+    pub fn setups(&self, client_addresses: u32) -> (Vec<&'static Setup>, Vec<(String, String)>) {
         let wanted = |s: &Setup| {
             if self.only.is_empty() {
                 s.default
@@ -154,7 +154,7 @@ impl Options {
                     None
                 };
                 if let Some(why) = why {
-                    left_out.push((s.name.to_string(), why));
+                    left_out.push((s.name.to_string(), why.to_string()));
                 }
                 why.is_none()
             })
@@ -169,7 +169,12 @@ impl Options {
                 } else if matches!(setup.kind, setups::Kind::Relay { .. }) {
                     left_out.push((
                         format!("{}, {workers} workers", setup.name),
-                        "needs one RX queue per worker; the veth testbed has one",
+                        if self.lab.lab.is_some() {
+                            "runs one worker per RX queue (set them with --queues)"
+                        } else {
+                            "needs one RX queue per worker; the veth testbed has one"
+                        }
+                        .to_string(),
                     ));
                 }
             }

@@ -18,7 +18,7 @@ pub struct Measured<'a> {
     /// The setups run.
     pub setups: &'a [&'static Setup],
     /// Setups left out, and why.
-    pub left_out: &'a [(String, &'static str)],
+    pub left_out: &'a [(String, String)],
     /// The fixed-load rounds' samples.
     pub samples: &'a [Sample],
     /// The search phase.
@@ -34,9 +34,10 @@ pub struct Measured<'a> {
 
 /// The cost table: each row's net µs per packet at each load, pooled, its ratio to
 /// relay-mio's, voice sessions per core, and the rounds kept.
-fn cost_table(rows: &[RowCost], loads: &[u64]) -> String {
+/// `counted` names whose CPUs were counted (the whole machine, or a lab's relay host).
+fn cost_table(rows: &[RowCost], loads: &[u64], counted: &str) -> String {
     let mut out = format!(
-        "\n## CPU cost per forwarded packet at fixed loads\n\nµs of the whole machine per packet, \
+        "\n## CPU cost per forwarded packet at fixed loads\n\nµs of {counted} per packet, \
          the null row's subtracted; median [interval of at least {:.0} % confidence] over the rounds kept.\n\n| setup |",
         CONFIDENCE * 100.0
     );
@@ -239,8 +240,14 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         Direction::Down => "downlink",
         Direction::Both => "both directions",
     };
+    let lab = options.lab.lab.is_some();
     let mut md = format!(
-        "# Side by side on the netns testbed ({way}, {} flows{}): is kernel bypass warranted?\n\nCommand: `{command}`\n\n",
+        "# Side by side on {} ({way}, {} flows{}): is kernel bypass warranted?\n\nCommand: `{command}`\n\n",
+        if lab {
+            "the lab's hosts"
+        } else {
+            "the netns testbed"
+        },
         options.flows,
         if options.ipv6 { ", IPv6" } else { "" }
     );
@@ -260,7 +267,15 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         md.push_str(&super::verdict::markdown(
             &verdict, &rows, BASELINE, name_of,
         ));
-        md.push_str(&cost_table(&rows, &options.loads));
+        md.push_str(&cost_table(
+            &rows,
+            &options.loads,
+            if lab {
+                "the relay host's CPUs"
+            } else {
+                "the whole machine"
+            },
+        ));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&per_round_table(&rows, options.rounds));
         md.push_str(&notes::rounds_method(options, m.seed));
@@ -268,7 +283,11 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         md.push_str(&notes::host_gate_table(m.samples));
         md.push_str(&notes::anomalies(&rows));
     }
-    md.push_str(notes::VETH_LIMITS);
+    md.push_str(if lab {
+        notes::LAB_MODE
+    } else {
+        notes::VETH_LIMITS
+    });
     if !m.left_out.is_empty() {
         let listed: Vec<String> = m
             .left_out
@@ -335,6 +354,11 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     let mut json = crate::report::json(&searched.rows, m.environment);
     json["cost"] = cost_json(&verdict, &rows, m.samples, options, m.seed);
     json["partial"] = serde_json::json!(m.partial);
+    json["left_out"] = m
+        .left_out
+        .iter()
+        .map(|(setup, why)| serde_json::json!({ "setup": setup, "why": why }))
+        .collect();
     let cost_bars: Vec<(String, Option<crate::stats::Spread>)> = rows
         .iter()
         .map(|r| {

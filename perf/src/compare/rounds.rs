@@ -6,12 +6,12 @@
 
 use std::time::{Duration, Instant};
 
-use super::bench::Bench;
+use super::bed::Bed;
 use super::cost::{LoadTrial, Sample};
 use super::setups::Setup;
 use crate::cpu::Snapshot;
 use crate::host_gate::{self, THRESHOLDS};
-use crate::load::{LOAD_CPU, Load};
+use crate::load::LOAD_CPU;
 
 /// How the rounds run.
 #[derive(Clone, Debug)]
@@ -75,7 +75,7 @@ pub fn clock_seed() -> u64 {
 /// Runs the rounds on `bench`; every sample, in the order taken. After each round,
 /// `round_done` gets the samples so far and the rounds done (for a partial report).
 pub fn run(
-    bench: &Bench,
+    bench: &dyn Bed,
     setups: &[&'static Setup],
     plan: &Plan,
     round_done: &mut dyn FnMut(&[Sample], usize),
@@ -97,7 +97,7 @@ pub fn run(
                 done + 1,
                 eta(started.elapsed(), done, steps)
             );
-            let reading = host_gate::read(LOAD_CPU, bench.forwarder_cpu);
+            let reading = host_gate::read(LOAD_CPU, bench.relay().forwarder_cpu());
             let (loads, during) = measure(bench, setup, plan);
             let disturbances = host_gate::judge(
                 &reading,
@@ -127,11 +127,10 @@ pub fn run(
 
 /// Starts `setup`, makes its flows, offers each load once (after a short warm-up that
 /// is not counted) and stops it; the trials and the window they span.
-fn measure(bench: &Bench, setup: &Setup, plan: &Plan) -> (Vec<LoadTrial>, crate::cpu::Spent) {
-    let running = setup.start(bench);
-    let target = setup.target(bench);
-    let sockets = bench.make_flows(setup.name, setup.keeps_flows(), target);
-    let mut load = bench.socket_load(sockets, target, plan.size);
+fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> (Vec<LoadTrial>, crate::cpu::Spent) {
+    // The run's preflight started every setup once: one that fails now cannot go on.
+    let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
+    let mut load = bench.fixed_load(setup, plan.size);
     // Neighbour tables, caches and the relay's first wake-ups: not counted.
     let _ = load.trial(plan.loads[0], Duration::from_millis(200));
     let window = Snapshot::now();

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::bench::Bench;
+use super::bed::Bed;
 use super::options::{Direction, GeneratorKind, Options};
 use super::setups::{Kind, Running, Setup};
 use crate::load::Load;
@@ -24,33 +24,12 @@ pub struct Searched {
     pub receive_buffer_drops: Vec<(String, u64)>,
 }
 
-/// The load a setup's search drives, by `options.direction`.
-fn load_for(
-    bench: &Bench,
-    setup: &Setup,
-    options: &Options,
-    sockets: crate::load::Generator,
-) -> Box<dyn Load> {
-    let target = setup.target(bench);
-    let size = options.search.size;
-    let live = options.generator == GeneratorKind::LiveFrames;
-    match options.direction {
-        Direction::Up => Box::new(bench.uplink_load(sockets, target, size, live)),
-        Direction::Down => Box::new(bench.downlink_load(setup.replies(), size)),
-        Direction::Both => Box::new(crate::xdp::Conversation {
-            up: bench.uplink_load(sockets, target, size, live),
-            down: bench.downlink_load(setup.replies(), size),
-            downlink_share: options.downlink_share,
-        }),
-    }
-}
-
 /// Searches every setup (in `--repeats` rounds with `--interleave`); `steer` says
 /// whether the relay's NAPI threads go to the forwarder's core. After each setup,
 /// `step_done` gets what was searched so far, the steps done and the steps in all (for a
 /// partial report).
 pub fn run(
-    bench: &Bench,
+    bench: &dyn Bed,
     setups: &[&Setup],
     options: &Options,
     steer: bool,
@@ -70,7 +49,7 @@ pub fn run(
         },
         ..options.search
     };
-    let cpu = bench.forwarder_cpu;
+    let relay_ns = bench.relay().ns();
     let steps = rounds * setups.len();
     let started = std::time::Instant::now();
     for round in 1..=rounds {
@@ -87,27 +66,19 @@ pub fn run(
                 setup.name,
                 super::rounds::eta(started.elapsed(), done, steps)
             );
-            let running = setup.start(bench);
-            if steer {
-                let napi = crate::placement::pin_napi_threads(
-                    &bench.bed.relay.ns,
-                    &bench.bed.relay.ifname,
-                    cpu,
-                );
-                if napi > 0 {
-                    eprintln!(
-                        "  {napi} NAPI thread(s) of the relay's interface pinned to CPU {cpu}"
-                    );
-                }
+            // The run's preflight started every setup once: one that fails now cannot go on.
+            let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
+            if steer && let Some(placed) = bench.place_after_start() {
+                eprintln!("  {placed}");
             }
-            let sockets = bench.make_flows(setup.name, setup.keeps_flows(), setup.target(bench));
-            let mut load = load_for(bench, setup, options, sockets);
+            let cpu = bench.relay().forwarder_cpu();
+            let mut load = bench.search_load(setup, options);
             if options.direction != Direction::Up {
                 // A relay learns the client's next hop from its first replies (AF_XDP
                 // asks the kernel): a short trial first, not counted.
                 let _ = load.trial(1_000, Duration::from_millis(300));
             }
-            let drops_before = crate::load::udp_receive_buffer_drops(Some(&bench.bed.relay.ns));
+            let drops_before = crate::load::udp_receive_buffer_drops(relay_ns);
             let runs = crate::measure::runs(
                 setup.name,
                 load.as_mut(),
@@ -115,8 +86,7 @@ pub fn run(
                 || crate::cpu::cpu_busy_seconds(cpu),
                 cpu,
             );
-            let drops =
-                crate::load::udp_receive_buffer_drops(Some(&bench.bed.relay.ns)) - drops_before;
+            let drops = crate::load::udp_receive_buffer_drops(relay_ns) - drops_before;
             match searched
                 .receive_buffer_drops
                 .iter_mut()
@@ -161,7 +131,7 @@ pub fn run(
 /// The last round's extras for row `index`: the latency trial, and a profile of the
 /// forwarder's core over one more trial at 70 % of its maximum.
 fn finish_row(
-    bench: &Bench,
+    bench: &dyn Bed,
     searched: &mut Searched,
     index: usize,
     load: &mut dyn Load,
@@ -175,7 +145,7 @@ fn finish_row(
         .map_or(args.fixed_pps, |m| (m.0 * 0.7) as u64)
         .max(1_000);
     let dir = options.out.parent().unwrap_or(std::path::Path::new("."));
-    match crate::profile::Recording::start(bench.forwarder_cpu, dir, "compare") {
+    match crate::profile::Recording::start(bench.relay().forwarder_cpu(), dir, "compare") {
         Some(recording) => {
             let _ = load.trial(rate, args.search_trial.max(Duration::from_secs(1)));
             if let Some(p) = recording.finish() {

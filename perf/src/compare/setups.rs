@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 
 use testkit::OwnedChild;
-use testkit::http::wait_ready;
 
-use super::bench::{Bench, Replies, Target};
+use super::bench::{Replies, Target};
+use super::relay_host::{BindMode, RelayHost};
 
 /// What runs in the relay's place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,6 +304,20 @@ impl Setup {
         variant
     }
 
+    /// Whether it attaches a program to the relay's interface (AF_XDP, XDP), which a
+    /// driver may refuse.
+    pub fn attaches_to_interface(&self) -> bool {
+        matches!(
+            self.kind,
+            Kind::XdpRelay
+                | Kind::Quilkin { xdp: true }
+                | Kind::Relay {
+                    xdp_mode: Some(_),
+                    ..
+                }
+        )
+    }
+
     /// Whether it busy-polls (its core is 100 % busy by construction).
     pub fn busy_polls(&self) -> bool {
         matches!(self.kind, Kind::Relay { flags, .. } if flags.contains(&"busy"))
@@ -369,128 +383,174 @@ impl Setup {
         self.kind != Kind::Direct
     }
 
-    /// Where its load goes on `bench`.
-    pub fn target(&self, bench: &Bench) -> Target {
-        let relay_mac = bench.relay_if.mac;
-        let to = |port: u16| SocketAddr::new(bench.bed.relay.ip(bench.ipv6), port);
+    /// Where its load goes on `relay`'s host.
+    pub fn target(&self, relay: &RelayHost) -> Target {
+        let to = |port: u16| SocketAddr::new(relay.vip.ip(), port);
         let (dst, framed) = match self.kind {
             Kind::Direct => {
                 return Target {
-                    dst: bench.sink_addr,
-                    dst_mac: bench.xcv_if.mac,
+                    dst: relay.sink_addr,
+                    dst_mac: relay.sink_mac,
                     framed: false,
                 };
             }
             Kind::Naive => (to(4001), false),
             Kind::Bare => (to(4000), false),
-            Kind::Nftables | Kind::XdpRelay => (to(3478), false),
+            Kind::Nftables | Kind::XdpRelay => (to(relay.vip.port()), false),
             Kind::Nginx => (to(4002), false),
             Kind::Quilkin { .. } => (to(4003), false),
-            Kind::Relay { .. } => (to(3478), true),
+            Kind::Relay { .. } => (relay.vip, true),
         };
         Target {
             dst,
-            dst_mac: relay_mac,
+            dst_mac: relay.iface.mac,
             framed,
         }
     }
 
-    /// Starts it on `bench`; panics with what failed (a run cannot go on without it).
-    pub fn start(&self, bench: &Bench) -> Running {
-        let dst = self.target(bench).dst;
-        let (relay_ns, cpu) = (&bench.bed.relay.ns, bench.forwarder_cpu);
-        let sink = bench.sink_addr;
+    /// Starts it on `relay`'s host, or says why it could not (a relay that exited before
+    /// it was ready: its exit and last words).
+    pub fn start(&self, relay: &RelayHost) -> Result<Running, String> {
+        let dst = self.target(relay).dst;
+        let (ns, cpu) = (relay.ns(), relay.forwarder_cpu());
+        let sink = relay.sink_addr;
         let v4 = super::bench::v4;
-        match self.kind {
+        let failed = |what: &str| {
+            let what = what.to_string();
+            move |e: std::io::Error| format!("{what}: {e}")
+        };
+        Ok(match self.kind {
             Kind::Direct => Running::Nothing,
             Kind::Naive => Running::Naive(
-                crate::bare::NaiveForwarder::start_in(Some(relay_ns), dst, sink, cpu)
-                    .expect("naive forwarder"),
+                crate::bare::NaiveForwarder::start_in(ns, dst, sink, cpu)
+                    .map_err(failed("naive forwarder"))?,
             ),
             Kind::Bare => Running::Bare(
-                crate::bare::BareForwarder::start_in(Some(relay_ns), dst, sink, cpu)
-                    .expect("bare forwarder"),
+                crate::bare::BareForwarder::start_in(ns, dst, sink, cpu)
+                    .map_err(failed("bare forwarder"))?,
             ),
             Kind::Nftables => Running::Nftables(
-                crate::alternatives::Nftables::start(relay_ns, dst, sink).expect("nftables"),
+                crate::alternatives::Nftables::start(ns, dst, sink).map_err(failed("nftables"))?,
             ),
             Kind::Nginx => Running::Nginx(
-                crate::alternatives::Nginx::start(relay_ns, v4(dst), v4(sink), cpu, bench.flows)
-                    .expect("nginx"),
+                crate::alternatives::Nginx::start(ns, v4(dst), v4(sink), cpu, relay.flows)
+                    .map_err(failed("nginx"))?,
             ),
-            Kind::Quilkin { xdp } => {
-                let quilkin = crate::alternatives::Quilkin::start(
-                    relay_ns,
+            Kind::Quilkin { xdp } => Running::Quilkin(
+                crate::alternatives::Quilkin::start(
+                    ns,
                     v4(dst),
                     v4(sink),
                     cpu,
-                    xdp.then_some(bench.bed.relay.ifname.as_str()),
+                    xdp.then_some(relay.iface.name.as_str()),
                 )
-                .expect("quilkin");
-                Running::Quilkin(quilkin)
-            }
+                .map_err(failed("quilkin"))?,
+            ),
             Kind::XdpRelay => {
                 let rewrite = crate::xdp::Rewrite {
                     vip: v4(dst),
-                    relay_mac: bench.relay_if.mac,
+                    relay_mac: relay.iface.mac,
                     to: v4(sink),
-                    to_mac: bench.xcv_if.mac,
+                    to_mac: relay.sink_mac,
                 };
                 Running::XdpRelay(
-                    crate::xdp::XdpRelay::attach(&bench.relay_if, &rewrite).expect("XDP relay"),
+                    crate::xdp::XdpRelay::attach(&relay.iface, &rewrite)
+                        .map_err(failed("XDP relay"))?,
                 )
             }
             Kind::Relay {
                 binary,
                 flags,
                 xdp_mode,
-            } => Running::Relay(self.start_relay(bench, binary, flags, xdp_mode)),
+            } => Running::Relay(self.start_relay(relay, binary, flags, xdp_mode)?),
+        })
+    }
+
+    /// Its workers on `relay`'s host: relay-afxdp one per RX queue, the rest their own.
+    pub fn workers_on(&self, relay: &RelayHost) -> usize {
+        match self.kind {
+            Kind::Relay {
+                binary: "relay-afxdp",
+                ..
+            } => relay.afxdp_workers.max(self.workers),
+            _ => self.workers,
         }
     }
 
-    /// Starts one of our relays in the relay's namespace, its workers on the forwarder's
-    /// core and then the others ([`Bench::worker_cpus`]), and waits until it is ready.
+    /// Starts one of our relays on `relay`'s host, its workers on the forwarder's core
+    /// and then the others ([`RelayHost::worker_cpus`]), and waits until it is ready.
     fn start_relay(
         &self,
-        bench: &Bench,
+        relay: &RelayHost,
         binary: &str,
         flags: &[&str],
         xdp_mode: Option<&str>,
-    ) -> OwnedChild {
-        let path = bench.exe_dir.join(binary);
-        let mut command = bench
-            .bed
-            .relay
-            .command(path.to_str().expect("a UTF-8 path"));
+    ) -> Result<OwnedChild, String> {
+        let path = relay.exe_dir.join(binary);
+        let mut command = relay.command(path.to_str().expect("a UTF-8 path"));
+        let workers = self.workers_on(relay);
         command
-            .args(["--vip", &bench.vip.to_string()])
-            .args(["--internal-addr", &bench.internal.to_string()])
-            .args(["--workers", &self.workers.to_string()])
-            .args(["--cpus", &bench.worker_cpus(self.workers)])
-            .args(["--allow-transceiver-net", bench.transceiver_net()])
-            .args(["--metrics-addr", &bench.metrics.to_string()])
+            .args(["--vip", &relay.vip.to_string()])
+            .args(["--internal-addr", &relay.internal.to_string()])
+            .args(["--workers", &workers.to_string()])
+            .args(["--cpus", &relay.worker_cpus(workers)])
+            .args(["--allow-transceiver-net", &relay.transceiver_net])
+            .args(["--metrics-addr", &relay.metrics.to_string()])
             // Every flow is made before the trials and must outlive them; the admission
             // limits meant for the internet would refuse them.
             .args(["--idle-timeout", "15m"])
             .args(["--new-flows-per-prefix", "1000000"])
             .args(["--new-flows-per-worker", "1000000"]);
         if let Some(mode) = xdp_mode {
-            command.args(["--interface", &bench.bed.relay.ifname, "--xdp-mode", mode]);
+            command.args(["--interface", &relay.iface.name, "--xdp-mode", mode]);
+            if relay.bind_mode == BindMode::Zerocopy {
+                command.args(["--bind-mode", "zerocopy"]);
+            }
         }
         command
             .args(flags)
             .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null());
-        let mut relay = OwnedChild::spawn(&mut command).expect("relay starts");
-        wait_ready(
-            Some(&bench.bed.relay.ns),
-            bench.metrics,
-            self.name,
-            READY,
-            || relay.exit_report(),
-        );
-        relay
+        // Its stderr goes to an unlinked file, read only if it exits early: a pipe
+        // nobody drains would stall a relay that logs under load.
+        let log_path = std::env::temp_dir().join(format!(
+            "ufrag-perf-{}-{}.stderr",
+            std::process::id(),
+            self.key
+        ));
+        let log = std::fs::File::create(&log_path).map_err(|e| format!("{log_path:?}: {e}"))?;
+        let mut last_words = std::fs::File::open(&log_path).map_err(|e| format!("{e}"))?;
+        let _ = std::fs::remove_file(&log_path);
+        command.stderr(log);
+        let mut child =
+            OwnedChild::spawn(&mut command).map_err(|e| format!("{binary} did not start: {e}"))?;
+        let deadline = std::time::Instant::now() + READY;
+        loop {
+            let ready = testkit::http::get(relay.ns(), relay.metrics, "/readyz")
+                .is_some_and(|(status, _)| status == 200);
+            if ready {
+                return Ok(child);
+            }
+            if let Some(exit) = child.exit_report() {
+                let mut said = String::new();
+                let _ = std::io::Read::read_to_string(&mut last_words, &mut said);
+                let said = said
+                    .lines()
+                    .rev()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("");
+                return Err(format!(
+                    "{} exited before it was ready ({}): {said}",
+                    self.name,
+                    exit.trim_end_matches([':', ' '])
+                ));
+            }
+            if std::time::Instant::now() > deadline {
+                return Err(format!("{} was not ready within {READY:?}", self.name));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
     }
 }
 

@@ -1,0 +1,159 @@
+//! A lab interface as the report records it and as lab mode sets it: its IPv4 address,
+//! its driver, firmware and queues and its offloads (`ethtool`), and its queue count
+//! (`ethtool -L`, put back when the run ends).
+
+use std::net::Ipv4Addr;
+use std::process::Command;
+
+use serde_json::{Value, json};
+
+/// The offloads the record keeps: those that change what a forwarder's packets cost.
+const OFFLOADS: &[&str] = &[
+    "rx-checksumming",
+    "tx-checksumming",
+    "generic-receive-offload",
+    "large-receive-offload",
+    "rx-gro-hw",
+    "rx-udp-gro-forwarding",
+    "tx-udp-segmentation",
+    "ntuple-filters",
+    "receive-hashing",
+];
+
+fn output(program: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .map_err(|e| format!("{program}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{program} {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `name`'s first IPv4 address.
+pub fn first_ipv4(name: &str) -> Result<Ipv4Addr, String> {
+    let text = output("ip", &["-j", "-4", "addr", "show", "dev", name])?;
+    let parsed: Value = serde_json::from_str(&text).map_err(|e| format!("ip -j: {e}"))?;
+    parsed[0]["addr_info"]
+        .as_array()
+        .and_then(|a| a.iter().find_map(|i| i["local"].as_str()?.parse().ok()))
+        .ok_or_else(|| format!("{name} has no IPv4 address"))
+}
+
+/// `name: value` lines as pairs.
+fn fields(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim(), v.trim()))
+}
+
+/// The RX queues the kernel shows for `name`.
+pub fn rx_queues(name: &str) -> usize {
+    std::fs::read_dir(format!("/sys/class/net/{name}/queues")).map_or(0, |d| {
+        d.flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("rx-"))
+            .count()
+    })
+}
+
+/// What the record says of `name`: driver, firmware, bus, RX queues, speed, MTU and the
+/// offloads of [`OFFLOADS`]; a field ethtool cannot read is left out.
+pub fn facts(name: &str) -> Value {
+    let mut record = json!({ "interface": name, "rx_queues": rx_queues(name) });
+    if let Ok(info) = output("ethtool", &["-i", name]) {
+        for (k, v) in fields(&info) {
+            if matches!(k, "driver" | "version" | "firmware-version" | "bus-info") && !v.is_empty()
+            {
+                record[k] = json!(v);
+            }
+        }
+    }
+    if let Ok(features) = output("ethtool", &["-k", name]) {
+        let on: Vec<String> = fields(&features)
+            .filter(|(k, _)| OFFLOADS.contains(k))
+            .map(|(k, v)| format!("{k} {}", v.split_whitespace().next().unwrap_or(v)))
+            .collect();
+        record["offloads"] = json!(on);
+    }
+    let sys = |f: &str| std::fs::read_to_string(format!("/sys/class/net/{name}/{f}")).ok();
+    if let Some(speed) = sys("speed").and_then(|s| s.trim().parse::<i64>().ok())
+        && speed > 0
+    {
+        record["speed_mbps"] = json!(speed);
+    }
+    if let Some(mtu) = sys("mtu") {
+        record["mtu"] = json!(mtu.trim());
+    }
+    record
+}
+
+/// One line of [`facts`] for the report.
+pub fn summary(facts: &Value) -> String {
+    let text = |k: &str| facts[k].as_str().unwrap_or("unknown").to_string();
+    let mut line = format!(
+        "{} ({} driver, firmware {}, {} RX queue(s)",
+        text("interface"),
+        text("driver"),
+        facts["firmware-version"].as_str().unwrap_or("none"),
+        facts["rx_queues"]
+    );
+    if let Some(speed) = facts["speed_mbps"].as_i64() {
+        line.push_str(&format!(", {speed} Mb/s"));
+    }
+    line.push(')');
+    if let Some(offloads) = facts["offloads"].as_array() {
+        let list: Vec<&str> = offloads.iter().filter_map(Value::as_str).collect();
+        line.push_str(&format!("; offloads: {}", list.join(", ")));
+    }
+    line
+}
+
+/// `name`'s queue count set for the run, put back when dropped.
+#[derive(Debug)]
+pub struct Queues {
+    name: String,
+    before: usize,
+    combined: bool,
+}
+
+impl Queues {
+    /// Sets `name`'s queues to `count`: combined channels (NICs), or as many RX and TX
+    /// queues where the driver has no combined ones (veth).
+    pub fn set(name: &str, count: usize) -> Result<Queues, String> {
+        let before = rx_queues(name);
+        let n = count.to_string();
+        let combined = output("ethtool", &["-L", name, "combined", &n]);
+        let combined = match combined {
+            Ok(_) => true,
+            Err(first) => {
+                output("ethtool", &["-L", name, "rx", &n, "tx", &n])
+                    .map_err(|e| format!("--queues {count}: {first}; {e}"))?;
+                false
+            }
+        };
+        Ok(Queues {
+            name: name.to_string(),
+            before,
+            combined,
+        })
+    }
+}
+
+impl Drop for Queues {
+    fn drop(&mut self) {
+        let n = self.before.to_string();
+        let args: Vec<&str> = if self.combined {
+            vec!["-L", &self.name, "combined", &n]
+        } else {
+            vec!["-L", &self.name, "rx", &n, "tx", &n]
+        };
+        if let Err(e) = output("ethtool", &args) {
+            eprintln!("perf compare: putting {}'s queues back: {e}", self.name);
+        }
+    }
+}

@@ -1,0 +1,359 @@
+//! Lab mode end to end on two network namespaces standing in for two hosts, joined by one
+//! veth pair (root only: CI runs as root; without root the test fails loudly rather than
+//! skips): the agent runs in the "tools host", `perf compare --lab` in the "relay host"
+//! with zero-copy AF_XDP requested, which veth refuses. The run must leave that setup out
+//! naming the refusal, measure the rest, put the interface's queues back, and write a
+//! report of the same shape as the testbed's.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use testkit::OwnedChild;
+use testkit::cargo_build::bin;
+use testkit::testbed::tools::require_root;
+
+/// Two namespaces and the veth pair between them, deleted when dropped.
+struct TwoHosts {
+    relay_ns: String,
+    tools_ns: String,
+    relay_if: String,
+    tools_if: String,
+}
+
+const RELAY_IP: &str = "10.89.0.1";
+const TOOLS_IP: &str = "10.89.0.2";
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip runs");
+    assert!(
+        out.status.success(),
+        "ip {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl TwoHosts {
+    fn up() -> TwoHosts {
+        let pid = std::process::id();
+        let hosts = TwoHosts {
+            relay_ns: format!("ufrag-lab-{pid}-relay"),
+            tools_ns: format!("ufrag-lab-{pid}-tools"),
+            relay_if: format!("ul{}r", pid % 1_000_000),
+            tools_if: format!("ul{}t", pid % 1_000_000),
+        };
+        ip(&["netns", "add", &hosts.relay_ns]);
+        ip(&["netns", "add", &hosts.tools_ns]);
+        ip(&[
+            "link",
+            "add",
+            &hosts.relay_if,
+            "netns",
+            &hosts.relay_ns,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &hosts.tools_if,
+            "netns",
+            &hosts.tools_ns,
+        ]);
+        for (ns, ifname, addr) in [
+            (&hosts.relay_ns, &hosts.relay_if, RELAY_IP),
+            (&hosts.tools_ns, &hosts.tools_if, TOOLS_IP),
+        ] {
+            ip(&[
+                "-n",
+                ns,
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                ifname,
+            ]);
+            ip(&["-n", ns, "link", "set", "lo", "up"]);
+            ip(&["-n", ns, "link", "set", ifname, "up"]);
+        }
+        // The wire: a veth delivers the tools host's XDP_TX live frames only to a peer
+        // with NAPI, which GRO turns on (a NIC needs nothing).
+        let gro = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &hosts.relay_ns,
+                "ethtool",
+                "-K",
+                &hosts.relay_if,
+            ])
+            .args(["gro", "on"])
+            .status()
+            .expect("ethtool runs (scripts/test.sh installs it)");
+        assert!(gro.success(), "ethtool -K gro on");
+        // A veth takes an XDP program only while its RX queues are at least its peer's TX
+        // queues: the tools host's sink needs two while the relay host runs two
+        // (`--queues 2`).
+        let queues = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &hosts.tools_ns,
+                "ethtool",
+                "-L",
+                &hosts.tools_if,
+            ])
+            .args(["rx", "2", "tx", "1"])
+            .status()
+            .expect("ethtool runs");
+        assert!(queues.success(), "ethtool -L rx 2 tx 1");
+        hosts
+    }
+
+    fn rx_queues(&self) -> usize {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.relay_ns, "ls"])
+            .arg(format!("/sys/class/net/{}/queues", self.relay_if))
+            .output()
+            .expect("ls runs");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter(|q| q.starts_with("rx-"))
+            .count()
+    }
+}
+
+impl Drop for TwoHosts {
+    fn drop(&mut self) {
+        for ns in [&self.relay_ns, &self.tools_ns] {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// The short trials both runs share.
+const SHORT: &[&str] = &[
+    "--only",
+    "direct,mio,afxdp-native-wakeup",
+    "--rounds",
+    "2",
+    "--loads",
+    "2000,5000",
+    "--trial",
+    "300ms",
+    "--repeats",
+    "1",
+    "--search-trial",
+    "300ms",
+    "--trials-per-rate",
+    "1",
+    "--max-pps",
+    "40000",
+    "--fixed-pps",
+    "5000",
+    "--latency-trial",
+    "1s",
+    "--seed",
+    "7",
+];
+
+/// Runs `ufrag-perf compare` (in `ns`, if given) with `args` and [`SHORT`]; its report,
+/// JSON and stderr.
+fn compare(
+    ns: Option<&str>,
+    args: &[&str],
+    out: &std::path::Path,
+) -> (String, serde_json::Value, String) {
+    let perf = bin("ufrag-perf");
+    let mut command = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(&perf);
+            c
+        }
+        None => Command::new(&perf),
+    };
+    let run = command
+        .arg("compare")
+        .args(args)
+        .args(SHORT)
+        .arg("--out")
+        .arg(out)
+        .output()
+        .expect("perf compare runs");
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(
+        run.status.success(),
+        "perf compare {args:?} failed: {stderr}"
+    );
+    let report = std::fs::read_to_string(out).unwrap();
+    let json = serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+        .unwrap();
+    (report, json, stderr)
+}
+
+/// The report's section headings, as a reader scans them (not the per-setup ones below).
+fn headings(report: &str) -> Vec<&str> {
+    report
+        .lines()
+        .filter(|l| l.starts_with("# ") || l.starts_with("## "))
+        .map(|l| l.split(" (").next().unwrap_or(l))
+        .collect()
+}
+
+/// Every key path of a JSON value (arrays by their first element).
+fn shape(v: &serde_json::Value, at: &str, into: &mut BTreeSet<String>) {
+    match v {
+        serde_json::Value::Object(map) => {
+            for (k, child) in map {
+                let path = format!("{at}/{k}");
+                into.insert(path.clone());
+                shape(child, &path, into);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(first) = items.first() {
+                shape(first, &format!("{at}[]"), into);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn lab_mode_on_two_namespaces_refuses_zero_copy_cleanly_and_reports_like_the_testbed() {
+    require_root();
+    bin("relay-mio");
+    bin("relay-afxdp");
+    let dir = std::env::temp_dir().join(format!("ufrag-lab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let hosts = TwoHosts::up();
+
+    let perf = bin("ufrag-perf");
+    let mut agent_command = Command::new("ip");
+    agent_command
+        .args(["netns", "exec", &hosts.tools_ns])
+        .arg(&perf)
+        .args(["agent", "--once", "--listen", &format!("{TOOLS_IP}:7700")])
+        .args(["--interface", &hosts.tools_if, "--cpus", "0"]);
+    let mut agent = OwnedChild::spawn(&mut agent_command).expect("the agent starts");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+
+    let queues_before = hosts.rx_queues();
+    let agent_addr = format!("{TOOLS_IP}:7700");
+    let lab_out = dir.join("lab.md");
+    let (report, json, progress) = compare(
+        Some(&hosts.relay_ns),
+        &[
+            "--lab",
+            &agent_addr,
+            "--interface",
+            &hosts.relay_if,
+            "--bind-mode",
+            "zerocopy",
+            "--queues",
+            "2",
+        ],
+        &lab_out,
+    );
+
+    // Zero-copy refused by veth: left out before the first trial, with the driver's words.
+    assert!(
+        progress.contains("!! LEFT OUT relay-afxdp native wakeup")
+            && progress.contains("refuses zero-copy"),
+        "{progress}"
+    );
+    let left_out = json["left_out"].as_array().expect("left_out");
+    assert!(
+        left_out
+            .iter()
+            .any(|l| l["setup"] == "relay-afxdp native wakeup"
+                && l["why"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("refuses zero-copy"))),
+        "{left_out:?}"
+    );
+    assert!(report.contains("Not measured in this run: relay-afxdp native wakeup (did not start"));
+    // The rest was measured: relay-mio's cost in every round, and a maximum rate.
+    let mio = json["cost"]["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["setup"] == "mio")
+        .unwrap_or_else(|| panic!("a relay-mio cost row: {}", json["cost"]));
+    assert!(
+        mio["us_per_packet"]["median"]
+            .as_f64()
+            .is_some_and(|c| c > 0.0),
+        "relay-mio's pooled cost: {mio}"
+    );
+    assert!(
+        json["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["setup"] == "relay-mio"
+                && r["max_loss_free_pps"]["median"]
+                    .as_f64()
+                    .is_some_and(|n| n > 0.0)),
+        "relay-mio's maximum rate: {}",
+        json["rows"]
+    );
+    // The environment names both hosts' NICs as ethtool read them.
+    let env = &json["environment"];
+    assert_eq!(env["nic"]["driver"], "veth", "{env}");
+    assert_eq!(
+        env["nic"]["rx_queues"], 2,
+        "--queues 2 held during the run: {env}"
+    );
+    assert_eq!(
+        env["tools_host"]["client_nic"]["interface"],
+        hosts.tools_if.as_str()
+    );
+    assert!(report.contains("# Side by side on the lab's hosts"));
+    assert!(report.contains("## Lab mode: what differs from the testbed"));
+    // Put back when the run ended; the agent served one compare and left.
+    assert_eq!(hosts.rx_queues(), queues_before, "the queues are put back");
+    let exit = (0..50).find_map(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        agent.exit_report()
+    });
+    assert!(
+        exit.as_deref()
+            .is_some_and(|e| e.starts_with("exit status: 0")),
+        "the agent exits after one compare: {exit:?}"
+    );
+
+    // The same shape as the testbed's report: the same sections (the testbed's limits in
+    // place of lab mode's notes) and the same JSON fields (the NICs' besides).
+    let testbed_out = dir.join("testbed.md");
+    let (testbed_report, testbed_json, _) = compare(None, &[], &testbed_out);
+    let lab_sections: Vec<String> = headings(&report)
+        .into_iter()
+        .map(|h| match h {
+            "## Lab mode: what differs from the testbed" => {
+                "## What this testbed cannot show".into()
+            }
+            _ => h.replace("the lab's hosts", "the netns testbed"),
+        })
+        .collect();
+    assert_eq!(lab_sections, headings(&testbed_report));
+    let (mut lab_shape, mut testbed_shape) = (BTreeSet::new(), BTreeSet::new());
+    shape(&json, "", &mut lab_shape);
+    shape(&testbed_json, "", &mut testbed_shape);
+    let only_lab: Vec<&String> = lab_shape.difference(&testbed_shape).collect();
+    let only_testbed: Vec<&String> = testbed_shape.difference(&lab_shape).collect();
+    assert!(
+        only_lab.iter().all(|p| {
+            ["/environment/nic", "/environment/tools", "/left_out"]
+                .iter()
+                .any(|prefix| p.starts_with(prefix))
+        }),
+        "fields only the lab's report has: {only_lab:?}"
+    );
+    assert!(
+        only_testbed
+            .iter()
+            .all(|p| p.starts_with("/environment/tools/") || p.starts_with("/left_out")),
+        "fields only the testbed's report has: {only_testbed:?}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
