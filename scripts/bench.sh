@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The main job: the benchmark suite. Two sizes:
 #
-#   scripts/bench.sh          the default, about 20 minutes on a 2-vCPU host: the
-#                             instruction-count gate, loopback forwarding, WebRTC sessions,
+#   scripts/bench.sh          the default (the README gives its measured runtime on a
+#                             2-vCPU host): loopback forwarding, WebRTC sessions,
 #                             resilience (junk, restarts, hostile clients) and the default
 #                             `ufrag-perf compare` (the verdict); prints the verdict last.
-#   scripts/bench.sh --full   everything: also criterion's wall clock, flow-table memory,
-#                             Quilkin (built from crates.io, about 10 minutes), the worker
-#                             sweep, and compare downlink, with 1,200-byte datagrams, over
-#                             100k flows, over IPv6, with the model speaking, and latency.
+#   scripts/bench.sh --full   everything: also the instruction-count gate (CI runs it too),
+#                             criterion's wall clock, flow-table memory, Quilkin (built from
+#                             crates.io, about 10 minutes), the worker sweep, and compare
+#                             downlink, with 1,200-byte datagrams, over 100k flows, over
+#                             IPv6, with the model speaking, and latency.
 #
 # Reports go to target/perf/: loopback.md, sessions.md, resilience.md (+ .json),
 # compare.md (+ .json, .svg); with --full also compare-workers.md, compare-downlink.md,
@@ -45,9 +46,9 @@ if [ -n "$full" ] && ! command -v quilkin >/dev/null; then
   RUSTFLAGS="-C target-cpu=native" cargo install -q quilkin --version 0.10.0 --locked
 fi
 
-# The same instruction counts and gate as CI (installs valgrind and the iai runner).
-scripts/instructions.sh
 if [ -n "$full" ]; then
+  # The same instruction counts and gate as CI (installs valgrind and the iai runner).
+  scripts/instructions.sh
   echo "== wall clock (criterion)"
   cargo bench --locked -p ufrag-common --bench hot_path
   echo "== flow table memory"
