@@ -108,6 +108,19 @@ pub struct Map {
     values_per_key: usize,
 }
 
+/// CLOCK_MONOTONIC now, in nanoseconds: the clock `bpf_ktime_get_ns` reads in a program
+/// (and [`std::time::Instant`]'s), so user space can compare its stamps with them.
+pub fn ktime_now() -> u64 {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `now` is a valid, writable timespec for the whole call, and clock_gettime
+    // writes only into it. CLOCK_MONOTONIC exists on every Linux, so it cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
 /// The number of possible CPUs (`/sys/devices/system/cpu/possible`, e.g. `0-1`): how
 /// many values a per-CPU map holds per key.
 pub fn possible_cpus() -> io::Result<usize> {

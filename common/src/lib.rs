@@ -41,3 +41,4 @@ pub mod rfc4571;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod stun;
+pub mod wire;
