@@ -180,19 +180,11 @@ impl ArrivalRates {
     }
 
     fn prefix_bucket(&self, ip: IpAddr) -> usize {
-        let masked: u128 = match ip.to_canonical() {
-            IpAddr::V4(v4) => {
-                let keep = u32::MAX
-                    .checked_shl(32 - u32::from(self.prefix_len_v4.min(32)))
-                    .unwrap_or(0);
-                u128::from(u32::from(v4) & keep) | 1 << 127
-            }
-            IpAddr::V6(v6) => {
-                let keep = u128::MAX
-                    .checked_shl(128 - u32::from(self.prefix_len_v6.min(128)))
-                    .unwrap_or(0);
-                u128::from(v6) & keep & !(1 << 127) | 1 << 126
-            }
+        // The family in the top bits, so no IPv4 prefix hashes as an IPv6 one.
+        let prefix = crate::wire::source_prefix(ip, self.prefix_len_v4, self.prefix_len_v6);
+        let masked: u128 = match prefix {
+            IpAddr::V4(v4) => u128::from(u32::from(v4)) | 1 << 127,
+            IpAddr::V6(v6) => u128::from(v6) & !(1 << 127) | 1 << 126,
         };
         self.hasher.hash_one(masked) as usize & (PREFIX_BUCKETS - 1)
     }

@@ -27,7 +27,7 @@
 //! otherwise the insert is refused and counted. A live flow is never evicted.
 
 use core::hash::BuildHasher;
-use core::net::{IpAddr, SocketAddr};
+use core::net::SocketAddr;
 use std::hash::RandomState;
 use std::time::{Duration, Instant};
 
@@ -57,23 +57,12 @@ impl FlowKey {
 
     fn pack(&self) -> PackedKey {
         PackedKey {
-            client_ip: ip16(self.client.ip()),
-            vip_ip: ip16(self.vip.ip()),
+            client_ip: crate::wire::ip16(self.client.ip()),
+            vip_ip: crate::wire::ip16(self.vip.ip()),
             client_port: self.client.port(),
             vip_port: self.vip.port(),
         }
     }
-}
-
-fn ip16(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-fn unpack_ip(bytes: [u8; 16]) -> IpAddr {
-    IpAddr::V6(bytes.into()).to_canonical()
 }
 
 /// The key as stored: 36 bytes, IPv4 as IPv4-mapped IPv6.
@@ -106,8 +95,8 @@ impl PackedKey {
 
     fn unpack(&self) -> FlowKey {
         FlowKey {
-            client: SocketAddr::new(unpack_ip(self.client_ip), self.client_port),
-            vip: SocketAddr::new(unpack_ip(self.vip_ip), self.vip_port),
+            client: SocketAddr::new(crate::wire::from_ip16(self.client_ip), self.client_port),
+            vip: SocketAddr::new(crate::wire::from_ip16(self.vip_ip), self.vip_port),
         }
     }
 }

@@ -69,6 +69,7 @@ use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::{FlowMirror, Route};
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
 use ufrag_common::metrics::FastPathTotals;
+use ufrag_common::wire::{self, fold_carries};
 
 use crate::neighbours::Neighbours;
 use crate::packet::{ETH_LEN, IPV4_LEN, IPV6_LEN, UDP_LEN, write_udp};
@@ -495,14 +496,6 @@ fn word_sum(bytes: &[u8]) -> u64 {
         .sum()
 }
 
-/// `sum` folded to 16 bits.
-fn fold(mut sum: u64) -> u16 {
-    while sum > 0xffff {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
-}
-
 /// Subtracting `words` words whose sum is `sum`, in ones' complement: adding each
 /// word's complement.
 fn complement((sum, words): (u64, u64)) -> u64 {
@@ -516,13 +509,6 @@ fn end_words(end: SocketAddr) -> (u64, u64) {
     match end.ip() {
         IpAddr::V4(v4) => (word_sum(&v4.octets()) + port, 3),
         IpAddr::V6(v6) => (word_sum(&v6.octets()) + port, 9),
-    }
-}
-
-fn ip16(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
     }
 }
 
@@ -549,8 +535,8 @@ fn frame_bytes(header: Option<FrameHeader>) -> ([u8; MAX_HEADER_LEN], usize) {
 impl Leg {
     fn key(&self) -> [u8; KEY_LEN] {
         let mut key = [0u8; KEY_LEN];
-        key[KEY_SRC..KEY_SRC + 16].copy_from_slice(&ip16(self.from.ip()));
-        key[KEY_DST..KEY_DST + 16].copy_from_slice(&ip16(self.to.ip()));
+        key[KEY_SRC..KEY_SRC + 16].copy_from_slice(&wire::ip16(self.from.ip()));
+        key[KEY_DST..KEY_DST + 16].copy_from_slice(&wire::ip16(self.to.ip()));
         key[KEY_SRC_PORT..KEY_SRC_PORT + 2].copy_from_slice(&self.from.port().to_be_bytes());
         key[KEY_DST_PORT..KEY_DST_PORT + 2].copy_from_slice(&self.to.port().to_be_bytes());
         let (frame, len) = frame_bytes(self.frame_in);
@@ -598,7 +584,7 @@ impl Leg {
         } else {
             template[ETH_LEN + 2..ETH_LEN + 4].fill(0);
             template[ETH_LEN + 10..ETH_LEN + 12].fill(0);
-            fold(word_sum(&template[ETH_LEN..ETH_LEN + IPV4_LEN]))
+            fold_carries(word_sum(&template[ETH_LEN..ETH_LEN + IPV4_LEN]))
         };
         // What changes in the UDP checksum besides the lengths: addresses, ports, and the
         // frame header added or removed (the protocol number is in both).
@@ -607,7 +593,7 @@ impl Leg {
         let removed = complement(end_words(self.from))
             + complement(end_words(self.to))
             + complement(frame_words(frame_in));
-        let csum_k = fold(added + removed);
+        let csum_k = fold_carries(added + removed);
         let mut value = [0u8; VALUE_LEN];
         let put16 = |v: &mut [u8; VALUE_LEN], at: i16, x: u16| {
             v[at as usize..at as usize + 2].copy_from_slice(&x.to_ne_bytes());
@@ -618,7 +604,7 @@ impl Leg {
         put16(&mut value, V_IP_SUM, ip_sum);
         value[V_CSUM_K as usize..V_CSUM_K as usize + 4]
             .copy_from_slice(&u32::from(csum_k).to_ne_bytes());
-        value[V_NEXT_HOP as usize..V_TEMPLATE as usize].copy_from_slice(&ip16(next_hop));
+        value[V_NEXT_HOP as usize..V_TEMPLATE as usize].copy_from_slice(&wire::ip16(next_hop));
         value[V_TEMPLATE as usize..].copy_from_slice(&template);
         Some(value)
     }
@@ -779,7 +765,7 @@ impl FastPathMaps {
     pub fn set_next_hop(&self, next_hop: IpAddr, mac: [u8; 6]) -> io::Result<()> {
         let mut value = [0u8; 8];
         value[..6].copy_from_slice(&mac);
-        self.next_hops.update(&ip16(next_hop), &value)
+        self.next_hops.update(&wire::ip16(next_hop), &value)
     }
 
     /// Writes both entries of `flow` (the return entry first, so a forwarded datagram's
@@ -839,13 +825,6 @@ impl FastPathMaps {
         }
         (packets, bytes, (last > 0).then_some(last))
     }
-}
-
-/// CLOCK_MONOTONIC now in nanoseconds: the clock of `bpf_ktime_get_ns` and of
-/// [`Instant`].
-fn ktime_now() -> u64 {
-    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// One worker's side of the fast path: writes its proven flows' entries, removes them,
@@ -956,7 +935,7 @@ impl FlowMirror for FastPathWriter {
     fn last_seen(&mut self, key: &FlowKey, route: Route, now: Instant) -> Option<Instant> {
         let flow = self.flow(key, route);
         let (_, _, latest) = self.maps.flow_counters(&flow, &mut self.per_cpu);
-        Some(stamp_to_instant(latest?, ktime_now(), now))
+        Some(stamp_to_instant(latest?, bpf::ktime_now(), now))
     }
 }
 

@@ -1,114 +1,15 @@
 //! Ethernet/IPv4/IPv6/UDP views and in-place writers for frames in the UMEM, with the
-//! Internet checksum (RFC 1071) for the IPv4 header and the full UDP checksum (veth and
-//! many NICs hand XDP frames with only a partial checksum, so every frame we send gets a
+//! IPv4 header checksum and the full UDP checksum (`ufrag_common::wire`'s: veth and many
+//! NICs hand XDP frames with only a partial checksum, so every frame we send gets a
 //! complete one). Pure code: no I/O, no allocation, no panics on any input.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
-/// Ethernet header length.
-pub const ETH_LEN: usize = 14;
-/// IPv4 header length without options (the only kind we write).
-pub const IPV4_LEN: usize = 20;
-/// IPv6 header length.
-pub const IPV6_LEN: usize = 40;
-/// UDP header length.
-pub const UDP_LEN: usize = 8;
+pub use ufrag_common::wire::{ETH_LEN, IPV4_LEN, IPV6_LEN, UDP_LEN, field};
+use ufrag_common::wire::{
+    ETHERTYPE_IPV4, ETHERTYPE_IPV6, PROTO_UDP, internet_checksum, udp_checksum,
+};
 
-/// Sums 16-bit big-endian words (odd tail padded with zero) into a 32-bit accumulator.
-fn sum(mut acc: u32, bytes: &[u8]) -> u32 {
-    let mut chunks = bytes.chunks_exact(2);
-    for c in &mut chunks {
-        acc += u32::from(u16::from_be_bytes([c[0], c[1]]));
-    }
-    if let [last] = chunks.remainder() {
-        acc += u32::from(*last) << 8;
-    }
-    acc
-}
-
-fn fold(mut acc: u32) -> u16 {
-    while acc > 0xffff {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    !(acc as u16)
-}
-
-/// The IPv4 header checksum of `header` (its checksum field must be zero).
-pub fn ipv4_checksum(header: &[u8]) -> u16 {
-    fold(sum(0, header))
-}
-
-/// The UDP checksum over the pseudo-header and `udp` (header with a zero checksum field,
-/// then payload). Zero is sent as 0xFFFF (RFC 768).
-pub fn udp_checksum(src: IpAddr, dst: IpAddr, udp: &[u8]) -> u16 {
-    let mut acc = match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => sum(sum(0, &s.octets()), &d.octets()),
-        (s, d) => sum(sum(0, &ip16(s)), &ip16(d)),
-    };
-    acc += 17 + udp.len() as u32;
-    let c = fold(sum(acc, udp));
-    if c == 0 { 0xffff } else { c }
-}
-
-fn ip16(ip: IpAddr) -> [u8; 16] {
-    match ip {
-        IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
-        IpAddr::V6(v6) => v6.octets(),
-    }
-}
-
-/// Byte ranges of the header fields this crate reads or writes, per protocol (as
-/// smoltcp's `field` modules: one place that knows the offsets).
-pub mod field {
-    use std::ops::Range;
-
-    /// eth header fields.
-    pub mod eth {
-        use super::Range;
-        pub const DST: Range<usize> = 0..6;
-        pub const SRC: Range<usize> = 6..12;
-        pub const ETHERTYPE: Range<usize> = 12..14;
-    }
-
-    /// ipv4 header fields.
-    pub mod ipv4 {
-        use super::Range;
-        pub const VER_IHL: usize = 0;
-        pub const TOS: usize = 1;
-        pub const TOTAL_LEN: Range<usize> = 2..4;
-        pub const IDENT: Range<usize> = 4..6;
-        pub const FLAGS_FRAG: Range<usize> = 6..8;
-        pub const TTL: usize = 8;
-        pub const PROTOCOL: usize = 9;
-        pub const CHECKSUM: Range<usize> = 10..12;
-        pub const SRC: Range<usize> = 12..16;
-        pub const DST: Range<usize> = 16..20;
-    }
-
-    /// ipv6 header fields.
-    pub mod ipv6 {
-        use super::Range;
-        pub const VER_TC_FLOW: Range<usize> = 0..4;
-        pub const PAYLOAD_LEN: Range<usize> = 4..6;
-        pub const NEXT_HEADER: usize = 6;
-        pub const HOP_LIMIT: usize = 7;
-        pub const SRC: Range<usize> = 8..24;
-        pub const DST: Range<usize> = 24..40;
-    }
-
-    /// udp header fields.
-    pub mod udp {
-        use super::Range;
-        pub const SRC_PORT: Range<usize> = 0..2;
-        pub const DST_PORT: Range<usize> = 2..4;
-        pub const LENGTH: Range<usize> = 4..6;
-        pub const CHECKSUM: Range<usize> = 6..8;
-    }
-}
-
-const ETHERTYPE_IPV4: u16 = 0x0800;
-const ETHERTYPE_IPV6: u16 = 0x86DD;
-const PROTO_UDP: u8 = 17;
 const TTL: u8 = 64;
 /// IPv4 flags with Don't Fragment set, fragment offset zero.
 const DONT_FRAGMENT: u16 = 0x4000;
@@ -213,7 +114,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
         b[field::ipv4::CHECKSUM].copy_from_slice(&[0, 0]);
         b[field::ipv4::SRC].copy_from_slice(&src.octets());
         b[field::ipv4::DST].copy_from_slice(&dst.octets());
-        let checksum = ipv4_checksum(b);
+        let checksum = internet_checksum(b);
         b[field::ipv4::CHECKSUM].copy_from_slice(&checksum.to_be_bytes());
         packet
     }
@@ -461,32 +362,7 @@ pub fn plan(r: Rewrite) -> Result<Plan, ufrag_common::metrics::DropReason> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    /// The slow, obvious RFC 1071 sum, for reference.
-    fn reference(bytes: &[u8]) -> u16 {
-        let mut acc: u64 = 0;
-        for (i, b) in bytes.iter().enumerate() {
-            acc += if i % 2 == 0 {
-                u64::from(*b) << 8
-            } else {
-                u64::from(*b)
-            };
-        }
-        while acc > 0xffff {
-            acc = (acc & 0xffff) + (acc >> 16);
-        }
-        !(acc as u16)
-    }
-
-    #[test]
-    fn ipv4_header_checksum_known_vector() {
-        // A well-known example header: 4500 0073 0000 4000 4011 [b861] c0a8 0001 c0a8 00c7.
-        let h = [
-            0x45, 0, 0, 0x73, 0, 0, 0x40, 0, 0x40, 0x11, 0, 0, 0xc0, 0xa8, 0, 1, 0xc0, 0xa8, 0,
-            0xc7,
-        ];
-        assert_eq!(ipv4_checksum(&h), 0xb861);
-    }
+    use ufrag_common::wire;
 
     #[test]
     fn written_frames_parse_back_and_verify() {
@@ -514,15 +390,20 @@ mod tests {
             // A receiver's check: the checksum over pseudo-header + UDP with the field
             // in place sums to zero (0xffff before inversion).
             let udp = &buf[f.payload_at - UDP_LEN..n];
-            let mut acc = match (src.ip(), dst.ip()) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => sum(sum(0, &s.octets()), &d.octets()),
-                (s, d) => sum(sum(0, &ip16(s)), &ip16(d)),
+            let (src_ip, dst_ip) = (src.ip(), dst.ip());
+            let addresses = match (src_ip, dst_ip) {
+                (IpAddr::V4(s), IpAddr::V4(d)) => [&s.octets()[..], &d.octets()[..]].concat(),
+                (s, d) => [wire::ip16(s), wire::ip16(d)].concat(),
             };
-            acc += 17 + udp.len() as u32;
-            assert_eq!(fold(sum(acc, udp)), 0, "UDP checksum verifies");
+            let acc = wire::sum_words(0, &addresses) + 17 + udp.len() as u64;
+            assert_eq!(
+                wire::fold_carries(wire::sum_words(acc, udp)),
+                0xffff,
+                "UDP checksum verifies"
+            );
             if src.is_ipv4() {
                 assert_eq!(
-                    fold(sum(0, &buf[ETH_LEN..ETH_LEN + IPV4_LEN])),
+                    internet_checksum(&buf[ETH_LEN..ETH_LEN + IPV4_LEN]),
                     0,
                     "IPv4 checksum verifies"
                 );
@@ -709,11 +590,6 @@ mod tests {
     }
 
     proptest! {
-        #[test]
-        fn checksum_matches_the_reference(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
-            prop_assert_eq!(ipv4_checksum(&bytes), reference(&bytes));
-        }
-
         #[test]
         fn arbitrary_frames_never_panic_the_parser(bytes in proptest::collection::vec(any::<u8>(), 0..120)) {
             if let Some(f) = parse_udp(&bytes) {

@@ -138,7 +138,7 @@ impl Interface {
             .max(1);
         let mac = std::fs::read_to_string(format!("{sys}/address"))
             .ok()
-            .and_then(|s| parse_mac(s.trim()))
+            .and_then(|s| ufrag_common::wire::parse_mac(s.trim()))
             .unwrap_or([0; 6]);
         Ok(Interface {
             index,
@@ -146,14 +146,6 @@ impl Interface {
             mac,
         })
     }
-}
-
-fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let bytes: Vec<u8> = text
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).ok())
-        .collect::<Option<_>>()?;
-    bytes.try_into().ok()
 }
 
 /// Checks the options against each other and the interface.

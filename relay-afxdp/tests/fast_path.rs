@@ -9,7 +9,8 @@
 use std::net::SocketAddr;
 
 use relay_afxdp::fast_path::{FastFlow, FastPathMaps, FastStats};
-use relay_afxdp::packet::{headers_len, udp_checksum, write_udp};
+use relay_afxdp::packet::{headers_len, write_udp};
+use ufrag_common::wire::udp_checksum;
 use relay_afxdp::program::action;
 use relay_afxdp::steering::Steering;
 use ufrag_common::demux::DatagramKind;
@@ -165,7 +166,7 @@ fn with_ipv4_options(frame: &[u8]) -> Vec<u8> {
     let total = u16::from_be_bytes([f[16], f[17]]) + 4;
     f[16..18].copy_from_slice(&total.to_be_bytes());
     f[24..26].fill(0);
-    let sum = relay_afxdp::packet::ipv4_checksum(&f[14..38]);
+    let sum = ufrag_common::wire::internet_checksum(&f[14..38]);
     f[24..26].copy_from_slice(&sum.to_be_bytes());
     f
 }

@@ -43,7 +43,8 @@ use ufrag_common::metrics::{DropReason, TcpCloseReason, TcpConnectionCounters, T
 use ufrag_common::rfc4571;
 use ufrag_udp::BUF_LEN;
 
-use crate::worker::{Drained, Outbox};
+use crate::outbox::{Drained, Outbox};
+use crate::token::Wake;
 
 /// The largest message carried: it must fit a frame in the internal socket's buffers.
 pub const MAX_MESSAGE: usize = BUF_LEN - MAX_HEADER_LEN;
@@ -58,12 +59,6 @@ const ACCEPTS_PER_TURN: usize = 64;
 const READS_PER_TURN: usize = 4;
 /// Connections checked for their timeouts per tick at most.
 const SCAN_PER_TICK: usize = 4096;
-
-/// Tokens of TCP listeners start here (one per TCP VIP), connections at
-/// [`CONNECTION_TOKENS`] (one per slot); UDP VIPs use the tokens below.
-pub const LISTENER_TOKENS: usize = 1 << 24;
-/// Tokens of connections start here.
-pub const CONNECTION_TOKENS: usize = 1 << 25;
 
 /// One accepted connection.
 #[derive(Debug)]
@@ -284,25 +279,7 @@ fn bind_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
 
 /// The token of connection slot `slot`.
 fn connection_token(slot: usize) -> Token {
-    Token(CONNECTION_TOKENS + slot)
-}
-
-/// `ip` with the bits past the prefix length cleared: the group a source counts in.
-fn source_prefix(ip: IpAddr, len_v4: u8, len_v6: u8) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => {
-            let mask = u32::MAX
-                .checked_shl(32 - u32::from(len_v4.min(32)))
-                .unwrap_or(0);
-            IpAddr::V4((u32::from(v4) & mask).into())
-        }
-        IpAddr::V6(v6) => {
-            let mask = u128::MAX
-                .checked_shl(128 - u32::from(len_v6.min(128)))
-                .unwrap_or(0);
-            IpAddr::V6((u128::from(v6) & mask).into())
-        }
-    }
+    Wake::TcpConnection(slot).token()
 }
 
 impl TcpSide {
@@ -322,7 +299,7 @@ impl TcpSide {
                 .map_err(|e| io::Error::new(e.kind(), format!("binding TCP VIP {vip}: {e}")))?;
             registry.register(
                 &mut listener,
-                Token(LISTENER_TOKENS + i),
+                Wake::TcpListener(i).token(),
                 Interest::READABLE,
             )?;
             listeners.push((listener, *vip));
@@ -410,7 +387,8 @@ impl TcpSide {
             counters.refused(TcpCloseReason::WorkerLimit);
             return;
         }
-        let prefix = source_prefix(peer.ip(), self.prefix_len_v4, self.prefix_len_v6);
+        let prefix =
+            ufrag_common::wire::source_prefix(peer.ip(), self.prefix_len_v4, self.prefix_len_v6);
         let held = self
             .connections
             .per_prefix
@@ -669,7 +647,9 @@ mod tests {
 
     #[test]
     fn sources_are_grouped_by_their_prefix() {
-        let p = |s: &str, v4, v6| source_prefix(s.parse().unwrap(), v4, v6).to_string();
+        let p = |s: &str, v4, v6| {
+            ufrag_common::wire::source_prefix(s.parse().unwrap(), v4, v6).to_string()
+        };
         assert_eq!(p("198.51.100.77", 24, 56), "198.51.100.0");
         assert_eq!(p("::ffff:198.51.100.77", 24, 56), "198.51.100.0");
         assert_eq!(p("198.51.100.77", 32, 56), "198.51.100.77");
@@ -681,7 +661,8 @@ mod tests {
     #[test]
     fn tcp_groups_ipv6_by_at_most_a_48_so_one_allocation_is_one_prefix() {
         let v6_len = 56.min(TCP_PREFIX_LEN_V6_MAX);
-        let p = |s: &str| source_prefix(s.parse().unwrap(), 24, v6_len).to_string();
+        let p =
+            |s: &str| ufrag_common::wire::source_prefix(s.parse().unwrap(), 24, v6_len).to_string();
         // 256 /56s of one /48 are one group.
         assert_eq!(p("2001:db8:7:100::1"), "2001:db8:7::");
         assert_eq!(p("2001:db8:7:ff00::1"), "2001:db8:7::");

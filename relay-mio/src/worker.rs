@@ -5,23 +5,25 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
 use ufrag_common::config::{PollMode, TcpPolicy};
-use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
+use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Transmit};
 use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder};
-use ufrag_common::frame::{MAX_HEADER_LEN, Transport, transport_of};
+use ufrag_common::frame::{Transport, transport_of};
 use ufrag_common::metrics::{DropReason, Port, SharedCounters, TcpWorkerMetrics};
 use ufrag_common::runtime::cache::{CacheClient, deliver_answers};
 use ufrag_common::runtime::keys::KeyReader;
-use ufrag_udp::{BATCH, PushError, RecvBatch, SendBatch, bind_udp};
+use ufrag_udp::{BATCH, RecvBatch, bind_udp};
 
-use crate::tcp::{CONNECTION_TOKENS, LISTENER_TOKENS, TcpSide};
+use crate::outbox::{Drained, Outbox};
+use crate::tcp::TcpSide;
+use crate::token::Wake;
 
 /// How often a worker expires flows and publishes its counters.
 pub const TICK: Duration = Duration::from_millis(50);
@@ -33,9 +35,6 @@ pub const EXPIRE_BUDGET: usize = 4096;
 /// empty, so a loop that sleeps with data queued sleeps until the queue empties, which
 /// under load is never (every datagram after it is dropped; measured with `perf`).
 const BATCHES_PER_TURN: usize = 16;
-
-const INTERNAL: Token = Token(usize::MAX - 1);
-const WAKE: Token = Token(usize::MAX - 2);
 
 /// Everything a worker needs, built by `main` before the thread starts.
 #[derive(Debug)]
@@ -60,68 +59,6 @@ pub struct WorkerSpec {
     pub tcp: TcpPolicy,
     /// Where the TCP side counts, when TCP is served.
     pub tcp_metrics: Option<TcpWorkerMetrics>,
-}
-
-/// One socket and the batch of datagrams queued for it.
-#[derive(Debug)]
-pub(crate) struct Outbox {
-    socket: mio::net::UdpSocket,
-    batch: SendBatch<Ticket>,
-}
-
-impl Outbox {
-    fn new(socket: mio::net::UdpSocket, ipv6: bool) -> Self {
-        Outbox {
-            socket,
-            batch: SendBatch::new(ipv6),
-        }
-    }
-
-    fn fd(&self) -> RawFd {
-        self.socket.as_raw_fd()
-    }
-
-    /// Queues `head` + `body` for `to`, sending the batch first when it is full.
-    pub(crate) fn queue(
-        &mut self,
-        to: SocketAddr,
-        head: &[u8],
-        body: &[u8],
-        ticket: Ticket,
-        tally: &mut Tally<'_>,
-    ) {
-        if self.batch.is_full() {
-            self.flush(tally);
-        }
-        if let Err((ticket, error)) = self.batch.push(to, head, body, ticket) {
-            let reason = match error {
-                PushError::TooLarge => DropReason::TooLarge,
-                PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
-            };
-            tally.failed(ticket, reason);
-        }
-    }
-
-    /// Queues `tx`: its frame header (if any), then `body`.
-    pub(crate) fn queue_transmit(&mut self, body: &[u8], tx: Transmit, tally: &mut Tally<'_>) {
-        let mut head = [0u8; MAX_HEADER_LEN];
-        let head_len = tx.emit_header(&mut head);
-        self.queue(tx.to, &head[..head_len], body, tx.ticket, tally);
-    }
-
-    pub(crate) fn flush(&mut self, tally: &mut Tally<'_>) {
-        if self.batch.is_empty() {
-            return;
-        }
-        let fd = self.fd();
-        self.batch.flush(fd, |ticket, sent| {
-            if sent {
-                tally.sent(ticket);
-            } else {
-                tally.failed(ticket, DropReason::SendFailed);
-            }
-        });
-    }
 }
 
 /// The worker's I/O: its sockets, their send batches and its route-cache client. The
@@ -199,7 +136,7 @@ impl Worker {
                 .map_err(|e| io::Error::new(e.kind(), format!("binding VIP {vip}: {e}")))?;
             let mut socket = mio::net::UdpSocket::from_std(std_socket);
             poll.registry()
-                .register(&mut socket, Token(i), Interest::READABLE)?;
+                .register(&mut socket, Wake::Vip(i).token(), Interest::READABLE)?;
             to_clients.push(Outbox::new(socket, vip.is_ipv6()));
         }
         let std_internal = bind_udp(spec.internal, false).map_err(|e| {
@@ -221,8 +158,8 @@ impl Worker {
         }
         let mut internal = mio::net::UdpSocket::from_std(std_internal);
         poll.registry()
-            .register(&mut internal, INTERNAL, Interest::READABLE)?;
-        let waker = Arc::new(Waker::new(poll.registry(), WAKE)?);
+            .register(&mut internal, Wake::Internal.token(), Interest::READABLE)?;
+        let waker = Arc::new(Waker::new(poll.registry(), Wake::RouteCache.token())?);
         let started = Instant::now();
         let table = FlowTable::new(spec.flows, spec.idle_timeout, started)
             .map_err(|e| io::Error::other(e.to_string()))?;
@@ -289,9 +226,12 @@ impl Worker {
             self.adopt_new_keys();
             std::mem::swap(&mut unfinished, &mut again);
             for token in events.iter().map(|e| e.token()).chain(again.drain(..)) {
-                if token == WAKE {
+                let Some(wake) = Wake::of(token) else {
+                    continue;
+                };
+                if wake == Wake::RouteCache {
                     self.deliver_cache_answers();
-                } else if self.drain(token) == Drained::Partly && !unfinished.contains(&token) {
+                } else if self.drain(wake) == Drained::Partly && !unfinished.contains(&token) {
                     unfinished.push(token);
                 }
             }
@@ -338,26 +278,23 @@ impl Worker {
         );
     }
 
-    /// Receives, decides and sends up to [`BATCHES_PER_TURN`] batches from one socket:
-    /// the internal one, or the VIP whose index is the token. Says whether it emptied
-    /// the socket.
-    fn drain(&mut self, token: Token) -> Drained {
-        if let (Some(tcp), Token(t)) = (&mut self.tcp, token)
-            && (LISTENER_TOKENS..usize::MAX - 2).contains(&t)
-        {
-            let now = Instant::now();
-            return if t >= CONNECTION_TOKENS {
-                tcp.serve(t - CONNECTION_TOKENS, &mut self.egress.internal, now)
-            } else {
-                tcp.accept(t - LISTENER_TOKENS, now)
-            };
-        }
-        let (fd, port, vip) = match token {
-            INTERNAL => (self.egress.internal.fd(), Port::Internal, None),
-            Token(i) => match (self.egress.to_clients.get(i), self.egress.vips.get(i)) {
+    /// Serves the socket `wake` names: receives, decides and sends up to
+    /// [`BATCHES_PER_TURN`] batches from the internal socket or a VIP's, or hands a TCP
+    /// listener or connection to the TCP side. Says whether it emptied the socket.
+    fn drain(&mut self, wake: Wake) -> Drained {
+        let (fd, port, vip) = match (wake, &mut self.tcp) {
+            (Wake::Internal, _) => (self.egress.internal.fd(), Port::Internal, None),
+            (Wake::Vip(i), _) => match (self.egress.to_clients.get(i), self.egress.vips.get(i)) {
                 (Some(outbox), Some(&vip)) => (outbox.fd(), Port::Vip, Some(vip)),
                 _ => return Drained::Empty,
             },
+            (Wake::TcpListener(i), Some(tcp)) => return tcp.accept(i, Instant::now()),
+            (Wake::TcpConnection(slot), Some(tcp)) => {
+                return tcp.serve(slot, &mut self.egress.internal, Instant::now());
+            }
+            (Wake::TcpListener(_) | Wake::TcpConnection(_) | Wake::RouteCache, _) => {
+                return Drained::Empty;
+            }
         };
         let mut drained = Drained::Partly;
         for _ in 0..BATCHES_PER_TURN {
@@ -408,13 +345,4 @@ impl Worker {
         }
         drained
     }
-}
-
-/// Whether a socket's turn emptied it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Drained {
-    /// It would block (or failed): wait for its next wakeup.
-    Empty,
-    /// The turn ended with data likely left: revisit it without sleeping.
-    Partly,
 }

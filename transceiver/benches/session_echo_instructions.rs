@@ -97,7 +97,7 @@ fn established() -> Established {
         ufrag: "serverUfrag".into(),
         pass: "serverPasswordOf22chars".into(),
     };
-    let cert = transceiver::setup::process_certificate().expect("a certificate");
+    let cert = transceiver::session::process_certificate().expect("a certificate");
     let (mut session, answer) = Session::accept(7, offer, creds, VIP, cert, now).unwrap();
     let answer = SdpAnswer::from_sdp_string(&answer).unwrap();
     client.sdp_api().accept_answer(pending, answer).unwrap();

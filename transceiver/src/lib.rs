@@ -5,14 +5,23 @@
 //! signaling thread ([`setup`]); the model seam and the built-in
 //! echo model ([`model`]), metrics with enum reasons ([`metrics`]), the demo page, and
 //! the service that starts, drains and joins it all ([`service`]).
+//!
+//! Dependencies run one way (`scripts/import-circles.py` checks that no two modules name
+//! each other, directly or around a circle): `service` → {`http`, `signaling`, `worker`};
+//! `http` → `signaling`; `signaling` → `worker`'s handle; `worker` → {`setup`,
+//! `session`}; `setup` → `session`; `session` → {`sdp`, `path_check`, `session_table`};
+//! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`.
 #![forbid(unsafe_code)]
 
+pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod page;
 pub mod path_check;
 pub mod per_address;
+pub mod random;
+pub mod sdp;
 pub mod service;
 pub mod session;
 pub mod session_table;

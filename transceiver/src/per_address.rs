@@ -18,10 +18,7 @@ pub const MAX_RATE_ENTRIES: usize = 65_536;
 
 /// The group `ip` counts in: IPv4 as it is, IPv6 by its /64.
 pub fn client_group(ip: IpAddr) -> IpAddr {
-    match ip.to_canonical() {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => IpAddr::V6((u128::from(v6) & !(u128::MAX >> 64)).into()),
-    }
+    ufrag_common::wire::source_prefix(ip, 32, 64)
 }
 
 /// A token bucket per client address: `per_second`, with a burst of twice that.

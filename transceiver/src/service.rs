@@ -26,10 +26,6 @@ use crate::model::EchoModel;
 use crate::signaling::{MAX_WORKERS, Signaling};
 use crate::worker::{Worker, WorkerConfig};
 
-/// Debug builds only: `panic-worker-N` makes worker N panic at its first housekeeping,
-/// so tests can show what a dying worker does to readiness.
-pub const FAULT_ENV: &str = "UFRAG_TRANSCEIVER_FAULT";
-
 /// WebRTC sessions behind the relay: WHIP signaling, str0m, and the echo model.
 ///
 /// POST an SDP offer (Content-Type: application/sdp) to /v1/sessions; the answer
@@ -211,7 +207,7 @@ impl Transceiver {
                  anyone who reaches it can create sessions"
             );
         }
-        let dtls_cert = crate::setup::process_certificate().ok_or_else(|| {
+        let dtls_cert = crate::session::process_certificate().ok_or_else(|| {
             StartError::System("the crypto provider cannot make a DTLS certificate".into())
         })?;
         let metrics = Arc::new(TransceiverMetrics::new());

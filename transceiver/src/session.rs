@@ -17,11 +17,11 @@ use ufrag_common::frame::Transport;
 
 use ufrag_common::stun::{METHOD_BINDING, StunClass, StunView, StunWriter, attr};
 
+use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason};
 use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
 use crate::path_check::{Destination, PathCheck};
 use crate::session_table::ClientPath;
-use crate::worker::SignalError;
 
 /// The PRIORITY a probe carries (a host candidate's, RFC 8445 §5.1.2.1; the client
 /// answers whatever it is).
@@ -40,6 +40,15 @@ const OPUS_PT: u8 = 111;
 const AUDIO_REORDER_PACKETS: usize = 1;
 /// The longest an audio frame waits for missing earlier packets (str0m's default: 1 s).
 const AUDIO_REORDER_WAIT: Duration = Duration::from_millis(60);
+
+/// One DTLS certificate for every session of this process (its fingerprint goes into
+/// every answer, as a TLS server's certificate would); `None` if the crypto provider
+/// cannot make one.
+pub fn process_certificate() -> Option<DtlsCert> {
+    str0m::crypto::from_feature_flags()
+        .dtls_provider
+        .generate_certificate()
+}
 
 /// What a session asks of its worker next.
 #[derive(Debug)]
@@ -165,7 +174,7 @@ impl Session {
             .accept_offer(offer)
             .map_err(|e| SignalError::BadOffer(format!("offer not accepted: {e}")))?
             .to_sdp_string();
-        let answer = complete_candidates(&answer);
+        let answer = crate::sdp::complete_candidates(&answer);
         if !answer.contains("opus/48000") {
             return Err(SignalError::BadOffer(
                 "no usable audio codec: Opus is required".into(),
@@ -533,46 +542,6 @@ fn nomination_of(check: &StunView<'_>, password: &[u8], buf: &mut [u8]) -> Optio
     Some(w.finish())
 }
 
-/// Makes an ICE-lite answer complete in every m-section: each section that is not
-/// rejected (port 0) carries every candidate and `a=end-of-candidates`. Clients differ in
-/// which m-section of a bundle they read candidates from (aiortc 1.16 reads the last one,
-/// and str0m writes them in the first only); servers that interoperate widely repeat
-/// them, and an ICE-lite answer has no candidates to trickle later (RFC 8838 §4).
-pub fn complete_candidates(sdp: &str) -> String {
-    let lines: Vec<&str> = sdp.split("\r\n").filter(|l| !l.is_empty()).collect();
-    let mut candidates: Vec<&str> = Vec::new();
-    for line in &lines {
-        if line.starts_with("a=candidate:") && !candidates.contains(line) {
-            candidates.push(line);
-        }
-    }
-    let mut out = String::with_capacity(sdp.len() + 128 * candidates.len());
-    let mut in_live_section = false;
-    let close_section = |out: &mut String, live: bool| {
-        if live {
-            for c in &candidates {
-                out.push_str(c);
-                out.push_str("\r\n");
-            }
-            out.push_str("a=end-of-candidates\r\n");
-        }
-    };
-    for line in &lines {
-        if line.starts_with("m=") {
-            close_section(&mut out, in_live_section);
-            // `m=<media> <port> <proto> …`: port 0 rejects the section.
-            in_live_section = line.split(' ').nth(1) != Some("0");
-        }
-        if line.starts_with("a=candidate:") || *line == "a=end-of-candidates" {
-            continue;
-        }
-        out.push_str(line);
-        out.push_str("\r\n");
-    }
-    close_section(&mut out, in_live_section);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     //! A [`Session`] against a str0m client peer in memory: datagrams are handed across
@@ -625,7 +594,7 @@ mod tests {
     }
 
     fn cert() -> DtlsCert {
-        crate::setup::process_certificate().expect("aws-lc-rs makes certificates")
+        process_certificate().expect("aws-lc-rs makes certificates")
     }
 
     fn server_credentials() -> IceCreds {
@@ -813,30 +782,6 @@ mod tests {
                 .expiry(last + Duration::from_secs(31), connect, idle),
             Some(EndReason::Idle)
         );
-    }
-
-    #[test]
-    fn every_live_m_section_carries_the_candidates_and_their_end() {
-        let sdp = "v=0\r\no=- 1 2 IN IP4 0.0.0.0\r\ns=-\r\na=group:BUNDLE 0 1\r\n\
-                   m=audio 9 UDP/TLS/RTP/SAVPF 111\r\na=mid:0\r\n\
-                   a=candidate:1 1 udp 2130706431 203.0.113.1 3478 typ host\r\n\
-                   m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\na=mid:1\r\n\
-                   m=video 0 UDP/TLS/RTP/SAVPF 96\r\na=mid:2\r\n";
-        let done = complete_candidates(sdp);
-        let sections: Vec<&str> = done.split("m=").collect();
-        assert!(
-            !sections[0].contains("a=candidate"),
-            "none at session level"
-        );
-        for live in &sections[1..3] {
-            assert_eq!(live.matches("a=candidate:1 1 udp").count(), 1, "{live}");
-            assert!(live.ends_with("a=end-of-candidates\r\n"), "{live}");
-        }
-        assert!(
-            !sections[3].contains("a=candidate"),
-            "not in a rejected section"
-        );
-        assert_eq!(complete_candidates(&done), done, "idempotent");
     }
 
     #[test]

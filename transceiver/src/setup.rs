@@ -13,18 +13,9 @@ use str0m::config::DtlsCert;
 use ufrag_common::hint::{RANDOM_LEN, RoutingHint};
 use ufrag_common::runtime::keys::SharedKeys;
 
+use crate::error::SignalError;
 use crate::model::SessionId;
 use crate::session::{Advertised, Session};
-use crate::worker::SignalError;
-
-/// One DTLS certificate for every session of this process (its fingerprint goes into
-/// every answer, as a TLS server's certificate would); `None` if the crypto provider
-/// cannot make one.
-pub fn process_certificate() -> Option<DtlsCert> {
-    str0m::crypto::from_feature_flags()
-        .dtls_provider
-        .generate_certificate()
-}
 
 /// Everything needed to set up sessions for one worker.
 #[derive(Debug, Clone)]

@@ -24,7 +24,6 @@
 //! A session id carries its worker's index in its low byte, so DELETE and PATCH find
 //! the worker without any table that could grow.
 
-use std::io::Read;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -34,10 +33,12 @@ use hyper::{HeaderMap, Method};
 use str0m::change::SdpOffer;
 use subtle::ConstantTimeEq;
 
+use crate::error::SignalError;
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::model::SessionId;
 use crate::per_address::AddressRate;
-use crate::worker::{Command, SignalError, WorkerHandle};
+use crate::random::random_bytes;
+use crate::worker::{Command, WorkerHandle};
 
 /// Largest accepted request body (an offer or a trickle fragment).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -108,14 +109,6 @@ pub struct Signaling {
     http_alive: AtomicBool,
     post_rate: AddressRate,
     request_rate: AddressRate,
-}
-
-/// Random bytes from the kernel (signaling only, never per packet).
-pub fn random_bytes<const N: usize>() -> [u8; N] {
-    let mut out = [0u8; N];
-    let mut f = std::fs::File::open("/dev/urandom").expect("/dev/urandom exists");
-    f.read_exact(&mut out).expect("/dev/urandom reads");
-    out
 }
 
 /// Checks an offer before any worker sees it: parses, has audio, offers Opus.

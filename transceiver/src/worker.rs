@@ -29,13 +29,14 @@ use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN, Transport};
 use ufrag_common::runtime::keys::SharedKeys;
 use ufrag_udp::{PushError, RecvBatch, SendBatch};
 
+use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
 use crate::model::{ModelBackend, ModelInput, ModelOutput, SessionId};
 use crate::path_check::Destination;
+use crate::random::random_bytes;
 use crate::session::{Advertised, Session, SessionOutput};
 use crate::session_table::{ClientPath, PathRefused, SessionTable, Unrouted};
 use crate::setup::{NewSession, SessionMint};
-use crate::signaling::random_bytes;
 
 const SOCKET: Token = Token(0);
 const WAKE: Token = Token(1);
@@ -55,14 +56,9 @@ fn transport_of(proto: str0m::net::Protocol) -> Transport {
     }
 }
 
-/// Why signaling failed, as the HTTP layer reports it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SignalError {
-    /// The offer is unusable (400): one-line reason.
-    BadOffer(String),
-    /// No room for another session (503).
-    Full,
-}
+/// Debug builds only: `panic-worker-N` makes worker N panic at its first housekeeping,
+/// so tests can show what a dying worker does to readiness.
+pub const FAULT_ENV: &str = "UFRAG_TRANSCEIVER_FAULT";
 
 /// A request from the signaling side.
 #[derive(Debug)]
@@ -296,11 +292,11 @@ impl Worker {
         }
     }
 
-    /// Debug builds: panics if [`crate::service::FAULT_ENV`] names this worker.
+    /// Debug builds: panics if [`FAULT_ENV`] names this worker.
     #[cfg(debug_assertions)]
     fn injected_fault(&self) {
         let wanted = format!("panic-worker-{}", self.cfg.index);
-        if std::env::var(crate::service::FAULT_ENV).is_ok_and(|v| v == wanted) {
+        if std::env::var(FAULT_ENV).is_ok_and(|v| v == wanted) {
             panic!("fault injected: {wanted}");
         }
     }
