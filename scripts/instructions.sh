@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # The instruction-count gate (CI runs it after the test command): runs the hot-path
 # benches under callgrind (iai-callgrind), prints bench, baseline, now and change for
-# each, and fails when one costs more than 2 % (perf::gate::TOLERANCE) above the
-# committed baseline (common/benches/instructions.baseline), has no baseline, or did not
-# run. Then it checks that the gate can fail: against a copy of the baseline 5 % cheaper
-# than this run, the gate must refuse.
+# each, and fails when one costs more than 2 % (perf::gate::TOLERANCE) above or below the
+# committed baseline (common/benches/instructions.baseline: an improvement must be
+# accepted, so the baseline follows it), has no baseline, did not run, or when the
+# baseline was counted by another compiler than this run's (it records `rustc
+# --version`). Then it checks that the gate can fail: against a copy of the baseline 5 %
+# cheaper than this run, and one 5 % dearer, the gate must refuse.
 #
 #   scripts/instructions.sh            # gate
 #   scripts/instructions.sh --accept   # write this run's counts as the baseline; commit the diff
@@ -49,6 +51,13 @@ trap 'rm -f "$doctored"' EXIT
 awk '/^#/ {print; next} {printf "%s %d\n", $1, $2 * 0.95}' common/benches/instructions.baseline >"$doctored"
 if gate --baseline "$doctored" >/dev/null; then
   echo "!! the gate passed a 5 % regression: it cannot fail" >&2
+  exit 1
+fi
+echo "== the gate refused it, as it must"
+echo "== the gate refuses an improvement nobody accepted (self-check against a baseline 5 % dearer)"
+awk '/^#/ {print; next} {printf "%s %d\n", $1, $2 * 1.05}' common/benches/instructions.baseline >"$doctored"
+if gate --baseline "$doctored" >/dev/null; then
+  echo "!! the gate passed an unaccepted 5 % improvement" >&2
   exit 1
 fi
 echo "== the gate refused it, as it must"

@@ -130,7 +130,7 @@ pub fn markdown(env: &Value) -> String {
     }
     for (label, key) in [("relay host's NIC", "nic")] {
         if let Some(nic) = env.get(key).filter(|v| v.is_object()) {
-            let _ = writeln!(out, "- {label}: {}", crate::lab::nic::summary(nic));
+            let _ = writeln!(out, "- {label}: {}", crate::nic::summary(nic));
         }
     }
     if let Some(tools) = env.get("tools_host").filter(|v| v.is_object()) {
@@ -139,8 +139,8 @@ pub fn markdown(env: &Value) -> String {
             "- tools host: kernel {}, {} vCPUs; clients' NIC {}; sink's NIC {}",
             tools["kernel"].as_str().unwrap_or("unknown"),
             tools["vcpus"],
-            crate::lab::nic::summary(&tools["client_nic"]),
-            crate::lab::nic::summary(&tools["sink_nic"])
+            crate::nic::summary(&tools["client_nic"]),
+            crate::nic::summary(&tools["sink_nic"])
         );
     }
     if let Some(notes) = env.get("placement").and_then(Value::as_array) {

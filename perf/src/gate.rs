@@ -4,8 +4,12 @@
 //! above its baseline fails the gate, and so does a bench with no baseline or a baseline
 //! with no bench, so a cost can neither creep in nor disappear unseen.
 //!
-//! The baseline is a text file, one `name instructions` line per bench, so accepting a
-//! new one ([`render_baseline`]) shows up in review as a diff of that file.
+//! A bench cheaper by more than the tolerance fails too, until its new count is accepted:
+//! a baseline that is not kept up moves the gate's threshold without anyone seeing it.
+//! The baseline is a text file, one `name instructions` line per bench and the compiler
+//! that counted them, so accepting a new one ([`render_baseline`]) shows up in review as
+//! a diff of that file; counts from another compiler are not compared (a compiler update
+//! moves every count), the gate asks for a baseline of its own.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -23,7 +27,8 @@ pub type Counts = BTreeMap<String, u64>;
 pub enum Verdict {
     /// Within the tolerance either way.
     Within,
-    /// Cheaper by more than the tolerance: passes; accept the new baseline to keep it.
+    /// Cheaper by more than the tolerance: fails until the new count is accepted, so the
+    /// baseline follows every improvement.
     Improved,
     /// Dearer by more than the tolerance: fails.
     Regressed,
@@ -36,13 +41,13 @@ pub enum Verdict {
 impl Verdict {
     /// Whether the gate passes with this verdict.
     pub fn passes(self) -> bool {
-        matches!(self, Verdict::Within | Verdict::Improved)
+        self == Verdict::Within
     }
 
     fn label(self) -> &'static str {
         match self {
             Verdict::Within => "ok",
-            Verdict::Improved => "improved (accept the new baseline)",
+            Verdict::Improved => "**improved: accept it**",
             Verdict::Regressed => "**REGRESSED**",
             Verdict::NoBaseline => "**no baseline**",
             Verdict::NotRun => "**not run**",
@@ -132,11 +137,29 @@ pub fn table(rows: &[Row], tolerance: f64) -> String {
     out
 }
 
-/// Parses a baseline file: `name instructions` per line; `#` starts a comment line.
-pub fn parse_baseline(text: &str) -> Result<Counts, String> {
-    let mut counts = Counts::new();
+/// The comment line that records the compiler.
+const COMPILER: &str = "# compiler: ";
+
+/// A baseline: the counts, and the compiler that counted them (if recorded).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Baseline {
+    /// Instruction counts by bench.
+    pub counts: Counts,
+    /// `rustc --version` of the run that counted them.
+    pub compiler: Option<String>,
+}
+
+/// Parses a baseline file: `name instructions` per line; `#` starts a comment line, and
+/// `# compiler: …` names the compiler.
+pub fn parse_baseline(text: &str) -> Result<Baseline, String> {
+    let mut baseline = Baseline::default();
+    let counts = &mut baseline.counts;
     for (i, line) in text.lines().enumerate() {
         let line = line.trim();
+        if let Some(compiler) = line.strip_prefix(COMPILER) {
+            baseline.compiler = Some(compiler.trim().to_string());
+            continue;
+        }
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
@@ -151,19 +174,34 @@ pub fn parse_baseline(text: &str) -> Result<Counts, String> {
             return Err(format!("line {}: {name} twice", i + 1));
         }
     }
-    Ok(counts)
+    Ok(baseline)
 }
 
-/// Writes `counts` as a baseline file.
-pub fn render_baseline(counts: &Counts) -> String {
-    let mut out = String::from(
+/// Writes `counts`, counted by `compiler`, as a baseline file.
+pub fn render_baseline(counts: &Counts, compiler: &str) -> String {
+    let mut out = format!(
         "# Callgrind instruction counts of the hot-path benches (scripts/instructions.sh).\n\
-         # Accept new counts with `scripts/instructions.sh --accept`; review this diff.\n",
+         # Accept new counts with `scripts/instructions.sh --accept`; review this diff.\n\
+         {COMPILER}{compiler}\n",
     );
     for (name, value) in counts {
         out.push_str(&format!("{name} {value}\n"));
     }
     out
+}
+
+/// Why counts by compiler `now` cannot be compared with `baseline`'s, if they cannot.
+pub fn compiler_mismatch(baseline: &Baseline, now: &str) -> Option<String> {
+    match baseline.compiler.as_deref() {
+        Some(recorded) if recorded == now => None,
+        Some(recorded) => Some(format!(
+            "the baseline was counted by {recorded}, this run by {now}: counts from two \
+             compilers are not compared; accept a baseline for this one in a commit of its own"
+        )),
+        None => Some(format!(
+            "the baseline names no compiler; accept one counted by {now}"
+        )),
+    }
 }
 
 /// Reads every iai-callgrind `summary.json` under `dir` (written with
@@ -233,7 +271,8 @@ mod tests {
             [Verdict::Within, Verdict::Regressed, Verdict::Improved]
         );
         assert!(!passes(&rows));
-        assert!(passes(&rows[..1]) && passes(&rows[2..]));
+        assert!(passes(&rows[..1]));
+        assert!(!passes(&rows[2..]), "an improvement not accepted fails");
     }
 
     #[test]
@@ -250,7 +289,22 @@ mod tests {
             ("parse::classify", 12),
             ("flow_table::hit.flows_1k", 99_000),
         ]);
-        assert_eq!(parse_baseline(&render_baseline(&c)).unwrap(), c);
+        let back =
+            parse_baseline(&render_baseline(&c, "rustc 1.95.0 (59807616e 2026-04-14)")).unwrap();
+        assert_eq!(back.counts, c);
+        assert_eq!(
+            back.compiler.as_deref(),
+            Some("rustc 1.95.0 (59807616e 2026-04-14)")
+        );
+        assert_eq!(
+            compiler_mismatch(&back, "rustc 1.95.0 (59807616e 2026-04-14)"),
+            None
+        );
+        assert!(
+            compiler_mismatch(&back, "rustc 1.96.0 (0 2026-05-28)")
+                .is_some_and(|why| why.contains("1.95.0") && why.contains("1.96.0"))
+        );
+        assert!(compiler_mismatch(&parse_baseline("a 1").unwrap(), "rustc 1.95.0").is_some());
         assert!(parse_baseline("a 1 2").is_err());
         assert!(parse_baseline("a x").is_err());
         assert!(parse_baseline("a 1\na 2").is_err());

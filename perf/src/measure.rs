@@ -88,12 +88,12 @@ pub fn runs(
     forwarder_busy: impl Fn() -> f64,
     forwarder_cpu: usize,
 ) -> Vec<Run> {
-    eprintln!("searching {name}…");
+    crate::say!("searching {name}…");
     let mut runs = vec![];
     for repeat in 0..args.repeats.max(1) {
         let host_wake = crate::wake::round_trip(LOAD_CPU, forwarder_cpu, crate::wake::ROUND_TRIPS);
         if let Some(w) = host_wake {
-            eprintln!("  host wake-up round trip: {}", w.label());
+            crate::say!("  host wake-up round trip: {}", w.label());
         }
         let mut costs: HashMap<u64, TrialCost> = HashMap::new();
         let search = ndr_pdr(
@@ -114,7 +114,7 @@ pub fn runs(
                     (machine_busy_seconds() - m0).max(0.0),
                 );
                 costs.insert(rate, (spent, t.received, wall));
-                eprintln!(
+                crate::say!(
                     "  [{}/{}] {rate:>8} pps offered: achieved {:>8}, received {:>9}, loss {:.3} %",
                     repeat + 1,
                     args.repeats,

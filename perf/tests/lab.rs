@@ -357,3 +357,34 @@ fn lab_mode_on_two_namespaces_refuses_zero_copy_cleanly_and_reports_like_the_tes
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A lab run that cannot begin says why in one line before any trial: no agent where
+/// `--lab` points, or no interface named.
+#[test]
+fn a_missing_agent_or_interface_is_named_before_any_trial() {
+    require_root();
+    let compare = |args: &[&str]| {
+        let run = Command::new(bin("ufrag-perf"))
+            .arg("compare")
+            .args(args)
+            .output()
+            .expect("perf compare runs");
+        (
+            run.status.code(),
+            String::from_utf8_lossy(&run.stderr).into_owned(),
+        )
+    };
+    // Port 1 on loopback: nothing listens there.
+    let (code, stderr) = compare(&["--lab", "127.0.0.1:1", "--interface", "lo", "--only", "mio"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains("--lab 127.0.0.1:1"))
+        .unwrap_or_else(|| panic!("no line names --lab: {stderr}"));
+    assert!(line.contains("ufrag-perf agent"), "{line}");
+    assert!(!stderr.contains("round "), "no trial began: {stderr}");
+    let (code, stderr) = compare(&["--lab", "127.0.0.1:1", "--only", "mio"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--interface"), "{stderr}");
+    assert!(!stderr.contains("round "), "no trial began: {stderr}");
+}

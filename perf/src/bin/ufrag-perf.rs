@@ -13,7 +13,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Is kernel bypass warranted? Every setup side by side on the netns testbed (root):
+    /// Is kernel bypass warranted? Every setup side by side on the netns testbed, or with
+    /// `--lab` on your relay host and tools host (root):
     /// CPU cost per packet at fixed loads in randomized rounds (the verdict), then the
     /// maximum rate (NDR/PDR), latency and a profile.
     Compare(Box<perf::compare::Options>),

@@ -1,7 +1,8 @@
 //! `perf gate`: the CI's instruction-count gate over [`crate::gate`].
 
 /// The CI gate: the hot-path benches' callgrind instruction counts (iai-callgrind
-/// summaries) against the committed baseline; exits 1 when one rose more than 2 %.
+/// summaries) against the committed baseline; exits 1 when one rose or fell more than 2 %
+/// (an improvement is accepted, not passed), or when another compiler counted them.
 /// Run through `scripts/instructions.sh`, which runs the benches first.
 #[derive(Debug, clap::Args)]
 pub struct Options {
@@ -40,8 +41,16 @@ pub fn gate(summaries: &std::path::Path, baseline: &std::path::Path, accept: boo
             return 2;
         }
     };
+    let compiler = match compiler() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("gate: rustc --version: {e}");
+            return 2;
+        }
+    };
     if accept {
-        std::fs::write(baseline, crate::gate::render_baseline(&now)).expect("write the baseline");
+        std::fs::write(baseline, crate::gate::render_baseline(&now, &compiler))
+            .expect("write the baseline");
         println!(
             "gate: {} benches written to {}",
             now.len(),
@@ -59,18 +68,35 @@ pub fn gate(summaries: &std::path::Path, baseline: &std::path::Path, accept: boo
             return 2;
         }
     };
-    let rows = compare(&committed, &now, TOLERANCE);
+    if let Some(why) = crate::gate::compiler_mismatch(&committed, &compiler) {
+        println!("gate: FAILED: {why} (`scripts/instructions.sh --accept`)");
+        return 1;
+    }
+    let rows = compare(&committed.counts, &now, TOLERANCE);
     print!("{}", table(&rows, TOLERANCE));
     if passes(&rows) {
         println!("gate: passed ({} benches)", rows.len());
         0
     } else {
         println!(
-            "gate: FAILED: a bench rose more than {:.0} %, or has no baseline, or did not run; \
-             if the change is intended, accept it with `scripts/instructions.sh --accept` and \
-             commit the baseline diff",
+            "gate: FAILED: a bench rose or fell more than {:.0} %, or has no baseline, or did \
+             not run; if the change is intended, accept it with `scripts/instructions.sh \
+             --accept` and commit the baseline diff",
             TOLERANCE * 100.0
         );
         1
     }
+}
+
+/// The compiler that built the benches: `rustc --version`.
+fn compiler() -> std::io::Result<String> {
+    let out = std::process::Command::new("rustc")
+        .arg("--version")
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

@@ -1,9 +1,9 @@
-//! The bench `perf compare` measures on: the netns testbed with its addresses,
-//! interfaces and client flows, how a setup's flows are made, and the loads that drive
-//! it (the live-frames generator for the rate search, client sockets for fixed loads).
+//! The bench `perf compare` measures on by default: the netns testbed with its addresses,
+//! interfaces and client flows, and the loads that drive a setup on it (the live-frames
+//! generator for the rate search, client sockets for fixed loads).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use testkit::testbed::Testbed;
 
@@ -17,31 +17,10 @@ use crate::xdp::{
     template_frame,
 };
 
-/// The first client port of the generators (each flow one port up).
-pub const FIRST_CLIENT_PORT: u16 = 20_000;
-/// The sink's UDP port on the transceiver host.
-pub const SINK_PORT: u16 = 41_000;
-/// The XDP sink passes one frame in this many to the latency socket.
-pub const SAMPLE_EVERY: u32 = 8;
-/// The flows (the plan's first) whose sockets send the socket loads.
-pub const SOCKET_FLOWS: u32 = 256;
-/// How fast flows are made before the trials (datagrams a second).
-const FLOWS_MADE_PER_SECOND: u32 = 20_000;
-/// Source ports per client address.
-pub const PORTS_PER_CLIENT_ADDR: u32 = 40_000;
-/// How long a trial waits for stragglers before reading the sink.
-pub const SETTLE: Duration = Duration::from_millis(100);
-
-/// Where a setup's load goes.
-#[derive(Clone, Copy, Debug)]
-pub struct Target {
-    /// The datagrams' destination.
-    pub dst: SocketAddr,
-    /// The next hop's MAC.
-    pub dst_mac: [u8; 6],
-    /// Whether it speaks our relay↔transceiver frames (flows made by Binding Requests).
-    pub framed: bool,
-}
+pub use crate::load::target::{
+    FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT, SOCKET_FLOWS,
+    Target, make_flows,
+};
 
 /// How the transceiver's replies reach a setup's clients (`--direction down`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,47 +317,13 @@ impl Bench {
     }
 }
 
-/// Makes a setup's flows (`keeps_flows`) from namespace `ns`: one Binding Request per
-/// flow for our relays (a session each, naming `sink` as the transceiver), one datagram
-/// for the rest, all sent twice (the first datagram towards a next hop AF_XDP has not
-/// resolved is dropped), paced so no buffer overflows. Returns the client sockets of the
-/// first [`SOCKET_FLOWS`] flows, bound before the flows are made so their ports are the
-/// flows'.
-pub fn make_flows(
-    ns: Option<&str>,
-    plan: &FlowPlan,
-    keeps_flows: bool,
-    target: Target,
-    sink: SocketAddr,
-    epoch: Instant,
-) -> std::io::Result<Generator> {
-    let sockets = Generator::for_flows(ns, plan, SOCKET_FLOWS, epoch)?;
-    if !keeps_flows {
-        return Ok(sockets);
-    }
-    let keys = testkit::keys::keys();
-    let mut rtp_like = vec![0u8; 12];
-    rtp_like[..2].copy_from_slice(&[0x80, 111]);
-    for _ in 0..2 {
-        crate::load::make_flows(ns, plan, target.dst, FLOWS_MADE_PER_SECOND, |f| {
-            if target.framed {
-                crate::probe::binding_request(&keys, sink, f)
-            } else {
-                rtp_like.clone()
-            }
-        })?;
-        std::thread::sleep(SETTLE);
-    }
-    Ok(sockets)
-}
-
 /// Warns when one of our relays on `relay`'s host holds fewer flows than were made.
 pub fn warn_if_flows_missing(relay: &RelayHost, name: &str) {
     let active = testkit::http::get(relay.ns(), relay.metrics, "/metrics").map_or(0.0, |r| {
         testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
     });
     if active < f64::from(relay.flows) {
-        eprintln!("  WARNING: {name} holds {active} of {} flows", relay.flows);
+        crate::say!("  WARNING: {name} holds {active} of {} flows", relay.flows);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The relay host's half of lab mode: `perf compare --lab AGENT --interface IF` starts
-//! the setups on this host's interface and asks the agent on the tools host for each
-//! setup's flows and trials ([`Lab`], a [`Bed`] like the testbed).
+//! the setups on this host's interface and asks the agent on the tools host
+//! ([`crate::lab`]) for each setup's flows and trials ([`Lab`], a [`Bed`] like the
+//! testbed).
 
 use std::cell::RefCell;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -9,12 +10,12 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::protocol::{Channel, Prepare, Purpose, Request, trial_from_json};
-use crate::compare::bed::Bed;
-use crate::compare::bench::warn_if_flows_missing;
-use crate::compare::options::{GeneratorKind, Options};
-use crate::compare::relay_host::{BindMode, RelayHost};
-use crate::compare::setups::Setup;
+use super::bed::Bed;
+use super::bench::warn_if_flows_missing;
+use super::options::{Direction, GeneratorKind, Options};
+use super::relay_host::{BindMode, RelayHost};
+use super::setups::Setup;
+use crate::lab::protocol::{Channel, Prepare, Purpose, Request, trial_from_json};
 use crate::load::{Load, Trial};
 use crate::xdp::Iface;
 
@@ -58,14 +59,14 @@ impl LabArgs {
                 "--lab {agent}: name this host's interface (--interface)"
             ));
         }
-        if options.direction != crate::compare::Direction::Up || options.ipv6 {
+        if options.direction != Direction::Up || options.ipv6 {
             return Err("lab mode measures IPv4 uplink (--direction up, no --ipv6)".into());
         }
-        if options.flows > super::agent::MAX_FLOWS {
+        if options.flows > crate::lab::agent::MAX_FLOWS {
             return Err(format!(
                 "--flows {}: lab mode makes at most {} (one client address)",
                 options.flows,
-                super::agent::MAX_FLOWS
+                crate::lab::agent::MAX_FLOWS
             ));
         }
         let cpus = crate::environment::online_cpus();
@@ -88,7 +89,7 @@ pub struct Lab {
     relay: RelayHost,
     agent: Rc<RefCell<Channel>>,
     hello: Value,
-    _queues: Option<super::nic::Queues>,
+    _queues: Option<crate::nic::Queues>,
 }
 
 impl Lab {
@@ -118,11 +119,11 @@ impl Lab {
             .map_err(|e| format!("the agent's sink_addr: {e}"))?;
         let sink_mac = crate::xdp::parse_mac(field("sink_mac")?).ok_or("the agent's sink_mac")?;
         let queues = match args.queues {
-            Some(n) => Some(super::nic::Queues::set(interface, n)?),
+            Some(n) => Some(crate::nic::Queues::set(interface, n)?),
             None => None,
         };
         let iface = Iface::lookup_in(None, interface).map_err(|e| format!("--interface: {e}"))?;
-        let ip = super::nic::first_ipv4(interface)?;
+        let ip = crate::nic::first_ipv4(interface)?;
         let exe_dir = std::env::current_exe()
             .map_err(|e| format!("own path: {e}"))?
             .parent()
@@ -148,7 +149,7 @@ impl Lab {
             relay_cpus,
             flows: options.flows,
             bind_mode: args.bind_mode,
-            afxdp_workers: super::nic::rx_queues(interface).max(1),
+            afxdp_workers: crate::nic::rx_queues(interface).max(1),
         };
         Ok(Lab {
             relay,
@@ -163,7 +164,7 @@ impl Lab {
     pub fn environment(&self, options: &Options) -> Value {
         let mut record =
             crate::environment::machine(crate::load::LOAD_CPU, self.relay.forwarder_cpu());
-        let nic = super::nic::facts(&self.relay.iface.name);
+        let nic = crate::nic::facts(&self.relay.iface.name);
         let tools = &self.hello["environment"];
         record["interfaces"] = json!(format!(
             "lab: the relay host's {} ← the tools host's {} at {} (agent {}); sink on its {}",

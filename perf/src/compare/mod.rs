@@ -1,5 +1,6 @@
 //! `perf compare`: is kernel bypass warranted for this relay? Every setup side by side on
-//! the netns testbed, in two phases:
+//! a [`bed::Bed`] (the netns testbed, or with `--lab` a lab's two hosts: [`lab`] here and
+//! the agent of [`crate::lab`] on the tools host), in two phases:
 //!
 //! 1. **Cost at fixed loads** (the primary metric, [`rounds`]): randomized interleaved
 //!    rounds; in each, every setup offered the same fixed loads below saturation, every
@@ -10,12 +11,14 @@
 //! 2. **The maximum rate** (secondary, [`search_phase`]): CSIT-style NDR and PDR
 //!    searches, the latency trial and a profile of the forwarder's core.
 //!
-//! [`setups`] is the one table of what can be compared; [`bench`] the testbed and its
-//! loads; [`options`] the flags; [`report`] writes the Markdown, JSON and SVG.
+//! [`setups`] is the one table of what can be compared, started on a
+//! [`relay_host::RelayHost`]; [`bench`] the testbed and its loads; [`options`] the flags;
+//! [`report`] writes the Markdown, JSON and SVG.
 
 pub mod bed;
 pub mod bench;
 pub mod cost;
+pub mod lab;
 pub mod notes;
 pub mod options;
 pub mod relay_host;
@@ -43,7 +46,7 @@ pub fn run(options: &Options) -> i32 {
     }
     let seed = options.seed.unwrap_or_else(rounds::clock_seed);
     let (bed, environment): (Box<dyn Bed>, serde_json::Value) = if options.lab.lab.is_some() {
-        match crate::lab::client::Lab::up(options) {
+        match lab::Lab::up(options) {
             Ok(lab) => {
                 let environment = lab.environment(options);
                 (Box::new(lab), environment)
@@ -97,7 +100,7 @@ pub fn run(options: &Options) -> i32 {
         rounds::run(bench, &setups, &plan, &mut |samples, done| {
             let progress = format!("{done} of {} rounds done{search_left}", plan.rounds);
             if let Err(e) = write(samples, &not_searched, Some(progress)) {
-                eprintln!("perf compare: writing the partial report: {e}");
+                crate::say!("perf compare: writing the partial report: {e}");
             }
         })
     } else {
@@ -120,7 +123,7 @@ pub fn run(options: &Options) -> i32 {
                 let progress =
                     format!("{rounds_done}the maximum-rate search: {done} of {steps} setups done");
                 if let Err(e) = write(&samples, searched, Some(progress)) {
-                    eprintln!("perf compare: writing the partial report: {e}");
+                    crate::say!("perf compare: writing the partial report: {e}");
                 }
             },
         )
@@ -147,6 +150,13 @@ fn preflight(
 ) -> Result<(), String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("needs root (it builds network namespaces): run it with sudo".into());
+    }
+    let live_frames = !options.no_search && options.generator == GeneratorKind::LiveFrames;
+    if live_frames && let Some(release) = kernel_older_than((5, 18)) {
+        return Err(format!(
+            "--generator live-frames needs BPF_PROG_RUN live frames (Linux 5.18 or later); \
+             this kernel is {release}: use --generator sockets"
+        ));
     }
     if options.lab.lab.is_some() {
         testkit::browser::installed("ethtool", "apt-get install ethtool")
@@ -182,6 +192,16 @@ fn preflight(
         );
     }
     Ok(())
+}
+
+/// This kernel's release if it is older than `(major, minor)` (an unreadable release is
+/// taken as new enough: the first trial then names what fails).
+fn kernel_older_than(wanted: (u32, u32)) -> Option<String> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let release = release.trim().to_string();
+    let mut parts = release.split(['.', '-']).map(|p| p.parse::<u32>().ok());
+    let version = (parts.next()??, parts.next()??);
+    (version < wanted).then_some(release)
 }
 
 /// The netns testbed, up, with this process on the tools' core and the relay's receive

@@ -91,7 +91,7 @@ pub struct Options {
     pub skip_missing: bool,
     /// Lab mode: the comparison on your own hosts.
     #[command(flatten)]
-    pub lab: crate::lab::client::LabArgs,
+    pub lab: super::lab::LabArgs,
     /// Where to write the Markdown report (JSON and SVG go next to it).
     #[arg(long, default_value = "target/perf/compare.md")]
     pub out: PathBuf,

@@ -85,12 +85,17 @@ pub fn run(
     let mut fastest_calibration: Option<f64> = None;
     let steps = plan.rounds * setups.len();
     let started = Instant::now();
+    let phase = crate::progress::Phase::start("fixed-load rounds", steps);
     for round in 1..=plan.rounds {
         let mut order = setups.to_vec();
         shuffler.shuffle(&mut order);
         for (position, setup) in order.iter().enumerate() {
             let done = samples.len();
-            eprintln!(
+            phase.step(
+                done,
+                &format!("round {round} of {}: {}", plan.rounds, setup.name),
+            );
+            crate::say!(
                 "round {round}/{}: {} ({}/{steps}{})",
                 plan.rounds,
                 setup.name,
@@ -109,7 +114,7 @@ pub fn run(
                 fastest_calibration = Some(fastest_calibration.map_or(c, |f: f64| f.min(c)));
             }
             for d in &disturbances {
-                eprintln!("  host gate: {} (left out)", d.label());
+                crate::say!("  host gate: {} (left out)", d.label());
             }
             samples.push(Sample {
                 setup: setup.key.to_string(),
@@ -139,7 +144,7 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> (Vec<LoadTrial>, crat
         let before = Snapshot::now();
         let t = load.trial(rate, plan.trial);
         let spent = before.until(&Snapshot::now());
-        eprintln!(
+        crate::say!(
             "  {rate:>6} pps: received {:>7} of {:>7}, {:.2} µs per packet (whole machine)",
             t.received,
             t.sent,

@@ -52,10 +52,12 @@ pub fn run(
     let relay_ns = bench.relay().ns();
     let steps = rounds * setups.len();
     let started = std::time::Instant::now();
+    let phase = crate::progress::Phase::start("maximum-rate search", steps);
     for round in 1..=rounds {
         for (position, setup) in setups.iter().enumerate() {
             let done = (round - 1) * setups.len() + position;
-            eprintln!(
+            phase.step(done, &format!("round {round} of {rounds}: {}", setup.name));
+            crate::say!(
                 "search {}/{steps}{}: {}{}",
                 done + 1,
                 if options.interleave {
@@ -69,7 +71,7 @@ pub fn run(
             // The run's preflight started every setup once: one that fails now cannot go on.
             let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
             if steer && let Some(placed) = bench.place_after_start() {
-                eprintln!("  {placed}");
+                crate::say!("  {placed}");
             }
             let cpu = bench.relay().forwarder_cpu();
             let mut load = bench.search_load(setup, options);
@@ -116,7 +118,7 @@ pub fn run(
                 finish_row(bench, &mut searched, index, load.as_mut(), options);
                 if let (Running::Quilkin(q), Kind::Quilkin { .. }) = (&running, setup.kind) {
                     let drops = q.drops();
-                    eprintln!("  Quilkin's own drop counters: {drops:?}");
+                    crate::say!("  Quilkin's own drop counters: {drops:?}");
                     searched.quilkin_drops = Some(drops);
                 }
             }
@@ -154,7 +156,7 @@ fn finish_row(
                     .push_str(&crate::profile::markdown(&row.setup, rate, &p));
             }
         }
-        None => eprintln!("  no profile: {} missing", crate::profile::LINUX_PERF),
+        None => crate::say!("  no profile: {} missing", crate::profile::LINUX_PERF),
     }
     if options.generator == GeneratorKind::LiveFrames {
         // The live-frames generator busy-polls the tools' core: its busy share says

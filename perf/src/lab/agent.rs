@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::protocol::{Channel, Prepare, Purpose, Request, trial_json};
-use crate::compare::bench::{
+use crate::load::target::{
     FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT, Target, make_flows,
 };
 use crate::load::{FlowPlan, Generator, Load, Sink, Trial};
@@ -126,8 +126,8 @@ fn tools(options: &AgentOptions) -> Result<Tools, String> {
         .unwrap_or(&options.interface);
     let sink_if = lookup(sink_name)?;
     Ok(Tools {
-        client_ip: super::nic::first_ipv4(&client_if.name)?,
-        sink_addr: SocketAddr::from((super::nic::first_ipv4(sink_name)?, SINK_PORT)),
+        client_ip: crate::nic::first_ipv4(&client_if.name)?,
+        sink_addr: SocketAddr::from((crate::nic::first_ipv4(sink_name)?, SINK_PORT)),
         client_if,
         sink_if,
         epoch: Instant::now(),
@@ -198,15 +198,15 @@ fn hello(tools: &Tools) -> Value {
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "client_ip": tools.client_ip.to_string(),
-        "client_mac": tools.client_if.mac.map(|b| format!("{b:02x}")).join(":"),
+        "client_mac": ufrag_common::wire::mac_text(tools.client_if.mac),
         "sink_addr": tools.sink_addr.to_string(),
-        "sink_mac": tools.sink_if.mac.map(|b| format!("{b:02x}")).join(":"),
+        "sink_mac": ufrag_common::wire::mac_text(tools.sink_if.mac),
         "environment": {
             "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map_or("unknown".into(), |s| s.trim().to_string()),
             "vcpus": crate::environment::online_cpus(),
-            "client_nic": super::nic::facts(&tools.client_if.name),
-            "sink_nic": super::nic::facts(&tools.sink_if.name),
+            "client_nic": crate::nic::facts(&tools.client_if.name),
+            "sink_nic": crate::nic::facts(&tools.sink_if.name),
         },
     })
 }

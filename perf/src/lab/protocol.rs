@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
+use ufrag_common::wire::mac_text;
+
 use crate::load::{CDF_QUANTILES, Latency, Trial};
 
 /// The longest line either side reads: a request or a reply is a few hundred bytes, the
@@ -66,10 +68,6 @@ pub enum Request {
     },
     /// Drop the held load.
     Release,
-}
-
-fn mac_text(mac: [u8; 6]) -> String {
-    mac.map(|b| format!("{b:02x}")).join(":")
 }
 
 impl Request {

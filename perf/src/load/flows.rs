@@ -196,16 +196,7 @@ pub fn ipv6_udp_packet(
     p.extend_from_slice(&udp_len.to_be_bytes());
     p.extend_from_slice(&[0, 0]);
     p.extend_from_slice(payload);
-    let mut pseudo = Vec::with_capacity(40 + p.len());
-    pseudo.extend_from_slice(&from.octets());
-    pseudo.extend_from_slice(&to.octets());
-    pseudo.extend_from_slice(&u32::from(udp_len).to_be_bytes());
-    pseudo.extend_from_slice(&[0, 0, 0, 17]);
-    pseudo.extend_from_slice(&p[40..]);
-    let sum = match checksum(&pseudo) {
-        0 => 0xffff, // 0 means "no checksum", which IPv6 forbids
-        s => s,
-    };
+    let sum = ufrag_common::wire::udp_checksum(from.into(), to.into(), &p[40..]);
     p[46..48].copy_from_slice(&sum.to_be_bytes());
     p
 }
@@ -229,18 +220,7 @@ pub fn ipv4_udp_packet(from: SocketAddrV4, to: SocketAddrV4, payload: &[u8]) -> 
     p
 }
 
-/// The Internet checksum of `bytes` (RFC 1071): 0 over a header that carries a
-/// correct one.
-pub fn checksum(bytes: &[u8]) -> u16 {
-    let mut sum: u32 = bytes
-        .chunks(2)
-        .map(|c| u32::from(u16::from_be_bytes([c[0], *c.get(1).unwrap_or(&0)])))
-        .sum();
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    !(sum as u16)
-}
+pub use ufrag_common::wire::internet_checksum as checksum;
 
 #[cfg(test)]
 mod tests {

@@ -19,6 +19,7 @@ use ufrag_common::frame::FrameHeader;
 use ufrag_udp::{BATCH, RecvBatch, SendBatch, bind_udp};
 
 mod flows;
+pub mod target;
 mod trial;
 
 pub(crate) use flows::last_octet;

@@ -34,11 +34,9 @@ use ufrag_bpf::sys as bpf;
 
 use crate::load::FlowPlan;
 
-const ETH: usize = 14;
-const IPV4: usize = 20;
-const UDP: usize = 8;
+use ufrag_common::wire::{ETH_LEN as ETH, IPV4_LEN as IPV4, IPV6_LEN as IPV6, UDP_LEN as UDP};
+
 const PAYLOAD: usize = ETH + IPV4 + UDP;
-const IPV6: usize = 40;
 const PAYLOAD_V6: usize = ETH + IPV6 + UDP;
 
 /// An interface inside a namespace, as the BPF calls need it.
@@ -98,14 +96,7 @@ impl Iface {
     }
 }
 
-/// A MAC address from `aa:bb:cc:dd:ee:ff`.
-pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
-    let bytes: Vec<u8> = text
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16).ok().filter(|_| h.len() == 2))
-        .collect::<Option<_>>()?;
-    bytes.try_into().ok()
-}
+pub use ufrag_common::wire::parse_mac;
 
 /// A program attached to an interface; detached on drop.
 #[derive(Debug)]
@@ -113,12 +104,7 @@ struct Attached {
     _link: OwnedFd,
 }
 
-/// CLOCK_MONOTONIC now (what `bpf_ktime_get_ns` reads), in nanoseconds.
-fn ktime_now() -> u64 {
-    let now =
-        nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("CLOCK_MONOTONIC");
-    now.tv_sec() as u64 * 1_000_000_000 + now.tv_nsec() as u64
-}
+use ufrag_bpf::sys::ktime_now;
 
 /// CLOCK_MONOTONIC at `epoch`, in nanoseconds.
 fn ktime_at(epoch: Instant) -> u64 {
@@ -284,7 +270,7 @@ mod state {
 /// first flow, count 0 and time 0 where the stamps go, or not: whatever it carries is
 /// taken out.
 pub fn udp_checksum_base(template: &[u8], at: usize, stamps: Stamps) -> u16 {
-    let word = |i: usize| u32::from(u16::from_be_bytes([template[i], template[i + 1]]));
+    let word = |i: usize| u64::from(u16::from_be_bytes([template[i], template[i + 1]]));
     let stamped = [
         stamps.port_at,
         stamps.datagram_at + 2,
@@ -294,32 +280,17 @@ pub fn udp_checksum_base(template: &[u8], at: usize, stamps: Stamps) -> u16 {
         stamps.datagram_at + 10,
     ];
     // ~checksum is the sum of all words; subtracting a word is adding its complement.
-    let mut sum = u32::from(!u16::from_be_bytes([template[at], template[at + 1]]));
+    let mut sum = u64::from(!u16::from_be_bytes([template[at], template[at + 1]]));
     for i in stamped {
         sum += 0xffff - word(i);
     }
-    while sum >> 16 != 0 {
-        sum = (sum & 0xffff) + (sum >> 16);
-    }
-    sum as u16
+    ufrag_common::wire::fold_carries(sum)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::load::{DATAGRAM_LEN, checksum};
-
-    #[test]
-    fn a_mac_is_six_hex_pairs() {
-        assert_eq!(
-            parse_mac("02:0a:ff:00:10:9B"),
-            Some([2, 10, 255, 0, 16, 155])
-        );
-        assert_eq!(parse_mac("02:0a:ff:00:10"), None);
-        assert_eq!(parse_mac("02:0a:ff:00:10:9b:01"), None);
-        assert_eq!(parse_mac("2:0a:ff:00:10:9b"), None);
-        assert_eq!(parse_mac("zz:0a:ff:00:10:9b"), None);
-    }
 
     fn sample_plan() -> FlowPlan {
         FlowPlan::new(

@@ -291,7 +291,7 @@ impl Load for XdpLoad {
         let (sent, seconds) = match self.generator.send(rate_pps, duration) {
             Ok(r) => r,
             Err(e) => {
-                eprintln!("  XDP generator failed: {e}");
+                crate::say!("  XDP generator failed: {e}");
                 (0, duration.as_secs_f64())
             }
         };
