@@ -5,7 +5,10 @@
 //! the UDP checksum over its pseudo-header (RFC 768, RFC 8200), MAC addresses as text,
 //! the 16-byte form of an address (IPv4 as IPv4-mapped IPv6), and source prefixes (the
 //! groups that rates and caps count in). Pure functions: no I/O, and none panics on any
-//! input.
+//! input. The per-packet ones are `#[inline]` (relay-afxdp's frame rewrite calls them
+//! across the crate boundary), and [`sum_words`] sums in 32-bit lanes: summed in 64 bits,
+//! the rewrite cost 42 % more instructions per frame (`rewrite_instructions`, 631 → 895
+//! for IPv4; 627 with 32-bit lanes).
 
 use std::net::{IpAddr, Ipv6Addr};
 
@@ -96,19 +99,28 @@ pub mod field {
 }
 
 /// Adds `bytes` as 16-bit big-endian words (an odd tail padded with zero) to `acc`, the
-/// carries left unfolded.
-pub fn sum_words(mut acc: u64, bytes: &[u8]) -> u64 {
-    let mut pairs = bytes.chunks_exact(2);
-    for pair in &mut pairs {
-        acc += u64::from(u16::from_be_bytes([pair[0], pair[1]]));
+/// carries left unfolded. Summed in 32 bits a block at a time (a block's 32,768 words
+/// cannot overflow it, and the compiler sums 32-bit lanes four at a time), each block
+/// added to the 64-bit total.
+#[inline]
+pub fn sum_words(acc: u64, bytes: &[u8]) -> u64 {
+    let mut total = acc;
+    for block in bytes.chunks(1 << 16) {
+        let mut sum: u32 = 0;
+        let mut pairs = block.chunks_exact(2);
+        for pair in &mut pairs {
+            sum += u32::from(u16::from_be_bytes([pair[0], pair[1]]));
+        }
+        if let [last] = pairs.remainder() {
+            sum += u32::from(*last) << 8;
+        }
+        total += u64::from(sum);
     }
-    if let [last] = pairs.remainder() {
-        acc += u64::from(*last) << 8;
-    }
-    acc
+    total
 }
 
 /// `sum` with its carries folded back in: the 16-bit ones' complement sum.
+#[inline]
 pub fn fold_carries(mut sum: u64) -> u16 {
     while sum > 0xffff {
         sum = (sum & 0xffff) + (sum >> 16);
@@ -118,6 +130,7 @@ pub fn fold_carries(mut sum: u64) -> u16 {
 
 /// The Internet checksum of `bytes` (RFC 1071): what goes into a checksum field that
 /// was zero while it was computed; over bytes that carry a correct one, 0.
+#[inline]
 pub fn internet_checksum(bytes: &[u8]) -> u16 {
     !fold_carries(sum_words(0, bytes))
 }
@@ -125,6 +138,7 @@ pub fn internet_checksum(bytes: &[u8]) -> u16 {
 /// The UDP checksum of `udp` (its header, checksum field zero, then the payload) between
 /// `src` and `dst`, over the pseudo-header of their family (IPv4 when both are, else
 /// IPv6 with IPv4-mapped addresses). A computed zero is sent as 0xFFFF (RFC 768).
+#[inline]
 pub fn udp_checksum(src: IpAddr, dst: IpAddr, udp: &[u8]) -> u16 {
     let addresses = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => sum_words(sum_words(0, &s.octets()), &d.octets()),
@@ -138,6 +152,7 @@ pub fn udp_checksum(src: IpAddr, dst: IpAddr, udp: &[u8]) -> u16 {
 }
 
 /// `ip` in 16 bytes: IPv6 as it is, IPv4 as IPv4-mapped IPv6 (`::ffff:a.b.c.d`).
+#[inline]
 pub fn ip16(ip: IpAddr) -> [u8; 16] {
     match ip {
         IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
@@ -146,6 +161,7 @@ pub fn ip16(ip: IpAddr) -> [u8; 16] {
 }
 
 /// The address 16 bytes hold ([`ip16`]'s inverse): IPv4-mapped back to IPv4.
+#[inline]
 pub fn from_ip16(bytes: [u8; 16]) -> IpAddr {
     IpAddr::V6(Ipv6Addr::from(bytes)).to_canonical()
 }
@@ -172,6 +188,7 @@ pub fn mac_text(mac: [u8; 6]) -> String {
 /// The group `ip` counts in: its first `len_v4` bits if it is IPv4 (an IPv4-mapped IPv6
 /// address included), its first `len_v6` bits if IPv6; the rest cleared. Lengths past an
 /// address's size keep all of it.
+#[inline]
 pub fn source_prefix(ip: IpAddr, len_v4: u8, len_v6: u8) -> IpAddr {
     match ip.to_canonical() {
         IpAddr::V4(v4) => {

@@ -68,12 +68,12 @@ pub fn gate(summaries: &std::path::Path, baseline: &std::path::Path, accept: boo
             return 2;
         }
     };
+    let rows = compare(&committed.counts, &now, TOLERANCE);
+    print!("{}", table(&rows, TOLERANCE));
     if let Some(why) = crate::gate::compiler_mismatch(&committed, &compiler) {
         println!("gate: FAILED: {why} (`scripts/instructions.sh --accept`)");
         return 1;
     }
-    let rows = compare(&committed.counts, &now, TOLERANCE);
-    print!("{}", table(&rows, TOLERANCE));
     if passes(&rows) {
         println!("gate: passed ({} benches)", rows.len());
         0
