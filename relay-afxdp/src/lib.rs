@@ -10,6 +10,7 @@
 //! Unsafe code lives only in `xsk` and `xsk_crate` (and in `ufrag_bpf::sys`).
 #![deny(unsafe_code)]
 
+pub mod cli;
 pub mod fast_path;
 pub mod neighbours;
 pub mod netlink;

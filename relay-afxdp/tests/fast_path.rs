@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 
 use relay_afxdp::fast_path::{FastFlow, FastPathMaps, FastStats};
 use relay_afxdp::packet::{headers_len, write_udp};
-use ufrag_common::wire::udp_checksum;
 use relay_afxdp::program::action;
 use relay_afxdp::steering::Steering;
 use ufrag_common::demux::DatagramKind;
@@ -19,6 +18,7 @@ use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Route, Verdict};
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys};
+use ufrag_common::wire::udp_checksum;
 
 const RELAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];

@@ -9,6 +9,7 @@
 //! perf load tools share; this crate has none.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 mod outbox;
 pub mod relay;
 pub mod tcp;

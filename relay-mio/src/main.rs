@@ -1,51 +1,7 @@
 //! The `relay-mio` binary: parse the shared relay flags, load and validate the config,
 //! run until SIGTERM/SIGINT, drain, exit 0.
-
 #![forbid(unsafe_code)]
 
-use std::process::ExitCode;
-
-use clap::Parser;
-use relay_mio::relay::Relay;
-use ufrag_common::config::RelayArgs;
-use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
-
-/// The WebRTC relay on plain sockets: one fixed public UDP port in front of a fleet of
-/// transceivers.
-///
-/// It reads the routing hint in the server ICE ufrag of a client's first STUN Binding
-/// Request, checks it and the request's MESSAGE-INTEGRITY, creates a flow, and then
-/// forwards DTLS/SRTP opaquely between the client and the transceiver the hint names.
-///
-/// Every flag can also be set in the TOML file given with --config (flags win). Hint keys
-/// come only from --hint-keys-file (mode 0600) or the UFRAG_RELAY_HINT_KEYS environment
-/// variable, as `<id>:<hex secret>`, current key first.
-///
-/// Example:
-///   UFRAG_RELAY_HINT_KEYS=1:000102030405060708090a0b0c0d0e0f \
-///   relay-mio --vip 203.0.113.10:3478 --internal-addr 10.0.0.5:40000 \
-///             --allow-transceiver-net 10.0.0.0/8
-///
-/// Then: GET /metrics, /healthz, /readyz on --metrics-addr (default 127.0.0.1:9100).
-/// SIGTERM: /readyz turns 503, existing flows keep forwarding for --drain-time, exit 0.
-#[derive(Debug, Parser)]
-#[command(name = "relay-mio", version, verbatim_doc_comment)]
-struct Cli {
-    #[command(flatten)]
-    relay: RelayArgs,
-}
-
-fn main() -> ExitCode {
-    let cli = Cli::parse();
-    init_logging(cli.relay.log_format);
-    let config = match load_config("relay-mio", &cli.relay) {
-        Ok(c) => c,
-        Err(code) => return code,
-    };
-    serve("relay-mio", config.drain_time, || {
-        Relay::start(&config).map_err(|e| {
-            eprintln!("relay-mio: {e}");
-            ExitCode::FAILURE
-        })
-    })
+fn main() -> std::process::ExitCode {
+    relay_mio::cli::main()
 }

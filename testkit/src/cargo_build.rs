@@ -21,6 +21,15 @@ pub fn bin(name: &str) -> PathBuf {
     profile_dir().join(name)
 }
 
+/// `package`'s test binary with fault injection compiled in (`<package>-faults`, built
+/// with `--features fault-injection`; the package's own binary never has it), built if
+/// needed.
+pub fn faults_bin(package: &str) -> PathBuf {
+    let name = format!("{package}-faults");
+    build(package, &["--bin", &name, "--features", "fault-injection"]);
+    profile_dir().join(name)
+}
+
 /// The example `name` of `package`, built if needed.
 pub fn example(package: &str, name: &str) -> PathBuf {
     build(package, &["--example", name]);

@@ -13,6 +13,7 @@
 //! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`.
 #![forbid(unsafe_code)]
 
+pub mod cli;
 pub mod error;
 pub mod http;
 pub mod metrics;

@@ -1,30 +1,6 @@
 //! The `transceiver` binary: parse, start, wait for SIGTERM, drain, join.
+#![forbid(unsafe_code)]
 
-use std::process::ExitCode;
-
-use clap::Parser;
-use transceiver::service::{StartError, Transceiver, TransceiverOptions};
-use ufrag_common::config::{HINT_KEYS_ENV, load_hint_keys};
-use ufrag_common::runtime::lifecycle::{init_logging, serve};
-
-fn main() -> ExitCode {
-    let opts = TransceiverOptions::parse();
-    init_logging(opts.log_format);
-    let env_keys = std::env::var(HINT_KEYS_ENV).ok();
-    let keys = match load_hint_keys(opts.hint_keys_file.as_deref(), env_keys.as_deref()) {
-        Ok(keys) => keys,
-        Err(e) => {
-            eprintln!("transceiver: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    serve("transceiver", opts.drain_time, || {
-        Transceiver::start(&opts, keys).map_err(|e| {
-            eprintln!("transceiver: {e}");
-            match e {
-                StartError::Config(_) => ExitCode::from(2),
-                StartError::System(_) => ExitCode::FAILURE,
-            }
-        })
-    })
+fn main() -> std::process::ExitCode {
+    transceiver::cli::main()
 }

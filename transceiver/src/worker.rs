@@ -56,8 +56,9 @@ fn transport_of(proto: str0m::net::Protocol) -> Transport {
     }
 }
 
-/// Debug builds only: `panic-worker-N` makes worker N panic at its first housekeeping,
-/// so tests can show what a dying worker does to readiness.
+/// With the `fault-injection` feature only (the `transceiver-faults` test binary):
+/// `panic-worker-N` makes worker N panic at its first housekeeping, so tests can show
+/// what a dying worker does to readiness.
 pub const FAULT_ENV: &str = "UFRAG_TRANSCEIVER_FAULT";
 
 /// A request from the signaling side.
@@ -284,7 +285,7 @@ impl Worker {
             self.apply_model_outputs(now);
             if now.duration_since(housekeeping) >= HOUSEKEEPING {
                 housekeeping = now;
-                #[cfg(debug_assertions)]
+                #[cfg(feature = "fault-injection")]
                 self.injected_fault();
                 self.expire_sessions(now);
             }
@@ -292,8 +293,9 @@ impl Worker {
         }
     }
 
-    /// Debug builds: panics if [`FAULT_ENV`] names this worker.
-    #[cfg(debug_assertions)]
+    /// With the `fault-injection` feature (the `transceiver-faults` test binary): panics
+    /// if [`FAULT_ENV`] names this worker.
+    #[cfg(feature = "fault-injection")]
     fn injected_fault(&self) {
         let wanted = format!("panic-worker-{}", self.cfg.index);
         if std::env::var(FAULT_ENV).is_ok_and(|v| v == wanted) {

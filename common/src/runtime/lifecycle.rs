@@ -247,12 +247,13 @@ impl Running {
     }
 }
 
-/// Debug builds only: `panic-worker-N` makes worker N panic 300 ms after the relay is
-/// ready, so tests can show what a dying worker does to readiness.
+/// With the `fault-injection` feature only (the relays' `*-faults` test binaries):
+/// `panic-worker-N` makes worker N panic 300 ms after the relay is ready, so tests can
+/// show what a dying worker does to readiness. The relays' own binaries have none.
 pub const FAULT_ENV: &str = "UFRAG_RELAY_FAULT";
 
 fn injected_fault(index: usize, metrics: &RelayMetrics) {
-    if cfg!(debug_assertions)
+    if cfg!(feature = "fault-injection")
         && std::env::var(FAULT_ENV).is_ok_and(|v| v == format!("panic-worker-{index}"))
     {
         while !metrics.is_ready() {

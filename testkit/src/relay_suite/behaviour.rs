@@ -572,12 +572,22 @@ fn refused_config(b: &Backend, vip: &str, extra: &[&str], hint_keys: Option<&str
 }
 
 pub fn a_dead_worker_turns_readiness_off_and_is_counted(b: &Backend) {
+    // The same relay with fault injection compiled in (its own binary has none).
+    let package = b
+        .binary
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("the relay's name");
+    let faults = Backend {
+        binary: crate::cargo_build::faults_bin(package),
+        ..b.clone()
+    };
     let relay = RelayProcess::start(&RelaySetup {
         env: vec![(
             ufrag_common::runtime::lifecycle::FAULT_ENV.into(),
             "panic-worker-0".into(),
         )],
-        ..b.setup()
+        ..faults.setup()
     });
     relay.wait_for("the failure counted", |r| {
         r.metrics().get("ufrag_relay_worker_failures_total") == Some(&1.0)
@@ -585,6 +595,24 @@ pub fn a_dead_worker_turns_readiness_off_and_is_counted(b: &Backend) {
     assert_eq!(relay.http("/readyz").map(|r| r.0), Some(503));
     assert_eq!(relay.http("/healthz").map(|r| r.0), Some(200));
     assert_eq!(relay.metrics().get("ufrag_relay_ready"), Some(&0.0));
+}
+
+/// The relay's own binary has no fault injection: asked for a fault, it stays ready and
+/// no worker fails (the fault would fire 300 ms after readiness; this waits a second).
+pub fn the_shipped_binary_ignores_a_fault_request(b: &Backend) {
+    let relay = RelayProcess::start(&RelaySetup {
+        env: vec![(
+            ufrag_common::runtime::lifecycle::FAULT_ENV.into(),
+            "panic-worker-0".into(),
+        )],
+        ..b.setup()
+    });
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    assert_eq!(relay.http("/readyz").map(|r| r.0), Some(200));
+    assert_eq!(
+        relay.metrics().get("ufrag_relay_worker_failures_total"),
+        Some(&0.0)
+    );
 }
 
 pub fn help_explains_the_flags(b: &Backend) {

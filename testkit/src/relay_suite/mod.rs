@@ -242,6 +242,10 @@ pub const CASES: &[Case] = &[
         behaviour::a_dead_worker_turns_readiness_off_and_is_counted,
     ),
     case(
+        "the_shipped_binary_ignores_a_fault_request",
+        behaviour::the_shipped_binary_ignores_a_fault_request,
+    ),
+    case(
         "help_explains_the_flags",
         behaviour::help_explains_the_flags,
     ),

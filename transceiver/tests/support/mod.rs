@@ -108,7 +108,13 @@ impl Transceiver {
         let ip = unique_ip();
         let http = SocketAddr::from((ip, free_tcp_port(ip)));
         let worker = SocketAddr::from((ip, 41_000));
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_transceiver"));
+        // A fault to inject needs the binary that has fault injection compiled in.
+        let binary = if env.iter().any(|(k, _)| *k == "UFRAG_TRANSCEIVER_FAULT") {
+            testkit::cargo_build::faults_bin("transceiver")
+        } else {
+            std::path::PathBuf::from(env!("CARGO_BIN_EXE_transceiver"))
+        };
+        let mut cmd = Command::new(binary);
         cmd.args([
             "--http-addr",
             &http.to_string(),
