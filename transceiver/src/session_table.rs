@@ -364,7 +364,8 @@ mod tests {
     }
 
     /// A browser with several addresses checks from each and may send media from any:
-    /// every answered path routes (the stall of issue 10 was one path per session).
+    /// every answered path routes (a table that kept one path per session stalled such
+    /// a browser's media).
     #[test]
     fn every_learnt_path_routes_to_its_session() {
         let mut t = table();
