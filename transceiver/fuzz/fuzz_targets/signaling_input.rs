@@ -9,7 +9,8 @@ use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
 use transceiver::session::Advertised;
-use transceiver::setup::{SessionMint, process_certificate};
+use transceiver::session::process_certificate;
+use transceiver::setup::SessionMint;
 use transceiver::signaling::{MAX_BODY_BYTES, check_offer, trickle_credentials};
 use ufrag_common::hint::{HintKey, HintKeys};
 use ufrag_common::runtime::keys::SharedKeys;
