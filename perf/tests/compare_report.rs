@@ -402,7 +402,11 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
                 load["received"].as_u64().unwrap(),
             );
             assert!(sent > 0 && received * 10 >= sent * 9, "{s}");
-            assert!(load["busy_seconds"].as_f64() > Some(0.0), "{s}");
+            // A trial the host gate left out (the hypervisor stole the CPU) may read no
+            // busy time at all; that is what the gate is for. A kept one cannot.
+            if s["kept"] == true {
+                assert!(load["busy_seconds"].as_f64() > Some(0.0), "{s}");
+            }
         }
     }
     let rows = cost["rows"].as_array().unwrap();
