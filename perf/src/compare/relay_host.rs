@@ -68,14 +68,7 @@ impl RelayHost {
 
     /// `program` to run on the relay host.
     pub fn command(&self, program: &str) -> Command {
-        match &self.iface.ns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, program]);
-                c
-            }
-            None => Command::new(program),
-        }
+        crate::alternatives::in_ns(self.ns(), program, &[])
     }
 
     /// Its namespace, for the helpers that take one.
