@@ -210,6 +210,59 @@ impl Decision {
 }
 
 /// One worker's decisions, their execution, and its counters.
+///
+/// A backend receives, asks the executor to decide, and has it carry the decision out
+/// through its [`Egress`]. The smallest backend, one blocking socket that sends at once:
+///
+/// ```no_run
+/// use std::net::UdpSocket;
+/// use std::time::Instant;
+/// use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Tally, Transmit};
+/// use ufrag_common::forward::Forwarder;
+/// use ufrag_common::frame::MAX_HEADER_LEN;
+/// use ufrag_common::metrics::DropReason;
+///
+/// struct OneSocket(UdpSocket);
+///
+/// impl Egress for OneSocket {
+///     type Received<'r> = &'r [u8];
+///
+///     fn transmit(&mut self, received: &[u8], tx: Transmit, tally: &mut Tally<'_>) {
+///         let mut datagram = [0u8; MAX_HEADER_LEN + 1500];
+///         let mut header = [0u8; MAX_HEADER_LEN];
+///         let at = tx.emit_header(&mut header);
+///         datagram[..at].copy_from_slice(&header[..at]);
+///         let payload = &received[tx.payload_at..];
+///         let Some(room) = datagram.get_mut(at..at + payload.len()) else {
+///             return tally.failed(tx.ticket, DropReason::SendFailed);
+///         };
+///         room.copy_from_slice(payload);
+///         match self.0.send_to(&datagram[..at + payload.len()], tx.to) {
+///             Ok(_) => tally.sent(tx.ticket),
+///             Err(_) => tally.failed(tx.ticket, DropReason::SendFailed),
+///         }
+///     }
+///
+///     fn flush(&mut self, _tally: &mut Tally<'_>) {}
+///
+///     fn route_cache(&mut self, _request: RouteCacheRequest) -> bool {
+///         false // no route cache: each request is a counted cache error
+///     }
+/// }
+///
+/// fn serve(forwarder: Forwarder, socket: UdpSocket) -> std::io::Result<()> {
+///     let vip = socket.local_addr()?;
+///     let mut executor = Executor::new(forwarder);
+///     let mut egress = OneSocket(socket.try_clone()?);
+///     let mut buf = [0u8; 2048];
+///     loop {
+///         let (len, client) = socket.recv_from(&mut buf)?;
+///         let datagram = &buf[..len];
+///         let decision = executor.decide_client(datagram, client, vip, Instant::now());
+///         executor.carry_out(decision, datagram, &mut egress);
+///     }
+/// }
+/// ```
 #[derive(Debug)]
 pub struct Executor {
     forwarder: Forwarder,

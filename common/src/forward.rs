@@ -281,6 +281,49 @@ fn contains(networks: &[IpNet], addr: SocketAddr) -> bool {
 }
 
 /// One worker's forwarding state: policy and flow table.
+///
+/// It decides; it never sends (the backend's [`crate::execute::Executor`] carries a
+/// [`Verdict`] out). A relay for one VIP whose transceivers live in 10.0.0.0/8:
+///
+/// ```no_run
+/// use std::collections::BTreeMap;
+/// use std::time::{Duration, Instant};
+/// use ufrag_common::flow::FlowTable;
+/// use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
+/// use ufrag_common::hint::{HintKey, HintKeys};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let secret = std::fs::read("/run/secrets/hint-key")?; // the transceivers' key
+/// let policy = ForwardPolicy {
+///     vips: vec!["203.0.113.10:3478".parse()?],
+///     allowed_transceiver_networks: vec!["10.0.0.0/8".parse()?],
+///     global_relay_networks: vec![],
+///     cluster_id: 1,
+///     clusters: BTreeMap::new(),
+///     hint_keys: HintKeys::new(HintKey::new(1, &secret)?, None)?,
+///     route_cache: false,
+///     admission: Default::default(),
+///     shared_replays: None,
+/// };
+/// let now = Instant::now();
+/// let table = FlowTable::new(65_536, Duration::from_secs(30), now)?;
+/// let mut forwarder = Forwarder::new(policy, table, now);
+///
+/// let datagram = [0u8; 20]; // as received from the client
+/// let verdict = forwarder.from_client(
+///     &datagram,
+///     "198.51.100.7:50000".parse()?,
+///     "203.0.113.10:3478".parse()?,
+///     now,
+/// );
+/// match verdict {
+///     Verdict::Forward { to, .. } => println!("to the transceiver at {to}"),
+///     Verdict::Drop(reason) => println!("dropped: {}", reason.label()),
+///     other => println!("{other:?}"),
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Forwarder {
     policy: ForwardPolicy,

@@ -172,7 +172,7 @@ label_enum! {
         StunBadFingerprintLength = "stun_bad_fingerprint_length",
         /// Binding Request without USERNAME.
         StunMissingUsername = "stun_missing_username",
-        /// USERNAME not "<ufrag>:<ufrag>".
+        /// USERNAME not `<ufrag>:<ufrag>`.
         StunBadUsername = "stun_bad_username",
         /// Binding Request without MESSAGE-INTEGRITY.
         StunMissingIntegrity = "stun_missing_integrity",
@@ -195,7 +195,7 @@ label_enum! {
         /// Hint destination outside the allowed transceiver networks.
         HintDestinationNotAllowed = "hint_destination_not_allowed",
         /// An authentic hint minted longer ago than `hint_max_age` (or further ahead of
-        /// the relay's clock than [`crate::forward::HINT_CLOCK_SKEW`]) asks for a new
+        /// the relay's clock than [`crate::admission::HINT_CLOCK_SKEW`]) asks for a new
         /// flow: a ufrag collected from a past session. Existing flows are not affected.
         HintExpired = "hint_expired",
         /// Hint names a cluster with no relay configured.

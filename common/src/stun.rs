@@ -41,7 +41,7 @@ pub const METHOD_BINDING: u16 = 0x001;
 
 /// Attribute type codes used here (RFC 8489 §18.3, RFC 8445 §16.1).
 pub mod attr {
-    /// USERNAME: "<receiver ufrag>:<sender ufrag>" in ICE.
+    /// USERNAME: `<receiver ufrag>:<sender ufrag>` in ICE.
     pub const USERNAME: u16 = 0x0006;
     /// MESSAGE-INTEGRITY: HMAC-SHA1, 20 bytes.
     pub const MESSAGE_INTEGRITY: u16 = 0x0008;
@@ -92,7 +92,7 @@ pub enum StunError {
     BadFingerprintLength,
     /// No USERNAME attribute.
     MissingUsername,
-    /// USERNAME is not "<ufrag>:<ufrag>" with both parts non-empty.
+    /// USERNAME is not `<ufrag>:<ufrag>` with both parts non-empty.
     BadUsername,
     /// No MESSAGE-INTEGRITY attribute.
     MissingIntegrity,

@@ -62,7 +62,7 @@ pub fn rx_queues(name: &str) -> usize {
 }
 
 /// What the record says of `name`: driver, firmware, bus, RX queues, speed, MTU and the
-/// offloads of [`OFFLOADS`]; a field ethtool cannot read is left out.
+/// offloads of `OFFLOADS`; a field ethtool cannot read is left out.
 pub fn facts(name: &str) -> Value {
     let mut record = json!({ "interface": name, "rx_queues": rx_queues(name) });
     if let Ok(info) = output("ethtool", &["-i", name]) {

@@ -29,7 +29,37 @@ impl RelayWorker for Worker {
     }
 }
 
-/// relay-mio's entry point.
+/// relay-mio's entry point: what the `relay-mio` binary does, as a library.
+///
+/// ```no_run
+/// use clap::Parser;
+/// use relay_mio::relay::Relay;
+/// use ufrag_common::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
+/// use ufrag_common::runtime::lifecycle::TerminationSignal;
+///
+/// #[derive(Parser)]
+/// struct Cli {
+///     #[command(flatten)]
+///     relay: RelayArgs,
+/// }
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let cli = Cli::parse_from([
+///     "relay-mio",
+///     "--vip", "203.0.113.10:3478",
+///     "--internal-addr", "10.0.0.5:40000",
+///     "--allow-transceiver-net", "10.0.0.0/8",
+/// ]);
+/// let keys = std::env::var(HINT_KEYS_ENV).ok(); // `<id>:<hex secret>`, current first
+/// let cpus = std::thread::available_parallelism()?.get();
+/// let config = RelayConfig::load(&cli.relay, keys.as_deref(), cpus)?;
+/// let running = Relay::start(&config)?; // every socket bound, workers pinned, ready
+/// TerminationSignal::register()?.wait();
+/// running.drain(config.drain_time); // /readyz 503, flows keep going, then stop
+/// running.join()?;
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Relay;
 

@@ -404,7 +404,7 @@ pub mod tools {
     }
 
     /// Like [`start_relay`], with the VIP, internal address and transceiver network of
-    /// one family (IPv6: [fd77::2]:3478, fd77::/64).
+    /// one family (IPv6: `[fd77::2]:3478`, fd77::/64).
     pub fn start_relay_in(
         bed: &Testbed,
         ipv6: bool,

@@ -9,3 +9,14 @@ pub enum SignalError {
     /// No room for another session (503).
     Full,
 }
+
+impl std::fmt::Display for SignalError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SignalError::BadOffer(why) => write!(f, "bad offer: {why}"),
+            SignalError::Full => f.write_str("no room for another session"),
+        }
+    }
+}
+
+impl std::error::Error for SignalError {}

@@ -65,7 +65,49 @@ pub enum SessionOutput {
     Ended(EndReason),
 }
 
-/// See the module documentation.
+/// See the module documentation. One session, driven without a socket:
+///
+/// ```no_run
+/// use std::net::{SocketAddr, UdpSocket};
+/// use std::time::Instant;
+/// use str0m::IceCreds;
+/// use str0m::change::SdpOffer;
+/// use transceiver::session::{Session, SessionOutput, process_certificate};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let offer = SdpOffer::from_sdp_string(&std::fs::read_to_string("offer.sdp")?)?;
+/// let socket = UdpSocket::bind("0.0.0.0:40000")?;
+/// let local: SocketAddr = "192.0.2.1:40000".parse()?; // the address clients reach
+/// let cert = process_certificate().ok_or("no DTLS certificate")?;
+/// let now = Instant::now();
+/// let (mut session, answer) = Session::accept(1, offer, IceCreds::new(), local, cert, now)?;
+/// println!("{answer}"); // the SDP answer, back to the client over signaling
+///
+/// let mut buf = [0u8; 2048];
+/// loop {
+///     match session.poll_output() {
+///         SessionOutput::Transmit(t) => {
+///             socket.send_to(&t.contents, t.destination)?;
+///         }
+///         SessionOutput::Model(input) => println!("for the model: {input:?}"),
+///         SessionOutput::Connected(took) => println!("connected in {took:?}"),
+///         SessionOutput::Ended(why) => break println!("ended: {why:?}"),
+///         SessionOutput::Timeout(at) => {
+///             socket.set_read_timeout(Some(at.saturating_duration_since(Instant::now()).max(
+///                 std::time::Duration::from_millis(1),
+///             )))?;
+///             match socket.recv_from(&mut buf) {
+///                 Ok((len, client)) => {
+///                     let _ = session.handle_receive(Instant::now(), client, local, None, &buf[..len]);
+///                 }
+///                 Err(_) => session.handle_timeout(Instant::now()),
+///             }
+///         }
+///     }
+/// }
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct Session {
     id: SessionId,

@@ -12,7 +12,7 @@
 //!    searches, the latency trial and a profile of the forwarder's core.
 //!
 //! [`setups`] is the one table of what can be compared, started on a
-//! [`relay_host::RelayHost`]; [`bench`] the testbed and its loads; [`options`] the flags;
+//! [`relay_host::RelayHost`]; [`mod@bench`] the testbed and its loads; [`options`] the flags;
 //! [`report`] writes the Markdown, JSON and SVG.
 
 pub mod bed;

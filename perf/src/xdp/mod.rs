@@ -12,8 +12,8 @@
 //! `sample_every` to the kernel, where the socket [`crate::load::Sink`] reads its send
 //! time for latency. Both speak the datagram format of [`crate::load`].
 //!
-//! The parts: [`programs`] assembles the BPF programs (generator, sink, the in-kernel
-//! reference relay), [`tools`] loads and drives them; this module holds the frames they
+//! The parts: `programs` assembles the BPF programs (generator, sink, the in-kernel
+//! reference relay), `tools` loads and drives them; this module holds the frames they
 //! start from and the interfaces they attach to.
 
 mod programs;

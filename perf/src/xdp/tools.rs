@@ -88,7 +88,7 @@ fn install_stop_handler() -> io::Result<()> {
 }
 
 impl XdpGenerator {
-    /// Copies of `frame` (a [`template_frame`] from `plan`'s first flow), one flow after
+    /// Copies of `frame` (a [`super::template_frame`] from `plan`'s first flow), one flow after
     /// another of `plan` as the frames' source, transmitted on `from`. `peer` is the far
     /// end of `from`'s veth pair; it gets an `XDP_PASS` program so that veth accepts XDP
     /// frames (a NIC has no peer: `None`).
