@@ -385,7 +385,10 @@ impl RelayConfig {
 
     /// Loads the file named by `args.config` (if any), applies the flags, reads the hint
     /// keys from their file or from `env_keys` (the value of [`HINT_KEYS_ENV`]), and
-    /// validates. `online_cpus` is the default CPU count when no list is given.
+    /// validates. `online_cpus` is the default CPU count when no list is given. Reading
+    /// files is the runtime's job: without the `runtime` feature, use
+    /// [`RelayConfig::from_toml`].
+    #[cfg(feature = "runtime")]
     pub fn load(
         args: &RelayArgs,
         env_keys: Option<&str>,
@@ -936,7 +939,8 @@ fn duration_field(
 }
 
 /// Loads the hint keys from exactly one of a key file (mode 0600) or the text of
-/// [`HINT_KEYS_ENV`]: shared by the relays and the transceiver.
+/// [`HINT_KEYS_ENV`]: shared by the relays and the transceiver. Without the `runtime`
+/// feature no file is read: a key file is refused, and keys come from the text alone.
 pub fn load_hint_keys(
     file: Option<&Path>,
     env_keys: Option<&str>,
@@ -946,7 +950,16 @@ pub fn load_hint_keys(
             "hint_keys_file",
             format!("both a key file and {HINT_KEYS_ENV} are set; use one"),
         )),
+        #[cfg(feature = "runtime")]
         (Some(path), None) => load_key_file(path),
+        #[cfg(not(feature = "runtime"))]
+        (Some(path), None) => Err(bad(
+            "hint_keys_file",
+            format!(
+                "{}: key files are read only with ufrag-common's `runtime` feature",
+                path.display()
+            ),
+        )),
         (None, Some(text)) => {
             HintKeys::parse(&text.replace(',', "\n")).map_err(|e| bad(HINT_KEYS_ENV, e.to_string()))
         }
@@ -957,6 +970,7 @@ pub fn load_hint_keys(
     }
 }
 
+#[cfg(feature = "runtime")]
 fn load_key_file(path: &Path) -> Result<HintKeys, ConfigError> {
     use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let field = "hint_keys_file";

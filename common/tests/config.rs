@@ -315,6 +315,8 @@ fn file_errors_name_the_key() {
     );
 }
 
+// Reading files is the `runtime` feature's (every binary has it).
+#[cfg(feature = "runtime")]
 #[test]
 fn keys_come_from_a_private_file_or_the_environment_never_both() {
     let dir = std::env::temp_dir().join(format!("ufrag-cfg-{}", std::process::id()));
@@ -370,6 +372,8 @@ fn there_is_no_flag_for_the_keys_themselves() {
     assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
 }
 
+// Reading files is the `runtime` feature's (every binary has it).
+#[cfg(feature = "runtime")]
 #[test]
 fn missing_config_file_is_named() {
     let e = RelayConfig::load(
