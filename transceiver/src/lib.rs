@@ -18,6 +18,8 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod model_bridge;
+pub mod model_wire;
 pub mod page;
 pub mod path_check;
 pub mod per_address;

@@ -15,6 +15,8 @@ use prometheus_client::registry::Registry;
 use ufrag_common::frame::FrameError;
 use ufrag_common::label_enum;
 
+use crate::model_wire::DecodeError;
+
 type Labels = Vec<(&'static str, &'static str)>;
 
 label_enum! {
@@ -104,7 +106,21 @@ label_enum! {
         /// Not connected within the connect timeout.
         ConnectTimeout = "connect_timeout",
         /// Nothing received within the idle timeout.
-        Idle = "idle"
+        Idle = "idle",
+        /// The model backend asked to end it (`session.end`).
+        ModelEnded = "model_ended"
+    }
+}
+
+label_enum! {
+    /// Why a message between a worker and its model backend was not delivered.
+    pub enum ModelDrop {
+        /// The backend was not connected (audio and events are not kept for later).
+        Disconnected = "disconnected",
+        /// The queue to a slow backend was full: the oldest audio frame went.
+        QueueFull = "queue_full",
+        /// The backend sent faster than the worker takes: the newest message went.
+        BackendFlood = "backend_flood"
     }
 }
 
@@ -132,6 +148,14 @@ pub struct TransceiverMetrics {
     /// Hint key file reloads: `[taken, refused]`.
     hint_key_reloads: [Counter; 2],
     ready: AtomicBool,
+    /// Indexed by [`ModelDrop::index`].
+    model_drops: Vec<Counter>,
+    /// Indexed by the position in [`DecodeError::ALL`].
+    model_errors: Vec<Counter>,
+    /// Connection attempts: `[connected, failed]`.
+    model_connects: [Counter; 2],
+    model_disconnects: Counter,
+    model_connected: Gauge,
 }
 
 impl Default for TransceiverMetrics {
@@ -223,6 +247,36 @@ impl TransceiverMetrics {
              (its mode or syntax; the keys in use stay).",
             hint_key_reloads.clone(),
         );
+        let model_drops = Family::<Labels, Counter>::default();
+        registry.register(
+            "model_dropped",
+            "Messages between the workers and the model backend not delivered, by reason.",
+            model_drops.clone(),
+        );
+        let model_errors = Family::<Labels, Counter>::default();
+        registry.register(
+            "model_errors",
+            "Messages from the model backend refused as malformed, by reason.",
+            model_errors.clone(),
+        );
+        let model_connects = Family::<Labels, Counter>::default();
+        registry.register(
+            "model_connects",
+            "Connection attempts to the model backend (hello answered, or failed).",
+            model_connects.clone(),
+        );
+        let model_disconnects = Counter::default();
+        registry.register(
+            "model_disconnects",
+            "Model backend connections lost while serving.",
+            model_disconnects.clone(),
+        );
+        let model_connected = Gauge::default();
+        registry.register(
+            "model_connections",
+            "Workers connected to an external model backend now (`--model ws://…`).",
+            model_connected.clone(),
+        );
         // One counter per label value, made once: counting never allocates.
         let by = |family: &Family<Labels, Counter>, name: &'static str, value: &'static str| {
             family.get_or_create(&vec![(name, value)]).clone()
@@ -254,6 +308,48 @@ impl TransceiverMetrics {
             hint_key_current,
             hint_key_reloads: ["taken", "refused"].map(|r| by(&hint_key_reloads, "result", r)),
             ready: AtomicBool::new(false),
+            model_drops: ModelDrop::ALL
+                .iter()
+                .map(|r| by(&model_drops, "reason", r.label()))
+                .collect(),
+            model_errors: DecodeError::ALL
+                .iter()
+                .map(|e| by(&model_errors, "reason", e.label()))
+                .collect(),
+            model_connects: ["connected", "failed"].map(|r| by(&model_connects, "result", r)),
+            model_disconnects,
+            model_connected,
+        }
+    }
+
+    /// A message to or from the model backend was not delivered.
+    pub fn model_dropped(&self, reason: ModelDrop) {
+        self.model_drops[reason.index()].inc();
+    }
+
+    /// A malformed message from the model backend was refused.
+    pub fn model_error(&self, error: DecodeError) {
+        if let Some(at) = DecodeError::ALL.iter().position(|e| *e == error) {
+            self.model_errors[at].inc();
+        }
+    }
+
+    /// A connection attempt to the model backend succeeded (`true`) or failed.
+    pub fn model_connect(&self, connected: bool) {
+        self.model_connects[usize::from(!connected)].inc();
+    }
+
+    /// A serving connection to the model backend was lost.
+    pub fn model_disconnected(&self) {
+        self.model_disconnects.inc();
+    }
+
+    /// A worker's model became connected (`true`) or not.
+    pub fn model_connected(&self, connected: bool) {
+        if connected {
+            self.model_connected.inc();
+        } else {
+            self.model_connected.dec();
         }
     }
 

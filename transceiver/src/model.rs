@@ -14,14 +14,16 @@
 //! - `Event { session, json }`: one text message of the data channel named `events`, as
 //!   JSON text; answers likewise go out on that channel.
 //!
-//! Over a socket (an external backend) the same messages are meant to travel as one
-//! WebSocket message each: JSON text for `SessionStarted`/`SessionEnded`/`Event`
-//! (`{"type":"session.started","session":"…"}` …) and a binary message for `Audio`:
-//! 16-byte session id, u16 sequence, u32 timestamp (big endian), then the Opus payload.
-//! [`ModelBackend`] is the trait such a bridge implements; the echo model below is the one
-//! this repository ships.
+//! - `End { session }` (from the model only): end this session.
+//!
+//! [`ModelBackend`] is the trait a backend implements: the echo model below (the
+//! default), and [`crate::model_bridge::WsBridge`], which carries the same messages over
+//! a WebSocket to a backend anywhere on the network ([`crate::model_wire`] is that
+//! protocol, written down).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// A session's id as the HTTP API shows it (16 hex characters).
@@ -86,10 +88,51 @@ pub enum ModelOutput {
         /// The message (JSON text).
         json: String,
     },
+    /// End this session (its end reason: `model_ended`).
+    End {
+        /// The session.
+        session: SessionId,
+    },
+}
+
+impl ModelOutput {
+    /// The session it is for.
+    pub fn session(&self) -> SessionId {
+        match self {
+            ModelOutput::Audio { session, .. }
+            | ModelOutput::Event { session, .. }
+            | ModelOutput::End { session } => *session,
+        }
+    }
+}
+
+/// What a worker gives its model backend when it starts: a way to wake the worker (a
+/// backend with its own thread calls it when it has output for `poll`), and the flag
+/// that says whether the backend can take sessions (signaling sends a worker none while
+/// it is false, and readiness is off).
+#[derive(Clone)]
+pub struct ModelLink {
+    /// Wakes the worker's poll.
+    pub wake: Arc<dyn Fn() + Send + Sync>,
+    /// Whether the backend can take sessions now.
+    pub ready: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for ModelLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelLink")
+            .field("ready", &self.ready.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
 }
 
 /// A model backend: takes inputs, produces outputs, possibly later (`poll`).
 pub trait ModelBackend: Send {
+    /// Called once by the worker before its loop starts. The default: a backend in the
+    /// worker's own thread, ready at once.
+    fn attach(&mut self, link: ModelLink) {
+        link.ready.store(true, Ordering::Relaxed);
+    }
     /// Handles one input; immediate outputs go to `out`.
     fn handle(&mut self, now: Instant, input: ModelInput, out: &mut Vec<ModelOutput>);
     /// Outputs that have become due by `now`.

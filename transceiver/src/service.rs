@@ -22,11 +22,13 @@ use crate::http::{ConnectionCaps, HttpServer, Surface};
 /// probes, not clients.
 const OPERATIONS_CONNECTIONS: usize = 64;
 use crate::metrics::TransceiverMetrics;
-use crate::model::EchoModel;
+use crate::model::{EchoModel, ModelBackend};
+use crate::model_bridge::{BridgeConfig, WsBridge};
 use crate::signaling::{MAX_WORKERS, Signaling};
 use crate::worker::{Worker, WorkerConfig};
 
-/// WebRTC sessions behind the relay: WHIP signaling, str0m, and the echo model.
+/// WebRTC sessions behind the relay: WHIP signaling, str0m, and a model backend (the
+/// built-in echo, or an external one over a WebSocket: --model ws://…).
 ///
 /// POST an SDP offer (Content-Type: application/sdp) to /v1/sessions; the answer
 /// advertises one ICE candidate, the relay's VIP (--advertise), with a server ufrag that
@@ -78,7 +80,18 @@ pub struct TransceiverOptions {
     /// Sessions per worker; beyond, signaling answers 503.
     #[arg(long, default_value_t = 1000)]
     pub max_sessions_per_worker: usize,
-    /// Echo delay (e.g. 200ms).
+    /// The model backend: `echo` (built in), or `ws://HOST:PORT/PATH` / `wss://…` for an
+    /// external one speaking the model protocol (one connection per worker). Its bearer
+    /// token comes from --model-token-file or UFRAG_MODEL_TOKEN, never a flag.
+    #[arg(long, default_value = "echo", value_name = "echo|URL")]
+    pub model: String,
+    /// A file holding the model backend's bearer token (mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub model_token_file: Option<PathBuf>,
+    /// Extra trust anchors (PEM) for a `wss://` model backend, beside the web's roots.
+    #[arg(long, value_name = "FILE")]
+    pub model_ca_file: Option<PathBuf>,
+    /// Echo delay (e.g. 200ms), for `--model echo`.
     #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
     pub echo_delay: Duration,
     /// A session not connected after this long ends.
@@ -207,6 +220,7 @@ impl Transceiver {
                  anyone who reaches it can create sessions"
             );
         }
+        let bridge = model_bridge_config(opts)?;
         let dtls_cert = crate::session::process_certificate().ok_or_else(|| {
             StartError::System("the crypto provider cannot make a DTLS certificate".into())
         })?;
@@ -244,7 +258,12 @@ impl Transceiver {
                 connect_timeout: opts.connect_timeout,
                 idle_timeout: opts.idle_timeout,
             };
-            let model = Box::new(EchoModel::new(opts.echo_delay));
+            let model: Box<dyn ModelBackend> = match &bridge {
+                None => Box::new(EchoModel::new(opts.echo_delay)),
+                Some(config) => {
+                    Box::new(WsBridge::new(config.clone(), index, Arc::clone(&metrics)))
+                }
+            };
             let (worker, handle) = Worker::bind(cfg, model, Arc::clone(&metrics))
                 .map_err(|e| StartError::System(format!("binding worker {index}: {e}")))?;
             tracing::info!(worker = index, addr = %handle.addr, "worker bound");
@@ -329,6 +348,75 @@ impl Transceiver {
             workers,
         })
     }
+}
+
+/// The environment variable that may carry the model backend's bearer token.
+pub const MODEL_TOKEN_ENV: &str = "UFRAG_MODEL_TOKEN";
+
+/// The bridge's configuration for `--model URL`, or `None` for the echo model.
+fn model_bridge_config(opts: &TransceiverOptions) -> Result<Option<BridgeConfig>, StartError> {
+    if opts.model == "echo" {
+        if opts.model_token_file.is_some() || opts.model_ca_file.is_some() {
+            return Err(StartError::Config(
+                "`model_token_file`, `model_ca_file`: only for an external model (--model ws://…)"
+                    .into(),
+            ));
+        }
+        return Ok(None);
+    }
+    crate::model_bridge::check_url(&opts.model)
+        .map_err(|e| StartError::Config(format!("`model`: {e} (or `echo`)")))?;
+    let env_token = std::env::var(MODEL_TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty());
+    let token = match (&opts.model_token_file, env_token) {
+        (Some(_), Some(_)) => {
+            return Err(StartError::Config(format!(
+                "`model_token_file`: both it and {MODEL_TOKEN_ENV} are set; use one"
+            )));
+        }
+        (Some(path), None) => Some(read_private(path, "model_token_file")?.trim().to_string()),
+        (None, token) => token,
+    };
+    let ca_pem = opts
+        .model_ca_file
+        .as_ref()
+        .map(|path| {
+            std::fs::read(path).map_err(|e| {
+                StartError::Config(format!(
+                    "`model_ca_file`: cannot read {}: {e}",
+                    path.display()
+                ))
+            })
+        })
+        .transpose()?;
+    if ca_pem.is_some() && !opts.model.starts_with("wss://") {
+        return Err(StartError::Config(
+            "`model_ca_file`: only for a wss:// model backend".into(),
+        ));
+    }
+    Ok(Some(BridgeConfig {
+        url: opts.model.clone(),
+        token,
+        ca_pem,
+    }))
+}
+
+/// Reads a secret file that only its owner (and this process's group) may read.
+fn read_private(path: &std::path::Path, field: &str) -> Result<String, StartError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let meta = std::fs::metadata(path).map_err(|e| {
+        StartError::Config(format!("`{field}`: cannot read {}: {e}", path.display()))
+    })?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o007 != 0 {
+        return Err(StartError::Config(format!(
+            "`{field}`: {} has mode {mode:04o}: others must not read it (chmod 600)",
+            path.display()
+        )));
+    }
+    std::fs::read_to_string(path)
+        .map_err(|e| StartError::Config(format!("`{field}`: cannot read {}: {e}", path.display())))
 }
 
 impl Service for Transceiver {

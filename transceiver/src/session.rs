@@ -448,6 +448,8 @@ impl Session {
                 }
                 false
             }
+            // The worker ends the session itself.
+            ModelOutput::End { .. } => false,
         }
     }
 

@@ -8,7 +8,7 @@
 //! | `PATCH /v1/sessions/{id}`, `Content-Type: application/trickle-ice-sdpfrag` with the client's new `a=ice-ufrag`/`a=ice-pwd` (ICE restart, RFC 9725 §4.3) | `200`, an sdpfrag with the server's new ufrag and password (the new ufrag routes to the same worker); `204` for a fragment without credentials (an ICE-lite server needs no trickled candidates) |
 //! | a malformed or unusable offer (garbage, no audio, no Opus) | `400` with a one-line reason |
 //! | a wrong content type | `415` |
-//! | every worker full, or draining | `503` with `Retry-After` |
+//! | every worker full, draining, or no worker's model backend connected | `503` with `Retry-After` |
 //! | missing or wrong bearer token (when one is configured) | `401` |
 //! | more session POSTs from one client address (IPv4, or IPv6 /64) than its rate allows | `429` with `Retry-After` |
 //! | more requests of any kind from one client address than its rate allows | `429` with `Retry-After`, before the body is read |
@@ -213,12 +213,17 @@ impl Signaling {
         &self.metrics
     }
 
-    /// Ready: started, not draining, every worker and the HTTP server alive.
+    /// Ready: started, not draining, every worker and the HTTP server alive, and every
+    /// worker's model backend able to take sessions.
     pub fn is_ready(&self) -> bool {
         self.metrics.is_ready()
             && self.accepting.load(Ordering::Relaxed)
             && self.http_alive.load(Ordering::Relaxed)
             && self.all_workers_alive()
+            && self
+                .workers
+                .iter()
+                .all(|w| w.load.model_ready.load(Ordering::Relaxed))
     }
 
     /// Whether no worker has stopped on its own.
@@ -306,15 +311,21 @@ impl Signaling {
         if !self.accepting.load(Ordering::Relaxed) {
             return text(503, "draining").with("Retry-After", "5");
         }
-        // The least loaded live worker takes the session.
+        // The least loaded live worker whose model can take it takes the session.
         let Some((index, worker)) = self
             .workers
             .iter()
             .enumerate()
             .filter(|(_, w)| w.load.alive.load(Ordering::Relaxed))
+            .filter(|(_, w)| w.load.model_ready.load(Ordering::Relaxed))
             .min_by_key(|(_, w)| w.load.sessions.load(Ordering::Relaxed))
         else {
-            return text(503, "no workers").with("Retry-After", "5");
+            let why = if self.all_workers_alive() {
+                "the model backend is unavailable"
+            } else {
+                "no workers"
+            };
+            return text(503, why).with("Retry-After", "5");
         };
         let id = session_id(index);
         // The costly part of a new session is built here, not on the worker.

@@ -31,7 +31,7 @@ use ufrag_udp::{PushError, RecvBatch, SendBatch};
 
 use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
-use crate::model::{ModelBackend, ModelInput, ModelOutput, SessionId};
+use crate::model::{ModelBackend, ModelInput, ModelLink, ModelOutput, SessionId};
 use crate::path_check::Destination;
 use crate::random::random_bytes;
 use crate::session::{Advertised, Session, SessionOutput};
@@ -132,6 +132,9 @@ pub struct WorkerLoad {
     /// False once the worker's thread has stopped (a panic or an I/O error): signaling
     /// sends it nothing more, and readiness turns off.
     pub alive: AtomicBool,
+    /// Whether its model backend can take sessions (an external one is connected):
+    /// signaling sends it none while false, and readiness is off.
+    pub model_ready: Arc<AtomicBool>,
 }
 
 /// A running worker's handle.
@@ -200,6 +203,15 @@ impl Worker {
         let load = Arc::new(WorkerLoad {
             sessions: AtomicUsize::new(0),
             alive: AtomicBool::new(true),
+            model_ready: Arc::new(AtomicBool::new(false)),
+        });
+        let mut model = model;
+        let model_waker = Arc::clone(&waker);
+        model.attach(ModelLink {
+            wake: Arc::new(move || {
+                let _ = model_waker.wake();
+            }),
+            ready: Arc::clone(&load.model_ready),
         });
         let mut cfg = cfg;
         cfg.bind = addr;
@@ -594,11 +606,11 @@ impl Worker {
         while !self.outputs.is_empty() {
             let mut touched = Vec::new();
             for out in std::mem::take(&mut self.outputs) {
-                let id = match &out {
-                    ModelOutput::Audio { session, .. } | ModelOutput::Event { session, .. } => {
-                        *session
-                    }
-                };
+                let id = out.session();
+                if let ModelOutput::End { .. } = out {
+                    self.end(id, EndReason::ModelEnded);
+                    continue;
+                }
                 let Some(session) = self.sessions.get_mut(id) else {
                     continue;
                 };

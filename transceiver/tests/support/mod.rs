@@ -105,6 +105,13 @@ impl Transceiver {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Transceiver {
+        let mut t = Self::spawn(vip, extra, env);
+        t.wait_ready();
+        t
+    }
+
+    /// Starts the process and returns once it runs, ready or not.
+    pub fn spawn(vip: Option<SocketAddr>, extra: &[&str], env: &[(&str, &str)]) -> Transceiver {
         let ip = unique_ip();
         let http = SocketAddr::from((ip, free_tcp_port(ip)));
         let worker = SocketAddr::from((ip, 41_000));
@@ -140,21 +147,24 @@ impl Transceiver {
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap());
         let child = OwnedChild::spawn(&mut cmd).expect("the transceiver starts");
-        let mut t = Transceiver {
+        Transceiver {
             child,
             http,
             worker,
             log,
-        };
-        let log = t.log.clone();
-        testkit::http::wait_ready(None, t.http, "the transceiver", WAIT, || {
-            let why = t.child.exit_report()?;
+        }
+    }
+
+    /// Waits until `/readyz` answers 200 (panics with the log if it exits first).
+    pub fn wait_ready(&mut self) {
+        let log = self.log.clone();
+        testkit::http::wait_ready(None, self.http, "the transceiver", WAIT, || {
+            let why = self.child.exit_report()?;
             Some(format!(
                 "{why}\n{}",
                 std::fs::read_to_string(&log).unwrap_or_default()
             ))
         });
-        t
     }
 
     pub fn log_text(&self) -> String {

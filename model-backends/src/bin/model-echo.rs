@@ -1,0 +1,45 @@
+//! `model-echo`: the reference echo backend, served over the model protocol.
+
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::Parser;
+use ufrag_model_backends::{Backend, Options};
+
+/// The reference echo model backend: plays each user's audio back, answers `ping` events
+/// with `pong`, greets each session with `session.created`.
+///
+/// Point a transceiver at it with `--model ws://LISTEN/`. When UFRAG_MODEL_TOKEN is set, a
+/// transceiver must send it as its bearer token (the transceiver reads the same variable).
+#[derive(Debug, Parser)]
+#[command(name = "model-echo", version)]
+struct Cli {
+    /// Where to listen for transceivers.
+    #[arg(long, default_value = "127.0.0.1:9000", value_name = "IP:PORT")]
+    listen: SocketAddr,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let token = std::env::var("UFRAG_MODEL_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    let options = Options {
+        token,
+        ..Options::echo()
+    };
+    match Backend::start(cli.listen, options) {
+        Ok(backend) => {
+            eprintln!("model-echo: listening on {}", backend.url());
+            loop {
+                std::thread::park();
+            }
+        }
+        Err(e) => {
+            eprintln!("model-echo: {}: {e}", cli.listen);
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,352 @@
+//! Reference model backends: servers of the transceiver's model protocol
+//! ([`transceiver::model_wire`]) that a team can run as they are or read as the shape of
+//! its own. [`Voice::Echo`] plays each user's audio back, answers `ping` events with
+//! `pong`, and greets each new session with `session.created`, as the built-in echo does.
+//!
+//! A [`Backend`] serves on a thread of its own and can be watched and disturbed from
+//! outside (what the transceiver told it, reading paused, a message sent to every
+//! connection, stopped): the transceiver's tests drive a slow, flooding, malformed or
+//! dead backend through these.
+
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
+use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use transceiver::model::{ModelOutput, ping_id};
+use transceiver::model_wire::{self, PROTOCOL, ToBackend, WireMessage};
+
+/// What the backend does with a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Voice {
+    /// Plays the user's audio back at once; pongs pings; greets new sessions.
+    Echo,
+}
+
+/// How a backend serves.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// What it does with sessions.
+    pub voice: Voice,
+    /// The bearer token a transceiver must send; `None`: any may connect.
+    pub token: Option<String>,
+    /// The kernel's receive buffer for each connection (`None`: the kernel's default). A
+    /// small one makes a backend that stops reading push back on the transceiver at once.
+    pub receive_buffer: Option<usize>,
+}
+
+impl Options {
+    /// An echo that anyone may reach.
+    pub fn echo() -> Options {
+        Options {
+            voice: Voice::Echo,
+            token: None,
+            receive_buffer: None,
+        }
+    }
+}
+
+/// What the connections share with the [`Backend`] handle.
+#[derive(Debug)]
+struct State {
+    /// The transceiver's control messages, in the order they came, as text.
+    log: Mutex<Vec<String>>,
+    reading: tokio::sync::watch::Sender<bool>,
+    broadcast: tokio::sync::broadcast::Sender<WireMessage>,
+    open: AtomicUsize,
+    refused: AtomicU64,
+    malformed: AtomicU64,
+}
+
+impl State {
+    fn note(&self, line: String) {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(line);
+    }
+}
+
+/// A running backend; stopped when dropped.
+#[derive(Debug)]
+pub struct Backend {
+    addr: SocketAddr,
+    state: Arc<State>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Backend {
+    /// Listens on `addr` (port 0: any) and serves until stopped.
+    pub fn start(addr: SocketAddr, options: Options) -> std::io::Result<Backend> {
+        let socket = socket2::Socket::new(
+            socket2::Domain::for_address(addr),
+            socket2::Type::STREAM,
+            Some(socket2::Protocol::TCP),
+        )?;
+        socket.set_reuse_address(true)?;
+        if let Some(bytes) = options.receive_buffer {
+            socket.set_recv_buffer_size(bytes)?;
+        }
+        socket.bind(&addr.into())?;
+        socket.listen(128)?;
+        socket.set_nonblocking(true)?;
+        let listener: std::net::TcpListener = socket.into();
+        let addr = listener.local_addr()?;
+        let state = Arc::new(State {
+            log: Mutex::new(Vec::new()),
+            reading: tokio::sync::watch::channel(true).0,
+            broadcast: tokio::sync::broadcast::channel(1024).0,
+            open: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
+            malformed: AtomicU64::new(0),
+        });
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let (shutdown, stopped) = tokio::sync::oneshot::channel();
+        let serving = Arc::clone(&state);
+        let thread = std::thread::Builder::new()
+            .name("model-backend".into())
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    tokio::select! {
+                        () = accept_all(listener, serving, options) => {}
+                        _ = stopped => {}
+                    }
+                });
+                // Dropping the runtime here ends every connection's task: its socket closes.
+            })?;
+        Ok(Backend {
+            addr,
+            state,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its `ws://` URL.
+    pub fn url(&self) -> String {
+        format!("ws://{}/", self.addr)
+    }
+
+    /// The control messages the transceiver sent, in order: `hello worker=N`,
+    /// `started SESSION`, `resumed SESSION`, `ended SESSION REASON`.
+    pub fn log(&self) -> Vec<String> {
+        self.state
+            .log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.state.open.load(Ordering::Relaxed)
+    }
+
+    /// Connections refused (a wrong token or protocol).
+    pub fn refused(&self) -> u64 {
+        self.state.refused.load(Ordering::Relaxed)
+    }
+
+    /// Messages from the transceiver it could not read.
+    pub fn malformed(&self) -> u64 {
+        self.state.malformed.load(Ordering::Relaxed)
+    }
+
+    /// Stops reading (`false`) or reads again: a backend too slow for its load.
+    pub fn set_reading(&self, reading: bool) {
+        self.state.reading.send_replace(reading);
+    }
+
+    /// Sends `message` on every open connection, as it is.
+    pub fn send_to_all(&self, message: WireMessage) {
+        let _ = self.state.broadcast.send(message);
+    }
+
+    /// Stops serving: every connection closes.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.state.open.store(0, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+async fn accept_all(listener: tokio::net::TcpListener, state: Arc<State>, options: Options) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let (state, options) = (Arc::clone(&state), options.clone());
+        tokio::spawn(async move {
+            state.open.fetch_add(1, Ordering::Relaxed);
+            serve(stream, &state, &options).await;
+            state.open.fetch_sub(1, Ordering::Relaxed);
+        });
+    }
+}
+
+/// Accepts the WebSocket (the token and the protocol checked), then serves it.
+#[expect(
+    clippy::result_large_err,
+    reason = "tungstenite's handshake callback returns its own ErrorResponse"
+)]
+async fn serve(stream: tokio::net::TcpStream, state: &Arc<State>, options: &Options) {
+    let _ = stream.set_nodelay(true);
+    let token = options.token.clone();
+    let check = move |request: &Request, mut response: Response| {
+        let header = |name: &str| {
+            request
+                .headers()
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_string()
+        };
+        if let Some(token) = &token
+            && header("authorization") != format!("Bearer {token}")
+        {
+            return Err(refusal(StatusCode::UNAUTHORIZED));
+        }
+        if !header("sec-websocket-protocol")
+            .split(',')
+            .any(|p| p.trim() == PROTOCOL)
+        {
+            return Err(refusal(StatusCode::BAD_REQUEST));
+        }
+        response
+            .headers_mut()
+            .insert("sec-websocket-protocol", HeaderValue::from_static(PROTOCOL));
+        Ok(response)
+    };
+    let config = WebSocketConfig::default().max_message_size(Some(model_wire::MAX_MESSAGE_LEN));
+    let Ok(mut ws) =
+        tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)).await
+    else {
+        state.refused.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let mut reading = state.reading.subscribe();
+    let mut broadcast = state.broadcast.subscribe();
+    loop {
+        let read_now = *reading.borrow_and_update();
+        tokio::select! {
+            incoming = ws.next(), if read_now => {
+                let Some(Ok(message)) = incoming else { return };
+                let wire = match message {
+                    Message::Text(text) => WireMessage::Text(text.to_string()),
+                    Message::Binary(bytes) => WireMessage::Binary(bytes.to_vec()),
+                    Message::Close(_) => return,
+                    _ => continue,
+                };
+                for answer in answer(state, options.voice, &wire) {
+                    if ws.feed(into_message(answer)).await.is_err() {
+                        return;
+                    }
+                }
+                if ws.flush().await.is_err() {
+                    return;
+                }
+            }
+            changed = reading.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            sent = broadcast.recv() => {
+                if let Ok(message) = sent
+                    && ws.send(into_message(message)).await.is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn refusal(status: StatusCode) -> ErrorResponse {
+    let mut response = ErrorResponse::new(None);
+    *response.status_mut() = status;
+    response
+}
+
+fn into_message(message: WireMessage) -> Message {
+    match message {
+        WireMessage::Text(text) => Message::text(text),
+        WireMessage::Binary(bytes) => Message::binary(bytes),
+    }
+}
+
+/// What the backend answers to one message from the transceiver.
+fn answer(state: &State, voice: Voice, message: &WireMessage) -> Vec<WireMessage> {
+    let Ok(input) = model_wire::decode_input(message) else {
+        state.malformed.fetch_add(1, Ordering::Relaxed);
+        return vec![];
+    };
+    let session_text = model_wire::session_text;
+    match input {
+        ToBackend::Hello { protocol, worker } => {
+            state.note(format!("hello worker={worker}"));
+            if protocol == PROTOCOL {
+                vec![model_wire::backend_hello()]
+            } else {
+                vec![]
+            }
+        }
+        ToBackend::Started { session, resumed } => {
+            if resumed {
+                state.note(format!("resumed {}", session_text(session)));
+                return vec![];
+            }
+            state.note(format!("started {}", session_text(session)));
+            vec![model_wire::event(session, r#"{"type":"session.created"}"#)]
+        }
+        ToBackend::Ended { session, reason } => {
+            state.note(format!("ended {} {reason}", session_text(session)));
+            vec![]
+        }
+        ToBackend::Audio { session, frame } => match voice {
+            Voice::Echo => vec![model_wire::encode_output(
+                &ModelOutput::Audio { session, frame },
+                "",
+            )],
+        },
+        ToBackend::Event { session, data } => match ping_id(&data) {
+            Some(id) => vec![model_wire::event(
+                session,
+                &format!(r#"{{"type":"pong","id":{id}}}"#),
+            )],
+            None => vec![],
+        },
+    }
+}

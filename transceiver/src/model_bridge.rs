@@ -1,0 +1,736 @@
+//! The network bridge to an external model backend: one WebSocket connection per worker
+//! (`ws://` or `wss://`), speaking [`crate::model_wire`]'s protocol, run on a thread of
+//! its own so that the worker's media loop never waits on the backend.
+//!
+//! # Why one connection per worker
+//!
+//! A worker holds up to a thousand sessions; a connection each would cost the backend a
+//! thousand TLS handshakes, a thousand sockets and a thousand reconnects when it
+//! restarts. One connection per worker carries every session of that worker (each
+//! message names its session), costs one handshake, and keeps the worker's sessions in
+//! the order the worker saw them. What one slow session costs the others is bounded by
+//! the per-session queue below.
+//!
+//! # What never blocks the worker
+//!
+//! [`ModelBackend::handle`] puts the message on a bounded queue under a short lock and
+//! notifies the bridge thread; [`ModelBackend::poll`] takes what the backend sent from a
+//! bounded channel. The bridge thread wakes the worker (its mio `Waker`) when it has
+//! something. Nothing the worker calls does I/O.
+//!
+//! # Bounds, and what happens at each
+//!
+//! - **A slow backend**: at most [`SESSION_AUDIO_QUEUE`] audio frames wait per session
+//!   and [`CONNECTION_QUEUE`] messages per connection; beyond, the oldest audio frame
+//!   goes (`ufrag_transceiver_model_dropped_total{reason="queue_full"}`): a voice agent
+//!   wants the newest audio. Control messages and events are never dropped for audio.
+//! - **A flooding backend**: at most [`INBOUND_QUEUE`] messages wait for the worker;
+//!   beyond, the newest is dropped (`reason="backend_flood"`), and a message longer than
+//!   [`crate::model_wire::MAX_MESSAGE_LEN`] closes the connection.
+//! - **A malformed message**: refused and counted by its [`crate::model_wire::DecodeError`] label
+//!   (`ufrag_transceiver_model_errors_total`); the connection stays up.
+//!
+//! # The backend down, and back
+//!
+//! The bridge connects at start and is not ready until the backend answered the hello:
+//! the worker takes no session, `/readyz` answers 503 and so does a POST. When the
+//! connection drops, the bridge reconnects with exponential backoff (100 ms doubling to
+//! 5 s) and full jitter; meanwhile audio and events are dropped and counted
+//! (`reason="disconnected"`), and each live session is told on its `events` channel
+//! (`{"type":"model.unavailable"}`). Live sessions **resume**: after the new hello the
+//! backend gets `session.started` with `"resumed":true` for each, and each session hears
+//! `{"type":"model.available"}`. A session that ends meanwhile is ended at the backend
+//! only if the backend knew it (exactly one `session.ended` per `session.started`).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt as _, StreamExt as _};
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+
+use crate::metrics::{ModelDrop, TransceiverMetrics};
+use crate::model::{ModelBackend, ModelInput, ModelLink, ModelOutput, SessionId};
+use crate::model_wire::{self, FromBackend, PROTOCOL, WireMessage};
+
+/// Audio frames one session may have waiting for the backend (1 s of 20 ms frames).
+pub const SESSION_AUDIO_QUEUE: usize = 50;
+/// Messages one connection may have waiting for the backend.
+pub const CONNECTION_QUEUE: usize = 4096;
+/// Messages from the backend waiting for the worker.
+pub const INBOUND_QUEUE: usize = 4096;
+/// The longest the bridge waits for a connection and the backend's hello.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The first wait before a reconnect; it doubles up to [`MAX_BACKOFF`].
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+/// The longest wait before a reconnect.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The kernel's send buffer towards the backend (it doubles what is asked): about 1,300
+/// audio messages, half a second of a worker's full load.
+pub const SEND_BUFFER: u32 = 64 * 1024;
+/// How often an idle bridge looks at its stop flag.
+const STOP_CHECK: Duration = Duration::from_millis(100);
+
+/// Where the backend is, and how to prove who we are.
+#[derive(Clone)]
+pub struct BridgeConfig {
+    /// `ws://host:port/path` or `wss://…`.
+    pub url: String,
+    /// Sent as `Authorization: Bearer …` when set.
+    pub token: Option<String>,
+    /// Extra trust anchors for `wss://` (PEM), beside the web's roots.
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for BridgeConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BridgeConfig")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks a backend URL before anything starts: `ws://` or `wss://` with a host.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let request = url
+        .into_client_request()
+        .map_err(|e| format!("`{url}` is not a WebSocket URL: {e}"))?;
+    match request.uri().scheme_str() {
+        Some("ws" | "wss") if request.uri().host().is_some() => Ok(()),
+        _ => Err(format!(
+            "`{url}`: the backend's URL is ws://HOST… or wss://HOST…"
+        )),
+    }
+}
+
+/// A message waiting for the backend.
+#[derive(Debug)]
+enum Outbound {
+    Started(SessionId),
+    Ended {
+        session: SessionId,
+        reason: &'static str,
+    },
+    Audio(SessionId, WireMessage),
+    Event(WireMessage),
+}
+
+/// The queue to the backend and what the backend knows of the sessions.
+#[derive(Debug, Default)]
+struct Queue {
+    messages: VecDeque<Outbound>,
+    audio_of: HashMap<SessionId, usize>,
+    /// Sessions started at the worker and not ended: resumed after a reconnect.
+    live: HashSet<SessionId>,
+    /// Sessions the current connection was told of (their `session.started` sent or
+    /// queued): only these get a `session.ended`.
+    announced: HashSet<SessionId>,
+    connected: bool,
+}
+
+impl Queue {
+    /// Drops the oldest audio frame, of `session` if given, else of any session.
+    fn drop_oldest_audio(&mut self, session: Option<SessionId>) -> bool {
+        let at = self.messages.iter().position(|m| match m {
+            Outbound::Audio(s, _) => session.is_none_or(|want| want == *s),
+            _ => false,
+        });
+        let Some(at) = at else { return false };
+        if let Some(Outbound::Audio(s, _)) = self.messages.remove(at) {
+            self.forget_audio(s);
+        }
+        true
+    }
+
+    fn forget_audio(&mut self, session: SessionId) {
+        if let Some(n) = self.audio_of.get_mut(&session) {
+            *n -= 1;
+            if *n == 0 {
+                self.audio_of.remove(&session);
+            }
+        }
+    }
+}
+
+/// What the worker and the bridge thread share.
+struct Shared {
+    queue: Mutex<Queue>,
+    notify: tokio::sync::Notify,
+    stop: AtomicBool,
+    inbound_tx: crossbeam_channel::Sender<FromBackend>,
+    link: Mutex<Option<ModelLink>>,
+    metrics: Arc<TransceiverMetrics>,
+}
+
+impl Shared {
+    fn queue(&self) -> MutexGuard<'_, Queue> {
+        // A panic while holding the lock leaves a queue that is still consistent
+        // (every change is one push or pop): keep using it.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn link(&self) -> Option<ModelLink> {
+        self.link.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Hands `message` to the worker and wakes it; a full channel drops it, counted.
+    fn to_worker(&self, message: FromBackend) {
+        if self.inbound_tx.try_send(message).is_err() {
+            self.metrics.model_dropped(ModelDrop::BackendFlood);
+        }
+        if let Some(link) = self.link() {
+            (link.wake)();
+        }
+    }
+
+    fn set_connected(&self, connected: bool) {
+        if let Some(link) = self.link() {
+            link.ready.store(connected, Ordering::Relaxed);
+        }
+        self.metrics.model_connected(connected);
+    }
+}
+
+/// The bridge as the worker sees it: a [`ModelBackend`].
+pub struct WsBridge {
+    shared: Arc<Shared>,
+    inbound: crossbeam_channel::Receiver<FromBackend>,
+    thread: Option<JoinHandle<()>>,
+    worker: usize,
+    config: Option<BridgeConfig>,
+}
+
+impl std::fmt::Debug for WsBridge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WsBridge")
+            .field("worker", &self.worker)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WsBridge {
+    /// A bridge for worker `worker`; it connects once the worker attaches it.
+    pub fn new(config: BridgeConfig, worker: usize, metrics: Arc<TransceiverMetrics>) -> Self {
+        let (inbound_tx, inbound) = crossbeam_channel::bounded(INBOUND_QUEUE);
+        WsBridge {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(Queue::default()),
+                notify: tokio::sync::Notify::new(),
+                stop: AtomicBool::new(false),
+                inbound_tx,
+                link: Mutex::new(None),
+                metrics,
+            }),
+            inbound,
+            thread: None,
+            worker,
+            config: Some(config),
+        }
+    }
+
+    fn queue_input(&self, input: ModelInput) {
+        let metrics = &self.shared.metrics;
+        let mut q = self.shared.queue();
+        match input {
+            ModelInput::SessionStarted { session } => {
+                q.live.insert(session);
+                if q.connected {
+                    q.announced.insert(session);
+                    q.messages.push_back(Outbound::Started(session));
+                }
+            }
+            ModelInput::SessionEnded { session, reason } => {
+                q.live.remove(&session);
+                if q.announced.remove(&session) {
+                    q.messages.push_back(Outbound::Ended { session, reason });
+                }
+            }
+            ModelInput::Audio { session, frame } => {
+                if !q.connected || !q.announced.contains(&session) {
+                    metrics.model_dropped(ModelDrop::Disconnected);
+                    return;
+                }
+                if q.audio_of.get(&session).copied().unwrap_or(0) >= SESSION_AUDIO_QUEUE {
+                    q.drop_oldest_audio(Some(session));
+                    metrics.model_dropped(ModelDrop::QueueFull);
+                }
+                if q.messages.len() >= CONNECTION_QUEUE {
+                    if !q.drop_oldest_audio(None) {
+                        metrics.model_dropped(ModelDrop::QueueFull);
+                        return;
+                    }
+                    metrics.model_dropped(ModelDrop::QueueFull);
+                }
+                *q.audio_of.entry(session).or_default() += 1;
+                q.messages
+                    .push_back(Outbound::Audio(session, model_wire::audio(session, &frame)));
+            }
+            ModelInput::Event { session, json } => {
+                if !q.connected || !q.announced.contains(&session) {
+                    metrics.model_dropped(ModelDrop::Disconnected);
+                    return;
+                }
+                if q.messages.len() >= CONNECTION_QUEUE && !q.drop_oldest_audio(None) {
+                    metrics.model_dropped(ModelDrop::QueueFull);
+                    return;
+                }
+                q.messages
+                    .push_back(Outbound::Event(model_wire::event(session, &json)));
+            }
+        }
+        drop(q);
+        self.shared.notify.notify_one();
+    }
+}
+
+impl ModelBackend for WsBridge {
+    fn attach(&mut self, link: ModelLink) {
+        link.ready.store(false, Ordering::Relaxed);
+        *self.shared.link.lock().unwrap_or_else(|e| e.into_inner()) = Some(link);
+        let Some(config) = self.config.take() else {
+            return;
+        };
+        let shared = Arc::clone(&self.shared);
+        let worker = self.worker;
+        let spawned = std::thread::Builder::new()
+            .name(format!("xcvr-model{worker}"))
+            .spawn(move || run_bridge(&shared, &config, worker));
+        match spawned {
+            Ok(handle) => self.thread = Some(handle),
+            Err(e) => tracing::error!(worker, error = %e, "cannot start the model bridge"),
+        }
+    }
+
+    fn handle(&mut self, _now: Instant, input: ModelInput, _out: &mut Vec<ModelOutput>) {
+        self.queue_input(input);
+    }
+
+    fn poll(&mut self, _now: Instant, out: &mut Vec<ModelOutput>) {
+        while let Ok(message) = self.inbound.try_recv() {
+            match message {
+                FromBackend::Output(output) => out.push(output),
+                FromBackend::EndSession { session, reason } => {
+                    tracing::info!(
+                        session = format!("{session:016x}"),
+                        reason,
+                        "the model ended a session"
+                    );
+                    out.push(ModelOutput::End { session });
+                }
+                FromBackend::Hello { .. } => {}
+            }
+        }
+    }
+
+    fn next_due(&self) -> Option<Instant> {
+        None
+    }
+}
+
+impl Drop for WsBridge {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.notify.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The bridge thread: connect, serve, reconnect with backoff, until stopped.
+fn run_bridge(shared: &Arc<Shared>, config: &BridgeConfig, worker: usize) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(worker, error = %e, "model bridge: no runtime");
+            return;
+        }
+    };
+    let connector = match tls_connector(config) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(worker, error = %e, "model bridge: TLS setup");
+            return;
+        }
+    };
+    runtime.block_on(async {
+        let mut failures: u32 = 0;
+        let mut ever_connected = false;
+        while !shared.stop.load(Ordering::Relaxed) {
+            match connect(config, connector.clone(), worker).await {
+                Ok(ws) => {
+                    shared.metrics.model_connect(true);
+                    if ever_connected {
+                        tracing::info!(worker, "model backend reconnected");
+                    } else {
+                        tracing::info!(worker, url = %config.url, "model backend connected");
+                    }
+                    failures = 0;
+                    serve(shared, ws, ever_connected).await;
+                    ever_connected = true;
+                    if shared.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    tracing::warn!(worker, "model backend connection lost; reconnecting");
+                }
+                Err(e) => {
+                    shared.metrics.model_connect(false);
+                    if failures == 0 {
+                        tracing::warn!(worker, url = %config.url, error = %e, "model backend unreachable; retrying");
+                    }
+                    failures = failures.saturating_add(1);
+                }
+            }
+            let wait = backoff(failures, rand_unit());
+            let until = tokio::time::Instant::now() + wait;
+            while tokio::time::Instant::now() < until && !shared.stop.load(Ordering::Relaxed) {
+                tokio::time::sleep(STOP_CHECK.min(until - tokio::time::Instant::now())).await;
+            }
+        }
+    });
+}
+
+/// The wait before reconnect attempt `failures` (0: the first, after a lost connection):
+/// "full jitter", a uniform share `unit` ∈ [0, 1) of the doubled backoff, never below
+/// a tenth of [`FIRST_BACKOFF`].
+pub fn backoff(failures: u32, unit: f64) -> Duration {
+    let doubled = FIRST_BACKOFF.saturating_mul(1u32 << failures.min(16));
+    let cap = doubled.min(MAX_BACKOFF);
+    cap.mul_f64(unit.clamp(0.0, 1.0)).max(FIRST_BACKOFF / 10)
+}
+
+fn rand_unit() -> f64 {
+    let bytes: [u8; 8] = crate::random::random_bytes();
+    (u64::from_le_bytes(bytes) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+fn tls_connector(config: &BridgeConfig) -> Result<Option<tokio_tungstenite::Connector>, String> {
+    if !config.url.starts_with("wss://") {
+        return Ok(None);
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    if let Some(pem) = &config.ca_pem {
+        for cert in rustls_pki_types::pem::PemObject::pem_slice_iter(pem) {
+            let cert: rustls_pki_types::CertificateDer<'static> =
+                cert.map_err(|e| format!("the backend CA file: {e}"))?;
+            roots
+                .add(cert)
+                .map_err(|e| format!("the backend CA file: {e}"))?;
+        }
+    }
+    // The provider named, not the process default: which one the default is depends on
+    // the features every crate in the build enabled.
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("TLS versions: {e}"))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Some(tokio_tungstenite::Connector::Rustls(Arc::new(tls))))
+}
+
+/// Connects, sends the hello, and waits for the backend's: within [`CONNECT_TIMEOUT`].
+async fn connect(
+    config: &BridgeConfig,
+    connector: Option<tokio_tungstenite::Connector>,
+    worker: usize,
+) -> Result<Ws, String> {
+    let mut request = config
+        .url
+        .as_str()
+        .into_client_request()
+        .map_err(|e| e.to_string())?;
+    let headers = request.headers_mut();
+    headers.insert(
+        "Sec-WebSocket-Protocol",
+        PROTOCOL
+            .parse()
+            .map_err(|_| "protocol header".to_string())?,
+    );
+    if let Some(token) = &config.token {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| "the token is not a valid header value".to_string())?;
+        headers.insert("Authorization", value);
+    }
+    let ws_config = WebSocketConfig::default()
+        .max_message_size(Some(model_wire::MAX_MESSAGE_LEN))
+        .max_frame_size(Some(model_wire::MAX_MESSAGE_LEN));
+    let handshake = async {
+        let stream = open_tcp(&request).await?;
+        let (mut ws, _response) = tokio_tungstenite::client_async_tls_with_config(
+            request,
+            stream,
+            Some(ws_config),
+            connector,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        ws.send(into_message(model_wire::hello(worker)))
+            .await
+            .map_err(|e| e.to_string())?;
+        loop {
+            match ws.next().await {
+                Some(Ok(Message::Text(text))) => {
+                    return match model_wire::decode(&WireMessage::Text(text.to_string())) {
+                        Ok(FromBackend::Hello { protocol }) if protocol == PROTOCOL => Ok(ws),
+                        Ok(FromBackend::Hello { protocol }) => {
+                            Err(format!("the backend speaks `{protocol}`, not `{PROTOCOL}`"))
+                        }
+                        _ => Err("the backend's first message is not a hello".into()),
+                    };
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                Some(Ok(other)) => {
+                    return Err(format!(
+                        "the backend's first message is not a hello: {other:?}"
+                    ));
+                }
+                Some(Err(e)) => return Err(e.to_string()),
+                None => return Err("the backend closed before its hello".into()),
+            }
+        }
+    };
+    tokio::time::timeout(CONNECT_TIMEOUT, handshake)
+        .await
+        .map_err(|_| format!("no hello within {CONNECT_TIMEOUT:?}"))?
+}
+
+/// A TCP connection to the request's host, with Nagle off and a small send buffer:
+/// audio waiting in the kernel is audio arriving late, so what a slow backend has not
+/// read waits in the bridge's bounded queue instead, where the oldest can be dropped.
+async fn open_tcp(
+    request: &tokio_tungstenite::tungstenite::handshake::client::Request,
+) -> Result<tokio::net::TcpStream, String> {
+    let uri = request.uri();
+    let host = uri.host().ok_or("no host in the URL")?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port = uri
+        .port_u16()
+        .unwrap_or(if uri.scheme_str() == Some("wss") {
+            443
+        } else {
+            80
+        });
+    let mut last = format!("{host}:{port} resolves to no address");
+    for addr in tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("{host}: {e}"))?
+    {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()
+        } else {
+            tokio::net::TcpSocket::new_v6()
+        }
+        .map_err(|e| e.to_string())?;
+        socket
+            .set_send_buffer_size(SEND_BUFFER)
+            .map_err(|e| e.to_string())?;
+        match socket.connect(addr).await {
+            Ok(stream) => {
+                stream.set_nodelay(true).map_err(|e| e.to_string())?;
+                return Ok(stream);
+            }
+            Err(e) => last = format!("{addr}: {e}"),
+        }
+    }
+    Err(last)
+}
+
+/// Queues `message` on the connection; a flush sends it.
+async fn send(
+    ws: &mut Ws,
+    message: WireMessage,
+) -> Result<(), tokio_tungstenite::tungstenite::Error> {
+    ws.feed(into_message(message)).await
+}
+
+fn into_message(message: WireMessage) -> Message {
+    match message {
+        WireMessage::Text(text) => Message::text(text),
+        WireMessage::Binary(bytes) => Message::binary(bytes),
+    }
+}
+
+/// Serves one connection until it fails or the bridge stops; `resumed`: the live
+/// sessions are announced again as resumed.
+async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
+    let live: Vec<SessionId> = {
+        let mut q = shared.queue();
+        q.connected = true;
+        q.messages.clear();
+        q.audio_of.clear();
+        q.announced = q.live.clone();
+        q.live.iter().copied().collect()
+    };
+    shared.set_connected(true);
+    let mut ok = true;
+    for &session in &live {
+        ok &= send(&mut ws, model_wire::session_started(session, resumed))
+            .await
+            .is_ok();
+        if resumed {
+            shared.to_worker(FromBackend::Output(ModelOutput::Event {
+                session,
+                json: r#"{"type":"model.available"}"#.into(),
+            }));
+        }
+    }
+    ok &= ws.flush().await.is_ok();
+    while ok && !shared.stop.load(Ordering::Relaxed) {
+        tokio::select! {
+            () = shared.notify.notified() => {
+                ok = send_queued(shared, &mut ws).await;
+            }
+            incoming = ws.next() => {
+                ok = match incoming {
+                    Some(Ok(Message::Text(text))) => {
+                        receive(shared, &WireMessage::Text(text.to_string()));
+                        true
+                    }
+                    Some(Ok(Message::Binary(bytes))) => {
+                        receive(shared, &WireMessage::Binary(bytes.to_vec()));
+                        true
+                    }
+                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => true,
+                    Some(Ok(Message::Close(_))) | None => false,
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "model backend connection failed");
+                        false
+                    }
+                };
+            }
+            () = tokio::time::sleep(STOP_CHECK) => {}
+        }
+    }
+    let live: Vec<SessionId> = {
+        let mut q = shared.queue();
+        q.connected = false;
+        q.messages.clear();
+        q.audio_of.clear();
+        q.announced.clear();
+        q.live.iter().copied().collect()
+    };
+    shared.set_connected(false);
+    if !shared.stop.load(Ordering::Relaxed) {
+        shared.metrics.model_disconnected();
+        for session in live {
+            shared.to_worker(FromBackend::Output(ModelOutput::Event {
+                session,
+                json: r#"{"type":"model.unavailable"}"#.into(),
+            }));
+        }
+    } else {
+        let _ = ws.close(None).await;
+    }
+}
+
+/// Sends everything queued, then flushes: false when the connection failed.
+async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws) -> bool {
+    loop {
+        let batch: Vec<Outbound> = {
+            let mut q = shared.queue();
+            let batch: Vec<Outbound> = q.messages.drain(..).collect();
+            for message in &batch {
+                if let Outbound::Audio(session, _) = message {
+                    q.forget_audio(*session);
+                }
+            }
+            batch
+        };
+        if batch.is_empty() {
+            return ws.flush().await.is_ok();
+        }
+        for message in batch {
+            let wire = match message {
+                Outbound::Started(session) => model_wire::session_started(session, false),
+                Outbound::Ended { session, reason } => {
+                    model_wire::encode(&ModelInput::SessionEnded { session, reason })
+                }
+                Outbound::Audio(_, wire) | Outbound::Event(wire) => wire,
+            };
+            if send(ws, wire).await.is_err() {
+                return false;
+            }
+        }
+    }
+}
+
+fn receive(shared: &Arc<Shared>, message: &WireMessage) {
+    match model_wire::decode(message) {
+        Ok(FromBackend::Hello { .. }) => {}
+        Ok(decoded) => shared.to_worker(decoded),
+        Err(e) => shared.metrics.model_error(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_its_cap_with_full_jitter() {
+        assert_eq!(backoff(0, 1.0), FIRST_BACKOFF);
+        assert_eq!(backoff(3, 1.0), FIRST_BACKOFF * 8);
+        assert_eq!(backoff(30, 1.0), MAX_BACKOFF);
+        assert_eq!(backoff(30, 0.5), MAX_BACKOFF / 2);
+        assert_eq!(backoff(30, 0.0), FIRST_BACKOFF / 10, "never a busy loop");
+    }
+
+    #[test]
+    fn urls_are_checked_before_anything_starts() {
+        assert!(check_url("ws://127.0.0.1:9000/model").is_ok());
+        assert!(check_url("wss://model.internal/v1").is_ok());
+        assert!(check_url("http://127.0.0.1:9000").is_err());
+        assert!(check_url("model").is_err());
+    }
+
+    fn queue_with(live: &[SessionId]) -> Queue {
+        let mut q = Queue {
+            connected: true,
+            ..Queue::default()
+        };
+        q.live.extend(live);
+        q.announced.extend(live);
+        q
+    }
+
+    #[test]
+    fn the_oldest_audio_goes_first_and_control_messages_stay() {
+        let mut q = queue_with(&[1, 2]);
+        q.messages.push_back(Outbound::Started(2));
+        for (session, n) in [(1, 0u8), (2, 1), (1, 2)] {
+            q.messages
+                .push_back(Outbound::Audio(session, WireMessage::Binary(vec![n])));
+            *q.audio_of.entry(session).or_default() += 1;
+        }
+        assert!(q.drop_oldest_audio(Some(1)));
+        assert!(
+            matches!(q.messages[0], Outbound::Started(2)),
+            "control stays"
+        );
+        assert!(
+            matches!(&q.messages[1], Outbound::Audio(2, WireMessage::Binary(b)) if b == &[1]),
+            "{:?}",
+            q.messages
+        );
+        assert_eq!(q.audio_of.get(&1), Some(&1));
+        assert!(q.drop_oldest_audio(None));
+        assert!(q.drop_oldest_audio(None));
+        assert!(!q.drop_oldest_audio(None), "no audio left to drop");
+        assert!(q.audio_of.is_empty());
+        assert_eq!(q.messages.len(), 1);
+    }
+}

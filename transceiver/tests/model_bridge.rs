@@ -1,0 +1,407 @@
+//! The model seam over the network: a str0m client → relay-mio → the transceiver →
+//! `--model ws://…` → the reference echo backend (`ufrag-model-backends`) → back, and what
+//! happens when that backend is down at start, dies mid-session, is slow, floods, sends
+//! what it should not, or ends a session itself.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use support::*;
+use transceiver::model_wire::{self, WireMessage};
+use ufrag_model_backends::{Backend, Options};
+
+/// How long a condition that depends on the bridge may take (reconnects back off up to
+/// 5 s with jitter).
+const BRIDGE_WAIT: Duration = Duration::from_secs(20);
+
+/// A loopback address and free port for a backend that may not be running yet.
+fn backend_addr() -> SocketAddr {
+    let ip = unique_ip();
+    SocketAddr::from((ip, free_tcp_port(ip)))
+}
+
+fn start_backend(addr: SocketAddr, options: Options) -> Backend {
+    Backend::start(addr, options).expect("the backend listens")
+}
+
+/// Polls `condition` every 20 ms until it holds or `BRIDGE_WAIT` passes.
+fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BRIDGE_WAIT;
+    while !condition() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Steps `client` while waiting for `condition` on it.
+fn step_until(client: &mut Client, what: &str, condition: impl Fn(&Client) -> bool) {
+    let deadline = Instant::now() + BRIDGE_WAIT;
+    while !condition(client) {
+        client.step();
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The session id in a session's Location (`/v1/sessions/<16 hex>`).
+fn session_of(client: &Client) -> String {
+    let location = client.location.clone().expect("signaled");
+    location.rsplit('/').next().unwrap().to_string()
+}
+
+/// Sends `frames` audio frames paced at 20 ms, stepping the client.
+fn talk(client: &mut Client, frames: u32) {
+    let start = Instant::now();
+    for i in 0..frames {
+        while start.elapsed() < Duration::from_millis(20 * u64::from(i)) {
+            client.step();
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(client.send_audio());
+    }
+}
+
+fn status(xcvr: &Transceiver, path: &str) -> u16 {
+    http_request(xcvr.http, "GET", path, None, &[])
+        .map(|r| r.status)
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_session_talks_to_an_external_backend_through_the_relay_and_ends_there_once() {
+    let backend = start_backend(backend_addr(), Options::echo());
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url()]);
+    assert_eq!(xcvr.metric("ufrag_transceiver_model_connections"), 1.0);
+
+    let mut client = new_client();
+    let r = client.signal(xcvr.http);
+    assert_eq!(r.status, 201, "{}", r.body);
+    // session.created comes from the backend, the pong too, and 45 of 50 frames back.
+    let client = converse_with_echo(client, "through the backend", 50, 45);
+    let session = session_of(&client);
+    let location = client.location.clone().unwrap();
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", &location, None, &[])
+            .unwrap()
+            .status,
+        204
+    );
+    eventually("the backend hears the end", || {
+        backend.log().iter().any(|l| l.starts_with("ended"))
+    });
+    assert_eq!(
+        backend.log(),
+        [
+            "hello worker=0".to_string(),
+            format!("started {session}"),
+            format!("ended {session} deleted"),
+        ],
+        "one hello, one start, one end"
+    );
+    assert_eq!(
+        backend.malformed(),
+        0,
+        "everything the transceiver sent was readable"
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_model_errors_total"),
+        0.0,
+        "and everything the backend sent"
+    );
+}
+
+#[test]
+fn a_backend_down_at_start_keeps_readiness_off_and_refuses_sessions_until_it_comes() {
+    let addr = backend_addr();
+    let mut xcvr = Transceiver::spawn(None, &["--model", &format!("ws://{addr}/")], &[]);
+    eventually("the transceiver is live", || {
+        status(&xcvr, "/healthz") == 200
+    });
+    assert_eq!(status(&xcvr, "/readyz"), 503, "not ready without its model");
+    let mut client = new_client();
+    let r = client.signal(xcvr.http);
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(
+        r.body.contains("model backend is unavailable"),
+        "{}",
+        r.body
+    );
+    assert!(r.header("Retry-After").is_some());
+    assert!(xcvr.metric("ufrag_transceiver_model_connects_total{result=\"failed\"}") >= 1.0);
+
+    let backend = start_backend(addr, Options::echo());
+    xcvr.wait_ready();
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    converse_with_echo(client, "once the backend came", 25, 20);
+    assert_eq!(backend.log()[0], "hello worker=0");
+}
+
+#[test]
+fn live_sessions_resume_when_the_backend_dies_and_comes_back() {
+    let addr = backend_addr();
+    let backend = start_backend(addr, Options::echo());
+    let xcvr = Transceiver::start(None, &["--model", &format!("ws://{addr}/")]);
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    let mut client = converse_with_echo(client, "before the backend dies", 25, 20);
+    let session = session_of(&client);
+
+    backend.stop();
+    step_until(&mut client, "model.unavailable on events", |c| {
+        c.messages.iter().any(|m| m.contains("model.unavailable"))
+    });
+    assert_eq!(
+        status(&xcvr, "/readyz"),
+        503,
+        "not ready while the model is away"
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_model_disconnects_total"),
+        1.0
+    );
+
+    let backend = start_backend(addr, Options::echo());
+    step_until(&mut client, "model.available on events", |c| {
+        c.messages.iter().any(|m| m.contains("model.available"))
+    });
+    assert_eq!(
+        backend.log(),
+        ["hello worker=0".to_string(), format!("resumed {session}")],
+        "the new connection is told the session exists"
+    );
+    let before = client.audio_received;
+    talk(&mut client, 25);
+    step_until(&mut client, "echoes from the new connection", |c| {
+        c.audio_received >= before + 20
+    });
+    assert_eq!(status(&xcvr, "/readyz"), 200);
+
+    let location = client.location.clone().unwrap();
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", &location, None, &[])
+            .unwrap()
+            .status,
+        204
+    );
+    eventually("the end reaches the new connection", || {
+        backend.log().len() == 3
+    });
+    assert_eq!(backend.log()[2], format!("ended {session} deleted"));
+}
+
+#[test]
+fn a_slow_backend_costs_a_bounded_queue_and_the_oldest_audio_is_dropped() {
+    let backend = start_backend(
+        backend_addr(),
+        Options {
+            receive_buffer: Some(4096),
+            ..Options::echo()
+        },
+    );
+    let xcvr = Transceiver::start(None, &["--model", &backend.url()]);
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    let mut client = converse_with_echo(client, "before the backend slows", 10, 8);
+
+    backend.set_reading(false);
+    // 3,000 frames, one a millisecond (str0m refuses faster writes): more than the
+    // kernel's buffers (about 1,300 messages: the bridge's small send buffer, the
+    // backend's 4 KiB receive buffer) and the session's queue of 50 hold while nobody
+    // reads.
+    let start = Instant::now();
+    let mut sent = 0;
+    for i in 0..3000u64 {
+        while start.elapsed() < Duration::from_millis(i) {
+            client.step();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        sent += usize::from(client.send_audio());
+    }
+    assert!(sent >= 2500, "the client sent {sent} frames");
+    eventually("audio dropped at the full queue", || {
+        xcvr.metric("ufrag_transceiver_model_dropped_total{reason=\"queue_full\"}") > 0.0
+    });
+    assert_eq!(xcvr.metric("ufrag_transceiver_sessions_active"), 1.0);
+
+    backend.set_reading(true);
+    let before = client.audio_received;
+    talk(&mut client, 25);
+    step_until(&mut client, "echoes once the backend reads again", |c| {
+        c.audio_received > before
+    });
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_model_disconnects_total"),
+        0.0
+    );
+}
+
+#[test]
+fn malformed_and_oversized_backend_messages_are_counted_and_the_session_lives() {
+    let addr = backend_addr();
+    let backend = start_backend(addr, Options::echo());
+    let xcvr = Transceiver::start(None, &["--model", &backend.url()]);
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    let mut client = converse_with_echo(client, "before the junk", 10, 8);
+    let session = session_of(&client);
+
+    let junk = [
+        (WireMessage::Text("not json".into()), "not_json"),
+        (
+            WireMessage::Text(r#"{"type":"dance"}"#.into()),
+            "unknown_type",
+        ),
+        (
+            WireMessage::Text(r#"{"type":"event","session":"nope","data":"x"}"#.into()),
+            "bad_session",
+        ),
+        (WireMessage::Binary(vec![7; 20]), "bad_audio"),
+        (
+            WireMessage::Text(format!(
+                r#"{{"type":"session.end","session":"{session}","reason":"Not Allowed"}}"#
+            )),
+            "bad_reason",
+        ),
+    ];
+    for (message, _) in &junk {
+        backend.send_to_all(message.clone());
+    }
+    for (_, reason) in &junk {
+        eventually(reason, || {
+            xcvr.metric(&format!(
+                "ufrag_transceiver_model_errors_total{{reason=\"{reason}\"}}"
+            )) == 1.0
+        });
+    }
+    // An event for another session goes nowhere; one for this session arrives.
+    backend.send_to_all(model_wire::event(0x0123, r#"{"type":"stray"}"#));
+    let own = u64::from_str_radix(&session, 16).unwrap();
+    backend.send_to_all(model_wire::event(own, r#"{"type":"hello.from.model"}"#));
+    step_until(&mut client, "the model's own event", |c| {
+        c.messages.iter().any(|m| m.contains("hello.from.model"))
+    });
+    assert!(!client.messages.iter().any(|m| m.contains("stray")));
+
+    // A message beyond the limit closes the connection; the bridge reconnects and the
+    // session resumes.
+    backend.send_to_all(WireMessage::Binary(vec![
+        1;
+        model_wire::MAX_MESSAGE_LEN + 1
+    ]));
+    step_until(&mut client, "model.available after the reconnect", |c| {
+        c.messages.iter().any(|m| m.contains("model.available"))
+    });
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_model_disconnects_total"),
+        1.0
+    );
+    assert_eq!(xcvr.metric("ufrag_transceiver_sessions_active"), 1.0);
+    assert!(client.send_text(r#"{"type":"ping","id":99}"#));
+    step_until(&mut client, "a pong after all that", |c| {
+        c.messages.iter().any(|m| m == r#"{"type":"pong","id":99}"#)
+    });
+}
+
+#[test]
+fn the_backend_ends_a_session_and_an_idle_one_ends_at_the_backend_exactly_once() {
+    let backend = start_backend(backend_addr(), Options::echo());
+    let xcvr = Transceiver::start(None, &["--model", &backend.url(), "--idle-timeout", "2s"]);
+
+    // The backend ends the first session.
+    let mut first = new_client();
+    assert_eq!(first.signal(xcvr.http).status, 201);
+    let first = converse_with_echo(first, "the first session", 5, 3);
+    let ended = session_of(&first);
+    backend.send_to_all(WireMessage::Text(format!(
+        r#"{{"type":"session.end","session":"{ended}","reason":"goodbye"}}"#
+    )));
+    eventually("the transceiver ends it", || {
+        xcvr.metric("ufrag_transceiver_sessions_ended_total{reason=\"model_ended\"}") == 1.0
+    });
+
+    // The second goes quiet and ends idle.
+    let mut second = new_client();
+    assert_eq!(second.signal(xcvr.http).status, 201);
+    let second = converse_with_echo(second, "the second session", 5, 3);
+    let idle = session_of(&second);
+    drop(second);
+    eventually("the idle session ends", || {
+        xcvr.metric("ufrag_transceiver_sessions_ended_total{reason=\"idle\"}") == 1.0
+    });
+    eventually("the backend hears of it", || {
+        backend
+            .log()
+            .iter()
+            .any(|l| l.starts_with(&format!("ended {idle}")))
+    });
+    let ends_of = |session: &str| {
+        backend
+            .log()
+            .iter()
+            .filter(|l| l.starts_with(&format!("ended {session}")))
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(ends_of(&ended), [format!("ended {ended} model_ended")]);
+    assert_eq!(ends_of(&idle), [format!("ended {idle} idle")]);
+}
+
+#[test]
+fn a_wrong_token_is_refused_by_the_backend_and_the_transceiver_stays_unready() {
+    let backend = start_backend(
+        backend_addr(),
+        Options {
+            token: Some("the-right-token".into()),
+            ..Options::echo()
+        },
+    );
+    let wrong = Transceiver::spawn(
+        None,
+        &["--model", &backend.url()],
+        &[("UFRAG_MODEL_TOKEN", "a-wrong-token")],
+    );
+    eventually("the backend refuses it", || backend.refused() >= 1);
+    assert_eq!(status(&wrong, "/readyz"), 503);
+    drop(wrong);
+
+    let mut right = Transceiver::spawn(
+        None,
+        &["--model", &backend.url()],
+        &[("UFRAG_MODEL_TOKEN", "the-right-token")],
+    );
+    right.wait_ready();
+    let mut client = new_client();
+    assert_eq!(client.signal(right.http).status, 201);
+    converse_with_echo(client, "with the right token", 10, 8);
+}
+
+#[test]
+fn bad_model_options_exit_2_naming_the_field() {
+    for (args, field) in [
+        (vec!["--model", "http://127.0.0.1:9/"], "`model`"),
+        (
+            vec!["--model", "echo", "--model-ca-file", "/etc/hostname"],
+            "`model_token_file`, `model_ca_file`",
+        ),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_transceiver"))
+            .args(["--direct", "--bind", "127.0.0.1:0"])
+            .args(&args)
+            .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(field), "{args:?}: {stderr}");
+    }
+    // There is no flag for the token itself.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_transceiver"))
+        .args(["--direct", "--bind", "127.0.0.1:0", "--model-token", "x"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
