@@ -14,9 +14,11 @@ parent's neighbour is still a dependency a newcomer must read)."""
 import pathlib
 import re
 import sys
+import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CRATES = ["common", "udp", "bpf", "testkit", "relay-mio", "relay-afxdp", "transceiver", "perf"]
+# Every crate of the workspace, as Cargo.toml lists them.
+CRATES = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["members"]
 PATH = re.compile(r"\bcrate::([a-z_][a-z0-9_]*)")
 # From a top-level module's own file, `super::` is the crate root; from its children's,
 # `super::super::`.

@@ -158,7 +158,7 @@ fn validate(
         return Err(StartError::Config(
             "`tcp_vips`: relay-afxdp leaves TCP to the kernel and serves no ICE over TCP; run \
              relay-mio with --tcp-vip (and no --vip) beside it, its --internal-addr outside \
-             this relay's worker ports (README: ICE over TCP)"
+             this relay's worker ports (docs/architecture.md: ICE over TCP)"
                 .into(),
         ));
     }

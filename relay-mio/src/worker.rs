@@ -149,7 +149,7 @@ impl Worker {
             let offloads = ufrag_udp::probe_offloads(std_internal.as_raw_fd());
             // Relay traffic is many small datagrams of unequal sizes to and from many
             // peers: GSO needs equal-size segments to one destination and GRO coalesces
-            // only one 5-tuple's datagrams, so neither is enabled (see README).
+            // only one 5-tuple's datagrams, so neither is enabled (see docs/architecture.md).
             tracing::info!(
                 gso = offloads.gso,
                 gro = offloads.gro,
