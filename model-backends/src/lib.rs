@@ -40,6 +40,43 @@ pub struct Options {
     /// The kernel's receive buffer for each connection (`None`: the kernel's default). A
     /// small one makes a backend that stops reading push back on the transceiver at once.
     pub receive_buffer: Option<usize>,
+    /// Serve `wss://` with this certificate chain and key (PEM); `None`: plain `ws://`.
+    pub tls: Option<TlsIdentity>,
+}
+
+/// A server certificate chain and its private key, in PEM.
+#[derive(Clone)]
+pub struct TlsIdentity {
+    /// The certificate chain, leaf first.
+    pub cert_pem: Vec<u8>,
+    /// The private key.
+    pub key_pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for TlsIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsIdentity { .. }")
+    }
+}
+
+impl TlsIdentity {
+    fn acceptor(&self) -> std::io::Result<tokio_rustls::TlsAcceptor> {
+        use rustls_pki_types::pem::PemObject as _;
+        let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+        let chain = rustls_pki_types::CertificateDer::pem_slice_iter(&self.cert_pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| invalid(format!("the certificate: {e}")))?;
+        let key = rustls_pki_types::PrivateKeyDer::from_pem_slice(&self.key_pem)
+            .map_err(|e| invalid(format!("the key: {e}")))?;
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| invalid(e.to_string()))?
+            .with_no_client_auth()
+            .with_single_cert(chain, key)
+            .map_err(|e| invalid(e.to_string()))?;
+        Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+    }
 }
 
 impl Options {
@@ -49,6 +86,7 @@ impl Options {
             voice: Voice::Echo,
             token: None,
             receive_buffer: None,
+            tls: None,
         }
     }
 }
@@ -78,6 +116,7 @@ impl State {
 #[derive(Debug)]
 pub struct Backend {
     addr: SocketAddr,
+    tls: bool,
     state: Arc<State>,
     shutdown: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
@@ -99,6 +138,12 @@ impl Backend {
         socket.listen(128)?;
         socket.set_nonblocking(true)?;
         let listener: std::net::TcpListener = socket.into();
+        let acceptor = options
+            .tls
+            .as_ref()
+            .map(TlsIdentity::acceptor)
+            .transpose()?;
+        let acceptor_present = acceptor.is_some();
         let addr = listener.local_addr()?;
         let state = Arc::new(State {
             log: Mutex::new(Vec::new()),
@@ -121,7 +166,7 @@ impl Backend {
                         return;
                     };
                     tokio::select! {
-                        () = accept_all(listener, serving, options) => {}
+                        () = accept_all(listener, serving, options, acceptor) => {}
                         _ = stopped => {}
                     }
                 });
@@ -129,6 +174,7 @@ impl Backend {
             })?;
         Ok(Backend {
             addr,
+            tls: acceptor_present,
             state,
             shutdown: Some(shutdown),
             thread: Some(thread),
@@ -140,9 +186,10 @@ impl Backend {
         self.addr
     }
 
-    /// Its `ws://` URL.
+    /// Its `ws://` URL (`wss://` with TLS).
     pub fn url(&self) -> String {
-        format!("ws://{}/", self.addr)
+        let scheme = if self.tls { "wss" } else { "ws" };
+        format!("{scheme}://{}/", self.addr)
     }
 
     /// The control messages the transceiver sent, in order: `hello worker=N`,
@@ -202,15 +249,29 @@ impl Drop for Backend {
     }
 }
 
-async fn accept_all(listener: tokio::net::TcpListener, state: Arc<State>, options: Options) {
+async fn accept_all(
+    listener: tokio::net::TcpListener,
+    state: Arc<State>,
+    options: Options,
+    acceptor: Option<tokio_rustls::TlsAcceptor>,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
-        let (state, options) = (Arc::clone(&state), options.clone());
+        let _ = stream.set_nodelay(true);
+        let (state, options, acceptor) = (Arc::clone(&state), options.clone(), acceptor.clone());
         tokio::spawn(async move {
             state.open.fetch_add(1, Ordering::Relaxed);
-            serve(stream, &state, &options).await;
+            match acceptor {
+                None => serve(stream, &state, &options).await,
+                Some(acceptor) => match acceptor.accept(stream).await {
+                    Ok(tls) => serve(tls, &state, &options).await,
+                    Err(_) => {
+                        state.refused.fetch_add(1, Ordering::Relaxed);
+                    }
+                },
+            }
             state.open.fetch_sub(1, Ordering::Relaxed);
         });
     }
@@ -221,8 +282,10 @@ async fn accept_all(listener: tokio::net::TcpListener, state: Arc<State>, option
     clippy::result_large_err,
     reason = "tungstenite's handshake callback returns its own ErrorResponse"
 )]
-async fn serve(stream: tokio::net::TcpStream, state: &Arc<State>, options: &Options) {
-    let _ = stream.set_nodelay(true);
+async fn serve<S>(stream: S, state: &Arc<State>, options: &Options)
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let token = options.token.clone();
     let check = move |request: &Request, mut response: Response| {
         let header = |name: &str| {

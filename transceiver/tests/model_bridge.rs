@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::*;
 use transceiver::model_wire::{self, WireMessage};
-use ufrag_model_backends::{Backend, Options};
+use ufrag_model_backends::{Backend, Options, TlsIdentity};
 
 /// How long a condition that depends on the bridge may take (reconnects back off up to
 /// 5 s with jitter).
@@ -377,6 +377,53 @@ fn a_wrong_token_is_refused_by_the_backend_and_the_transceiver_stays_unready() {
     let mut client = new_client();
     assert_eq!(client.signal(right.http).status, 201);
     converse_with_echo(client, "with the right token", 10, 8);
+}
+
+#[test]
+fn a_wss_backend_is_trusted_through_the_ca_file_and_refused_without_it() {
+    let addr = backend_addr();
+    let certified = rcgen::generate_simple_self_signed(vec![addr.ip().to_string()]).unwrap();
+    let cert_pem = certified.cert.pem();
+    let backend = start_backend(
+        addr,
+        Options {
+            tls: Some(TlsIdentity {
+                cert_pem: cert_pem.clone().into_bytes(),
+                key_pem: certified.signing_key.serialize_pem().into_bytes(),
+            }),
+            ..Options::echo()
+        },
+    );
+    assert!(backend.url().starts_with("wss://"));
+
+    // Not a certificate the web's roots vouch for: refused, not ready.
+    let untrusting = Transceiver::spawn(None, &["--model", &backend.url()], &[]);
+    eventually("a failed TLS connect", || {
+        status(&untrusting, "/healthz") == 200
+            && untrusting.metric("ufrag_transceiver_model_connects_total{result=\"failed\"}") >= 1.0
+    });
+    assert_eq!(status(&untrusting, "/readyz"), 503);
+    drop(untrusting);
+
+    let ca = std::env::temp_dir().join(format!(
+        "model-ca-{}-{}.pem",
+        std::process::id(),
+        addr.port()
+    ));
+    std::fs::write(&ca, &cert_pem).unwrap();
+    let xcvr = Transceiver::start(
+        None,
+        &[
+            "--model",
+            &backend.url(),
+            "--model-ca-file",
+            ca.to_str().unwrap(),
+        ],
+    );
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    converse_with_echo(client, "over wss", 10, 8);
+    std::fs::remove_file(&ca).unwrap();
 }
 
 #[test]

@@ -3,10 +3,11 @@
 #![forbid(unsafe_code)]
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use ufrag_model_backends::{Backend, Options};
+use ufrag_model_backends::{Backend, Options, TlsIdentity};
 
 /// The reference echo model backend: plays each user's audio back, answers `ping` events
 /// with `pong`, greets each session with `session.created`.
@@ -19,6 +20,12 @@ struct Cli {
     /// Where to listen for transceivers.
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "IP:PORT")]
     listen: SocketAddr,
+    /// Serve wss:// with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -26,8 +33,19 @@ fn main() -> ExitCode {
     let token = std::env::var("UFRAG_MODEL_TOKEN")
         .ok()
         .filter(|t| !t.is_empty());
+    let tls = match (&cli.tls_cert, &cli.tls_key) {
+        (Some(cert), Some(key)) => match (std::fs::read(cert), std::fs::read(key)) {
+            (Ok(cert_pem), Ok(key_pem)) => Some(TlsIdentity { cert_pem, key_pem }),
+            (Err(e), _) | (_, Err(e)) => {
+                eprintln!("model-echo: the TLS files: {e}");
+                return ExitCode::from(2);
+            }
+        },
+        _ => None,
+    };
     let options = Options {
         token,
+        tls,
         ..Options::echo()
     };
     match Backend::start(cli.listen, options) {
