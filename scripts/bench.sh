@@ -2,7 +2,8 @@
 # The main job: the benchmark suite. Two sizes:
 #
 #   scripts/bench.sh          the default (the README gives its measured runtime on a
-#                             2-vCPU host): loopback forwarding, WebRTC sessions,
+#                             2-vCPU host): loopback forwarding, WebRTC sessions, the
+#                             model bridge against the built-in echo,
 #                             resilience (junk, restarts, hostile clients) and the default
 #                             `ufrag-perf compare` (the verdict); prints the verdict last.
 #   scripts/bench.sh --full   everything: also the instruction-count gate (CI runs it too),
@@ -11,7 +12,7 @@
 #                             downlink, with 1,200-byte datagrams, over 100k flows, over
 #                             IPv6, with the model speaking, and latency.
 #
-# Reports go to target/perf/: loopback.md, sessions.md, resilience.md (+ .json),
+# Reports go to target/perf/: loopback.md, sessions.md, model.md, resilience.md (+ .json),
 # compare.md (+ .json, .svg); with --full also compare-workers.md, compare-downlink.md,
 # compare-1200b.md, compare-100k-flows.md, compare-ipv6.md, compare-model-speaks.md and
 # compare-latency.md (each with .json and .svg). Needs root (the netns testbed). Installs
@@ -55,10 +56,12 @@ if [ -n "$full" ]; then
   cargo run --locked --release -q -p ufrag-common --example flow_table_size 1000000
 fi
 echo "== loopback forwarding (perf loopback)"
-cargo build --locked --release -q -p relay-mio -p relay-afxdp -p transceiver -p ufrag-perf
+cargo build --locked --release -q -p relay-mio -p relay-afxdp -p transceiver -p ufrag-model-backends -p ufrag-perf
 target/release/ufrag-perf loopback --out target/perf/loopback.md
 echo "== WebRTC sessions (perf sessions)"
 target/release/ufrag-perf sessions --out target/perf/sessions.md
+echo "== the model seam: built-in echo against the WebSocket bridge (perf model)"
+target/release/ufrag-perf model --out target/perf/model.md
 echo "== live sessions under junk, through relay restarts and beside hostile clients (perf resilience)"
 target/release/ufrag-perf resilience --out target/perf/resilience.md
 echo "== is kernel bypass warranted? side by side on the netns testbed (perf compare; needs root; about 10 minutes)"

@@ -23,6 +23,10 @@ enum Cmd {
     /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
     /// setup times, and concurrent echo sessions one worker carries.
     Sessions(cmd::sessions::Options),
+    /// The model seam: the built-in echo against the same echo over the WebSocket bridge
+    /// (`--model ws://`), in interleaved rounds: the round trip the bridge adds, and the
+    /// sessions one transceiver worker carries.
+    Model(cmd::model::Options),
     /// Live echo sessions through relay-mio next to a junk flood at its public port,
     /// through a kill -9 and restart of the relay (with and without the Redis route
     /// cache), and signing up while hostile clients attack.
@@ -51,6 +55,7 @@ fn main() {
         Cmd::Compare(options) => perf::compare::run(&options),
         Cmd::Loopback(options) => cmd::loopback::run(options),
         Cmd::Sessions(options) => cmd::sessions::run(options),
+        Cmd::Model(options) => cmd::model::run(options),
         Cmd::Resilience(options) => cmd::resilience::run(options),
         Cmd::Gate(options) => cmd::gate::run(options),
         Cmd::Agent(options) => perf::lab::agent::run(options),

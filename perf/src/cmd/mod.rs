@@ -5,6 +5,7 @@ pub mod children;
 pub mod gate;
 pub mod lab;
 pub mod loopback;
+pub mod model;
 pub mod resilience;
 pub mod sessions;
 pub mod tools;
