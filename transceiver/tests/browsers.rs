@@ -4,6 +4,9 @@
 //! ICE and DTLS connected, every ping over `events` answered, audio echoed, no datagram
 //! of the session dropped as `no_session`, and DELETE ending the session.
 //!
+//! Chromium also talks to an external model backend (`--model ws://`, the reference
+//! echo): the pongs and the audio it gets back crossed the WebSocket bridge.
+//!
 //! A page left open keeps its session alive past the idle timeout; a browser killed
 //! without a word ends it as `idle`.
 //!
@@ -186,6 +189,37 @@ fn chromium_runs_the_demo_page_through_relay_mio() {
     assert_talked(&result, "chromium");
     assert_echoed_while_talking(&result, "chromium");
     watch.assert_no_drops_then_deleted();
+}
+
+#[test]
+fn chromium_talks_to_an_external_model_backend_through_relay_mio() {
+    let backend = ufrag_model_backends::Backend::start(
+        std::net::SocketAddr::from((unique_ip(), 0)),
+        ufrag_model_backends::Options::echo(),
+    )
+    .unwrap();
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url()]);
+    let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+    let url = format!(
+        "http://{}/?auto={SECONDS}&report={}",
+        xcvr.http,
+        report.url()
+    );
+    let mut chromium = Browser::open(Engine::Chromium, None, &url).unwrap();
+    let mut watch = SessionWatch::new(|| xcvr.metrics_text());
+    let result = report_of(&report, &mut chromium, &mut watch);
+    // Pongs and audio came back from the backend, over the WebSocket.
+    assert_talked(&result, "chromium via model-echo");
+    assert_echoed_while_talking(&result, "chromium via model-echo");
+    watch.assert_no_drops_then_deleted();
+    let log = backend.log();
+    assert_eq!(log.len(), 3, "hello, one start, one end: {log:?}");
+    assert!(
+        log[1].starts_with("started ") && log[2].ends_with(" deleted"),
+        "{log:?}"
+    );
+    assert_eq!(xcvr.metric("ufrag_transceiver_model_dropped_total"), 0.0);
 }
 
 /// The page talks for twice the idle timeout (media and consent checks keep the session
