@@ -1,7 +1,9 @@
 //! Reference model backends: servers of the transceiver's model protocol
 //! ([`transceiver::model_wire`]) that a team can run as they are or read as the shape of
 //! its own. [`Voice::Echo`] plays each user's audio back, answers `ping` events with
-//! `pong`, and greets each new session with `session.created`, as the built-in echo does.
+//! `pong`, and greets each new session with `session.created`, as the built-in echo does;
+//! [`Voice::Speaks`] answers each utterance with a phrase of its own (synthesized speech),
+//! so a client can tell the model's voice from an echo of its own.
 //!
 //! A [`Backend`] serves on a thread of its own and can be watched and disturbed from
 //! outside (what the transceiver told it, reading paused, a message sent to every
@@ -10,6 +12,7 @@
 
 #![forbid(unsafe_code)]
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,14 +23,45 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use transceiver::model::{ModelOutput, ping_id};
+use transceiver::model::{AudioFrame, ModelOutput, SessionId, ping_id};
 use transceiver::model_wire::{self, PROTOCOL, ToBackend, WireMessage};
+
+pub mod ogg;
 
 /// What the backend does with a session.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Voice {
     /// Plays the user's audio back at once; pongs pings; greets new sessions.
     Echo,
+    /// Never plays the user's audio back: after each [`UTTERANCE_FRAMES`] of the user's
+    /// audio it answers with its own phrase (synthesized speech, [`phrase`]), paced at
+    /// 20 ms, then says `{"type":"model.said","frames":N}` on `events`. Pongs pings and
+    /// greets new sessions too.
+    Speaks,
+}
+
+/// The user's audio frames (20 ms each) that make one utterance for [`Voice::Speaks`].
+pub const UTTERANCE_FRAMES: u32 = 50;
+
+/// The phrase [`Voice::Speaks`] says: the Opus packets of `voice/phrase.opus` (espeak-ng,
+/// encoded by opusenc; `voice/make-phrase.sh` makes it).
+pub fn phrase() -> &'static [Vec<u8>] {
+    static PHRASE: std::sync::OnceLock<Vec<Vec<u8>>> = std::sync::OnceLock::new();
+    PHRASE.get_or_init(|| {
+        ogg::opus_packets(include_bytes!("../voice/phrase.opus"))
+            .expect("the committed phrase is Ogg Opus (its unit test reads it)")
+    })
+}
+
+/// One session's state in [`Voice::Speaks`].
+#[derive(Debug, Default)]
+struct Speaker {
+    /// The user's frames heard since the last answer began.
+    heard: u32,
+    /// The next packet of the phrase to send, while answering.
+    saying: Option<usize>,
+    seq: u16,
+    timestamp: u32,
 }
 
 /// How a backend serves.
@@ -101,6 +135,8 @@ struct State {
     open: AtomicUsize,
     refused: AtomicU64,
     malformed: AtomicU64,
+    /// Audio frames of its own it sent ([`Voice::Speaks`]).
+    said: AtomicU64,
 }
 
 impl State {
@@ -152,6 +188,7 @@ impl Backend {
             open: AtomicUsize::new(0),
             refused: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
+            said: AtomicU64::new(0),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -215,6 +252,11 @@ impl Backend {
     /// Messages from the transceiver it could not read.
     pub fn malformed(&self) -> u64 {
         self.state.malformed.load(Ordering::Relaxed)
+    }
+
+    /// Audio frames of its own it sent ([`Voice::Speaks`]).
+    pub fn said_frames(&self) -> u64 {
+        self.state.said.load(Ordering::Relaxed)
     }
 
     /// Stops reading (`false`) or reads again: a backend too slow for its load.
@@ -321,9 +363,23 @@ where
     };
     let mut reading = state.reading.subscribe();
     let mut broadcast = state.broadcast.subscribe();
+    let mut speakers: HashMap<SessionId, Speaker> = HashMap::new();
+    let mut frame_clock = tokio::time::interval(std::time::Duration::from_millis(20));
+    frame_clock.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     loop {
         let read_now = *reading.borrow_and_update();
+        let speaking = speakers.values().any(|s| s.saying.is_some());
         tokio::select! {
+            _ = frame_clock.tick(), if speaking => {
+                for message in speak(state, &mut speakers) {
+                    if ws.feed(into_message(message)).await.is_err() {
+                        return;
+                    }
+                }
+                if ws.flush().await.is_err() {
+                    return;
+                }
+            }
             incoming = ws.next(), if read_now => {
                 let Some(Ok(message)) = incoming else { return };
                 let wire = match message {
@@ -332,7 +388,7 @@ where
                     Message::Close(_) => return,
                     _ => continue,
                 };
-                for answer in answer(state, options.voice, &wire) {
+                for answer in answer(state, options.voice, &mut speakers, &wire) {
                     if ws.feed(into_message(answer)).await.is_err() {
                         return;
                     }
@@ -370,8 +426,44 @@ fn into_message(message: WireMessage) -> Message {
     }
 }
 
+/// The next 20 ms of every answer being said: one packet per speaking session, and
+/// `model.said` for an answer that ends.
+fn speak(state: &State, speakers: &mut HashMap<SessionId, Speaker>) -> Vec<WireMessage> {
+    let phrase = phrase();
+    let mut out = Vec::new();
+    for (&session, speaker) in speakers.iter_mut() {
+        let Some(at) = speaker.saying else { continue };
+        let Some(payload) = phrase.get(at) else {
+            speaker.saying = None;
+            out.push(model_wire::event(
+                session,
+                &format!(r#"{{"type":"model.said","frames":{}}}"#, phrase.len()),
+            ));
+            continue;
+        };
+        speaker.seq = speaker.seq.wrapping_add(1);
+        speaker.timestamp = speaker.timestamp.wrapping_add(960);
+        speaker.saying = Some(at + 1);
+        state.said.fetch_add(1, Ordering::Relaxed);
+        out.push(model_wire::audio(
+            session,
+            &AudioFrame {
+                seq: speaker.seq,
+                timestamp: speaker.timestamp,
+                payload: payload.clone(),
+            },
+        ));
+    }
+    out
+}
+
 /// What the backend answers to one message from the transceiver.
-fn answer(state: &State, voice: Voice, message: &WireMessage) -> Vec<WireMessage> {
+fn answer(
+    state: &State,
+    voice: Voice,
+    speakers: &mut HashMap<SessionId, Speaker>,
+    message: &WireMessage,
+) -> Vec<WireMessage> {
     let Ok(input) = model_wire::decode_input(message) else {
         state.malformed.fetch_add(1, Ordering::Relaxed);
         return vec![];
@@ -387,6 +479,9 @@ fn answer(state: &State, voice: Voice, message: &WireMessage) -> Vec<WireMessage
             }
         }
         ToBackend::Started { session, resumed } => {
+            if voice == Voice::Speaks {
+                speakers.entry(session).or_default();
+            }
             if resumed {
                 state.note(format!("resumed {}", session_text(session)));
                 return vec![];
@@ -396,6 +491,7 @@ fn answer(state: &State, voice: Voice, message: &WireMessage) -> Vec<WireMessage
         }
         ToBackend::Ended { session, reason } => {
             state.note(format!("ended {} {reason}", session_text(session)));
+            speakers.remove(&session);
             vec![]
         }
         ToBackend::Audio { session, frame } => match voice {
@@ -403,6 +499,17 @@ fn answer(state: &State, voice: Voice, message: &WireMessage) -> Vec<WireMessage
                 &ModelOutput::Audio { session, frame },
                 "",
             )],
+            Voice::Speaks => {
+                // Sessions it was not told of (a stray frame) get no state.
+                if let Some(speaker) = speakers.get_mut(&session) {
+                    speaker.heard += 1;
+                    if speaker.heard >= UTTERANCE_FRAMES && speaker.saying.is_none() {
+                        speaker.heard = 0;
+                        speaker.saying = Some(0);
+                    }
+                }
+                vec![]
+            }
         },
         ToBackend::Event { session, data } => match ping_id(&data) {
             Some(id) => vec![model_wire::event(

@@ -53,6 +53,9 @@ pub struct Client {
     pub messages: Vec<String>,
     /// Audio packets received.
     pub audio_received: usize,
+    /// The payloads of the first [`KEPT_PAYLOADS`] audio packets received, as str0m
+    /// delivered them (to tell a model's own voice from an echo).
+    pub audio_payloads: Vec<Vec<u8>>,
     /// When the last echoed audio packet arrived.
     pub last_audio_at: Option<Instant>,
     /// The longest time between two echoed audio packets as str0m delivered them (its
@@ -141,6 +144,9 @@ impl TcpLink {
         messages
     }
 }
+
+/// Audio payloads a client keeps ([`Client::audio_payloads`]).
+pub const KEPT_PAYLOADS: usize = 1000;
 
 /// One datagram of a recorded talk: sent `offset` after the talk starts, to `to`.
 #[derive(Clone, Debug)]
@@ -237,6 +243,7 @@ impl Client {
             channel_open: false,
             messages: vec![],
             audio_received: 0,
+            audio_payloads: Vec::new(),
             last_audio_at: None,
             longest_audio_gap: Duration::ZERO,
             last_rtp_at: None,
@@ -373,9 +380,12 @@ impl Client {
                 self.messages
                     .push(String::from_utf8_lossy(&d.data).to_string());
             }
-            Event::MediaData(_) => {
+            Event::MediaData(data) => {
                 let now = Instant::now();
                 self.audio_received += 1;
+                if self.audio_payloads.len() < KEPT_PAYLOADS {
+                    self.audio_payloads.push(data.data.to_vec());
+                }
                 self.first_audio_at.get_or_insert(now);
                 if let Some(last) = self.last_audio_at.replace(now) {
                     self.longest_audio_gap = self.longest_audio_gap.max(now - last);

@@ -4,8 +4,9 @@
 //! ICE and DTLS connected, every ping over `events` answered, audio echoed, no datagram
 //! of the session dropped as `no_session`, and DELETE ending the session.
 //!
-//! Chromium also talks to an external model backend (`--model ws://`, the reference
-//! echo): the pongs and the audio it gets back crossed the WebSocket bridge.
+//! Chromium also talks to an external model backend (`--model ws://`): the reference
+//! echo (the pongs and the audio it gets back crossed the WebSocket bridge), and the
+//! speaking one (every packet it hears is the backend's own voice, none its own).
 //!
 //! A page left open keeps its session alive past the idle timeout; a browser killed
 //! without a word ends it as `idle`.
@@ -220,6 +221,41 @@ fn chromium_talks_to_an_external_model_backend_through_relay_mio() {
         "{log:?}"
     );
     assert_eq!(xcvr.metric("ufrag_transceiver_model_dropped_total"), 0.0);
+}
+
+#[test]
+fn chromium_hears_a_speaking_backend_s_own_voice_through_relay_mio() {
+    let backend = ufrag_model_backends::Backend::start(
+        std::net::SocketAddr::from((unique_ip(), 0)),
+        ufrag_model_backends::Options {
+            voice: ufrag_model_backends::Voice::Speaks,
+            ..ufrag_model_backends::Options::echo()
+        },
+    )
+    .unwrap();
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url()]);
+    let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+    let url = format!(
+        "http://{}/?auto={SECONDS}&report={}",
+        xcvr.http,
+        report.url()
+    );
+    let mut chromium = Browser::open(Engine::Chromium, None, &url).unwrap();
+    let mut watch = SessionWatch::new(|| xcvr.metrics_text());
+    let result = report_of(&report, &mut chromium, &mut watch);
+    // Connected, every ping answered by the backend, audio received, DELETE.
+    assert_talked(&result, "chromium via model-speaks");
+    watch.assert_no_drops_then_deleted();
+    // The backend never plays the browser's audio back: every packet the browser got is
+    // one the backend said (all but those in flight when the page stopped).
+    let said = backend.said_frames();
+    let received = result["audio_received"].as_u64().unwrap();
+    assert!(said > 0, "the backend spoke");
+    assert!(
+        received <= said && received * 10 >= said * 8,
+        "the browser received {received} packets; the backend said {said}: {result}"
+    );
 }
 
 /// The page talks for twice the idle timeout (media and consent checks keep the session

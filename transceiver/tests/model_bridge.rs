@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use support::*;
 use transceiver::model_wire::{self, WireMessage};
-use ufrag_model_backends::{Backend, Options, TlsIdentity};
+use ufrag_model_backends::{Backend, Options, TlsIdentity, Voice};
 
 /// How long a condition that depends on the bridge may take (reconnects back off up to
 /// 5 s with jitter).
@@ -110,6 +110,54 @@ fn a_session_talks_to_an_external_backend_through_the_relay_and_ends_there_once(
         xcvr.metric("ufrag_transceiver_model_errors_total"),
         0.0,
         "and everything the backend sent"
+    );
+}
+
+#[test]
+fn a_speaking_backend_answers_an_utterance_with_its_own_voice_not_an_echo() {
+    let backend = start_backend(
+        backend_addr(),
+        Options {
+            voice: Voice::Speaks,
+            ..Options::echo()
+        },
+    );
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url()]);
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    step_until(&mut client, "connected, events open", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    // One utterance (a little more than the backend waits for), then silence.
+    talk(&mut client, ufrag_model_backends::UTTERANCE_FRAMES + 10);
+    step_until(&mut client, "model.said", |c| {
+        c.messages.iter().any(|m| m.contains("model.said"))
+    });
+    let phrase = ufrag_model_backends::phrase();
+    step_until(&mut client, "the phrase's audio", |c| {
+        c.audio_received * 10 >= phrase.len() * 9
+    });
+    // Every packet that came back is one of the phrase's, in order, and none is the
+    // client's own (80 bytes of 0xF8).
+    let own = vec![0xF8u8; 80];
+    assert!(client.audio_payloads.iter().all(|p| p != &own), "no echo");
+    let mut next = 0;
+    for received in &client.audio_payloads {
+        let at = phrase[next..]
+            .iter()
+            .position(|p| p == received)
+            .unwrap_or_else(|| panic!("a packet not in the phrase (after {next})"));
+        next += at + 1;
+    }
+    assert_eq!(backend.said_frames(), phrase.len() as u64);
+    assert!(
+        client.messages.contains(&format!(
+            r#"{{"type":"model.said","frames":{}}}"#,
+            phrase.len()
+        )),
+        "{:?}",
+        client.messages
     );
 }
 
