@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -145,6 +146,26 @@ impl State {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .push(line);
+    }
+}
+
+/// What a reference backend's binary does: serves with `options` (the token from
+/// `UFRAG_MODEL_TOKEN` when set) on `listen` until killed; a bind error exits non-zero.
+pub fn serve_until_killed(name: &str, listen: SocketAddr, mut options: Options) -> ExitCode {
+    options.token = std::env::var("UFRAG_MODEL_TOKEN")
+        .ok()
+        .filter(|t| !t.is_empty());
+    match Backend::start(listen, options) {
+        Ok(backend) => {
+            eprintln!("{name}: listening on {}", backend.url());
+            loop {
+                std::thread::park();
+            }
+        }
+        Err(e) => {
+            eprintln!("{name}: {listen}: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -174,10 +174,12 @@ impl<'a> SessionWatch<'a> {
     }
 }
 
-#[test]
-fn chromium_runs_the_demo_page_through_relay_mio() {
+/// Chromium on the demo page through relay-mio to a transceiver started with `extra`:
+/// its report, after checking that every datagram of the live session found it and
+/// that DELETE ended it. The transceiver is returned for more checks.
+fn chromium_through_relay_mio(extra: &[&str]) -> (Value, Transceiver) {
     let relay = TestRelay::start(&[]);
-    let xcvr = Transceiver::start(Some(relay.vip), &[]);
+    let xcvr = Transceiver::start(Some(relay.vip), extra);
     let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
     let url = format!(
         "http://{}/?auto={SECONDS}&report={}",
@@ -187,33 +189,34 @@ fn chromium_runs_the_demo_page_through_relay_mio() {
     let mut chromium = Browser::open(Engine::Chromium, None, &url).unwrap();
     let mut watch = SessionWatch::new(|| xcvr.metrics_text());
     let result = report_of(&report, &mut chromium, &mut watch);
+    watch.assert_no_drops_then_deleted();
+    drop(watch);
+    (result, xcvr)
+}
+
+/// A reference model backend on a fresh loopback address.
+fn model_backend(voice: ufrag_model_backends::Voice) -> ufrag_model_backends::Backend {
+    let options = ufrag_model_backends::Options {
+        voice,
+        ..ufrag_model_backends::Options::echo()
+    };
+    ufrag_model_backends::Backend::start(SocketAddr::from((unique_ip(), 0)), options).unwrap()
+}
+
+#[test]
+fn chromium_runs_the_demo_page_through_relay_mio() {
+    let (result, _) = chromium_through_relay_mio(&[]);
     assert_talked(&result, "chromium");
     assert_echoed_while_talking(&result, "chromium");
-    watch.assert_no_drops_then_deleted();
 }
 
 #[test]
 fn chromium_talks_to_an_external_model_backend_through_relay_mio() {
-    let backend = ufrag_model_backends::Backend::start(
-        std::net::SocketAddr::from((unique_ip(), 0)),
-        ufrag_model_backends::Options::echo(),
-    )
-    .unwrap();
-    let relay = TestRelay::start(&[]);
-    let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url()]);
-    let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
-    let url = format!(
-        "http://{}/?auto={SECONDS}&report={}",
-        xcvr.http,
-        report.url()
-    );
-    let mut chromium = Browser::open(Engine::Chromium, None, &url).unwrap();
-    let mut watch = SessionWatch::new(|| xcvr.metrics_text());
-    let result = report_of(&report, &mut chromium, &mut watch);
+    let backend = model_backend(ufrag_model_backends::Voice::Echo);
+    let (result, xcvr) = chromium_through_relay_mio(&["--model", &backend.url()]);
     // Pongs and audio came back from the backend, over the WebSocket.
     assert_talked(&result, "chromium via model-echo");
     assert_echoed_while_talking(&result, "chromium via model-echo");
-    watch.assert_no_drops_then_deleted();
     let log = backend.log();
     assert_eq!(log.len(), 3, "hello, one start, one end: {log:?}");
     assert!(
@@ -225,28 +228,10 @@ fn chromium_talks_to_an_external_model_backend_through_relay_mio() {
 
 #[test]
 fn chromium_hears_a_speaking_backend_s_own_voice_through_relay_mio() {
-    let backend = ufrag_model_backends::Backend::start(
-        std::net::SocketAddr::from((unique_ip(), 0)),
-        ufrag_model_backends::Options {
-            voice: ufrag_model_backends::Voice::Speaks,
-            ..ufrag_model_backends::Options::echo()
-        },
-    )
-    .unwrap();
-    let relay = TestRelay::start(&[]);
-    let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url()]);
-    let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
-    let url = format!(
-        "http://{}/?auto={SECONDS}&report={}",
-        xcvr.http,
-        report.url()
-    );
-    let mut chromium = Browser::open(Engine::Chromium, None, &url).unwrap();
-    let mut watch = SessionWatch::new(|| xcvr.metrics_text());
-    let result = report_of(&report, &mut chromium, &mut watch);
+    let backend = model_backend(ufrag_model_backends::Voice::Speaks);
+    let (result, _) = chromium_through_relay_mio(&["--model", &backend.url()]);
     // Connected, every ping answered by the backend, audio received, DELETE.
     assert_talked(&result, "chromium via model-speaks");
-    watch.assert_no_drops_then_deleted();
     // The backend never plays the browser's audio back: every packet the browser got is
     // one the backend said (all but those in flight when the page stopped).
     let said = backend.said_frames();

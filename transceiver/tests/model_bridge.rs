@@ -63,6 +63,13 @@ fn talk(client: &mut Client, frames: u32) {
     }
 }
 
+/// DELETEs `client`'s session: 204.
+fn delete(xcvr: &Transceiver, client: &Client) {
+    let location = client.location.clone().expect("signaled");
+    let deleted = http_request(xcvr.http, "DELETE", &location, None, &[]).unwrap();
+    assert_eq!(deleted.status, 204);
+}
+
 fn status(xcvr: &Transceiver, path: &str) -> u16 {
     http_request(xcvr.http, "GET", path, None, &[])
         .map(|r| r.status)
@@ -82,13 +89,7 @@ fn a_session_talks_to_an_external_backend_through_the_relay_and_ends_there_once(
     // session.created comes from the backend, the pong too, and 45 of 50 frames back.
     let client = converse_with_echo(client, "through the backend", 50, 45);
     let session = session_of(&client);
-    let location = client.location.clone().unwrap();
-    assert_eq!(
-        http_request(xcvr.http, "DELETE", &location, None, &[])
-            .unwrap()
-            .status,
-        204
-    );
+    delete(&xcvr, &client);
     eventually("the backend hears the end", || {
         backend.log().iter().any(|l| l.starts_with("ended"))
     });
@@ -228,13 +229,7 @@ fn live_sessions_resume_when_the_backend_dies_and_comes_back() {
     });
     assert_eq!(status(&xcvr, "/readyz"), 200);
 
-    let location = client.location.clone().unwrap();
-    assert_eq!(
-        http_request(xcvr.http, "DELETE", &location, None, &[])
-            .unwrap()
-            .status,
-        204
-    );
+    delete(&xcvr, &client);
     eventually("the end reaches the new connection", || {
         backend.log().len() == 3
     });

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use ufrag_model_backends::{Backend, Options, TlsIdentity};
+use ufrag_model_backends::{Options, TlsIdentity};
 
 /// The reference echo model backend: plays each user's audio back, answers `ping` events
 /// with `pong`, greets each session with `session.created`.
@@ -30,9 +30,6 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let token = std::env::var("UFRAG_MODEL_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
     let tls = match (&cli.tls_cert, &cli.tls_key) {
         (Some(cert), Some(key)) => match (std::fs::read(cert), std::fs::read(key)) {
             (Ok(cert_pem), Ok(key_pem)) => Some(TlsIdentity { cert_pem, key_pem }),
@@ -44,20 +41,8 @@ fn main() -> ExitCode {
         _ => None,
     };
     let options = Options {
-        token,
         tls,
         ..Options::echo()
     };
-    match Backend::start(cli.listen, options) {
-        Ok(backend) => {
-            eprintln!("model-echo: listening on {}", backend.url());
-            loop {
-                std::thread::park();
-            }
-        }
-        Err(e) => {
-            eprintln!("model-echo: {}: {e}", cli.listen);
-            ExitCode::FAILURE
-        }
-    }
+    ufrag_model_backends::serve_until_killed("model-echo", cli.listen, options)
 }

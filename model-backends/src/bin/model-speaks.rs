@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
-use ufrag_model_backends::{Backend, Options, Voice};
+use ufrag_model_backends::{Options, Voice};
 
 /// The reference speaking model backend: after each second of a user's audio it answers
 /// with a phrase of its own (synthesized speech, about four seconds of Opus), then says
@@ -25,24 +25,9 @@ struct Cli {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let token = std::env::var("UFRAG_MODEL_TOKEN")
-        .ok()
-        .filter(|t| !t.is_empty());
     let options = Options {
         voice: Voice::Speaks,
-        token,
         ..Options::echo()
     };
-    match Backend::start(cli.listen, options) {
-        Ok(backend) => {
-            eprintln!("model-speaks: listening on {}", backend.url());
-            loop {
-                std::thread::park();
-            }
-        }
-        Err(e) => {
-            eprintln!("model-speaks: {}: {e}", cli.listen);
-            ExitCode::FAILURE
-        }
-    }
+    ufrag_model_backends::serve_until_killed("model-speaks", cli.listen, options)
 }
