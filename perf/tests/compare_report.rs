@@ -505,16 +505,15 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
     let report = std::fs::read_to_string(&out).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let samples = json["cost"]["samples"].as_array().unwrap();
-    let kept_in = |round: u64| {
-        samples
-            .iter()
-            .filter(|s| s["round"] == round && s["kept"] == true)
-            .count()
-    };
-    assert!(
-        kept_in(1) > 0,
-        "before the hog the gate keeps trials: {samples:?}"
-    );
+    // Before the hog nothing on the machine is busy: a trial of round 1 is kept, or left
+    // out only for what the hypervisor did (steal), never as busy (CI's host once stole
+    // 20 % of a vCPU through all of round 1).
+    for s in samples.iter().filter(|s| s["round"] == 1) {
+        assert!(
+            s["kept"] == true || !s["disturbances"].to_string().contains("busy at rest"),
+            "before the hog no trial is called busy: {s}"
+        );
+    }
     for s in samples.iter().filter(|s| s["round"].as_u64() >= Some(3)) {
         assert_eq!(
             s["kept"], false,
