@@ -188,11 +188,12 @@ impl Shared {
         }
     }
 
+    /// The gauge first: whoever sees the worker ready sees it counted as connected.
     fn set_connected(&self, connected: bool) {
+        self.metrics.model_connected(connected);
         if let Some(link) = self.link() {
             link.ready.store(connected, Ordering::Relaxed);
         }
-        self.metrics.model_connected(connected);
     }
 }
 

@@ -407,7 +407,10 @@ fn a_wrong_token_is_refused_by_the_backend_and_the_transceiver_stays_unready() {
         &["--model", &backend.url()],
         &[("UFRAG_MODEL_TOKEN", "a-wrong-token")],
     );
-    eventually("the backend refuses it", || backend.refused() >= 1);
+    // The bridge connects before signaling listens: wait for both.
+    eventually("the backend refuses it, the transceiver is live", || {
+        backend.refused() >= 1 && status(&wrong, "/healthz") == 200
+    });
     assert_eq!(status(&wrong, "/readyz"), 503);
     drop(wrong);
 
