@@ -29,6 +29,20 @@ pub struct RelayChild(pub OwnedChild);
 #[derive(Debug)]
 pub struct TransceiverChild(pub OwnedChild);
 
+/// The binary `name` next to `ufrag-perf`, built by cargo package `package`; panics
+/// with the build command when it is missing.
+pub fn sibling_binary(name: &str, package: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe()
+        .expect("own path")
+        .with_file_name(name);
+    assert!(
+        exe.exists(),
+        "{} missing: cargo build --release -p {package}",
+        exe.display()
+    );
+    exe
+}
+
 pub fn loopback_ip(last: u8) -> Ipv4Addr {
     let pid = std::process::id();
     Ipv4Addr::new(
@@ -133,15 +147,7 @@ pub fn start_transceiver_as_deployed(
     advertise: Option<SocketAddr>,
     extra: &[&str],
 ) -> TransceiverChild {
-    let exe = std::env::current_exe()
-        .expect("own path")
-        .with_file_name("transceiver");
-    assert!(
-        exe.exists(),
-        "{} missing: cargo build --release -p transceiver",
-        exe.display()
-    );
-    let mut cmd = Command::new(exe);
+    let mut cmd = Command::new(sibling_binary("transceiver", "transceiver"));
     cmd.args([
         "--http-addr",
         &http.to_string(),

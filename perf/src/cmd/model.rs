@@ -11,8 +11,8 @@ use std::time::Duration;
 use testkit::OwnedChild;
 
 use super::children::{
-    SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, TransceiverChild, loopback_ip, start_transceiver,
-    write_report,
+    SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, TransceiverChild, loopback_ip, sibling_binary,
+    start_transceiver, write_report,
 };
 use crate::cpu::cpu_seconds;
 use crate::sessions::{LoadPlan, Talkers, load_step, setup_times};
@@ -54,15 +54,7 @@ struct Setup {
 
 /// The reference backend, started next to `ufrag-perf` (killed on drop).
 fn start_model_echo(listen: SocketAddr) -> OwnedChild {
-    let exe = std::env::current_exe()
-        .expect("own path")
-        .with_file_name("model-echo");
-    assert!(
-        exe.exists(),
-        "{} missing: cargo build --release -p ufrag-model-backends",
-        exe.display()
-    );
-    let mut command = Command::new(exe);
+    let mut command = Command::new(sibling_binary("model-echo", "ufrag-model-backends"));
     command
         .args(["--listen", &listen.to_string()])
         .stdout(Stdio::null())
