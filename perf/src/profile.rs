@@ -1,7 +1,8 @@
-//! Where a forwarder's core spends its time: `perf record` (Linux perf, Debian's
-//! `linux-perf`, sampling the CPU clock: no hardware counters needed) on the forwarder's
-//! core while a trial runs, reduced to the busiest symbols and the share spent in the
-//! kernel, for the appendix of `perf compare`'s report.
+//! Where a forwarder's core (or a process) spends its time: `perf record` (Linux perf,
+//! Debian's `linux-perf`, sampling the CPU clock: no hardware counters needed) on the
+//! forwarder's core or on every thread of one process while a trial runs, reduced to the
+//! busiest symbols, each thread's share and the share spent in the kernel, for the
+//! appendices of `ufrag-perf compare`'s and `ufrag-perf model`'s reports.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -9,8 +10,9 @@ use std::process::{Command, Stdio};
 /// Where Debian's `linux-perf` installs the tool (our own binary is also called `perf`).
 pub const LINUX_PERF: &str = "/usr/bin/perf";
 
-/// Samples per second.
-const FREQUENCY: &str = "1999";
+/// One sample per this many nanoseconds of CPU time (a fixed period, not a frequency
+/// that perf adjusts: so a thread's samples count its CPU time).
+const PERIOD_NS: u32 = 500_000;
 
 /// Symbols shown per profile.
 const TOP: usize = 12;
@@ -20,6 +22,8 @@ const TOP: usize = 12;
 pub struct Hot {
     /// Percent of the core's busy samples.
     pub percent: f64,
+    /// Samples: each is 0.5 ms of CPU time.
+    pub samples: u64,
     /// The thread's name (`relay-w0`, `nginx`, `ksoftirqd/1`, …).
     pub comm: String,
     /// The binary or `[kernel.kallsyms]`.
@@ -37,6 +41,30 @@ pub struct Profile {
     pub top: Vec<Hot>,
     /// Percent of the busy samples in the kernel (system calls, softirq, XDP).
     pub kernel_percent: f64,
+    /// Each thread's percent of the busy samples and its kernel part, busiest first.
+    pub threads: Vec<ThreadShare>,
+    /// How long the recording ran, in seconds.
+    pub seconds: f64,
+}
+
+/// One thread's share of a profile.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ThreadShare {
+    /// The thread's name.
+    pub comm: String,
+    /// Percent of the busy samples.
+    pub percent: f64,
+    /// Of which in the kernel.
+    pub kernel_percent: f64,
+    /// Its samples: each is 0.5 ms of CPU time.
+    pub samples: u64,
+    /// Of which in the kernel.
+    pub kernel_samples: u64,
+}
+
+/// Percent of one core that `samples` are over `seconds`.
+pub fn core_percent(samples: u64, seconds: f64) -> f64 {
+    samples as f64 * f64::from(PERIOD_NS) / 1e9 / seconds * 100.0
 }
 
 /// A running `perf record` on one core; [`Recording::finish`] stops it and reads it.
@@ -44,19 +72,36 @@ pub struct Profile {
 pub struct Recording {
     child: std::process::Child,
     data: PathBuf,
+    started: std::time::Instant,
 }
 
 impl Recording {
     /// Starts sampling `cpu` into a file under `dir`; `None` when Linux perf is missing
     /// or will not start.
     pub fn start(cpu: usize, dir: &Path, name: &str) -> Option<Recording> {
+        Self::start_on(["-C", &cpu.to_string()], dir, name)
+    }
+
+    /// Starts sampling every thread of process `pid`, wherever it runs.
+    pub fn start_process(pid: u32, dir: &Path, name: &str) -> Option<Recording> {
+        Self::start_on(["-p", &pid.to_string()], dir, name)
+    }
+
+    fn start_on(target: [&str; 2], dir: &Path, name: &str) -> Option<Recording> {
         if !Path::new(LINUX_PERF).exists() {
             return None;
         }
         let data = dir.join(format!("{name}.perf.data"));
         let child = Command::new(LINUX_PERF)
-            .args(["record", "-q", "-e", "cpu-clock", "-F", FREQUENCY, "-C"])
-            .arg(cpu.to_string())
+            .args([
+                "record",
+                "-q",
+                "-e",
+                "cpu-clock",
+                "-c",
+                &PERIOD_NS.to_string(),
+            ])
+            .args(target)
             .arg("-o")
             .arg(&data)
             .stdout(Stdio::null())
@@ -65,23 +110,31 @@ impl Recording {
             .ok()?;
         // perf needs a moment to open its events before the trial starts.
         std::thread::sleep(std::time::Duration::from_millis(300));
-        Some(Recording { child, data })
+        Some(Recording {
+            child,
+            data,
+            started: std::time::Instant::now(),
+        })
     }
 
     /// Stops the recording (SIGINT, as perf expects) and reduces it.
     pub fn finish(mut self) -> Option<Profile> {
         let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
         let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let seconds = self.started.elapsed().as_secs_f64();
         let _ = self.child.wait();
         let out = Command::new(LINUX_PERF)
-            .args(["report", "--stdio", "--no-children", "-q", "-t", "|"])
+            .args(["report", "--stdio", "--no-children", "-q", "-n", "-t", "|"])
             .args(["--sort", "comm,dso,sym", "-i"])
             .arg(&self.data)
             .stderr(Stdio::null())
             .output()
             .ok()?;
         let _ = std::fs::remove_file(&self.data);
-        Some(parse_report(&String::from_utf8_lossy(&out.stdout)))
+        Some(Profile {
+            seconds,
+            ..parse_report(&String::from_utf8_lossy(&out.stdout))
+        })
     }
 }
 
@@ -95,20 +148,23 @@ impl Drop for Recording {
     }
 }
 
-/// Reduces `perf report -q -t '|' --sort comm,dso,sym` output (one line per symbol:
-/// ` 12.50% |comm|dso|[k] symbol`) to the top symbols and the kernel's share.
+/// Reduces `perf report -q -n -t '|' --sort comm,dso,sym` output (one line per symbol:
+/// ` 12.50% | 25   |comm|dso|[k] symbol`) to the top symbols, each thread's share and
+/// the kernel's.
 pub fn parse_report(text: &str) -> Profile {
     let mut all: Vec<Hot> = text
         .lines()
         .filter_map(|line| {
-            let mut fields = line.splitn(4, '|');
+            let mut fields = line.splitn(5, '|');
             let percent = fields.next()?.trim().strip_suffix('%')?.parse().ok()?;
+            let samples = fields.next()?.trim().parse().ok()?;
             let comm = fields.next()?.trim().to_string();
             let dso = fields.next()?.trim().to_string();
             let rest = fields.next()?.trim();
             let (kind, symbol) = rest.split_once(' ').unwrap_or((rest, ""));
             Some(Hot {
                 percent,
+                samples,
                 comm,
                 dso,
                 symbol: symbol.trim().to_string(),
@@ -118,21 +174,72 @@ pub fn parse_report(text: &str) -> Profile {
         .collect();
     all.sort_by(|a, b| b.percent.total_cmp(&a.percent));
     let kernel_percent = all.iter().filter(|h| h.kernel).map(|h| h.percent).sum();
+    let mut threads: Vec<ThreadShare> = vec![];
+    for hot in &all {
+        let at = match threads.iter().position(|t| t.comm == hot.comm) {
+            Some(at) => at,
+            None => {
+                threads.push(ThreadShare {
+                    comm: hot.comm.clone(),
+                    ..ThreadShare::default()
+                });
+                threads.len() - 1
+            }
+        };
+        threads[at].percent += hot.percent;
+        threads[at].samples += hot.samples;
+        if hot.kernel {
+            threads[at].kernel_percent += hot.percent;
+            threads[at].kernel_samples += hot.samples;
+        }
+    }
+    threads.sort_by(|a, b| b.percent.total_cmp(&a.percent));
     all.truncate(TOP);
     Profile {
         top: all,
         kernel_percent,
+        threads,
+        seconds: 0.0,
     }
 }
 
 /// The appendix section of one setup's profile (Markdown).
 pub fn markdown(setup: &str, rate_pps: u64, profile: &Profile) -> String {
+    format!(
+        "\n### {setup} at {rate_pps} pps\n\nIn the kernel: {:.0} % of the core's busy samples.\n\n{}",
+        profile.kernel_percent,
+        symbols_table(profile)
+    )
+}
+
+/// A process's profile (Markdown): each thread's CPU (percent of one core over the
+/// recording) and share, then the busiest symbols.
+pub fn process_markdown(title: &str, profile: &Profile) -> String {
     use std::fmt::Write as _;
     let mut out = format!(
-        "\n### {setup} at {rate_pps} pps\n\nIn the kernel: {:.0} % of the core's busy samples.\n\n\
-         | share | thread | where | function |\n|---:|---|---|---|\n",
+        "\n### {title}\n\nIn the kernel: {:.0} % of the process's busy samples.\n\n\
+         | thread | CPU (% of a core) | of which in the kernel | share of the samples |\n\
+         |---|---:|---:|---:|\n",
         profile.kernel_percent
     );
+    for t in &profile.threads {
+        let _ = writeln!(
+            out,
+            "| {} | {:.1} % | {:.1} % | {:.1} % |",
+            t.comm,
+            core_percent(t.samples, profile.seconds),
+            core_percent(t.kernel_samples, profile.seconds),
+            t.percent,
+        );
+    }
+    out.push('\n');
+    out.push_str(&symbols_table(profile));
+    out
+}
+
+fn symbols_table(profile: &Profile) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("| share | thread | where | function |\n|---:|---|---|---|\n");
     for h in &profile.top {
         let symbol: String = h.symbol.chars().take(90).collect();
         let _ = writeln!(
@@ -153,18 +260,31 @@ mod tests {
 
     #[test]
     fn a_report_gives_the_top_symbols_and_the_kernel_share() {
-        let text = " 40.00% |relay-w0|[kernel.kallsyms]|[k] __udp4_lib_rcv\n\
-                     10.00% |relay-w0|relay-mio|[.] ufrag_common::forward::Forwarder::from_client\n\
+        let text = " 40.00% | 4000   |relay-w0|[kernel.kallsyms]|[k] __udp4_lib_rcv\n\
+                     10.00% | 1000   |relay-w0|relay-mio|[.] ufrag_common::forward::Forwarder::from_client\n\
                      \n\
                      garbage\n\
-                     30.00% |ksoftirqd/1|[kernel.kallsyms]|[k] veth_xdp_rcv\n";
-        let p = parse_report(text);
+                     30.00% | 3000   |ksoftirqd/1|[kernel.kallsyms]|[k] veth_xdp_rcv\n";
+        let p = Profile {
+            seconds: 2.0,
+            ..parse_report(text)
+        };
         assert_eq!(p.kernel_percent, 70.0);
         assert_eq!(p.top.len(), 3);
         assert_eq!(p.top[0].symbol, "__udp4_lib_rcv");
         assert_eq!(p.top[1].comm, "ksoftirqd/1", "busiest first");
         assert!(!p.top[2].kernel);
         assert_eq!(p.top[2].dso, "relay-mio");
+        let relay = &p.threads[0];
+        assert_eq!((relay.comm.as_str(), relay.percent), ("relay-w0", 50.0));
+        assert_eq!(relay.kernel_percent, 40.0);
+        assert_eq!(p.threads[1].comm, "ksoftirqd/1");
+        let by_thread = process_markdown("one process", &p);
+        // 5,000 samples of 0.5 ms over 2 s: 125 % of a core, 100 % in the kernel.
+        assert!(
+            by_thread.contains("| relay-w0 | 125.0 % | 100.0 % | 50.0 % |"),
+            "{by_thread}"
+        );
         let md = markdown("relay-mio", 50_000, &p);
         assert!(md.contains("In the kernel: 70 %"), "{md}");
         assert!(md.contains(

@@ -139,6 +139,10 @@ pub trait ModelBackend: Send {
     fn poll(&mut self, now: Instant, out: &mut Vec<ModelOutput>);
     /// When `poll` next has something to say, if ever.
     fn next_due(&self) -> Option<Instant>;
+    /// Called at the end of each pass of the worker's loop, after the pass's last
+    /// `handle`. A backend that hands inputs to another thread hands them over here:
+    /// one wake-up per pass, not one per input. The default does nothing.
+    fn flush(&mut self) {}
 }
 
 /// The echo model: plays the user's audio back (after `delay`), answers

@@ -13,10 +13,13 @@
 //!
 //! # What never blocks the worker
 //!
-//! [`ModelBackend::handle`] puts the message on a bounded queue under a short lock and
-//! notifies the bridge thread; [`ModelBackend::poll`] takes what the backend sent from a
-//! bounded channel. The bridge thread wakes the worker (its mio `Waker`) when it has
-//! something. Nothing the worker calls does I/O.
+//! [`ModelBackend::handle`] puts the message on a bounded queue under a short lock;
+//! [`ModelBackend::flush`], once per pass of the worker's loop, notifies the bridge
+//! thread if the pass queued anything and no notification is pending, and the bridge
+//! sends all that is queued with one flush of the connection. [`ModelBackend::poll`] takes what the backend sent from a bounded
+//! channel. The bridge thread wakes the worker (its mio `Waker`) only when no wake-up
+//! is already pending, so a burst from the backend costs one wake-up, not one each.
+//! Nothing the worker calls does I/O.
 //!
 //! # Bounds, and what happens at each
 //!
@@ -163,6 +166,12 @@ struct Shared {
     notify: tokio::sync::Notify,
     stop: AtomicBool,
     inbound_tx: crossbeam_channel::Sender<FromBackend>,
+    /// Set by the bridge when it wakes the worker, cleared by the worker before it
+    /// drains `inbound`: a message sent while it is set is drained by that pass.
+    worker_woken: AtomicBool,
+    /// The same the other way: set by the worker when it notifies the bridge, cleared by
+    /// the bridge before it drains `queue`.
+    bridge_woken: AtomicBool,
     link: Mutex<Option<ModelLink>>,
     metrics: Arc<TransceiverMetrics>,
 }
@@ -178,12 +187,17 @@ impl Shared {
         self.link.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Hands `message` to the worker and wakes it; a full channel drops it, counted.
+    /// Hands `message` to the worker and wakes it unless a wake-up is pending; a full
+    /// channel drops it, counted.
     fn to_worker(&self, message: FromBackend) {
         if self.inbound_tx.try_send(message).is_err() {
             self.metrics.model_dropped(ModelDrop::BackendFlood);
         }
-        if let Some(link) = self.link() {
+        // AcqRel pairs with the worker's swap in `poll`: either the worker's drain sees
+        // this message, or this swap sees the flag cleared and wakes it.
+        if !self.worker_woken.swap(true, Ordering::AcqRel)
+            && let Some(link) = self.link()
+        {
             (link.wake)();
         }
     }
@@ -201,6 +215,8 @@ impl Shared {
 pub struct WsBridge {
     shared: Arc<Shared>,
     inbound: crossbeam_channel::Receiver<FromBackend>,
+    /// The worker queued something since its last `flush`.
+    queued: bool,
     thread: Option<JoinHandle<()>>,
     worker: usize,
     config: Option<BridgeConfig>,
@@ -224,10 +240,13 @@ impl WsBridge {
                 notify: tokio::sync::Notify::new(),
                 stop: AtomicBool::new(false),
                 inbound_tx,
+                worker_woken: AtomicBool::new(false),
+                bridge_woken: AtomicBool::new(false),
                 link: Mutex::new(None),
                 metrics,
             }),
             inbound,
+            queued: false,
             thread: None,
             worker,
             config: Some(config),
@@ -284,8 +303,6 @@ impl WsBridge {
                     .push_back(Outbound::Event(model_wire::event(session, &json)));
             }
         }
-        drop(q);
-        self.shared.notify.notify_one();
     }
 }
 
@@ -309,9 +326,20 @@ impl ModelBackend for WsBridge {
 
     fn handle(&mut self, _now: Instant, input: ModelInput, _out: &mut Vec<ModelOutput>) {
         self.queue_input(input);
+        self.queued = true;
+    }
+
+    fn flush(&mut self) {
+        // AcqRel pairs with the bridge's swap in `send_queued`, as in `to_worker`.
+        if std::mem::take(&mut self.queued)
+            && !self.shared.bridge_woken.swap(true, Ordering::AcqRel)
+        {
+            self.shared.notify.notify_one();
+        }
     }
 
     fn poll(&mut self, _now: Instant, out: &mut Vec<ModelOutput>) {
+        self.shared.worker_woken.swap(false, Ordering::AcqRel);
         while let Ok(message) = self.inbound.try_recv() {
             match message {
                 FromBackend::Output(output) => out.push(output),
@@ -616,6 +644,10 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
             () = tokio::time::sleep(STOP_CHECK) => {}
         }
     }
+    if ok && shared.stop.load(Ordering::Relaxed) {
+        // The worker's last pass ended its sessions: the backend hears of it.
+        let _ = send_queued(shared, &mut ws).await;
+    }
     let live: Vec<SessionId> = {
         let mut q = shared.queue();
         q.connected = false;
@@ -641,6 +673,7 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
 /// Sends everything queued, then flushes: false when the connection failed.
 async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws) -> bool {
     loop {
+        shared.bridge_woken.swap(false, Ordering::AcqRel);
         let batch: Vec<Outbound> = {
             let mut q = shared.queue();
             let batch: Vec<Outbound> = q.messages.drain(..).collect();

@@ -263,6 +263,7 @@ impl Worker {
                 for id in self.sessions.ids() {
                     self.end(id, EndReason::Shutdown);
                 }
+                self.model.flush();
                 self.flush();
                 return Ok(());
             }
@@ -301,6 +302,7 @@ impl Worker {
                 self.injected_fault();
                 self.expire_sessions(now);
             }
+            self.model.flush();
             self.flush();
         }
     }

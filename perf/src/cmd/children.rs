@@ -127,6 +127,23 @@ pub fn start_transceiver(
     advertise: Option<SocketAddr>,
     extra: &[&str],
 ) -> TransceiverChild {
+    start_transceiver_from(
+        &sibling_binary("transceiver", "transceiver"),
+        http,
+        bind,
+        advertise,
+        extra,
+    )
+}
+
+/// [`start_transceiver`] with another build of the transceiver: an A/B baseline.
+pub fn start_transceiver_from(
+    binary: &std::path::Path,
+    http: SocketAddr,
+    bind: SocketAddr,
+    advertise: Option<SocketAddr>,
+    extra: &[&str],
+) -> TransceiverChild {
     // The load clients are one address: lift its caps.
     let mut flags = vec![
         "--posts-per-second-per-ip",
@@ -137,7 +154,7 @@ pub fn start_transceiver(
         "100000",
     ];
     flags.extend_from_slice(extra);
-    start_transceiver_as_deployed(http, bind, advertise, &flags)
+    spawn_transceiver(binary, http, bind, advertise, &flags)
 }
 
 /// The transceiver with its own signaling limits (none lifted), and `extra` flags.
@@ -147,7 +164,25 @@ pub fn start_transceiver_as_deployed(
     advertise: Option<SocketAddr>,
     extra: &[&str],
 ) -> TransceiverChild {
-    let mut cmd = Command::new(sibling_binary("transceiver", "transceiver"));
+    spawn_transceiver(
+        &sibling_binary("transceiver", "transceiver"),
+        http,
+        bind,
+        advertise,
+        extra,
+    )
+}
+
+/// `binary` with one worker pinned to [`TRANSCEIVER_CPU`], in direct mode or behind a
+/// relay at `advertise`, with `extra` flags; waits until it is ready.
+fn spawn_transceiver(
+    binary: &std::path::Path,
+    http: SocketAddr,
+    bind: SocketAddr,
+    advertise: Option<SocketAddr>,
+    extra: &[&str],
+) -> TransceiverChild {
+    let mut cmd = Command::new(binary);
     cmd.args([
         "--http-addr",
         &http.to_string(),

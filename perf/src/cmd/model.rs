@@ -1,10 +1,13 @@
 //! `ufrag-perf model`: what the network bridge to a model backend costs. The built-in
 //! echo against the same echo behind `--model ws://` (the reference `model-echo` on
 //! loopback), in interleaved rounds: the round trip the bridge adds to an `events`
-//! message (the path audio takes too), and the concurrent sessions one transceiver
-//! worker carries below 1 % audio loss.
+//! message (the path audio takes too), the sessions one core carries (CPU per session of
+//! every transceiver thread at a fixed load, below 1 % loss), the largest load one
+//! worker holds, and where the time goes. `--baseline` adds another build of the
+//! transceiver over the bridge to the same rounds, so a change is shown beside the old.
 
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -12,7 +15,7 @@ use testkit::OwnedChild;
 
 use super::children::{
     SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, TransceiverChild, loopback_ip, sibling_binary,
-    start_transceiver, write_report,
+    start_transceiver_from, write_report,
 };
 use crate::cpu::cpu_seconds;
 use crate::sessions::{LoadPlan, Talkers, load_step, setup_times};
@@ -21,33 +24,48 @@ use crate::stats::{Interval, median_interval};
 /// The confidence of the intervals in the report.
 const CONFIDENCE: f64 = 0.95;
 
+/// The share of the built-in's sessions per core the bridge should keep.
+const GOAL_RATIO: f64 = 0.8;
+
 /// The built-in echo against the same echo over the WebSocket bridge.
 #[derive(Debug, clap::Args)]
 pub struct Options {
-    /// Rounds of the latency comparison (each: both setups, in alternating order).
+    /// Rounds of the latency comparison (each: every setup, the order rotating).
     #[arg(long, default_value_t = 8)]
     pub rounds: usize,
     /// Sessions per setup per round for latency (each sends 10 pings after its first echo).
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 20)]
     pub sessions_per_round: usize,
-    /// Session counts tried for capacity, both setups at each, until both lose 1 %.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "200,400,600,800,1000,1200,1400"
-    )]
+    /// Rounds of the cost comparison (each: every setup at `--cost-sessions`, the order
+    /// rotating).
+    #[arg(long, default_value_t = 6)]
+    pub cost_rounds: usize,
+    /// Concurrent sessions of the cost comparison: a load every setup holds.
+    #[arg(long, default_value_t = 300)]
+    pub cost_sessions: usize,
+    /// Session counts tried for the largest load held (one run, every setup at each, until
+    /// each loses 1 %); `0`: not tried.
+    #[arg(long, value_delimiter = ',', default_value = "400,500,600,700,800,900")]
     pub steps: Vec<usize>,
-    /// How long every client talks in each capacity step.
+    /// How long every client talks in each load step.
     #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
     pub talk: Duration,
+    /// Sessions at which each setup's transceiver is profiled once more (Linux perf on
+    /// every thread of its process, for the report's appendix); 0: no profile.
+    #[arg(long, default_value_t = 300)]
+    pub profile_at: usize,
+    /// Another build of the transceiver (e.g. the last commit's), run over the bridge as
+    /// a third setup in the same rounds: a change shown beside the old.
+    #[arg(long)]
+    pub baseline: Option<PathBuf>,
     /// Where to write the Markdown report (JSON beside it).
     #[arg(long, default_value = "target/perf/model.md")]
-    pub out: std::path::PathBuf,
+    pub out: PathBuf,
 }
 
 /// One setup: its name and its transceiver's signaling address.
 struct Setup {
-    name: &'static str,
+    name: String,
     http: SocketAddr,
     child: TransceiverChild,
 }
@@ -65,10 +83,109 @@ fn start_model_echo(listen: SocketAddr) -> OwnedChild {
     child
 }
 
-fn interval_text(i: Option<Interval>) -> String {
+/// `median [low–high]` with `decimals`, or a dash.
+fn interval_with(i: Option<Interval>, decimals: usize) -> String {
     i.map_or("–".into(), |i| {
-        format!("{:.3} [{:.3}–{:.3}]", i.median, i.low, i.high)
+        format!(
+            "{:.decimals$} [{:.decimals$}–{:.decimals$}]",
+            i.median, i.low, i.high
+        )
     })
+}
+
+fn interval_text(i: Option<Interval>) -> String {
+    interval_with(i, 3)
+}
+
+/// The order of the setups in round `round`: rotating, so none is always first.
+fn rotated(setups: usize, round: usize) -> Vec<usize> {
+    (0..setups).map(|k| (k + round) % setups).collect()
+}
+
+/// The pairs compared, `(subject, reference, what the difference is called)`.
+fn comparisons(setups: usize) -> Vec<(usize, usize, &'static str)> {
+    let mut pairs = vec![(1, 0, "the bridge against the built-in")];
+    if setups > 2 {
+        pairs.push((2, 0, "the baseline's bridge against the built-in"));
+        pairs.push((1, 2, "this build's bridge against the baseline's"));
+    }
+    pairs
+}
+
+/// One load step of `plan.sessions` on `setup`: its result and the CPU shares (percent
+/// of a core) of the transceiver (all threads) and of the backend.
+fn load(
+    setup: &Setup,
+    backend_pid: u32,
+    ips: &[Ipv4Addr],
+    sessions: usize,
+    talk: Duration,
+) -> (crate::sessions::LoadStep, f64, f64) {
+    let pid = setup.child.0.id();
+    let counters = || [cpu_seconds(pid, None), cpu_seconds(backend_pid, None)];
+    let plan = LoadPlan {
+        sessions,
+        talk,
+        threads: 1,
+        talkers: Talkers::Recorded,
+        cpu: Some(SESSIONS_CLIENT_CPU),
+    };
+    let (step, [before, after]) = load_step(setup.http, ips, plan, counters);
+    let share = |k: usize| (after[k] - before[k]) / step.talk_seconds * 100.0;
+    (step, share(0), share(1))
+}
+
+fn held(step: &crate::sessions::LoadStep) -> bool {
+    step.connected == step.sessions && step.loss() < 0.01
+}
+
+/// The appendix: each setup's transceiver profiled (every thread) while `sessions`
+/// clients talk.
+fn profiles(setups: &[Setup], ips: &[Ipv4Addr], sessions: usize, talk: Duration) -> String {
+    let mut out = format!(
+        "\n## Appendix: where each transceiver's time goes at {sessions} sessions\n\nOne more \
+         load step per setup while Linux perf samples every thread of its transceiver's \
+         process (`cpu-clock`, {talk:?} of talk); shares are of the process's busy samples.\n"
+    );
+    let dir = std::env::temp_dir();
+    for setup in setups {
+        eprintln!("profile: {sessions} sessions, {}…", setup.name);
+        let pid = setup.child.0.id();
+        let name = format!("ufrag-perf-model-{}-{pid}", std::process::id());
+        // Called at the talk's start (starts recording) and at its end (stops it).
+        let mut started = false;
+        let mut recording = None;
+        let mut profile = None;
+        let plan = LoadPlan {
+            sessions,
+            talk,
+            threads: 1,
+            talkers: Talkers::Recorded,
+            cpu: Some(SESSIONS_CLIENT_CPU),
+        };
+        let (step, _) = load_step(setup.http, ips, plan, || {
+            if !started {
+                started = true;
+                recording = crate::profile::Recording::start_process(pid, &dir, &name);
+            } else {
+                profile = recording.take().and_then(crate::profile::Recording::finish);
+            }
+        });
+        let title = format!(
+            "{}: {} of {sessions} connected, {:.2} % loss",
+            setup.name,
+            step.connected,
+            step.loss() * 100.0
+        );
+        match profile {
+            Some(p) => out.push_str(&crate::profile::process_markdown(&title, &p)),
+            None => out.push_str(&format!(
+                "\n### {title}\n\nNo profile: {} is missing or would not record.\n",
+                crate::profile::LINUX_PERF
+            )),
+        }
+    }
+    out
 }
 
 /// Runs it; the process's exit code.
@@ -78,43 +195,71 @@ pub fn run(options: Options) -> i32 {
     let backend_addr = SocketAddr::from((loopback_ip(90), 9000));
     let model = start_model_echo(backend_addr);
     let url = format!("ws://{backend_addr}/");
-    let setups = [
-        ("built-in echo", None),
-        ("echo over the WebSocket bridge", Some(url.as_str())),
-    ]
-    .into_iter()
-    .enumerate()
-    .map(|(i, (name, model_url))| {
-        let ip = loopback_ip(91 + i as u8);
-        let http = SocketAddr::from((ip, 8080));
-        let extra: Vec<&str> = model_url.map_or(vec![], |u| vec!["--model", u]);
-        Setup {
-            name,
-            http,
-            child: start_transceiver(http, SocketAddr::from((ip, 41_000)), None, &extra),
+    let this_build = sibling_binary("transceiver", "transceiver");
+    let mut plans: Vec<(String, PathBuf, bool)> = vec![
+        ("built-in echo".into(), this_build.clone(), false),
+        ("echo over the WebSocket bridge".into(), this_build, true),
+    ];
+    if let Some(baseline) = &options.baseline {
+        if !baseline.exists() {
+            eprintln!(
+                "ufrag-perf model: --baseline {} does not exist",
+                baseline.display()
+            );
+            return 2;
         }
-    })
-    .collect::<Vec<_>>();
+        plans.push((
+            format!("echo over the bridge, baseline `{}`", baseline.display()),
+            baseline.clone(),
+            true,
+        ));
+    }
+    let setups = plans
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, binary, bridged))| {
+            let ip = loopback_ip(91 + i as u8);
+            let http = SocketAddr::from((ip, 8080));
+            let extra: Vec<&str> = if bridged {
+                vec!["--model", url.as_str()]
+            } else {
+                vec![]
+            };
+            Setup {
+                name,
+                http,
+                child: start_transceiver_from(
+                    &binary,
+                    http,
+                    SocketAddr::from((ip, 41_000)),
+                    None,
+                    &extra,
+                ),
+            }
+        })
+        .collect::<Vec<_>>();
+    let n = setups.len();
 
     let mut report = String::new();
     let _ = writeln!(
         report,
         "# The model seam: the built-in echo against the same echo over the WebSocket bridge\n\n\
          Command: `{command}`\n\n\
-         Two transceivers in direct mode, each with one worker pinned to CPU {TRANSCEIVER_CPU}; \
-         one echoes in its worker, the other sends every message over one WebSocket to \
+         {n} transceivers in direct mode, each with one worker pinned to CPU {TRANSCEIVER_CPU}; \
+         one echoes in its worker, the other{} sends every message over one WebSocket to \
          `model-echo` on loopback (its bridge thread unpinned), which echoes it back. str0m \
-         clients on CPU {SESSIONS_CLIENT_CPU}.\n"
+         clients on CPU {SESSIONS_CLIENT_CPU}. Every comparison runs the setups in the same \
+         rounds, the order rotating.\n",
+        if n > 2 { "s" } else { "" }
     );
 
     // Latency: per round, each setup's sessions ping 10 times each; the round's p50 and
-    // p99 per setup, and the bridged minus the built-in.
+    // p99 per setup, and the per-round differences.
     eprintln!("latency: {} rounds…", options.rounds);
-    let mut per_setup: [Vec<(f64, f64)>; 2] = [vec![], vec![]];
+    let mut per_setup: Vec<Vec<(f64, f64)>> = vec![vec![]; n];
     let mut failures = vec![];
     for round in 0..options.rounds {
-        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-        for at in order {
+        for at in rotated(n, round) {
             let setup = &setups[at];
             match setup_times(
                 setup.http,
@@ -137,10 +282,10 @@ pub fn run(options: Options) -> i32 {
         report,
         "## Round trip of an `events` message\n\n{} rounds, each setup {} sessions a round (one \
          after the other, each 10 pings after its first echo, each ping sent when the last pong \
-         came back), the order alternating. Per round, each setup's p50 and p99 ping RTT; below, \
-         their medians over the rounds with a distribution-free interval (≥ {:.0} % confidence). \
-         An `events` message takes the audio's path through the bridge (the same queue, the same \
-         connection), so the difference is what the bridge adds to a round trip of audio too.\n",
+         came back). Per round, each setup's p50 and p99 ping RTT; below, their medians over the \
+         rounds with a distribution-free interval (≥ {:.0} % confidence). An `events` message \
+         takes the audio's path through the bridge (the same queue, the same connection), so \
+         the difference is what the bridge adds to a round trip of audio too.\n",
         options.rounds,
         options.sessions_per_round,
         CONFIDENCE * 100.0
@@ -161,23 +306,29 @@ pub fn run(options: Options) -> i32 {
             interval_text(median_interval(&p99, CONFIDENCE)),
         );
     }
-    let paired = per_setup[0].len().min(per_setup[1].len());
-    let added = |pick: fn(&(f64, f64)) -> f64| -> Vec<f64> {
-        (0..paired)
-            .map(|r| pick(&per_setup[1][r]) - pick(&per_setup[0][r]))
-            .collect()
-    };
-    let (added_p50, added_p99) = (
-        median_interval(&added(|r| r.0), CONFIDENCE),
-        median_interval(&added(|r| r.1), CONFIDENCE),
-    );
-    let _ = writeln!(
-        report,
-        "| **added by the bridge** (per round, bridged − built-in) | {paired} | {} | {} |\n",
-        interval_text(added_p50),
-        interval_text(added_p99),
-    );
-    let verdict = match added_p99 {
+    let mut added_p99_bridge = None;
+    for (subject, reference, what) in comparisons(n) {
+        let paired = per_setup[subject].len().min(per_setup[reference].len());
+        let diff = |pick: fn(&(f64, f64)) -> f64| -> Vec<f64> {
+            (0..paired)
+                .map(|r| pick(&per_setup[subject][r]) - pick(&per_setup[reference][r]))
+                .collect()
+        };
+        let (p50, p99) = (
+            median_interval(&diff(|r| r.0), CONFIDENCE),
+            median_interval(&diff(|r| r.1), CONFIDENCE),
+        );
+        if (subject, reference) == (1, 0) {
+            added_p99_bridge = p99;
+        }
+        let _ = writeln!(
+            report,
+            "| **difference: {what}** (per round) | {paired} | {} | {} |",
+            interval_text(p50),
+            interval_text(p99),
+        );
+    }
+    let verdict = match added_p99_bridge {
         Some(i) if i.high <= 1.0 => format!(
             "The bridge adds at most {:.3} ms to the p99 round trip (the interval's upper end), \
              within the 1 ms goal.",
@@ -193,84 +344,19 @@ pub fn run(options: Options) -> i32 {
         ),
         None => "No rounds completed.".into(),
     };
-    let _ = writeln!(report, "{verdict}\n");
+    let _ = writeln!(report, "\n{verdict}\n");
     for f in &failures {
         let _ = writeln!(report, "- failed: {f}");
     }
 
-    // Capacity: both setups at each step (alternating which goes first) until both lose.
-    let _ = writeln!(
-        report,
-        "## Concurrent sessions on one transceiver worker\n\nEach client (recorded talkers: a \
-         `send_to` per datagram) sends an Opus-sized packet every 20 ms for {:?}; loss is the \
-         share of audio whose echo never came back. Transceiver CPU counts every thread of its \
-         process (the bridge's included); the backend's is apart.\n",
-        options.talk
-    );
-    let _ = writeln!(
-        report,
-        "| sessions | setup | connected | loss | transceiver CPU (all threads) | model-echo CPU |\n|---:|---|---:|---:|---:|---:|"
-    );
     let ips: Vec<Ipv4Addr> = (110..120).map(loopback_ip).collect();
-    let mut best = [0usize; 2];
-    let mut lost = [false; 2];
-    for (i, &n) in options.steps.iter().enumerate() {
-        let order: [usize; 2] = if i % 2 == 0 { [0, 1] } else { [1, 0] };
-        for at in order {
-            if lost[at] {
-                continue;
-            }
-            let setup = &setups[at];
-            eprintln!("capacity: {n} sessions, {}…", setup.name);
-            let pid = setup.child.0.id();
-            let counters = || [cpu_seconds(pid, None), cpu_seconds(model.id(), None)];
-            let plan = LoadPlan {
-                sessions: n,
-                talk: options.talk,
-                threads: 1,
-                talkers: Talkers::Recorded,
-                cpu: Some(SESSIONS_CLIENT_CPU),
-            };
-            let (step, [before, after]) = load_step(setup.http, &ips, plan, counters);
-            let share = |k: usize| (after[k] - before[k]) / step.talk_seconds * 100.0;
-            let backend_cpu = if at == 1 {
-                format!("{:.0} %", share(1))
-            } else {
-                "–".into()
-            };
-            let _ = writeln!(
-                report,
-                "| {n} | {} | {} | {:.2} % | {:.0} % | {backend_cpu} |",
-                setup.name,
-                step.connected,
-                step.loss() * 100.0,
-                share(0),
-            );
-            if step.connected == n && step.loss() < 0.01 {
-                best[at] = n;
-            } else {
-                lost[at] = true;
-            }
-        }
-        if lost.iter().all(|l| *l) {
-            break;
-        }
+    report.push_str(&cost_rounds(&setups, model.id(), &ips, &options));
+    if options.steps.iter().any(|&s| s > 0) {
+        report.push_str(&largest_load(&setups, model.id(), &ips, &options));
     }
-    let ratio = if best[0] > 0 {
-        best[1] as f64 / best[0] as f64
-    } else {
-        0.0
-    };
-    let _ = writeln!(
-        report,
-        "\nLargest step with every session connected and < 1 % loss: built-in echo **{}**, \
-         over the bridge **{}** ({:.0} % of the built-in's; the goal is ≥ 80 %). One run of \
-         steps {:?} apart: the figure is the last step held, not an interpolation.",
-        best[0],
-        best[1],
-        ratio * 100.0,
-        options.steps
-    );
+    if options.profile_at > 0 {
+        report.push_str(&profiles(&setups, &ips, options.profile_at, options.talk));
+    }
     drop(setups);
     drop(model);
     write_report(
@@ -279,4 +365,175 @@ pub fn run(options: Options) -> i32 {
         Some(super::children::tables_json(&report).to_string()),
     );
     i32::from(!failures.is_empty())
+}
+
+/// Sessions per core: each round, every setup carries `--cost-sessions` for `--talk`;
+/// sessions per core is the load over the transceiver's CPU (every thread). Per-round
+/// ratios with their intervals.
+fn cost_rounds(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &Options) -> String {
+    use std::fmt::Write as _;
+    let n = setups.len();
+    let sessions = options.cost_sessions;
+    // Per setup, per round: sessions per core, or None when the step did not hold.
+    let mut per_core: Vec<Vec<Option<f64>>> = vec![vec![]; n];
+    let mut rows = String::new();
+    for round in 0..options.cost_rounds {
+        for at in rotated(n, round) {
+            let setup = &setups[at];
+            eprintln!(
+                "cost: round {}, {sessions} sessions, {}…",
+                round + 1,
+                setup.name
+            );
+            let (step, cpu, backend) = load(setup, backend_pid, ips, sessions, options.talk);
+            let ok = held(&step) && cpu > 0.0;
+            per_core[at].push(ok.then(|| sessions as f64 / (cpu / 100.0)));
+            let backend = if at == 0 {
+                "–".into()
+            } else {
+                format!("{backend:.0} %")
+            };
+            let _ = writeln!(
+                rows,
+                "| {} | {} | {}/{sessions} | {:.2} % | {cpu:.0} % | {backend} | {} |",
+                round + 1,
+                setup.name,
+                step.connected,
+                step.loss() * 100.0,
+                if ok {
+                    format!("{:.0}", sessions as f64 / (cpu / 100.0))
+                } else {
+                    "– (did not hold)".into()
+                },
+            );
+        }
+    }
+    let mut out = format!(
+        "## Sessions per core\n\n{} rounds; in each, every setup carries {sessions} sessions \
+         (each client an Opus-sized packet every 20 ms for {:?}). Sessions per core is the load \
+         over the transceiver's CPU, every thread counted (the worker's and, over the bridge, \
+         the bridge thread's): what one core carries at this load. A step that lost 1 % or \
+         more is not priced. Per-round ratios, then their medians with a distribution-free \
+         interval (≥ {:.0} % confidence).\n\n\
+         | round | setup | connected | loss | transceiver CPU (all threads) | model-echo CPU | sessions per core |\n\
+         |---:|---|---:|---:|---:|---:|---:|\n{rows}\n\
+         | setup | rounds priced | sessions per core |\n|---|---:|---:|\n",
+        options.cost_rounds,
+        options.talk,
+        CONFIDENCE * 100.0
+    );
+    for (at, setup) in setups.iter().enumerate() {
+        let priced: Vec<f64> = per_core[at].iter().flatten().copied().collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} |",
+            setup.name,
+            priced.len(),
+            interval_with(median_interval(&priced, CONFIDENCE), 0)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\n| ratio (per round) | rounds | median [interval] |\n|---|---:|---:|"
+    );
+    let mut verdict = String::new();
+    for (subject, reference, what) in comparisons(n) {
+        let ratios: Vec<f64> = per_core[subject]
+            .iter()
+            .zip(&per_core[reference])
+            .filter_map(|(s, r)| Some((*s)? / (*r)?))
+            .collect();
+        let interval = median_interval(&ratios, CONFIDENCE);
+        let _ = writeln!(
+            out,
+            "| {what} | {} | {} |",
+            ratios.len(),
+            interval_text(interval)
+        );
+        if (subject, reference) == (1, 0) {
+            verdict = match interval {
+                Some(i) if i.low >= GOAL_RATIO => format!(
+                    "Over the bridge one core carries {:.0} % of the built-in's sessions \
+                     (interval {:.0}–{:.0} %): the ≥ {:.0} % goal holds.",
+                    i.median * 100.0,
+                    i.low * 100.0,
+                    i.high * 100.0,
+                    GOAL_RATIO * 100.0
+                ),
+                Some(i) if i.high < GOAL_RATIO => format!(
+                    "Over the bridge one core carries {:.0} % of the built-in's sessions \
+                     (interval {:.0}–{:.0} %): below the ≥ {:.0} % goal.",
+                    i.median * 100.0,
+                    i.low * 100.0,
+                    i.high * 100.0,
+                    GOAL_RATIO * 100.0
+                ),
+                Some(i) => format!(
+                    "Inconclusive against the ≥ {:.0} % goal: the ratio lies in {:.0}–{:.0} %.",
+                    GOAL_RATIO * 100.0,
+                    i.low * 100.0,
+                    i.high * 100.0
+                ),
+                None => "No round was priced for both setups.".into(),
+            };
+        }
+    }
+    let _ = writeln!(out, "\n{verdict}\n");
+    out
+}
+
+/// The largest load one worker holds: one run of `--steps`, every setup at each step
+/// (the order rotating), until each loses 1 %.
+fn largest_load(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &Options) -> String {
+    use std::fmt::Write as _;
+    let n = setups.len();
+    let mut out = format!(
+        "## The largest load one worker holds\n\nOne run of steps {:?}: each client talks for \
+         {:?}; a setup leaves the run at its first step with a session unconnected or 1 % loss. \
+         The worker is pinned; the bridge thread is not, and shares the clients' CPU, so this \
+         figure also prices that sharing: sessions per core above is the cost.\n\n\
+         | sessions | setup | connected | loss | transceiver CPU (all threads) | model-echo CPU |\n\
+         |---:|---|---:|---:|---:|---:|\n",
+        options.steps, options.talk
+    );
+    let mut best = vec![0usize; n];
+    let mut lost = vec![false; n];
+    for (i, &sessions) in options.steps.iter().enumerate() {
+        for at in rotated(n, i) {
+            if lost[at] {
+                continue;
+            }
+            let setup = &setups[at];
+            eprintln!("largest load: {sessions} sessions, {}…", setup.name);
+            let (step, cpu, backend) = load(setup, backend_pid, ips, sessions, options.talk);
+            let backend = if at == 0 {
+                "–".into()
+            } else {
+                format!("{backend:.0} %")
+            };
+            let _ = writeln!(
+                out,
+                "| {sessions} | {} | {} | {:.2} % | {cpu:.0} % | {backend} |",
+                setup.name,
+                step.connected,
+                step.loss() * 100.0,
+            );
+            if held(&step) {
+                best[at] = sessions;
+            } else {
+                lost[at] = true;
+            }
+        }
+        if lost.iter().all(|l| *l) {
+            break;
+        }
+    }
+    let _ = writeln!(
+        out,
+        "\nLargest step held (one run; the last step held, not an interpolation):\n"
+    );
+    for (at, setup) in setups.iter().enumerate() {
+        let _ = writeln!(out, "- {}: **{}**", setup.name, best[at]);
+    }
+    out
 }
