@@ -192,6 +192,13 @@ fn profiles(setups: &[Setup], ips: &[Ipv4Addr], sessions: usize, talk: Duration)
 pub fn run(options: Options) -> i32 {
     use std::fmt::Write as _;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
+    if let Some(baseline) = options.baseline.as_ref().filter(|b| !b.exists()) {
+        eprintln!(
+            "ufrag-perf model: --baseline {} does not exist",
+            baseline.display()
+        );
+        return 2;
+    }
     let backend_addr = SocketAddr::from((loopback_ip(90), 9000));
     let model = start_model_echo(backend_addr);
     let url = format!("ws://{backend_addr}/");

@@ -1,0 +1,85 @@
+//! `ufrag-perf model` end to end on loopback, small: the built-in echo, the bridge to
+//! `model-echo`, and a baseline build (this same transceiver binary, standing in for
+//! another build) in the same rounds; every section of the report is there and every
+//! step held; a missing baseline is named before anything starts.
+
+use std::process::Command;
+
+fn ufrag_perf() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ufrag-perf"))
+}
+
+#[test]
+fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
+    let transceiver =
+        std::path::Path::new(env!("CARGO_BIN_EXE_ufrag-perf")).with_file_name("transceiver");
+    let dir = std::env::temp_dir().join(format!("ufrag-model-report-{}", std::process::id()));
+    let out = dir.join("model.md");
+    let status = ufrag_perf()
+        .args(["model", "--rounds", "2", "--sessions-per-round", "2"])
+        .args([
+            "--cost-rounds",
+            "2",
+            "--cost-sessions",
+            "10",
+            "--steps",
+            "20",
+        ])
+        .args(["--talk", "1s", "--profile-at", "0", "--baseline"])
+        .arg(&transceiver)
+        .arg("--out")
+        .arg(&out)
+        .status()
+        .expect("ufrag-perf runs");
+    assert!(status.success(), "{status}");
+    let report = std::fs::read_to_string(&out).expect("report written");
+    let json = std::fs::read_to_string(out.with_extension("json")).expect("json beside it");
+    let _ = std::fs::remove_dir_all(&dir);
+    for section in [
+        "## Round trip of an `events` message",
+        "## Sessions per core",
+        "## The largest load one worker holds",
+    ] {
+        assert!(report.contains(section), "{section} missing:\n{report}");
+    }
+    for comparison in [
+        "the bridge against the built-in",
+        "the baseline's bridge against the built-in",
+        "this build's bridge against the baseline's",
+    ] {
+        assert!(
+            report.contains(comparison),
+            "{comparison} missing:\n{report}"
+        );
+    }
+    // Every cost row of the three setups, in both rounds, connected all ten sessions.
+    let cost_rows = report.lines().filter(|l| l.contains("| 10/10 |")).count();
+    assert_eq!(cost_rows, 6, "{report}");
+    // Each setup held the one ladder step (20 sessions on loopback is far from a limit).
+    for setup in [
+        "- built-in echo: **20**",
+        "- echo over the WebSocket bridge: **20**",
+    ] {
+        assert!(report.contains(setup), "{setup} missing:\n{report}");
+    }
+    assert!(report.contains("baseline `"), "{report}");
+    let parsed: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
+    assert!(
+        parsed["tables"].as_array().is_some_and(|t| t.len() >= 5),
+        "{json}"
+    );
+}
+
+#[test]
+fn a_missing_baseline_is_named_before_anything_starts() {
+    let output = ufrag_perf()
+        .args(["model", "--baseline", "/nonexistent/transceiver"])
+        .output()
+        .expect("ufrag-perf runs");
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--baseline /nonexistent/transceiver does not exist"),
+        "{stderr}"
+    );
+}
