@@ -3,17 +3,19 @@
 #
 #   scripts/bench.sh          the default (the README gives its measured runtime on a
 #                             2-vCPU host): loopback forwarding, WebRTC sessions, the
-#                             model bridge against the built-in echo,
+#                             model bridge against the built-in echo (latency, sessions
+#                             per core, profile),
 #                             resilience (junk, restarts, hostile clients) and the default
 #                             `ufrag-perf compare` (the verdict); prints the verdict last.
 #   scripts/bench.sh --full   everything: also the instruction-count gate (CI runs it too),
 #                             criterion's wall clock, flow-table memory, Quilkin (built from
-#                             crates.io, about 10 minutes), the worker sweep, and compare
+#                             crates.io, about 10 minutes), the model bridge's largest
+#                             load, the worker sweep, and compare
 #                             downlink, with 1,200-byte datagrams, over 100k flows, over
 #                             IPv6, with the model speaking, and latency.
 #
 # Reports go to target/perf/: loopback.md, sessions.md, model.md, resilience.md (+ .json),
-# compare.md (+ .json, .svg); with --full also compare-workers.md, compare-downlink.md,
+# compare.md (+ .json, .svg); with --full also model-largest-load.md, compare-workers.md, compare-downlink.md,
 # compare-1200b.md, compare-100k-flows.md, compare-ipv6.md, compare-model-speaks.md and
 # compare-latency.md (each with .json and .svg). Needs root (the netns testbed). Installs
 # what it needs when missing.
@@ -61,7 +63,7 @@ target/release/ufrag-perf loopback --out target/perf/loopback.md
 echo "== WebRTC sessions (perf sessions)"
 target/release/ufrag-perf sessions --out target/perf/sessions.md
 echo "== the model seam: built-in echo against the WebSocket bridge (perf model)"
-target/release/ufrag-perf model --out target/perf/model.md
+target/release/ufrag-perf model --steps 0 --out target/perf/model.md
 echo "== live sessions under junk, through relay restarts and beside hostile clients (perf resilience)"
 target/release/ufrag-perf resilience --out target/perf/resilience.md
 echo "== is kernel bypass warranted? side by side on the netns testbed (perf compare; needs root; about 10 minutes)"
@@ -71,6 +73,8 @@ if [ -z "$full" ]; then
   sed -n '/^## Verdict/{n;n;p;q}' target/perf/compare.md
   exit 0
 fi
+echo "== the model seam: the largest load one worker holds, built-in echo against the bridge (perf model --steps)"
+target/release/ufrag-perf model --rounds 0 --cost-rounds 0 --profile-at 0 --out target/perf/model-largest-load.md
 echo "== scaling across workers: relay-mio with 1 and 2 workers (perf compare --workers)"
 target/release/ufrag-perf compare --only direct,mio --workers 1,2 --out target/perf/compare-workers.md
 echo "== downlink: the transceiver's replies to 1,000 clients (perf compare --direction down)"

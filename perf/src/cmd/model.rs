@@ -260,11 +260,41 @@ pub fn run(options: Options) -> i32 {
         if n > 2 { "s" } else { "" }
     );
 
+    let mut failures = vec![];
+    if options.rounds > 0 {
+        report.push_str(&latency_rounds(&setups, &options, &mut failures));
+    }
+    let ips: Vec<Ipv4Addr> = (110..120).map(loopback_ip).collect();
+    if options.cost_rounds > 0 {
+        report.push_str(&cost_rounds(&setups, model.id(), &ips, &options));
+    }
+    if options.steps.iter().any(|&s| s > 0) {
+        report.push_str(&largest_load(&setups, model.id(), &ips, &options));
+    }
+    if options.profile_at > 0 {
+        report.push_str(&profiles(&setups, &ips, options.profile_at, options.talk));
+    }
+    drop(setups);
+    drop(model);
+    write_report(
+        &options.out,
+        &report,
+        Some(super::children::tables_json(&report).to_string()),
+    );
+    i32::from(!failures.is_empty())
+}
+
+/// The round trip of an `events` message: per round, each setup's sessions ping 10
+/// times each; each setup's p50 and p99, and the per-round differences. A round that
+/// failed goes to `failures`.
+fn latency_rounds(setups: &[Setup], options: &Options, failures: &mut Vec<String>) -> String {
+    use std::fmt::Write as _;
+    let n = setups.len();
+    let mut out = String::new();
     // Latency: per round, each setup's sessions ping 10 times each; the round's p50 and
     // p99 per setup, and the per-round differences.
     eprintln!("latency: {} rounds…", options.rounds);
     let mut per_setup: Vec<Vec<(f64, f64)>> = vec![vec![]; n];
-    let mut failures = vec![];
     for round in 0..options.rounds {
         for at in rotated(n, round) {
             let setup = &setups[at];
@@ -286,7 +316,7 @@ pub fn run(options: Options) -> i32 {
         }
     }
     let _ = writeln!(
-        report,
+        out,
         "## Round trip of an `events` message\n\n{} rounds, each setup {} sessions a round (one \
          after the other, each 10 pings after its first echo, each ping sent when the last pong \
          came back). Per round, each setup's p50 and p99 ping RTT; below, their medians over the \
@@ -298,14 +328,14 @@ pub fn run(options: Options) -> i32 {
         CONFIDENCE * 100.0
     );
     let _ = writeln!(
-        report,
+        out,
         "| setup | rounds | ping RTT p50 ms | ping RTT p99 ms |\n|---|---:|---:|---:|"
     );
     for (at, setup) in setups.iter().enumerate() {
         let p50: Vec<f64> = per_setup[at].iter().map(|r| r.0).collect();
         let p99: Vec<f64> = per_setup[at].iter().map(|r| r.1).collect();
         let _ = writeln!(
-            report,
+            out,
             "| {} | {} | {} | {} |",
             setup.name,
             p50.len(),
@@ -329,7 +359,7 @@ pub fn run(options: Options) -> i32 {
             added_p99_bridge = p99;
         }
         let _ = writeln!(
-            report,
+            out,
             "| **difference: {what}** (per round) | {paired} | {} | {} |",
             interval_text(p50),
             interval_text(p99),
@@ -351,27 +381,11 @@ pub fn run(options: Options) -> i32 {
         ),
         None => "No rounds completed.".into(),
     };
-    let _ = writeln!(report, "\n{verdict}\n");
-    for f in &failures {
-        let _ = writeln!(report, "- failed: {f}");
+    let _ = writeln!(out, "\n{verdict}\n");
+    for f in failures.iter() {
+        let _ = writeln!(out, "- failed: {f}");
     }
-
-    let ips: Vec<Ipv4Addr> = (110..120).map(loopback_ip).collect();
-    report.push_str(&cost_rounds(&setups, model.id(), &ips, &options));
-    if options.steps.iter().any(|&s| s > 0) {
-        report.push_str(&largest_load(&setups, model.id(), &ips, &options));
-    }
-    if options.profile_at > 0 {
-        report.push_str(&profiles(&setups, &ips, options.profile_at, options.talk));
-    }
-    drop(setups);
-    drop(model);
-    write_report(
-        &options.out,
-        &report,
-        Some(super::children::tables_json(&report).to_string()),
-    );
-    i32::from(!failures.is_empty())
+    out
 }
 
 /// Sessions per core: each round, every setup carries `--cost-sessions` for `--talk`;
