@@ -61,9 +61,9 @@ echo "== loopback forwarding (perf loopback)"
 cargo build --locked --release -q -p relay-mio -p relay-afxdp -p transceiver -p ufrag-model-backends -p ufrag-perf
 target/release/ufrag-perf loopback --out target/perf/loopback.md
 echo "== WebRTC sessions (perf sessions)"
-target/release/ufrag-perf sessions --out target/perf/sessions.md
+target/release/ufrag-perf sessions --browser-sessions 5 --out target/perf/sessions.md
 echo "== the model seam: built-in echo against the WebSocket bridge (perf model)"
-target/release/ufrag-perf model --steps 0 --out target/perf/model.md
+target/release/ufrag-perf model --steps 0 --rounds 6 --cost-rounds 4 --out target/perf/model.md
 echo "== live sessions under junk, through relay restarts and beside hostile clients (perf resilience)"
 target/release/ufrag-perf resilience --out target/perf/resilience.md
 echo "== is kernel bypass warranted? side by side on the netns testbed (perf compare; needs root; about 10 minutes)"
