@@ -171,7 +171,8 @@ pub struct RelayArgs {
     /// Number of workers (default: one per CPU in --cpus).
     #[arg(long, value_name = "N")]
     pub workers: Option<usize>,
-    /// CPUs to pin workers to, e.g. "0-3,6" (default: all online CPUs).
+    /// CPUs to pin workers to, e.g. "0-3,6" (default: the CPUs this process may run on,
+    /// its affinity mask: a container's cpuset, or what `taskset` gave it).
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
     /// A network transceivers live in (repeat; replaces the file's list).
@@ -385,14 +386,15 @@ impl RelayConfig {
 
     /// Loads the file named by `args.config` (if any), applies the flags, reads the hint
     /// keys from their file or from `env_keys` (the value of [`HINT_KEYS_ENV`]), and
-    /// validates. `online_cpus` is the default CPU count when no list is given. Reading
+    /// validates. `allowed_cpus` is the default CPU list when none is given (the process's
+    /// affinity mask: [`crate::runtime::lifecycle::allowed_cpus`]). Reading
     /// files is the runtime's job: without the `runtime` feature, use
     /// [`RelayConfig::from_toml`].
     #[cfg(feature = "runtime")]
     pub fn load(
         args: &RelayArgs,
         env_keys: Option<&str>,
-        online_cpus: usize,
+        allowed_cpus: &[usize],
     ) -> Result<Self, ConfigError> {
         let file = match &args.config {
             Some(path) => {
@@ -402,7 +404,7 @@ impl RelayConfig {
             }
             None => FileConfig::default(),
         };
-        Self::resolve(file, args, env_keys, online_cpus)
+        Self::resolve(file, args, env_keys, allowed_cpus)
     }
 
     /// Like [`RelayConfig::load`], with the config file's text given directly.
@@ -410,9 +412,9 @@ impl RelayConfig {
         text: &str,
         args: &RelayArgs,
         env_keys: Option<&str>,
-        online_cpus: usize,
+        allowed_cpus: &[usize],
     ) -> Result<Self, ConfigError> {
-        Self::resolve(Self::parse_file(text)?, args, env_keys, online_cpus)
+        Self::resolve(Self::parse_file(text)?, args, env_keys, allowed_cpus)
     }
 
     fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
@@ -429,7 +431,7 @@ impl RelayConfig {
         file: FileConfig,
         args: &RelayArgs,
         env_keys: Option<&str>,
-        online_cpus: usize,
+        allowed_cpus: &[usize],
     ) -> Result<Self, ConfigError> {
         fn pick<T>(flag: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
             if flag.is_empty() {
@@ -477,7 +479,8 @@ impl RelayConfig {
 
         let cpus = match args.cpus.as_deref().or(file.cpus.as_deref()) {
             Some(list) => parse_cpu_list(list).map_err(|reason| bad("cpus", reason))?,
-            None => (0..online_cpus.max(1)).collect(),
+            None if allowed_cpus.is_empty() => vec![0],
+            None => allowed_cpus.to_vec(),
         };
         let workers = args.workers.or(file.workers).unwrap_or(cpus.len());
         if workers == 0 || workers > MAX_WORKERS {
@@ -656,9 +659,17 @@ pub enum RouteStore {
     },
 }
 
-/// Checks that `url` names a Redis server (`field` says which key it came from).
+/// Checks that `url` names a Redis server (`field` says which key it came from). TLS
+/// (`rediss://`) is refused by name: the redis crate is built without it, and would
+/// otherwise fail only at the first connection.
 fn redis_url_checked(field: &str, url: &str) -> Result<(), ConfigError> {
-    let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
+    if url.starts_with("rediss://") {
+        return Err(bad(
+            field,
+            format!("`{url}`: TLS to Redis (rediss://) is not built in; use redis:// or unix://"),
+        ));
+    }
+    let scheme_ok = ["redis://", "unix://", "redis+unix://"]
         .iter()
         .any(|s| url.starts_with(s));
     if scheme_ok {
@@ -666,7 +677,7 @@ fn redis_url_checked(field: &str, url: &str) -> Result<(), ConfigError> {
     } else {
         Err(bad(
             field,
-            format!("`{url}`: expected redis://HOST:PORT, rediss:// or unix://PATH"),
+            format!("`{url}`: expected redis://HOST:PORT or unix://PATH"),
         ))
     }
 }

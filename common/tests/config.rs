@@ -31,7 +31,7 @@ allowed_transceiver_networks = ["10.0.0.0/8"]
 "#;
 
 fn load(toml: &str, flags: &[&str]) -> Result<RelayConfig, ConfigError> {
-    RelayConfig::from_toml(toml, &args(flags), Some(KEYS), 2)
+    RelayConfig::from_toml(toml, &args(flags), Some(KEYS), &[0, 1])
 }
 
 fn field_of(toml: &str, flags: &[&str]) -> String {
@@ -282,6 +282,7 @@ fn each_bad_field_is_named() {
         (MINIMAL, &["--idle-timeout", "2h"], "idle_timeout"),
         (MINIMAL, &["--drain-time", "1h"], "drain_time"),
         (MINIMAL, &["--redis-url", "http://x"], "redis_url"),
+        (MINIMAL, &["--redis-url", "rediss://x:6380"], "redis_url"),
         (
             MINIMAL,
             &[
@@ -296,6 +297,30 @@ fn each_bad_field_is_named() {
     for (toml, flags, field) in cases {
         assert_eq!(&field_of(toml, flags), field, "{toml:?} {flags:?}");
     }
+}
+
+#[test]
+fn without_a_cpu_list_the_workers_take_the_cpus_the_process_may_run_on() {
+    // A pod given cores 4 and 6 by the static CPU manager: one worker on each, not on
+    // CPUs 0 and 1 (outside its cpuset, where pinning fails and they would run unpinned).
+    let config = RelayConfig::from_toml(MINIMAL, &args(&[]), Some(KEYS), &[4, 6]).unwrap();
+    assert_eq!(config.worker_cpus, vec![4, 6]);
+    let one = RelayConfig::from_toml(MINIMAL, &args(&["--workers", "1"]), Some(KEYS), &[4, 6]);
+    assert_eq!(one.unwrap().worker_cpus, vec![4]);
+    let listed = RelayConfig::from_toml(MINIMAL, &args(&["--cpus", "1"]), Some(KEYS), &[4, 6]);
+    assert_eq!(listed.unwrap().worker_cpus, vec![1], "a list given wins");
+}
+
+#[test]
+fn tls_to_redis_is_refused_by_name_until_it_is_built_in() {
+    let e = load(MINIMAL, &["--redis-url", "rediss://cache:6380"]).unwrap_err();
+    assert_eq!(e.field, "redis_url", "{e}");
+    assert!(
+        e.reason
+            .contains("TLS to Redis (rediss://) is not built in"),
+        "{e}"
+    );
+    assert!(load(MINIMAL, &["--redis-url", "redis://cache:6379"]).is_ok());
 }
 
 #[test]
@@ -327,15 +352,15 @@ fn keys_come_from_a_private_file_or_the_environment_never_both() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let p = path.to_str().unwrap();
 
-    let ok = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, 1).unwrap();
+    let ok = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, &[0]).unwrap();
     assert_eq!(ok.hint_keys.current().id(), 1);
 
-    let both = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), Some(KEYS), 1);
+    let both = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), Some(KEYS), &[0]);
     assert_eq!(both.unwrap_err().field, "hint_keys_file");
 
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let open =
-        RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, 1).unwrap_err();
+        RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, &[0]).unwrap_err();
     assert_eq!(open.field, "hint_keys_file");
     assert!(open.reason.contains("0644"), "{open}");
 
@@ -345,21 +370,21 @@ fn keys_come_from_a_private_file_or_the_environment_never_both() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
     let own_group = std::fs::metadata("/proc/self").unwrap().gid();
     std::os::unix::fs::chown(&path, None, Some(own_group)).unwrap();
-    let shared = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, 1);
+    let shared = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, &[0]);
     assert_eq!(shared.unwrap().hint_keys.current().id(), 1);
     std::os::unix::fs::chown(&path, None, Some(own_group + 4242)).unwrap();
-    let other = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, 1);
+    let other = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, &[0]);
     assert!(other.unwrap_err().reason.contains("0640"));
 
-    let none = RelayConfig::from_toml(MINIMAL, &args(&[]), None, 1).unwrap_err();
+    let none = RelayConfig::from_toml(MINIMAL, &args(&[]), None, &[0]).unwrap_err();
     assert_eq!(none.field, "hint_keys_file");
-    let bad_env = RelayConfig::from_toml(MINIMAL, &args(&[]), Some("1:abc"), 1).unwrap_err();
+    let bad_env = RelayConfig::from_toml(MINIMAL, &args(&[]), Some("1:abc"), &[0]).unwrap_err();
     assert_eq!(bad_env.field, "UFRAG_RELAY_HINT_KEYS");
     let two = RelayConfig::from_toml(
         MINIMAL,
         &args(&[]),
         Some(&format!("2:{},{KEYS}", &KEYS[2..])),
-        1,
+        &[0],
     )
     .unwrap();
     assert_eq!(two.hint_keys.current().id(), 2);
@@ -379,7 +404,7 @@ fn missing_config_file_is_named() {
     let e = RelayConfig::load(
         &args(&["--config", "/nonexistent/relay.toml"]),
         Some(KEYS),
-        1,
+        &[0],
     )
     .unwrap_err();
     assert_eq!(e.field, "config");

@@ -204,8 +204,12 @@ fn relay_in_namespace() {
         .chain(args),
     )
     .expect("the flags parse");
-    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let config = RelayConfig::load(&cli.relay, Some(KEYS), online).expect("the config loads");
+    let config = RelayConfig::load(
+        &cli.relay,
+        Some(KEYS),
+        &ufrag_common::runtime::lifecycle::allowed_cpus(),
+    )
+    .expect("the config loads");
     alloc::count_threads_named("relay-w");
     let running = Relay::start(&config, &cli.afxdp).expect("relay-afxdp starts");
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -51,8 +51,8 @@ impl RelayWorker for Worker {
 ///     "--allow-transceiver-net", "10.0.0.0/8",
 /// ]);
 /// let keys = std::env::var(HINT_KEYS_ENV).ok(); // `<id>:<hex secret>`, current first
-/// let cpus = std::thread::available_parallelism()?.get();
-/// let config = RelayConfig::load(&cli.relay, keys.as_deref(), cpus)?;
+/// let cpus = ufrag_common::runtime::lifecycle::allowed_cpus(); // the affinity mask
+/// let config = RelayConfig::load(&cli.relay, keys.as_deref(), &cpus)?;
 /// let running = Relay::start(&config)?; // every socket bound, workers pinned, ready
 /// TerminationSignal::register()?.wait();
 /// running.drain(config.drain_time); // /readyz 503, flows keep going, then stop

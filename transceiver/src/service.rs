@@ -54,7 +54,8 @@ pub struct TransceiverOptions {
     #[arg(long, default_value_t = 1)]
     pub workers: usize,
     /// CPUs to pin the workers to, e.g. `0-3,6`: worker i runs on the i-th listed CPU
-    /// (with fewer CPUs than workers, the list repeats). Unpinned when absent.
+    /// (with fewer CPUs than workers, the list repeats). Unpinned when absent: they run
+    /// on the CPUs the process may run on (a pod's cpuset), wherever the kernel puts them.
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
     /// The relay VIP:port to advertise as the only candidate.

@@ -317,12 +317,22 @@ pub fn serve<S: Service>(
     }
 }
 
+/// The CPUs this thread may run on, in order: its affinity mask (a container's cpuset,
+/// or what `taskset` gave the process), read before any thread is pinned. The workers'
+/// default CPU list: under Kubernetes' static CPU manager these are the pod's own cores,
+/// not CPUs 0..N. Falls back to 0..available_parallelism if the mask cannot be read.
+pub fn allowed_cpus() -> Vec<usize> {
+    match core_affinity::get_core_ids() {
+        Some(ids) if !ids.is_empty() => ids.into_iter().map(|c| c.id).collect(),
+        _ => (0..std::thread::available_parallelism().map_or(1, |n| n.get())).collect(),
+    }
+}
+
 /// Loads the relay configuration from the parsed flags and the hint-key environment
 /// variable; on error prints it and returns exit code 2.
 pub fn load_config(name: &str, args: &RelayArgs) -> Result<RelayConfig, std::process::ExitCode> {
     let env_keys = std::env::var(HINT_KEYS_ENV).ok();
-    let online = std::thread::available_parallelism().map_or(1, |n| n.get());
-    RelayConfig::load(args, env_keys.as_deref(), online).map_err(|e| {
+    RelayConfig::load(args, env_keys.as_deref(), &allowed_cpus()).map_err(|e| {
         eprintln!("{name}: {e}");
         std::process::ExitCode::from(2)
     })

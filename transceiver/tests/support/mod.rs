@@ -62,7 +62,7 @@ impl TestRelay {
         ];
         argv.extend(extra.iter().map(|s| s.to_string()));
         let args = <Cli as clap::Parser>::parse_from(argv).relay;
-        let config = RelayConfig::load(&args, env_keys, 2).unwrap();
+        let config = RelayConfig::load(&args, env_keys, &[0, 1]).unwrap();
         let relay = Relay::start(&config).unwrap();
         TestRelay {
             relay: Some(relay),
