@@ -14,7 +14,20 @@ know about this project:
 - the hint-key Secret is mounted readable by no one but its owner and the pod's own group
   (fsGroup): the binaries refuse a key file readable by others or by another group;
 - every workload of ours has a PodDisruptionBudget, and a LoadBalancer keeps the client's
-  source address (`externalTrafficPolicy: Local`).
+  source address (`externalTrafficPolicy: Local`);
+- no container takes a host port that a node agent holds on every node (9100:
+  node_exporter's);
+- a Redis that evicts (a `--maxmemory-policy` other than noeviction) is given a
+  `--maxmemory` below its memory limit: without it Redis never evicts and is OOM-killed;
+- a NetworkPolicy's address block admits the whole network the transceiver accepts
+  relays from (`RELAY_NET` in a ConfigMap);
+- relay-afxdp in native XDP mode says its AF_XDP bind mode (`--bind-mode`): left out it
+  is copy, which a lab or a node with a zero-copy NIC does not want by accident;
+- every kustomization a user applies (one no other includes) maps each of our images it
+  deploys (`images:`), so none is pulled as `localhost/…`;
+- the transceiver's media ports, one per worker from `--bind`'s port (`--workers`), are
+  each declared by its pod, listed by every Service that selects it with UDP ports, and
+  admitted by every NetworkPolicy that selects it.
 
 Prints one line per problem and exits 1 if there is any, else prints a summary and exits 0.
 
@@ -22,6 +35,7 @@ Prints one line per problem and exits 1 if there is any, else prints a summary a
 """
 
 import argparse
+import ipaddress
 import pathlib
 import re
 import subprocess
@@ -33,6 +47,9 @@ import yaml
 KUBERNETES = "1.37.0"
 OUR_IMAGES = ("relay-mio", "relay-afxdp", "transceiver")
 AFXDP_CAPABILITIES = {"BPF", "NET_ADMIN", "NET_RAW"}
+NODE_AGENT_PORTS = {9100: "node_exporter", 10250: "the kubelet", 10256: "kube-proxy"}
+BYTES = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 10**6, "mb": 2**20, "g": 10**9, "gb": 2**30,
+         "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "t": 10**12}
 
 
 def image_binary(image):
@@ -50,8 +67,137 @@ def whole_cpus(value):
     return re.fullmatch(r"[1-9][0-9]*", str(value)) is not None
 
 
+def size_in_bytes(text):
+    """`800mb` (Redis) or `1Gi` (Kubernetes) in bytes; None if neither."""
+    m = re.fullmatch(r"([0-9]+)([a-zA-Z]*)", str(text).strip())
+    if not m or m.group(2).lower() not in BYTES:
+        return None
+    return int(m.group(1)) * BYTES[m.group(2).lower()]
+
+
+def check_host_ports(where, container, problems):
+    for port in container.get("ports", []):
+        agent = NODE_AGENT_PORTS.get(port.get("hostPort"))
+        if agent:
+            problems.append(f"{where}: hostPort {port['hostPort']} is {agent}'s on every node")
+
+
+def check_redis(where, container, problems):
+    args = [str(a) for a in container.get("args", [])]
+    value = lambda flag: args[args.index(flag) + 1] if flag in args[:-1] else None
+    policy = value("--maxmemory-policy")
+    if policy is None or policy == "noeviction":
+        return
+    limit = size_in_bytes(container.get("resources", {}).get("limits", {}).get("memory", ""))
+    maxmemory = size_in_bytes(value("--maxmemory") or "")
+    if not maxmemory:
+        problems.append(
+            f"{where}: --maxmemory-policy {policy} without --maxmemory never evicts: "
+            "Redis is OOM-killed at its memory limit"
+        )
+    elif limit is None or maxmemory >= limit:
+        problems.append(f"{where}: --maxmemory {value('--maxmemory')} is not below its limit")
+
+
+def media_ports(container):
+    """The UDP ports a transceiver's workers bind: `--bind`'s port and one more per
+    worker beyond the first; None for another binary or without `--bind`."""
+    if image_binary(container.get("image", "")) != "transceiver":
+        return None
+    args = dict(a.split("=", 1) for a in container.get("args", []) if "=" in a)
+    bind = args.get("--bind", "")
+    if not re.search(r":[0-9]+$", bind):
+        return None
+    first = int(bind.rsplit(":", 1)[1])
+    return set(range(first, first + int(args.get("--workers", "1"))))
+
+
+def our_images_in(kustomization):
+    """Our images (without tags) that the resources of `kustomization` deploy, nested
+    kustomizations included."""
+    found = set()
+    for resource in yaml.safe_load(kustomization.read_text()).get("resources", []):
+        target = kustomization.parent / resource
+        if (target / "kustomization.yaml").is_file():
+            found |= our_images_in(target / "kustomization.yaml")
+        elif target.is_file():
+            for doc in yaml.safe_load_all(target.read_text()):
+                template = (doc or {}).get("spec", {}).get("template", {}).get("spec", {})
+                for container in template.get("containers", []):
+                    image = container.get("image", "")
+                    if image_binary(image) in OUR_IMAGES:
+                        found.add(image.rsplit(":", 1)[0])
+    return found
+
+
+def check_images_mapped(directory, problems):
+    kustomizations = sorted(directory.rglob("kustomization.yaml"))
+    included = set()
+    for k in kustomizations:
+        for resource in yaml.safe_load(k.read_text()).get("resources", []):
+            included.add((k.parent / resource / "kustomization.yaml").resolve())
+    for k in kustomizations:
+        if k.resolve() in included:
+            continue
+        mapped = {i.get("name") for i in yaml.safe_load(k.read_text()).get("images", [])}
+        for image in sorted(our_images_in(k) - mapped):
+            problems.append(
+                f"{k.relative_to(directory)}: deploys {image} with no images: entry "
+                "(it would be pulled from localhost)"
+            )
+
+
+def selects(selector, labels):
+    return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
+
+
+def check_media_ports(objects, problems):
+    for name, doc in objects:
+        if doc.get("kind") not in ("Deployment", "DaemonSet", "StatefulSet"):
+            continue
+        labels = doc["spec"]["template"]["metadata"]["labels"]
+        for container in doc["spec"]["template"]["spec"]["containers"]:
+            wanted = media_ports(container)
+            if not wanted:
+                continue
+            declared = {
+                p["containerPort"]
+                for p in container.get("ports", [])
+                if p.get("protocol") == "UDP"
+            }
+            if declared != wanted:
+                problems.append(
+                    f"{name}: its workers bind UDP {sorted(wanted)}, its pod declares "
+                    f"{sorted(declared)}"
+                )
+            for other, obj in objects:
+                kind, spec = obj.get("kind"), obj.get("spec", {})
+                if kind == "Service" and selects(spec.get("selector"), labels):
+                    listed = {p["port"] for p in spec.get("ports", []) if p.get("protocol") == "UDP"}
+                    if listed and listed != wanted:
+                        problems.append(
+                            f"{other}: lists UDP {sorted(listed)}, the workers bind {sorted(wanted)}"
+                        )
+                if kind == "NetworkPolicy" and selects(
+                    spec.get("podSelector", {}).get("matchLabels"), labels
+                ):
+                    admitted = set()
+                    for rule in spec.get("ingress", []):
+                        for p in rule.get("ports", []):
+                            if p.get("protocol") == "UDP":
+                                admitted |= set(range(p["port"], p.get("endPort", p["port"]) + 1))
+                    if admitted and not wanted <= admitted:
+                        problems.append(
+                            f"{other}: admits UDP {sorted(admitted)}, the workers bind "
+                            f"{sorted(wanted)}"
+                        )
+
+
 def check_container(where, container, pod, flags, problems):
+    check_host_ports(where, container, problems)
     binary = image_binary(container.get("image", ""))
+    if binary == "redis":
+        check_redis(where, container, problems)
     if binary not in OUR_IMAGES:
         return
     env = {e["name"] for e in container.get("env", [])}
@@ -74,6 +220,14 @@ def check_container(where, container, pod, flags, problems):
     caps = container.get("securityContext", {}).get("capabilities", {})
     if caps.get("drop") != ["ALL"]:
         problems.append(f"{where}: capabilities not dropped: {caps}")
+    args = container.get("args", [])
+    if binary == "relay-afxdp" and "--xdp-mode=native" in args and not any(
+        a.startswith("--bind-mode=") for a in args
+    ):
+        problems.append(
+            f"{where}: native XDP without --bind-mode copies every frame: ask for "
+            "--bind-mode=zerocopy, or say --bind-mode=copy"
+        )
     added = set(caps.get("add", []))
     wanted = AFXDP_CAPABILITIES if binary == "relay-afxdp" else set()
     if added != wanted:
@@ -129,9 +283,25 @@ def main():
         for _, doc in objects
         if doc.get("kind") == "PodDisruptionBudget"
     ]
+    relay_nets = {
+        doc["data"]["RELAY_NET"]
+        for _, doc in objects
+        if doc.get("kind") == "ConfigMap" and "RELAY_NET" in doc.get("data", {})
+    }
     workloads = 0
     for name, doc in objects:
         kind = doc.get("kind")
+        if kind == "NetworkPolicy":
+            for rule in doc["spec"].get("ingress", []):
+                for peer in rule.get("from", []):
+                    cidr = peer.get("ipBlock", {}).get("cidr")
+                    for net in map(ipaddress.ip_network, relay_nets if cidr else []):
+                        block = ipaddress.ip_network(cidr)
+                        if net.version == block.version and not net.subnet_of(block):
+                            problems.append(
+                                f"{name}: ipBlock {cidr} leaves out part of RELAY_NET {net}, "
+                                "the relays the transceiver accepts"
+                            )
         if kind == "Service" and doc["spec"].get("type") == "LoadBalancer":
             if doc["spec"].get("externalTrafficPolicy") != "Local":
                 problems.append(f"{name}: a LoadBalancer must keep the client's address (Local)")
@@ -139,6 +309,8 @@ def main():
             continue
         pod = doc["spec"]["template"]["spec"]
         if not any(image_binary(c.get("image", "")) in OUR_IMAGES for c in pod["containers"]):
+            for container in pod["containers"]:
+                check_container(f"{name} ({container['name']})", container, pod, flags, problems)
             continue
         workloads += 1
         labels = doc["spec"]["template"]["metadata"]["labels"]
@@ -147,6 +319,8 @@ def main():
         for container in pod["containers"]:
             check_container(f"{name} ({container['name']})", container, pod, flags, problems)
 
+    check_media_ports(objects, problems)
+    check_images_mapped(args.directory, problems)
     for problem in problems:
         print(problem)
     if problems:

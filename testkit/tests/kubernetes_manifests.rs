@@ -1,7 +1,8 @@
 //! The Kubernetes manifests (`deploy/kubernetes`), checked offline by
 //! `deploy/kubernetes/check.py`: every object against the Kubernetes 1.37 schema (strict),
 //! and what a schema cannot know (our binaries' flags, QoS, probes, capabilities, the key
-//! file's mode, disruption budgets). The checker must also refuse manifests that are
+//! file's mode, disruption budgets, node agents' host ports, Redis eviction, the network
+//! policy's address block). The checker must also refuse manifests that are
 //! wrong. Its Python (kubernetes-validate from PyPI) is installed by `scripts/test.sh`
 //! (`UFRAG_K8S_PYTHON`); without it this test fails, it does not skip.
 
@@ -81,6 +82,7 @@ fn the_checker_refuses_manifests_that_are_wrong() {
     copy_tree(&workspace().join("deploy/kubernetes"), &dir);
     let transceiver = dir.join("base/transceiver.yaml");
     edit(&transceiver, "--workers=2", "--wrokers=2");
+    edit(&transceiver, "--drain-time=30s", "--workers=3");
     edit(&transceiver, "defaultMode: 0440", "defaultMode: 0444");
     edit(
         &transceiver,
@@ -97,6 +99,31 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "externalTrafficPolicy: Local",
         "externalTrafficPolicy: Cluster",
     );
+    edit(
+        &dir.join("overlays/loadbalancer/kustomization.yaml"),
+        "  - name: localhost/ufrag-relay/transceiver",
+        "  - name: localhost/ufrag-relay/transceiver-typo",
+    );
+    edit(
+        &dir.join("overlays/afxdp/relay.yaml"),
+        "- --bind-mode=zerocopy",
+        "- --log-format=json",
+    );
+    edit(
+        &dir.join("overlays/hostnetwork/relay.yaml"),
+        "hostPort: 9590",
+        "hostPort: 9100",
+    );
+    edit(
+        &dir.join("base/redis.yaml"),
+        r#""--maxmemory", "800mb","#,
+        "",
+    );
+    edit(
+        &dir.join("base/network-policy.yaml"),
+        "cidr: 10.0.0.0/8",
+        "cidr: 10.0.0.0/16",
+    );
     let out = check(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let said = String::from_utf8_lossy(&out.stdout);
@@ -107,6 +134,14 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "terminationGracePeriod",
         "want ['BPF', 'NET_ADMIN', 'NET_RAW']",
         "must keep the client's address",
+        "hostPort 9100 is node_exporter's on every node",
+        "native XDP without --bind-mode copies every frame",
+        "overlays/loadbalancer/kustomization.yaml: deploys localhost/ufrag-relay/transceiver with no images: entry",
+        "--maxmemory-policy volatile-ttl without --maxmemory never evicts",
+        "ipBlock 10.0.0.0/16 leaves out part of RELAY_NET 10.0.0.0/8",
+        "its workers bind UDP [41000, 41001, 41002], its pod declares [41000, 41001]",
+        "lists UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
+        "admits UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
     ] {
         assert!(said.contains(problem), "`{problem}` in:\n{said}");
     }
