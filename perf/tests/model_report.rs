@@ -5,14 +5,18 @@
 
 use std::process::Command;
 
+use testkit::cargo_build::{bin, package_bin};
+
 fn ufrag_perf() -> Command {
     Command::new(env!("CARGO_BIN_EXE_ufrag-perf"))
 }
 
 #[test]
 fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
-    let transceiver =
-        std::path::Path::new(env!("CARGO_BIN_EXE_ufrag-perf")).with_file_name("transceiver");
+    // `ufrag-perf model` runs the transceiver and model-echo found next to it: `cargo
+    // test` builds neither as a binary, so build them (in this test's profile) first.
+    let transceiver = bin("transceiver");
+    package_bin("ufrag-model-backends", "model-echo");
     let dir = std::env::temp_dir().join(format!("ufrag-model-report-{}", std::process::id()));
     let out = dir.join("model.md");
     let status = ufrag_perf()

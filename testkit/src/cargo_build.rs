@@ -21,6 +21,13 @@ pub fn bin(name: &str) -> PathBuf {
     profile_dir().join(name)
 }
 
+/// The binary `name` of workspace package `package` (`model-echo` of
+/// `ufrag-model-backends`), built if needed.
+pub fn package_bin(package: &str, name: &str) -> PathBuf {
+    build(package, &["--bin", name]);
+    profile_dir().join(name)
+}
+
 /// `package`'s test binary with fault injection compiled in (`<package>-faults`, built
 /// with `--features fault-injection`; the package's own binary never has it), built if
 /// needed.
