@@ -16,10 +16,10 @@
 //! [`ModelBackend::handle`] puts the message on a bounded queue under a short lock;
 //! [`ModelBackend::flush`], once per pass of the worker's loop, notifies the bridge
 //! thread if the pass queued anything and no notification is pending, and the bridge
-//! sends all that is queued with one flush of the connection. [`ModelBackend::poll`] takes what the backend sent from a bounded
-//! channel. The bridge thread wakes the worker (its mio `Waker`) only when no wake-up
-//! is already pending, so a burst from the backend costs one wake-up, not one each.
-//! Nothing the worker calls does I/O.
+//! sends all that is queued with one flush of the connection. [`ModelBackend::poll`]
+//! takes what the backend sent from a bounded channel. The bridge thread wakes the
+//! worker (its mio `Waker`) only when no wake-up is already pending, so a burst from the
+//! backend costs one wake-up, not one each. Nothing the worker calls does I/O.
 //!
 //! # Bounds, and what happens at each
 //!
