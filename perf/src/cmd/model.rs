@@ -135,6 +135,15 @@ fn load(
     (step, share(0), share(1))
 }
 
+/// The backend's CPU cell: a dash for the built-in echo (setup 0), which has none.
+fn backend_cell(at: usize, cpu_percent: f64) -> String {
+    if at == 0 {
+        "–".into()
+    } else {
+        format!("{cpu_percent:.0} %")
+    }
+}
+
 fn held(step: &crate::sessions::LoadStep) -> bool {
     step.connected == step.sessions && step.loss() < 0.01
 }
@@ -409,11 +418,7 @@ fn cost_rounds(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &O
             let (step, cpu, backend) = load(setup, backend_pid, ips, sessions, options.talk);
             let ok = held(&step) && cpu > 0.0;
             per_core[at].push(ok.then(|| sessions as f64 / (cpu / 100.0)));
-            let backend = if at == 0 {
-                "–".into()
-            } else {
-                format!("{backend:.0} %")
-            };
+            let backend = backend_cell(at, backend);
             let _ = writeln!(
                 rows,
                 "| {} | {} | {}/{sessions} | {:.2} % | {cpu:.0} % | {backend} | {} |",
@@ -527,11 +532,7 @@ fn largest_load(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &
             let setup = &setups[at];
             eprintln!("largest load: {sessions} sessions, {}…", setup.name);
             let (step, cpu, backend) = load(setup, backend_pid, ips, sessions, options.talk);
-            let backend = if at == 0 {
-                "–".into()
-            } else {
-                format!("{backend:.0} %")
-            };
+            let backend = backend_cell(at, backend);
             let _ = writeln!(
                 out,
                 "| {sessions} | {} | {} | {:.2} % | {cpu:.0} % | {backend} |",
