@@ -459,6 +459,20 @@ impl HintKeys {
     }
 }
 
+/// The id of the key a hint ufrag names (byte 1 of its record), not verified: for a
+/// transceiver counting its own sessions by key, never for admitting anything. `None` when
+/// `ufrag` is not a hint.
+pub fn key_id_of(ufrag: &[u8]) -> Option<u8> {
+    let raw_len = match ufrag.len() {
+        HINT_LEN_V4 => RAW_LEN_V4,
+        HINT_LEN_V6 => RAW_LEN_V6,
+        _ => return None,
+    };
+    let mut raw = [0u8; RAW_LEN_V6];
+    ice_chars::decode(ufrag, &mut raw[..raw_len]).ok()?;
+    Some(raw[1])
+}
+
 /// The wall clock in Unix seconds, as hints carry it (until 2106).
 pub fn unix_seconds(at: std::time::SystemTime) -> u32 {
     let seconds = at

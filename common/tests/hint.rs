@@ -7,6 +7,7 @@ use ipnet::IpNet;
 use proptest::prelude::*;
 use ufrag_common::hint::{
     HINT_LEN_V4, HINT_LEN_V6, HintError, HintKey, HintKeys, KeyError, PASSWORD_LEN, RoutingHint,
+    key_id_of,
 };
 use ufrag_common::ice_chars::is_ice_char;
 use ufrag_common::stun::{self, StunView};
@@ -41,6 +42,17 @@ fn ipv4_hint_round_trips_and_is_a_valid_ice_ufrag() {
     let verified = keys.verify(ufrag.as_bytes(), &allowed()).unwrap();
     assert_eq!(verified.hint, h);
     assert_eq!(verified.key_id, 1);
+}
+
+#[test]
+fn the_key_id_reads_from_a_ufrag_of_either_family_and_nothing_else_reads_as_one() {
+    let keys = HintKeys::new(HintKey::new(42, SECRET_B).unwrap(), None).unwrap();
+    for addr in ["10.1.2.3:40000", "[fd00::1:2]:5000"] {
+        let ufrag = keys.encode(&hint(addr), MINTED, [3; 5]);
+        assert_eq!(key_id_of(ufrag.as_bytes()), Some(42), "{addr}");
+    }
+    assert_eq!(key_id_of(b"abcd"), None, "too short for a hint");
+    assert_eq!(key_id_of(&[b'!'; HINT_LEN_V4]), None, "not ICE characters");
 }
 
 #[test]

@@ -145,6 +145,7 @@ pub struct TransceiverMetrics {
     http_refusals: Vec<Counter>,
     worker_failures: Counter,
     hint_key_current: Gauge,
+    sessions_by_hint_key: Family<Vec<(&'static str, String)>, Gauge>,
     /// Hint key file reloads: `[taken, refused]`.
     hint_key_reloads: [Counter; 2],
     ready: AtomicBool,
@@ -240,6 +241,14 @@ impl TransceiverMetrics {
             "Id of the current hint key (it mints new sessions' ufrags).",
             hint_key_current.clone(),
         );
+        let sessions_by_hint_key = Family::<Vec<(&'static str, String)>, Gauge>::default();
+        registry.register(
+            "sessions_by_hint_key",
+            "Live sessions whose server ufrag was minted with each hint key (by key id): a \
+             previous key may leave the relays' and transceivers' key files once its count is \
+             0 and hint_max_age has passed since it stopped minting.",
+            sessions_by_hint_key.clone(),
+        );
         let hint_key_reloads = Family::<Labels, Counter>::default();
         registry.register(
             "hint_key_reloads",
@@ -306,6 +315,7 @@ impl TransceiverMetrics {
                 .collect(),
             worker_failures,
             hint_key_current,
+            sessions_by_hint_key,
             hint_key_reloads: ["taken", "refused"].map(|r| by(&hint_key_reloads, "result", r)),
             ready: AtomicBool::new(false),
             model_drops: ModelDrop::ALL
@@ -413,6 +423,14 @@ impl TransceiverMetrics {
     /// The hint keys in use now have `current` as their current key id.
     pub fn hint_key_in_use(&self, current: u8) {
         self.hint_key_current.set(i64::from(current));
+    }
+
+    /// A live session's server ufrag, minted with hint key `key`, came (`+1`) or went
+    /// (`-1`): a session created or ended, or an ICE restart's new ufrag.
+    pub fn session_hint_key(&self, key: u8, change: i64) {
+        self.sessions_by_hint_key
+            .get_or_create(&vec![("hint_key", key.to_string())])
+            .inc_by(change);
     }
 
     /// A reload of the hint key file took effect (`true`) or was refused (`false`).

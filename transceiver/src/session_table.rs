@@ -264,6 +264,11 @@ impl<S> SessionTable<S> {
         self.slots.get(&id).map_or(&[], |slot| &slot.paths)
     }
 
+    /// Session `id`'s server ufrag now.
+    pub fn ufrag_of(&self, id: SessionId) -> Option<&str> {
+        self.slots.get(&id).map(|slot| slot.ufrag.as_str())
+    }
+
     /// Gives session `id` a new server ufrag (ICE restart): STUN for the old one no
     /// longer reaches it. False if there is no such session or the ufrag is taken.
     pub fn rekey(&mut self, id: SessionId, ufrag: String) -> bool {

@@ -26,6 +26,7 @@ use str0m::config::DtlsCert;
 use str0m::net::Protocol;
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN, Transport};
+use ufrag_common::hint::key_id_of;
 use ufrag_common::runtime::keys::SharedKeys;
 use ufrag_udp::{PushError, RecvBatch, SendBatch};
 
@@ -347,9 +348,15 @@ impl Worker {
         random: [u8; ufrag_common::hint::RANDOM_LEN],
     ) -> Option<IceCreds> {
         let local = self.mint.credentials(random);
+        let old_key = self
+            .sessions
+            .ufrag_of(id)
+            .and_then(|u| key_id_of(u.as_bytes()));
         if !self.sessions.rekey(id, local.ufrag.clone()) {
             return None;
         }
+        self.count_hint_key(old_key, -1);
+        self.count_hint_key(key_id_of(local.ufrag.as_bytes()), 1);
         self.sessions
             .get_mut(id)?
             .restart_ice(local.clone(), remote);
@@ -372,6 +379,7 @@ impl Worker {
                 "session id or ufrag collision: try again".into(),
             ));
         }
+        self.count_hint_key(key_id_of(ufrag.as_bytes()), 1);
         tracing::info!(
             session = format!("{id:016x}"),
             ufrag,
@@ -386,10 +394,23 @@ impl Worker {
         Ok(())
     }
 
+    /// Counts a live session's ufrag under the hint key `key` minted it with
+    /// (`ufrag_transceiver_sessions_by_hint_key`): `change` is +1 or -1.
+    fn count_hint_key(&self, key: Option<u8>, change: i64) {
+        if let Some(key) = key {
+            self.metrics.session_hint_key(key, change);
+        }
+    }
+
     fn end(&mut self, id: SessionId, reason: EndReason) {
+        let key = self
+            .sessions
+            .ufrag_of(id)
+            .and_then(|u| key_id_of(u.as_bytes()));
         let Some(mut session) = self.sessions.remove(id) else {
             return;
         };
+        self.count_hint_key(key, -1);
         session.disconnect();
         self.load
             .sessions

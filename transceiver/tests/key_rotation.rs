@@ -101,6 +101,13 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     let a = converse_with_echo(a, "A, minted under key 1", 10, 8);
     let c = signaled(&xcvr);
     let mut g = signaled(&xcvr);
+    // Live sessions by the key that minted their ufrag: what tells an operator when an
+    // old key may go.
+    let by_key = |key: u8| {
+        let series = format!("ufrag_transceiver_sessions_by_hint_key{{hint_key=\"{key}\"}}");
+        testkit::http::metric(None, xcvr.http, &series)
+    };
+    assert_eq!(by_key(1), 3.0, "A, C and G under key 1");
 
     // Rotation: key 2 current, key 1 previous. The transceiver hears SIGHUP; the relay
     // sees the file change.
@@ -115,6 +122,7 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     assert!(minted_under(&ufrag(&b), NEW), "B carries the new key");
     assert!(!minted_under(&ufrag(&b), KEYS));
     converse_with_echo(b, "B, minted under key 2", 10, 8);
+    assert_eq!((by_key(1), by_key(2)), (3.0, 1.0), "B under key 2");
     let heard = a.audio_received;
     converse_with_echo(a, "A, through the rotation", 10, heard + 8);
     converse_with_echo(c, "C, first flow under the previous key", 10, 8);
@@ -141,6 +149,23 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
         std::thread::sleep(Duration::from_millis(10));
     }
     assert!(g.connected_at.is_none(), "G never connects");
+    // G ended (DELETE): one fewer session holds key 1.
+    let location = g.location.clone().expect("G's Location");
+    let deleted = http_request(xcvr.http, "DELETE", &location, None, &[]).unwrap();
+    assert!(
+        deleted.status < 300,
+        "DELETE {location}: {}",
+        deleted.status
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while by_key(1) != 2.0 {
+        assert!(
+            Instant::now() < deadline,
+            "key 1 still counts {}",
+            by_key(1)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(
         testkit::http::metric(None, relay.metrics, unknown) > before,
         "the relay refused G's checks as hint_unknown_key"
