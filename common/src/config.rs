@@ -139,7 +139,9 @@ pub enum LogFormat {
 }
 
 /// How a relay worker waits when it has nothing to read.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize, serde::Serialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PollMode {
     /// Sleep in the kernel (epoll, poll) until a datagram or the tick is due: the core is
@@ -214,9 +216,31 @@ pub struct RelayArgs {
     /// The master's name in the Sentinels' configuration.
     #[arg(long, value_name = "NAME")]
     pub redis_sentinel_master: Option<String>,
+    /// The Redis ACL user (default: Redis's `default` user).
+    #[arg(long, value_name = "NAME")]
+    pub redis_username: Option<String>,
+    /// A file holding the Redis password (mode 0600); or UFRAG_REDIS_PASSWORD. Never in a
+    /// URL: that shows in `ps` and in config maps.
+    #[arg(long, value_name = "FILE")]
+    pub redis_password_file: Option<PathBuf>,
+    /// For rediss:// URLs: the CA certificate(s) (PEM) that sign Redis's certificate
+    /// (default: the system's roots).
+    #[arg(long, value_name = "FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// For rediss:// URLs, when Redis asks for client certificates: this relay's
+    /// certificate chain (PEM); needs --redis-client-key-file.
+    #[arg(long, value_name = "FILE")]
+    pub redis_client_cert_file: Option<PathBuf>,
+    /// The client certificate's private key (PEM, mode 0600).
+    #[arg(long, value_name = "FILE")]
+    pub redis_client_key_file: Option<PathBuf>,
     /// Where /metrics, /healthz and /readyz listen.
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<SocketAddr>,
+    /// Print the effective configuration (the file, the flags and the defaults, as a config
+    /// file that loads to the same; hint keys never printed) and exit.
+    #[arg(long)]
+    pub print_config: bool,
     /// Live flows one session (server ufrag) may hold in one worker (default 8).
     #[arg(long, value_name = "N")]
     pub max_flows_per_session: Option<u16>,
@@ -263,8 +287,9 @@ pub struct RelayArgs {
     pub tcp_accepts_per_worker: Option<u32>,
 }
 
-/// The config file, as written: every key optional, unknown keys rejected.
-#[derive(Debug, Default, Deserialize)]
+/// The config file, as written: every key optional, unknown keys rejected. Also what
+/// `--print-config` writes ([`RelayConfig::to_toml`]), every key filled in.
+#[derive(Debug, Default, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     vips: Option<Vec<SocketAddr>>,
@@ -274,7 +299,6 @@ struct FileConfig {
     allowed_transceiver_networks: Option<Vec<IpNet>>,
     hint_keys_file: Option<PathBuf>,
     cluster_id: Option<u16>,
-    clusters: Option<BTreeMap<String, SocketAddr>>,
     global_relay_networks: Option<Vec<IpNet>>,
     flows_per_worker: Option<usize>,
     idle_timeout: Option<String>,
@@ -283,6 +307,11 @@ struct FileConfig {
     redis_cluster_nodes: Option<Vec<String>>,
     redis_sentinels: Option<Vec<String>>,
     redis_sentinel_master: Option<String>,
+    redis_username: Option<String>,
+    redis_password_file: Option<PathBuf>,
+    redis_ca_file: Option<PathBuf>,
+    redis_client_cert_file: Option<PathBuf>,
+    redis_client_key_file: Option<PathBuf>,
     metrics_addr: Option<SocketAddr>,
     max_flows_per_session: Option<u16>,
     new_flows_per_prefix: Option<u32>,
@@ -297,6 +326,8 @@ struct FileConfig {
     tcp_handshake_timeout: Option<String>,
     tcp_accepts_per_prefix: Option<u32>,
     tcp_accepts_per_worker: Option<u32>,
+    /// Last: TOML writes a table after every plain key.
+    clusters: Option<BTreeMap<String, SocketAddr>>,
 }
 
 /// A validated relay configuration.
@@ -329,6 +360,8 @@ pub struct RelayConfig {
     pub drain_time: Duration,
     /// Where the route cache keeps flows, if anywhere.
     pub route_store: Option<RouteStore>,
+    /// Who the route cache is to Redis, and how it checks Redis: user, password, TLS.
+    pub redis_access: RedisAccess,
     /// Metrics and health listen address.
     pub metrics_addr: SocketAddr,
     /// What one session, source prefix and worker may cost in new flows.
@@ -417,6 +450,78 @@ impl RelayConfig {
         Self::resolve(Self::parse_file(text)?, args, env_keys, allowed_cpus)
     }
 
+    /// The effective configuration as a config file (`--print-config`): every key, the
+    /// defaults filled in, so that loading it again gives this configuration. The hint keys
+    /// are never written, only the file they come from.
+    pub fn to_toml(&self) -> String {
+        let duration = |d: Duration| Some(humantime::format_duration(d).to_string());
+        let cpus = self
+            .worker_cpus
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>();
+        let (redis_url, redis_cluster_nodes, redis_sentinels, redis_sentinel_master) =
+            match &self.route_store {
+                None => (None, None, None, None),
+                Some(RouteStore::Server(url)) => (Some(url.clone()), None, None, None),
+                Some(RouteStore::Cluster(nodes)) => (None, Some(nodes.clone()), None, None),
+                Some(RouteStore::Sentinel { sentinels, master }) => {
+                    (None, None, Some(sentinels.clone()), Some(master.clone()))
+                }
+            };
+        let file = FileConfig {
+            vips: Some(self.vips.clone()),
+            internal_addr: Some(self.internal_addr),
+            workers: Some(self.workers()),
+            cpus: Some(cpus.join(",")),
+            allowed_transceiver_networks: Some(self.allowed_transceiver_networks.clone()),
+            hint_keys_file: self.hint_keys_file.clone(),
+            cluster_id: Some(self.cluster_id),
+            global_relay_networks: Some(self.global_relay_networks.clone()),
+            flows_per_worker: Some(self.flows_per_worker),
+            idle_timeout: duration(self.idle_timeout),
+            drain_time: duration(self.drain_time),
+            redis_url,
+            redis_cluster_nodes,
+            redis_sentinels,
+            redis_sentinel_master,
+            redis_username: self.redis_access.username.clone(),
+            redis_password_file: self.redis_access.password_file.clone(),
+            redis_ca_file: self.redis_access.ca.as_ref().map(|f| f.path.clone()),
+            redis_client_cert_file: self.redis_access.client.as_ref().map(|c| c.0.path.clone()),
+            redis_client_key_file: self.redis_access.client.as_ref().map(|c| c.1.path.clone()),
+            metrics_addr: Some(self.metrics_addr),
+            max_flows_per_session: Some(self.admission.max_flows_per_session),
+            new_flows_per_prefix: Some(self.admission.new_flows_per_prefix),
+            rate_limit_prefix_v4: Some(self.admission.prefix_len_v4),
+            rate_limit_prefix_v6: Some(self.admission.prefix_len_v6),
+            new_flows_per_worker: Some(self.admission.new_flows_per_worker),
+            hint_max_age: duration(self.admission.hint_max_age),
+            poll: Some(self.poll),
+            tcp_vips: Some(self.tcp.vips.clone()),
+            tcp_connections_per_worker: Some(self.tcp.connections_per_worker),
+            tcp_connections_per_prefix: Some(self.tcp.connections_per_prefix),
+            tcp_handshake_timeout: duration(self.tcp.handshake_timeout),
+            tcp_accepts_per_prefix: Some(self.tcp.accepts_per_prefix),
+            tcp_accepts_per_worker: Some(self.tcp.accepts_per_worker),
+            clusters: Some(
+                self.clusters
+                    .iter()
+                    .map(|(id, relay)| (id.to_string(), *relay))
+                    .collect(),
+            ),
+        };
+        let keys = match &self.hint_keys_file {
+            Some(_) => "hint keys and the Redis password never printed",
+            None => "hint keys (from UFRAG_RELAY_HINT_KEYS) and the Redis password never printed",
+        };
+        let body = toml::to_string(&file).expect("a config of plain keys always serializes");
+        let end = if body.ends_with('\n') { "" } else { "\n" };
+        format!(
+            "# The effective configuration: every key, defaults filled in; {keys}.\n{body}{end}"
+        )
+    }
+
     fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
         toml::from_str(text).map_err(|e| {
             let field = e
@@ -443,6 +548,7 @@ impl RelayConfig {
 
         let admission = admission_policy(&file, args)?;
         let tcp = tcp_policy(&file, args)?;
+        let redis_access = redis_access(&file, args, env_redis_password())?;
 
         let vips = pick(args.vips.clone(), file.vips);
         // An ICE-TCP-only relay (beside relay-afxdp, which leaves TCP to the kernel)
@@ -614,6 +720,13 @@ impl RelayConfig {
             ),
         )?;
 
+        if redis_access.uses_tls() && !route_store.as_ref().is_some_and(RouteStore::uses_tls) {
+            return Err(bad(
+                "redis_ca_file",
+                "TLS files are for a rediss:// route store; the URLs here are not rediss://",
+            ));
+        }
+
         let metrics_addr = args
             .metrics_addr
             .or(file.metrics_addr)
@@ -633,6 +746,7 @@ impl RelayConfig {
             idle_timeout,
             drain_time,
             route_store,
+            redis_access,
             metrics_addr,
             admission,
             poll: args.poll.or(file.poll).unwrap_or_default(),
@@ -659,27 +773,33 @@ pub enum RouteStore {
     },
 }
 
-/// Checks that `url` names a Redis server (`field` says which key it came from). TLS
-/// (`rediss://`) is refused by name: the redis crate is built without it, and would
-/// otherwise fail only at the first connection.
+/// Checks that `url` names a Redis server (`field` says which key it came from):
+/// `redis://`, `rediss://` (TLS) or `unix://`, with no password in it (a URL shows in `ps`,
+/// in config maps and in logs: the password comes from a file or the environment).
 fn redis_url_checked(field: &str, url: &str) -> Result<(), ConfigError> {
-    if url.starts_with("rediss://") {
-        return Err(bad(
-            field,
-            format!("`{url}`: TLS to Redis (rediss://) is not built in; use redis:// or unix://"),
-        ));
-    }
-    let scheme_ok = ["redis://", "unix://", "redis+unix://"]
+    let scheme_ok = ["redis://", "rediss://", "unix://", "redis+unix://"]
         .iter()
         .any(|s| url.starts_with(s));
-    if scheme_ok {
-        Ok(())
-    } else {
-        Err(bad(
+    if !scheme_ok {
+        return Err(bad(
             field,
-            format!("`{url}`: expected redis://HOST:PORT or unix://PATH"),
-        ))
+            format!("`{url}`: expected redis://HOST:PORT, rediss://HOST:PORT or unix://PATH"),
+        ));
     }
+    let authority = url.split_once("://").map_or("", |(_, rest)| rest);
+    let authority = authority.split(['/', '?']).next().unwrap_or_default();
+    let has_password = authority
+        .rsplit_once('@')
+        .is_some_and(|(user_info, _)| user_info.contains(':'));
+    let has_password = has_password || url.contains("password=");
+    if has_password {
+        return Err(bad(
+            field,
+            "a password in the URL shows in `ps`, config maps and logs; give it in \
+             redis_password_file or UFRAG_REDIS_PASSWORD (and the user in redis_username)",
+        ));
+    }
+    Ok(())
 }
 
 /// The route store from its three ways of being named, at most one of them used.
@@ -724,6 +844,161 @@ fn route_store(
         )
     })?;
     Ok(Some(RouteStore::Sentinel { sentinels, master }))
+}
+
+impl RouteStore {
+    /// True when the store is reached over TLS (`rediss://`).
+    pub fn uses_tls(&self) -> bool {
+        let urls: &[String] = match self {
+            RouteStore::Server(url) => std::slice::from_ref(url),
+            RouteStore::Cluster(nodes) => nodes,
+            RouteStore::Sentinel { sentinels, .. } => sentinels,
+        };
+        urls.iter().any(|u| u.starts_with("rediss://"))
+    }
+}
+
+/// The environment variable that may hold the Redis password.
+pub const REDIS_PASSWORD_ENV: &str = "UFRAG_REDIS_PASSWORD";
+
+/// The Redis password from the environment, if set and not empty.
+fn env_redis_password() -> Option<String> {
+    std::env::var(REDIS_PASSWORD_ENV)
+        .ok()
+        .filter(|p| !p.is_empty())
+}
+
+/// A PEM file read at start: where it came from (for `--print-config`) and its bytes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PemFile {
+    /// The file.
+    pub path: PathBuf,
+    /// Its contents.
+    pub pem: Vec<u8>,
+}
+
+impl std::fmt::Debug for PemFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "PemFile({})", self.path.display())
+    }
+}
+
+/// Who the route cache is to Redis and how it trusts Redis: the ACL user and password
+/// (from a file or [`REDIS_PASSWORD_ENV`], never a URL) and, for `rediss://`, the CA and an
+/// optional client certificate. The same for every node of a cluster and for a Sentinel's
+/// master and the Sentinels themselves.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct RedisAccess {
+    /// The ACL user; `None`: Redis's default user.
+    pub username: Option<String>,
+    /// The password; never printed.
+    pub password: Option<String>,
+    /// The file it came from (`None`: from the environment, or no password).
+    pub password_file: Option<PathBuf>,
+    /// Trust anchors for Redis's certificate; `None`: the system's roots.
+    pub ca: Option<PemFile>,
+    /// This relay's certificate chain and key, for Redis's `tls-auth-clients yes`.
+    pub client: Option<(PemFile, PemFile)>,
+}
+
+impl std::fmt::Debug for RedisAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisAccess")
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("ca", &self.ca)
+            .field("client", &self.client.as_ref().map(|(cert, _)| cert))
+            .finish()
+    }
+}
+
+impl RedisAccess {
+    /// True when TLS material is configured.
+    pub fn uses_tls(&self) -> bool {
+        self.ca.is_some() || self.client.is_some()
+    }
+}
+
+/// The route cache's Redis access from the flags, the file and `env_password` (the value
+/// of [`REDIS_PASSWORD_ENV`]).
+fn redis_access(
+    file: &FileConfig,
+    args: &RelayArgs,
+    env_password: Option<String>,
+) -> Result<RedisAccess, ConfigError> {
+    let path = |flag: &Option<PathBuf>, key: &Option<PathBuf>| flag.clone().or(key.clone());
+    let password_file = path(&args.redis_password_file, &file.redis_password_file);
+    let password = match (&password_file, env_password) {
+        (Some(_), Some(_)) => {
+            return Err(bad(
+                "redis_password_file",
+                format!("both it and {REDIS_PASSWORD_ENV} are set; use one"),
+            ));
+        }
+        (Some(path), None) => {
+            let text = read_secret_file("redis_password_file", path)?;
+            let password = text.trim_end_matches(['\r', '\n']).to_string();
+            if password.is_empty() {
+                return Err(bad(
+                    "redis_password_file",
+                    format!("{} is empty", path.display()),
+                ));
+            }
+            Some(password)
+        }
+        (None, env) => env,
+    };
+    let pem = |field: &str, path: Option<PathBuf>, secret: bool| -> Result<_, ConfigError> {
+        let Some(path) = path else { return Ok(None) };
+        let pem = if secret {
+            read_secret_file(field, &path)?.into_bytes()
+        } else {
+            std::fs::read(&path)
+                .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))?
+        };
+        if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
+            return Err(bad(field, format!("{}: not PEM", path.display())));
+        }
+        Ok(Some(PemFile { path, pem }))
+    };
+    let ca = pem(
+        "redis_ca_file",
+        path(&args.redis_ca_file, &file.redis_ca_file),
+        false,
+    )?;
+    let cert = pem(
+        "redis_client_cert_file",
+        path(&args.redis_client_cert_file, &file.redis_client_cert_file),
+        false,
+    )?;
+    let key = pem(
+        "redis_client_key_file",
+        path(&args.redis_client_key_file, &file.redis_client_key_file),
+        true,
+    )?;
+    let client = match (cert, key) {
+        (Some(cert), Some(key)) => Some((cert, key)),
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(bad(
+                "redis_client_key_file",
+                "the client certificate needs its key",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(bad(
+                "redis_client_cert_file",
+                "the client key needs its certificate",
+            ));
+        }
+    };
+    Ok(RedisAccess {
+        username: args.redis_username.clone().or(file.redis_username.clone()),
+        password,
+        password_file,
+        ca,
+        client,
+    })
 }
 
 /// Checks a VIP list (`field` names it): named addresses, fixed ports, no repeats.
@@ -983,8 +1258,15 @@ pub fn load_hint_keys(
 
 #[cfg(feature = "runtime")]
 fn load_key_file(path: &Path) -> Result<HintKeys, ConfigError> {
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let field = "hint_keys_file";
+    let text = read_secret_file(field, path)?;
+    HintKeys::parse(&text).map_err(|e| bad(field, format!("{}: {e}", path.display())))
+}
+
+/// Reads a file that holds a secret (`field` names it), refused when others may read it.
+#[cfg(feature = "runtime")]
+fn read_secret_file(field: &str, path: &Path) -> Result<String, ConfigError> {
+    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
     let meta = std::fs::metadata(path)
         .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))?;
     let mode = meta.permissions().mode() & 0o777;
@@ -1001,9 +1283,20 @@ fn load_key_file(path: &Path) -> Result<HintKeys, ConfigError> {
             ),
         ));
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))?;
-    HintKeys::parse(&text).map_err(|e| bad(field, format!("{}: {e}", path.display())))
+    std::fs::read_to_string(path)
+        .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))
+}
+
+/// Without the `runtime` feature, secret files are not read.
+#[cfg(not(feature = "runtime"))]
+fn read_secret_file(field: &str, path: &Path) -> Result<String, ConfigError> {
+    Err(bad(
+        field,
+        format!(
+            "{}: secret files are read only with ufrag-common's `runtime` feature",
+            path.display()
+        ),
+    ))
 }
 
 /// Parses a CPU list such as `"0-3,6"` into sorted, distinct CPU numbers.

@@ -282,7 +282,7 @@ fn each_bad_field_is_named() {
         (MINIMAL, &["--idle-timeout", "2h"], "idle_timeout"),
         (MINIMAL, &["--drain-time", "1h"], "drain_time"),
         (MINIMAL, &["--redis-url", "http://x"], "redis_url"),
-        (MINIMAL, &["--redis-url", "rediss://x:6380"], "redis_url"),
+        (MINIMAL, &["--redis-url", "redis://:pw@x:6379"], "redis_url"),
         (
             MINIMAL,
             &[
@@ -311,16 +311,151 @@ fn without_a_cpu_list_the_workers_take_the_cpus_the_process_may_run_on() {
     assert_eq!(listed.unwrap().worker_cpus, vec![1], "a list given wins");
 }
 
+/// A file of this test run, written with `mode`.
+fn scratch_file(name: &str, text: &str, mode: u32) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ufrag-cfg-redis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+
 #[test]
-fn tls_to_redis_is_refused_by_name_until_it_is_built_in() {
-    let e = load(MINIMAL, &["--redis-url", "rediss://cache:6380"]).unwrap_err();
-    assert_eq!(e.field, "redis_url", "{e}");
+fn tls_to_redis_is_accepted_and_a_password_never_rides_in_a_url() {
+    let tls = load(MINIMAL, &["--redis-url", "rediss://cache:6380"]).unwrap();
+    assert!(tls.route_store.unwrap().uses_tls());
+    assert!(load(MINIMAL, &["--redis-url", "redis://alice@cache:6379"]).is_ok());
+    for (flag, url, field) in [
+        ("--redis-url", "redis://:pw@cache:6379", "redis_url"),
+        ("--redis-url", "rediss://alice:pw@cache:6380/0", "redis_url"),
+        (
+            "--redis-url",
+            "redis://cache:6379/?password=pw",
+            "redis_url",
+        ),
+        (
+            "--redis-cluster-node",
+            "redis://u:p@node:6379",
+            "redis_cluster_nodes",
+        ),
+        (
+            "--redis-sentinel",
+            "redis://u:p@sentinel:26379",
+            "redis_sentinels",
+        ),
+    ] {
+        let mut flags = vec![flag, url];
+        if flag == "--redis-sentinel" {
+            flags.extend(["--redis-sentinel-master", "routes"]);
+        }
+        let e = load(MINIMAL, &flags).unwrap_err();
+        assert_eq!(e.field, field, "{url}: {e}");
+        assert!(e.reason.contains("redis_password_file"), "{url}: {e}");
+        assert!(
+            !e.to_string().contains("pw@"),
+            "the error does not repeat it: {e}"
+        );
+    }
+}
+
+#[test]
+fn the_redis_password_comes_from_a_private_file_and_is_never_shown() {
+    let path = scratch_file("redis.password", "s3cret-pw\n", 0o600);
+    let p = path.to_str().unwrap();
+    let flags = [
+        "--redis-url",
+        "redis://cache:6379",
+        "--redis-password-file",
+        p,
+    ];
+    let config = load(
+        MINIMAL,
+        &[&flags[..], &["--redis-username", "relay"]].concat(),
+    )
+    .unwrap();
+    assert_eq!(config.redis_access.password.as_deref(), Some("s3cret-pw"));
+    assert_eq!(config.redis_access.username.as_deref(), Some("relay"));
     assert!(
-        e.reason
-            .contains("TLS to Redis (rediss://) is not built in"),
+        !format!("{config:?}").contains("s3cret"),
+        "Debug redacts it"
+    );
+    let printed = config.to_toml();
+    assert!(!printed.contains("s3cret"), "{printed}");
+    assert!(
+        printed.contains(&format!("redis_password_file = \"{p}\"")),
+        "{printed}"
+    );
+    assert!(printed.contains("redis_username = \"relay\""), "{printed}");
+
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let e = load(MINIMAL, &flags).unwrap_err();
+    assert_eq!(e.field, "redis_password_file", "{e}");
+    assert!(e.reason.contains("0644"), "{e}");
+    let empty = scratch_file("empty.password", "\n", 0o600);
+    let e = load(MINIMAL, &["--redis-password-file", empty.to_str().unwrap()]).unwrap_err();
+    assert!(
+        e.field == "redis_password_file" && e.reason.contains("empty"),
         "{e}"
     );
-    assert!(load(MINIMAL, &["--redis-url", "redis://cache:6379"]).is_ok());
+}
+
+#[test]
+fn tls_files_are_pem_paired_and_only_for_rediss() {
+    let ca = scratch_file("ca.pem", PEM, 0o644);
+    let cert = scratch_file("client.pem", PEM, 0o644);
+    let key = scratch_file(
+        "client.key",
+        "-----BEGIN PRIVATE KEY-----\nMC4\n-----END PRIVATE KEY-----\n",
+        0o600,
+    );
+    let not_pem = scratch_file("ca.der", "\u{30}\u{82}binary", 0o644);
+    let (ca, cert, key) = (
+        ca.to_str().unwrap(),
+        cert.to_str().unwrap(),
+        key.to_str().unwrap(),
+    );
+    let rediss = ["--redis-url", "rediss://cache:6380"];
+    let all = [
+        &rediss[..],
+        &["--redis-ca-file", ca, "--redis-client-cert-file", cert],
+        &["--redis-client-key-file", key],
+    ]
+    .concat();
+    let config = load(MINIMAL, &all).unwrap();
+    assert!(config.redis_access.uses_tls());
+    assert_eq!(config.redis_access.ca.as_ref().unwrap().pem, PEM.as_bytes());
+    assert!(
+        config
+            .to_toml()
+            .contains(&format!("redis_ca_file = \"{ca}\""))
+    );
+
+    let plain = load(
+        MINIMAL,
+        &["--redis-url", "redis://cache:6379", "--redis-ca-file", ca],
+    );
+    assert_eq!(plain.unwrap_err().field, "redis_ca_file");
+    let e = load(
+        MINIMAL,
+        &[&rediss[..], &["--redis-ca-file", not_pem.to_str().unwrap()]].concat(),
+    );
+    assert!(e.unwrap_err().reason.contains("not PEM"));
+    let alone = load(
+        MINIMAL,
+        &[&rediss[..], &["--redis-client-cert-file", cert]].concat(),
+    );
+    assert_eq!(alone.unwrap_err().field, "redis_client_key_file");
+    let alone = load(
+        MINIMAL,
+        &[&rediss[..], &["--redis-client-key-file", key]].concat(),
+    );
+    assert_eq!(alone.unwrap_err().field, "redis_client_cert_file");
+    std::fs::set_permissions(key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open_key = load(MINIMAL, &all).unwrap_err();
+    assert_eq!(open_key.field, "redis_client_key_file", "{open_key}");
 }
 
 #[test]

@@ -4,9 +4,10 @@
 use std::process::ExitCode;
 
 use crate::relay::{AfXdpOptions, Relay, StartError};
-use clap::Parser;
 use ufrag_common::config::RelayArgs;
-use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
+use ufrag_common::runtime::lifecycle::{
+    init_logging, load_config, parse_command_line, report_fatal, serve,
+};
 
 /// The WebRTC relay on AF_XDP: the same behaviour, flags, config and metrics as
 /// relay-mio, with the relay's UDP steered by our XDP program into AF_XDP sockets and
@@ -19,7 +20,7 @@ use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
 ///
 /// IPv4 and IPv6 on the AF_XDP data path; next hops from the kernel's routing and
 /// neighbour tables.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "relay-afxdp", version, verbatim_doc_comment)]
 struct Cli {
     #[command(flatten)]
@@ -30,15 +31,22 @@ struct Cli {
 
 /// Runs the binary: what `main` returns.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = match parse_command_line("relay-afxdp") {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     init_logging(cli.relay.log_format);
     let config = match load_config("relay-afxdp", &cli.relay) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if cli.relay.print_config {
+        print!("{}", config.to_toml());
+        return ExitCode::SUCCESS;
+    }
     serve("relay-afxdp", config.drain_time, || {
         Relay::start(&config, &cli.afxdp).map_err(|e| {
-            eprintln!("relay-afxdp: {e}");
+            report_fatal("relay-afxdp", &e);
             // A configuration error exits 2 before anything runs; the rest exit 1.
             match e {
                 StartError::Config(_) => ExitCode::from(2),

@@ -4,9 +4,10 @@
 use std::process::ExitCode;
 
 use crate::relay::Relay;
-use clap::Parser;
 use ufrag_common::config::RelayArgs;
-use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
+use ufrag_common::runtime::lifecycle::{
+    init_logging, load_config, parse_command_line, report_fatal, serve,
+};
 
 /// The WebRTC relay on plain sockets: one fixed public UDP port in front of a fleet of
 /// transceivers.
@@ -26,7 +27,7 @@ use ufrag_common::runtime::lifecycle::{init_logging, load_config, serve};
 ///
 /// Then: GET /metrics, /healthz, /readyz on --metrics-addr (default 127.0.0.1:9100).
 /// SIGTERM: /readyz turns 503, existing flows keep forwarding for --drain-time, exit 0.
-#[derive(Debug, Parser)]
+#[derive(Debug, clap::Parser)]
 #[command(name = "relay-mio", version, verbatim_doc_comment)]
 struct Cli {
     #[command(flatten)]
@@ -35,15 +36,22 @@ struct Cli {
 
 /// Runs the binary: what `main` returns.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = match parse_command_line("relay-mio") {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     init_logging(cli.relay.log_format);
     let config = match load_config("relay-mio", &cli.relay) {
         Ok(c) => c,
         Err(code) => return code,
     };
+    if cli.relay.print_config {
+        print!("{}", config.to_toml());
+        return ExitCode::SUCCESS;
+    }
     serve("relay-mio", config.drain_time, || {
         Relay::start(&config).map_err(|e| {
-            eprintln!("relay-mio: {e}");
+            report_fatal("relay-mio", &e);
             ExitCode::FAILURE
         })
     })

@@ -14,8 +14,10 @@
 use std::time::{Duration, Instant};
 
 use testkit::addr::unique_ip;
+use testkit::keys::KEYS;
 use testkit::redis::{RedisCluster, RedisSentinel, RedisServer};
-use ufrag_common::config::RouteStore;
+use testkit::tls::TestPki;
+use ufrag_common::config::{RedisAccess, RelayConfig, RouteStore};
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::Route;
@@ -38,14 +40,17 @@ fn route(i: u32) -> Route {
 #[test]
 fn a_burst_of_records_and_lookups_is_answered_flow_by_flow() {
     let redis = RedisServer::start_at(unique_ip());
-    burst(&RouteStore::Server(redis.url()));
+    burst(&RouteStore::Server(redis.url()), &RedisAccess::default());
 }
 
 #[test]
 fn a_redis_cluster_answers_flow_by_flow_and_holds_flows_on_every_master() {
     let cluster = RedisCluster::start(unique_ip(), 3);
     // One seed is enough: the client learns the slots and the other masters from it.
-    burst(&RouteStore::Cluster(vec![cluster.urls()[0].clone()]));
+    burst(
+        &RouteStore::Cluster(vec![cluster.urls()[0].clone()]),
+        &RedisAccess::default(),
+    );
     let held = cluster.keys_per_node();
     assert_eq!(held.iter().sum::<u64>(), u64::from(PIPELINE as u32 * 8));
     assert!(
@@ -100,8 +105,13 @@ fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_writ
         sentinels: vec![sentinel.url()],
         master: "routes".into(),
     };
-    let (cache, clients) =
-        RouteCache::start(&store, Duration::from_secs(30), vec![Box::new(|| {})]).unwrap();
+    let (cache, clients) = RouteCache::start(
+        &store,
+        &RedisAccess::default(),
+        Duration::from_secs(30),
+        vec![Box::new(|| {})],
+    )
+    .unwrap();
     let client = &clients[0];
     let redis_key = |i| ufrag_common::runtime::cache::redis_key(&key(i));
 
@@ -162,9 +172,14 @@ fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_writ
 /// draining its answers every loop: the helper answers as fast as Redis does, and had the
 /// test queued every lookup before reading one, a helper that ran ahead would find the
 /// answer queue full and count the rest as failures (that case has its own test below).
-fn burst(store: &RouteStore) {
-    let (cache, clients) =
-        RouteCache::start(store, Duration::from_secs(30), vec![Box::new(|| {})]).unwrap();
+fn burst(store: &RouteStore, access: &RedisAccess) {
+    let (cache, clients) = RouteCache::start(
+        store,
+        access,
+        Duration::from_secs(30),
+        vec![Box::new(|| {})],
+    )
+    .unwrap();
     let client = &clients[0];
     // More than a few pipelines' worth, each flow recorded then looked up at once, and a
     // lookup of a flow that was never recorded after every tenth.
@@ -220,11 +235,120 @@ fn burst(store: &RouteStore) {
     cache.stop();
 }
 
+/// A config file naming a TLS Redis with a password and a client certificate, all from
+/// `pki`'s files.
+fn tls_config_text(redis: &RedisServer, pki: &TestPki, password_file: &std::path::Path) -> String {
+    format!(
+        "vips = [\"127.0.0.1:3478\"]\ninternal_addr = \"127.0.0.1:40000\"\n\
+         allowed_transceiver_networks = [\"127.0.0.0/8\"]\nredis_url = \"{}\"\n\
+         redis_password_file = \"{}\"\nredis_ca_file = \"{}\"\n\
+         redis_client_cert_file = \"{}\"\nredis_client_key_file = \"{}\"\n",
+        redis.tls_url(),
+        password_file.display(),
+        pki.file("ca.pem").display(),
+        pki.file("client.pem").display(),
+        pki.file("client.key").display(),
+    )
+}
+
+/// A password file of mode 0600 beside `pki`'s files.
+fn password_file(pki: &TestPki, password: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = pki.dir().join("redis.password");
+    std::fs::write(&path, format!("{password}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path
+}
+
+#[test]
+fn a_redis_with_tls_a_password_and_client_certificates_answers_flow_by_flow() {
+    let ip = unique_ip();
+    let pki = TestPki::new("cache-tls", ip.into());
+    let redis = RedisServer::start_tls(ip, &pki, "route-cache-pw");
+    // Through the configuration a relay loads: its files, read and checked at start.
+    let text = tls_config_text(&redis, &pki, &password_file(&pki, "route-cache-pw"));
+    let config = RelayConfig::from_toml(&text, &Default::default(), Some(KEYS), &[0]).unwrap();
+    burst(config.route_store.as_ref().unwrap(), &config.redis_access);
+}
+
+/// Records one flow and looks it up through a helper on `store` reached as `access` says,
+/// and returns the failures counted (a refused connection fails every request).
+fn failures_of_one_record_and_lookup(store: &RouteStore, access: &RedisAccess) -> u64 {
+    let (cache, clients) = RouteCache::start(
+        store,
+        access,
+        Duration::from_secs(30),
+        vec![Box::new(|| {})],
+    )
+    .unwrap();
+    let client = &clients[0];
+    assert!(client.submit(RouteCacheRequest::Record {
+        key: key(1),
+        route: route(1)
+    }));
+    assert!(client.submit(RouteCacheRequest::Lookup { key: key(1) }));
+    let failures = std::cell::Cell::new(0);
+    wait_until("both requests to fail", 10, || {
+        failures.set(failures.get() + client.take_failures());
+        failures.get() >= 2
+    });
+    assert!(
+        client.next_answer().is_none(),
+        "no answer from a Redis that refused us"
+    );
+    drop(clients);
+    cache.stop();
+    failures.get()
+}
+
+#[test]
+fn a_wrong_password_an_untrusted_redis_or_no_client_certificate_is_counted_never_answered() {
+    let ip = unique_ip();
+    let pki = TestPki::new("cache-tls-refused", ip.into());
+    let redis = RedisServer::start_tls(ip, &pki, "right-pw");
+    let text = tls_config_text(&redis, &pki, &password_file(&pki, "right-pw"));
+    let good = RelayConfig::from_toml(&text, &Default::default(), Some(KEYS), &[0]).unwrap();
+    let store = good.route_store.unwrap();
+    let good = good.redis_access;
+    let wrong_password = RedisAccess {
+        password: Some("wrong-pw".into()),
+        ..good.clone()
+    };
+    let other_pki = TestPki::new("cache-tls-other", ip.into());
+    let other_ca = ufrag_common::config::PemFile {
+        path: other_pki.file("ca.pem"),
+        pem: std::fs::read(other_pki.file("ca.pem")).unwrap(),
+    };
+    let untrusted = RedisAccess {
+        ca: Some(other_ca),
+        ..good.clone()
+    };
+    let no_client_certificate = RedisAccess {
+        client: None,
+        ..good.clone()
+    };
+    let plaintext = RouteStore::Server(format!("redis://{}", redis.addr));
+    for (what, store, access) in [
+        ("a wrong password", &store, &wrong_password),
+        ("a server certificate from another CA", &store, &untrusted),
+        ("no client certificate", &store, &no_client_certificate),
+        (
+            "plaintext to a TLS port",
+            &plaintext,
+            &RedisAccess::default(),
+        ),
+    ] {
+        let failures = failures_of_one_record_and_lookup(store, access);
+        assert!(failures >= 2, "{what}: {failures}");
+    }
+}
+
 #[test]
 fn answers_beyond_a_full_answer_queue_are_counted_as_failures_never_waited_for() {
     let redis = RedisServer::start_at(unique_ip());
     let (cache, clients) = RouteCache::start(
         &RouteStore::Server(redis.url()),
+        &RedisAccess::default(),
         Duration::from_secs(30),
         vec![Box::new(|| {})],
     )
@@ -309,4 +433,98 @@ fn a_relay_on_a_redis_cluster_restores_every_flow_after_a_restart() {
     relay.wait_for("12 cache hits", |r| {
         r.total("ufrag_relay_cache_hits_total", "") == 12.0
     });
+}
+
+#[test]
+fn a_relay_on_redis_over_tls_restores_its_flow_after_a_restart() {
+    use testkit::relay_suite::harness::{
+        RelayProcess, RelaySetup, binding_request_for, prove_flow, rtp,
+    };
+    use testkit::relay_suite::{Backend, Place};
+    let backend = Backend::mio(env!("CARGO_BIN_EXE_relay-mio"), Place::Loopback);
+    let net = backend.net();
+    let ip = unique_ip();
+    let pki = TestPki::new("relay-tls", ip.into());
+    let redis = RedisServer::start_tls(ip, &pki, "relay-pw");
+    let file = |name: &str| pki.file(name).to_string_lossy().into_owned();
+    let setup = RelaySetup {
+        extra: vec![
+            "--redis-url".into(),
+            redis.tls_url(),
+            "--redis-password-file".into(),
+            password_file(&pki, "relay-pw")
+                .to_string_lossy()
+                .into_owned(),
+            "--redis-ca-file".into(),
+            file("ca.pem"),
+            "--redis-client-cert-file".into(),
+            file("client.pem"),
+            "--redis-client-key-file".into(),
+            file("client.key"),
+        ],
+        ..RelaySetup::on(net.clone())
+    };
+    let transceiver = net.transceiver();
+    let client = net.client();
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some(), "flow made");
+    prove_flow(&relay, &transceiver, &client); // media both ways: the flow is recorded
+    // No plaintext port to read it back: give the helper its round trip, then restart.
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(relay.total("ufrag_relay_cache_errors_total", ""), 0.0);
+    drop(relay); // SIGKILL: the flow table is gone
+
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &rtp(1));
+    let (h, payload, _) = transceiver
+        .recv_frame()
+        .expect("the first packet after the restart goes on once the route is back");
+    assert_eq!((h.client, payload), (client.addr(), rtp(1)));
+    relay.wait_for("a cache hit", |r| {
+        r.total("ufrag_relay_cache_hits_total", "") == 1.0
+    });
+    assert_eq!(relay.total("ufrag_relay_cache_errors_total", ""), 0.0);
+}
+
+#[test]
+fn the_redis_password_comes_from_a_file_or_the_environment_never_both() {
+    let run = |flags: &[&str], env_password: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_relay-mio"));
+        cmd.args([
+            "--vip",
+            "127.0.0.1:3478",
+            "--internal-addr",
+            "127.0.0.1:40000",
+        ])
+        .args(["--allow-transceiver-net", "127.0.0.0/8", "--print-config"])
+        .args(["--redis-url", "redis://127.0.0.1:6379"])
+        .args(flags)
+        .env("UFRAG_RELAY_HINT_KEYS", KEYS);
+        match env_password {
+            Some(p) => cmd.env("UFRAG_REDIS_PASSWORD", p),
+            None => cmd.env_remove("UFRAG_REDIS_PASSWORD"),
+        };
+        cmd.output().unwrap()
+    };
+    let from_env = run(&[], Some("env-pw-123"));
+    assert!(
+        from_env.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_env.stderr)
+    );
+    let printed = String::from_utf8_lossy(&from_env.stdout);
+    assert!(!printed.contains("env-pw-123"), "never printed: {printed}");
+    let pki = TestPki::new("password-both", unique_ip().into());
+    let path = password_file(&pki, "file-pw");
+    let both = run(
+        &["--redis-password-file", path.to_str().unwrap()],
+        Some("env-pw-123"),
+    );
+    assert_eq!(both.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&both.stderr);
+    assert!(
+        stderr.contains("`redis_password_file`") && stderr.contains("UFRAG_REDIS_PASSWORD"),
+        "{stderr}"
+    );
 }

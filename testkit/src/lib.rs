@@ -23,11 +23,13 @@ pub mod browser;
 pub mod cargo_build;
 pub mod child;
 pub mod http;
+pub mod json_log;
 pub mod keys;
 pub mod netns;
 pub mod redis;
 pub mod relay_suite;
 pub mod testbed;
+pub mod tls;
 pub mod webrtc_client;
 
 pub use child::OwnedChild;

@@ -74,6 +74,41 @@ impl RedisServer {
         server
     }
 
+    /// Starts with TLS only (no plaintext port) on a free port of `ip`: its certificate
+    /// from `pki`, clients must show one `pki`'s CA signed (`tls-auth-clients yes`), and
+    /// every command needs `password`. Reach it at [`RedisServer::tls_url`].
+    pub fn start_tls(ip: Ipv4Addr, pki: &crate::tls::TestPki, password: &str) -> RedisServer {
+        let addr = SocketAddr::from((ip, free_tcp_port(ip)));
+        let file = |name: &str| pki.file(name).to_string_lossy().into_owned();
+        let tls_port = addr.port().to_string();
+        let (cert, key, ca) = (file("server.pem"), file("server.key"), file("ca.pem"));
+        Self::start_with(
+            addr,
+            None,
+            &[
+                "--port",
+                "0",
+                "--tls-port",
+                &tls_port,
+                "--tls-cert-file",
+                &cert,
+                "--tls-key-file",
+                &key,
+                "--tls-ca-cert-file",
+                &ca,
+                "--tls-auth-clients",
+                "yes",
+                "--requirepass",
+                password,
+            ],
+        )
+    }
+
+    /// Its `rediss://` URL (a server from [`RedisServer::start_tls`]).
+    pub fn tls_url(&self) -> String {
+        format!("rediss://{}", self.addr)
+    }
+
     fn connect(&self) -> Option<TcpStream> {
         let addr = self.addr;
         in_netns(self.ns.as_deref(), move || {

@@ -113,6 +113,8 @@ pub enum Surface {
     Public {
         /// `/metrics` is served here too.
         metrics: bool,
+        /// The demo page (`/`, `/app.js`) is served here (`--demo-page`).
+        demo_page: bool,
     },
     /// `/metrics`, `/healthz` and `/readyz` only (`--metrics-addr`): the public
     /// signaling port need not show them.
@@ -124,7 +126,10 @@ impl Surface {
     fn serves(self, path: &str) -> bool {
         let operations = matches!(path, "/metrics" | "/healthz" | "/readyz");
         match self {
-            Surface::Public { metrics } => metrics || path != "/metrics",
+            Surface::Public { metrics, demo_page } => {
+                let page = matches!(path, "/" | "/app.js");
+                (metrics || path != "/metrics") && (demo_page || !page)
+            }
             Surface::Operations => operations,
         }
     }

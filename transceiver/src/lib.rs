@@ -3,17 +3,20 @@
 //! table of sessions with O(1) demux and one timer heap ([`session_table`]), each session
 //! in str0m's input/`poll_output` shape ([`session`]), built off the media path on the
 //! signaling thread ([`setup`]); the model seam and the built-in
-//! echo model ([`model`]), metrics with enum reasons ([`metrics`]), the demo page, and
-//! the service that starts, drains and joins it all ([`service`]).
+//! echo model ([`model`]), metrics with enum reasons ([`metrics`]), the demo page, the
+//! service that starts, drains and joins it all ([`service`]), and its command line
+//! ([`cli`]) with the config file read as flags ([`config_file`]).
 //!
 //! Dependencies run one way (`scripts/import-circles.py` checks that no two modules name
 //! each other, directly or around a circle): `service` → {`http`, `signaling`, `worker`};
 //! `http` → `signaling`; `signaling` → `worker`'s handle; `worker` → {`setup`,
 //! `session`}; `setup` → `session`; `session` → {`sdp`, `path_check`, `session_table`};
-//! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`.
+//! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`;
+//! `cli` → {`service`, `config_file`}.
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod config_file;
 pub mod error;
 pub mod http;
 pub mod metrics;

@@ -40,9 +40,21 @@ use crate::worker::{Worker, WorkerConfig};
 #[derive(Debug, Clone, clap::Parser)]
 #[command(name = "transceiver", version, verbatim_doc_comment)]
 pub struct TransceiverOptions {
+    /// TOML config file: its keys are these flags' long names, `-` written `_`
+    /// (e.g. `http_addr = "0.0.0.0:8080"`); a flag on the command line replaces its key.
+    #[arg(long, short = 'c', value_name = "FILE", env = CONFIG_ENV)]
+    pub config: Option<PathBuf>,
+    /// Print the effective configuration (file, flags and defaults, as a config file that
+    /// loads to the same; tokens and keys never printed) and exit.
+    #[arg(long)]
+    pub print_config: bool,
     /// Signaling, the demo page, health (and metrics, unless --metrics-addr) listen here.
     #[arg(long, default_value = "127.0.0.1:8080", value_name = "IP:PORT")]
     pub http_addr: SocketAddr,
+    /// Serve the demo page (`GET /`, `/app.js`) on the signaling port; `false` answers 404
+    /// there (a production deployment need not show it).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub demo_page: bool,
     /// Serve /metrics, /healthz and /readyz here instead, off the public signaling port
     /// (which then answers 404 for /metrics).
     #[arg(long, value_name = "IP:PORT")]
@@ -125,6 +137,9 @@ pub struct TransceiverOptions {
     #[arg(long, value_enum, default_value_t = ufrag_common::config::LogFormat::Text)]
     pub log_format: ufrag_common::config::LogFormat,
 }
+
+/// The environment variable that may name the config file.
+pub const CONFIG_ENV: &str = "UFRAG_TRANSCEIVER_CONFIG";
 
 /// Why the transceiver could not start.
 #[derive(Debug)]
@@ -323,6 +338,7 @@ impl Transceiver {
             },
             Surface::Public {
                 metrics: opts.metrics_addr.is_none(),
+                demo_page: opts.demo_page,
             },
         )
         .map_err(|e| StartError::System(format!("http_addr {}: {e}", opts.http_addr)))?;

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 
-use crate::config::RouteStore;
+use crate::config::{RedisAccess, RouteStore};
 use crate::execute::{Egress, Executor, RouteCacheRequest};
 use crate::flow::FlowKey;
 use crate::forward::Route;
@@ -140,24 +140,81 @@ enum StoreConnection {
 }
 
 impl StoreClient {
-    /// A client for `store`; fails only on a malformed URL.
-    fn open(store: &RouteStore) -> redis::RedisResult<StoreClient> {
+    /// A client for `store`, as `access` says (user, password, TLS); fails only on a
+    /// malformed URL or unusable TLS material.
+    fn open(store: &RouteStore, access: &RedisAccess) -> redis::RedisResult<StoreClient> {
+        use redis::IntoConnectionInfo as _;
+        let certificates = || redis::TlsCertificates {
+            client_tls: access
+                .client
+                .as_ref()
+                .map(|(cert, key)| redis::ClientTlsConfig {
+                    client_cert: cert.pem.clone(),
+                    client_key: key.pem.clone(),
+                }),
+            root_cert: access.ca.as_ref().map(|ca| ca.pem.clone()),
+        };
+        let with_credentials = |mut settings: redis::RedisConnectionInfo| {
+            if let Some(user) = &access.username {
+                settings = settings.set_username(user);
+            }
+            if let Some(password) = &access.password {
+                settings = settings.set_password(password);
+            }
+            settings
+        };
         Ok(match store {
-            RouteStore::Server(url) => StoreClient::Server(redis::Client::open(url.as_str())?),
-            RouteStore::Cluster(nodes) => StoreClient::Cluster(
-                redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
-                    .connection_timeout(COMMAND_TIMEOUT)
-                    .response_timeout(COMMAND_TIMEOUT)
-                    .retries(1)
-                    .build()?,
-            ),
+            RouteStore::Server(url) => {
+                let info = url.as_str().into_connection_info()?;
+                let settings = with_credentials(info.redis_settings().clone());
+                let info = info.set_redis_settings(settings);
+                if store.uses_tls() {
+                    StoreClient::Server(redis::Client::build_with_tls(info, certificates())?)
+                } else {
+                    StoreClient::Server(redis::Client::open(info)?)
+                }
+            }
+            RouteStore::Cluster(nodes) => {
+                let mut builder =
+                    redis::cluster::ClusterClientBuilder::new(nodes.iter().map(String::as_str))
+                        .connection_timeout(COMMAND_TIMEOUT)
+                        .response_timeout(COMMAND_TIMEOUT)
+                        .retries(1);
+                if let Some(user) = &access.username {
+                    builder = builder.username(user.clone());
+                }
+                if let Some(password) = &access.password {
+                    builder = builder.password(password.clone());
+                }
+                if store.uses_tls() {
+                    builder = builder.tls(redis::TlsMode::Secure).certs(certificates());
+                }
+                StoreClient::Cluster(builder.build()?)
+            }
+            // The credentials are the master's; the Sentinels are asked without them.
             RouteStore::Sentinel { sentinels, master } => {
-                StoreClient::Sentinel(redis::sentinel::SentinelClient::build(
-                    sentinels.iter().map(String::as_str).collect(),
-                    master.clone(),
-                    None,
+                let addrs = sentinels
+                    .iter()
+                    .map(|url| Ok(url.as_str().into_connection_info()?.addr().clone()))
+                    .collect::<redis::RedisResult<Vec<_>>>()?;
+                let mut builder = redis::sentinel::SentinelClientBuilder::new(
+                    addrs,
+                    master,
                     redis::sentinel::SentinelServerType::Master,
-                )?)
+                )?;
+                if let Some(user) = &access.username {
+                    builder = builder.set_client_to_redis_username(user);
+                }
+                if let Some(password) = &access.password {
+                    builder = builder.set_client_to_redis_password(password);
+                }
+                if store.uses_tls() {
+                    builder = builder
+                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                        .set_client_to_redis_certificates(certificates())
+                        .set_client_to_sentinel_certificates(certificates());
+                }
+                StoreClient::Sentinel(builder.build()?)
             }
         })
     }
@@ -251,14 +308,16 @@ pub fn parse_value(value: &str) -> Option<Route> {
 }
 
 impl RouteCache {
-    /// Starts the helper for `store` with one client per wake function (one per worker).
-    /// Fails only on a malformed URL; an unreachable Redis is retried in the background.
+    /// Starts the helper for `store`, reached as `access` says, with one client per wake
+    /// function (one per worker). Fails only on a malformed URL or unusable TLS material;
+    /// an unreachable Redis (or one that refuses the password) is retried in the background.
     pub fn start(
         store: &RouteStore,
+        access: &RedisAccess,
         ttl: Duration,
         wakers: Vec<WakeFn>,
     ) -> Result<(Self, Vec<CacheClient>), redis::RedisError> {
-        let client = StoreClient::open(store)?;
+        let client = StoreClient::open(store, access)?;
         let (requests, incoming) = bounded(REQUEST_QUEUE);
         let mut clients = Vec::with_capacity(wakers.len());
         let mut answers = Vec::with_capacity(wakers.len());

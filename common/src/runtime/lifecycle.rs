@@ -2,11 +2,12 @@
 //! drain sequence, pinning threads to CPUs, and [`Running`], which starts and stops a
 //! relay's workers, route cache and HTTP endpoints whatever the backend.
 
+use std::ffi::OsString;
 use std::io;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -16,9 +17,13 @@ use crate::runtime::cache::{CacheClient, RouteCache, WakeFn};
 use crate::runtime::http::HttpEndpoints;
 use crate::runtime::keys::{KeyReader, KeyWatch};
 
+/// The log format the binary was given, once [`init_logging`] has run.
+static LOG_FORMAT: OnceLock<LogFormat> = OnceLock::new();
+
 /// Sets up structured logs on stderr, as text lines or JSON lines; `RUST_LOG` filters
 /// (default `info`).
 pub fn init_logging(format: LogFormat) {
+    let _ = LOG_FORMAT.set(format);
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     use std::io::IsTerminal as _;
@@ -32,6 +37,59 @@ pub fn init_logging(format: LogFormat) {
             .try_init(),
         LogFormat::Json => builder.json().with_current_span(false).try_init(),
     };
+}
+
+/// Says why the binary cannot start (or stopped badly) in the format its logs take: for
+/// people, the line `name: error` on stderr; with `--log-format json`, one JSON object at
+/// level ERROR like every other line, so a log pipeline parses it.
+pub fn report_fatal(name: &str, error: &dyn std::fmt::Display) {
+    match LOG_FORMAT.get() {
+        Some(LogFormat::Json) => tracing::error!(program = name, "{error}"),
+        _ => eprintln!("{name}: {error}"),
+    }
+}
+
+/// Parses the binary's command line (`P`). `--help` and `--version` print as usual. A usage
+/// error is reported like every startup error ([`report_fatal`]; JSON when the command line
+/// asks for `--log-format json`) and gives exit code 2.
+pub fn parse_command_line<P: clap::Parser>(name: &str) -> Result<P, std::process::ExitCode> {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    P::try_parse_from(&args).map_err(|error| usage_error(name, &args, error))
+}
+
+/// Reports a clap error: help and version on stdout as clap prints them (exit 0), a usage
+/// error in the log format `args` ask for (exit 2).
+pub fn usage_error(name: &str, args: &[OsString], error: clap::Error) -> std::process::ExitCode {
+    use clap::error::ErrorKind;
+    let informational = matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if informational || !asks_for_json_logs(args) {
+        let _ = error.print();
+        return std::process::ExitCode::from(error.exit_code() as u8);
+    }
+    init_logging(LogFormat::Json);
+    // clap's text for a terminal, without its `error: ` and its pointer to --help.
+    let text = error.to_string();
+    let text = text.strip_prefix("error: ").unwrap_or(&text);
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("For more information"))
+        .collect();
+    report_fatal(name, &lines.join("\n").trim_end());
+    std::process::ExitCode::from(2)
+}
+
+/// True when `args` contain `--log-format json` (or `--log-format=json`): read before the
+/// command line is parsed, so that even a usage error is logged as JSON.
+fn asks_for_json_logs(args: &[OsString]) -> bool {
+    args.iter().enumerate().any(|(i, arg)| {
+        arg == "--log-format=json"
+            || (arg == "--log-format" && args.get(i + 1).is_some_and(|v| v == "json"))
+    })
 }
 
 /// Set when SIGTERM or SIGINT arrives.
@@ -121,8 +179,9 @@ impl Running {
     ) -> io::Result<Self> {
         let cache = match &config.route_store {
             Some(store) => {
-                let (cache, clients) = RouteCache::start(store, config.idle_timeout, wakers)
-                    .map_err(|e| io::Error::other(format!("route cache: {e}")))?;
+                let (cache, clients) =
+                    RouteCache::start(store, &config.redis_access, config.idle_timeout, wakers)
+                        .map_err(|e| io::Error::other(format!("route cache: {e}")))?;
                 for (worker, client) in workers.iter_mut().zip(clients) {
                     worker.set_cache(client);
                 }
@@ -295,7 +354,7 @@ pub fn serve<S: Service>(
     let signal = match TerminationSignal::register() {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("{name}: cannot install signal handlers: {e}");
+            report_fatal(name, &format_args!("cannot install signal handlers: {e}"));
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -311,7 +370,7 @@ pub fn serve<S: Service>(
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("{name}: {e}");
+            report_fatal(name, &e);
             std::process::ExitCode::FAILURE
         }
     }
@@ -333,7 +392,7 @@ pub fn allowed_cpus() -> Vec<usize> {
 pub fn load_config(name: &str, args: &RelayArgs) -> Result<RelayConfig, std::process::ExitCode> {
     let env_keys = std::env::var(HINT_KEYS_ENV).ok();
     RelayConfig::load(args, env_keys.as_deref(), &allowed_cpus()).map_err(|e| {
-        eprintln!("{name}: {e}");
+        report_fatal(name, &e);
         std::process::ExitCode::from(2)
     })
 }

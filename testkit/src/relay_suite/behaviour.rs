@@ -546,6 +546,97 @@ pub fn a_bad_config_exits_non_zero_naming_the_field(b: &Backend) {
     );
 }
 
+pub fn startup_errors_are_json_when_the_logs_are(b: &Backend) {
+    let keys = format!("1:{KEY_HEX}");
+    for json in ["--log-format=json", "--log-format"] {
+        let mut extra = vec![json, "--idle-timeout", "5ms"];
+        if json == "--log-format" {
+            extra.insert(1, "json");
+        }
+        let stderr = refused_config(b, "127.0.0.1:3478", &extra, Some(&keys));
+        let message = crate::json_log::the_error(&stderr);
+        assert!(message.contains("`idle_timeout`"), "{message}");
+    }
+    // A usage error (a value clap refuses) too, before the flags are understood at all.
+    let stderr = refused_config(
+        b,
+        "127.0.0.1:3478",
+        &["--log-format", "json", "--workers", "many"],
+        Some(&keys),
+    );
+    let message = crate::json_log::the_error(&stderr);
+    assert!(
+        message.contains("--workers") && message.contains("many"),
+        "{message}"
+    );
+    // Without JSON logs, the same error stays a line for people.
+    let stderr = refused_config(b, "127.0.0.1:3478", &["--workers", "many"], Some(&keys));
+    assert!(
+        serde_json::from_str::<serde_json::Value>(stderr.trim()).is_err(),
+        "{stderr}"
+    );
+    assert!(stderr.contains("--workers"), "{stderr}");
+}
+
+/// The example config file `deploy/config/NAME`.
+pub fn example_config(name: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../deploy/config")
+        .join(name)
+}
+
+pub fn the_example_config_loads_and_prints_back_to_itself(b: &Backend) {
+    let keys = format!("1:{KEY_HEX}");
+    let print = |config: &std::path::Path, extra: &[&str]| {
+        let out = std::process::Command::new(&b.binary)
+            .args(b.outside_testbed_args())
+            .arg("--config")
+            .arg(config)
+            .arg("--print-config")
+            .args(extra)
+            .env("UFRAG_RELAY_HINT_KEYS", &keys)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{stderr}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let printed = print(&example_config("relay.toml"), &[]);
+    for line in [
+        "vips = [\"203.0.113.10:3478\"]",
+        "internal_addr = \"10.0.0.5:40000\"",
+        "allowed_transceiver_networks = [\"10.0.0.0/8\"]",
+        "cluster_id = 1",
+        "hint_max_age = \"10m\"",
+        "tcp_vips = [\"203.0.113.10:443\"]",
+        // A default the file leaves out is filled in.
+        "flows_per_worker = 262144",
+    ] {
+        assert!(printed.lines().any(|l| l == line), "{line} in\n{printed}");
+    }
+    assert!(!printed.contains(KEY_HEX), "the hint key is never printed");
+    // What it prints loads back to the same configuration.
+    let binary = b
+        .binary
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("relay");
+    let dir = std::env::temp_dir().join(format!(
+        "ufrag-print-config-{}-{binary}-{}",
+        std::process::id(),
+        b.label()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let copy = dir.join("printed.toml");
+    std::fs::write(&copy, &printed).unwrap();
+    let again = print(&copy, &[]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(again, printed);
+    // A flag beats the file's key.
+    let flagged = print(&example_config("relay.toml"), &["--cluster-id", "7"]);
+    assert!(flagged.lines().any(|l| l == "cluster_id = 7"), "{flagged}");
+}
+
 /// Runs the backend outside any testbed with `vip`, otherwise valid flags plus `extra`
 /// and the hint keys (none when `None`); asserts that it refuses to start with exit
 /// code 2 and returns its stderr.

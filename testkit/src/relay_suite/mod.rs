@@ -254,6 +254,14 @@ pub const CASES: &[Case] = &[
         behaviour::json_logs_are_one_object_per_line,
     ),
     case(
+        "startup_errors_are_json_when_the_logs_are",
+        behaviour::startup_errors_are_json_when_the_logs_are,
+    ),
+    case(
+        "the_example_config_loads_and_prints_back_to_itself",
+        behaviour::the_example_config_loads_and_prints_back_to_itself,
+    ),
+    case(
         "one_sessions_request_replayed_from_many_sources_creates_one_flow",
         admission::one_sessions_request_replayed_from_many_sources_creates_one_flow,
     ),

@@ -1,0 +1,252 @@
+//! The transceiver's config file (`--config FILE`, or `UFRAG_TRANSCEIVER_CONFIG`): TOML whose
+//! keys are the long flags' names with `_` for `-` (`http_addr = "0.0.0.0:8080"`,
+//! `allow_relay_net = ["10.0.0.0/8"]`, `demo_page = false`). The file is read as if its keys
+//! were flags given before the command line's own, so clap validates both the same way, and
+//! a flag on the command line replaces the file's key (a list too). `--print-config` writes
+//! the effective configuration in the same form, defaults filled in
+//! ([`effective_config`]), which loads back to the same. Secrets never appear: the bearer
+//! tokens and hint keys come only from files and the environment.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+
+use clap::{ArgAction, ArgMatches, Command};
+
+/// Keys the file may not set: what selects the file itself, and what is not configuration.
+const NOT_FILE_KEYS: [&str; 4] = ["config", "print_config", "help", "version"];
+
+/// The path the command line names with `--config FILE` / `--config=FILE`, else the
+/// environment's `env_var`; read before parsing, since the file's keys join the parse.
+pub fn config_path(args: &[OsString], env_var: &str) -> Option<OsString> {
+    let mut rest = args.iter().skip(1);
+    while let Some(arg) = rest.next() {
+        if arg == "--config" || arg == "-c" {
+            return rest.next().cloned();
+        }
+        if let Some(path) = arg.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            return Some(path.into());
+        }
+    }
+    std::env::var_os(env_var).filter(|v| !v.is_empty())
+}
+
+/// The long flags the command line gives itself (`--name` or `--name=value`).
+fn flags_given(args: &[OsString]) -> BTreeSet<String> {
+    args.iter()
+        .skip(1)
+        .filter_map(|a| a.to_str()?.strip_prefix("--"))
+        .map(|a| a.split_once('=').map_or(a, |(name, _)| name).to_string())
+        .collect()
+}
+
+/// The file's keys as flags for `command`, leaving out every key the command line (`args`)
+/// gives itself. An error names the key and says why.
+pub fn file_as_flags(
+    command: &Command,
+    text: &str,
+    args: &[OsString],
+) -> Result<Vec<OsString>, String> {
+    let table: toml::Table = toml::from_str(text)
+        .map_err(|e: toml::de::Error| format!("not TOML: {}", e.message().trim()))?;
+    let given = flags_given(args);
+    let mut flags = Vec::new();
+    for (key, value) in &table {
+        let long = key.replace('_', "-");
+        let arg = command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long.as_str()))
+            .filter(|_| !NOT_FILE_KEYS.contains(&key.as_str()))
+            .ok_or_else(|| {
+                format!("`{key}`: not a key (the keys are the flags' long names, `_` for `-`)")
+            })?;
+        if given.contains(&long) {
+            continue;
+        }
+        let values = match value {
+            toml::Value::Array(items) => items.iter().collect(),
+            single => vec![single],
+        };
+        if values.len() != 1 && !matches!(arg.get_action(), ArgAction::Append) {
+            return Err(format!("`{key}`: takes one value, not a list"));
+        }
+        for value in values {
+            let text = match value {
+                toml::Value::String(s) => s.clone(),
+                toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                    value.to_string()
+                }
+                _ => {
+                    return Err(format!(
+                        "`{key}`: a string, number, boolean or list of them"
+                    ));
+                }
+            };
+            if matches!(arg.get_action(), ArgAction::SetTrue) {
+                match value {
+                    toml::Value::Boolean(true) => flags.push(format!("--{long}").into()),
+                    toml::Value::Boolean(false) => {}
+                    _ => return Err(format!("`{key}`: true or false")),
+                }
+            } else {
+                flags.push(format!("--{long}={text}").into());
+            }
+        }
+    }
+    Ok(flags)
+}
+
+/// The effective configuration of a parsed command line as a config file: every key with a
+/// value (given, from the file, or the default), in the order `--help` lists them; a key
+/// with none is a comment.
+pub fn effective_config(command: &Command, matches: &ArgMatches) -> String {
+    let mut out = String::from(
+        "# The effective configuration: every key, defaults filled in; bearer tokens and \
+         hint keys are never printed (they come only from files and the environment).\n",
+    );
+    for arg in command.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        let key = long.replace('-', "_");
+        if NOT_FILE_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        let id = arg.get_id().as_str();
+        let raw: Vec<String> = matches
+            .get_raw(id)
+            .map(|values| values.map(|v| v.to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        let value = match arg.get_action() {
+            ArgAction::SetTrue => toml::Value::Boolean(matches.get_flag(id)),
+            ArgAction::Append => toml::Value::Array(raw.iter().map(|v| toml_scalar(v)).collect()),
+            _ => match raw.first() {
+                Some(v) => toml_scalar(v),
+                None => {
+                    out.push_str(&format!("# {key}: not set\n"));
+                    continue;
+                }
+            },
+        };
+        out.push_str(&format!("{key} = {value}\n"));
+    }
+    out
+}
+
+/// A flag's value as TOML: a number or boolean when it reads as one, else a string.
+fn toml_scalar(raw: &str) -> toml::Value {
+    if let Ok(n) = raw.parse::<i64>() {
+        return toml::Value::Integer(n);
+    }
+    match raw {
+        "true" => toml::Value::Boolean(true),
+        "false" => toml::Value::Boolean(false),
+        _ => toml::Value::String(raw.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command() -> Command {
+        Command::new("t")
+            .arg(clap::Arg::new("bind").long("bind"))
+            .arg(clap::Arg::new("workers").long("workers").default_value("1"))
+            .arg(
+                clap::Arg::new("nets")
+                    .long("allow-net")
+                    .action(ArgAction::Append),
+            )
+            .arg(
+                clap::Arg::new("direct")
+                    .long("direct")
+                    .action(ArgAction::SetTrue),
+            )
+            .arg(clap::Arg::new("config").long("config"))
+    }
+
+    fn args(list: &[&str]) -> Vec<OsString> {
+        std::iter::once("t")
+            .chain(list.iter().copied())
+            .map(OsString::from)
+            .collect()
+    }
+
+    #[test]
+    fn keys_become_flags_and_the_command_line_replaces_them() {
+        let text = "bind = \"1.2.3.4:5\"\nworkers = 2\nallow_net = [\"10.0.0.0/8\", \"::1/128\"]\ndirect = true\n";
+        let flags = file_as_flags(&command(), text, &args(&["--workers=3"])).unwrap();
+        assert_eq!(
+            flags,
+            [
+                "--allow-net=10.0.0.0/8",
+                "--allow-net=::1/128",
+                "--bind=1.2.3.4:5",
+                "--direct"
+            ]
+            .map(OsString::from)
+        );
+        let flags = file_as_flags(
+            &command(),
+            "allow_net = [\"a\"]",
+            &args(&["--allow-net", "b"]),
+        );
+        assert_eq!(
+            flags.unwrap(),
+            Vec::<OsString>::new(),
+            "a list on the command line replaces the file's"
+        );
+    }
+
+    #[test]
+    fn bad_keys_are_named() {
+        let cases = [
+            ("bnd = \"x\"", "`bnd`: not a key"),
+            ("config = \"x\"", "`config`: not a key"),
+            ("bind = [\"a\", \"b\"]", "`bind`: takes one value"),
+            ("direct = \"yes\"", "`direct`: true or false"),
+            ("bind = { a = 1 }", "`bind`: a string, number"),
+            ("bind = ", "not TOML"),
+        ];
+        for (text, expected) in cases {
+            let error = file_as_flags(&command(), text, &args(&[])).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn the_effective_configuration_loads_back_to_itself() {
+        let first = command()
+            .try_get_matches_from(args(&[
+                "--bind",
+                "1.2.3.4:5",
+                "--allow-net",
+                "a",
+                "--direct",
+            ]))
+            .unwrap();
+        let printed = effective_config(&command(), &first);
+        assert!(printed.contains("workers = 1\n"), "{printed}");
+        assert!(printed.contains("allow_net = [\"a\"]\n"), "{printed}");
+        assert!(printed.contains("# config: not set\n") || !printed.contains("config ="));
+        let flags = file_as_flags(&command(), &printed, &args(&[])).unwrap();
+        let again = command()
+            .try_get_matches_from(std::iter::once(OsString::from("t")).chain(flags))
+            .unwrap();
+        assert_eq!(effective_config(&command(), &again), printed);
+    }
+
+    #[test]
+    fn the_path_comes_from_the_command_line_first() {
+        assert_eq!(
+            config_path(&args(&["--config", "a.toml"]), "UFRAG_TEST_NO_SUCH_VAR"),
+            Some("a.toml".into())
+        );
+        assert_eq!(
+            config_path(&args(&["--config=b.toml"]), "UFRAG_TEST_NO_SUCH_VAR"),
+            Some("b.toml".into())
+        );
+        assert_eq!(
+            config_path(&args(&["--bind", "x"]), "UFRAG_TEST_NO_SUCH_VAR"),
+            None
+        );
+    }
+}
