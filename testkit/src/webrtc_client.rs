@@ -260,6 +260,11 @@ impl Client {
         }
     }
 
+    /// The SDP offer, for a caller that POSTs it itself (then [`Client::apply_answer`]).
+    pub fn offer(&self) -> &str {
+        &self.offer
+    }
+
     /// POSTs the offer; on 201 applies the answer.
     pub fn signal(&mut self, http: SocketAddr) -> HttpResponse {
         let r = request(
