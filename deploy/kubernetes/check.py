@@ -25,6 +25,8 @@ know about this project:
   is copy, which a lab or a node with a zero-copy NIC does not want by accident;
 - every kustomization a user applies (one no other includes) maps each of our images it
   deploys (`images:`), so none is pulled as `localhost/…`;
+- a transceiver whose signaling listens beyond loopback serves /metrics on a listener of
+  its own (`--metrics-addr`) and no demo page (`--demo-page=false`) on that public port;
 - the transceiver's media ports, one per worker from `--bind`'s port (`--workers`), are
   each declared by its pod, listed by every Service that selects it with UDP ports, and
   admitted by every NetworkPolicy that selects it.
@@ -228,6 +230,15 @@ def check_container(where, container, pod, flags, problems):
             f"{where}: native XDP without --bind-mode copies every frame: ask for "
             "--bind-mode=zerocopy, or say --bind-mode=copy"
         )
+    http_addr = next((a.split("=", 1)[1] for a in args if a.startswith("--http-addr=")), "")
+    if binary == "transceiver" and not http_addr.startswith(("127.", "[::1]")):
+        if not any(a.startswith("--metrics-addr=") for a in args):
+            problems.append(
+                f"{where}: /metrics on the public signaling port: give --metrics-addr"
+            )
+        if "--demo-page=false" not in args:
+            problems.append(f"{where}: the demo page on the public signaling port: "
+                            "pass --demo-page=false")
     added = set(caps.get("add", []))
     wanted = AFXDP_CAPABILITIES if binary == "relay-afxdp" else set()
     if added != wanted:

@@ -86,6 +86,12 @@ fn the_checker_refuses_manifests_that_are_wrong() {
     edit(&transceiver, "defaultMode: 0440", "defaultMode: 0444");
     edit(
         &transceiver,
+        "- --metrics-addr=0.0.0.0:9591",
+        "- --log-format=text",
+    );
+    edit(&transceiver, "- --demo-page=false", "- --demo-page=true");
+    edit(
+        &transceiver,
         "terminationGracePeriodSeconds: 40",
         "terminationGracePeriod: 40",
     );
@@ -130,6 +136,8 @@ fn the_checker_refuses_manifests_that_are_wrong() {
     assert!(!out.status.success(), "{said}");
     for problem in [
         "transceiver has no flag --wrokers",
+        "/metrics on the public signaling port: give --metrics-addr",
+        "the demo page on the public signaling port",
         "hint keys mounted with mode 0444",
         "terminationGracePeriod",
         "want ['BPF', 'NET_ADMIN', 'NET_RAW']",
