@@ -18,6 +18,7 @@
 //!   datagram exactly once.
 //! - [`config`]: the relay configuration (TOML + flags) and its validation.
 //! - [`metrics`]: metric names, drop reasons and their Prometheus exposition.
+//! - [`runbook`]: what an operator does about each drop and close reason.
 //! - `runtime` (feature `runtime`): the I/O parts both relay binaries share: Redis route
 //!   cache, HTTP endpoints, signals and drain, CPU pinning.
 //!
@@ -38,6 +39,7 @@ pub mod metrics;
 pub mod replay;
 pub mod returns;
 pub mod rfc4571;
+pub mod runbook;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod stun;

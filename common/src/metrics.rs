@@ -101,20 +101,20 @@ impl Direction {
 }
 
 /// Declares a `Copy` enum whose variants each carry a stable metric label, with `ALL`
-/// (index order), `COUNT`, `label()` and a dense `index()` for counter arrays. The
+/// (index order), `COUNT`, `label()`, `doc()` (its documentation) and a dense `index()` for counter arrays. The
 /// relay's and the transceiver's reasons use it.
 #[macro_export]
 macro_rules! label_enum {
     (
         $(#[$meta:meta])*
         $vis:vis enum $name:ident {
-            $( $(#[$doc:meta])* $variant:ident = $label:literal ),+ $(,)?
+            $( $(#[doc = $doc:literal])* $variant:ident = $label:literal ),+ $(,)?
         }
     ) => {
         $(#[$meta])*
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
         $vis enum $name {
-            $( $(#[$doc])* $variant, )+
+            $( $(#[doc = $doc])* $variant, )+
         }
 
         impl $name {
@@ -127,6 +127,14 @@ macro_rules! label_enum {
             pub const fn label(self) -> &'static str {
                 match self {
                     $( $name::$variant => $label, )+
+                }
+            }
+
+            /// What it means: the value's own documentation, one line per source line
+            /// (the runbook is generated from it).
+            pub const fn doc(self) -> &'static str {
+                match self {
+                    $( $name::$variant => concat!($($doc, "\n"),*), )+
                 }
             }
 

@@ -5,14 +5,15 @@
 //! signaling thread ([`setup`]); the model seam and the built-in
 //! echo model ([`model`]), metrics with enum reasons ([`metrics`]), the demo page, the
 //! service that starts, drains and joins it all ([`service`]), and its command line
-//! ([`cli`]) with the config file read as flags ([`config_file`]).
+//! ([`cli`]) with the config file read as flags ([`config_file`]); [`runbook`] says what
+//! an operator does about each counted reason.
 //!
 //! Dependencies run one way (`scripts/import-circles.py` checks that no two modules name
 //! each other, directly or around a circle): `service` → {`http`, `signaling`, `worker`};
 //! `http` → `signaling`; `signaling` → `worker`'s handle; `worker` → {`setup`,
 //! `session`}; `setup` → `session`; `session` → {`sdp`, `path_check`, `session_table`};
 //! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`;
-//! `cli` → {`service`, `config_file`}.
+//! `cli` → {`service`, `config_file`}; `runbook` → {`metrics`, `model_wire`}.
 #![forbid(unsafe_code)]
 
 pub mod cli;
@@ -27,6 +28,7 @@ pub mod page;
 pub mod path_check;
 pub mod per_address;
 pub mod random;
+pub mod runbook;
 pub mod sdp;
 pub mod service;
 pub mod session;

@@ -151,7 +151,7 @@ pub struct TransceiverMetrics {
     ready: AtomicBool,
     /// Indexed by [`ModelDrop::index`].
     model_drops: Vec<Counter>,
-    /// Indexed by the position in [`DecodeError::ALL`].
+    /// Indexed by [`DecodeError::index`].
     model_errors: Vec<Counter>,
     /// Connection attempts: `[connected, failed]`.
     model_connects: [Counter; 2],
@@ -339,9 +339,7 @@ impl TransceiverMetrics {
 
     /// A malformed message from the model backend was refused.
     pub fn model_error(&self, error: DecodeError) {
-        if let Some(at) = DecodeError::ALL.iter().position(|e| *e == error) {
-            self.model_errors[at].inc();
-        }
+        self.model_errors[error.index()].inc();
     }
 
     /// A connection attempt to the model backend succeeded (`true`) or failed.

@@ -40,6 +40,7 @@
 //! stays up.
 
 use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
+use ufrag_common::label_enum;
 
 /// The protocol's name and version: the WebSocket subprotocol, and the `hello`'s value.
 pub const PROTOCOL: &str = "ufrag-model.v1";
@@ -85,52 +86,25 @@ pub enum FromBackend {
     },
 }
 
-/// Why a backend's message was refused; each is counted by its label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DecodeError {
-    /// A text message that is not a JSON object.
-    NotJson,
-    /// A JSON object without a known `type`.
-    UnknownType,
-    /// A field is missing or of the wrong kind.
-    BadField,
-    /// `session` is not 16 hex digits.
-    BadSession,
-    /// An event longer than [`MAX_EVENT_LEN`].
-    EventTooLarge,
-    /// A `reason` that is empty, too long or not `[a-z0-9_.-]`.
-    BadReason,
-    /// A binary message shorter than the audio header, or of another kind.
-    BadAudio,
-    /// An Opus packet longer than [`MAX_OPUS_LEN`] or empty.
-    AudioTooLarge,
-}
-
-impl DecodeError {
-    /// Every error, for metrics that exist from the start.
-    pub const ALL: [DecodeError; 8] = [
-        DecodeError::NotJson,
-        DecodeError::UnknownType,
-        DecodeError::BadField,
-        DecodeError::BadSession,
-        DecodeError::EventTooLarge,
-        DecodeError::BadReason,
-        DecodeError::BadAudio,
-        DecodeError::AudioTooLarge,
-    ];
-
-    /// The metric label.
-    pub fn label(self) -> &'static str {
-        match self {
-            DecodeError::NotJson => "not_json",
-            DecodeError::UnknownType => "unknown_type",
-            DecodeError::BadField => "bad_field",
-            DecodeError::BadSession => "bad_session",
-            DecodeError::EventTooLarge => "event_too_large",
-            DecodeError::BadReason => "bad_reason",
-            DecodeError::BadAudio => "bad_audio",
-            DecodeError::AudioTooLarge => "audio_too_large",
-        }
+label_enum! {
+    /// Why a backend's message was refused; each is counted by its label.
+    pub enum DecodeError {
+        /// A text message that is not a JSON object.
+        NotJson = "not_json",
+        /// A JSON object without a known `type`.
+        UnknownType = "unknown_type",
+        /// A field is missing or of the wrong kind.
+        BadField = "bad_field",
+        /// `session` is not 16 hex digits.
+        BadSession = "bad_session",
+        /// An event longer than [`MAX_EVENT_LEN`].
+        EventTooLarge = "event_too_large",
+        /// A `reason` that is empty, too long or not `[a-z0-9_.-]`.
+        BadReason = "bad_reason",
+        /// A binary message shorter than the audio header, or of another kind.
+        BadAudio = "bad_audio",
+        /// An Opus packet longer than [`MAX_OPUS_LEN`] or empty.
+        AudioTooLarge = "audio_too_large",
     }
 }
 
