@@ -260,14 +260,21 @@ fn password_file(pki: &TestPki, password: &str) -> std::path::PathBuf {
     path
 }
 
+/// A TLS-only Redis that needs `password` and a client certificate, its PKI (named for
+/// `tag`), and the relay configuration that reaches it: loaded as a relay loads it, its
+/// files read and checked at start.
+fn tls_redis(tag: &str, password: &str) -> (TestPki, RedisServer, RelayConfig) {
+    let ip = unique_ip();
+    let pki = TestPki::new(tag, ip.into());
+    let redis = RedisServer::start_tls(ip, &pki, password);
+    let text = tls_config_text(&redis, &pki, &password_file(&pki, password));
+    let config = RelayConfig::from_toml(&text, &Default::default(), Some(KEYS), &[0]).unwrap();
+    (pki, redis, config)
+}
+
 #[test]
 fn a_redis_with_tls_a_password_and_client_certificates_answers_flow_by_flow() {
-    let ip = unique_ip();
-    let pki = TestPki::new("cache-tls", ip.into());
-    let redis = RedisServer::start_tls(ip, &pki, "route-cache-pw");
-    // Through the configuration a relay loads: its files, read and checked at start.
-    let text = tls_config_text(&redis, &pki, &password_file(&pki, "route-cache-pw"));
-    let config = RelayConfig::from_toml(&text, &Default::default(), Some(KEYS), &[0]).unwrap();
+    let (_pki, _redis, config) = tls_redis("cache-tls", "route-cache-pw");
     burst(config.route_store.as_ref().unwrap(), &config.redis_access);
 }
 
@@ -303,18 +310,14 @@ fn failures_of_one_record_and_lookup(store: &RouteStore, access: &RedisAccess) -
 
 #[test]
 fn a_wrong_password_an_untrusted_redis_or_no_client_certificate_is_counted_never_answered() {
-    let ip = unique_ip();
-    let pki = TestPki::new("cache-tls-refused", ip.into());
-    let redis = RedisServer::start_tls(ip, &pki, "right-pw");
-    let text = tls_config_text(&redis, &pki, &password_file(&pki, "right-pw"));
-    let good = RelayConfig::from_toml(&text, &Default::default(), Some(KEYS), &[0]).unwrap();
+    let (_pki, redis, good) = tls_redis("cache-tls-refused", "right-pw");
     let store = good.route_store.unwrap();
     let good = good.redis_access;
     let wrong_password = RedisAccess {
         password: Some("wrong-pw".into()),
         ..good.clone()
     };
-    let other_pki = TestPki::new("cache-tls-other", ip.into());
+    let other_pki = TestPki::new("cache-tls-other", unique_ip().into());
     let other_ca = ufrag_common::config::PemFile {
         path: other_pki.file("ca.pem"),
         pem: std::fs::read(other_pki.file("ca.pem")).unwrap(),
