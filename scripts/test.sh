@@ -14,6 +14,12 @@ if ! command -v redis-server >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
+# The alert rules are checked and unit-tested with promtool (Debian's prometheus).
+if ! command -v promtool >/dev/null; then
+  echo "== installing prometheus (for promtool)"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
 # The AF_XDP tests ping the relay while it runs.
 if ! command -v ping >/dev/null; then
   echo "== installing iputils-ping"

@@ -311,11 +311,33 @@ fn parse_response(text: &str) -> Option<HttpResponse> {
                 .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
         })
         .collect();
-    Some(HttpResponse {
+    let mut response = HttpResponse {
         status,
         headers,
         body: body.to_string(),
-    })
+    };
+    if response
+        .header("Transfer-Encoding")
+        .is_some_and(|t| t.eq_ignore_ascii_case("chunked"))
+    {
+        response.body = dechunked(body)?;
+    }
+    Some(response)
+}
+
+/// A `Transfer-Encoding: chunked` body, joined (a large answer from Go's net/http, e.g.
+/// Prometheus's API); `None` when the chunks are malformed.
+fn dechunked(mut body: &str) -> Option<String> {
+    let mut joined = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n")?;
+        let size = usize::from_str_radix(size.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(joined);
+        }
+        joined.push_str(rest.get(..size)?);
+        body = rest.get(size..)?.strip_prefix("\r\n")?;
+    }
 }
 
 /// Waits until `GET /readyz` on `addr` answers 200, at most `limit`; panics naming
@@ -395,6 +417,14 @@ mod tests {
         assert_eq!(r.header("location"), Some("/s/1"));
         assert_eq!(r.body, "v=0\r\n");
         assert!(parse_response("not http").is_none());
+        let chunked = parse_response(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n",
+        )
+        .unwrap();
+        assert_eq!(chunked.body, "{\"a\":1}");
+        assert!(
+            parse_response("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n").is_none()
+        );
     }
 
     #[test]

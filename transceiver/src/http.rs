@@ -32,7 +32,7 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{Notify, Semaphore};
 
-use crate::metrics::HttpRefusal;
+use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::per_address::ConnectionsPerAddress;
 use crate::signaling::{MAX_BODY_BYTES, SignalResponse, Signaling, text};
 
@@ -209,10 +209,10 @@ async fn respond(
     signaling: Arc<Signaling>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     if let Some(refusal) = signaling.refuse_over_rate(peer) {
-        return Ok(into_hyper(refusal));
+        return Ok(into_hyper(refusal, signaling.metrics()));
     }
     if !surface.serves(request.uri().path()) {
-        return Ok(into_hyper(text(404, "not found")));
+        return Ok(into_hyper(text(404, "not found"), signaling.metrics()));
     }
     let (parts, body) = request.into_parts();
     let collected =
@@ -229,17 +229,20 @@ async fn respond(
         Ok(Err(_)) => text(400, "the body could not be read"),
         Ok(Ok(body)) => {
             let body = body.to_bytes();
+            let handling = Arc::clone(&signaling);
             tokio::task::spawn_blocking(move || {
-                signaling.handle(peer, &parts.method, parts.uri.path(), &parts.headers, &body)
+                handling.handle(peer, &parts.method, parts.uri.path(), &parts.headers, &body)
             })
             .await
             .unwrap_or_else(|_| text(500, "the handler failed"))
         }
     };
-    Ok(into_hyper(answer))
+    Ok(into_hyper(answer, signaling.metrics()))
 }
 
-fn into_hyper(answer: SignalResponse) -> Response<Full<Bytes>> {
+/// The answer as hyper sends it, counted by its status class.
+fn into_hyper(answer: SignalResponse, metrics: &TransceiverMetrics) -> Response<Full<Bytes>> {
+    metrics.http_response(answer.status);
     let mut response = Response::new(Full::new(Bytes::from(answer.body)));
     *response.status_mut() = hyper::StatusCode::from_u16(answer.status)
         .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);

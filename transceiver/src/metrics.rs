@@ -149,6 +149,10 @@ pub struct TransceiverMetrics {
     /// Hint key file reloads: `[taken, refused]`.
     hint_key_reloads: [Counter; 2],
     ready: AtomicBool,
+    /// 1 when `/readyz` answers 200 (set as each scrape renders).
+    ready_gauge: Gauge,
+    /// Signaling's answers by status class (`2xx` … `5xx`), indexed by class - 1.
+    http_responses: [Counter; 5],
     /// Indexed by [`ModelDrop::index`].
     model_drops: Vec<Counter>,
     /// Indexed by [`DecodeError::index`].
@@ -241,6 +245,28 @@ impl TransceiverMetrics {
             "Id of the current hint key (it mints new sessions' ufrags).",
             hint_key_current.clone(),
         );
+        let ready_gauge = Gauge::default();
+        registry.register(
+            "ready",
+            "1 when /readyz answers 200: accepting sessions, every worker alive, the model \
+             backend connected.",
+            ready_gauge.clone(),
+        );
+        let build_info = Family::<Vec<(&'static str, String)>, Gauge>::default();
+        registry.register(
+            "build_info",
+            "Always 1; the build's version in its label.",
+            build_info.clone(),
+        );
+        build_info
+            .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_string())])
+            .set(1);
+        let http_responses = Family::<Labels, Counter>::default();
+        registry.register(
+            "http_responses",
+            "Answers of the signaling and operations listeners, by status class (1xx … 5xx).",
+            http_responses.clone(),
+        );
         let sessions_by_hint_key = Family::<Vec<(&'static str, String)>, Gauge>::default();
         registry.register(
             "sessions_by_hint_key",
@@ -318,6 +344,9 @@ impl TransceiverMetrics {
             sessions_by_hint_key,
             hint_key_reloads: ["taken", "refused"].map(|r| by(&hint_key_reloads, "result", r)),
             ready: AtomicBool::new(false),
+            ready_gauge,
+            http_responses: ["1xx", "2xx", "3xx", "4xx", "5xx"]
+                .map(|class| by(&http_responses, "code", class)),
             model_drops: ModelDrop::ALL
                 .iter()
                 .map(|r| by(&model_drops, "reason", r.label()))
@@ -449,6 +478,22 @@ impl TransceiverMetrics {
     /// Readiness.
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
+    }
+
+    /// An HTTP answer with `status` left a listener.
+    pub fn http_response(&self, status: u16) {
+        if let Some(counter) = self
+            .http_responses
+            .get(usize::from(status / 100).wrapping_sub(1))
+        {
+            counter.inc();
+        }
+    }
+
+    /// The OpenMetrics text, with `ready` as the endpoint's readiness is now (`/readyz`).
+    pub fn render_with_readiness(&self, ready: bool) -> String {
+        self.ready_gauge.set(i64::from(ready));
+        self.render()
     }
 
     /// The OpenMetrics text.

@@ -1,9 +1,10 @@
 //! The runbook: what an operator does about each reason the transceiver counts (a drop,
 //! a refused signaling request, a session's end, a model message lost or refused), in
-//! exhaustive matches so a new reason does not build without its entry; and
-//! [`render`], which writes `docs/runbook.md` from these, the relay's
-//! (`ufrag_common::runbook`) and every reason's own documentation. A test fails when the
-//! committed page differs from what the code says.
+//! exhaustive matches so a new reason does not build without its entry; the alerts
+//! ([`ALERTS`]), each rule written once with its entry; [`render`], which writes
+//! `docs/runbook.md` from these, the relay's (`ufrag_common::runbook`) and every reason's
+//! own documentation; and [`render_alert_rules`], which writes the Prometheus rule file.
+//! A test fails when either committed file differs from what the code says.
 
 use ufrag_common::runbook::{Cause, Entry};
 
@@ -279,5 +280,200 @@ pub fn render() -> String {
             .map(|r| (r.label(), r.doc(), model_error(*r)))
             .collect::<Vec<_>>(),
     );
+    alerts_section(&mut out);
     out
+}
+
+/// One alert: its rule (for Prometheus) and its runbook entry, written once so the two
+/// cannot drift. [`render_alert_rules`] writes `deploy/monitoring/alerts.yaml`.
+#[derive(Clone, Copy, Debug)]
+pub struct Alert {
+    /// The alert's name (its runbook anchor is the name in lower case).
+    pub name: &'static str,
+    /// The PromQL expression: a series per firing instance (and reason).
+    pub expr: &'static str,
+    /// How long it holds before it fires (`0m`: at once).
+    pub hold: &'static str,
+    /// `page` (someone now) or `ticket` (someone today).
+    pub severity: &'static str,
+    /// One line: what is wrong.
+    pub summary: &'static str,
+    /// What an operator does.
+    pub action: &'static str,
+}
+
+/// Every alert, in the order the page lists them.
+pub const ALERTS: &[Alert] = &[
+    Alert {
+        name: "UfragRelayNotReady",
+        expr: "ufrag_relay_ready == 0",
+        hold: "1m",
+        severity: "page",
+        summary: "A relay answers /readyz with 503: it takes no new flows.",
+        action: "A relay is not ready while it starts, drains (SIGTERM) or has lost a \
+                 worker. Longer than a minute outside a rollout: look for \
+                 UfragRelayWorkerFailed and the relay's log; restart the pod. Its existing \
+                 flows keep forwarding while it drains.",
+    },
+    Alert {
+        name: "UfragRelayWorkerFailed",
+        expr: "ufrag_relay_worker_failures_total > 0",
+        hold: "0m",
+        severity: "page",
+        summary: "A relay worker stopped (a panic or an I/O error); its flows are lost.",
+        action: "A dead worker stays dead until the process restarts, so this fires until \
+                 then; readiness is off on that relay. Save its log (the worker's error or \
+                 panic is there), restart it, and report the panic: it is a bug.",
+    },
+    Alert {
+        name: "UfragTransceiverNotReady",
+        expr: "ufrag_transceiver_ready == 0",
+        hold: "1m",
+        severity: "page",
+        summary: "A transceiver answers /readyz with 503: it takes no new sessions.",
+        action: "Not ready while it starts or drains, when a worker failed, or while its \
+                 model backend is not connected (`ufrag_transceiver_model_connections`). \
+                 Check the model backend first, then the log.",
+    },
+    Alert {
+        name: "UfragTransceiverWorkerFailed",
+        expr: "ufrag_transceiver_worker_failures_total > 0",
+        hold: "0m",
+        severity: "page",
+        summary: "A transceiver worker stopped; its sessions ended.",
+        action: "Save the log (the worker's error or panic), restart the pod, report the \
+                 panic.",
+    },
+    Alert {
+        name: "UfragHintKeyReloadRefused",
+        expr: "increase(ufrag_relay_hint_key_reloads_total{result=\"refused\"}[15m]) > 0 \
+               or increase(ufrag_transceiver_hint_key_reloads_total{result=\"refused\"}[15m]) > 0",
+        hold: "0m",
+        severity: "ticket",
+        summary: "A changed hint key file was refused; the keys in use stay.",
+        action: "The file is readable by others or by another group, or does not parse. \
+                 Fix it (mode 0600, or 0440 with the pod's fsGroup; `<id>:<hex>` per line) \
+                 before the rotation goes on: a relay and a transceiver with different \
+                 keys refuse each other's sessions (`hint_unknown_key`).",
+    },
+    Alert {
+        name: "UfragRouteCacheErrors",
+        expr: "sum by (instance) (rate(ufrag_relay_cache_errors_total[5m])) > 1",
+        hold: "5m",
+        severity: "ticket",
+        summary: "A relay's route cache fails: Redis is down, slow or refuses it.",
+        action: "Forwarding is not affected; a relay restarted now loses its flows until \
+                 their next STUN check. Check Redis (up, memory, `maxmemory`), the password \
+                 and TLS files, and the network policy.",
+    },
+    Alert {
+        name: "UfragRelayTableFull",
+        expr: "sum by (instance) (rate(ufrag_relay_drops_total{reason=\"table_full\"}[5m])) > 0",
+        hold: "2m",
+        severity: "page",
+        summary: "A relay's flow table is full: new sessions through it fail.",
+        action: "See `table_full` in the drops below: add relays or raise \
+                 `flows_per_worker`; if `flows_active` jumped without more sessions, it is \
+                 an attack the admission limits did not bound: look at the drops by reason.",
+    },
+    Alert {
+        name: "UfragRelayDropSpike",
+        expr: "sum by (instance, reason) (rate(ufrag_relay_drops_total[5m])) > 100 \
+               and sum by (instance, reason) (rate(ufrag_relay_drops_total[5m])) \
+               > 10 * (sum by (instance, reason) (rate(ufrag_relay_drops_total[1h] offset 10m)) \
+               or sum by (instance, reason) (rate(ufrag_relay_drops_total[5m])) * 0)",
+        hold: "5m",
+        severity: "ticket",
+        summary: "A relay drops ten times more for one reason than in the hour before \
+                  (and over 100 a second).",
+        action: "Look the reason up in the relay's drops below: hostile reasons are an \
+                 attack the limits bound (block its source upstream if it costs \
+                 bandwidth); misconfiguration and fault reasons are yours to fix.",
+    },
+    Alert {
+        name: "UfragTransceiverDropSpike",
+        expr: "sum by (instance, reason) (rate(ufrag_transceiver_drops_total[5m])) > 100 \
+               and sum by (instance, reason) (rate(ufrag_transceiver_drops_total[5m])) \
+               > 10 * (sum by (instance, reason) (rate(ufrag_transceiver_drops_total[1h] offset 10m)) \
+               or sum by (instance, reason) (rate(ufrag_transceiver_drops_total[5m])) * 0)",
+        hold: "5m",
+        severity: "ticket",
+        summary: "A transceiver drops ten times more for one reason than in the hour \
+                  before (and over 100 a second).",
+        action: "Look the reason up in the transceiver's drops below.",
+    },
+    Alert {
+        name: "UfragSignalingErrors",
+        expr: "sum by (instance) (rate(ufrag_transceiver_http_responses_total{code=\"5xx\"}[5m])) \
+               > 0.05 * sum by (instance) (rate(ufrag_transceiver_http_responses_total[5m]))",
+        hold: "5m",
+        severity: "page",
+        summary: "Over 5 % of a transceiver's signaling answers are 5xx: sessions fail to \
+                  start.",
+        action: "503: the transceiver is full (`max_sessions_per_worker`) or draining: add \
+                 transceivers. 500: a handler failed: save the log and report it.",
+    },
+];
+
+/// `deploy/monitoring/alerts.yaml`: the Prometheus rule file of [`ALERTS`], each with its
+/// severity, summary and runbook link.
+pub fn render_alert_rules() -> String {
+    let mut out = String::from(
+        "# Generated from transceiver::runbook::ALERTS by `UFRAG_WRITE_RUNBOOK=1 cargo test -p \
+         transceiver --test runbook`;\n# tested by alerts.test.yaml (`promtool test rules`). \
+         Each runbook_url is relative to the repository.\ngroups:\n  - name: ufrag-relay\n    rules:\n",
+    );
+    for alert in ALERTS {
+        out.push_str(&format!(
+            "      - alert: {}\n        expr: {}\n        for: {}\n        labels:\n          \
+             severity: {}\n        annotations:\n          summary: {}\n          \
+             runbook_url: docs/runbook.md#{}\n",
+            alert.name,
+            yaml_string(alert.expr),
+            alert.hold,
+            alert.severity,
+            yaml_string(alert.summary),
+            alert.name.to_lowercase(),
+        ));
+    }
+    out
+}
+
+/// `deploy/monitoring/prometheus-rule.yaml`: the same rule groups as
+/// [`render_alert_rules`], as a Prometheus Operator `PrometheusRule`.
+pub fn render_prometheus_rule() -> String {
+    let rules = render_alert_rules();
+    let mut out = String::from(
+        "# Generated with alerts.yaml (the same rules) from transceiver::runbook::ALERTS, for \
+         the Prometheus Operator.\napiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\n\
+         metadata:\n  name: ufrag-relay\n  namespace: ufrag\n  labels:\n    \
+         app.kubernetes.io/part-of: ufrag-relay\nspec:\n",
+    );
+    for line in rules.lines().filter(|l| !l.starts_with('#')) {
+        out.push_str(&format!("  {line}\n"));
+    }
+    out
+}
+
+/// `text` as a double-quoted YAML string.
+fn yaml_string(text: &str) -> String {
+    format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// The page's section on the alerts: one heading (the runbook link's anchor) each.
+fn alerts_section(out: &mut String) {
+    out.push_str(
+        "\n## Alerts\n\n`deploy/monitoring/alerts.yaml`, generated from the same list; each \
+         alert's `runbook_url` points here.\n",
+    );
+    for alert in ALERTS {
+        let when = match alert.hold {
+            "0m" => "fires at once".to_string(),
+            hold => format!("fires once it has held for {hold}"),
+        };
+        out.push_str(&format!(
+            "\n### {}\n\n{} Severity **{}**; {when}.\n\n{}\n\n```promql\n{}\n```\n",
+            alert.name, alert.summary, alert.severity, alert.action, alert.expr
+        ));
+    }
 }

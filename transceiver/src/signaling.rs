@@ -268,7 +268,7 @@ impl Signaling {
             (&Method::GET, "/metrics") => SignalResponse::new(
                 200,
                 "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                self.metrics.render(),
+                self.metrics.render_with_readiness(self.is_ready()),
             ),
             (&Method::POST, "/v1/sessions") => self.create(peer, headers, body),
             (&Method::DELETE, p) if p.starts_with("/v1/sessions/") => {

@@ -1,22 +1,43 @@
-//! `docs/runbook.md` is what the code says: every reason of every counted family (the
-//! relay's drops and ICE-TCP closes, the transceiver's drops, signaling refusals, session
-//! ends and model messages) with its documentation and its entry. Regenerate with
-//! `UFRAG_WRITE_RUNBOOK=1 cargo test -p transceiver --test runbook`.
+//! `docs/runbook.md` and `deploy/monitoring/{alerts,prometheus-rule}.yaml` are what the
+//! code says: every
+//! reason of every counted family (the relay's drops and ICE-TCP closes, the
+//! transceiver's drops, signaling refusals, session ends and model messages) with its
+//! documentation and its entry, and every alert with its rule. Regenerate both with
+//! `UFRAG_WRITE_RUNBOOK=1 cargo test -p transceiver --test runbook`. The rules pass
+//! `promtool check rules`, and `promtool test rules` fires each alert where it should
+//! (`deploy/monitoring/alerts.test.yaml`).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 
-#[test]
-fn the_committed_runbook_is_the_one_the_code_generates() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/runbook.md");
-    let generated = transceiver::runbook::render();
+fn repository(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+/// Fails unless the committed file at `path` is `generated` (or writes it, when asked).
+fn committed_is_generated(path: &str, generated: &str) {
+    let file = repository(path);
     if std::env::var_os("UFRAG_WRITE_RUNBOOK").is_some() {
-        std::fs::write(&path, &generated).unwrap();
+        std::fs::write(&file, generated).unwrap();
     }
-    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    let committed = std::fs::read_to_string(&file).unwrap_or_default();
     assert!(
         committed == generated,
-        "docs/runbook.md differs from what the code says: regenerate it with \
+        "{path} differs from what the code says: regenerate it with \
          `UFRAG_WRITE_RUNBOOK=1 cargo test -p transceiver --test runbook` and commit it"
+    );
+}
+
+#[test]
+fn the_committed_runbook_and_alert_rules_are_the_ones_the_code_generates() {
+    committed_is_generated("docs/runbook.md", &transceiver::runbook::render());
+    committed_is_generated(
+        "deploy/monitoring/alerts.yaml",
+        &transceiver::runbook::render_alert_rules(),
+    );
+    committed_is_generated(
+        "deploy/monitoring/prometheus-rule.yaml",
+        &transceiver::runbook::render_prometheus_rule(),
     );
 }
 
@@ -40,5 +61,47 @@ fn every_reason_has_a_row_with_its_meaning_and_an_action() {
             "a meaning from the reason's doc: {row}"
         );
         assert!(cells[3].len() > 20, "an action: {row}");
+    }
+    for alert in transceiver::runbook::ALERTS {
+        assert!(
+            page.contains(&format!("\n### {}\n", alert.name)),
+            "{} has its section, the runbook_url's anchor",
+            alert.name
+        );
+    }
+}
+
+fn promtool(args: &[&str]) -> String {
+    let out = Command::new("promtool")
+        .args(args)
+        .current_dir(repository("deploy/monitoring"))
+        .output()
+        .expect("promtool must be installed (scripts/test.sh installs Debian's prometheus)");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "promtool {args:?}:\n{said}");
+    said
+}
+
+#[test]
+fn the_alert_rules_pass_promtool_and_each_alert_is_tested_firing() {
+    let checked = promtool(&["check", "rules", "alerts.yaml"]);
+    let count = transceiver::runbook::ALERTS.len();
+    assert!(
+        checked.contains(&format!("SUCCESS: {count} rules found")),
+        "{checked}"
+    );
+    let tested = promtool(&["test", "rules", "alerts.test.yaml"]);
+    assert!(tested.contains("SUCCESS"), "{tested}");
+    // Every alert has a case where it fires (an expected alert with its labels).
+    let cases = std::fs::read_to_string(repository("deploy/monitoring/alerts.test.yaml")).unwrap();
+    for alert in transceiver::runbook::ALERTS {
+        let firing = cases.split("- eval_time:").any(|case| {
+            case.contains(&format!("alertname: {}\n", alert.name)) && case.contains("exp_labels")
+        });
+        assert!(firing, "{} has a promtool case where it fires", alert.name);
     }
 }

@@ -1,0 +1,227 @@
+//! The monitoring against the real thing: Debian's Prometheus scrapes a live relay-mio
+//! (in this process) and two transceivers (children) every second, with the alert rules
+//! of `deploy/monitoring/alerts.yaml`, after one session through the relay. Every query
+//! of the Grafana dashboard (`deploy/monitoring/dashboard.json`) returns data, and a
+//! transceiver whose worker dies fires `UfragTransceiverWorkerFailed` and
+//! `UfragTransceiverNotReady` for it alone. The rules' holds (`for:`) are cut to 2 s in
+//! the copy Prometheus loads here; `promtool test rules` covers the holds themselves.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// A private Prometheus: its directory and process, both gone on drop.
+struct Prometheus {
+    _child: testkit::OwnedChild,
+    addr: SocketAddr,
+    dir: PathBuf,
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn repository(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+impl Prometheus {
+    /// Scrapes `targets` (job name, address) every second with the shipped alert rules.
+    fn start(targets: &[(&str, SocketAddr)]) -> Prometheus {
+        let ip = unique_ip();
+        let addr = SocketAddr::from((ip, free_tcp_port(ip)));
+        let dir =
+            std::env::temp_dir().join(format!("ufrag-prometheus-{}-{ip}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        let rules = std::fs::read_to_string(repository("deploy/monitoring/alerts.yaml")).unwrap();
+        let rules: String = rules
+            .lines()
+            .map(|l| match l.trim_start().strip_prefix("for: ") {
+                Some(_) => "        for: 2s".to_string(),
+                None => l.to_string(),
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        std::fs::write(dir.join("rules.yaml"), rules).unwrap();
+        let mut config = String::from(
+            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - rules.yaml\nscrape_configs:\n",
+        );
+        for (job, target) in targets {
+            config.push_str(&format!(
+                "  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
+            ));
+        }
+        std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+        let mut command = Command::new("prometheus");
+        command
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={addr}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = testkit::OwnedChild::spawn(&mut command)
+            .expect("prometheus must be installed (scripts/test.sh installs Debian's prometheus)");
+        let prometheus = Prometheus {
+            _child: child,
+            addr,
+            dir,
+        };
+        wait_for("Prometheus to be ready", 30, || {
+            http_request(addr, "GET", "/-/ready", None, &[]).is_some_and(|r| r.status == 200)
+        });
+        prometheus
+    }
+
+    /// The result vector of an instant query (empty when none, or on an error).
+    fn query(&self, promql: &str) -> Vec<serde_json::Value> {
+        let path = format!("/api/v1/query?query={}", percent_encoded(promql));
+        let Some(answer) = http_request(self.addr, "GET", &path, None, &[]) else {
+            return Vec::new();
+        };
+        let json: serde_json::Value = serde_json::from_str(&answer.body).unwrap_or_default();
+        json["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// The alerts firing now, as (name, instance).
+    fn firing(&self) -> Vec<(String, String)> {
+        let Some(answer) = http_request(self.addr, "GET", "/api/v1/alerts", None, &[]) else {
+            return Vec::new();
+        };
+        let json: serde_json::Value = serde_json::from_str(&answer.body).unwrap_or_default();
+        json["data"]["alerts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|a| a["state"] == "firing")
+            .map(|a| {
+                let label = |name: &str| a["labels"][name].as_str().unwrap_or_default().to_string();
+                (label("alertname"), label("instance"))
+            })
+            .collect()
+    }
+}
+
+/// `text` percent-encoded for a query string.
+fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Polls `done` every 100 ms; fails naming `what` after `seconds`.
+fn wait_for(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    while !done() {
+        assert!(Instant::now() < deadline, "waited {seconds} s for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Every PromQL expression of the shipped dashboard.
+fn dashboard_queries() -> Vec<String> {
+    let text = std::fs::read_to_string(repository("deploy/monitoring/dashboard.json")).unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
+    dashboard["panels"]
+        .as_array()
+        .expect("panels")
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .map(|t| t["expr"].as_str().expect("an expr").to_string())
+        .collect()
+}
+
+#[test]
+fn a_real_prometheus_answers_every_dashboard_query_and_fires_on_a_dead_worker() {
+    let relay = TestRelay::start(&[]);
+    let healthy = Transceiver::start(Some(relay.vip), &[]);
+    let mut broken = Transceiver::spawn(
+        Some(relay.vip),
+        &["--workers", "2"],
+        &[("UFRAG_TRANSCEIVER_FAULT", "panic-worker-0")],
+    );
+    // A little load: one session through the relay, talked to and ended.
+    let mut client = new_client();
+    assert_eq!(client.signal(healthy.http).status, 201);
+    let client = converse_with_echo(client, "through the relay", 10, 8);
+    let location = client.location.clone().expect("a Location");
+    let deleted = http_request(healthy.http, "DELETE", &location, None, &[]).unwrap();
+    assert_eq!(deleted.status, 204);
+
+    let prometheus = Prometheus::start(&[
+        ("relay", relay.metrics),
+        ("transceiver", healthy.http),
+        ("transceiver-broken", broken.http),
+    ]);
+    wait_for("three targets up", 30, || {
+        prometheus
+            .query("sum(up)")
+            .first()
+            .and_then(|r| r["value"][1].as_str().map(str::to_string))
+            == Some("3".to_string())
+    });
+    // Every dashboard query returns data once two scrapes make rates.
+    let mut empty = Vec::new();
+    for query in dashboard_queries() {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while prometheus.query(&query).is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        if prometheus.query(&query).is_empty() {
+            empty.push(query);
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "dashboard queries with no data: {empty:#?}"
+    );
+
+    // The dead worker: both alerts fire for the broken transceiver, none for the healthy.
+    let broken_instance = broken.http.to_string();
+    let wanted = ["UfragTransceiverWorkerFailed", "UfragTransceiverNotReady"];
+    let fired = |firing: &[(String, String)]| {
+        wanted
+            .iter()
+            .all(|name| firing.contains(&(name.to_string(), broken_instance.clone())))
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut firing = prometheus.firing();
+    while !fired(&firing) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        firing = prometheus.firing();
+    }
+    assert!(
+        fired(&firing),
+        "{wanted:?} fire for {broken_instance} within 30 s; firing: {firing:?}"
+    );
+    let healthy_instance = healthy.http.to_string();
+    assert!(
+        !firing
+            .iter()
+            .any(|(_, instance)| *instance == healthy_instance
+                || *instance == relay.metrics.to_string()),
+        "only the broken transceiver alerts: {firing:?}"
+    );
+    broken.child.stop();
+}
