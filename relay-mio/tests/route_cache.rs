@@ -61,6 +61,21 @@ fn a_redis_cluster_answers_flow_by_flow_and_holds_flows_on_every_master() {
     assert_eq!(value.as_deref(), Some("10.0.0.7:41000|-"));
 }
 
+/// A route cache on `store`, reached as `access` says, with a 30 s TTL and one worker's
+/// client (whose wake-up does nothing: the tests poll).
+fn one_worker_cache(
+    store: &RouteStore,
+    access: &RedisAccess,
+) -> (RouteCache, Vec<ufrag_common::runtime::cache::CacheClient>) {
+    RouteCache::start(
+        store,
+        access,
+        Duration::from_secs(30),
+        vec![Box::new(|| {})],
+    )
+    .unwrap()
+}
+
 /// Polls `done` every 20 ms until it holds; fails naming `what` after `seconds`.
 fn wait_until(what: &str, seconds: u64, done: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(seconds);
@@ -105,13 +120,7 @@ fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_writ
         sentinels: vec![sentinel.url()],
         master: "routes".into(),
     };
-    let (cache, clients) = RouteCache::start(
-        &store,
-        &RedisAccess::default(),
-        Duration::from_secs(30),
-        vec![Box::new(|| {})],
-    )
-    .unwrap();
+    let (cache, clients) = one_worker_cache(&store, &RedisAccess::default());
     let client = &clients[0];
     let redis_key = |i| ufrag_common::runtime::cache::redis_key(&key(i));
 
@@ -173,13 +182,7 @@ fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_writ
 /// test queued every lookup before reading one, a helper that ran ahead would find the
 /// answer queue full and count the rest as failures (that case has its own test below).
 fn burst(store: &RouteStore, access: &RedisAccess) {
-    let (cache, clients) = RouteCache::start(
-        store,
-        access,
-        Duration::from_secs(30),
-        vec![Box::new(|| {})],
-    )
-    .unwrap();
+    let (cache, clients) = one_worker_cache(store, access);
     let client = &clients[0];
     // More than a few pipelines' worth, each flow recorded then looked up at once, and a
     // lookup of a flow that was never recorded after every tenth.
@@ -281,13 +284,7 @@ fn a_redis_with_tls_a_password_and_client_certificates_answers_flow_by_flow() {
 /// Records one flow and looks it up through a helper on `store` reached as `access` says,
 /// and returns the failures counted (a refused connection fails every request).
 fn failures_of_one_record_and_lookup(store: &RouteStore, access: &RedisAccess) -> u64 {
-    let (cache, clients) = RouteCache::start(
-        store,
-        access,
-        Duration::from_secs(30),
-        vec![Box::new(|| {})],
-    )
-    .unwrap();
+    let (cache, clients) = one_worker_cache(store, access);
     let client = &clients[0];
     assert!(client.submit(RouteCacheRequest::Record {
         key: key(1),
@@ -349,13 +346,8 @@ fn a_wrong_password_an_untrusted_redis_or_no_client_certificate_is_counted_never
 #[test]
 fn answers_beyond_a_full_answer_queue_are_counted_as_failures_never_waited_for() {
     let redis = RedisServer::start_at(unique_ip());
-    let (cache, clients) = RouteCache::start(
-        &RouteStore::Server(redis.url()),
-        &RedisAccess::default(),
-        Duration::from_secs(30),
-        vec![Box::new(|| {})],
-    )
-    .unwrap();
+    let (cache, clients) =
+        one_worker_cache(&RouteStore::Server(redis.url()), &RedisAccess::default());
     let client = &clients[0];
     // A worker that stops reading its answers: the helper never blocks on it.
     let over = 10;
