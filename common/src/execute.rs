@@ -49,7 +49,7 @@ use std::time::{Duration, Instant};
 use crate::flow::FlowKey;
 use crate::forward::{Forwarder, RestoreRefused, Route, Verdict};
 use crate::frame::{FrameHeader, MAX_HEADER_LEN};
-use crate::metrics::{Direction, DropReason, Port, SharedCounters, WorkerCounters};
+use crate::metrics::{CacheError, Direction, DropReason, Port, SharedCounters, WorkerCounters};
 
 /// Datagrams one worker holds while the route cache is asked about their flows.
 pub const PARKED_DATAGRAMS: usize = 64;
@@ -427,7 +427,7 @@ impl Executor {
 
     fn ask_cache<E: Egress>(&mut self, egress: &mut E, request: RouteCacheRequest) {
         if !egress.route_cache(request) {
-            self.counters.cache_errors += 1;
+            self.counters.cache_failed(CacheError::RequestQueueFull, 1);
         }
     }
 
@@ -512,7 +512,7 @@ impl Executor {
                     if let Some(route) = record
                         && !egress.route_cache(RouteCacheRequest::Record { key: *key, route })
                     {
-                        self.counters.cache_errors += 1;
+                        self.counters.cache_failed(CacheError::RequestQueueFull, 1);
                     }
                     let transmit = Transmit {
                         to,
@@ -546,7 +546,7 @@ impl Executor {
                 true
             }
             Err(RestoreRefused::DestinationNotAllowed) => {
-                self.counters.cache_errors += 1;
+                self.counters.cache_failed(CacheError::RouteNotAllowed, 1);
                 false
             }
             Err(RestoreRefused::TableFull) => false,
@@ -559,9 +559,11 @@ impl Executor {
     }
 
     /// Counts route-cache requests that failed after they were taken (Redis down, slow,
-    /// answer queue full).
-    pub fn cache_failures(&mut self, failures: u64) {
-        self.counters.cache_errors += failures;
+    /// answer queue full), by reason ([`CacheError::index`]).
+    pub fn cache_failures(&mut self, failures: &[u64; CacheError::COUNT]) {
+        for (reason, count) in CacheError::ALL.iter().zip(failures) {
+            self.counters.cache_failed(*reason, *count);
+        }
     }
 
     /// Ends `key`'s flow now (its TCP connection closed); whether it was held.

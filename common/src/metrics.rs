@@ -1,35 +1,43 @@
-//! Metric names, help texts, labels and drop reasons both relays expose, and their
-//! Prometheus text exposition (via `prometheus-client`).
+//! Metric names, help texts, labels and drop reasons both relays expose, and the
+//! exposition both binaries serve on `/metrics` ([`Exposition`]: OpenMetrics 1.0 when the
+//! scraper asks for it, as Prometheus does, Prometheus text 0.0.4 otherwise; via
+//! `prometheus-client`).
 //!
 //! A worker counts into a plain [`WorkerCounters`] it owns (no atomics, no locks on the
 //! packet path) and copies it into its [`SharedCounters`] every so often with
 //! [`SharedCounters::publish`] (single writer, relaxed stores). The scrape side reads the
 //! shared copies through [`RelayMetrics`], a `prometheus-client` collector.
 //!
-//! | metric                                 | type    | labels               |
-//! |----------------------------------------|---------|----------------------|
-//! | `ufrag_relay_packets_total`            | counter | worker, direction    |
-//! | `ufrag_relay_bytes_total`              | counter | worker, direction    |
-//! | `ufrag_relay_drops_total`              | counter | worker, reason       |
-//! | `ufrag_relay_dropped_bytes_total`      | counter | worker, reason       |
-//! | `ufrag_relay_received_packets_total`   | counter | worker, port         |
-//! | `ufrag_relay_received_bytes_total`     | counter | worker, port         |
-//! | `ufrag_relay_flows_active`             | gauge   | worker               |
-//! | `ufrag_relay_flows_created_total`      | counter | worker               |
-//! | `ufrag_relay_flows_expired_total`      | counter | worker               |
-//! | `ufrag_relay_flows_refused_total`      | counter | worker               |
-//! | `ufrag_relay_flows_shed_total`         | counter | worker               |
-//! | `ufrag_relay_cache_hits_total`         | counter | worker               |
-//! | `ufrag_relay_cache_misses_total`       | counter | worker               |
-//! | `ufrag_relay_cache_errors_total`       | counter | worker               |
-//! | `ufrag_relay_ready`                    | gauge   |                      |
-//! | `ufrag_relay_worker_failures_total`    | counter |                      |
-//! | `ufrag_relay_hint_key_current`         | gauge   |                      |
-//! | `ufrag_relay_hint_key_reloads_total`   | counter | result               |
-//! | `ufrag_relay_build_info`               | gauge   | backend, version     |
+//! | metric                                       | type    | labels               |
+//! |----------------------------------------------|---------|----------------------|
+//! | `ufrag_relay_received_datagrams_total`       | counter | worker, port         |
+//! | `ufrag_relay_received_bytes_total`           | counter | worker, port         |
+//! | `ufrag_relay_forwarded_datagrams_total`      | counter | worker, direction    |
+//! | `ufrag_relay_forwarded_bytes_total`          | counter | worker, direction    |
+//! | `ufrag_relay_dropped_datagrams_total`        | counter | worker, reason       |
+//! | `ufrag_relay_dropped_bytes_total`            | counter | worker, reason       |
+//! | `ufrag_relay_flows_active`                   | gauge   | worker               |
+//! | `ufrag_relay_flows_created_total`            | counter | worker               |
+//! | `ufrag_relay_flows_expired_total`            | counter | worker               |
+//! | `ufrag_relay_flows_refused_total`            | counter | worker               |
+//! | `ufrag_relay_flows_shed_total`               | counter | worker               |
+//! | `ufrag_relay_cache_hits_total`               | counter | worker               |
+//! | `ufrag_relay_cache_misses_total`             | counter | worker               |
+//! | `ufrag_relay_cache_errors_total`             | counter | worker, reason       |
+//! | `ufrag_relay_ready`                          | gauge   |                      |
+//! | `ufrag_relay_worker_failures_total`          | counter |                      |
+//! | `ufrag_relay_hint_key_info`                  | gauge   | key_id               |
+//! | `ufrag_relay_hint_key_reloads_total`         | counter | result               |
+//! | `ufrag_relay_build_info`                     | gauge   | backend, version     |
+//!
+//! With ICE-TCP on, the first six families and the flow families come again as
+//! `ufrag_relay_tcp_*`, counting RFC 4571 messages (`…_received_messages_total`,
+//! `…_forwarded_messages_total`, `…_dropped_messages_total`) instead of datagrams. A
+//! datagram is one UDP payload wherever it is counted; a packet is only ever an RTP or
+//! RTCP packet (the transceiver's word for its media, never the relay's).
 //!
 //! `direction` is `in` (client → transceiver) or `out` (transceiver → client); `reason`
-//! is one of [`DropReason::label`]; `port` is where a datagram arrived: `vip` or
+//! is one of [`DropReason::label`] (drops) or [`CacheError::label`] (cache errors); `port` is where a datagram arrived: `vip` or
 //! `internal`.
 //!
 //! **The counting contract** (kept by [`crate::execute::Executor`], checked by a property
@@ -53,8 +61,62 @@ use crate::frame::FrameError;
 use crate::hint::HintError;
 use crate::stun::StunError;
 
-/// The `Content-Type` of [`RelayMetrics::render`]'s output.
-pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The two text formats `/metrics` can be written in; both binaries pick one the same way
+/// ([`Exposition::for_accept`]) and encode their registries with [`Exposition::encode`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exposition {
+    /// OpenMetrics 1.0 text: what Prometheus asks for first.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4: for a scraper that does not ask for
+    /// OpenMetrics (curl, older agents).
+    PrometheusText,
+}
+
+impl Exposition {
+    /// The format a request's `Accept` header asks for: OpenMetrics when it names
+    /// `application/openmetrics-text` (Prometheus's default header does, first), the 0.0.4
+    /// text otherwise.
+    pub fn for_accept(accept: Option<&str>) -> Self {
+        let wants_openmetrics = accept.is_some_and(|accept| {
+            accept.split(',').any(|range| {
+                let mut params = range.split(';').map(str::trim);
+                let media_type = params.next().unwrap_or("");
+                let refused = params.any(|p| {
+                    p.strip_prefix("q=")
+                        .and_then(|q| q.parse::<f32>().ok())
+                        .is_some_and(|q| q <= 0.0)
+                });
+                media_type.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+            })
+        });
+        if wants_openmetrics {
+            Self::OpenMetrics
+        } else {
+            Self::PrometheusText
+        }
+    }
+
+    /// The `Content-Type` of what [`Exposition::encode`] writes.
+    pub const fn content_type(self) -> &'static str {
+        match self {
+            Self::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Self::PrometheusText => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+
+    /// `registry` in this format.
+    pub fn encode(self, registry: &Registry) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        match self {
+            Self::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, registry),
+            Self::PrometheusText => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, registry)
+            }
+        }
+        .expect("writing to a String cannot fail");
+        out
+    }
+}
 
 /// Where a datagram arrived.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -309,6 +371,29 @@ impl From<FrameError> for DropReason {
     }
 }
 
+label_enum! {
+    /// Why a route-cache operation failed. Each failure is counted under one reason in
+    /// `ufrag_relay_cache_errors_total`; the datagram that needed the route is counted
+    /// apart (forwarded, or dropped as `no_flow_cache_lookup`).
+    pub enum CacheError {
+        /// The worker's request found the queue to the cache thread full (Redis slower
+        /// than new flows arrive) or the thread stopped.
+        RequestQueueFull = "request_queue_full",
+        /// Redis was not connected (down, unreachable, or refusing the password or TLS),
+        /// so the request failed at once; reconnects back off up to 2 s.
+        Unreachable = "unreachable",
+        /// Redis did not answer a pipeline within the command timeout (250 ms).
+        Timeout = "timeout",
+        /// Redis answered a pipeline with an error, or the connection broke.
+        CommandFailed = "command_failed",
+        /// A lookup's answer found the worker's answer queue full.
+        AnswerQueueFull = "answer_queue_full",
+        /// The cached route's next hop is outside the allowed destinations now (the cache
+        /// holds what an older configuration allowed); the flow is not restored.
+        RouteNotAllowed = "route_not_allowed"
+    }
+}
+
 /// The counters one worker owns and bumps on its packet path: plain integers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerCounters {
@@ -337,8 +422,8 @@ pub struct WorkerCounters {
     pub cache_hits: u64,
     /// Route-cache lookups that found nothing.
     pub cache_misses: u64,
-    /// Route-cache operations that failed (Redis down, slow or queue full).
-    pub cache_errors: u64,
+    /// Route-cache operations that failed, by [`CacheError::index`].
+    pub cache_errors: [u64; CacheError::COUNT],
     /// Return frames for flows another worker owns, taken from the shared return paths.
     pub shared_returns: u64,
     /// Flows whose return path found no room in the shared return paths.
@@ -361,7 +446,7 @@ impl Default for WorkerCounters {
             flows_shed: 0,
             cache_hits: 0,
             cache_misses: 0,
-            cache_errors: 0,
+            cache_errors: [0; CacheError::COUNT],
             shared_returns: 0,
             flows_unshared: 0,
         }
@@ -413,6 +498,17 @@ impl WorkerCounters {
     pub fn drops_of(&self, reason: DropReason) -> u64 {
         self.drops[reason.index()]
     }
+
+    /// Counts `count` route-cache failures for one reason.
+    #[inline]
+    pub fn cache_failed(&mut self, reason: CacheError, count: u64) {
+        self.cache_errors[reason.index()] += count;
+    }
+
+    /// Route-cache failures, every reason together.
+    pub fn cache_errors_total(&self) -> u64 {
+        self.cache_errors.iter().sum()
+    }
 }
 
 /// A worker's counters as the scrape side sees them: one writer (the worker), any
@@ -432,7 +528,7 @@ pub struct SharedCounters {
     flows_shed: AtomicU64,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
-    cache_errors: AtomicU64,
+    cache_errors: [AtomicU64; CacheError::COUNT],
     shared_returns: AtomicU64,
     flows_unshared: AtomicU64,
 }
@@ -453,7 +549,7 @@ impl Default for SharedCounters {
             flows_shed: AtomicU64::new(0),
             cache_hits: AtomicU64::new(0),
             cache_misses: AtomicU64::new(0),
-            cache_errors: AtomicU64::new(0),
+            cache_errors: core::array::from_fn(|_| AtomicU64::new(0)),
             shared_returns: AtomicU64::new(0),
             flows_unshared: AtomicU64::new(0),
         }
@@ -479,6 +575,7 @@ impl SharedCounters {
         store_all(&self.bytes, &local.bytes);
         store_all(&self.drops, &local.drops);
         store_all(&self.drop_bytes, &local.drop_bytes);
+        store_all(&self.cache_errors, &local.cache_errors);
         let scalars = [
             (&self.flows_active, local.flows_active),
             (&self.flows_created, local.flows_created),
@@ -487,7 +584,6 @@ impl SharedCounters {
             (&self.flows_shed, local.flows_shed),
             (&self.cache_hits, local.cache_hits),
             (&self.cache_misses, local.cache_misses),
-            (&self.cache_errors, local.cache_errors),
             (&self.shared_returns, local.shared_returns),
             (&self.flows_unshared, local.flows_unshared),
         ];
@@ -512,7 +608,7 @@ impl SharedCounters {
             flows_shed: self.flows_shed.load(Ordering::Relaxed),
             cache_hits: self.cache_hits.load(Ordering::Relaxed),
             cache_misses: self.cache_misses.load(Ordering::Relaxed),
-            cache_errors: self.cache_errors.load(Ordering::Relaxed),
+            cache_errors: load_all(&self.cache_errors),
             shared_returns: self.shared_returns.load(Ordering::Relaxed),
             flows_unshared: self.flows_unshared.load(Ordering::Relaxed),
         }
@@ -756,21 +852,20 @@ impl RelayMetrics {
             total.flows_shed += s.flows_shed;
             total.cache_hits += s.cache_hits;
             total.cache_misses += s.cache_misses;
-            total.cache_errors += s.cache_errors;
+            for (t, e) in total.cache_errors.iter_mut().zip(s.cache_errors) {
+                *t += e;
+            }
             total.shared_returns += s.shared_returns;
             total.flows_unshared += s.flows_unshared;
         }
         total
     }
 
-    /// Renders the Prometheus text exposition (format 0.0.4; see [`CONTENT_TYPE`]).
-    pub fn render(self: &Arc<Self>) -> String {
+    /// Every relay metric, written in `format`.
+    pub fn render(self: &Arc<Self>, format: Exposition) -> String {
         let mut registry = Registry::default();
         registry.register_collector(Box::new(Arc::clone(self)));
-        let mut out = String::with_capacity(16 * 1024);
-        prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
-            .expect("writing to a String cannot fail");
-        out
+        format.encode(&registry)
     }
 }
 
@@ -833,12 +928,6 @@ const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
         |c| c.cache_misses,
     ),
     (
-        "ufrag_relay_cache_errors",
-        "Route-cache operations that failed (Redis down, slow, or queue full).",
-        MetricType::Counter,
-        |c| c.cache_errors,
-    ),
-    (
         "ufrag_relay_shared_returns",
         "Return frames for flows another worker owns, sent by this one (relay-afxdp: the NIC puts a transceiver's replies on any queue).",
         MetricType::Counter,
@@ -858,7 +947,7 @@ fn encode_fast_path(
 ) -> Result<(), core::fmt::Error> {
     let directions = [fast.forward, fast.back];
     let mut e = encoder.encode_descriptor(
-        "ufrag_relay_fast_path_packets",
+        "ufrag_relay_fast_path_forwarded_datagrams",
         "Datagrams the in-kernel fast path sent itself; direction in = to transceivers, out = to clients.",
         None,
         MetricType::Counter,
@@ -867,7 +956,7 @@ fn encode_fast_path(
         ConstCounter::new(packets).encode(e.encode_family(&[("direction", *label)])?)?;
     }
     let mut e = encoder.encode_descriptor(
-        "ufrag_relay_fast_path_bytes",
+        "ufrag_relay_fast_path_forwarded_bytes",
         "Bytes the in-kernel fast path sent (whole frames, as sent).",
         None,
         MetricType::Counter,
@@ -876,7 +965,7 @@ fn encode_fast_path(
         ConstCounter::new(bytes).encode(e.encode_family(&[("direction", *label)])?)?;
     }
     let mut e = encoder.encode_descriptor(
-        "ufrag_relay_fast_path_left",
+        "ufrag_relay_fast_path_left_datagrams",
         "Datagrams to a VIP or internal address the fast path left to the workers, by reason.",
         None,
         MetricType::Counter,
@@ -908,16 +997,36 @@ fn encode_value(
 
 /// The per-worker families (datagrams received, forwarded and dropped; flows; cache),
 /// named `<prefix>_…`: `ufrag_relay` for UDP, `ufrag_relay_tcp` for ICE-TCP messages.
+/// What one family of worker counters counts: UDP datagrams, or the RFC 4571 messages
+/// of ICE-TCP connections.
+#[derive(Clone, Copy)]
+struct CountedUnit {
+    /// The metric name prefix.
+    prefix: &'static str,
+    /// The unit in the names and help texts: `datagrams` or `messages`.
+    unit: &'static str,
+}
+
+const UDP_DATAGRAMS: CountedUnit = CountedUnit {
+    prefix: "ufrag_relay",
+    unit: "datagrams",
+};
+const TCP_MESSAGES: CountedUnit = CountedUnit {
+    prefix: "ufrag_relay_tcp",
+    unit: "messages",
+};
+
 fn encode_worker_families(
     encoder: &mut DescriptorEncoder<'_>,
-    prefix: &str,
+    counted: CountedUnit,
     snapshots: &[WorkerCounters],
 ) -> Result<(), core::fmt::Error> {
+    let CountedUnit { prefix, unit } = counted;
     type PerLabel = fn(&WorkerCounters, usize) -> u64;
     let families: [(&str, &str, &str, &[&str], PerLabel); 6] = [
         (
-            "received_packets",
-            "Datagrams received; port vip = from clients, internal = from transceivers and relays.",
+            "received_{unit}",
+            "{Unit} received; port vip = from clients, internal = from transceivers and relays.",
             "port",
             &PORT_LABELS,
             |c, i| c.received_packets[i],
@@ -930,37 +1039,39 @@ fn encode_worker_families(
             |c, i| c.received_bytes[i],
         ),
         (
-            "packets",
-            "Datagrams forwarded; direction in = client to transceiver, out = back to the client.",
+            "forwarded_{unit}",
+            "{Unit} forwarded; direction in = client to transceiver, out = back to the client.",
             "direction",
             &DIRECTION_LABELS,
             |c, i| c.packets[i],
         ),
         (
-            "bytes",
-            "Bytes of the datagrams forwarded, as received (frame headers included on frames).",
+            "forwarded_bytes",
+            "Bytes of the {unit} forwarded, as received (frame headers included on frames).",
             "direction",
             &DIRECTION_LABELS,
             |c, i| c.bytes[i],
         ),
         (
-            "drops",
-            "Datagrams dropped, by reason.",
+            "dropped_{unit}",
+            "{Unit} dropped, by reason.",
             "reason",
             &DROP_LABELS,
             |c, i| c.drops[i],
         ),
         (
             "dropped_bytes",
-            "Bytes of the datagrams dropped, as received, by reason.",
+            "Bytes of the {unit} dropped, as received, by reason.",
             "reason",
             &DROP_LABELS,
             |c, i| c.drop_bytes[i],
         ),
     ];
+    let capitalised = format!("{}{}", unit[..1].to_ascii_uppercase(), &unit[1..]);
     for (name, help, label, values, get) in families {
-        let name = format!("{prefix}_{name}");
-        let mut e = encoder.encode_descriptor(&name, help, None, MetricType::Counter)?;
+        let name = format!("{prefix}_{}", name.replace("{unit}", unit));
+        let help = help.replace("{unit}", unit).replace("{Unit}", &capitalised);
+        let mut e = encoder.encode_descriptor(&name, &help, None, MetricType::Counter)?;
         for (worker, s) in snapshots.iter().enumerate() {
             for (i, value) in values.iter().enumerate() {
                 let labels = [("worker", worker.to_string()), (label, value.to_string())];
@@ -974,6 +1085,22 @@ fn encode_worker_families(
         for (worker, s) in snapshots.iter().enumerate() {
             let labels = [("worker", worker.to_string())];
             encode_value(e.encode_family(&labels)?, *kind, get(s))?;
+        }
+    }
+    let name = format!("{prefix}_cache_errors");
+    let mut e = encoder.encode_descriptor(
+        &name,
+        "Route-cache operations that failed, by reason.",
+        None,
+        MetricType::Counter,
+    )?;
+    for (worker, s) in snapshots.iter().enumerate() {
+        for reason in CacheError::ALL {
+            let labels = [
+                ("worker", worker.to_string()),
+                ("reason", reason.label().to_string()),
+            ];
+            ConstCounter::new(s.cache_errors[reason.index()]).encode(e.encode_family(&labels)?)?;
         }
     }
     Ok(())
@@ -1059,13 +1186,14 @@ impl Collector for RelayMetrics {
         )?;
         ConstCounter::new(self.worker_failures.load(Ordering::Relaxed)).encode(e)?;
 
-        let e = encoder.encode_descriptor(
-            "ufrag_relay_hint_key_current",
-            "Id of the current hint key (the first in the key file).",
+        let mut e = encoder.encode_descriptor(
+            "ufrag_relay_hint_key_info",
+            "The current hint key (the first in the key file), by its id (always 1).",
             None,
             MetricType::Gauge,
         )?;
-        ConstGauge::new(self.hint_key.load(Ordering::Relaxed) as i64).encode(e)?;
+        let key_id = [("key_id", self.hint_key.load(Ordering::Relaxed).to_string())];
+        ConstGauge::new(1i64).encode(e.encode_family(&key_id)?)?;
         let mut e = encoder.encode_descriptor(
             "ufrag_relay_hint_key_reloads",
             "Reloads of the hint key file (SIGHUP or a change of the file): taken, or refused \
@@ -1082,10 +1210,10 @@ impl Collector for RelayMetrics {
             encode_fast_path(&mut encoder, &fast)?;
         }
 
-        encode_worker_families(&mut encoder, "ufrag_relay", &snapshots)?;
+        encode_worker_families(&mut encoder, UDP_DATAGRAMS, &snapshots)?;
         if !self.tcp.is_empty() {
             let tcp: Vec<WorkerCounters> = self.tcp.iter().map(|t| t.messages.snapshot()).collect();
-            encode_worker_families(&mut encoder, "ufrag_relay_tcp", &tcp)?;
+            encode_worker_families(&mut encoder, TCP_MESSAGES, &tcp)?;
             encode_tcp_connections(&mut encoder, &self.tcp)?;
         }
         Ok(())

@@ -1,10 +1,11 @@
-//! What an operator does about each reason a relay counts a drop or a TCP close under:
+//! What an operator does about each reason a relay counts a drop, a route-cache error or a
+//! TCP close under:
 //! one entry per reason, in exhaustive matches, so a new reason does not build without
 //! its entry. `docs/runbook.md` is generated from these, the transceiver's
 //! (`transceiver::runbook`) and each reason's own documentation, and a test fails when
 //! the committed page differs from what the code says.
 
-use crate::metrics::{DropReason, TcpCloseReason};
+use crate::metrics::{CacheError, DropReason, TcpCloseReason};
 
 /// Where a count under a reason usually comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +71,7 @@ const FRAME_MALFORMED: Entry = entry(
      on the internal port, or a transceiver of an incompatible version.",
 );
 
-/// The runbook entry for a relay drop (`ufrag_relay_drops_total{reason}`).
+/// The runbook entry for a relay drop (`ufrag_relay_dropped_datagrams_total{reason}`).
 pub const fn relay_drop(reason: DropReason) -> Entry {
     use DropReason::*;
     match reason {
@@ -117,7 +118,7 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
             "A Binding Request with an authentic hint but the wrong MESSAGE-INTEGRITY: \
              someone replaying a ufrag without its password. If it rises after a key \
              rotation, relays and transceivers derive passwords from different keys: \
-             compare `hint_key_current` across them.",
+             compare `hint_key_info{key_id}` across them.",
         ),
         HintBadLength | HintBadAlphabet | HintUnknownVersion | HintBadMac => HINT_FORGED,
         HintUnknownKey => entry(
@@ -238,6 +239,51 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
             "A steered frame for neither a VIP nor the worker's internal address: the XDP \
              steering map and the relay's addresses disagree. Restart the relay; report it \
              if it persists.",
+        ),
+    }
+}
+
+/// The runbook entry for a route-cache error (`ufrag_relay_cache_errors_total{reason}`).
+/// Forwarding never waits on the cache: an error costs a restarted relay its flows until
+/// their next STUN check, nothing else.
+pub const fn cache_error(reason: CacheError) -> Entry {
+    use CacheError::*;
+    match reason {
+        RequestQueueFull => entry(
+            Cause::Overload,
+            "New flows and refreshes arrive faster than Redis answers: the queue to the \
+             cache thread is full. Look at Redis latency (`redis-cli --latency`) and CPU; \
+             with a cluster, at the slowest shard.",
+        ),
+        Unreachable => entry(
+            Cause::Misconfiguration,
+            "The relay is not connected to Redis: it is down, unreachable, or refuses the \
+             relay's password, client certificate or CA (the relay's log says which, once \
+             per outage). Check Redis, `redis_url`, the password and TLS files, and the \
+             network policy.",
+        ),
+        Timeout => entry(
+            Cause::Overload,
+            "Redis took longer than 250 ms to answer a pipeline: overloaded, swapping, or \
+             a slow network to it. The relay reconnects and backs off.",
+        ),
+        CommandFailed => entry(
+            Cause::Fault,
+            "Redis answered with an error or the connection broke mid-pipeline: a restart, \
+             a failover, `maxmemory` reached with a policy that refuses writes, or an ACL \
+             that forbids GET/SET on `ufrag-relay:flow:*`.",
+        ),
+        AnswerQueueFull => entry(
+            Cause::Overload,
+            "A worker did not take its lookup answers in time (its answer queue was full): \
+             the worker is saturated. Check its CPU and `ufrag_relay_ready`.",
+        ),
+        RouteNotAllowed => entry(
+            Cause::Misconfiguration,
+            "A cached route leads to a next hop outside today's allowed destinations: \
+             Redis holds routes from an older configuration (a transceiver network that \
+             was removed). They expire with their TTL; the flows resume at their next \
+             STUN check.",
         ),
     }
 }

@@ -17,7 +17,7 @@ use ufrag_common::execute::{Executor, PARK_WAIT, RouteCacheRequest, Source};
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Route};
 use ufrag_common::frame::FrameHeader;
-use ufrag_common::metrics::{Direction, DropReason, Port, SharedCounters};
+use ufrag_common::metrics::{CacheError, Direction, DropReason, Port, SharedCounters};
 
 fn relay(policy: ForwardPolicy, capacity: usize, egress: PlannedEgress, t0: Instant) -> TestRelay {
     let table = FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap();
@@ -122,7 +122,12 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
     assert_eq!(r.egress.released, 1, "the looked-up datagram is released");
     r.egress.cache_closed = true;
     r.from_client(&RTP, a("198.51.100.8:1"), a(VIP), t0);
-    assert_eq!(r.counters().cache_errors, 1);
+    assert_eq!(r.counters().cache_errors_total(), 1);
+    assert_eq!(
+        r.counters().cache_errors[CacheError::RequestQueueFull.index()],
+        1,
+        "a request the cache could not take"
+    );
     assert_eq!(r.counters().drops_of(DropReason::NoFlowCacheLookup), 2);
 }
 

@@ -408,7 +408,7 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
     std::thread::sleep(Duration::from_millis(300));
     let forwarded = testkit::http::metric_by_label(
         &testkit::testbed::tools::relay_http(&bed, "/metrics"),
-        "ufrag_relay_packets_total",
+        "ufrag_relay_forwarded_datagrams_total",
         "direction",
     )
     .get("out")

@@ -59,14 +59,14 @@ fn complete_checksums_from(host: &Host) {
 fn fast(bed: &Testbed, direction: &str) -> f64 {
     relay_metric(
         bed,
-        &format!("ufrag_relay_fast_path_packets_total{{direction=\"{direction}\"}}"),
+        &format!("ufrag_relay_fast_path_forwarded_datagrams_total{{direction=\"{direction}\"}}"),
     )
 }
 
 fn by_workers(bed: &Testbed, direction: &str) -> f64 {
     relay_metric(
         bed,
-        &format!("ufrag_relay_packets_total{{worker=\"0\",direction=\"{direction}\"}}"),
+        &format!("ufrag_relay_forwarded_datagrams_total{{worker=\"0\",direction=\"{direction}\"}}"),
     )
 }
 
@@ -98,7 +98,7 @@ fn probe(xdp_mode: &str, ipv6: bool) {
     let (workers_in, workers_out) = (by_workers(&bed, "in"), by_workers(&bed, "out"));
     let unresolved = relay_metric(
         &bed,
-        "ufrag_relay_drops_total{worker=\"0\",reason=\"neighbour_unresolved\"}",
+        "ufrag_relay_dropped_datagrams_total{worker=\"0\",reason=\"neighbour_unresolved\"}",
     );
     let not_installed = relay_metric(&bed, "ufrag_relay_fast_path_flows_not_installed_total");
     let _ = relay.kill();
@@ -159,7 +159,10 @@ fn a_webrtc_session_crosses_the_fast_path() {
     let (mut xcvr, http) = start_transceiver(&bed, vip, &[]);
     echoed_session(&bed, http, vip, "through relay-afxdp's fast path");
     let (fast_in, fast_out) = (fast(&bed, "in"), fast(&bed, "out"));
-    let stun_left = relay_metric(&bed, "ufrag_relay_fast_path_left_total{reason=\"stun\"}");
+    let stun_left = relay_metric(
+        &bed,
+        "ufrag_relay_fast_path_left_datagrams_total{reason=\"stun\"}",
+    );
     for child in [&mut relay, &mut xcvr] {
         let _ = child.kill();
         let _ = child.wait();
@@ -220,7 +223,7 @@ fn a_restarted_relay_refills_the_fast_path_from_the_route_cache() {
     }
     let fast = |direction: &str| {
         relay.total(
-            "ufrag_relay_fast_path_packets_total",
+            "ufrag_relay_fast_path_forwarded_datagrams_total",
             &format!("direction=\"{direction}\""),
         )
     };

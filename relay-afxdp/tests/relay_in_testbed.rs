@@ -62,7 +62,7 @@ fn run(xdp_mode: &str, poll: &str, ipv6: bool) {
     let deadline = Instant::now() + Duration::from_secs(5);
     while relay_metric(
         &bed,
-        "ufrag_relay_drops_total{worker=\"0\",reason=\"unclassified\"}",
+        "ufrag_relay_dropped_datagrams_total{worker=\"0\",reason=\"unclassified\"}",
     ) < 1.0
     {
         assert!(Instant::now() < deadline, "garbage never counted");
@@ -70,15 +70,15 @@ fn run(xdp_mode: &str, poll: &str, ipv6: bool) {
     }
     let unresolved = relay_metric(
         &bed,
-        "ufrag_relay_drops_total{worker=\"0\",reason=\"neighbour_unresolved\"}",
+        "ufrag_relay_dropped_datagrams_total{worker=\"0\",reason=\"neighbour_unresolved\"}",
     );
     let forwarded_in = relay_metric(
         &bed,
-        "ufrag_relay_packets_total{worker=\"0\",direction=\"in\"}",
+        "ufrag_relay_forwarded_datagrams_total{worker=\"0\",direction=\"in\"}",
     );
     let forwarded_out = relay_metric(
         &bed,
-        "ufrag_relay_packets_total{worker=\"0\",direction=\"out\"}",
+        "ufrag_relay_forwarded_datagrams_total{worker=\"0\",direction=\"out\"}",
     );
     assert!(relay_http(&bed, "/metrics").contains("backend=\"afxdp\""));
     let _ = relay.kill();

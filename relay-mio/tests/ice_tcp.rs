@@ -179,7 +179,7 @@ fn a_tcp_client_is_routed_by_its_first_binding_request_and_hears_its_transceiver
     client.write_all(&framed(&rtp(4))).unwrap();
     assert_eq!(transceiver.recv_frame().map(|(_, p, _)| p), Some(rtp(4)));
     relay.wait_for("the unclassified message counted", |r| {
-        tcp_total(r, "drops_total", "reason=\"unclassified\"") == 1.0
+        tcp_total(r, "dropped_messages_total", "reason=\"unclassified\"") == 1.0
     });
 
     // Frames that must not reach this client: the UDP bit (no UDP flow has its address),
@@ -203,7 +203,7 @@ fn a_tcp_client_is_routed_by_its_first_binding_request_and_hears_its_transceiver
     );
     relay.wait_for("both refused frames counted", |r| {
         r.drops("return_no_flow") == 1.0
-            && tcp_total(r, "drops_total", "reason=\"return_no_flow\"") == 1.0
+            && tcp_total(r, "dropped_messages_total", "reason=\"return_no_flow\"") == 1.0
     });
     reply(
         &transceiver,
@@ -220,8 +220,8 @@ fn a_tcp_client_is_routed_by_its_first_binding_request_and_hears_its_transceiver
     );
 
     relay.wait_for("the counters", |r| {
-        tcp_total(r, "packets_total", "direction=\"in\"") == 5.0
-            && tcp_total(r, "packets_total", "direction=\"out\"") == 2.0
+        tcp_total(r, "forwarded_messages_total", "direction=\"in\"") == 5.0
+            && tcp_total(r, "forwarded_messages_total", "direction=\"out\"") == 2.0
             && tcp_total(r, "connections_active", "") == 1.0
             && tcp_total(r, "flows_active", "") == 1.0
     });
@@ -285,8 +285,12 @@ fn what_a_tcp_connection_may_cost_is_bounded_and_every_close_is_counted() {
     assert!(closed_by_relay(&mut forged));
     relay.wait_for("two refused first messages", |r| {
         closes(r, "first_message_refused") == 2.0
-            && tcp_total(r, "drops_total", "reason=\"no_flow\"") == 1.0
-            && tcp_total(r, "drops_total", "reason=\"stun_bad_fingerprint\"") == 1.0
+            && tcp_total(r, "dropped_messages_total", "reason=\"no_flow\"") == 1.0
+            && tcp_total(
+                r,
+                "dropped_messages_total",
+                "reason=\"stun_bad_fingerprint\"",
+            ) == 1.0
     });
 
     // A length prefix past the largest message: closed before a byte of it is read.
@@ -361,11 +365,15 @@ fn a_client_that_does_not_read_loses_messages_and_never_stalls_another() {
             );
         }
         relay.wait_for("the chunk read", |r| {
-            tcp_total(r, "received_packets_total", "port=\"internal\"") == f64::from(chunk * 50)
+            tcp_total(r, "received_messages_total", "port=\"internal\"") == f64::from(chunk * 50)
         });
     }
     relay.wait_for("messages for the slow client dropped", |r| {
-        tcp_total(r, "drops_total", "reason=\"tcp_send_buffer_full\"") > 0.0
+        tcp_total(
+            r,
+            "dropped_messages_total",
+            "reason=\"tcp_send_buffer_full\"",
+        ) > 0.0
     });
     for seq in 0..20 {
         reply(

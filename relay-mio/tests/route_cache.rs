@@ -21,6 +21,7 @@ use ufrag_common::config::{RedisAccess, RelayConfig, RouteStore};
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::Route;
+use ufrag_common::metrics::CacheError;
 use ufrag_common::runtime::cache::{ANSWER_QUEUE, CacheAnswer, PIPELINE, RouteCache};
 
 fn key(i: u32) -> FlowKey {
@@ -157,9 +158,10 @@ fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_writ
         route(1),
         "recorded before the failover, found after it"
     );
+    let failures = client.take_failures();
     assert!(
-        client.take_failures() > 0,
-        "the failures while the master was gone are counted"
+        failures.iter().sum::<u64>() > 0,
+        "the failures while the master was gone are counted: {failures:?}"
     );
 
     // After: written to the new master.
@@ -223,7 +225,7 @@ fn burst(store: &RouteStore, access: &RedisAccess) {
     }
     drain_until(&mut answers, &|answered| answered >= queued);
     assert_eq!(answers.len(), queued, "every lookup answered");
-    assert_eq!(client.take_failures(), 0);
+    assert_eq!(client.take_failures(), [0; CacheError::COUNT]);
     for a in &answers {
         let i = (0..2 * flows)
             .find(|&i| key(i) == a.key)
@@ -282,8 +284,11 @@ fn a_redis_with_tls_a_password_and_client_certificates_answers_flow_by_flow() {
 }
 
 /// Records one flow and looks it up through a helper on `store` reached as `access` says,
-/// and returns the failures counted (a refused connection fails every request).
-fn failures_of_one_record_and_lookup(store: &RouteStore, access: &RedisAccess) -> u64 {
+/// and returns the failures counted, by reason (a refused connection fails every request).
+fn failures_of_one_record_and_lookup(
+    store: &RouteStore,
+    access: &RedisAccess,
+) -> [u64; CacheError::COUNT] {
     let (cache, clients) = one_worker_cache(store, access);
     let client = &clients[0];
     assert!(client.submit(RouteCacheRequest::Record {
@@ -291,10 +296,14 @@ fn failures_of_one_record_and_lookup(store: &RouteStore, access: &RedisAccess) -
         route: route(1)
     }));
     assert!(client.submit(RouteCacheRequest::Lookup { key: key(1) }));
-    let failures = std::cell::Cell::new(0);
+    let failures = std::cell::Cell::new([0; CacheError::COUNT]);
     wait_until("both requests to fail", 10, || {
-        failures.set(failures.get() + client.take_failures());
-        failures.get() >= 2
+        let mut sum = failures.get();
+        for (s, new) in sum.iter_mut().zip(client.take_failures()) {
+            *s += new;
+        }
+        failures.set(sum);
+        sum.iter().sum::<u64>() >= 2
     });
     assert!(
         client.next_answer().is_none(),
@@ -328,18 +337,48 @@ fn a_wrong_password_an_untrusted_redis_or_no_client_certificate_is_counted_never
         ..good.clone()
     };
     let plaintext = RouteStore::Server(format!("redis://{}", redis.addr));
-    for (what, store, access) in [
-        ("a wrong password", &store, &wrong_password),
-        ("a server certificate from another CA", &store, &untrusted),
-        ("no client certificate", &store, &no_client_certificate),
+    // A refused handshake fails the connection: `unreachable`. Plaintext to a TLS port
+    // connects (no AUTH to refuse) and fails at the first pipeline.
+    let refused_at_connect: &[CacheError] = &[CacheError::Unreachable];
+    let refused_at_command: &[CacheError] = &[
+        CacheError::Unreachable,
+        CacheError::Timeout,
+        CacheError::CommandFailed,
+    ];
+    for (what, store, access, reasons) in [
+        (
+            "a wrong password",
+            &store,
+            &wrong_password,
+            refused_at_connect,
+        ),
+        (
+            "a server certificate from another CA",
+            &store,
+            &untrusted,
+            refused_at_connect,
+        ),
+        (
+            "no client certificate",
+            &store,
+            &no_client_certificate,
+            refused_at_connect,
+        ),
         (
             "plaintext to a TLS port",
             &plaintext,
             &RedisAccess::default(),
+            refused_at_command,
         ),
     ] {
         let failures = failures_of_one_record_and_lookup(store, access);
-        assert!(failures >= 2, "{what}: {failures}");
+        let counted: u64 = failures.iter().sum();
+        let under_its_reasons: u64 = reasons.iter().map(|r| failures[r.index()]).sum();
+        assert!(counted >= 2, "{what}: {failures:?}");
+        assert_eq!(
+            under_its_reasons, counted,
+            "{what}: every failure under {reasons:?}: {failures:?}"
+        );
     }
 }
 
@@ -357,13 +396,20 @@ fn answers_beyond_a_full_answer_queue_are_counted_as_failures_never_waited_for()
     // The overflow is the last lookups queued: once they are counted, all are handled.
     let failures = std::cell::Cell::new(0);
     wait_until("the helper to answer or fail every lookup", 20, || {
-        failures.set(failures.get() + client.take_failures());
+        let taken = client.take_failures();
+        let others: u64 = CacheError::ALL
+            .iter()
+            .filter(|r| **r != CacheError::AnswerQueueFull)
+            .map(|r| taken[r.index()])
+            .sum();
+        assert_eq!(others, 0, "only answer_queue_full: {taken:?}");
+        failures.set(failures.get() + taken[CacheError::AnswerQueueFull.index()]);
         failures.get() >= over as u64
     });
     assert_eq!(
         failures.get(),
         over as u64,
-        "exactly the lookups with no room"
+        "exactly the lookups with no room, as answer_queue_full"
     );
     let mut answered = 0;
     while client.next_answer().is_some() {

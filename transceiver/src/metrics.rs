@@ -1,12 +1,13 @@
 //! Transceiver metrics: sessions by state and end reason, datagrams, drops by reason,
-//! echoed audio, and session setup time; Prometheus text via `prometheus-client`. Reasons
-//! are enums ([`DropReason`], [`EndReason`]) indexing counters made once, so counting a
-//! datagram never allocates.
+//! echoed audio, and session setup time, written as the relay's are
+//! ([`ufrag_common::metrics::Exposition`]: OpenMetrics or Prometheus text, as the scraper
+//! asks). Reasons are enums ([`DropReason`], [`EndReason`]) indexing counters made once, so
+//! counting a datagram never allocates. Names follow the relay's: a datagram is a UDP
+//! payload, a packet is an RTP packet, a message is a model-protocol message.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -14,6 +15,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use ufrag_common::frame::FrameError;
 use ufrag_common::label_enum;
+use ufrag_common::metrics::Exposition;
 
 use crate::model_wire::DecodeError;
 
@@ -144,7 +146,7 @@ pub struct TransceiverMetrics {
     /// Indexed by [`HttpRefusal::index`].
     http_refusals: Vec<Counter>,
     worker_failures: Counter,
-    hint_key_current: Gauge,
+    hint_key_info: Family<Vec<(&'static str, String)>, Gauge>,
     sessions_by_hint_key: Family<Vec<(&'static str, String)>, Gauge>,
     /// Hint key file reloads: `[taken, refused]`.
     hint_key_reloads: [Counter; 2],
@@ -188,7 +190,7 @@ impl TransceiverMetrics {
             path_probes.clone(),
         );
         registry.register(
-            "kept_on_verified_path",
+            "kept_on_verified_path_datagrams",
             "Datagrams sent to a session's verified path instead of the unverified one str0m chose.",
             kept_on_verified_path.clone(),
         );
@@ -211,10 +213,14 @@ impl TransceiverMetrics {
             sessions_ended.clone(),
         );
         registry.register("datagrams", "Datagrams, by direction.", datagrams.clone());
-        registry.register("drops", "Datagrams dropped, by reason.", drops.clone());
         registry.register(
-            "audio_echoed",
-            "Audio packets the model sent back.",
+            "dropped_datagrams",
+            "Datagrams dropped, by reason.",
+            drops.clone(),
+        );
+        registry.register(
+            "echoed_audio_packets",
+            "Audio (RTP) packets the model sent back.",
             audio_echoed.clone(),
         );
         registry.register(
@@ -239,11 +245,11 @@ impl TransceiverMetrics {
             "Workers that stopped (a panic or an I/O error): readiness turns off.",
             worker_failures.clone(),
         );
-        let hint_key_current = Gauge::default();
+        let hint_key_info = Family::<Vec<(&'static str, String)>, Gauge>::default();
         registry.register(
-            "hint_key_current",
-            "Id of the current hint key (it mints new sessions' ufrags).",
-            hint_key_current.clone(),
+            "hint_key_info",
+            "The current hint key (it mints new sessions' ufrags), by its id (always 1).",
+            hint_key_info.clone(),
         );
         let ready_gauge = Gauge::default();
         registry.register(
@@ -284,13 +290,13 @@ impl TransceiverMetrics {
         );
         let model_drops = Family::<Labels, Counter>::default();
         registry.register(
-            "model_dropped",
+            "model_dropped_messages",
             "Messages between the workers and the model backend not delivered, by reason.",
             model_drops.clone(),
         );
         let model_errors = Family::<Labels, Counter>::default();
         registry.register(
-            "model_errors",
+            "model_refused_messages",
             "Messages from the model backend refused as malformed, by reason.",
             model_errors.clone(),
         );
@@ -340,7 +346,7 @@ impl TransceiverMetrics {
                 .map(|r| by(&http_refusals, "reason", r.label()))
                 .collect(),
             worker_failures,
-            hint_key_current,
+            hint_key_info,
             sessions_by_hint_key,
             hint_key_reloads: ["taken", "refused"].map(|r| by(&hint_key_reloads, "result", r)),
             ready: AtomicBool::new(false),
@@ -449,14 +455,17 @@ impl TransceiverMetrics {
 
     /// The hint keys in use now have `current` as their current key id.
     pub fn hint_key_in_use(&self, current: u8) {
-        self.hint_key_current.set(i64::from(current));
+        self.hint_key_info.clear();
+        self.hint_key_info
+            .get_or_create(&vec![("key_id", current.to_string())])
+            .set(1);
     }
 
     /// A live session's server ufrag, minted with hint key `key`, came (`+1`) or went
     /// (`-1`): a session created or ended, or an ICE restart's new ufrag.
     pub fn session_hint_key(&self, key: u8, change: i64) {
         self.sessions_by_hint_key
-            .get_or_create(&vec![("hint_key", key.to_string())])
+            .get_or_create(&vec![("key_id", key.to_string())])
             .inc_by(change);
     }
 
@@ -490,16 +499,15 @@ impl TransceiverMetrics {
         }
     }
 
-    /// The OpenMetrics text, with `ready` as the endpoint's readiness is now (`/readyz`).
-    pub fn render_with_readiness(&self, ready: bool) -> String {
+    /// Every metric in `format`, with `ready` as the endpoint's readiness is now
+    /// (`/readyz`).
+    pub fn render_with_readiness(&self, format: Exposition, ready: bool) -> String {
         self.ready_gauge.set(i64::from(ready));
-        self.render()
+        self.render(format)
     }
 
-    /// The OpenMetrics text.
-    pub fn render(&self) -> String {
-        let mut out = String::new();
-        encode(&mut out, &self.registry).expect("writing to a String cannot fail");
-        out
+    /// Every metric in `format`.
+    pub fn render(&self, format: Exposition) -> String {
+        format.encode(&self.registry)
     }
 }

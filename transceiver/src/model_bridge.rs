@@ -25,13 +25,13 @@
 //!
 //! - **A slow backend**: at most [`SESSION_AUDIO_QUEUE`] audio frames wait per session
 //!   and [`CONNECTION_QUEUE`] messages per connection; beyond, the oldest audio frame
-//!   goes (`ufrag_transceiver_model_dropped_total{reason="queue_full"}`): a voice agent
+//!   goes (`ufrag_transceiver_model_dropped_messages_total{reason="queue_full"}`): a voice agent
 //!   wants the newest audio. Control messages and events are never dropped for audio.
 //! - **A flooding backend**: at most [`INBOUND_QUEUE`] messages wait for the worker;
 //!   beyond, the newest is dropped (`reason="backend_flood"`), and a message longer than
 //!   [`crate::model_wire::MAX_MESSAGE_LEN`] closes the connection.
 //! - **A malformed message**: refused and counted by its [`crate::model_wire::DecodeError`] label
-//!   (`ufrag_transceiver_model_errors_total`); the connection stays up.
+//!   (`ufrag_transceiver_model_refused_messages_total`); the connection stays up.
 //!
 //! # The backend down, and back
 //!

@@ -22,7 +22,7 @@ const FRAME_MALFORMED: Entry = entry(
      version.",
 );
 
-/// The runbook entry for a transceiver drop (`ufrag_transceiver_drops_total{reason}`).
+/// The runbook entry for a transceiver drop (`ufrag_transceiver_dropped_datagrams_total{reason}`).
 pub const fn drop(reason: DropReason) -> Entry {
     use DropReason::*;
     match reason {
@@ -132,7 +132,7 @@ pub const fn session_end(reason: EndReason) -> Entry {
 }
 
 /// The runbook entry for a model message not delivered
-/// (`ufrag_transceiver_model_dropped_total`).
+/// (`ufrag_transceiver_model_dropped_messages_total`).
 pub const fn model_drop(reason: ModelDrop) -> Entry {
     use ModelDrop::*;
     match reason {
@@ -154,7 +154,7 @@ pub const fn model_drop(reason: ModelDrop) -> Entry {
     }
 }
 
-/// The runbook entry for a refused model message (`ufrag_transceiver_model_errors_total`).
+/// The runbook entry for a refused model message (`ufrag_transceiver_model_refused_messages_total`).
 pub const fn model_error(reason: DecodeError) -> Entry {
     entry(
         Cause::Fault,
@@ -205,7 +205,7 @@ fn section(
 
 /// `docs/runbook.md`, as the code says it.
 pub fn render() -> String {
-    use ufrag_common::metrics::{DropReason as RelayDrop, TcpCloseReason};
+    use ufrag_common::metrics::{CacheError, DropReason as RelayDrop, TcpCloseReason};
     use ufrag_common::runbook as relay;
     let mut out = String::from(
         "# Runbook: every reason a count rises\n\n\
@@ -220,10 +220,19 @@ pub fn render() -> String {
     section(
         &mut out,
         "Relay: dropped datagrams",
-        "ufrag_relay_drops_total{worker, reason}",
+        "ufrag_relay_dropped_datagrams_total{worker, reason}",
         &RelayDrop::ALL
             .iter()
             .map(|r| (r.label(), r.doc(), relay::relay_drop(*r)))
+            .collect::<Vec<_>>(),
+    );
+    section(
+        &mut out,
+        "Relay: route-cache errors",
+        "ufrag_relay_cache_errors_total{worker, reason}",
+        &CacheError::ALL
+            .iter()
+            .map(|r| (r.label(), r.doc(), relay::cache_error(*r)))
             .collect::<Vec<_>>(),
     );
     section(
@@ -238,7 +247,7 @@ pub fn render() -> String {
     section(
         &mut out,
         "Transceiver: dropped datagrams",
-        "ufrag_transceiver_drops_total{reason}",
+        "ufrag_transceiver_dropped_datagrams_total{reason}",
         &DropReason::ALL
             .iter()
             .map(|r| (r.label(), r.doc(), drop(*r)))
@@ -265,7 +274,7 @@ pub fn render() -> String {
     section(
         &mut out,
         "Transceiver: model messages not delivered",
-        "ufrag_transceiver_model_dropped_total{reason}",
+        "ufrag_transceiver_model_dropped_messages_total{reason}",
         &ModelDrop::ALL
             .iter()
             .map(|r| (r.label(), r.doc(), model_drop(*r)))
@@ -274,7 +283,7 @@ pub fn render() -> String {
     section(
         &mut out,
         "Transceiver: model messages refused",
-        "ufrag_transceiver_model_errors_total{reason}",
+        "ufrag_transceiver_model_refused_messages_total{reason}",
         &DecodeError::ALL
             .iter()
             .map(|r| (r.label(), r.doc(), model_error(*r)))
@@ -358,17 +367,19 @@ pub const ALERTS: &[Alert] = &[
     },
     Alert {
         name: "UfragRouteCacheErrors",
-        expr: "sum by (instance) (rate(ufrag_relay_cache_errors_total[5m])) > 1",
+        expr: "sum by (instance, reason) (rate(ufrag_relay_cache_errors_total[5m])) > 1",
         hold: "5m",
         severity: "ticket",
-        summary: "A relay's route cache fails: Redis is down, slow or refuses it.",
+        summary: "A relay's route cache fails: Redis is down, slow or refuses it (the \
+                  reason label says which; see Relay: route-cache errors).",
         action: "Forwarding is not affected; a relay restarted now loses its flows until \
-                 their next STUN check. Check Redis (up, memory, `maxmemory`), the password \
-                 and TLS files, and the network policy.",
+                 their next STUN check. The reason's entry above says where to look: \
+                 Redis (up, memory, `maxmemory`), the password and TLS files, the network \
+                 policy.",
     },
     Alert {
         name: "UfragRelayTableFull",
-        expr: "sum by (instance) (rate(ufrag_relay_drops_total{reason=\"table_full\"}[5m])) > 0",
+        expr: "sum by (instance) (rate(ufrag_relay_dropped_datagrams_total{reason=\"table_full\"}[5m])) > 0",
         hold: "2m",
         severity: "page",
         summary: "A relay's flow table is full: new sessions through it fail.",
@@ -378,10 +389,10 @@ pub const ALERTS: &[Alert] = &[
     },
     Alert {
         name: "UfragRelayDropSpike",
-        expr: "sum by (instance, reason) (rate(ufrag_relay_drops_total[5m])) > 100 \
-               and sum by (instance, reason) (rate(ufrag_relay_drops_total[5m])) \
-               > 10 * (sum by (instance, reason) (rate(ufrag_relay_drops_total[1h] offset 10m)) \
-               or sum by (instance, reason) (rate(ufrag_relay_drops_total[5m])) * 0)",
+        expr: "sum by (instance, reason) (rate(ufrag_relay_dropped_datagrams_total[5m])) > 100 \
+               and sum by (instance, reason) (rate(ufrag_relay_dropped_datagrams_total[5m])) \
+               > 10 * (sum by (instance, reason) (rate(ufrag_relay_dropped_datagrams_total[1h] offset 10m)) \
+               or sum by (instance, reason) (rate(ufrag_relay_dropped_datagrams_total[5m])) * 0)",
         hold: "5m",
         severity: "ticket",
         summary: "A relay drops ten times more for one reason than in the hour before \
@@ -392,10 +403,10 @@ pub const ALERTS: &[Alert] = &[
     },
     Alert {
         name: "UfragTransceiverDropSpike",
-        expr: "sum by (instance, reason) (rate(ufrag_transceiver_drops_total[5m])) > 100 \
-               and sum by (instance, reason) (rate(ufrag_transceiver_drops_total[5m])) \
-               > 10 * (sum by (instance, reason) (rate(ufrag_transceiver_drops_total[1h] offset 10m)) \
-               or sum by (instance, reason) (rate(ufrag_transceiver_drops_total[5m])) * 0)",
+        expr: "sum by (instance, reason) (rate(ufrag_transceiver_dropped_datagrams_total[5m])) > 100 \
+               and sum by (instance, reason) (rate(ufrag_transceiver_dropped_datagrams_total[5m])) \
+               > 10 * (sum by (instance, reason) (rate(ufrag_transceiver_dropped_datagrams_total[1h] offset 10m)) \
+               or sum by (instance, reason) (rate(ufrag_transceiver_dropped_datagrams_total[5m])) * 0)",
         hold: "5m",
         severity: "ticket",
         summary: "A transceiver drops ten times more for one reason than in the hour \

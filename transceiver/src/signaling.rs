@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use hyper::{HeaderMap, Method};
 use str0m::change::SdpOffer;
 use subtle::ConstantTimeEq;
+use ufrag_common::metrics::Exposition;
 
 use crate::error::SignalError;
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
@@ -265,11 +266,14 @@ impl Signaling {
             (&Method::GET, "/healthz") => text(200, "ok"),
             (&Method::GET, "/readyz") if self.is_ready() => text(200, "ready"),
             (&Method::GET, "/readyz") => text(503, "not ready"),
-            (&Method::GET, "/metrics") => SignalResponse::new(
-                200,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                self.metrics.render_with_readiness(self.is_ready()),
-            ),
+            (&Method::GET, "/metrics") => {
+                let format = Exposition::for_accept(header_str(headers, "accept"));
+                SignalResponse::new(
+                    200,
+                    format.content_type(),
+                    self.metrics.render_with_readiness(format, self.is_ready()),
+                )
+            }
             (&Method::POST, "/v1/sessions") => self.create(peer, headers, body),
             (&Method::DELETE, p) if p.starts_with("/v1/sessions/") => {
                 self.delete(headers, &p["/v1/sessions/".len()..])

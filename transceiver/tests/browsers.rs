@@ -143,7 +143,7 @@ impl<'a> SessionWatch<'a> {
         if Self::value(&text, "ufrag_transceiver_sessions_active ") == 1.0 {
             self.no_session_while_alive = Some(Self::value(
                 &text,
-                "ufrag_transceiver_drops_total{reason=\"no_session\"}",
+                "ufrag_transceiver_dropped_datagrams_total{reason=\"no_session\"}",
             ));
         }
     }
@@ -223,7 +223,10 @@ fn chromium_talks_to_an_external_model_backend_through_relay_mio() {
         log[1].starts_with("started ") && log[2].ends_with(" deleted"),
         "{log:?}"
     );
-    assert_eq!(xcvr.metric("ufrag_transceiver_model_dropped_total"), 0.0);
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_model_dropped_messages_total"),
+        0.0
+    );
 }
 
 #[test]
@@ -430,9 +433,13 @@ fn browser_in_testbed(engine: Engine, setup: BrowserBed) -> BedOutcome {
     let metric = |series| testkit::testbed::tools::relay_metric(&bed, series);
     BedOutcome {
         udp_flows: metric("ufrag_relay_flows_created_total"),
-        udp_packets_in: metric("ufrag_relay_packets_total{worker=\"0\",direction=\"in\"}"),
+        udp_packets_in: metric(
+            "ufrag_relay_forwarded_datagrams_total{worker=\"0\",direction=\"in\"}",
+        ),
         tcp_connections: metric("ufrag_relay_tcp_connections_accepted_total"),
-        tcp_packets_in: metric("ufrag_relay_tcp_packets_total{worker=\"0\",direction=\"in\"}"),
+        tcp_packets_in: metric(
+            "ufrag_relay_tcp_forwarded_messages_total{worker=\"0\",direction=\"in\"}",
+        ),
         report: result,
     }
 }

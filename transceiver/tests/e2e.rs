@@ -25,7 +25,7 @@ fn a_session_through_the_relay_echoes_audio_and_answers_pings_then_deletes() {
 
     // 50 packets of audio (1 s), paced at 20 ms; the echo comes back.
     let client = converse_with_echo(client, "through relay-mio", 50, 45);
-    assert!(xcvr.metric("ufrag_transceiver_audio_echoed_total") >= 45.0);
+    assert!(xcvr.metric("ufrag_transceiver_echoed_audio_packets_total") >= 45.0);
 
     let location = client.location.clone().unwrap();
     assert_eq!(
@@ -82,10 +82,16 @@ fn a_client_whose_network_blocks_udp_talks_over_ice_tcp_through_the_relay() {
 
     let client = converse_with_echo(client, "over ICE-TCP through relay-mio", 50, 45);
     let relay_metric = |name: &str| testkit::http::metric(None, relay.metrics, name);
-    assert!(relay_metric("ufrag_relay_tcp_packets_total{worker=\"0\",direction=\"in\"}") >= 50.0);
-    assert!(relay_metric("ufrag_relay_tcp_packets_total{worker=\"0\",direction=\"out\"}") >= 45.0);
+    assert!(
+        relay_metric("ufrag_relay_tcp_forwarded_messages_total{worker=\"0\",direction=\"in\"}")
+            >= 50.0
+    );
+    assert!(
+        relay_metric("ufrag_relay_tcp_forwarded_messages_total{worker=\"0\",direction=\"out\"}")
+            >= 45.0
+    );
     assert_eq!(
-        relay_metric("ufrag_relay_packets_total"),
+        relay_metric("ufrag_relay_forwarded_datagrams_total"),
         0.0,
         "nothing went over UDP"
     );

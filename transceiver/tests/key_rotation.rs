@@ -104,7 +104,7 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     // Live sessions by the key that minted their ufrag: what tells an operator when an
     // old key may go.
     let by_key = |key: u8| {
-        let series = format!("ufrag_transceiver_sessions_by_hint_key{{hint_key=\"{key}\"}}");
+        let series = format!("ufrag_transceiver_sessions_by_hint_key{{key_id=\"{key}\"}}");
         testkit::http::metric(None, xcvr.http, &series)
     };
     assert_eq!(by_key(1), 3.0, "A, C and G under key 1");
@@ -115,8 +115,13 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     hangup();
     reloads(1.0);
     assert_eq!(
-        testkit::http::metric(None, relay.metrics, "ufrag_relay_hint_key_current"),
-        2.0
+        testkit::http::metric(
+            None,
+            relay.metrics,
+            "ufrag_relay_hint_key_info{key_id=\"2\"}"
+        ),
+        1.0,
+        "the relay names key 2 as its current one"
     );
     let b = signaled(&xcvr);
     assert!(minted_under(&ufrag(&b), NEW), "B carries the new key");
@@ -141,7 +146,7 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     write_keys(&file, NEW);
     hangup();
     reloads(2.0);
-    let unknown = "ufrag_relay_drops_total{worker=\"0\",reason=\"hint_unknown_key\"}";
+    let unknown = "ufrag_relay_dropped_datagrams_total{worker=\"0\",reason=\"hint_unknown_key\"}";
     let before = testkit::http::metric(None, relay.metrics, unknown);
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {

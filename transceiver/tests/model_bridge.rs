@@ -108,7 +108,7 @@ fn a_session_talks_to_an_external_backend_through_the_relay_and_ends_there_once(
         "everything the transceiver sent was readable"
     );
     assert_eq!(
-        xcvr.metric("ufrag_transceiver_model_errors_total"),
+        xcvr.metric("ufrag_transceiver_model_refused_messages_total"),
         0.0,
         "and everything the backend sent"
     );
@@ -266,7 +266,7 @@ fn a_slow_backend_costs_a_bounded_queue_and_the_oldest_audio_is_dropped() {
     }
     assert!(sent >= 2500, "the client sent {sent} frames");
     eventually("audio dropped at the full queue", || {
-        xcvr.metric("ufrag_transceiver_model_dropped_total{reason=\"queue_full\"}") > 0.0
+        xcvr.metric("ufrag_transceiver_model_dropped_messages_total{reason=\"queue_full\"}") > 0.0
     });
     assert_eq!(xcvr.metric("ufrag_transceiver_sessions_active"), 1.0);
 
@@ -316,7 +316,7 @@ fn malformed_and_oversized_backend_messages_are_counted_and_the_session_lives() 
     for (_, reason) in &junk {
         eventually(reason, || {
             xcvr.metric(&format!(
-                "ufrag_transceiver_model_errors_total{{reason=\"{reason}\"}}"
+                "ufrag_transceiver_model_refused_messages_total{{reason=\"{reason}\"}}"
             )) == 1.0
         });
     }

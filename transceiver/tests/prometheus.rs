@@ -5,6 +5,8 @@
 //! transceiver whose worker dies fires `UfragTransceiverWorkerFailed` and
 //! `UfragTransceiverNotReady` for it alone. The rules' holds (`for:`) are cut to 2 s in
 //! the copy Prometheus loads here; `promtool test rules` covers the holds themselves.
+//! Both binaries answer a scrape in the same format, and `promtool check metrics` finds
+//! nothing to lint in either.
 
 mod support;
 
@@ -224,4 +226,75 @@ fn a_real_prometheus_answers_every_dashboard_query_and_fires_on_a_dead_worker() 
         "only the broken transceiver alerts: {firing:?}"
     );
     broken.child.stop();
+}
+
+/// The `Accept` header Prometheus sends with each scrape.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,\
+    application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `text` through `promtool check metrics` (the 0.0.4 text): what it complains about.
+fn lint(text: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool must be installed (scripts/test.sh installs Debian's prometheus)");
+    child
+        .stdin
+        .take()
+        .expect("a stdin")
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+#[test]
+fn both_binaries_answer_a_scrape_alike_and_promtool_finds_nothing_to_lint() {
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &[]);
+    for (what, addr) in [("relay", relay.metrics), ("transceiver", xcvr.http)] {
+        let scrape = |accept: Option<&str>| {
+            let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
+            let answer = http_request(addr, "GET", "/metrics", None, &headers)
+                .unwrap_or_else(|| panic!("{what} answers /metrics"));
+            assert_eq!(answer.status, 200, "{what}");
+            let content_type = answer
+                .headers
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case("content-type"))
+                .map(|(_, value)| value.clone())
+                .unwrap_or_default();
+            (content_type, answer.body)
+        };
+        let (content_type, body) = scrape(Some(PROMETHEUS_ACCEPT));
+        assert_eq!(
+            content_type, "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "{what}: OpenMetrics for Prometheus"
+        );
+        assert_eq!(
+            body.lines().last(),
+            Some("# EOF"),
+            "{what}: OpenMetrics ends so"
+        );
+        let (content_type, body) = scrape(None);
+        assert_eq!(
+            content_type, "text/plain; version=0.0.4; charset=utf-8",
+            "{what}: the 0.0.4 text for a plain GET"
+        );
+        assert!(!body.contains("# EOF"), "{what}");
+        let (clean, said) = lint(&body);
+        assert!(
+            clean && said.trim().is_empty(),
+            "{what}: promtool check metrics:\n{said}"
+        );
+    }
 }

@@ -46,6 +46,7 @@ fn every_reason_has_a_row_with_its_meaning_and_an_action() {
     let page = transceiver::runbook::render();
     let rows: Vec<&str> = page.lines().filter(|l| l.starts_with("| `")).collect();
     let reasons = ufrag_common::metrics::DropReason::COUNT
+        + ufrag_common::metrics::CacheError::COUNT
         + ufrag_common::metrics::TcpCloseReason::COUNT
         + transceiver::metrics::DropReason::COUNT
         + transceiver::metrics::HttpRefusal::COUNT

@@ -456,6 +456,6 @@ fn a_forged_nomination_from_another_address_gets_it_no_media() {
         "the answer to V's check and a few probes: {}",
         to_victim.len()
     );
-    assert!(xcvr.metric("ufrag_transceiver_kept_on_verified_path") > 0.0);
+    assert!(xcvr.metric("ufrag_transceiver_kept_on_verified_path_datagrams_total") > 0.0);
     assert!(xcvr.metric("ufrag_transceiver_path_probes") >= 1.0);
 }

@@ -205,14 +205,17 @@ fn frames_from_a_non_relay_source_are_dropped_and_counted() {
         outsider.send_to(&frame, xcvr.worker).unwrap();
     }
     let deadline = std::time::Instant::now() + WAIT;
-    while xcvr.metric("ufrag_transceiver_drops_total{reason=\"frame_source_not_allowed\"}") < 3.0 {
+    while xcvr
+        .metric("ufrag_transceiver_dropped_datagrams_total{reason=\"frame_source_not_allowed\"}")
+        < 3.0
+    {
         assert!(std::time::Instant::now() < deadline, "drops never counted");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     // From an allowed relay network, a frame for an unknown client is counted as such.
     let relay = std::net::UdpSocket::bind(("127.250.1.1", 0)).unwrap();
     relay.send_to(&frame, xcvr.worker).unwrap();
-    while xcvr.metric("ufrag_transceiver_drops_total{reason=\"no_session\"}") < 1.0 {
+    while xcvr.metric("ufrag_transceiver_dropped_datagrams_total{reason=\"no_session\"}") < 1.0 {
         assert!(
             std::time::Instant::now() < deadline,
             "no_session never counted"

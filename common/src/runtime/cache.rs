@@ -31,6 +31,7 @@ use crate::config::{RedisAccess, RouteStore};
 use crate::execute::{Egress, Executor, RouteCacheRequest};
 use crate::flow::FlowKey;
 use crate::forward::Route;
+use crate::metrics::CacheError;
 
 /// Capacity of the request queue shared by all workers.
 pub const REQUEST_QUEUE: usize = 8192;
@@ -68,8 +69,12 @@ pub struct CacheClient {
     worker: usize,
     requests: Sender<CacheRequest>,
     answers: Receiver<CacheAnswer>,
-    failures: Arc<AtomicU64>,
+    failures: Arc<FailureCounts>,
 }
+
+/// The failures the helper saw for one worker, by [`CacheError::index`], until the worker
+/// takes them.
+type FailureCounts = [AtomicU64; CacheError::COUNT];
 
 impl CacheClient {
     /// Queues a request; false when the queue is full (a cache error for the caller).
@@ -90,9 +95,9 @@ impl CacheClient {
     }
 
     /// The failures the helper saw for this worker since the last call (Redis down,
-    /// timeouts, answer queue full).
-    pub fn take_failures(&self) -> u64 {
-        self.failures.swap(0, Ordering::Relaxed)
+    /// timeouts, answer queue full), by [`CacheError::index`].
+    pub fn take_failures(&self) -> [u64; CacheError::COUNT] {
+        core::array::from_fn(|i| self.failures[i].swap(0, Ordering::Relaxed))
     }
 }
 
@@ -109,8 +114,9 @@ pub fn deliver_answers<E: Egress>(
     while let Some(answer) = cache_of(egress).and_then(CacheClient::next_answer) {
         executor.cache_answer(&answer.key, answer.route, now, egress);
     }
-    let failures = cache_of(egress).map_or(0, CacheClient::take_failures);
-    executor.cache_failures(failures);
+    if let Some(failures) = cache_of(egress).map(CacheClient::take_failures) {
+        executor.cache_failures(&failures);
+    }
     executor.flush(egress);
 }
 
@@ -278,7 +284,7 @@ struct Helper {
     ttl: Duration,
     answers: Vec<Sender<CacheAnswer>>,
     wakers: Vec<WakeFn>,
-    failures: Vec<Arc<AtomicU64>>,
+    failures: Vec<Arc<FailureCounts>>,
     connected_once: bool,
 }
 
@@ -324,7 +330,7 @@ impl RouteCache {
         let mut failures = Vec::with_capacity(wakers.len());
         for worker in 0..wakers.len() {
             let (tx, rx) = bounded(ANSWER_QUEUE);
-            let failed = Arc::new(AtomicU64::new(0));
+            let failed = Arc::new(core::array::from_fn(|_| AtomicU64::new(0)));
             answers.push(tx);
             failures.push(Arc::clone(&failed));
             clients.push(CacheClient {
@@ -391,9 +397,9 @@ impl Helper {
         }
     }
 
-    fn fail(&self, request: &CacheRequest) {
+    fn fail(&self, request: &CacheRequest, reason: CacheError) {
         if let Some(f) = self.failures.get(request.worker) {
-            f.fetch_add(1, Ordering::Relaxed);
+            f[reason.index()].fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -427,11 +433,15 @@ impl Helper {
     /// each lookup's answer to its worker. A failed pipeline fails every request in it.
     fn handle(&mut self, batch: &[CacheRequest]) {
         if self.connection.is_none() && !self.connect() {
-            batch.iter().for_each(|r| self.fail(r));
+            batch
+                .iter()
+                .for_each(|r| self.fail(r, CacheError::Unreachable));
             return;
         }
         let Some(connection) = self.connection.as_mut() else {
-            batch.iter().for_each(|r| self.fail(r));
+            batch
+                .iter()
+                .for_each(|r| self.fail(r, CacheError::Unreachable));
             return;
         };
         let ttl_ms = u64::try_from(self.ttl.as_millis())
@@ -462,7 +472,12 @@ impl Helper {
                 tracing::warn!(error = %e, "route cache command failed; reconnecting");
                 self.connection = None;
                 self.retry_at = Instant::now() + self.backoff;
-                batch.iter().for_each(|r| self.fail(r));
+                let reason = if e.is_timeout() {
+                    CacheError::Timeout
+                } else {
+                    CacheError::CommandFailed
+                };
+                batch.iter().for_each(|r| self.fail(r, reason));
                 return;
             }
         };
@@ -484,7 +499,7 @@ impl Helper {
                     wake();
                 }
             } else {
-                self.fail(request);
+                self.fail(request, CacheError::AnswerQueueFull);
             }
         }
     }

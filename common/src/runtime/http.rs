@@ -1,4 +1,5 @@
-//! The relay's HTTP endpoints on the metrics address: `/metrics` (Prometheus text),
+//! The relay's HTTP endpoints on the metrics address: `/metrics` (OpenMetrics or Prometheus
+//! text, as the scraper's `Accept` asks: [`Exposition`]),
 //! `/healthz` (200 while the process serves), `/readyz` (200 when accepting new flows, 503
 //! while starting or draining). One small thread; nothing here touches the packet path.
 
@@ -6,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use crate::metrics::{CONTENT_TYPE, RelayMetrics};
+use crate::metrics::{Exposition, RelayMetrics};
 
 /// The running HTTP server.
 pub struct HttpEndpoints {
@@ -44,8 +45,14 @@ impl HttpEndpoints {
                     let path = request.url().split('?').next().unwrap_or("").to_string();
                     let response = match (request.method(), path.as_str()) {
                         (tiny_http::Method::Get, "/metrics") => {
-                            tiny_http::Response::from_string(metrics.render())
-                                .with_header(header("Content-Type", CONTENT_TYPE))
+                            let accept = request
+                                .headers()
+                                .iter()
+                                .find(|h| h.field.equiv("Accept"))
+                                .map(|h| h.value.as_str());
+                            let format = Exposition::for_accept(accept);
+                            tiny_http::Response::from_string(metrics.render(format))
+                                .with_header(header("Content-Type", format.content_type()))
                         }
                         (tiny_http::Method::Get, "/healthz") => {
                             tiny_http::Response::from_string("ok\n")

@@ -67,7 +67,7 @@ pub fn run(options: Options) -> i32 {
 /// The relay's drop counters by reason, summed over workers.
 fn relay_drops(metrics: SocketAddr) -> BTreeMap<String, f64> {
     let text = testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
-    testkit::http::metric_by_label(&text, "ufrag_relay_drops_total", "reason")
+    testkit::http::metric_by_label(&text, "ufrag_relay_dropped_datagrams_total", "reason")
 }
 
 /// How much each counter by label grew from `before` to `after` (those that did).

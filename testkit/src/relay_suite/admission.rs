@@ -132,7 +132,7 @@ pub fn a_request_replayed_from_64_sources_makes_one_flow_whichever_worker_sees_i
         let metrics = relay.metrics();
         for worker in 0..2 {
             let series = format!(
-                "ufrag_relay_drops_total{{worker=\"{worker}\",reason=\"replayed_request\"}}"
+                "ufrag_relay_dropped_datagrams_total{{worker=\"{worker}\",reason=\"replayed_request\"}}"
             );
             let refused = metrics.get(&series).copied().unwrap_or(0.0);
             assert!(refused > 0.0, "worker {worker} saw no replay: {metrics:?}");

@@ -62,7 +62,7 @@ pub fn a_valid_binding_request_creates_a_flow_that_dtls_and_rtp_reuse(b: &Backen
         assert_eq!(payload, datagram, "forwarded opaquely");
     }
     s.relay.wait_for("counters", |r| {
-        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 4.0
+        r.total("ufrag_relay_forwarded_datagrams_total", "direction=\"in\"") == 4.0
     });
     assert_eq!(s.relay.total("ufrag_relay_flows_created_total", ""), 1.0);
     assert_eq!(s.relay.total("ufrag_relay_flows_active", ""), 1.0);
@@ -101,7 +101,7 @@ pub fn the_return_path_reaches_the_right_client_from_the_vip_it_used(b: &Backend
         "one datagram out per datagram in"
     );
     relay.wait_for("out counters", |r| {
-        r.total("ufrag_relay_packets_total", "direction=\"out\"") == 2.0
+        r.total("ufrag_relay_forwarded_datagrams_total", "direction=\"out\"") == 2.0
     });
 }
 
@@ -304,7 +304,7 @@ pub fn a_full_table_refuses_new_flows_while_old_ones_keep_forwarding(b: &Backend
     }
     // Two requests, two datagrams from each client while proving, and these two.
     relay.wait_for("the old flows forwarded RTP", |r| {
-        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 8.0
+        r.total("ufrag_relay_forwarded_datagrams_total", "direction=\"in\"") == 8.0
     });
     assert_eq!(
         transceiver.count_arrivals(),
@@ -327,7 +327,8 @@ pub fn a_backlog_beyond_one_turn_is_drained_without_new_traffic(b: &Backend) {
     }
     s.relay.signal("CONT");
     s.relay.wait_for("the whole backlog forwarded", |r| {
-        r.total("ufrag_relay_packets_total", "direction=\"in\"") == f64::from(BACKLOG) + 1.0
+        r.total("ufrag_relay_forwarded_datagrams_total", "direction=\"in\"")
+            == f64::from(BACKLOG) + 1.0
     });
     // Still awake: the next datagram goes through (after whatever of the backlog the
     // fake transceiver's own buffer kept).
@@ -346,14 +347,14 @@ pub fn two_workers_are_both_used_and_each_pinned_to_its_own_core(b: &Backend) {
     // SO_REUSEPORT spreads clients by address hash: 32 clients reach both workers.
     let _clients = clients_with_flows(&relay, &transceiver, 32);
     relay.wait_for("32 forwarded", |r| {
-        r.total("ufrag_relay_packets_total", "direction=\"in\"") == 32.0
+        r.total("ufrag_relay_forwarded_datagrams_total", "direction=\"in\"") == 32.0
     });
     assert_eq!(transceiver.count_arrivals(), 32);
     relay.wait_for("both workers forwarded", |r| {
         let m = r.metrics();
         (0..2).all(|w| {
             m.get(&format!(
-                "ufrag_relay_packets_total{{worker=\"{w}\",direction=\"in\"}}"
+                "ufrag_relay_forwarded_datagrams_total{{worker=\"{w}\",direction=\"in\"}}"
             ))
             .copied()
             .unwrap_or(0.0)
@@ -415,7 +416,7 @@ pub fn two_workers_return_every_reply_whichever_queue_it_lands_on(b: &Backend) {
         assert_eq!(data, format!("reply to {}", c.addr()).into_bytes());
     }
     relay.wait_for("32 returned", |r| {
-        r.total("ufrag_relay_packets_total", "direction=\"out\"") == 32.0
+        r.total("ufrag_relay_forwarded_datagrams_total", "direction=\"out\"") == 32.0
     });
     let shared = relay.total("ufrag_relay_shared_returns_total", "");
     if b.xdp.is_some() {

@@ -298,7 +298,10 @@ impl RelayProcess {
     }
 
     pub fn drops(&self, reason: &str) -> f64 {
-        self.total("ufrag_relay_drops_total", &format!("reason=\"{reason}\""))
+        self.total(
+            "ufrag_relay_dropped_datagrams_total",
+            &format!("reason=\"{reason}\""),
+        )
     }
 
     /// Waits (bounded) until `f` holds for the metrics, which workers publish every 50 ms.
