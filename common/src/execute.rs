@@ -10,7 +10,7 @@
 //! # The counting contract
 //!
 //! Every datagram received ends in exactly one counter: forwarded `in`, forwarded `out`,
-//! or one [`DropReason`], in packets and bytes alike (bytes as received). The executor
+//! or one [`DropReason`], in datagrams and bytes alike (bytes as received). The executor
 //! counts a datagram as received when it decides it ([`Executor::decide_client`],
 //! [`Executor::decide_internal`], or [`Executor::drop_received`] for a backend's own drop
 //! before any decision) and counts its end when it is known:

@@ -42,10 +42,10 @@
 //!
 //! **The counting contract** (kept by [`crate::execute::Executor`], checked by a property
 //! test): every datagram received ends in exactly one counter, forwarded `in`, forwarded
-//! `out`, or one drop reason, in packets and in bytes alike. Bytes are always the
+//! `out`, or one drop reason, in datagrams and in bytes alike. Bytes are always the
 //! datagram's size as received (UDP payload, frame header included for frames), so that
 //! once no send is in flight, `received == forwarded(in) + forwarded(out) + dropped` holds
-//! for packets and for bytes, per worker and in total.
+//! for datagrams and for bytes, per worker and in total.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -398,17 +398,17 @@ label_enum! {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WorkerCounters {
     /// Datagrams received, by [`Port`] index.
-    pub received_packets: [u64; 2],
+    pub received_datagrams: [u64; 2],
     /// Bytes received (datagram sizes as received), by [`Port`] index.
     pub received_bytes: [u64; 2],
     /// Datagrams forwarded, by [`Direction`] index.
-    pub packets: [u64; 2],
+    pub forwarded_datagrams: [u64; 2],
     /// Bytes forwarded (datagram sizes as received), by [`Direction`] index.
-    pub bytes: [u64; 2],
+    pub forwarded_bytes: [u64; 2],
     /// Drops, by [`DropReason::index`].
-    pub drops: [u64; DropReason::COUNT],
+    pub dropped_datagrams: [u64; DropReason::COUNT],
     /// Bytes dropped (datagram sizes as received), by [`DropReason::index`].
-    pub drop_bytes: [u64; DropReason::COUNT],
+    pub dropped_bytes: [u64; DropReason::COUNT],
     /// Flows in the worker's table now.
     pub flows_active: u64,
     /// Flows created.
@@ -433,12 +433,12 @@ pub struct WorkerCounters {
 impl Default for WorkerCounters {
     fn default() -> Self {
         WorkerCounters {
-            received_packets: [0; 2],
+            received_datagrams: [0; 2],
             received_bytes: [0; 2],
-            packets: [0; 2],
-            bytes: [0; 2],
-            drops: [0; DropReason::COUNT],
-            drop_bytes: [0; DropReason::COUNT],
+            forwarded_datagrams: [0; 2],
+            forwarded_bytes: [0; 2],
+            dropped_datagrams: [0; DropReason::COUNT],
+            dropped_bytes: [0; DropReason::COUNT],
             flows_active: 0,
             flows_created: 0,
             flows_expired: 0,
@@ -457,36 +457,44 @@ impl WorkerCounters {
     /// Counts one received datagram of `bytes` bytes.
     #[inline]
     pub fn received(&mut self, port: Port, bytes: usize) {
-        self.received_packets[port as usize] += 1;
+        self.received_datagrams[port as usize] += 1;
         self.received_bytes[port as usize] += bytes as u64;
     }
 
     /// Counts one forwarded datagram of `bytes` bytes (as received).
     #[inline]
     pub fn forwarded(&mut self, direction: Direction, bytes: usize) {
-        self.packets[direction as usize] += 1;
-        self.bytes[direction as usize] += bytes as u64;
+        self.forwarded_datagrams[direction as usize] += 1;
+        self.forwarded_bytes[direction as usize] += bytes as u64;
     }
 
     /// Counts one dropped datagram of `bytes` bytes (as received).
     #[inline]
     pub fn dropped(&mut self, reason: impl Into<DropReason>, bytes: usize) {
         let i = reason.into().index();
-        self.drops[i] += 1;
-        self.drop_bytes[i] += bytes as u64;
+        self.dropped_datagrams[i] += 1;
+        self.dropped_bytes[i] += bytes as u64;
     }
 
-    /// Datagrams received but neither forwarded nor dropped yet, in packets and bytes:
+    /// Datagrams received but neither forwarded nor dropped yet, in datagrams and bytes:
     /// those a backend still holds for sending. Zero whenever no send is in flight; a
     /// value that stays non-zero (or a negative one, shown as `None`) is a counting bug.
     pub fn in_flight(&self) -> Option<(u64, u64)> {
-        let settled_packets = self.packets.iter().chain(&self.drops).sum::<u64>();
-        let settled_bytes = self.bytes.iter().chain(&self.drop_bytes).sum::<u64>();
+        let settled_datagrams = self
+            .forwarded_datagrams
+            .iter()
+            .chain(&self.dropped_datagrams)
+            .sum::<u64>();
+        let settled_bytes = self
+            .forwarded_bytes
+            .iter()
+            .chain(&self.dropped_bytes)
+            .sum::<u64>();
         Some((
-            self.received_packets
+            self.received_datagrams
                 .iter()
                 .sum::<u64>()
-                .checked_sub(settled_packets)?,
+                .checked_sub(settled_datagrams)?,
             self.received_bytes
                 .iter()
                 .sum::<u64>()
@@ -496,7 +504,7 @@ impl WorkerCounters {
 
     /// The drop count of one reason.
     pub fn drops_of(&self, reason: DropReason) -> u64 {
-        self.drops[reason.index()]
+        self.dropped_datagrams[reason.index()]
     }
 
     /// Counts `count` route-cache failures for one reason.
@@ -515,12 +523,12 @@ impl WorkerCounters {
 /// number of readers.
 #[derive(Debug)]
 pub struct SharedCounters {
-    received_packets: [AtomicU64; 2],
+    received_datagrams: [AtomicU64; 2],
     received_bytes: [AtomicU64; 2],
-    packets: [AtomicU64; 2],
-    bytes: [AtomicU64; 2],
-    drops: [AtomicU64; DropReason::COUNT],
-    drop_bytes: [AtomicU64; DropReason::COUNT],
+    forwarded_datagrams: [AtomicU64; 2],
+    forwarded_bytes: [AtomicU64; 2],
+    dropped_datagrams: [AtomicU64; DropReason::COUNT],
+    dropped_bytes: [AtomicU64; DropReason::COUNT],
     flows_active: AtomicU64,
     flows_created: AtomicU64,
     flows_expired: AtomicU64,
@@ -536,12 +544,12 @@ pub struct SharedCounters {
 impl Default for SharedCounters {
     fn default() -> Self {
         SharedCounters {
-            received_packets: Default::default(),
+            received_datagrams: Default::default(),
             received_bytes: Default::default(),
-            packets: Default::default(),
-            bytes: Default::default(),
-            drops: core::array::from_fn(|_| AtomicU64::new(0)),
-            drop_bytes: core::array::from_fn(|_| AtomicU64::new(0)),
+            forwarded_datagrams: Default::default(),
+            forwarded_bytes: Default::default(),
+            dropped_datagrams: core::array::from_fn(|_| AtomicU64::new(0)),
+            dropped_bytes: core::array::from_fn(|_| AtomicU64::new(0)),
             flows_active: AtomicU64::new(0),
             flows_created: AtomicU64::new(0),
             flows_expired: AtomicU64::new(0),
@@ -569,12 +577,12 @@ fn load_all<const N: usize>(src: &[AtomicU64; N]) -> [u64; N] {
 impl SharedCounters {
     /// Copies the worker's counters for scraping. Call from the owning worker only.
     pub fn publish(&self, local: &WorkerCounters) {
-        store_all(&self.received_packets, &local.received_packets);
+        store_all(&self.received_datagrams, &local.received_datagrams);
         store_all(&self.received_bytes, &local.received_bytes);
-        store_all(&self.packets, &local.packets);
-        store_all(&self.bytes, &local.bytes);
-        store_all(&self.drops, &local.drops);
-        store_all(&self.drop_bytes, &local.drop_bytes);
+        store_all(&self.forwarded_datagrams, &local.forwarded_datagrams);
+        store_all(&self.forwarded_bytes, &local.forwarded_bytes);
+        store_all(&self.dropped_datagrams, &local.dropped_datagrams);
+        store_all(&self.dropped_bytes, &local.dropped_bytes);
         store_all(&self.cache_errors, &local.cache_errors);
         let scalars = [
             (&self.flows_active, local.flows_active),
@@ -595,12 +603,12 @@ impl SharedCounters {
     /// A copy of the last published counters.
     pub fn snapshot(&self) -> WorkerCounters {
         WorkerCounters {
-            received_packets: load_all(&self.received_packets),
+            received_datagrams: load_all(&self.received_datagrams),
             received_bytes: load_all(&self.received_bytes),
-            packets: load_all(&self.packets),
-            bytes: load_all(&self.bytes),
-            drops: load_all(&self.drops),
-            drop_bytes: load_all(&self.drop_bytes),
+            forwarded_datagrams: load_all(&self.forwarded_datagrams),
+            forwarded_bytes: load_all(&self.forwarded_bytes),
+            dropped_datagrams: load_all(&self.dropped_datagrams),
+            dropped_bytes: load_all(&self.dropped_bytes),
             flows_active: self.flows_active.load(Ordering::Relaxed),
             flows_created: self.flows_created.load(Ordering::Relaxed),
             flows_expired: self.flows_expired.load(Ordering::Relaxed),
@@ -834,15 +842,15 @@ impl RelayMetrics {
         for w in &self.workers {
             let s = w.snapshot();
             for i in 0..2 {
-                total.received_packets[i] += s.received_packets[i];
+                total.received_datagrams[i] += s.received_datagrams[i];
                 total.received_bytes[i] += s.received_bytes[i];
-                total.packets[i] += s.packets[i];
-                total.bytes[i] += s.bytes[i];
+                total.forwarded_datagrams[i] += s.forwarded_datagrams[i];
+                total.forwarded_bytes[i] += s.forwarded_bytes[i];
             }
-            for (t, d) in total.drops.iter_mut().zip(s.drops) {
+            for (t, d) in total.dropped_datagrams.iter_mut().zip(s.dropped_datagrams) {
                 *t += d;
             }
-            for (t, d) in total.drop_bytes.iter_mut().zip(s.drop_bytes) {
+            for (t, d) in total.dropped_bytes.iter_mut().zip(s.dropped_bytes) {
                 *t += d;
             }
             total.flows_active += s.flows_active;
@@ -1029,7 +1037,7 @@ fn encode_worker_families(
             "{Unit} received; port vip = from clients, internal = from transceivers and relays.",
             "port",
             &PORT_LABELS,
-            |c, i| c.received_packets[i],
+            |c, i| c.received_datagrams[i],
         ),
         (
             "received_bytes",
@@ -1043,28 +1051,28 @@ fn encode_worker_families(
             "{Unit} forwarded; direction in = client to transceiver, out = back to the client.",
             "direction",
             &DIRECTION_LABELS,
-            |c, i| c.packets[i],
+            |c, i| c.forwarded_datagrams[i],
         ),
         (
             "forwarded_bytes",
             "Bytes of the {unit} forwarded, as received (frame headers included on frames).",
             "direction",
             &DIRECTION_LABELS,
-            |c, i| c.bytes[i],
+            |c, i| c.forwarded_bytes[i],
         ),
         (
             "dropped_{unit}",
             "{Unit} dropped, by reason.",
             "reason",
             &DROP_LABELS,
-            |c, i| c.drops[i],
+            |c, i| c.dropped_datagrams[i],
         ),
         (
             "dropped_bytes",
             "Bytes of the {unit} dropped, as received, by reason.",
             "reason",
             &DROP_LABELS,
-            |c, i| c.drop_bytes[i],
+            |c, i| c.dropped_bytes[i],
         ),
     ];
     let capitalised = format!("{}{}", unit[..1].to_ascii_uppercase(), &unit[1..]);

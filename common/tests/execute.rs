@@ -44,9 +44,9 @@ fn a_client_datagram_goes_out_framed_and_a_return_frame_goes_out_bare() {
         c.received_bytes,
         [stun.len() as u64, frame(CLIENT, VIP, &RTP).len() as u64]
     );
-    assert_eq!(c.bytes[Direction::In as usize], stun.len() as u64);
+    assert_eq!(c.forwarded_bytes[Direction::In as usize], stun.len() as u64);
     assert_eq!(
-        c.bytes[Direction::Out as usize],
+        c.forwarded_bytes[Direction::Out as usize],
         c.received_bytes[Port::Internal as usize]
     );
 }
@@ -59,17 +59,21 @@ fn a_send_counts_as_forwarded_only_once_the_egress_accepted_it() {
     let stun = binding_request(TRANSCEIVER, CLUSTER, 1);
     r.from_client(&stun, a(CLIENT), a(VIP), t0);
     r.from_client(&RTP, a(CLIENT), a(VIP), t0);
-    assert_eq!(r.counters().packets, [0, 0], "queued is not yet forwarded");
+    assert_eq!(
+        r.counters().forwarded_datagrams,
+        [0, 0],
+        "queued is not yet forwarded"
+    );
     assert_eq!(
         r.counters().in_flight(),
         Some((2, (stun.len() + RTP.len()) as u64))
     );
     r.flush();
-    assert_eq!(r.counters().packets, [1, 0]);
-    assert_eq!(r.counters().bytes, [RTP.len() as u64, 0]);
+    assert_eq!(r.counters().forwarded_datagrams, [1, 0]);
+    assert_eq!(r.counters().forwarded_bytes, [RTP.len() as u64, 0]);
     assert_eq!(r.counters().drops_of(DropReason::SendFailed), 1);
     assert_eq!(
-        r.counters().drop_bytes[DropReason::SendFailed.index()],
+        r.counters().dropped_bytes[DropReason::SendFailed.index()],
         stun.len() as u64
     );
     r.from_client(&RTP, a(CLIENT), a(VIP), t0);
@@ -175,7 +179,10 @@ fn a_datagram_waiting_for_a_route_lookup_is_sent_when_the_route_comes() {
     assert_eq!(egress.0.sent.len(), 2, "both parked datagrams went on");
     assert_eq!(egress.0.sent[0].to, a(TRANSCEIVER));
     assert!(egress.0.sent[0].bytes.ends_with(&RTP));
-    assert_eq!(executor.counters().packets[Direction::In as usize], 2);
+    assert_eq!(
+        executor.counters().forwarded_datagrams[Direction::In as usize],
+        2
+    );
     assert_eq!(executor.counters().in_flight(), Some((0, 0)));
 
     // A miss drops what waited; so does the deadline.
@@ -324,8 +331,8 @@ proptest! {
         r.flush();
         let c = r.counters().clone();
         prop_assert_eq!(c.in_flight(), Some((0, 0)), "{:?}", c);
-        let received_packets: u64 = c.received_packets.iter().sum();
-        let ended: u64 = c.packets.iter().sum::<u64>() + c.drops.iter().sum::<u64>();
+        let received_packets: u64 = c.received_datagrams.iter().sum();
+        let ended: u64 = c.forwarded_datagrams.iter().sum::<u64>() + c.dropped_datagrams.iter().sum::<u64>();
         prop_assert_eq!(received_packets, ended);
     }
 }

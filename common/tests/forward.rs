@@ -84,10 +84,13 @@ fn a_valid_binding_request_creates_the_flow_and_media_reuses_it() {
             "{v:?}"
         );
     }
-    assert_eq!(fwd.counters().packets[Direction::In as usize], 3);
+    assert_eq!(
+        fwd.counters().forwarded_datagrams[Direction::In as usize],
+        3
+    );
     assert_eq!(fwd.counters().flows_created, 1);
     assert_eq!(fwd.counters().flows_active, 1);
-    assert_eq!(fwd.counters().drops.iter().sum::<u64>(), 0);
+    assert_eq!(fwd.counters().dropped_datagrams.iter().sum::<u64>(), 0);
 }
 
 #[test]
@@ -115,7 +118,7 @@ fn non_stun_without_a_flow_is_never_forwarded() {
         }
     );
     assert_eq!(cached.counters().drops_of(DropReason::NoFlowCacheLookup), 1);
-    assert_eq!(cached.counters().packets, [0, 0]);
+    assert_eq!(cached.counters().forwarded_datagrams, [0, 0]);
 }
 
 #[test]
@@ -648,7 +651,10 @@ fn return_path_goes_to_the_client_from_the_named_vip() {
         }
     );
     assert_eq!(&f[16..], &RTP);
-    assert_eq!(fwd.counters().packets[Direction::Out as usize], 1);
+    assert_eq!(
+        fwd.counters().forwarded_datagrams[Direction::Out as usize],
+        1
+    );
     assert_eq!(
         fwd.table()
             .peek(&FlowKey::new(a(CLIENT), a(VIP)))
@@ -725,7 +731,7 @@ fn each_bad_return_frame_is_dropped_under_its_reason() {
         );
         assert_eq!(fwd.counters().drops_of(reason), 1, "{what}");
         assert_eq!(
-            fwd.counters().packets[Direction::Out as usize],
+            fwd.counters().forwarded_datagrams[Direction::Out as usize],
             0,
             "{what}: nothing sent"
         );
@@ -752,7 +758,10 @@ fn a_flow_on_a_vip_we_no_longer_serve_is_not_answered() {
         t0,
     );
     expect_drop(v, DropReason::ReturnUnknownVip, &mut fwd);
-    assert_eq!(fwd.counters().packets[Direction::Out as usize], 0);
+    assert_eq!(
+        fwd.counters().forwarded_datagrams[Direction::Out as usize],
+        0
+    );
 }
 
 #[test]
@@ -1106,7 +1115,10 @@ fn any_worker_sends_a_return_for_a_flow_another_worker_owns() {
         }
     );
     assert_eq!(other.counters().shared_returns, 1);
-    assert_eq!(other.counters().packets[Direction::Out as usize], 1);
+    assert_eq!(
+        other.counters().forwarded_datagrams[Direction::Out as usize],
+        1
+    );
     assert!(other.table().is_empty(), "the other worker makes no flow");
     // The same rule as the owner's: only the flow's own transceiver may answer, only a
     // flow's client is sent to, only from our VIP.

@@ -138,9 +138,9 @@ fn exposition_has_every_series_per_worker_after_publish() {
     }
 
     let totals = metrics.totals();
-    assert_eq!(totals.packets, [2, 1]);
+    assert_eq!(totals.forwarded_datagrams, [2, 1]);
     assert_eq!(totals.drops_of(DropReason::HintBadMac), 1);
-    assert_eq!(totals.drop_bytes[DropReason::HintBadMac.index()], 80);
+    assert_eq!(totals.dropped_bytes[DropReason::HintBadMac.index()], 80);
     assert_eq!(totals.cache_errors_total(), 5);
 }
 

@@ -295,5 +295,8 @@ fn parking_a_datagram_for_a_route_lookup_does_not_allocate() {
     }
     assert_eq!(allocations() - before, 0, "parking allocated");
     assert_eq!(executor.counters().in_flight(), Some((0, 0)));
-    assert_eq!(executor.counters().packets[Direction::In as usize], 100);
+    assert_eq!(
+        executor.counters().forwarded_datagrams[Direction::In as usize],
+        100
+    );
 }
