@@ -1,6 +1,7 @@
 //! Relay configuration: file + flags precedence, and one error per bad field, each naming
 //! the field.
 
+#[cfg(feature = "runtime")]
 use std::io::Write as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
@@ -321,6 +322,7 @@ fn scratch_file(name: &str, text: &str, mode: u32) -> std::path::PathBuf {
     path
 }
 
+#[cfg(feature = "runtime")]
 const PEM: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
 #[test]
@@ -361,6 +363,30 @@ fn tls_to_redis_is_accepted_and_a_password_never_rides_in_a_url() {
     }
 }
 
+// Secret files are read by the `runtime` feature (every binary has it; the workspace
+// test run unifies it in); without it the test below shows the refusal instead.
+#[cfg(not(feature = "runtime"))]
+#[test]
+fn without_the_runtime_feature_a_secret_file_is_refused_by_name() {
+    let path = scratch_file("redis.password", "s3cret-pw\n", 0o600);
+    let p = path.to_str().unwrap();
+    let flags = [
+        "--redis-url",
+        "redis://cache:6379",
+        "--redis-password-file",
+        p,
+    ];
+    let error = load(MINIMAL, &flags).unwrap_err();
+    assert_eq!(error.field, "redis_password_file");
+    assert!(
+        error
+            .reason
+            .contains("read only with ufrag-common's `runtime` feature"),
+        "{error:?}"
+    );
+}
+
+#[cfg(feature = "runtime")]
 #[test]
 fn the_redis_password_comes_from_a_private_file_and_is_never_shown() {
     let path = scratch_file("redis.password", "s3cret-pw\n", 0o600);
@@ -402,6 +428,9 @@ fn the_redis_password_comes_from_a_private_file_and_is_never_shown() {
     );
 }
 
+// Secret files are read by the `runtime` feature (every binary has it; the workspace
+// test run unifies it in); without it the test below shows the refusal instead.
+#[cfg(feature = "runtime")]
 #[test]
 fn tls_files_are_pem_paired_and_only_for_rediss() {
     let ca = scratch_file("ca.pem", PEM, 0o644);
