@@ -19,6 +19,7 @@ pub mod host_gate;
 pub mod hostile;
 pub mod interrupt;
 pub mod lab;
+pub mod legs;
 pub mod load;
 pub mod measure;
 pub mod nic;

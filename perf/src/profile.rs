@@ -67,12 +67,68 @@ pub fn core_percent(samples: u64, seconds: f64) -> f64 {
     samples as f64 * f64::from(PERIOD_NS) / 1e9 / seconds * 100.0
 }
 
-/// A running `perf record` on one core; [`Recording::finish`] stops it and reads it.
+/// A running `perf record`: started with its events and target, stopped with
+/// [`PerfRecord::stop`], which leaves the data file for `perf report` or `perf script`.
+/// The file goes when this does.
 #[derive(Debug)]
-pub struct Recording {
+pub struct PerfRecord {
     child: std::process::Child,
     data: PathBuf,
     started: std::time::Instant,
+}
+
+impl PerfRecord {
+    /// Starts `perf record` with `args` (events and target) into a file under `dir`;
+    /// `None` when Linux perf is missing or will not start.
+    pub fn start(args: &[&str], dir: &Path, name: &str) -> Option<PerfRecord> {
+        if !Path::new(LINUX_PERF).exists() {
+            return None;
+        }
+        let data = dir.join(format!("{name}.perf.data"));
+        let child = Command::new(LINUX_PERF)
+            .args(["record", "-q"])
+            .args(args)
+            .arg("-o")
+            .arg(&data)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        // perf needs a moment to open its events before the trial starts.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        Some(PerfRecord {
+            child,
+            data,
+            started: std::time::Instant::now(),
+        })
+    }
+
+    /// Stops the recording (SIGINT, as perf expects): the data file and the seconds it
+    /// recorded.
+    pub fn stop(&mut self) -> (&Path, f64) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        let seconds = self.started.elapsed().as_secs_f64();
+        let _ = self.child.wait();
+        (&self.data, seconds)
+    }
+}
+
+impl Drop for PerfRecord {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        let _ = std::fs::remove_file(&self.data);
+    }
+}
+
+/// A running CPU-clock sampling of one core or one process; [`Recording::finish`] stops
+/// it and reduces it.
+#[derive(Debug)]
+pub struct Recording {
+    record: PerfRecord,
 }
 
 impl Recording {
@@ -88,63 +144,27 @@ impl Recording {
     }
 
     fn start_on(target: [&str; 2], dir: &Path, name: &str) -> Option<Recording> {
-        if !Path::new(LINUX_PERF).exists() {
-            return None;
-        }
-        let data = dir.join(format!("{name}.perf.data"));
-        let child = Command::new(LINUX_PERF)
-            .args([
-                "record",
-                "-q",
-                "-e",
-                "cpu-clock",
-                "-c",
-                &PERIOD_NS.to_string(),
-            ])
-            .args(target)
-            .arg("-o")
-            .arg(&data)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok()?;
-        // perf needs a moment to open its events before the trial starts.
-        std::thread::sleep(std::time::Duration::from_millis(300));
+        let period = PERIOD_NS.to_string();
+        let args = ["-e", "cpu-clock", "-c", &period, target[0], target[1]];
         Some(Recording {
-            child,
-            data,
-            started: std::time::Instant::now(),
+            record: PerfRecord::start(&args, dir, name)?,
         })
     }
 
-    /// Stops the recording (SIGINT, as perf expects) and reduces it.
+    /// Stops the recording and reduces it.
     pub fn finish(mut self) -> Option<Profile> {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-        let seconds = self.started.elapsed().as_secs_f64();
-        let _ = self.child.wait();
+        let (data, seconds) = self.record.stop();
         let out = Command::new(LINUX_PERF)
             .args(["report", "--stdio", "--no-children", "-q", "-n", "-t", "|"])
             .args(["--sort", "comm,dso,sym", "-i"])
-            .arg(&self.data)
+            .arg(data)
             .stderr(Stdio::null())
             .output()
             .ok()?;
-        let _ = std::fs::remove_file(&self.data);
         Some(Profile {
             seconds,
             ..parse_report(&String::from_utf8_lossy(&out.stdout))
         })
-    }
-}
-
-impl Drop for Recording {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
-        let _ = std::fs::remove_file(&self.data);
     }
 }
 

@@ -1,6 +1,7 @@
 //! The secondary phase of `perf compare`: each setup's maximum rate (CSIT-style NDR and
 //! PDR, [`crate::search`]) with the live-frames generator, its latency at a fixed load,
-//! and a Linux perf profile of the forwarder's core at 70 % of its maximum.
+//! a Linux perf profile of the forwarder's core at 70 % of its maximum, and that core's
+//! time by leg at 50k pps ([`crate::legs`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -115,7 +116,14 @@ pub fn run(
                 }
             };
             if round == rounds {
-                finish_row(bench, &mut searched, index, load.as_mut(), options);
+                let clients_reach = setup.target(bench.relay()).dst;
+                finish_row(
+                    bench,
+                    &mut searched,
+                    (index, clients_reach),
+                    load.as_mut(),
+                    options,
+                );
                 if let (Running::Quilkin(q), Kind::Quilkin { .. }) = (&running, setup.kind) {
                     let drops = q.drops();
                     crate::say!("  Quilkin's own drop counters: {drops:?}");
@@ -130,12 +138,17 @@ pub fn run(
     searched
 }
 
-/// The last round's extras for row `index`: the latency trial, and a profile of the
-/// forwarder's core over one more trial at 70 % of its maximum.
+/// The load at which the forwarder's core is traced leg by leg ([`crate::legs`]).
+pub const LEGS_PPS: u64 = 50_000;
+
+/// The last round's extras for row `index`: the latency trial, a profile of the
+/// forwarder's core over one more trial at 70 % of its maximum, and its time by leg over
+/// one at [`LEGS_PPS`] (`clients_reach` is where the setup takes its clients' datagrams:
+/// sockets on its port face the clients).
 fn finish_row(
     bench: &dyn Bed,
     searched: &mut Searched,
-    index: usize,
+    (index, clients_reach): (usize, std::net::SocketAddr),
     load: &mut dyn Load,
     options: &Options,
 ) {
@@ -157,6 +170,22 @@ fn finish_row(
             }
         }
         None => crate::say!("  no profile: {} missing", crate::profile::LINUX_PERF),
+    }
+    // The same core traced leg by leg at the fixed load (or 70 % of the maximum when
+    // that is less): which side's system calls, softirqs and the relay's own work.
+    let legs_rate = LEGS_PPS.min(rate);
+    if let Some(recording) =
+        crate::legs::LegRecording::start(bench.relay().forwarder_cpu(), dir, "compare")
+    {
+        let trial = load.trial(legs_rate, args.search_trial.max(Duration::from_secs(1)));
+        if let Some(legs) = recording.finish(clients_reach) {
+            searched.profiles.push_str(&crate::legs::markdown(
+                &row.setup,
+                legs_rate,
+                trial.received,
+                &legs,
+            ));
+        }
     }
     if options.generator == GeneratorKind::LiveFrames {
         // The live-frames generator busy-polls the tools' core: its busy share says
