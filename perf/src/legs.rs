@@ -106,19 +106,27 @@ impl Legs {
             + self.other_tasks
     }
 
-    /// Each part with its name, in the report's order.
-    pub fn parts(&self) -> [(&'static str, u64); 10] {
+    /// Each part with its name, in the report's order; `sides` names what the two
+    /// sides' sockets face (for a relay: the clients, the internal side).
+    pub fn parts(&self, sides: [&str; 2]) -> [(String, u64); 10] {
+        let [client, internal] = sides;
         [
-            ("receive from clients", self.receive[0]),
-            ("send to clients", self.send[0]),
-            ("receive from the internal side", self.receive[1]),
-            ("send to the internal side", self.send[1]),
-            ("the relay's own work", self.own_work),
-            ("softirq inside its calls", self.softirq_in_calls),
-            ("softirq elsewhere", self.softirq_outside),
-            ("waiting (epoll), on the core", self.wait),
-            ("other system calls", self.other_calls),
-            ("other tasks (perf, kernel workers)", self.other_tasks),
+            (format!("receive from {client}"), self.receive[0]),
+            (format!("send to {client}"), self.send[0]),
+            (format!("receive from {internal}"), self.receive[1]),
+            (format!("send to {internal}"), self.send[1]),
+            ("its own work".to_string(), self.own_work),
+            (
+                "softirq inside its calls".to_string(),
+                self.softirq_in_calls,
+            ),
+            ("softirq elsewhere".to_string(), self.softirq_outside),
+            ("waiting (epoll), on the core".to_string(), self.wait),
+            ("other system calls".to_string(), self.other_calls),
+            (
+                "other tasks (perf, kernel workers)".to_string(),
+                self.other_tasks,
+            ),
         ]
     }
 }
@@ -154,10 +162,11 @@ impl LegRecording {
         })
     }
 
-    /// Stops the trace and splits the core's time; `vip` names the client-facing
-    /// sockets. Call it while the traced processes still run: their sockets are looked
+    /// Stops the trace and splits the core's time; sockets on `clients_reach`'s port
+    /// face the clients, and the tasks that hold one are the relay's. Call it while the traced processes still run: their sockets are looked
     /// up in `/proc`.
-    pub fn finish(mut self, vip: SocketAddr) -> Option<Legs> {
+    pub fn finish(mut self, clients_reach: SocketAddr) -> Option<Legs> {
+        let port = clients_reach.port();
         let (data, _) = self.record.stop();
         let out = Command::new(LINUX_PERF)
             .args(["script", "--ns", "-F", "comm,tid,time,event,trace", "-i"])
@@ -172,11 +181,11 @@ impl LegRecording {
         let relay_tasks: std::collections::HashSet<u32> = trace
             .tasks()
             .into_iter()
-            .filter(|tid| holds_a_socket_on(*tid, vip.port()))
+            .filter(|tid| holds_a_socket_on(*tid, port))
             .collect();
         Some(trace.legs(
             |tid| relay_tasks.contains(&tid),
-            |tid, fd| side_of_descriptor(tid, fd, vip.port()),
+            |tid, fd| side_of_descriptor(tid, fd, port),
         ))
     }
 }
@@ -442,14 +451,17 @@ fn local_port_of_inode(table: &str, inode: &str) -> Option<u16> {
     })
 }
 
-/// The Markdown of one setup's split: per forwarded packet and as a share of the busy
-/// time.
-pub fn markdown(setup: &str, rate_pps: u64, packets: u64, legs: &Legs) -> String {
+/// The sides of a relay: its clients, and its transceivers (or a proxy's upstream).
+pub const RELAY_SIDES: [&str; 2] = ["clients", "the internal side"];
+
+/// The Markdown of one setup's split, titled `title`: per datagram (`packets` of them
+/// over the recording) and as a share of the busy time, the sides named by `sides`.
+pub fn markdown(title: &str, packets: u64, legs: &Legs, sides: [&str; 2]) -> String {
     let busy = legs.busy().max(1) as f64;
     let per_packet = |ns: u64| ns as f64 / 1e3 / packets.max(1) as f64;
     let mut out = format!(
-        "\n### {setup}: the forwarder's core by leg, at {rate_pps} pps\n\n\
-         {packets} datagrams reached the sink; busy {:.3} µs per datagram ({:.0} % of the \
+        "\n### {title}\n\n\
+         {packets} datagrams; busy {:.3} µs per datagram ({:.0} % of the \
          traced time), {:.2} events traced per datagram (each costs the core a little: the \
          parts include it). Each system call is charged to the side its socket faces.\n\n\
          | part | µs per datagram | share of busy |\n|---|---:|---:|\n",
@@ -457,7 +469,7 @@ pub fn markdown(setup: &str, rate_pps: u64, packets: u64, legs: &Legs) -> String
         busy / (busy + legs.idle as f64) * 100.0,
         legs.events as f64 / packets.max(1) as f64,
     );
-    for (name, ns) in legs.parts() {
+    for (name, ns) in legs.parts(sides) {
         out.push_str(&format!(
             "| {name} | {:.3} | {:.1} % |\n",
             per_packet(ns),

@@ -29,7 +29,7 @@ fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
             "--steps",
             "20",
         ])
-        .args(["--talk", "1s", "--profile-at", "0", "--baseline"])
+        .args(["--talk", "1s", "--profile-at", "10", "--baseline"])
         .arg(&transceiver)
         .arg("--out")
         .arg(&out)
@@ -67,6 +67,31 @@ fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
         assert!(report.contains(setup), "{setup} missing:\n{report}");
     }
     assert!(report.contains("baseline `"), "{report}");
+    // The worker's core by leg, at the profile's ten sessions: each takes the media in
+    // and does its own work there. (The bridge's thread is not pinned: where its sends
+    // to the model run is the scheduler's choice, so no figure of it is asserted.)
+    let part = |setup: &str, name: &str| {
+        let heading = format!("### {setup}: the worker's core");
+        let section = report
+            .split(&heading)
+            .nth(1)
+            .unwrap_or_else(|| panic!("no {heading:?} in {report}"));
+        let row = format!("| {name} | ");
+        section
+            .lines()
+            .find_map(|l| l.strip_prefix(&row))
+            .and_then(|rest| rest.split(" |").next())
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name:?} row for {setup}: {section}"))
+    };
+    for setup in ["built-in echo", "echo over the WebSocket bridge"] {
+        assert!(
+            part(setup, "receive from clients (media)") > 0.0,
+            "{report}"
+        );
+        assert!(part(setup, "send to clients (media)") > 0.0, "{report}");
+        assert!(part(setup, "its own work") > 0.0, "{report}");
+    }
     let parsed: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
     assert!(
         parsed["tables"].as_array().is_some_and(|t| t.len() >= 5),

@@ -67,6 +67,8 @@ pub struct Options {
 struct Setup {
     name: String,
     http: SocketAddr,
+    /// Its media socket (clients, in direct mode).
+    media: SocketAddr,
     child: TransceiverChild,
 }
 
@@ -154,17 +156,22 @@ fn profiles(setups: &[Setup], ips: &[Ipv4Addr], sessions: usize, talk: Duration)
     let mut out = format!(
         "\n## Appendix: where each transceiver's time goes at {sessions} sessions\n\nOne more \
          load step per setup while Linux perf samples every thread of its transceiver's \
-         process (`cpu-clock`, {talk:?} of talk); shares are of the process's busy samples.\n"
+         process (`cpu-clock`, {talk:?} of talk); shares are of the process's busy samples. \
+         Over the same talk the worker's core is traced (system calls, context switches, \
+         softirqs) and its time split by leg, per media datagram (in or out).\n"
     );
     let dir = std::env::temp_dir();
     for setup in setups {
         eprintln!("profile: {sessions} sessions, {}…", setup.name);
         let pid = setup.child.0.id();
         let name = format!("ufrag-perf-model-{}-{pid}", std::process::id());
-        // Called at the talk's start (starts recording) and at its end (stops it).
+        // Called at the talk's start (starts recording) and at its end (stops it). The
+        // worker's core is traced leg by leg over the same talk.
         let mut started = false;
         let mut recording = None;
         let mut profile = None;
+        let mut leg_recording = None;
+        let mut legs = None;
         let plan = LoadPlan {
             sessions,
             talk,
@@ -176,8 +183,10 @@ fn profiles(setups: &[Setup], ips: &[Ipv4Addr], sessions: usize, talk: Duration)
             if !started {
                 started = true;
                 recording = crate::profile::Recording::start_process(pid, &dir, &name);
+                leg_recording = crate::legs::LegRecording::start(TRANSCEIVER_CPU, &dir, &name);
             } else {
                 profile = recording.take().and_then(crate::profile::Recording::finish);
+                legs = leg_recording.take().and_then(|r| r.finish(setup.media));
             }
         });
         let title = format!(
@@ -192,6 +201,18 @@ fn profiles(setups: &[Setup], ips: &[Ipv4Addr], sessions: usize, talk: Duration)
                 "\n### {title}\n\nNo profile: {} is missing or would not record.\n",
                 crate::profile::LINUX_PERF
             )),
+        }
+        if let Some(legs) = legs {
+            // Every audio packet crosses the media socket twice: in, and echoed out.
+            out.push_str(&crate::legs::markdown(
+                &format!(
+                    "{}: the worker's core (CPU {TRANSCEIVER_CPU}) by leg",
+                    setup.name
+                ),
+                (step.sent + step.received) as u64,
+                &legs,
+                ["clients (media)", "the model and signaling"],
+            ));
         }
     }
     out
@@ -236,6 +257,7 @@ pub fn run(options: Options) -> i32 {
         .map(|(i, (name, binary, bridged))| {
             let ip = loopback_ip(91 + i as u8);
             let http = SocketAddr::from((ip, 8080));
+            let media = SocketAddr::from((ip, 41_000));
             let extra: Vec<&str> = if bridged {
                 vec!["--model", url.as_str()]
             } else {
@@ -244,13 +266,8 @@ pub fn run(options: Options) -> i32 {
             Setup {
                 name,
                 http,
-                child: start_transceiver_from(
-                    &binary,
-                    http,
-                    SocketAddr::from((ip, 41_000)),
-                    None,
-                    &extra,
-                ),
+                media,
+                child: start_transceiver_from(&binary, http, media, None, &extra),
             }
         })
         .collect::<Vec<_>>();

@@ -179,11 +179,15 @@ fn finish_row(
     {
         let trial = load.trial(legs_rate, args.search_trial.max(Duration::from_secs(1)));
         if let Some(legs) = recording.finish(clients_reach) {
+            let title = format!(
+                "{}: the forwarder's core by leg, at {legs_rate} pps",
+                row.setup
+            );
             searched.profiles.push_str(&crate::legs::markdown(
-                &row.setup,
-                legs_rate,
+                &title,
                 trial.received,
                 &legs,
+                crate::legs::RELAY_SIDES,
             ));
         }
     }
