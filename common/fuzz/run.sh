@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds every fuzz target (common/fuzz: the relay's parsers, RFC 4571 splitting, flow
+# Builds every fuzz target (common/fuzz: the relay's parsers, bundles, RFC 4571 splitting, flow
 # table and per-datagram entry; transceiver/fuzz: the signaling input path, session
 # routing and the model protocol's messages) and runs each for SECONDS (default 15) on a scratch copy of its committed
 # seed corpus, so the committed corpus never

@@ -7,6 +7,7 @@
 //! - [`ice_chars`]: bytes ↔ ICE characters.
 //! - [`hint`]: the routing hint in the server ufrag, and the stateless ICE password.
 //! - [`frame`]: the relay ↔ transceiver frame header.
+//! - [`bundle`]: several frames in one internal datagram (frame version 2).
 //! - [`flow`]: the fixed-capacity flow table with idle expiry.
 //! - [`admission`]: what one session, source prefix and worker may cost in new flows.
 //! - [`replay`]: the filter that admits a Binding Request once per relay, whichever
@@ -27,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
+pub mod bundle;
 pub mod config;
 pub mod demux;
 pub mod execute;

@@ -3,6 +3,7 @@
 use core::net::SocketAddr;
 
 use proptest::prelude::*;
+use ufrag_common::bundle::{Bundle, BundleWriter, PushError};
 use ufrag_common::frame::{FrameError, FrameHeader, MAX_HEADER_LEN, Transport};
 
 fn addr(s: &str) -> SocketAddr {
@@ -190,4 +191,55 @@ fn ipv4_mapped_ipv6_on_the_wire_is_read_as_ipv4() {
     let (h, payload) = FrameHeader::parse(&f).unwrap();
     assert_eq!(h.client, addr("198.51.100.7:1"));
     assert_eq!(payload, &[0x80]);
+}
+
+proptest! {
+    /// Whatever frames fit go into a bundle in order and come back unchanged; the first
+    /// that does not fit is refused and leaves the bundle as it was.
+    #[test]
+    fn bundles_round_trip_and_never_exceed_their_buffer(
+        frames in proptest::collection::vec(
+            (any_socket_addr(), any_socket_addr(), any::<bool>(), proptest::collection::vec(any::<u8>(), 1..300)),
+            1..12,
+        ),
+        capacity in 20usize..1500,
+    ) {
+        let mut buf = vec![0u8; capacity];
+        let mut writer = BundleWriter::new(&mut buf);
+        let mut taken = Vec::new();
+        for (client, vip, tcp, payload) in &frames {
+            let transport = if *tcp { Transport::Tcp } else { Transport::Udp };
+            let h = FrameHeader::over(transport, *client, *vip);
+            match writer.push(&h, payload) {
+                Ok(()) => taken.push((h, payload.clone())),
+                Err(PushError::Full) => break,
+                Err(PushError::Unbundleable) => prop_assert!(false, "every frame here is bundleable"),
+            }
+        }
+        match writer.finish() {
+            None => prop_assert!(taken.is_empty()),
+            Some(bundle) => {
+                prop_assert!(bundle.len() <= capacity);
+                let parsed: Vec<_> = Bundle::parse(bundle)
+                    .unwrap()
+                    .map(|f| FrameHeader::parse(f).map(|(h, d)| (h, d.to_vec())))
+                    .collect();
+                let expected: Vec<_> = taken.into_iter().map(Ok).collect();
+                prop_assert_eq!(parsed, expected);
+            }
+        }
+    }
+
+    /// Arbitrary bytes: the bundle parser never panics, and what it accepts it walks to
+    /// the last byte.
+    #[test]
+    fn any_bytes_parse_as_a_bundle_or_are_refused_whole(bytes in proptest::collection::vec(any::<u8>(), 0..600)) {
+        if let Ok(bundle) = Bundle::parse(&bytes) {
+            let announced = bundle.len();
+            let frames: Vec<&[u8]> = bundle.collect();
+            prop_assert_eq!(frames.len(), announced);
+            let carried: usize = frames.iter().map(|f| 2 + f.len()).sum();
+            prop_assert_eq!(4 + carried, bytes.len());
+        }
+    }
 }

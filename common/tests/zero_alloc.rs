@@ -1,6 +1,7 @@
 //! Zero allocation on the per-packet path, asserted with a counting global allocator:
 //! classify + STUN view + ufrag split + hint verify + password derivation + integrity
-//! check + flow lookup (hit and miss) + flow insert and expiry + frame emit and parse.
+//! check + flow lookup (hit and miss) + flow insert and expiry + frame emit and parse +
+//! bundle write and read.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 mod support;
 
 use ipnet::IpNet;
+use ufrag_common::bundle::{Bundle, BundleWriter};
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
@@ -75,6 +77,7 @@ fn the_hot_path_does_not_allocate() {
     let vip: SocketAddr = "203.0.113.10:3478".parse().unwrap();
     let mut counters = WorkerCounters::default();
     let mut out = [0u8; 1500];
+    let mut bundle_buf = [0u8; 1472];
     let rtp = [0x80u8; 172];
 
     let before = allocations();
@@ -106,6 +109,20 @@ fn the_hot_path_does_not_allocate() {
         assert_eq!(back.client, client);
         counters.forwarded(Direction::In, payload.len());
         forwarded += 1;
+
+        // The same datagram bundled with two others, and the bundle read back.
+        let mut writer = BundleWriter::new(&mut bundle_buf);
+        for _ in 0..3 {
+            writer.push(&header, &rtp).unwrap();
+        }
+        let bundle = writer.finish().unwrap();
+        let mut frames = 0;
+        for frame in Bundle::parse(bundle).unwrap() {
+            let (back, _) = FrameHeader::parse(frame).unwrap();
+            assert_eq!(back.vip, vip);
+            frames += 1;
+        }
+        assert_eq!(frames, 3);
 
         // A miss, and expiry of whatever idled out.
         let stranger = FlowKey::new(SocketAddr::from(([192, 0, 2, 1], 9)), vip);
