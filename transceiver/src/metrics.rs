@@ -36,6 +36,9 @@ label_enum! {
         FrameReservedBits = "frame_reserved_bits",
         /// A frame header with no datagram behind it.
         FrameEmptyPayload = "frame_empty_payload",
+        /// A bundle of frames (frame version 2) that is not well-formed: its count, a
+        /// length or its end do not add up. Dropped whole, as one datagram.
+        FrameBadBundle = "frame_bad_bundle",
         /// No session for this STUN ufrag or client path.
         NoSession = "no_session",
         /// A check from a new client address after the session adopted its share of

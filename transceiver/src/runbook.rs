@@ -33,7 +33,7 @@ pub const fn drop(reason: DropReason) -> Entry {
              addresses). Add the network if it is yours.",
         ),
         FrameTooShort | FrameNotAFrame | FrameUnknownVersion | FrameReservedBits
-        | FrameEmptyPayload => FRAME_MALFORMED,
+        | FrameEmptyPayload | FrameBadBundle => FRAME_MALFORMED,
         NoSession => entry(
             Cause::Benign,
             "Traffic for a session that has ended (the tail of a call), or a check for a \

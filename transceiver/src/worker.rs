@@ -7,8 +7,10 @@
 //! `sendmmsg` after each received batch and each turn of the loop (or when full), so a busy worker
 //! pays one receive and one send syscall per batch instead of one per datagram.
 //!
-//! In relay mode every datagram arrives as a frame from an allowed relay network and every
-//! reply goes back, framed, to the relay the client's traffic came from. In direct mode
+//! In relay mode every datagram arrives as a frame from an allowed relay network (or
+//! several frames in one bundle, [`ufrag_common::bundle`], each then handled as a datagram
+//! of its own) and every reply goes back, framed, to the relay the client's traffic came
+//! from. In direct mode
 //! (for comparison) the socket talks to clients itself.
 
 use std::io;
@@ -24,6 +26,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use str0m::IceCreds;
 use str0m::config::DtlsCert;
 use str0m::net::Protocol;
+use ufrag_common::bundle::{self, Bundle, BundleError};
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN, Transport};
 use ufrag_common::hint::key_id_of;
@@ -444,6 +447,10 @@ impl Worker {
             };
             let now = Instant::now();
             for datagram in (0..n).filter_map(|i| incoming.get(i)) {
+                if !datagram.truncated && !self.cfg.direct && bundle::is_bundle(datagram.data) {
+                    self.receive_bundle(now, datagram.source, datagram.data);
+                    continue;
+                }
                 self.metrics.datagram_in();
                 let handled = if datagram.truncated {
                     Err(DropReason::Truncated)
@@ -456,6 +463,31 @@ impl Worker {
             }
             // The replies to this batch leave before the next is read.
             self.flush();
+        }
+    }
+
+    /// A bundle from `source` (relay mode): each of its frames counted and handled as a
+    /// datagram of its own. A bundle from outside the relay networks, or one that is not
+    /// well-formed, is counted as one datagram and dropped whole.
+    fn receive_bundle(&mut self, now: Instant, source: SocketAddr, datagram: &[u8]) {
+        let frames = if contains(&self.cfg.allowed_relays, source) {
+            Bundle::parse(datagram).map_err(|_: BundleError| DropReason::FrameBadBundle)
+        } else {
+            Err(DropReason::FrameSourceNotAllowed)
+        };
+        match frames {
+            Ok(frames) => {
+                for frame in frames {
+                    self.metrics.datagram_in();
+                    if let Err(reason) = self.receive(now, source, frame) {
+                        self.metrics.dropped(reason);
+                    }
+                }
+            }
+            Err(reason) => {
+                self.metrics.datagram_in();
+                self.metrics.dropped(reason);
+            }
         }
     }
 

@@ -224,6 +224,71 @@ fn frames_from_a_non_relay_source_are_dropped_and_counted() {
     }
 }
 
+/// Bundles (several frames in one datagram) from a relay: each frame is counted and
+/// handled as a datagram of its own, a bad frame inside is that frame's drop alone, and
+/// a bundle that is not well-formed, or comes from outside the relay networks, is one
+/// datagram dropped whole.
+#[test]
+fn a_bundles_frames_are_handled_one_by_one_and_a_malformed_bundle_is_dropped_whole() {
+    use ufrag_common::bundle::BundleWriter;
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--allow-relay-net", "127.250.0.0/16"],
+    );
+    let relay = std::net::UdpSocket::bind(("127.250.1.2", 0)).unwrap();
+    let outsider = std::net::UdpSocket::bind((unique_ip(), 0)).unwrap();
+    let h = FrameHeader::new(
+        "198.51.100.7:5000".parse().unwrap(),
+        "127.0.0.1:3478".parse().unwrap(),
+    );
+    let mut buf = [0u8; 1472];
+    let mut writer = BundleWriter::new(&mut buf);
+    for _ in 0..3 {
+        writer.push(&h, &[0x80; 40]).unwrap();
+    }
+    let good = writer.finish().unwrap().to_vec();
+    // The second frame's version made unknown: it alone is dropped as such.
+    let mut bad_inside = good.clone();
+    let second_frame = 4 + (2 + h.encoded_len() + 40) + 2;
+    bad_inside[second_frame] = 0xF7;
+    // A count the bytes do not hold.
+    let mut malformed = good.clone();
+    malformed[1] = 4;
+    let drops = |reason: &str| {
+        xcvr.metric(&format!(
+            "ufrag_transceiver_dropped_datagrams_total{{reason=\"{reason}\"}}"
+        ))
+    };
+    let datagrams_in = || xcvr.metric("ufrag_transceiver_datagrams_total{direction=\"in\"}");
+    let before = datagrams_in();
+    relay.send_to(&good, xcvr.worker).unwrap();
+    relay.send_to(&bad_inside, xcvr.worker).unwrap();
+    relay.send_to(&malformed, xcvr.worker).unwrap();
+    outsider.send_to(&good, xcvr.worker).unwrap();
+    let deadline = std::time::Instant::now() + WAIT;
+    // 3 + 3 frames, one malformed bundle, one from outside: each counted in, then
+    // dropped (a datagram is counted in before its drop, so wait for the drops).
+    let reasons = [
+        "no_session",
+        "frame_unknown_version",
+        "frame_bad_bundle",
+        "frame_source_not_allowed",
+    ];
+    while reasons.iter().map(|r| drops(r)).sum::<f64>() < 8.0 {
+        assert!(std::time::Instant::now() < deadline, "not all counted");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(datagrams_in() - before, 8.0);
+    assert_eq!(
+        drops("no_session"),
+        5.0,
+        "each good frame for an unknown client"
+    );
+    assert_eq!(drops("frame_unknown_version"), 1.0);
+    assert_eq!(drops("frame_bad_bundle"), 1.0);
+    assert_eq!(drops("frame_source_not_allowed"), 1.0);
+}
+
 #[test]
 fn the_demo_page_is_served_and_its_javascript_parses() {
     let xcvr = Transceiver::start(Some("127.0.0.1:3478".parse().unwrap()), &[]);
