@@ -2,7 +2,8 @@
 """Writes the committed seed corpus for the fuzz targets (run from common/fuzz/).
 
 Seeds: the RFC 5769 sample messages, a Binding Request carrying a routing hint made with
-the fuzz target's key, IPv4 and IPv6 frames, and a few flow-table operation strings.
+the fuzz target's key, IPv4 and IPv6 frames and bundles of them, and a few flow-table
+operation strings.
 """
 import base64, hashlib, hmac, os, struct, zlib
 
@@ -58,6 +59,10 @@ frame_v4 = bytes([0xF1, 0, 0, 0, 0xC3, 0x50, 0x0D, 0x96, 198, 51, 100, 7, 203, 0
 frame_v6 = bytes([0xF1, 3, 0, 0, 0, 1, 0, 2]) + bytes(range(32)) + b"\x80\x00"
 write("frame_header", "v4", frame_v4)
 write("frame_header", "v6", frame_v6)
+def bundle(*frames): return bytes([0xF2, len(frames), 0, 0]) + b"".join(len(f).to_bytes(2, "big") + f for f in frames)
+write("bundle", "one", bundle(frame_v4))
+write("bundle", "v4_and_v6", bundle(frame_v4, frame_v6, frame_v4))
+write("bundle", "bad_frame_inside", bundle(frame_v4, bytes([0xF7]) + frame_v4[1:]))
 write("flow_table", "insert_lookup_expire", bytes([0, 1, 0, 2, 1, 1, 3, 200, 4, 0, 1, 2]))
 write("flow_table", "fill_and_remove", bytes(b for i in range(12) for b in (0, i)) + bytes([2, 3, 1, 3]))
 
