@@ -363,19 +363,30 @@ fn tls_to_redis_is_accepted_and_a_password_never_rides_in_a_url() {
     }
 }
 
+/// A private Redis password file: its path, and the path as text.
+fn redis_password_file() -> (std::path::PathBuf, String) {
+    let path = scratch_file("redis.password", "s3cret-pw\n", 0o600);
+    let text = path.to_str().unwrap().to_string();
+    (path, text)
+}
+
+/// The flags that point the relay's Redis at password file `path`.
+fn password_flags(path: &str) -> [&str; 4] {
+    [
+        "--redis-url",
+        "redis://cache:6379",
+        "--redis-password-file",
+        path,
+    ]
+}
+
 // Secret files are read by the `runtime` feature (every binary has it; the workspace
 // test run unifies it in); without it the test below shows the refusal instead.
 #[cfg(not(feature = "runtime"))]
 #[test]
 fn without_the_runtime_feature_a_secret_file_is_refused_by_name() {
-    let path = scratch_file("redis.password", "s3cret-pw\n", 0o600);
-    let p = path.to_str().unwrap();
-    let flags = [
-        "--redis-url",
-        "redis://cache:6379",
-        "--redis-password-file",
-        p,
-    ];
+    let (_path, p) = redis_password_file();
+    let flags = password_flags(&p);
     let error = load(MINIMAL, &flags).unwrap_err();
     assert_eq!(error.field, "redis_password_file");
     assert!(
@@ -389,14 +400,8 @@ fn without_the_runtime_feature_a_secret_file_is_refused_by_name() {
 #[cfg(feature = "runtime")]
 #[test]
 fn the_redis_password_comes_from_a_private_file_and_is_never_shown() {
-    let path = scratch_file("redis.password", "s3cret-pw\n", 0o600);
-    let p = path.to_str().unwrap();
-    let flags = [
-        "--redis-url",
-        "redis://cache:6379",
-        "--redis-password-file",
-        p,
-    ];
+    let (path, p) = redis_password_file();
+    let flags = password_flags(&p);
     let config = load(
         MINIMAL,
         &[&flags[..], &["--redis-username", "relay"]].concat(),
@@ -428,8 +433,6 @@ fn the_redis_password_comes_from_a_private_file_and_is_never_shown() {
     );
 }
 
-// Secret files are read by the `runtime` feature (every binary has it; the workspace
-// test run unifies it in); without it the test below shows the refusal instead.
 #[cfg(feature = "runtime")]
 #[test]
 fn tls_files_are_pem_paired_and_only_for_rediss() {

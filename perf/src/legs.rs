@@ -479,6 +479,21 @@ pub fn markdown(title: &str, packets: u64, legs: &Legs, sides: [&str; 2]) -> Str
     out
 }
 
+/// Reads back from a report the µs per datagram of part `part` in the first split whose
+/// title starts with `title` (what [`markdown`] wrote).
+pub fn read_part(report: &str, title: &str, part: &str) -> Option<f64> {
+    let section = report.split(&format!("\n### {title}")).nth(1)?;
+    let section = section.split("\n### ").next()?;
+    let row = format!("| {part} | ");
+    section
+        .lines()
+        .find_map(|l| l.strip_prefix(&row))?
+        .split(" |")
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -535,6 +550,27 @@ mod tests {
         assert_eq!(legs.softirq_outside, 500);
         assert_eq!(legs.idle, 4_300);
         assert_eq!(legs.busy() + legs.idle, 13_600);
+    }
+
+    #[test]
+    fn a_split_reads_back_from_its_markdown() {
+        let legs = Legs {
+            receive: [2_000, 0],
+            send: [0, 3_000],
+            own_work: 1_000,
+            idle: 4_000,
+            ..Legs::default()
+        };
+        let report = format!(
+            "# A report\n{}\n### after\n\n| its own work | 9.000 | 1 % |\n",
+            markdown("relay-mio: the core by leg", 1_000, &legs, RELAY_SIDES)
+        );
+        let part = |name| read_part(&report, "relay-mio: the core", name);
+        assert_eq!(part("receive from clients"), Some(0.002));
+        assert_eq!(part("send to the internal side"), Some(0.003));
+        assert_eq!(part("its own work"), Some(0.001), "not the next section's");
+        assert_eq!(part("no such part"), None);
+        assert_eq!(read_part(&report, "nginx", "its own work"), None);
     }
 
     #[test]

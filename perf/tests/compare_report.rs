@@ -135,27 +135,14 @@ fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
     assert_eq!(svg.matches("<polyline").count(), 3, "one CDF line per row");
     // The forwarder's core by leg: relay-mio receives from the clients and sends to the
     // internal side (the load is uplink only), each priced per datagram.
-    let part = |name: &str| leg_part(&report, "relay-mio", name);
+    let part = |name: &str| {
+        perf::legs::read_part(&report, "relay-mio: the forwarder's core by leg", name)
+            .unwrap_or_else(|| panic!("no {name:?} in relay-mio's split: {report}"))
+    };
     assert!(part("receive from clients") > 0.0, "{report}");
     assert!(part("send to the internal side") > 0.0, "{report}");
     assert!(part("its own work") > 0.0, "{report}");
     assert_eq!(part("receive from the internal side"), 0.0, "{report}");
-}
-
-/// The µs per datagram of part `name` in `setup`'s split of the forwarder's core by leg.
-fn leg_part(report: &str, setup: &str, name: &str) -> f64 {
-    let heading = format!("### {setup}: the forwarder's core by leg");
-    let section = report
-        .split(&heading)
-        .nth(1)
-        .unwrap_or_else(|| panic!("no {heading:?} in {report}"));
-    let row = format!("| {name} | ");
-    section
-        .lines()
-        .find_map(|l| l.strip_prefix(&row))
-        .and_then(|rest| rest.split(" |").next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {name:?} row for {setup}: {section}"))
 }
 
 /// `perf compare --ipv6`: the direct path, nftables and relay-mio over IPv6 (the live-frames

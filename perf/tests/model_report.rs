@@ -71,18 +71,8 @@ fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
     // and does its own work there. (The bridge's thread is not pinned: where its sends
     // to the model run is the scheduler's choice, so no figure of it is asserted.)
     let part = |setup: &str, name: &str| {
-        let heading = format!("### {setup}: the worker's core");
-        let section = report
-            .split(&heading)
-            .nth(1)
-            .unwrap_or_else(|| panic!("no {heading:?} in {report}"));
-        let row = format!("| {name} | ");
-        section
-            .lines()
-            .find_map(|l| l.strip_prefix(&row))
-            .and_then(|rest| rest.split(" |").next())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or_else(|| panic!("no {name:?} row for {setup}: {section}"))
+        perf::legs::read_part(&report, &format!("{setup}: the worker's core"), name)
+            .unwrap_or_else(|| panic!("no {name:?} in {setup}'s split: {report}"))
     };
     for setup in ["built-in echo", "echo over the WebSocket bridge"] {
         assert!(
