@@ -337,10 +337,10 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             "\n## Where the time goes\n\nCPU {} (the forwarder's core) sampled by Linux perf over one \
              more trial per setup at 70 % of its maximum: the busiest functions, in percent of the \
              core's busy samples. `native_write_msr` is RPS's inter-processor interrupt, a \
-             hypervisor exit on this VM. Then the same core traced (system calls, context \
-             switches, softirqs) over a trial at 50k pps, its time split by leg: each system \
-             call charged to the side its socket faces (the VIP's port: clients; any other: \
-             the internal side). On veth a send runs the receiver's stack on the sender's \
+             hypervisor exit on this VM. Then, for each setup that forwards in a process of \
+             its own, the same core traced (system calls, context switches, softirqs) over a \
+             trial at 50k pps, its time split by leg: each system call charged to the side its \
+             socket faces (the setup's client port: clients; any other: the internal side). On veth a send runs the receiver's stack on the sender's \
              core (softirq inside the calls); a NIC would not.",
             options.forwarder_cpu
         );

@@ -116,7 +116,9 @@ pub fn run(
                 }
             };
             if round == rounds {
-                let clients_reach = setup.target(bench.relay()).dst;
+                let clients_reach = setup
+                    .forwards_in_a_process()
+                    .then(|| setup.target(bench.relay()).dst);
                 finish_row(
                     bench,
                     &mut searched,
@@ -144,11 +146,11 @@ pub const LEGS_PPS: u64 = 50_000;
 /// The last round's extras for row `index`: the latency trial, a profile of the
 /// forwarder's core over one more trial at 70 % of its maximum, and its time by leg over
 /// one at [`LEGS_PPS`] (`clients_reach` is where the setup takes its clients' datagrams:
-/// sockets on its port face the clients).
+/// sockets on its port face the clients; `None` for a setup with no process to split).
 fn finish_row(
     bench: &dyn Bed,
     searched: &mut Searched,
-    (index, clients_reach): (usize, std::net::SocketAddr),
+    (index, clients_reach): (usize, Option<std::net::SocketAddr>),
     load: &mut dyn Load,
     options: &Options,
 ) {
@@ -174,10 +176,11 @@ fn finish_row(
     // The same core traced leg by leg at the fixed load (or 70 % of the maximum when
     // that is less): which side's system calls, softirqs and the relay's own work.
     let legs_rate = LEGS_PPS.min(rate);
-    if let Some(recording) =
-        crate::legs::LegRecording::start(bench.relay().forwarder_cpu(), dir, "compare")
+    if let Some(clients_reach) = clients_reach
+        && let Some(recording) =
+            crate::legs::LegRecording::start(bench.relay().forwarder_cpu(), dir, "compare")
     {
-        let trial = load.trial(legs_rate, args.search_trial.max(Duration::from_secs(1)));
+        let trial = load.trial(legs_rate, args.search_trial.max(Duration::from_millis(500)));
         if let Some(legs) = recording.finish(clients_reach) {
             let title = format!(
                 "{}: the forwarder's core by leg, at {legs_rate} pps",

@@ -378,6 +378,12 @@ impl Setup {
         }
     }
 
+    /// Whether a process of its own forwards (its system calls can be split by leg): not
+    /// the direct path, nftables or the in-kernel XDP relay.
+    pub fn forwards_in_a_process(&self) -> bool {
+        !matches!(self.kind, Kind::Direct | Kind::Nftables | Kind::XdpRelay)
+    }
+
     /// Whether its flows are made before the trials (all but the direct path).
     pub fn keeps_flows(&self) -> bool {
         self.kind != Kind::Direct
