@@ -398,43 +398,37 @@ impl Trace {
 
 /// Whether thread `tid`'s process holds a UDP or TCP socket on local port `port`.
 fn holds_a_socket_on(tid: u32, port: u16) -> bool {
-    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{tid}/fd")) else {
-        return false;
-    };
-    let inodes: Vec<String> = descriptors
-        .filter_map(|d| {
-            let link = std::fs::read_link(d.ok()?.path()).ok()?;
-            let inode = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?;
-            Some(inode.to_string())
-        })
-        .collect();
-    ["udp", "udp6", "tcp", "tcp6"].iter().any(|table| {
-        std::fs::read_to_string(format!("/proc/{tid}/net/{table}")).is_ok_and(|text| {
-            inodes
-                .iter()
-                .any(|inode| local_port_of_inode(&text, inode) == Some(port))
-        })
+    std::fs::read_dir(format!("/proc/{tid}/fd")).is_ok_and(|descriptors| {
+        descriptors
+            .filter_map(|d| socket_inode(&d.ok()?.path()))
+            .any(|inode| local_port(tid, &inode) == Some(port))
     })
 }
 
-/// The side socket `fd` of thread `tid` faces: its local port read from the process's
-/// view of `/proc/net/{udp,udp6,tcp,tcp6}` by the socket's inode. `None` for a
+/// The side socket `fd` of thread `tid` faces, by its local port. `None` for a
 /// descriptor that is not a UDP or TCP socket (or is gone).
 fn side_of_descriptor(tid: u32, fd: i64, vip_port: u16) -> Option<Side> {
-    let link = std::fs::read_link(format!("/proc/{tid}/fd/{fd}")).ok()?;
-    let inode = link
-        .to_str()?
-        .strip_prefix("socket:[")?
-        .strip_suffix(']')?
-        .to_string();
+    let inode = socket_inode(Path::new(&format!("/proc/{tid}/fd/{fd}")))?;
+    Some(if local_port(tid, &inode)? == vip_port {
+        Side::Client
+    } else {
+        Side::Internal
+    })
+}
+
+/// The inode of the socket a `/proc/<pid>/fd/<n>` link names (`socket:[12345]`).
+fn socket_inode(descriptor: &Path) -> Option<String> {
+    let link = std::fs::read_link(descriptor).ok()?;
+    let inode = link.to_str()?.strip_prefix("socket:[")?.strip_suffix(']')?;
+    Some(inode.to_string())
+}
+
+/// The local port of socket `inode`, from thread `tid`'s view (its network namespace)
+/// of `/proc/net/{udp,udp6,tcp,tcp6}`.
+fn local_port(tid: u32, inode: &str) -> Option<u16> {
     ["udp", "udp6", "tcp", "tcp6"].iter().find_map(|table| {
         let text = std::fs::read_to_string(format!("/proc/{tid}/net/{table}")).ok()?;
-        let port = local_port_of_inode(&text, &inode)?;
-        Some(if port == vip_port {
-            Side::Client
-        } else {
-            Side::Internal
-        })
+        local_port_of_inode(&text, inode)
     })
 }
 
