@@ -46,6 +46,7 @@
 use core::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use crate::bundle::Bundle;
 use crate::flow::FlowKey;
 use crate::forward::{Forwarder, RestoreRefused, Route, Verdict};
 use crate::frame::{FrameHeader, MAX_HEADER_LEN};
@@ -80,6 +81,59 @@ impl Ticket {
     /// The direction the datagram is forwarded in.
     pub fn direction(&self) -> Direction {
         self.direction
+    }
+}
+
+/// The tickets of several datagrams that leave together (the frames of one bundle),
+/// settled together: as many counts as tickets went in. Made empty with `default`, grown
+/// only from real tickets ([`Tickets::add`]), consumed only by [`Tally::sent_all`] or
+/// [`Tally::failed_all`].
+#[derive(Debug, Default, PartialEq, Eq)]
+#[must_use = "gathered tickets are settled with Tally::sent_all or Tally::failed_all"]
+pub struct Tickets {
+    /// Datagrams and their bytes (as received), by [`Direction`].
+    datagrams: [u32; 2],
+    bytes: [u64; 2],
+}
+
+impl Tickets {
+    /// Takes `ticket` in: it is settled with the others.
+    pub fn add(&mut self, ticket: Ticket) {
+        let d = ticket.direction as usize;
+        self.datagrams[d] += 1;
+        self.bytes[d] += u64::from(ticket.bytes);
+    }
+
+    /// Takes in every ticket of `other`.
+    pub fn merge(&mut self, other: Tickets) {
+        for d in 0..2 {
+            self.datagrams[d] += other.datagrams[d];
+            self.bytes[d] += other.bytes[d];
+        }
+    }
+
+    /// The datagrams these tickets stand for.
+    pub fn len(&self) -> usize {
+        self.datagrams.iter().map(|&n| n as usize).sum()
+    }
+
+    /// True when no ticket went in.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl crate::bundle::Gather for Tickets {
+    fn gather(&mut self, other: Tickets) {
+        self.merge(other);
+    }
+}
+
+impl From<Ticket> for Tickets {
+    fn from(ticket: Ticket) -> Self {
+        let mut tickets = Tickets::default();
+        tickets.add(ticket);
+        tickets
     }
 }
 
@@ -123,6 +177,25 @@ impl Tally<'_> {
     /// The datagram could not be sent: count it dropped for `reason`.
     pub fn failed(&mut self, ticket: Ticket, reason: DropReason) {
         self.counters.dropped(reason, ticket.bytes as usize);
+    }
+
+    /// The datagrams behind `tickets` left together: count each forwarded.
+    pub fn sent_all(&mut self, tickets: Tickets) {
+        for direction in Direction::ALL {
+            let d = direction as usize;
+            self.counters.forwarded_many(
+                direction,
+                u64::from(tickets.datagrams[d]),
+                tickets.bytes[d],
+            );
+        }
+    }
+
+    /// The datagrams behind `tickets` could not be sent: count each dropped for `reason`.
+    pub fn failed_all(&mut self, tickets: Tickets, reason: DropReason) {
+        let datagrams = tickets.datagrams.iter().map(|&n| u64::from(n)).sum();
+        self.counters
+            .dropped_many(reason, datagrams, tickets.bytes.iter().sum());
     }
 }
 
@@ -332,6 +405,29 @@ impl Executor {
             bytes,
             now,
         }
+    }
+
+    /// Opens a bundle of frames ([`crate::bundle`]) that arrived from `source` on the
+    /// internal port. Each frame it yields is then a datagram of its own for
+    /// [`Executor::decide_internal`] (or the backend's own path for frames it serves, like
+    /// ICE-TCP), so the counting contract counts frames. A bundle from a source that may
+    /// send no frames, or one that is not well-formed, is one datagram received and
+    /// dropped whole (`frame_source_not_allowed`, `frame_bad_bundle`): `None`.
+    pub fn open_bundle<'d>(
+        &mut self,
+        datagram: &'d [u8],
+        source: SocketAddr,
+    ) -> Option<Bundle<'d>> {
+        let reason = if !self.forwarder.accepts_frames_from(source) {
+            DropReason::FrameSourceNotAllowed
+        } else {
+            match Bundle::parse(datagram) {
+                Ok(frames) => return Some(frames),
+                Err(_) => DropReason::FrameBadBundle,
+            }
+        };
+        self.drop_received(Port::Internal, datagram.len(), reason);
+        None
     }
 
     /// Counts a datagram the backend dropped before any decision (truncated, not for the

@@ -178,6 +178,15 @@ struct FirstRequest<'d> {
     transaction_id: &'d [u8; 12],
 }
 
+/// Who sent a frame to the internal port, as far as forwarding cares.
+#[derive(Clone, Copy, Debug)]
+struct FrameSender {
+    /// From a global relay's network: it carries a client's datagram in.
+    from_global: bool,
+    /// From a configured cluster relay's exact address: it returns frames.
+    from_cluster_relay: bool,
+}
+
 /// What the backend must do with a datagram.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
@@ -837,14 +846,32 @@ impl Forwarder {
         new_route.next_hop
     }
 
-    /// Decides a datagram that arrived from `source` on the worker's internal port.
-    pub fn from_internal(&mut self, frame: &[u8], source: SocketAddr, now: Instant) -> Verdict {
+    /// Whether `source` may send this relay frames at all (a transceiver, a global relay
+    /// or a cluster's relay), the first check on every datagram of the internal port.
+    pub fn accepts_frames_from(&self, source: SocketAddr) -> bool {
+        self.frame_sender(source).is_some()
+    }
+
+    /// Who `source` is as a sender of frames; `None` when it may send none.
+    fn frame_sender(&self, source: SocketAddr) -> Option<FrameSender> {
         let from_global = contains(&self.policy.global_relay_networks, source);
         let from_transceiver = contains(&self.policy.allowed_transceiver_networks, source);
         let from_cluster_relay = self.policy.clusters.values().any(|r| *r == source);
-        if !(from_global || from_transceiver || from_cluster_relay) {
+        (from_global || from_transceiver || from_cluster_relay).then_some(FrameSender {
+            from_global,
+            from_cluster_relay,
+        })
+    }
+
+    /// Decides a datagram that arrived from `source` on the worker's internal port.
+    pub fn from_internal(&mut self, frame: &[u8], source: SocketAddr, now: Instant) -> Verdict {
+        let Some(FrameSender {
+            from_global,
+            from_cluster_relay,
+        }) = self.frame_sender(source)
+        else {
             return Verdict::Drop(DropReason::FrameSourceNotAllowed);
-        }
+        };
         let (header, payload) = match FrameHeader::parse(frame) {
             Ok(parsed) => parsed,
             Err(e) => return Verdict::Drop(e.into()),

@@ -295,6 +295,9 @@ label_enum! {
         FrameReservedBits = "frame_reserved_bits",
         /// A frame with no datagram.
         FrameEmptyPayload = "frame_empty_payload",
+        /// A bundle of frames (frame version 2) that is not well-formed: its count, a
+        /// frame's length or its trailing bytes. Counted as one datagram.
+        FrameBadBundle = "frame_bad_bundle",
         /// A frame from a source outside the allowed networks.
         FrameSourceNotAllowed = "frame_source_not_allowed",
         /// A return frame for a client that has no flow.
@@ -474,6 +477,19 @@ impl WorkerCounters {
         let i = reason.into().index();
         self.dropped_datagrams[i] += 1;
         self.dropped_bytes[i] += bytes as u64;
+    }
+
+    /// Counts `datagrams` forwarded datagrams of `bytes` bytes in all (as received).
+    pub fn forwarded_many(&mut self, direction: Direction, datagrams: u64, bytes: u64) {
+        self.forwarded_datagrams[direction as usize] += datagrams;
+        self.forwarded_bytes[direction as usize] += bytes;
+    }
+
+    /// Counts `datagrams` dropped datagrams of `bytes` bytes in all (as received).
+    pub fn dropped_many(&mut self, reason: impl Into<DropReason>, datagrams: u64, bytes: u64) {
+        let i = reason.into().index();
+        self.dropped_datagrams[i] += datagrams;
+        self.dropped_bytes[i] += bytes;
     }
 
     /// Datagrams received but neither forwarded nor dropped yet, in datagrams and bytes:

@@ -176,7 +176,7 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
              workers or relays for a surge; the limit protects established flows.",
         ),
         FrameTooShort | FrameNotAFrame | FrameUnknownVersion | FrameReservedBits
-        | FrameEmptyPayload => FRAME_MALFORMED,
+        | FrameEmptyPayload | FrameBadBundle => FRAME_MALFORMED,
         FrameSourceNotAllowed => entry(
             Cause::Misconfiguration,
             "A frame from outside `allowed_transceiver_networks` (or the global relays' \

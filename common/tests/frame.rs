@@ -3,7 +3,7 @@
 use core::net::SocketAddr;
 
 use proptest::prelude::*;
-use ufrag_common::bundle::{Bundle, BundleWriter, PushError};
+use ufrag_common::bundle::{Bundle, BundleWriter, Bundler, PushError, is_bundle, max_bundle_len};
 use ufrag_common::frame::{FrameError, FrameHeader, MAX_HEADER_LEN, Transport};
 
 fn addr(s: &str) -> SocketAddr {
@@ -241,5 +241,70 @@ proptest! {
             let carried: usize = frames.iter().map(|f| 2 + f.len()).sum();
             prop_assert_eq!(4 + carried, bytes.len());
         }
+    }
+}
+
+/// What a [`Bundler`] emitted: where to, the datagram, and how many frames it stood for.
+type Emitted = Vec<(SocketAddr, Vec<u8>, usize)>;
+
+/// The frames in one emitted datagram: a bundle's, or the datagram as one plain frame.
+fn frames_in(datagram: &[u8]) -> Vec<(FrameHeader, Vec<u8>)> {
+    let parse = |f: &[u8]| {
+        let (h, d) = FrameHeader::parse(f).unwrap();
+        (h, d.to_vec())
+    };
+    if is_bundle(datagram) {
+        Bundle::parse(datagram).unwrap().map(parse).collect()
+    } else {
+        vec![parse(datagram)]
+    }
+}
+
+proptest! {
+    /// Any mix of destinations and sizes: every frame leaves exactly once, a destination's
+    /// frames leave in the order they were pushed, what a datagram stands for is the frames
+    /// it carries, a bundle (two frames or more) never passes the path's MTU, and only a
+    /// frame too long for any bundle leaves alone past it.
+    #[test]
+    fn a_bundler_sends_every_frame_once_in_order_within_the_mtu(
+        pushes in proptest::collection::vec((0usize..12, 1usize..1600), 1..120),
+        mtu in 576u16..=1500,
+    ) {
+        let destinations: Vec<SocketAddr> = (0..12u16)
+            .map(|i| if i % 3 == 0 {
+                SocketAddr::new(format!("2001:db8::{i}").parse().unwrap(), 40_000 + i)
+            } else {
+                SocketAddr::from(([10, 0, 0, i as u8], 40_000 + i))
+            })
+            .collect();
+        let mut bundler: Bundler<usize> = Bundler::new(mtu, 2048);
+        let mut emitted: Emitted = Vec::new();
+        let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], n: usize| {
+            emitted.push((to, [head, body].concat(), n));
+        };
+        let mut sent: Vec<Vec<(FrameHeader, Vec<u8>)>> = vec![Vec::new(); destinations.len()];
+        for (k, (d, len)) in pushes.iter().enumerate() {
+            let client = SocketAddr::from(([198, 51, 100, (k % 250) as u8], 5000 + k as u16));
+            let h = FrameHeader::new(client, addr("203.0.113.1:3478"));
+            let datagram = vec![(k % 251) as u8; *len];
+            bundler.push(destinations[*d], &h, &datagram, 1, &mut emit);
+            sent[*d].push((h, datagram));
+        }
+        bundler.close_all(&mut emit);
+        prop_assert!(bundler.is_empty());
+        let mut received: Vec<Vec<(FrameHeader, Vec<u8>)>> = vec![Vec::new(); destinations.len()];
+        for (to, datagram, n) in &emitted {
+            let frames = frames_in(datagram);
+            prop_assert_eq!(frames.len(), *n);
+            let ipv4 = to.ip().is_ipv4();
+            if frames.len() > 1 {
+                prop_assert!(datagram.len() <= max_bundle_len(mtu, ipv4));
+            } else {
+                prop_assert!(!is_bundle(datagram), "a lone frame leaves as a plain frame");
+            }
+            let d = destinations.iter().position(|x| x == to).unwrap();
+            received[d].extend(frames);
+        }
+        prop_assert_eq!(received, sent);
     }
 }

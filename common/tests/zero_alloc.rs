@@ -1,7 +1,7 @@
 //! Zero allocation on the per-packet path, asserted with a counting global allocator:
 //! classify + STUN view + ufrag split + hint verify + password derivation + integrity
 //! check + flow lookup (hit and miss) + flow insert and expiry + frame emit and parse +
-//! bundle write and read.
+//! bundle write and read, and the bundler that gathers a batch's frames by peer.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 mod support;
 
 use ipnet::IpNet;
-use ufrag_common::bundle::{Bundle, BundleWriter};
+use ufrag_common::bundle::{Bundle, BundleWriter, Bundler};
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
@@ -79,6 +79,9 @@ fn the_hot_path_does_not_allocate() {
     let mut out = [0u8; 1500];
     let mut bundle_buf = [0u8; 1472];
     let rtp = [0x80u8; 172];
+    let mut bundler: Bundler<usize> = Bundler::new(1500, 2048);
+    let transceiver_a: SocketAddr = "10.0.0.2:40000".parse().unwrap();
+    let transceiver_b: SocketAddr = "10.0.0.3:40000".parse().unwrap();
 
     let before = allocations();
     let mut forwarded = 0u64;
@@ -123,6 +126,18 @@ fn the_hot_path_does_not_allocate() {
             frames += 1;
         }
         assert_eq!(frames, 3);
+
+        // The sending side: a bundler gathers two peers' frames and emits both bundles.
+        let mut emitted = 0usize;
+        let mut emit = |_to: SocketAddr, _head: &[u8], body: &[u8], n: usize| {
+            assert!(body.len() <= 1472);
+            emitted += n;
+        };
+        for peer in [transceiver_a, transceiver_b, transceiver_a] {
+            bundler.push(peer, &header, &rtp, 1, &mut emit);
+        }
+        bundler.close_all(&mut emit);
+        assert_eq!(emitted, 3);
 
         // A miss, and expiry of whatever idled out.
         let stranger = FlowKey::new(SocketAddr::from(([192, 0, 2, 1], 9)), vip);
