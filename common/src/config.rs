@@ -40,6 +40,8 @@
 //! tcp_handshake_timeout = "5s"            # a connection's first Binding Request by then
 //! tcp_accepts_per_prefix = 8              # new connections per second from one prefix, per worker
 //! tcp_accepts_per_worker = 1000           # new connections per second, per worker
+//! bundle_to = ["10.0.0.0/8"]              # transceivers that read bundles (default: none)
+//! internal_mtu = 1500                     # the internal path's MTU, bounding a bundle
 //!
 //! [clusters]                              # cluster id → that cluster's relay (global mode)
 //! 2 = "198.51.100.7:3479"
@@ -78,6 +80,12 @@ const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
 const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 const MAX_DRAIN_TIME: Duration = Duration::from_secs(600);
 const MAX_WORKERS: usize = 1024;
+/// The internal path's MTU when none is configured: Ethernet's.
+pub const DEFAULT_INTERNAL_MTU: u16 = 1500;
+/// IPv6's minimum MTU: no internal path is smaller.
+const MIN_INTERNAL_MTU: u16 = 1280;
+/// A jumbo frame: no internal path is larger.
+const MAX_INTERNAL_MTU: u16 = 9216;
 
 /// A configuration error: which field, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -285,6 +293,14 @@ pub struct RelayArgs {
     /// New TCP connections per second (and burst) in one worker (default 1000).
     #[arg(long, value_name = "N")]
     pub tcp_accepts_per_worker: Option<u32>,
+    /// A network of transceivers that read bundles (frame version 2): what one receive
+    /// batch has for one of them leaves in one datagram (repeat; replaces the file's list;
+    /// default none: single frames to every transceiver).
+    #[arg(long = "bundle-to", value_name = "CIDR")]
+    pub bundle_to: Vec<IpNet>,
+    /// The MTU of the path to the transceivers: a bundle never passes it (default 1500).
+    #[arg(long, value_name = "BYTES")]
+    pub internal_mtu: Option<u16>,
 }
 
 /// The config file, as written: every key optional, unknown keys rejected. Also what
@@ -326,6 +342,8 @@ struct FileConfig {
     tcp_handshake_timeout: Option<String>,
     tcp_accepts_per_prefix: Option<u32>,
     tcp_accepts_per_worker: Option<u32>,
+    bundle_to: Option<Vec<IpNet>>,
+    internal_mtu: Option<u16>,
     /// Last: TOML writes a table after every plain key.
     clusters: Option<BTreeMap<String, SocketAddr>>,
 }
@@ -370,6 +388,36 @@ pub struct RelayConfig {
     pub poll: PollMode,
     /// ICE over TCP: its VIPs (none: not served) and what connections may cost.
     pub tcp: TcpPolicy,
+    /// Which transceivers get bundles, and how large a bundle may be.
+    pub bundles: BundlePolicy,
+}
+
+/// Bundles on the internal leg ([`crate::bundle`]): the transceivers that read them, and
+/// the MTU of the path to them. Received bundles are read whatever this says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BundlePolicy {
+    /// Networks of transceivers that read bundles; empty: every frame leaves alone.
+    pub to: Vec<IpNet>,
+    /// The internal path's MTU.
+    pub mtu: u16,
+}
+
+impl Default for BundlePolicy {
+    /// No bundles; Ethernet's MTU.
+    fn default() -> Self {
+        BundlePolicy {
+            to: Vec::new(),
+            mtu: DEFAULT_INTERNAL_MTU,
+        }
+    }
+}
+
+impl BundlePolicy {
+    /// Whether frames for `peer` go in bundles.
+    pub fn bundles_to(&self, peer: SocketAddr) -> bool {
+        let ip = peer.ip().to_canonical();
+        self.to.iter().any(|net| net.contains(&ip))
+    }
 }
 
 /// ICE over TCP: where it listens and what its connections may cost. A connection's idle
@@ -504,6 +552,8 @@ impl RelayConfig {
             tcp_handshake_timeout: duration(self.tcp.handshake_timeout),
             tcp_accepts_per_prefix: Some(self.tcp.accepts_per_prefix),
             tcp_accepts_per_worker: Some(self.tcp.accepts_per_worker),
+            bundle_to: Some(self.bundles.to.clone()),
+            internal_mtu: Some(self.bundles.mtu),
             clusters: Some(
                 self.clusters
                     .iter()
@@ -732,6 +782,23 @@ impl RelayConfig {
             .or(file.metrics_addr)
             .unwrap_or(DEFAULT_METRICS_ADDR);
 
+        let bundles = BundlePolicy {
+            to: pick(args.bundle_to.clone(), file.bundle_to),
+            mtu: args
+                .internal_mtu
+                .or(file.internal_mtu)
+                .unwrap_or(DEFAULT_INTERNAL_MTU),
+        };
+        if !(MIN_INTERNAL_MTU..=MAX_INTERNAL_MTU).contains(&bundles.mtu) {
+            return Err(bad(
+                "internal_mtu",
+                format!(
+                    "{}: must be {MIN_INTERNAL_MTU}..={MAX_INTERNAL_MTU} (IPv6's minimum to a jumbo frame)",
+                    bundles.mtu
+                ),
+            ));
+        }
+
         Ok(RelayConfig {
             vips,
             internal_addr,
@@ -751,6 +818,7 @@ impl RelayConfig {
             admission,
             poll: args.poll.or(file.poll).unwrap_or_default(),
             tcp,
+            bundles,
         })
     }
 }

@@ -585,3 +585,55 @@ fn cpu_lists() {
     assert!(parse_cpu_list("0,,1").is_err());
     assert!(parse_cpu_list("0-2000").is_err());
 }
+
+#[test]
+fn bundles_go_only_where_configured_and_never_past_the_internal_mtu() {
+    let none = load(MINIMAL, &[]).unwrap();
+    assert!(none.bundles.to.is_empty(), "no bundles by default");
+    assert_eq!(none.bundles.mtu, 1500);
+    assert!(!none.bundles.bundles_to("10.0.0.7:40000".parse().unwrap()));
+
+    let file = format!("{MINIMAL}bundle_to = [\"10.1.0.0/16\"]\ninternal_mtu = 9000\n");
+    let from_file = load(&file, &[]).unwrap();
+    assert!(
+        from_file
+            .bundles
+            .bundles_to("10.1.2.3:40000".parse().unwrap())
+    );
+    assert!(
+        from_file
+            .bundles
+            .bundles_to("[::ffff:10.1.2.3]:40000".parse().unwrap())
+    );
+    assert!(
+        !from_file
+            .bundles
+            .bundles_to("10.2.0.1:40000".parse().unwrap())
+    );
+    assert_eq!(from_file.bundles.mtu, 9000);
+
+    // A flag replaces the file's list and MTU; --print-config writes them back.
+    let flagged = load(
+        &file,
+        &["--bundle-to", "10.2.0.0/16", "--internal-mtu", "1400"],
+    )
+    .unwrap();
+    assert!(
+        !flagged
+            .bundles
+            .bundles_to("10.1.2.3:40000".parse().unwrap())
+    );
+    assert!(
+        flagged
+            .bundles
+            .bundles_to("10.2.0.1:40000".parse().unwrap())
+    );
+    assert_eq!(flagged.bundles.mtu, 1400);
+    let printed = load(&flagged.to_toml(), &[]).unwrap();
+    assert_eq!(printed.bundles, flagged.bundles);
+
+    // Below IPv6's minimum, or past a jumbo frame: refused, by name.
+    for mtu in ["1279", "9217"] {
+        assert_eq!(field_of(MINIMAL, &["--internal-mtu", mtu]), "internal_mtu");
+    }
+}

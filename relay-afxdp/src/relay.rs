@@ -162,6 +162,13 @@ fn validate(
                 .into(),
         ));
     }
+    if !config.bundles.to.is_empty() {
+        return Err(StartError::Config(
+            "`bundle_to`: relay-afxdp forwards each frame in place in its own UMEM frame and \
+             sends no bundles; bundles are relay-mio's (docs/architecture.md: bundles)"
+                .into(),
+        ));
+    }
     if config.vips.is_empty() {
         return Err(StartError::Config(
             "`vips`: relay-afxdp needs a UDP VIP (--vip)".into(),

@@ -151,31 +151,44 @@ fn fewer_workers_than_rx_queues_is_refused() {
     wait_until_no_xdp(&bed, "a refused relay left its program attached");
 }
 
-/// relay-afxdp leaves TCP to the kernel: asked for ICE-TCP, it refuses at start (exit 2,
-/// naming `tcp_vips` and the relay-mio deployment that serves it) and attaches nothing.
+/// What relay-afxdp does not do is refused at start (exit 2, naming the key and who does
+/// it), and nothing is attached: ICE-TCP (it leaves TCP to the kernel; relay-mio serves
+/// it), and bundles (it forwards each frame in place; relay-mio bundles).
 #[test]
-fn ice_tcp_is_refused_with_the_deployment_that_serves_it() {
+fn ice_tcp_and_bundles_are_refused_with_the_deployment_that_serves_them() {
     require_root();
     let bed = Testbed::up().unwrap();
     let binary = testkit::cargo_build::bin("relay-afxdp");
-    let out = bed
-        .relay
-        .command("timeout")
-        .args(["10", binary.to_str().unwrap()])
-        .args(["--interface", &bed.relay.ifname])
-        .args(["--vip", &format!("{}:3478", bed.relay.addr)])
-        .args(["--tcp-vip", &format!("{}:4443", bed.relay.addr)])
-        .args(["--internal-addr", &format!("{}:40000", bed.relay.addr)])
-        .args(["--allow-transceiver-net", "10.77.0.0/24"])
-        .args(["--workers", "1", "--cpus", "0"])
-        .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(
-        stderr.contains("`tcp_vips`") && stderr.contains("relay-mio with --tcp-vip"),
-        "{stderr}"
-    );
-    wait_until_no_xdp(&bed, "a refused relay left its program attached");
+    let refusals = [
+        (
+            ["--tcp-vip".to_string(), format!("{}:4443", bed.relay.addr)],
+            ["`tcp_vips`", "relay-mio with --tcp-vip"],
+        ),
+        (
+            ["--bundle-to".to_string(), "10.77.0.0/24".to_string()],
+            ["`bundle_to`", "bundles are relay-mio's"],
+        ),
+    ];
+    for (flag, says) in refusals {
+        let out = bed
+            .relay
+            .command("timeout")
+            .args(["10", binary.to_str().unwrap()])
+            .args(["--interface", &bed.relay.ifname])
+            .args(["--vip", &format!("{}:3478", bed.relay.addr)])
+            .args(&flag)
+            .args(["--internal-addr", &format!("{}:40000", bed.relay.addr)])
+            .args(["--allow-transceiver-net", "10.77.0.0/24"])
+            .args(["--workers", "1", "--cpus", "0"])
+            .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag:?}: {stderr}");
+        assert!(
+            says.iter().all(|s| stderr.contains(s)),
+            "{flag:?}: {stderr}"
+        );
+        wait_until_no_xdp(&bed, "a refused relay left its program attached");
+    }
 }

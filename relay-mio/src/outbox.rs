@@ -1,74 +1,130 @@
 //! A socket with the batch of datagrams queued for it (the worker's VIP and internal
 //! sockets, and the TCP side's way to the transceivers), and what a socket's turn left.
+//! On the internal socket, frames for transceivers that read bundles are gathered by
+//! peer ([`Bundler`]) and join the batch as one datagram each when it is flushed.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
-use ufrag_common::execute::{Tally, Ticket, Transmit};
+use ufrag_common::bundle::Bundler;
+use ufrag_common::config::BundlePolicy;
+use ufrag_common::execute::{Tally, Tickets, Transmit};
 use ufrag_common::frame::MAX_HEADER_LEN;
 use ufrag_common::metrics::DropReason;
-use ufrag_udp::{PushError, SendBatch};
+use ufrag_udp::{BUF_LEN, PushError, SendBatch};
 
 /// One socket and the batch of datagrams queued for it.
 #[derive(Debug)]
 pub(crate) struct Outbox {
     socket: mio::net::UdpSocket,
-    batch: SendBatch<Ticket>,
+    batch: SendBatch<Tickets>,
+    /// The peers that read bundles and the frames gathered for them (the internal
+    /// socket, when bundles are configured).
+    bundles: Option<(BundlePolicy, Bundler<Tickets>)>,
 }
 
 impl Outbox {
+    /// An outbox that sends every datagram alone.
     pub(crate) fn new(socket: mio::net::UdpSocket, ipv6: bool) -> Self {
         Outbox {
             socket,
             batch: SendBatch::new(ipv6),
+            bundles: None,
         }
+    }
+
+    /// An outbox that bundles frames for the peers `policy` names (none: like `new`).
+    pub(crate) fn bundling(socket: mio::net::UdpSocket, ipv6: bool, policy: BundlePolicy) -> Self {
+        let mut outbox = Outbox::new(socket, ipv6);
+        if !policy.to.is_empty() {
+            let bundler = Bundler::new(policy.mtu, BUF_LEN);
+            outbox.bundles = Some((policy, bundler));
+        }
+        outbox
     }
 
     pub(crate) fn fd(&self) -> RawFd {
         self.socket.as_raw_fd()
     }
 
-    /// Queues `head` + `body` for `to`, sending the batch first when it is full.
-    pub(crate) fn queue(
-        &mut self,
-        to: SocketAddr,
-        head: &[u8],
-        body: &[u8],
-        ticket: Ticket,
-        tally: &mut Tally<'_>,
-    ) {
-        if self.batch.is_full() {
-            self.flush(tally);
-        }
-        if let Err((ticket, error)) = self.batch.push(to, head, body, ticket) {
-            let reason = match error {
-                PushError::TooLarge => DropReason::TooLarge,
-                PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
-            };
-            tally.failed(ticket, reason);
-        }
-    }
-
-    /// Queues `tx`: its frame header (if any), then `body`.
+    /// Queues `tx`: its frame header (if any), then `body`; into its peer's bundle when
+    /// the peer reads bundles.
     pub(crate) fn queue_transmit(&mut self, body: &[u8], tx: Transmit, tally: &mut Tally<'_>) {
-        let mut head = [0u8; MAX_HEADER_LEN];
-        let head_len = tx.emit_header(&mut head);
-        self.queue(tx.to, &head[..head_len], body, tx.ticket, tally);
-    }
-
-    pub(crate) fn flush(&mut self, tally: &mut Tally<'_>) {
-        if self.batch.is_empty() {
+        let fd = self.fd();
+        if let (Some(header), Some((policy, bundler))) = (&tx.header, &mut self.bundles)
+            && policy.bundles_to(tx.to)
+        {
+            let batch = &mut self.batch;
+            let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], tickets: Tickets| {
+                queue(batch, fd, to, head, body, tickets, tally);
+            };
+            bundler.push(tx.to, header, body, Tickets::from(tx.ticket), &mut emit);
             return;
         }
-        let fd = self.fd();
-        self.batch.flush(fd, |ticket, sent| {
-            if sent {
-                tally.sent(ticket);
-            } else {
-                tally.failed(ticket, DropReason::SendFailed);
-            }
-        });
+        let mut head = [0u8; MAX_HEADER_LEN];
+        let head_len = tx.emit_header(&mut head);
+        let tickets = Tickets::from(tx.ticket);
+        queue(
+            &mut self.batch,
+            fd,
+            tx.to,
+            &head[..head_len],
+            body,
+            tickets,
+            tally,
+        );
     }
+
+    /// Closes the open bundles into the batch, sends the batch, and settles every ticket.
+    pub(crate) fn flush(&mut self, tally: &mut Tally<'_>) {
+        let fd = self.fd();
+        if let Some((_, bundler)) = &mut self.bundles
+            && !bundler.is_empty()
+        {
+            let batch = &mut self.batch;
+            let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], tickets: Tickets| {
+                queue(batch, fd, to, head, body, tickets, tally);
+            };
+            bundler.close_all(&mut emit);
+        }
+        send(&mut self.batch, fd, tally);
+    }
+}
+
+/// Queues `head` + `body` for `to` in `batch`, sending the batch first when it is full.
+fn queue(
+    batch: &mut SendBatch<Tickets>,
+    fd: RawFd,
+    to: SocketAddr,
+    head: &[u8],
+    body: &[u8],
+    tickets: Tickets,
+    tally: &mut Tally<'_>,
+) {
+    if batch.is_full() {
+        send(batch, fd, tally);
+    }
+    if let Err((tickets, error)) = batch.push(to, head, body, tickets) {
+        let reason = match error {
+            PushError::TooLarge => DropReason::TooLarge,
+            PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
+        };
+        tally.failed_all(tickets, reason);
+    }
+}
+
+/// Sends what `batch` holds and settles each datagram's tickets.
+fn send(batch: &mut SendBatch<Tickets>, fd: RawFd, tally: &mut Tally<'_>) {
+    if batch.is_empty() {
+        return;
+    }
+    batch.flush(fd, |tickets, sent| {
+        if sent {
+            tally.sent_all(tickets);
+        } else {
+            tally.failed_all(tickets, DropReason::SendFailed);
+        }
+    });
 }
 
 /// Whether a socket's turn emptied it.

@@ -84,6 +84,7 @@ impl Relay {
                 poll_mode: config.poll,
                 tcp: config.tcp.clone(),
                 tcp_metrics: metrics.tcp_worker(index).cloned(),
+                bundles: config.bundles.clone(),
             };
             let (worker, waker) = Worker::bind(spec, metrics.worker(index))?;
             wakers.push(Box::new(move || {

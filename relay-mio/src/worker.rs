@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
-use ufrag_common::config::{PollMode, TcpPolicy};
+use ufrag_common::bundle::is_bundle;
+use ufrag_common::config::{BundlePolicy, PollMode, TcpPolicy};
 use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Transmit};
 use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder};
@@ -59,6 +60,8 @@ pub struct WorkerSpec {
     pub tcp: TcpPolicy,
     /// Where the TCP side counts, when TCP is served.
     pub tcp_metrics: Option<TcpWorkerMetrics>,
+    /// Which transceivers get bundles, and the internal MTU.
+    pub bundles: BundlePolicy,
 }
 
 /// The worker's I/O: its sockets, their send batches and its route-cache client. The
@@ -185,7 +188,7 @@ impl Worker {
                 egress: SocketEgress {
                     vips: spec.vips,
                     to_clients,
-                    internal: Outbox::new(internal, spec.internal.is_ipv6()),
+                    internal: Outbox::bundling(internal, spec.internal.is_ipv6(), spec.bundles),
                     cache: None,
                 },
                 tcp,
@@ -318,18 +321,19 @@ impl Worker {
                         .drop_received(port, d.data.len(), DropReason::TooLarge);
                     continue;
                 }
-                let decision = match vip {
-                    Some(vip) => self.executor.decide_client(d.data, d.source, vip, now),
-                    None => {
-                        if let Some(tcp) = &mut self.tcp
-                            && transport_of(d.data) == Some(Transport::Tcp)
-                        {
-                            tcp.return_frame(d.data, d.source, &mut self.egress.internal, now);
-                            continue;
+                let Some(vip) = vip else {
+                    let (executor, tcp, egress) =
+                        (&mut self.executor, &mut self.tcp, &mut self.egress);
+                    if !is_bundle(d.data) {
+                        serve_frame(d.data, d.source, now, executor, tcp, egress);
+                    } else if let Some(frames) = executor.open_bundle(d.data, d.source) {
+                        for frame in frames {
+                            serve_frame(frame, d.source, now, executor, tcp, egress);
                         }
-                        self.executor.decide_internal(d.data, d.source, now)
                     }
+                    continue;
                 };
+                let decision = self.executor.decide_client(d.data, d.source, vip, now);
                 self.executor.carry_out(decision, d.data, &mut self.egress);
             }
             self.executor.flush(&mut self.egress);
@@ -345,4 +349,24 @@ impl Worker {
         }
         drained
     }
+}
+
+/// One frame from `source` on the internal port (alone, or out of a bundle): the TCP
+/// side's when it names a client on a TCP connection, the executor's otherwise.
+fn serve_frame(
+    frame: &[u8],
+    source: SocketAddr,
+    now: Instant,
+    executor: &mut Executor,
+    tcp: &mut Option<TcpSide>,
+    egress: &mut SocketEgress,
+) {
+    if let Some(tcp) = tcp
+        && transport_of(frame) == Some(Transport::Tcp)
+    {
+        tcp.return_frame(frame, source, &mut egress.internal, now);
+        return;
+    }
+    let decision = executor.decide_internal(frame, source, now);
+    executor.carry_out(decision, frame, egress);
 }

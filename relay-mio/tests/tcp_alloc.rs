@@ -63,6 +63,7 @@ fn bound_tcp_connections_cost_the_worker_no_allocation_per_message() {
         idle_timeout: Duration::from_secs(30),
         poll_mode: PollMode::Wakeup,
         tcp,
+        bundles: Default::default(),
         tcp_metrics: metrics.tcp_worker(0).cloned(),
     };
     let (worker, _waker) = Worker::bind(spec, metrics.worker(0)).unwrap();

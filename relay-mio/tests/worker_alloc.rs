@@ -1,7 +1,7 @@
 //! A real worker, in process, on real loopback sockets, forwarding in both directions
 //! under a counting allocator: after warm-up, the worker thread allocates nothing per
 //! packet (receive, decide, frame, send, counters, expiry ticks), sleeping in epoll or
-//! busy-polling.
+//! busy-polling, and with the internal leg in bundles both ways.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use relay_mio::worker::{Worker, WorkerSpec};
 use testkit::alloc::{self, CountingAllocator};
-use ufrag_common::config::PollMode;
+use ufrag_common::bundle::{Bundle, BundleWriter, is_bundle};
+use ufrag_common::config::{BundlePolicy, PollMode};
 use ufrag_common::forward::ForwardPolicy;
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
@@ -23,12 +24,13 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 /// One test for both poll modes, one after the other: the counting allocator is armed
 /// for the whole process.
 #[test]
-fn the_worker_does_not_allocate_per_packet_sleeping_or_busy_polling() {
-    forward_under_the_counting_allocator(PollMode::Wakeup, 0);
-    forward_under_the_counting_allocator(PollMode::Busy, 1);
+fn the_worker_does_not_allocate_per_packet_sleeping_or_busy_polling_or_bundling() {
+    forward_under_the_counting_allocator(PollMode::Wakeup, 0, false);
+    forward_under_the_counting_allocator(PollMode::Busy, 1, false);
+    forward_under_the_counting_allocator(PollMode::Wakeup, 2, true);
 }
 
-fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
+fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16, bundles: bool) {
     let pid = std::process::id();
     let ip = std::net::Ipv4Addr::new(127, 60, (pid % 250) as u8 + 1, (pid / 250 % 250) as u8 + 1);
     let vip = SocketAddr::from((ip, 3478 + port_offset));
@@ -59,6 +61,14 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
         poll_mode,
         tcp: ufrag_common::config::TcpPolicy::default(),
         tcp_metrics: None,
+        bundles: BundlePolicy {
+            to: if bundles {
+                vec!["127.0.0.0/8".parse().unwrap()]
+            } else {
+                vec![]
+            },
+            mtu: 1500,
+        },
     };
     let (worker, _waker) = Worker::bind(spec, shared).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -104,6 +114,7 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
     let rtp = [0x80u8; 172];
     let mut buf = [0u8; 2048];
 
+    let mut bundles_seen = 0;
     let mut round = |requests: &[Vec<u8>], rtp_per_client: usize| -> usize {
         let mut got = 0;
         for (c, request) in clients.iter().zip(requests) {
@@ -112,16 +123,37 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
                 c.send_to(&rtp, vip).unwrap();
             }
         }
-        for _ in 0..clients.len() * (1 + rtp_per_client) {
+        let mut bundled = 0;
+        while got < clients.len() * (1 + rtp_per_client) {
             let (len, from) = transceiver.recv_from(&mut buf).unwrap();
-            let (h, payload) = FrameHeader::parse(&buf[..len]).unwrap();
-            // Answer each datagram: the return path runs too.
-            let mut reply = vec![0u8; h.encoded_len()];
-            h.emit(&mut reply).unwrap();
-            reply.extend_from_slice(payload);
-            transceiver.send_to(&reply, from).unwrap();
-            got += 1;
+            // Answer each frame, in kind: a bundle with a bundle, a frame with a frame.
+            // The return path runs too.
+            let frames: Vec<&[u8]> = if is_bundle(&buf[..len]) {
+                bundled += 1;
+                Bundle::parse(&buf[..len]).unwrap().collect()
+            } else {
+                vec![&buf[..len]]
+            };
+            let mut reply = vec![0u8; 1472];
+            let mut writer = BundleWriter::new(&mut reply);
+            let mut single = Vec::new();
+            for frame in &frames {
+                let (h, payload) = FrameHeader::parse(frame).unwrap();
+                writer.push(&h, payload).unwrap();
+                single = frame.to_vec();
+                got += 1;
+            }
+            if frames.len() > 1 {
+                transceiver.send_to(writer.finish().unwrap(), from).unwrap();
+            } else {
+                transceiver.send_to(&single, from).unwrap();
+            }
         }
+        assert!(
+            bundles || bundled == 0,
+            "bundles reached a transceiver not configured for them"
+        );
+        bundles_seen += bundled;
         for c in &clients {
             c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
             for _ in 0..1 + rtp_per_client {
@@ -141,6 +173,9 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16) {
     std::thread::sleep(Duration::from_millis(500));
     forwarded += round(&next_checks, 8);
     let allocations = alloc::disarm();
+    if bundles {
+        assert!(bundles_seen > 0, "no batch was bundled");
+    }
 
     stop.store(true, Ordering::Relaxed);
     thread.join().unwrap();
