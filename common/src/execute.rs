@@ -179,8 +179,12 @@ impl Tally<'_> {
         self.counters.dropped(reason, ticket.bytes as usize);
     }
 
-    /// The datagrams behind `tickets` left together: count each forwarded.
+    /// The datagrams behind `tickets` left together: count each forwarded, and the
+    /// datagram that carried them as a bundle when there were several.
     pub fn sent_all(&mut self, tickets: Tickets) {
+        if tickets.len() > 1 {
+            self.counters.bundles_sent += 1;
+        }
         for direction in Direction::ALL {
             let d = direction as usize;
             self.counters.forwarded_many(
@@ -422,7 +426,10 @@ impl Executor {
             DropReason::FrameSourceNotAllowed
         } else {
             match Bundle::parse(datagram) {
-                Ok(frames) => return Some(frames),
+                Ok(frames) => {
+                    self.counters.bundles_received += 1;
+                    return Some(frames);
+                }
                 Err(_) => DropReason::FrameBadBundle,
             }
         };

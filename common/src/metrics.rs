@@ -24,6 +24,8 @@
 //! | `ufrag_relay_cache_hits_total`               | counter | worker               |
 //! | `ufrag_relay_cache_misses_total`             | counter | worker               |
 //! | `ufrag_relay_cache_errors_total`             | counter | worker, reason       |
+//! | `ufrag_relay_bundles_received_total`         | counter | worker               |
+//! | `ufrag_relay_bundles_sent_total`             | counter | worker               |
 //! | `ufrag_relay_ready`                          | gauge   |                      |
 //! | `ufrag_relay_worker_failures_total`          | counter |                      |
 //! | `ufrag_relay_hint_key_info`                  | gauge   | key_id               |
@@ -431,6 +433,11 @@ pub struct WorkerCounters {
     pub shared_returns: u64,
     /// Flows whose return path found no room in the shared return paths.
     pub flows_unshared: u64,
+    /// Bundles of frames received on the internal port and opened (their frames are
+    /// counted as datagrams).
+    pub bundles_received: u64,
+    /// Bundles of frames sent on the internal port (two frames or more each).
+    pub bundles_sent: u64,
 }
 
 impl Default for WorkerCounters {
@@ -452,6 +459,8 @@ impl Default for WorkerCounters {
             cache_errors: [0; CacheError::COUNT],
             shared_returns: 0,
             flows_unshared: 0,
+            bundles_received: 0,
+            bundles_sent: 0,
         }
     }
 }
@@ -555,6 +564,8 @@ pub struct SharedCounters {
     cache_errors: [AtomicU64; CacheError::COUNT],
     shared_returns: AtomicU64,
     flows_unshared: AtomicU64,
+    bundles_received: AtomicU64,
+    bundles_sent: AtomicU64,
 }
 
 impl Default for SharedCounters {
@@ -576,6 +587,8 @@ impl Default for SharedCounters {
             cache_errors: core::array::from_fn(|_| AtomicU64::new(0)),
             shared_returns: AtomicU64::new(0),
             flows_unshared: AtomicU64::new(0),
+            bundles_received: AtomicU64::new(0),
+            bundles_sent: AtomicU64::new(0),
         }
     }
 }
@@ -610,6 +623,8 @@ impl SharedCounters {
             (&self.cache_misses, local.cache_misses),
             (&self.shared_returns, local.shared_returns),
             (&self.flows_unshared, local.flows_unshared),
+            (&self.bundles_received, local.bundles_received),
+            (&self.bundles_sent, local.bundles_sent),
         ];
         for (d, s) in scalars {
             d.store(s, Ordering::Relaxed);
@@ -635,6 +650,8 @@ impl SharedCounters {
             cache_errors: load_all(&self.cache_errors),
             shared_returns: self.shared_returns.load(Ordering::Relaxed),
             flows_unshared: self.flows_unshared.load(Ordering::Relaxed),
+            bundles_received: self.bundles_received.load(Ordering::Relaxed),
+            bundles_sent: self.bundles_sent.load(Ordering::Relaxed),
         }
     }
 }
@@ -881,6 +898,8 @@ impl RelayMetrics {
             }
             total.shared_returns += s.shared_returns;
             total.flows_unshared += s.flows_unshared;
+            total.bundles_received += s.bundles_received;
+            total.bundles_sent += s.bundles_sent;
         }
         total
     }
@@ -962,6 +981,18 @@ const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
         "Flows whose return path found no room in the shared return paths: only their owner sends their returns.",
         MetricType::Counter,
         |c| c.flows_unshared,
+    ),
+    (
+        "ufrag_relay_bundles_received",
+        "Bundles of frames (frame version 2) received on the internal port and opened; their frames count as datagrams.",
+        MetricType::Counter,
+        |c| c.bundles_received,
+    ),
+    (
+        "ufrag_relay_bundles_sent",
+        "Bundles of frames sent on the internal port (--bundle-to); their frames count as datagrams.",
+        MetricType::Counter,
+        |c| c.bundles_sent,
     ),
 ];
 

@@ -118,7 +118,13 @@ fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reac
     let clients: Vec<UdpSocket> = (0..CLIENTS)
         .map(|_| UdpSocket::bind((own_ip(4), 0)).unwrap())
         .collect();
-    let transceiver_of = |c: usize| if c.is_multiple_of(2) { &bundling } else { &plain };
+    let transceiver_of = |c: usize| {
+        if c.is_multiple_of(2) {
+            &bundling
+        } else {
+            &plain
+        }
+    };
     let rtp = |c: usize, k: usize| {
         let mut d = [0x80u8; RTP_LEN];
         d[1] = c as u8;
@@ -255,5 +261,11 @@ fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reac
         totals.in_flight(),
         Some((0, 0)),
         "every datagram ends in one counter"
+    );
+    let bundles_sent = bundled.iter().filter(|d| is_bundle(d)).count() as u64;
+    assert_eq!(totals.bundles_sent, bundles_sent);
+    assert_eq!(
+        totals.bundles_received, 1,
+        "the good bundle alone was opened"
     );
 }

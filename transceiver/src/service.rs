@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use ipnet::IpNet;
+use ufrag_common::config::BundlePolicy;
 use ufrag_common::hint::HintKeys;
 use ufrag_common::runtime::keys::KeyWatch;
 use ufrag_common::runtime::lifecycle::Service;
@@ -83,6 +84,15 @@ pub struct TransceiverOptions {
     /// A network relays send frames from (repeat).
     #[arg(long = "allow-relay-net", value_name = "CIDR")]
     pub allowed_relays: Vec<IpNet>,
+    /// A network of relays that read bundles (frame version 2; relay-mio does,
+    /// relay-afxdp does not): the frames one batch has for one relay worker leave in one
+    /// datagram (repeat; none: every frame alone). Bundles from relays are always read.
+    #[arg(long = "bundle-to", value_name = "CIDR", conflicts_with = "direct")]
+    pub bundle_to: Vec<IpNet>,
+    /// The MTU of the path to the relays: a bundle never passes it.
+    #[arg(long, default_value_t = ufrag_common::config::DEFAULT_INTERNAL_MTU, value_name = "BYTES",
+          value_parser = clap::value_parser!(u16).range(1280..=9216))]
+    pub internal_mtu: u16,
     /// Hint keys file, `<id>:<hex>` per line, current first, previous second (mode 0600);
     /// reloaded on SIGHUP and when it changes.
     #[arg(long, value_name = "FILE")]
@@ -267,6 +277,10 @@ impl Transceiver {
                 advertise_tcp: opts.advertise_tcp,
                 direct: opts.direct,
                 allowed_relays: opts.allowed_relays.clone(),
+                bundles: BundlePolicy {
+                    to: opts.bundle_to.clone(),
+                    mtu: opts.internal_mtu,
+                },
                 keys: key_watch.shared(),
                 cluster: opts.cluster_id,
                 dtls_cert: dtls_cert.clone(),

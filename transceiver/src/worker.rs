@@ -15,7 +15,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -26,7 +26,8 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use str0m::IceCreds;
 use str0m::config::DtlsCert;
 use str0m::net::Protocol;
-use ufrag_common::bundle::{self, Bundle, BundleError};
+use ufrag_common::bundle::{self, Bundle, BundleError, Bundler};
+use ufrag_common::config::BundlePolicy;
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN, Transport};
 use ufrag_common::hint::key_id_of;
@@ -114,6 +115,8 @@ pub struct WorkerConfig {
     pub direct: bool,
     /// Networks relays send frames from.
     pub allowed_relays: Vec<IpNet>,
+    /// The relays that read bundles, and the internal MTU.
+    pub bundles: BundlePolicy,
     /// Hint keys (the current one mints ufrags; passwords are derived), as they change.
     pub keys: SharedKeys,
     /// The cluster written into hints.
@@ -168,8 +171,10 @@ pub struct Worker {
     model: Box<dyn ModelBackend>,
     metrics: Arc<TransceiverMetrics>,
     outputs: Vec<ModelOutput>,
-    /// Datagrams queued for the next `sendmmsg`.
-    outgoing: SendBatch,
+    /// Datagrams queued for the next `sendmmsg`, each with the frames it carries.
+    outgoing: SendBatch<usize>,
+    /// Frames for relays that read bundles, gathered by relay until the next flush.
+    bundler: Bundler<usize>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -239,6 +244,7 @@ impl Worker {
             addr,
             mint: Arc::clone(&mint),
         };
+        let bundler = Bundler::new(cfg.bundles.mtu, ufrag_udp::BUF_LEN);
         Ok((
             Worker {
                 cfg,
@@ -252,6 +258,7 @@ impl Worker {
                 metrics,
                 outputs: Vec::new(),
                 outgoing: SendBatch::new(addr.is_ipv6()),
+                bundler,
             },
             handle,
         ))
@@ -620,40 +627,39 @@ impl Worker {
         contents: &[u8],
     ) -> Result<(), DropReason> {
         let mut header = [0u8; MAX_HEADER_LEN];
-        let (to, head) = if self.cfg.direct {
-            (path.client, &header[..0])
+        let (to, head, frame) = if self.cfg.direct {
+            (path.client, &header[..0], None)
         } else {
             let relay = relay.ok_or(DropReason::NoRelay)?;
-            let n = FrameHeader::over(transport_of(proto), path.client, path.local)
-                .emit(&mut header)
-                .map_err(|_| DropReason::TooLarge)?;
-            (relay, &header[..n])
+            let frame = FrameHeader::over(transport_of(proto), path.client, path.local);
+            let n = frame.emit(&mut header).map_err(|_| DropReason::TooLarge)?;
+            (relay, &header[..n], Some(frame))
         };
-        if self.outgoing.is_full() {
-            self.flush();
+        let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
+        let outgoing = &mut self.outgoing;
+        if let Some(header) = frame.filter(|_| self.cfg.bundles.bundles_to(to)) {
+            let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], frames: usize| {
+                queue(outgoing, fd, metrics, to, head, body, frames);
+            };
+            self.bundler.push(to, &header, contents, 1, &mut emit);
+            return Ok(());
         }
-        self.outgoing
-            .push(to, head, contents, ())
-            .map_err(|((), e)| match e {
-                PushError::TooLarge => DropReason::TooLarge,
-                PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
-            })
+        queue(outgoing, fd, metrics, to, head, contents, 1);
+        Ok(())
     }
 
-    /// Sends every queued datagram in as few `sendmmsg` calls as the kernel takes, and
-    /// counts each as sent or failed.
+    /// Sends every queued datagram (the open bundles closed first) in as few `sendmmsg`
+    /// calls as the kernel takes, and counts each frame as sent or failed.
     fn flush(&mut self) {
-        if self.outgoing.is_empty() {
-            return;
+        let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
+        let outgoing = &mut self.outgoing;
+        if !self.bundler.is_empty() {
+            let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], frames: usize| {
+                queue(outgoing, fd, metrics, to, head, body, frames);
+            };
+            self.bundler.close_all(&mut emit);
         }
-        let metrics = &self.metrics;
-        self.outgoing.flush(self.socket.as_raw_fd(), |(), sent| {
-            if sent {
-                metrics.datagram_out();
-            } else {
-                metrics.dropped(DropReason::SendFailed);
-            }
-        });
+        send(outgoing, fd, metrics);
     }
 
     /// Hands what the model produced to its sessions, then drives each session touched.
@@ -693,4 +699,43 @@ impl Worker {
             self.end(id, reason);
         }
     }
+}
+
+/// Queues `head` + `body` for `to`, standing for `frames` frames, sending the batch
+/// first when it is full; a datagram that cannot be queued is counted dropped, per frame.
+fn queue(
+    outgoing: &mut SendBatch<usize>,
+    fd: RawFd,
+    metrics: &TransceiverMetrics,
+    to: SocketAddr,
+    head: &[u8],
+    body: &[u8],
+    frames: usize,
+) {
+    if outgoing.is_full() {
+        send(outgoing, fd, metrics);
+    }
+    if let Err((frames, e)) = outgoing.push(to, head, body, frames) {
+        let reason = match e {
+            PushError::TooLarge => DropReason::TooLarge,
+            PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
+        };
+        (0..frames).for_each(|_| metrics.dropped(reason));
+    }
+}
+
+/// Sends what `outgoing` holds and counts each frame as sent or failed.
+fn send(outgoing: &mut SendBatch<usize>, fd: RawFd, metrics: &TransceiverMetrics) {
+    if outgoing.is_empty() {
+        return;
+    }
+    outgoing.flush(fd, |frames, sent| {
+        for _ in 0..frames {
+            if sent {
+                metrics.datagram_out();
+            } else {
+                metrics.dropped(DropReason::SendFailed);
+            }
+        }
+    });
 }

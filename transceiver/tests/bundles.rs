@@ -2,7 +2,8 @@
 //! a bundle (what the test's relay read in a 5 ms window, several frames at once when
 //! the client sent a flight), and the session still connects (ICE, DTLS), opens its
 //! data channel and gets its audio echoed. The transceiver reads real traffic out of
-//! bundles, not only counts them; its replies come back as single frames.
+//! bundles, not only counts them. Its replies come back as single frames, or, when it is
+//! told the relay reads bundles (`--bundle-to`), in bundles of their own.
 
 mod support;
 
@@ -13,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use support::*;
-use ufrag_common::bundle::BundleWriter;
+use ufrag_common::bundle::{Bundle, BundleWriter, is_bundle};
 use ufrag_common::frame::FrameHeader;
 
 /// How long the test's relay collects client datagrams before it sends them as one
@@ -29,20 +30,21 @@ struct BundlingRelay {
     thread: Option<JoinHandle<()>>,
     /// Bundles sent that held more than one frame.
     multi_frame_bundles: Arc<AtomicU64>,
+    /// Bundles received from the transceiver (each holds several frames).
+    bundles_back: Arc<AtomicU64>,
 }
 
 impl BundlingRelay {
-    /// Binds the VIP (for the transceiver's `--advertise`); [`BundlingRelay::run`]
-    /// starts forwarding.
-    fn bind() -> (UdpSocket, SocketAddr) {
+    /// Binds the VIP (for the transceiver's `--advertise`) and the internal socket (for
+    /// its `--bundle-to`); [`BundlingRelay::run`] starts forwarding.
+    fn bind() -> (UdpSocket, UdpSocket) {
         let vip = UdpSocket::bind((unique_ip(), 0)).unwrap();
-        let addr = vip.local_addr().unwrap();
-        (vip, addr)
+        let internal = UdpSocket::bind((unique_ip(), 0)).unwrap();
+        (vip, internal)
     }
 
-    fn run(vip: UdpSocket, transceiver: SocketAddr) -> BundlingRelay {
+    fn run(vip: UdpSocket, internal: UdpSocket, transceiver: SocketAddr) -> BundlingRelay {
         let vip_addr = vip.local_addr().unwrap();
-        let internal = UdpSocket::bind((unique_ip(), 0)).unwrap();
         for socket in [&vip, &internal] {
             socket
                 .set_read_timeout(Some(Duration::from_millis(1)))
@@ -50,7 +52,9 @@ impl BundlingRelay {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let multi_frame_bundles = Arc::new(AtomicU64::new(0));
+        let bundles_back = Arc::new(AtomicU64::new(0));
         let (stopping, counted) = (Arc::clone(&stop), Arc::clone(&multi_frame_bundles));
+        let counted_back = Arc::clone(&bundles_back);
         let thread = std::thread::spawn(move || {
             let started = Instant::now();
             let mut datagram = [0u8; 2048];
@@ -73,11 +77,21 @@ impl BundlingRelay {
                     }
                 }
                 send_bundle(writer, &internal, transceiver, &counted);
-                // Transceiver → clients: single frames, unframed.
+                // Transceiver → clients: frames, alone or bundled, unframed.
                 while let Ok((n, _)) = internal.recv_from(&mut datagram) {
-                    let (header, payload) =
-                        FrameHeader::parse(&datagram[..n]).expect("the transceiver frames");
-                    vip.send_to(payload, header.client).unwrap();
+                    let frames: Vec<&[u8]> = if is_bundle(&datagram[..n]) {
+                        counted_back.fetch_add(1, Ordering::Relaxed);
+                        let bundle = Bundle::parse(&datagram[..n]).expect("a good bundle");
+                        assert!(bundle.len() > 1, "a lone frame leaves as itself");
+                        bundle.collect()
+                    } else {
+                        vec![&datagram[..n]]
+                    };
+                    for frame in frames {
+                        let (header, payload) =
+                            FrameHeader::parse(frame).expect("the transceiver frames");
+                        vip.send_to(payload, header.client).unwrap();
+                    }
                 }
             }
         });
@@ -86,6 +100,7 @@ impl BundlingRelay {
             stop,
             thread: Some(thread),
             multi_frame_bundles,
+            bundles_back,
         }
     }
 }
@@ -117,10 +132,11 @@ impl Drop for BundlingRelay {
 
 #[test]
 fn a_session_whose_datagrams_all_arrive_in_bundles_connects_and_is_echoed() {
-    let (vip, vip_addr) = BundlingRelay::bind();
+    let (vip, internal) = BundlingRelay::bind();
+    let vip_addr = vip.local_addr().unwrap();
     let mut xcvr = Transceiver::start(Some(vip_addr), &[]);
     xcvr.wait_ready();
-    let relay = BundlingRelay::run(vip, xcvr.worker);
+    let relay = BundlingRelay::run(vip, internal, xcvr.worker);
     assert_eq!(relay.vip, vip_addr);
 
     let mut client = new_client();
@@ -131,7 +147,36 @@ fn a_session_whose_datagrams_all_arrive_in_bundles_connects_and_is_echoed() {
         "some bundles held several frames (a DTLS flight, audio in one window)"
     );
     assert_eq!(
+        relay.bundles_back.load(Ordering::Relaxed),
+        0,
+        "a transceiver not told the relay reads bundles sends none"
+    );
+    assert_eq!(
         xcvr.metric("ufrag_transceiver_dropped_datagrams_total{reason=\"frame_bad_bundle\"}"),
+        0.0
+    );
+}
+
+/// Told the relay reads bundles, the transceiver answers in bundles: its handshake
+/// flights and the echo of a window's audio leave together, and the session works.
+#[test]
+fn a_transceiver_told_the_relay_reads_bundles_answers_in_bundles() {
+    let (vip, internal) = BundlingRelay::bind();
+    let vip_addr = vip.local_addr().unwrap();
+    let relay_net = format!("{}/32", internal.local_addr().unwrap().ip());
+    let mut xcvr = Transceiver::start(Some(vip_addr), &["--bundle-to", &relay_net]);
+    xcvr.wait_ready();
+    let relay = BundlingRelay::run(vip, internal, xcvr.worker);
+
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    let _client = converse_with_echo(client, "answered in bundles", 25, 20);
+    assert!(
+        relay.bundles_back.load(Ordering::Relaxed) > 0,
+        "the transceiver sent bundles back"
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_dropped_datagrams_total{reason=\"send_failed\"}"),
         0.0
     );
 }

@@ -98,3 +98,35 @@ fn a_client_whose_network_blocks_udp_talks_over_ice_tcp_through_the_relay() {
     assert_eq!(relay_metric("ufrag_relay_tcp_connections_active"), 1.0);
     drop(client);
 }
+
+/// Bundles both ways on the internal leg (relay-mio `--bundle-to`, the transceiver's
+/// `--bundle-to`): a session connects and is echoed, and bundles went each way.
+#[test]
+fn a_session_through_a_relay_that_bundles_both_ways_is_echoed() {
+    let relay = TestRelay::start(&["--bundle-to", "127.0.0.0/8"]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--bundle-to", "127.0.0.0/8"]);
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    let _client = converse_with_echo(client, "bundled both ways", 50, 45);
+    let relay_metric = |name: &str| {
+        let body = http_request(relay.metrics, "GET", "/metrics", None, &[])
+            .unwrap()
+            .body;
+        testkit::http::metric_sum(&body, name)
+    };
+    let (sent, received) = (
+        relay_metric("ufrag_relay_bundles_sent_total"),
+        relay_metric("ufrag_relay_bundles_received_total"),
+    );
+    eprintln!("bundles: relay sent {sent}, received {received}");
+    assert!(
+        sent > 0.0 && received > 0.0,
+        "sent {sent}, received {received}"
+    );
+    assert_eq!(
+        relay_metric(
+            "ufrag_relay_dropped_datagrams_total{worker=\"0\",reason=\"frame_bad_bundle\"}"
+        ),
+        0.0
+    );
+}
