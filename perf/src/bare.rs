@@ -5,6 +5,7 @@
 //! relay written with `std::net` would.
 
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -12,27 +13,29 @@ use std::time::Duration;
 
 use ufrag_udp::SendBatch;
 
-/// A thread pinned to a core that runs until dropped (its loop checks the flag).
+/// A thread pinned to a core, inside the forwarder's network namespace (so that, like
+/// a forwarder of its own process, its sockets are its namespace's in `/proc/<tid>/net`,
+/// where the split by leg looks them up), that runs until dropped (its loop checks the
+/// flag).
 #[derive(Debug)]
 struct PinnedLoop {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl PinnedLoop {
     fn spawn(
+        ns: Option<&str>,
         name: &str,
         cpu: usize,
         body: impl FnOnce(&AtomicBool) + Send + 'static,
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
-        let thread = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
-                body(&stopping);
-            })?;
+        let thread = testkit::netns::spawn_in(ns, name, move || {
+            let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
+            body(&stopping);
+        })?;
         Ok(PinnedLoop {
             stop,
             thread: Some(thread),
@@ -70,14 +73,14 @@ impl BareForwarder {
         to: SocketAddr,
         cpu: usize,
     ) -> std::io::Result<Self> {
-        let socket = crate::load::bind_in(ns, listen)?;
-        let pinned = PinnedLoop::spawn("bare-fwd", cpu, move |stopping| {
+        let (socket, inside) = listen_and_inside(ns, listen)?;
+        let pinned = PinnedLoop::spawn(ns, "bare-fwd", cpu, move |stopping| {
             let mut send = SendBatch::new(to.is_ipv6());
-            crate::load::receive_batches(socket, stopping, |recv, n, fd| {
+            crate::load::receive_batches(socket, stopping, |recv, n, _| {
                 for d in (0..n).filter_map(|i| recv.get(i)) {
                     let _ = send.push(to, &[], d.data, ());
                 }
-                send.flush(fd, |(), _| {});
+                send.flush(inside.as_raw_fd(), |(), _| {});
             });
         })?;
         Ok(BareForwarder {
@@ -104,13 +107,18 @@ impl NaiveForwarder {
         to: SocketAddr,
         cpu: usize,
     ) -> std::io::Result<Self> {
-        let socket = crate::load::bind_in(ns, listen)?;
+        let (socket, inside) = listen_and_inside(ns, listen)?;
+        // Blocking, as std::net's sockets are: it sleeps in recv_from when idle (the
+        // timeout only lets it see the stop flag). bind_in's sockets are non-blocking, and
+        // with them this loop spun at 100 % of its core at any load.
+        socket.set_nonblocking(false)?;
         socket.set_read_timeout(Some(Duration::from_millis(20)))?;
-        let pinned = PinnedLoop::spawn("naive-fwd", cpu, move |stopping| {
+        inside.set_nonblocking(false)?;
+        let pinned = PinnedLoop::spawn(ns, "naive-fwd", cpu, move |stopping| {
             let mut buf = [0u8; 2048];
             while !stopping.load(Ordering::Relaxed) {
                 if let Ok((n, _)) = socket.recv_from(&mut buf) {
-                    let _ = socket.send_to(&buf[..n], to);
+                    let _ = inside.send_to(&buf[..n], to);
                 }
             }
         })?;
@@ -119,4 +127,16 @@ impl NaiveForwarder {
             _loop: pinned,
         })
     }
+}
+
+/// A forwarder's two sockets in namespace `ns`: the one clients send to, on `listen`, and
+/// one on the same address with a port of its own that sends inside, as a relay's
+/// internal socket does (so a split by leg tells the two sides apart by port).
+fn listen_and_inside(
+    ns: Option<&str>,
+    listen: SocketAddr,
+) -> std::io::Result<(std::net::UdpSocket, std::net::UdpSocket)> {
+    let socket = crate::load::bind_in(ns, listen)?;
+    let inside = crate::load::bind_in(ns, SocketAddr::new(listen.ip(), 0))?;
+    Ok((socket, inside))
 }

@@ -584,3 +584,56 @@ fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
         "the uplink was sampled for latency"
     );
 }
+
+/// A relay's bundle is counted as the frames it carries, by the XDP sink and by the
+/// socket sink behind it (which records each frame's latency); a plain frame as one.
+#[test]
+fn a_bundle_is_counted_as_its_frames() {
+    use ufrag_common::bundle::BundleWriter;
+    use ufrag_common::frame::FrameHeader;
+
+    let Tools { bed, xcv, .. } = tools();
+    let epoch = Instant::now();
+    let dst = SocketAddr::from((bed.transceiver.addr, 41_002));
+    let socket_sink = Sink::start_in(Some(&bed.transceiver.ns), dst, true, epoch).expect("sink");
+    let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 1).expect("XDP sink");
+    let relay = perf::load::bind_in(Some(&bed.client.ns), SocketAddr::from((bed.client.addr, 0)))
+        .expect("a socket in the client's namespace");
+    let header = FrameHeader::new(
+        "198.51.100.7:5000".parse().unwrap(),
+        "203.0.113.1:3478".parse().unwrap(),
+    );
+    let stamped = || {
+        let mut datagram = [0x80u8; 40];
+        let now = epoch.elapsed().as_nanos() as u64;
+        datagram[4..12].copy_from_slice(&now.to_be_bytes());
+        datagram
+    };
+    sink.reset();
+    socket_sink.reset();
+    for _ in 0..10 {
+        let mut buf = [0u8; 1472];
+        let mut writer = BundleWriter::new(&mut buf);
+        for _ in 0..5 {
+            writer.push(&header, &stamped()).unwrap();
+        }
+        relay.send_to(writer.finish().unwrap(), dst).unwrap();
+    }
+    for _ in 0..7 {
+        let mut frame = vec![0u8; header.encoded_len()];
+        header.emit(&mut frame).unwrap();
+        frame.extend_from_slice(&stamped());
+        relay.send_to(&frame, dst).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        sink.received(),
+        10 * 5 + 7,
+        "bundles counted by their frames"
+    );
+    assert_eq!(
+        socket_sink.received(),
+        10 * 5 + 7,
+        "and read frame by frame"
+    );
+}

@@ -120,6 +120,14 @@ pub const SETUPS: &[Setup] = &[
     ),
     relay("mio", "relay-mio", "relay-mio", &[], None, true),
     relay(
+        "mio-bundles",
+        "relay-mio, bundles to the transceiver",
+        "relay-mio",
+        &["--bundle-to", "0.0.0.0/0", "--bundle-to", "::/0"],
+        None,
+        false,
+    ),
+    relay(
         "mio-busy",
         "relay-mio busy",
         "relay-mio",

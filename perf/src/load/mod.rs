@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use mio::{Events, Interest, Poll, Token};
+use ufrag_common::bundle::Bundle;
 use ufrag_common::frame::FrameHeader;
 use ufrag_udp::{BATCH, RecvBatch, SendBatch, bind_udp};
 
@@ -85,7 +86,8 @@ fn new_histogram() -> Histogram<u64> {
 }
 
 impl Sink {
-    /// Listens on `addr`. `framed`: datagrams carry a relay frame header to skip.
+    /// Listens on `addr`. `framed`: datagrams carry a relay frame header to skip (or are
+    /// a relay's bundle of frames, each counted).
     pub fn start(addr: SocketAddr, framed: bool, epoch: Instant) -> std::io::Result<Self> {
         Self::start_in(None, addr, framed, epoch)
     }
@@ -112,25 +114,29 @@ impl Sink {
                 receive_batches(socket, &stopping, |recv, n, _| {
                     let now = epoch.elapsed().as_nanos() as u64;
                     let mut s = shared.lock().expect("sink state");
-                    for i in 0..n {
-                        let Some(d) = recv.get(i) else { continue };
-                        let payload = if framed {
-                            match FrameHeader::parse(d.data) {
-                                Ok((_, p)) => p,
-                                Err(_) => continue,
-                            }
-                        } else {
-                            d.data
-                        };
+                    let mut record = |payload: &[u8]| {
                         let Some(sent) = payload.get(4..12) else {
-                            continue;
+                            return;
                         };
                         if payload.first() != Some(&0x80) {
-                            continue; // a forwarded Binding Request during setup
+                            return; // a forwarded Binding Request during setup
                         }
                         let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
                         s.received += 1;
                         let _ = s.latency_ns.record(now.saturating_sub(sent).max(1_000));
+                    };
+                    for i in 0..n {
+                        let Some(d) = recv.get(i) else { continue };
+                        if !framed {
+                            record(d.data);
+                        } else if let Ok(frames) = Bundle::parse(d.data) {
+                            // A relay's bundle: each frame's datagram on its own.
+                            frames
+                                .filter_map(|f| FrameHeader::parse(f).ok())
+                                .for_each(|(_, payload)| record(payload));
+                        } else if let Ok((_, payload)) = FrameHeader::parse(d.data) {
+                            record(payload);
+                        }
                     }
                 });
             })?;

@@ -168,9 +168,11 @@ pub enum Counted {
 }
 
 /// The sink's program: a UDP frame over IPv4 (no options) or IPv6 (no extension
-/// headers) that is `counted` is counted in the per-CPU `counts[0]`; one in
-/// `sample_every` goes on to the kernel (for the latency socket), the rest are dropped;
-/// everything else passes untouched.
+/// headers) that is `counted` is counted in the per-CPU `counts[0]`, as the number of
+/// frames it carries when it is a relay's bundle (its payload starts 0xF2, then the
+/// count: `ufrag_common::bundle`), as one otherwise; when the count reaches a multiple
+/// of `sample_every` it goes on to the kernel (for the latency socket), otherwise it is
+/// dropped; everything else passes untouched.
 pub fn sink_program(counts_fd: i32, counted: Counted, sample_every: u32) -> Vec<Insn> {
     let (port_offset, port) = match counted {
         Counted::ToPort(p) => (2, p),
@@ -192,6 +194,7 @@ pub fn sink_program(counts_fd: i32, counted: Counted, sample_every: u32) -> Vec<
     a.load(B, 5, 2, (ETH + 6) as i16);
     a.jump(JNE, 5, Err(17), "pass");
     a.load(H, 5, 2, (ETH + IPV6 + port_offset) as i16);
+    a.mov_imm(8, PAYLOAD_V6 as i32);
     a.goto("port");
     a.label("ipv4");
     a.load(B, 5, 2, ETH as i16);
@@ -199,11 +202,23 @@ pub fn sink_program(counts_fd: i32, counted: Counted, sample_every: u32) -> Vec<
     a.load(B, 5, 2, (ETH + 9) as i16);
     a.jump(JNE, 5, Err(17), "pass");
     a.load(H, 5, 2, (ETH + IPV4 + port_offset) as i16);
+    a.mov_imm(8, PAYLOAD as i32);
     a.label("port");
     a.jump(JNE, 5, Err(port_as_loaded(port)), "pass");
+    // r6: the datagrams this frame stands for (kept across the map lookup's call).
+    a.mov_imm(6, 1);
+    a.mov_reg(4, 2);
+    a.add_reg(4, 8); // the UDP payload
+    a.mov_reg(5, 4);
+    a.add_imm(5, 2);
+    a.jump(JGT, 5, Ok(3), "counted"); // under two bytes of payload
+    a.load(B, 5, 4, 0);
+    a.jump(JNE, 5, Err(0xF2), "counted");
+    a.load(B, 6, 4, 1);
+    a.label("counted");
     a.lookup_array(counts_fd, 0, "pass");
     a.load(DW, 7, 0, 0);
-    a.add_imm(7, 1);
+    a.add_reg(7, 6);
     a.store_reg(DW, 0, 0, 7);
     a.mod_imm(7, sample_every.max(1) as i32);
     a.jump(JEQ, 7, Err(0), "pass");
