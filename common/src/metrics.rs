@@ -476,25 +476,24 @@ impl WorkerCounters {
     /// Counts one forwarded datagram of `bytes` bytes (as received).
     #[inline]
     pub fn forwarded(&mut self, direction: Direction, bytes: usize) {
-        self.forwarded_datagrams[direction as usize] += 1;
-        self.forwarded_bytes[direction as usize] += bytes as u64;
+        self.forwarded_many(direction, 1, bytes as u64);
     }
 
     /// Counts one dropped datagram of `bytes` bytes (as received).
     #[inline]
     pub fn dropped(&mut self, reason: impl Into<DropReason>, bytes: usize) {
-        let i = reason.into().index();
-        self.dropped_datagrams[i] += 1;
-        self.dropped_bytes[i] += bytes as u64;
+        self.dropped_many(reason, 1, bytes as u64);
     }
 
     /// Counts `datagrams` forwarded datagrams of `bytes` bytes in all (as received).
+    #[inline]
     pub fn forwarded_many(&mut self, direction: Direction, datagrams: u64, bytes: u64) {
         self.forwarded_datagrams[direction as usize] += datagrams;
         self.forwarded_bytes[direction as usize] += bytes;
     }
 
     /// Counts `datagrams` dropped datagrams of `bytes` bytes in all (as received).
+    #[inline]
     pub fn dropped_many(&mut self, reason: impl Into<DropReason>, datagrams: u64, bytes: u64) {
         let i = reason.into().index();
         self.dropped_datagrams[i] += datagrams;

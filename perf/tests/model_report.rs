@@ -1,7 +1,9 @@
 //! `ufrag-perf model` end to end on loopback, small: the built-in echo, the bridge to
 //! `model-echo`, and a baseline build (this same transceiver binary, standing in for
 //! another build) in the same rounds; every section of the report is there and every
-//! step held; a missing baseline is named before anything starts.
+//! step held; a missing baseline is named before anything starts. And `--bundles`: the
+//! built-in echo behind relay-mio, single frames against bundles both ways, with the
+//! relays' own counts showing which pair bundled.
 
 use std::process::Command;
 
@@ -86,6 +88,79 @@ fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
     assert!(
         parsed["tables"].as_array().is_some_and(|t| t.len() >= 5),
         "{json}"
+    );
+}
+
+#[test]
+fn a_small_model_run_prices_bundles_behind_relay_mio() {
+    let _ = bin("transceiver");
+    let _ = bin("relay-mio");
+    package_bin("ufrag-model-backends", "model-echo");
+    let dir = std::env::temp_dir().join(format!("ufrag-model-bundles-{}", std::process::id()));
+    let out = dir.join("model.md");
+    let status = ufrag_perf()
+        .args([
+            "model",
+            "--bundles",
+            "--rounds",
+            "2",
+            "--sessions-per-round",
+            "2",
+        ])
+        .args([
+            "--cost-rounds",
+            "2",
+            "--cost-sessions",
+            "10",
+            "--steps",
+            "0",
+        ])
+        .args(["--talk", "1s", "--profile-at", "0", "--out"])
+        .arg(&out)
+        .status()
+        .expect("ufrag-perf runs");
+    assert!(status.success(), "{status}");
+    let report = std::fs::read_to_string(&out).expect("report written");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        report.starts_with("# The internal leg: single frames against bundles both ways"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| **difference: bundles against single frames** (per round) | 2 |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| bundles against single frames | 2 |"),
+        "{report}"
+    );
+    // Both setups, both rounds, every session connected.
+    let cost_rows = report.lines().filter(|l| l.contains("| 10/10 |")).count();
+    assert_eq!(cost_rows, 4, "{report}");
+    // The relays' own counts: one pair bundled, the other sent and received none.
+    let counts = |setup: &str| -> Vec<f64> {
+        let line = report
+            .lines()
+            .find(|l| {
+                l.starts_with(&format!("| behind relay-mio, {setup} |"))
+                    && l.matches('|').count() == 6
+            })
+            .unwrap_or_else(|| panic!("no relay counts for {setup}: {report}"));
+        line.split('|')
+            .skip(2)
+            .filter_map(|cell| cell.trim().parse().ok())
+            .collect()
+    };
+    let (single, bundled) = (counts("single frames"), counts("bundles both ways"));
+    assert_eq!(single.len(), 4, "{report}");
+    assert!(
+        single[0] > 0.0 && single[1] > 0.0,
+        "media both ways: {report}"
+    );
+    assert_eq!((single[2], single[3]), (0.0, 0.0), "{report}");
+    assert!(
+        bundled[2] > 0.0 && bundled[3] > 0.0,
+        "bundles both ways: {report}"
     );
 }
 

@@ -1,6 +1,7 @@
 //! One relay worker: pinned to its core, its own `SO_REUSEPORT` socket on every VIP and
-//! its own internal socket, a mio event loop, batched receive and send, and the shared
-//! forwarding decision. Workers share nothing on the packet path: no locks, no atomics
+//! its own internal socket, a mio event loop, batched receive and send (frames for
+//! transceivers that read bundles gathered into one datagram per peer per batch), and the
+//! shared forwarding decision. Workers share nothing on the packet path: no locks, no atomics
 //! (counters are published every tick), no allocation.
 
 use std::io;

@@ -617,8 +617,8 @@ impl Worker {
     }
 
     /// Queues one of a session's datagrams for `path` over `proto`: to the client itself
-    /// (direct mode) or framed to the relay its traffic came through. A full batch is
-    /// sent first.
+    /// (direct mode), or framed to the relay its traffic came through, into that relay's
+    /// bundle when it reads bundles (`--bundle-to`). A full batch is sent first.
     fn transmit(
         &mut self,
         relay: Option<SocketAddr>,
@@ -626,25 +626,29 @@ impl Worker {
         path: ClientPath,
         contents: &[u8],
     ) -> Result<(), DropReason> {
-        let mut header = [0u8; MAX_HEADER_LEN];
-        let (to, head, frame) = if self.cfg.direct {
-            (path.client, &header[..0], None)
+        let (to, frame) = if self.cfg.direct {
+            (path.client, None)
         } else {
             let relay = relay.ok_or(DropReason::NoRelay)?;
             let frame = FrameHeader::over(transport_of(proto), path.client, path.local);
-            let n = frame.emit(&mut header).map_err(|_| DropReason::TooLarge)?;
-            (relay, &header[..n], Some(frame))
+            (relay, Some(frame))
         };
         let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
         let outgoing = &mut self.outgoing;
-        if let Some(header) = frame.filter(|_| self.cfg.bundles.bundles_to(to)) {
-            let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], frames: usize| {
-                queue(outgoing, fd, metrics, to, head, body, frames);
-            };
-            self.bundler.push(to, &header, contents, 1, &mut emit);
-            return Ok(());
+        match frame {
+            Some(header) if self.cfg.bundles.bundles_to(to) => {
+                let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], frames: usize| {
+                    queue(outgoing, fd, metrics, to, head, body, frames);
+                };
+                self.bundler.push(to, &header, contents, 1, &mut emit);
+            }
+            Some(header) => {
+                let mut head = [0u8; MAX_HEADER_LEN];
+                let n = header.emit(&mut head).map_err(|_| DropReason::TooLarge)?;
+                queue(outgoing, fd, metrics, to, &head[..n], contents, 1);
+            }
+            None => queue(outgoing, fd, metrics, to, &[], contents, 1),
         }
-        queue(outgoing, fd, metrics, to, head, contents, 1);
         Ok(())
     }
 

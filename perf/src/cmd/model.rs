@@ -5,6 +5,8 @@
 //! every transceiver thread at a fixed load, below 1 % loss), the largest load one
 //! worker holds, and where the time goes. `--baseline` adds another build of the
 //! transceiver over the bridge to the same rounds, so a change is shown beside the old.
+//! `--bundles` asks the same of the internal leg instead: the built-in echo behind
+//! relay-mio, single frames against bundles both ways.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -15,7 +17,7 @@ use testkit::OwnedChild;
 
 use super::children::{
     SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, TransceiverChild, loopback_ip, sibling_binary,
-    start_transceiver_from, write_report,
+    start_relay_with, start_transceiver, start_transceiver_from, write_report,
 };
 use crate::cpu::cpu_seconds;
 use crate::sessions::{LoadPlan, Talkers, load_step, setup_times};
@@ -24,8 +26,34 @@ use crate::stats::{Interval, median_interval};
 /// The confidence of the intervals in the report.
 const CONFIDENCE: f64 = 0.95;
 
-/// The share of the built-in's sessions per core the bridge should keep.
-const GOAL_RATIO: f64 = 0.8;
+/// What a run compares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Question {
+    /// The built-in echo against the echo over the WebSocket bridge (direct mode).
+    Bridge,
+    /// Behind relay-mio: single frames against bundles both ways (the built-in echo).
+    Bundles,
+}
+
+impl Question {
+    /// The subject's sessions per core over the reference's that the goal asks for: the
+    /// bridge should keep 80 % of the built-in's; bundles should give 120 % of single
+    /// frames'.
+    fn goal_ratio(self) -> f64 {
+        match self {
+            Question::Bridge => 0.8,
+            Question::Bundles => 1.2,
+        }
+    }
+
+    /// How the verdict names the subject and the reference.
+    fn words(self) -> (&'static str, &'static str) {
+        match self {
+            Question::Bridge => ("Over the bridge", "the built-in's"),
+            Question::Bundles => ("With bundles both ways", "single frames'"),
+        }
+    }
+}
 
 /// The built-in echo against the same echo over the WebSocket bridge.
 #[derive(Debug, clap::Args)]
@@ -58,6 +86,11 @@ pub struct Options {
     /// a third setup in the same rounds: a change shown beside the old.
     #[arg(long)]
     pub baseline: Option<PathBuf>,
+    /// The internal leg instead of the model seam: two transceivers with the built-in
+    /// echo, each behind its own relay-mio (one worker, on the clients' CPU); one pair
+    /// sends single frames, the other bundles both ways (`--bundle-to` on both).
+    #[arg(long, conflicts_with = "baseline")]
+    pub bundles: bool,
     /// Where to write the Markdown report (JSON beside it).
     #[arg(long, default_value = "target/perf/model.md")]
     pub out: PathBuf,
@@ -67,9 +100,13 @@ pub struct Options {
 struct Setup {
     name: String,
     http: SocketAddr,
-    /// Its media socket (clients, in direct mode).
+    /// Its media socket (clients, in direct mode; the relay's frames, behind one).
     media: SocketAddr,
+    /// Its model runs over the bridge (`model-echo`'s CPU is its).
+    bridged: bool,
     child: TransceiverChild,
+    /// The relay in front of it (`--bundles`) and its metrics address, stopped with it.
+    relay: Option<(super::children::RelayChild, SocketAddr)>,
 }
 
 /// The reference backend, started next to `ufrag-perf` (killed on drop).
@@ -105,7 +142,10 @@ fn rotated(setups: usize, round: usize) -> Vec<usize> {
 }
 
 /// The pairs compared, `(subject, reference, what the difference is called)`.
-fn comparisons(setups: usize) -> Vec<(usize, usize, &'static str)> {
+fn comparisons(question: Question, setups: usize) -> Vec<(usize, usize, &'static str)> {
+    if question == Question::Bundles {
+        return vec![(1, 0, "bundles against single frames")];
+    }
     let mut pairs = vec![(1, 0, "the bridge against the built-in")];
     if setups > 2 {
         pairs.push((2, 0, "the baseline's bridge against the built-in"));
@@ -137,9 +177,9 @@ fn load(
     (step, share(0), share(1))
 }
 
-/// The backend's CPU cell: a dash for the built-in echo (setup 0), which has none.
-fn backend_cell(at: usize, cpu_percent: f64) -> String {
-    if at == 0 {
+/// The backend's CPU cell: a dash for the built-in echo, which has none.
+fn backend_cell(setup: &Setup, cpu_percent: f64) -> String {
+    if !setup.bridged {
         "–".into()
     } else {
         format!("{cpu_percent:.0} %")
@@ -220,7 +260,6 @@ fn profiles(setups: &[Setup], ips: &[Ipv4Addr], sessions: usize, talk: Duration)
 
 /// Runs it; the process's exit code.
 pub fn run(options: Options) -> i32 {
-    use std::fmt::Write as _;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     if let Some(baseline) = options.baseline.as_ref().filter(|b| !b.exists()) {
         eprintln!(
@@ -231,27 +270,86 @@ pub fn run(options: Options) -> i32 {
     }
     let backend_addr = SocketAddr::from((loopback_ip(90), 9000));
     let model = start_model_echo(backend_addr);
-    let url = format!("ws://{backend_addr}/");
+    let question = if options.bundles {
+        Question::Bundles
+    } else {
+        Question::Bridge
+    };
+    let setups = match question {
+        Question::Bridge => bridge_setups(&options, backend_addr),
+        Question::Bundles => bundle_setups(),
+    };
+    let n = setups.len();
+
+    let mut report = String::new();
+    let intro = match question {
+        Question::Bridge => format!(
+            "# The model seam: the built-in echo against the same echo over the WebSocket bridge\n\n\
+             Command: `{command}`\n\n\
+             {n} transceivers in direct mode, each with one worker pinned to CPU {TRANSCEIVER_CPU}; \
+             one echoes in its worker, the other{} sends every message over one WebSocket to \
+             `model-echo` on loopback (its bridge thread unpinned), which echoes it back. str0m \
+             clients on CPU {SESSIONS_CLIENT_CPU}. Every comparison runs the setups in the same \
+             rounds, the order rotating.\n",
+            if n > 2 { "s" } else { "" }
+        ),
+        Question::Bundles => format!(
+            "# The internal leg: single frames against bundles both ways\n\n\
+             Command: `{command}`\n\n\
+             Two transceivers with the built-in echo, each with one worker pinned to CPU \
+             {TRANSCEIVER_CPU}, each behind its own relay-mio (one worker, on CPU \
+             {SESSIONS_CLIENT_CPU} with the str0m clients). One pair sends single frames; the \
+             other bundles both ways (`--bundle-to` on the relay and the transceiver, MTU \
+             1500): what one receive batch has for the other side leaves in one datagram. \
+             Every comparison runs the setups in the same rounds, the order rotating.\n"
+        ),
+    };
+    report.push_str(&intro);
+
+    let mut failures = vec![];
+    if options.rounds > 0 {
+        report.push_str(&latency_rounds(question, &setups, &options, &mut failures));
+    }
+    let ips: Vec<Ipv4Addr> = (110..120).map(loopback_ip).collect();
+    if options.cost_rounds > 0 {
+        report.push_str(&cost_rounds(question, &setups, model.id(), &ips, &options));
+    }
+    if options.steps.iter().any(|&s| s > 0) {
+        report.push_str(&largest_load(&setups, model.id(), &ips, &options));
+    }
+    if options.profile_at > 0 {
+        report.push_str(&profiles(&setups, &ips, options.profile_at, options.talk));
+    }
+    if question == Question::Bundles {
+        report.push_str(&relay_counts(&setups));
+    }
+    drop(setups);
+    drop(model);
+    write_report(
+        &options.out,
+        &report,
+        Some(super::children::tables_json(&report).to_string()),
+    );
+    i32::from(!failures.is_empty())
+}
+
+/// The model seam's setups: the built-in echo and the echo over the bridge to
+/// `backend`, in direct mode, and `--baseline`'s build (checked to exist) over the bridge.
+fn bridge_setups(options: &Options, backend: SocketAddr) -> Vec<Setup> {
+    let url = format!("ws://{backend}/");
     let this_build = sibling_binary("transceiver", "transceiver");
     let mut plans: Vec<(String, PathBuf, bool)> = vec![
         ("built-in echo".into(), this_build.clone(), false),
         ("echo over the WebSocket bridge".into(), this_build, true),
     ];
     if let Some(baseline) = &options.baseline {
-        if !baseline.exists() {
-            eprintln!(
-                "ufrag-perf model: --baseline {} does not exist",
-                baseline.display()
-            );
-            return 2;
-        }
         plans.push((
             format!("echo over the bridge, baseline `{}`", baseline.display()),
             baseline.clone(),
             true,
         ));
     }
-    let setups = plans
+    plans
         .into_iter()
         .enumerate()
         .map(|(i, (name, binary, bridged))| {
@@ -267,53 +365,82 @@ pub fn run(options: Options) -> i32 {
                 name,
                 http,
                 media,
+                bridged,
                 child: start_transceiver_from(&binary, http, media, None, &extra),
+                relay: None,
             }
         })
-        .collect::<Vec<_>>();
-    let n = setups.len();
+        .collect()
+}
 
-    let mut report = String::new();
-    let _ = writeln!(
-        report,
-        "# The model seam: the built-in echo against the same echo over the WebSocket bridge\n\n\
-         Command: `{command}`\n\n\
-         {n} transceivers in direct mode, each with one worker pinned to CPU {TRANSCEIVER_CPU}; \
-         one echoes in its worker, the other{} sends every message over one WebSocket to \
-         `model-echo` on loopback (its bridge thread unpinned), which echoes it back. str0m \
-         clients on CPU {SESSIONS_CLIENT_CPU}. Every comparison runs the setups in the same \
-         rounds, the order rotating.\n",
-        if n > 2 { "s" } else { "" }
-    );
+/// The internal leg's setups: the built-in echo behind relay-mio, single frames, then
+/// bundles both ways.
+fn bundle_setups() -> Vec<Setup> {
+    [("single frames", false), ("bundles both ways", true)]
+        .into_iter()
+        .enumerate()
+        .map(|(i, (name, bundles))| {
+            let ip = loopback_ip(94 + i as u8);
+            let (vip, internal) = (SocketAddr::from((ip, 3478)), SocketAddr::from((ip, 40_000)));
+            let metrics = SocketAddr::from((ip, 9590));
+            let bundle_to = ["--bundle-to".to_string(), "127.0.0.0/8".to_string()];
+            let relay_flags: &[String] = if bundles { &bundle_to } else { &[] };
+            let relay = start_relay_with(1, vip, internal, metrics, relay_flags);
+            let http = SocketAddr::from((ip, 8080));
+            let media = SocketAddr::from((ip, 41_000));
+            let extra: Vec<&str> = if bundles {
+                vec!["--bundle-to", "127.0.0.0/8"]
+            } else {
+                vec![]
+            };
+            Setup {
+                name: format!("behind relay-mio, {name}"),
+                http,
+                media,
+                bridged: false,
+                child: start_transceiver(http, media, Some(vip), &extra),
+                relay: Some((relay, metrics)),
+            }
+        })
+        .collect()
+}
 
-    let mut failures = vec![];
-    if options.rounds > 0 {
-        report.push_str(&latency_rounds(&setups, &options, &mut failures));
-    }
-    let ips: Vec<Ipv4Addr> = (110..120).map(loopback_ip).collect();
-    if options.cost_rounds > 0 {
-        report.push_str(&cost_rounds(&setups, model.id(), &ips, &options));
-    }
-    if options.steps.iter().any(|&s| s > 0) {
-        report.push_str(&largest_load(&setups, model.id(), &ips, &options));
-    }
-    if options.profile_at > 0 {
-        report.push_str(&profiles(&setups, &ips, options.profile_at, options.talk));
-    }
-    drop(setups);
-    drop(model);
-    write_report(
-        &options.out,
-        &report,
-        Some(super::children::tables_json(&report).to_string()),
+/// What each setup's relay counted over the whole run: datagrams forwarded each way,
+/// and bundles sent and received (the evidence that one pair bundled and the other did
+/// not).
+fn relay_counts(setups: &[Setup]) -> String {
+    let mut out = String::from(
+        "\n## What the relays counted over the run\n\n\
+         | setup | forwarded in | forwarded out | bundles sent | bundles received |\n\
+         |---|---:|---:|---:|---:|\n",
     );
-    i32::from(!failures.is_empty())
+    for setup in setups {
+        let Some((_, metrics)) = &setup.relay else {
+            continue;
+        };
+        let body = testkit::http::get(None, *metrics, "/metrics").map_or(String::new(), |r| r.1);
+        let count = |series: &str| testkit::http::metric_sum(&body, series);
+        out.push_str(&format!(
+            "| {} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
+            setup.name,
+            count("ufrag_relay_forwarded_datagrams_total{worker=\"0\",direction=\"in\"}"),
+            count("ufrag_relay_forwarded_datagrams_total{worker=\"0\",direction=\"out\"}"),
+            count("ufrag_relay_bundles_sent_total"),
+            count("ufrag_relay_bundles_received_total"),
+        ));
+    }
+    out
 }
 
 /// The round trip of an `events` message: per round, each setup's sessions ping 10
 /// times each; each setup's p50 and p99, and the per-round differences. A round that
 /// failed goes to `failures`.
-fn latency_rounds(setups: &[Setup], options: &Options, failures: &mut Vec<String>) -> String {
+fn latency_rounds(
+    question: Question,
+    setups: &[Setup],
+    options: &Options,
+    failures: &mut Vec<String>,
+) -> String {
     use std::fmt::Write as _;
     let n = setups.len();
     let mut out = String::new();
@@ -346,12 +473,22 @@ fn latency_rounds(setups: &[Setup], options: &Options, failures: &mut Vec<String
         "## Round trip of an `events` message\n\n{} rounds, each setup {} sessions a round (one \
          after the other, each 10 pings after its first echo, each ping sent when the last pong \
          came back). Per round, each setup's p50 and p99 ping RTT; below, their medians over the \
-         rounds with a distribution-free interval (≥ {:.0} % confidence). An `events` message \
-         takes the audio's path through the bridge (the same queue, the same connection), so \
-         the difference is what the bridge adds to a round trip of audio too.\n",
+         rounds with a distribution-free interval (≥ {:.0} % confidence). {}\n",
         options.rounds,
         options.sessions_per_round,
-        CONFIDENCE * 100.0
+        CONFIDENCE * 100.0,
+        match question {
+            Question::Bridge => {
+                "An `events` message takes the audio's path through the bridge (the same \
+                 queue, the same connection), so the difference is what the bridge adds to a \
+                 round trip of audio too."
+            }
+            Question::Bundles => {
+                "An `events` message takes the audio's path through the relay and back, at a \
+                 load where a batch seldom holds two frames for one peer: the difference is \
+                 what bundles add at low load."
+            }
+        }
     );
     let _ = writeln!(
         out,
@@ -369,8 +506,8 @@ fn latency_rounds(setups: &[Setup], options: &Options, failures: &mut Vec<String
             interval_text(median_interval(&p99, CONFIDENCE)),
         );
     }
-    let mut added_p99_bridge = None;
-    for (subject, reference, what) in comparisons(n) {
+    let mut p99_change = None;
+    for (subject, reference, what) in comparisons(question, n) {
         let paired = per_setup[subject].len().min(per_setup[reference].len());
         let diff = |pick: fn(&(f64, f64)) -> f64| -> Vec<f64> {
             (0..paired)
@@ -382,7 +519,7 @@ fn latency_rounds(setups: &[Setup], options: &Options, failures: &mut Vec<String
             median_interval(&diff(|r| r.1), CONFIDENCE),
         );
         if (subject, reference) == (1, 0) {
-            added_p99_bridge = p99;
+            p99_change = p99;
         }
         let _ = writeln!(
             out,
@@ -391,7 +528,49 @@ fn latency_rounds(setups: &[Setup], options: &Options, failures: &mut Vec<String
             interval_text(p99),
         );
     }
-    let verdict = match added_p99_bridge {
+    let verdict = match question {
+        Question::Bridge => bridge_latency_verdict(p99_change),
+        Question::Bundles => bundles_latency_verdict(p99_change),
+    };
+    let _ = writeln!(out, "\n{verdict}\n");
+    for f in failures.iter() {
+        let _ = writeln!(out, "- failed: {f}");
+    }
+    out
+}
+
+/// The verdict on the subject's sessions per core over the reference's, against the
+/// question's goal.
+fn ratio_verdict(question: Question, interval: Option<Interval>) -> String {
+    let goal = question.goal_ratio() * 100.0;
+    let (subject, reference) = question.words();
+    let carries = |i: Interval| {
+        format!(
+            "{subject} one core carries {:.0} % of {reference} sessions (interval {:.0}–{:.0} %)",
+            i.median * 100.0,
+            i.low * 100.0,
+            i.high * 100.0
+        )
+    };
+    match interval {
+        Some(i) if i.low * 100.0 >= goal => {
+            format!("{}: the ≥ {goal:.0} % goal holds.", carries(i))
+        }
+        Some(i) if i.high * 100.0 < goal => {
+            format!("{}: below the ≥ {goal:.0} % goal.", carries(i))
+        }
+        Some(i) => format!(
+            "Inconclusive against the ≥ {goal:.0} % goal: the ratio lies in {:.0}–{:.0} %.",
+            i.low * 100.0,
+            i.high * 100.0
+        ),
+        None => "No round was priced for both setups.".into(),
+    }
+}
+
+/// What the bridge adds to the p99 round trip, against the 1 ms goal.
+fn bridge_latency_verdict(added_p99: Option<Interval>) -> String {
+    match added_p99 {
         Some(i) if i.high <= 1.0 => format!(
             "The bridge adds at most {:.3} ms to the p99 round trip (the interval's upper end), \
              within the 1 ms goal.",
@@ -406,18 +585,39 @@ fn latency_rounds(setups: &[Setup], options: &Options, failures: &mut Vec<String
             i.low, i.high
         ),
         None => "No rounds completed.".into(),
-    };
-    let _ = writeln!(out, "\n{verdict}\n");
-    for f in failures.iter() {
-        let _ = writeln!(out, "- failed: {f}");
     }
-    out
+}
+
+/// What bundles change in the p99 round trip, against the goal of no added latency.
+fn bundles_latency_verdict(change_p99: Option<Interval>) -> String {
+    match change_p99 {
+        Some(i) if i.low > 0.0 => format!(
+            "Bundles add at least {:.3} ms to the p99 round trip: latency is added.",
+            i.low
+        ),
+        Some(i) if i.high < 0.0 => format!(
+            "Bundles take at least {:.3} ms off the p99 round trip.",
+            -i.high
+        ),
+        Some(i) => format!(
+            "Bundles change the p99 round trip by [{:.3}, {:.3}] ms: the interval holds 0, \
+             so no added latency is shown (within noise; a wide interval shows little).",
+            i.low, i.high
+        ),
+        None => "No rounds completed.".into(),
+    }
 }
 
 /// Sessions per core: each round, every setup carries `--cost-sessions` for `--talk`;
 /// sessions per core is the load over the transceiver's CPU (every thread). Per-round
 /// ratios with their intervals.
-fn cost_rounds(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &Options) -> String {
+fn cost_rounds(
+    question: Question,
+    setups: &[Setup],
+    backend_pid: u32,
+    ips: &[Ipv4Addr],
+    options: &Options,
+) -> String {
     use std::fmt::Write as _;
     let n = setups.len();
     let sessions = options.cost_sessions;
@@ -435,7 +635,7 @@ fn cost_rounds(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &O
             let (step, cpu, backend) = load(setup, backend_pid, ips, sessions, options.talk);
             let ok = held(&step) && cpu > 0.0;
             per_core[at].push(ok.then(|| sessions as f64 / (cpu / 100.0)));
-            let backend = backend_cell(at, backend);
+            let backend = backend_cell(setup, backend);
             let _ = writeln!(
                 rows,
                 "| {} | {} | {}/{sessions} | {:.2} % | {cpu:.0} % | {backend} | {} |",
@@ -480,7 +680,7 @@ fn cost_rounds(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &O
         "\n| ratio (per round) | rounds | median [interval] |\n|---|---:|---:|"
     );
     let mut verdict = String::new();
-    for (subject, reference, what) in comparisons(n) {
+    for (subject, reference, what) in comparisons(question, n) {
         let ratios: Vec<f64> = per_core[subject]
             .iter()
             .zip(&per_core[reference])
@@ -494,31 +694,7 @@ fn cost_rounds(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &O
             interval_text(interval)
         );
         if (subject, reference) == (1, 0) {
-            verdict = match interval {
-                Some(i) if i.low >= GOAL_RATIO => format!(
-                    "Over the bridge one core carries {:.0} % of the built-in's sessions \
-                     (interval {:.0}–{:.0} %): the ≥ {:.0} % goal holds.",
-                    i.median * 100.0,
-                    i.low * 100.0,
-                    i.high * 100.0,
-                    GOAL_RATIO * 100.0
-                ),
-                Some(i) if i.high < GOAL_RATIO => format!(
-                    "Over the bridge one core carries {:.0} % of the built-in's sessions \
-                     (interval {:.0}–{:.0} %): below the ≥ {:.0} % goal.",
-                    i.median * 100.0,
-                    i.low * 100.0,
-                    i.high * 100.0,
-                    GOAL_RATIO * 100.0
-                ),
-                Some(i) => format!(
-                    "Inconclusive against the ≥ {:.0} % goal: the ratio lies in {:.0}–{:.0} %.",
-                    GOAL_RATIO * 100.0,
-                    i.low * 100.0,
-                    i.high * 100.0
-                ),
-                None => "No round was priced for both setups.".into(),
-            };
+            verdict = ratio_verdict(question, interval);
         }
     }
     let _ = writeln!(out, "\n{verdict}\n");
@@ -549,7 +725,7 @@ fn largest_load(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &
             let setup = &setups[at];
             eprintln!("largest load: {sessions} sessions, {}…", setup.name);
             let (step, cpu, backend) = load(setup, backend_pid, ips, sessions, options.talk);
-            let backend = backend_cell(at, backend);
+            let backend = backend_cell(setup, backend);
             let _ = writeln!(
                 out,
                 "| {sessions} | {} | {} | {:.2} % | {cpu:.0} % | {backend} |",

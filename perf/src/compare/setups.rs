@@ -125,7 +125,7 @@ pub const SETUPS: &[Setup] = &[
         "relay-mio",
         &["--bundle-to", "0.0.0.0/0", "--bundle-to", "::/0"],
         None,
-        false,
+        true,
     ),
     relay(
         "mio-busy",

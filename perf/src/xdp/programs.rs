@@ -170,9 +170,9 @@ pub enum Counted {
 /// The sink's program: a UDP frame over IPv4 (no options) or IPv6 (no extension
 /// headers) that is `counted` is counted in the per-CPU `counts[0]`, as the number of
 /// frames it carries when it is a relay's bundle (its payload starts 0xF2, then the
-/// count: `ufrag_common::bundle`), as one otherwise; when the count reaches a multiple
-/// of `sample_every` it goes on to the kernel (for the latency socket), otherwise it is
-/// dropped; everything else passes untouched.
+/// count: `ufrag_common::bundle`), as one otherwise; when the count passes a multiple
+/// of `sample_every` it goes on to the kernel (for the latency socket, which reads every
+/// frame of a bundle), otherwise it is dropped; everything else passes untouched.
 pub fn sink_program(counts_fd: i32, counted: Counted, sample_every: u32) -> Vec<Insn> {
     let (port_offset, port) = match counted {
         Counted::ToPort(p) => (2, p),
@@ -217,11 +217,17 @@ pub fn sink_program(counts_fd: i32, counted: Counted, sample_every: u32) -> Vec<
     a.load(B, 6, 4, 1);
     a.label("counted");
     a.lookup_array(counts_fd, 0, "pass");
+    // r7: the count before, r9: after. Passed on when they straddle a multiple of
+    // `sample_every`: one datagram in `sample_every` frames, a bundle of many frames
+    // included, so a run of bundles never floods the latency socket.
     a.load(DW, 7, 0, 0);
-    a.add_reg(7, 6);
-    a.store_reg(DW, 0, 0, 7);
-    a.mod_imm(7, sample_every.max(1) as i32);
-    a.jump(JEQ, 7, Err(0), "pass");
+    a.mov_reg(9, 7);
+    a.add_reg(9, 6);
+    a.store_reg(DW, 0, 0, 9);
+    let every = sample_every.max(1) as i32;
+    a.div_imm(7, every);
+    a.div_imm(9, every);
+    a.jump(JNE, 7, Ok(9), "pass");
     a.ret(action::DROP);
     a.label("pass");
     a.ret(action::PASS);
