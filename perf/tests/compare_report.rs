@@ -118,7 +118,11 @@ fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
         // 5,000 pps for 1 s, one datagram in 8 frames sampled: 625, or more with
         // bundles, whose sampled datagrams bring every frame they carry.
         let samples = row["fixed"]["latency_samples"].as_u64().unwrap();
-        let most = if setup.contains("bundles") { 2_500 } else { 700 };
+        let most = if setup.contains("bundles") {
+            2_500
+        } else {
+            700
+        };
         assert!(
             (400..=most).contains(&samples),
             "{setup}: {samples} latency samples"
