@@ -271,7 +271,7 @@ impl Gather for usize {
 
 /// Bundles open at once in one [`Bundler`], one per destination. A worker's batch goes to
 /// a few peers (its transceivers, or its relay workers); a destination beyond these
-/// closes the bundle opened longest ago.
+/// closes one of the open bundles, each slot in turn.
 pub const OPEN_BUNDLES: usize = 8;
 
 /// The largest bundle towards `to` over a path of `mtu` bytes: the MTU less the IP and
@@ -305,7 +305,7 @@ struct OpenBundle<T> {
 pub struct Bundler<T> {
     mtu: u16,
     open: Vec<OpenBundle<T>>,
-    /// The slot that closes next when every slot is taken.
+    /// The slot that closes next when every slot is taken (each in turn).
     oldest: usize,
 }
 
@@ -330,8 +330,8 @@ impl<T: Gather> Bundler<T> {
     }
 
     /// Queues `datagram`, framed with `header`, for `to`; `gathered` stands for it. Emits
-    /// whatever has to leave first to make room: the destination's full bundle, or the
-    /// oldest one when every slot is taken.
+    /// whatever has to leave first to make room: the destination's full bundle, or one
+    /// open bundle (each slot in turn) when every slot is taken.
     pub fn push<E>(
         &mut self,
         to: core::net::SocketAddr,
