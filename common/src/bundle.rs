@@ -630,7 +630,7 @@ mod tests {
     }
 
     #[test]
-    fn a_destination_beyond_the_open_bundles_closes_the_oldest() {
+    fn a_destination_beyond_the_open_bundles_closes_one_and_every_frame_leaves_in_order() {
         let h = header("198.51.100.7:5000", "203.0.113.1:3478");
         let mut bundler: Bundler<usize> = Bundler::new(1500, 2048);
         let mut out = Vec::new();
