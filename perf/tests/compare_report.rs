@@ -402,6 +402,8 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
             "3",
             "--loads",
             "5000,10000",
+            "--latency-loads",
+            "1000,5000",
             "--no-search",
             "--seed",
             "7",
@@ -462,6 +464,76 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
     assert!(
         ["saves", "costs", "inconclusive", "withheld"].contains(&kind),
         "{kind}"
+    );
+    // The latency loads: each sample took one latency trial per load after its cost
+    // trials, every datagram's latency recorded; each row has its p50 and p99 per load
+    // and its change from relay-mio's in the same round.
+    for s in samples {
+        let latency = s["latency"].as_array().unwrap();
+        let offered: Vec<u64> = latency
+            .iter()
+            .map(|t| t["offered_pps"].as_u64().unwrap())
+            .collect();
+        assert_eq!(offered, [1000, 5000], "{s}");
+        for t in latency {
+            let received = t["received"].as_u64().unwrap();
+            assert!(received * 10 >= t["sent"].as_u64().unwrap() * 9, "{t}");
+            assert_eq!(
+                t["latency_samples"].as_u64(),
+                Some(received),
+                "every datagram: {t}"
+            );
+            let cdf: Vec<f64> = t["latency_cdf_us"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap())
+                .collect();
+            assert!(cdf[0] > 0.0 && cdf.windows(2).all(|w| w[0] <= w[1]), "{t}");
+        }
+    }
+    let latency = cost["latency"].as_array().unwrap();
+    let rows_at: Vec<(u64, &str)> = latency
+        .iter()
+        .map(|r| {
+            (
+                r["offered_pps"].as_u64().unwrap(),
+                r["setup"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows_at,
+        [
+            (1000, "direct"),
+            (1000, "mio"),
+            (1000, "afxdp-skb-wakeup"),
+            (5000, "direct"),
+            (5000, "mio"),
+            (5000, "afxdp-skb-wakeup"),
+        ]
+    );
+    for r in latency
+        .iter()
+        .filter(|r| r["rounds_kept"].as_u64() > Some(0))
+    {
+        let (p50, p99) = (&r["p50_us"]["median"], &r["p99_us"]["median"]);
+        assert!(
+            p50.as_f64() > Some(0.0) && p99.as_f64() >= p50.as_f64(),
+            "{r}"
+        );
+        if r["setup"] == "mio" {
+            assert_eq!(
+                r["p99_change_us"]["median"], 0.0,
+                "relay-mio against itself"
+            );
+            assert_eq!(r["p99_says"], "within_noise");
+        }
+    }
+    assert!(
+        report.contains("## Latency at low loads, in the rounds")
+            && report.contains("| 1k pps | relay-mio |"),
+        "{report}"
     );
     let sentence = cost["verdict"]["sentence"].as_str().unwrap();
     assert!(

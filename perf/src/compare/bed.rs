@@ -18,6 +18,12 @@ pub trait Bed {
     /// same in every row.
     fn fixed_load(&self, setup: &Setup, size: usize) -> Box<dyn Load>;
 
+    /// The latency rounds' load for `setup` (started): its flows made, then client sockets
+    /// paced as in [`Bed::fixed_load`], latency recorded by [`crate::load::Load::latency_trial`]
+    /// (on the testbed every datagram's; a lab's agent samples one in
+    /// [`crate::load::target::SAMPLE_EVERY`]).
+    fn latency_load(&self, setup: &Setup, size: usize) -> Box<dyn Load>;
+
     /// The rate search's load for `setup` (started), by `options`' direction and
     /// generator, its flows made.
     fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load>;

@@ -18,8 +18,8 @@ use crate::xdp::{
 };
 
 pub use crate::load::target::{
-    FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT, SOCKET_FLOWS,
-    Target, make_flows,
+    EVERY_DATAGRAM, FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT,
+    SOCKET_FLOWS, Target, make_flows,
 };
 
 /// How the transceiver's replies reach a setup's clients (`--direction down`).
@@ -226,10 +226,23 @@ impl Bench {
         } else {
             (sockets, None)
         };
+        self.sampled_load(generator, latency_generator, target, SAMPLE_EVERY)
+    }
+
+    /// `generator`'s load (`latency_generator` sends the latency trial, if another),
+    /// counted in XDP on the transceiver's veth, one in `sample_every` passed to a socket
+    /// for latency.
+    fn sampled_load(
+        &self,
+        generator: Sender,
+        latency_generator: Option<Sender>,
+        target: Target,
+        sample_every: u32,
+    ) -> XdpLoad {
         XdpLoad {
             generator,
             latency_generator,
-            sink: XdpSink::attach(&self.xcv_if, Counted::ToPort(SINK_PORT), SAMPLE_EVERY)
+            sink: XdpSink::attach(&self.xcv_if, Counted::ToPort(SINK_PORT), sample_every)
                 .expect("XDP sink"),
             sampler: Sink::start_in(
                 Some(&self.bed.transceiver.ns),
@@ -346,6 +359,13 @@ impl Bed for Bench {
         let target = setup.target(&self.relay);
         let sockets = self.make_flows(setup.name, setup.keeps_flows(), target);
         Box::new(self.socket_load(sockets, target, size))
+    }
+
+    fn latency_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
+        let target = setup.target(&self.relay);
+        let sockets = self.make_flows(setup.name, setup.keeps_flows(), target);
+        let sockets = Sender::Sockets(sockets.with_payload_len(size), target.dst);
+        Box::new(self.sampled_load(sockets, None, target, EVERY_DATAGRAM))
     }
 
     fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load> {

@@ -53,6 +53,8 @@ pub struct Sample {
     pub position: usize,
     /// One trial per fixed load, in the order of the loads.
     pub loads: Vec<LoadTrial>,
+    /// One latency trial per `--latency-loads` rate, in their order ([`super::latency`]).
+    pub latency: Vec<crate::load::Trial>,
     /// What the host gate found; empty when the host was fit.
     pub disturbances: Vec<Disturbance>,
     /// What the gate read before the trials.
@@ -224,6 +226,7 @@ mod tests {
             round,
             position: 1,
             loads: vec![trial(10_000, us, 0), trial(50_000, us, 0)],
+            latency: vec![],
             disturbances: if clean {
                 vec![]
             } else {

@@ -231,6 +231,10 @@ impl Bed for Lab {
         self.remote_load(setup, size, Purpose::Fixed)
     }
 
+    fn latency_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
+        self.remote_load(setup, size, Purpose::Search { live_frames: false })
+    }
+
     fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load> {
         let live_frames = options.generator == GeneratorKind::LiveFrames;
         self.remote_load(setup, options.search.size, Purpose::Search { live_frames })

@@ -7,7 +7,8 @@
 //!    CPU's busy time counted, the null row's (the direct path's) subtracted
 //!    ([`cost`]); the host gate ([`crate::host_gate`]) leaves out trials taken while the
 //!    host misbehaved; medians with distribution-free intervals and a verdict that is
-//!    said only when its interval clears it ([`verdict`]).
+//!    said only when its interval clears it ([`verdict`]); with `--latency-loads`, each
+//!    setup's latency at low loads in the same rounds ([`latency`]).
 //! 2. **The maximum rate** (secondary, [`search_phase`]): CSIT-style NDR and PDR
 //!    searches, the latency trial and a profile of the forwarder's core.
 //!
@@ -19,6 +20,7 @@ pub mod bed;
 pub mod bench;
 pub mod cost;
 pub mod lab;
+pub mod latency;
 pub mod notes;
 pub mod options;
 pub mod relay_host;
@@ -94,6 +96,8 @@ pub fn run(options: &Options) -> i32 {
             rounds: options.rounds,
             loads: options.loads.clone(),
             trial: options.trial,
+            latency_loads: options.latency_loads.clone(),
+            latency_trial: options.search.latency_trial,
             size: options.search.size,
             seed,
         };

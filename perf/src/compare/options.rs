@@ -42,6 +42,11 @@ pub struct Options {
     /// The fixed loads of each round, pps.
     #[arg(long, value_delimiter = ',', default_value = "10000,25000,50000")]
     pub loads: Vec<u64>,
+    /// Latency loads of each round, pps (comma-separated; default none): after its cost
+    /// trials, each setup is offered each for `--latency-trial`, every datagram's latency
+    /// recorded, and the report gives each row's p50 and p99 against relay-mio's.
+    #[arg(long, value_delimiter = ',')]
+    pub latency_loads: Vec<u64>,
     /// Length of each fixed-load trial.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub trial: Duration,
@@ -118,6 +123,14 @@ impl Options {
         }
         if self.rounds > 0 && self.loads.is_empty() {
             return Err("--loads: at least one".into());
+        }
+        if !self.latency_loads.is_empty() && (self.rounds == 0 || self.direction != Direction::Up) {
+            return Err(
+                "--latency-loads runs in the fixed-load rounds: uplink, --rounds 1 or more".into(),
+            );
+        }
+        if self.latency_loads.contains(&0) {
+            return Err("--latency-loads: each above 0 pps".into());
         }
         if self.rounds == 0 && self.no_search {
             return Err("--rounds 0 with --no-search measures nothing".into());

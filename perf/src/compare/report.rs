@@ -225,6 +225,7 @@ fn cost_json(
                 "offered_pps": t.offered_pps, "sent": t.sent, "received": t.received,
                 "busy_seconds": t.busy, "wall_seconds": t.wall,
             })).collect::<Vec<_>>(),
+            "latency": s.latency.iter().map(crate::lab::protocol::trial_json).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
     })
 }
@@ -234,6 +235,8 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     let keys: Vec<&str> = m.setups.iter().map(|s| s.key).collect();
     let rows = row_costs(m.samples, NULL, BASELINE, &keys);
     let verdict = judge(&rows, BASELINE, &bypass_keys());
+    let latency_rows =
+        super::latency::latency_rows(m.samples, BASELINE, &keys, &options.latency_loads);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let way = match options.direction {
         Direction::Up => "uplink",
@@ -278,6 +281,13 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         ));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&per_round_table(&rows, options.rounds));
+        if !latency_rows.is_empty() {
+            md.push_str(&super::latency::markdown(
+                &latency_rows,
+                options.search.latency_trial.as_secs_f64(),
+                name_of,
+            ));
+        }
         md.push_str(&notes::rounds_method(options, m.seed));
         md.push_str(&notes::host_gate_method());
         md.push_str(&notes::host_gate_table(m.samples));
@@ -357,6 +367,8 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     }
     let mut json = crate::report::json(&searched.rows, m.environment);
     json["cost"] = cost_json(&verdict, &rows, m.samples, options, m.seed);
+    json["cost"]["latency_loads_pps"] = serde_json::json!(options.latency_loads);
+    json["cost"]["latency"] = super::latency::json(&latency_rows, interval_json);
     json["partial"] = serde_json::json!(m.partial);
     json["left_out"] = m
         .left_out

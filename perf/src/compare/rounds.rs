@@ -22,6 +22,10 @@ pub struct Plan {
     pub loads: Vec<u64>,
     /// Each trial's length.
     pub trial: Duration,
+    /// The latency loads, pps (none: no latency trials).
+    pub latency_loads: Vec<u64>,
+    /// Each latency trial's length.
+    pub latency_trial: Duration,
     /// UDP payload bytes.
     pub size: usize,
     /// The seed of the rounds' orders.
@@ -103,7 +107,7 @@ pub fn run(
                 eta(started.elapsed(), done, steps)
             );
             let reading = host_gate::read(LOAD_CPU, bench.relay().forwarder_cpu());
-            let (loads, during) = measure(bench, setup, plan);
+            let (loads, latency, during) = measure(bench, setup, plan);
             let disturbances = host_gate::judge(
                 &reading,
                 Some(&during),
@@ -121,6 +125,7 @@ pub fn run(
                 round,
                 position: position + 1,
                 loads,
+                latency,
                 disturbances,
                 reading: Some(reading),
             });
@@ -131,8 +136,13 @@ pub fn run(
 }
 
 /// Starts `setup`, makes its flows, offers each load once (after a short warm-up that
-/// is not counted) and stops it; the trials and the window they span.
-fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> (Vec<LoadTrial>, crate::cpu::Spent) {
+/// is not counted), then each latency load ([`measure_latency`]), and stops it; the cost
+/// trials, the latency trials and the window the cost trials span.
+fn measure(
+    bench: &dyn Bed,
+    setup: &Setup,
+    plan: &Plan,
+) -> (Vec<LoadTrial>, Vec<crate::load::Trial>, crate::cpu::Spent) {
     // The run's preflight started every setup once: one that fails now cannot go on.
     let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
     let mut load = bench.fixed_load(setup, plan.size);
@@ -160,8 +170,38 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> (Vec<LoadTrial>, crat
     }
     let during = window.until(&Snapshot::now());
     drop(load);
+    let latency = measure_latency(bench, setup, plan);
     drop(running);
-    (trials, during)
+    (trials, latency, during)
+}
+
+/// On `setup`, started, after its cost trials (so sampling costs them nothing): flows
+/// made from new client sockets, each latency load offered once (after a short warm-up)
+/// with every datagram's latency recorded.
+fn measure_latency(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Vec<crate::load::Trial> {
+    let Some(&first) = plan.latency_loads.first() else {
+        return vec![];
+    };
+    let mut load = bench.latency_load(setup, plan.size);
+    let _ = load.trial(first, Duration::from_millis(200));
+    let trials = plan
+        .latency_loads
+        .iter()
+        .map(|&rate| {
+            let t = load.latency_trial(rate, plan.latency_trial);
+            crate::say!(
+                "  {rate:>6} pps: latency p50 {:.0} µs, p99 {:.0} µs ({} datagrams, {} of {} arrived)",
+                t.latency.p50(),
+                t.latency.p99(),
+                t.latency.samples,
+                t.received,
+                t.sent
+            );
+            t
+        })
+        .collect();
+    drop(load);
+    trials
 }
 
 #[cfg(test)]

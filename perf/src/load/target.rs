@@ -13,6 +13,8 @@ pub const FIRST_CLIENT_PORT: u16 = 20_000;
 pub const SINK_PORT: u16 = 41_000;
 /// The XDP sink passes one frame in this many to the latency socket.
 pub const SAMPLE_EVERY: u32 = 8;
+/// The latency rounds' sink passes every frame to the latency socket.
+pub const EVERY_DATAGRAM: u32 = 1;
 /// The flows (the plan's first) whose sockets send the socket loads.
 pub const SOCKET_FLOWS: u32 = 256;
 /// How fast flows are made before the trials (datagrams a second).
