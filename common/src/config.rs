@@ -42,6 +42,7 @@
 //! tcp_accepts_per_worker = 1000           # new connections per second, per worker
 //! bundle_to = ["10.0.0.0/8"]              # transceivers that read bundles (default: none)
 //! internal_mtu = 1500                     # the internal path's MTU, bounding a bundle
+//! internal_gso = false                    # runs of equal-size frames as one GSO send (measured; off)
 //!
 //! [clusters]                              # cluster id → that cluster's relay (global mode)
 //! 2 = "198.51.100.7:3479"
@@ -301,6 +302,11 @@ pub struct RelayArgs {
     /// The MTU of the path to the transceivers: a bundle never passes it (default 1500).
     #[arg(long, value_name = "BYTES")]
     pub internal_mtu: Option<u16>,
+    /// Send each run of equal-size frames to one transceiver as one GSO send
+    /// (UDP_SEGMENT) instead of one send each. Measured against bundles in
+    /// docs/performance.md; off by default.
+    #[arg(long)]
+    pub internal_gso: bool,
 }
 
 /// The config file, as written: every key optional, unknown keys rejected. Also what
@@ -344,6 +350,7 @@ struct FileConfig {
     tcp_accepts_per_worker: Option<u32>,
     bundle_to: Option<Vec<IpNet>>,
     internal_mtu: Option<u16>,
+    internal_gso: Option<bool>,
     /// Last: TOML writes a table after every plain key.
     clusters: Option<BTreeMap<String, SocketAddr>>,
 }
@@ -392,22 +399,26 @@ pub struct RelayConfig {
     pub bundles: BundlePolicy,
 }
 
-/// Bundles on the internal leg ([`crate::bundle`]): the transceivers that read them, and
-/// the MTU of the path to them. Received bundles are read whatever this says.
+/// How frames leave for the transceivers: in bundles ([`crate::bundle`]) to those that
+/// read them, within the MTU of the path to them, and whether runs of equal-size
+/// datagrams leave as one GSO send. Received bundles are read whatever this says.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BundlePolicy {
     /// Networks of transceivers that read bundles; empty: every frame leaves alone.
     pub to: Vec<IpNet>,
     /// The internal path's MTU.
     pub mtu: u16,
+    /// Runs of equal-size datagrams to one transceiver leave as one `UDP_SEGMENT` send.
+    pub gso: bool,
 }
 
 impl Default for BundlePolicy {
-    /// No bundles; Ethernet's MTU.
+    /// No bundles, no GSO; Ethernet's MTU.
     fn default() -> Self {
         BundlePolicy {
             to: Vec::new(),
             mtu: DEFAULT_INTERNAL_MTU,
+            gso: false,
         }
     }
 }
@@ -554,6 +565,7 @@ impl RelayConfig {
             tcp_accepts_per_worker: Some(self.tcp.accepts_per_worker),
             bundle_to: Some(self.bundles.to.clone()),
             internal_mtu: Some(self.bundles.mtu),
+            internal_gso: Some(self.bundles.gso),
             clusters: Some(
                 self.clusters
                     .iter()
@@ -788,6 +800,7 @@ impl RelayConfig {
                 .internal_mtu
                 .or(file.internal_mtu)
                 .unwrap_or(DEFAULT_INTERNAL_MTU),
+            gso: args.internal_gso || file.internal_gso.unwrap_or(false),
         };
         if !(MIN_INTERNAL_MTU..=MAX_INTERNAL_MTU).contains(&bundles.mtu) {
             return Err(bad(

@@ -328,6 +328,20 @@ label_enum! {
     }
 }
 
+#[cfg(feature = "runtime")]
+impl From<ufrag_udp::PushError> for DropReason {
+    /// Why a send batch refused a datagram: too large for its buffers, or not sendable
+    /// (a full batch, or a family the socket cannot reach).
+    fn from(error: ufrag_udp::PushError) -> Self {
+        match error {
+            ufrag_udp::PushError::TooLarge => DropReason::TooLarge,
+            ufrag_udp::PushError::Full | ufrag_udp::PushError::WrongFamily => {
+                DropReason::SendFailed
+            }
+        }
+    }
+}
+
 impl From<StunError> for DropReason {
     fn from(e: StunError) -> Self {
         match e {

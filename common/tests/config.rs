@@ -637,3 +637,14 @@ fn bundles_go_only_where_configured_and_never_past_the_internal_mtu() {
         assert_eq!(field_of(MINIMAL, &["--internal-mtu", mtu]), "internal_mtu");
     }
 }
+
+#[test]
+fn gso_on_the_internal_socket_is_off_unless_the_flag_or_the_file_turns_it_on() {
+    assert!(!load(MINIMAL, &[]).unwrap().bundles.gso);
+    let from_file = load(&format!("{MINIMAL}internal_gso = true\n"), &[]).unwrap();
+    assert!(from_file.bundles.gso);
+    let flagged = load(MINIMAL, &["--internal-gso"]).unwrap();
+    assert!(flagged.bundles.gso);
+    let printed = load(&flagged.to_toml(), &[]).unwrap();
+    assert_eq!(printed.bundles, flagged.bundles);
+}

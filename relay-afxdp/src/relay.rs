@@ -169,6 +169,13 @@ fn validate(
                 .into(),
         ));
     }
+    if config.bundles.gso {
+        return Err(StartError::Config(
+            "`internal_gso`: relay-afxdp writes each frame to the NIC itself, with no socket \
+             to segment; GSO on the internal socket is relay-mio's"
+                .into(),
+        ));
+    }
     if config.vips.is_empty() {
         return Err(StartError::Config(
             "`vips`: relay-afxdp needs a UDP VIP (--vip)".into(),

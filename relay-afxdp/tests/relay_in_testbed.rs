@@ -155,18 +155,22 @@ fn fewer_workers_than_rx_queues_is_refused() {
 /// it), and nothing is attached: ICE-TCP (it leaves TCP to the kernel; relay-mio serves
 /// it), and bundles (it forwards each frame in place; relay-mio bundles).
 #[test]
-fn ice_tcp_and_bundles_are_refused_with_the_deployment_that_serves_them() {
+fn ice_tcp_bundles_and_gso_are_refused_with_the_deployment_that_serves_them() {
     require_root();
     let bed = Testbed::up().unwrap();
     let binary = testkit::cargo_build::bin("relay-afxdp");
     let refusals = [
         (
-            ["--tcp-vip".to_string(), format!("{}:4443", bed.relay.addr)],
+            vec!["--tcp-vip".to_string(), format!("{}:4443", bed.relay.addr)],
             ["`tcp_vips`", "relay-mio with --tcp-vip"],
         ),
         (
-            ["--bundle-to".to_string(), "10.77.0.0/24".to_string()],
+            vec!["--bundle-to".to_string(), "10.77.0.0/24".to_string()],
             ["`bundle_to`", "bundles are relay-mio's"],
+        ),
+        (
+            vec!["--internal-gso".to_string()],
+            ["`internal_gso`", "GSO on the internal socket is relay-mio's"],
         ),
     ];
     for (flag, says) in refusals {

@@ -1,7 +1,8 @@
 //! A socket with the batch of datagrams queued for it (the worker's VIP and internal
 //! sockets, and the TCP side's way to the transceivers), and what a socket's turn left.
 //! On the internal socket, frames for transceivers that read bundles are gathered by
-//! peer ([`Bundler`]) and join the batch as one datagram each when it is flushed.
+//! peer ([`Bundler`]) and join the batch as one datagram each when it is flushed; with
+//! `--internal-gso`, runs of equal-size datagrams to one peer leave as one GSO send.
 
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
@@ -11,7 +12,7 @@ use ufrag_common::config::BundlePolicy;
 use ufrag_common::execute::{Tally, Tickets, Transmit};
 use ufrag_common::frame::MAX_HEADER_LEN;
 use ufrag_common::metrics::DropReason;
-use ufrag_udp::{BUF_LEN, PushError, SendBatch};
+use ufrag_udp::{BUF_LEN, SendBatch};
 
 /// One socket and the batch of datagrams queued for it.
 #[derive(Debug)]
@@ -33,9 +34,13 @@ impl Outbox {
         }
     }
 
-    /// An outbox that bundles frames for the peers `policy` names (none: like `new`).
+    /// An outbox that bundles frames for the peers `policy` names (none: like `new`),
+    /// and sends runs of equal-size datagrams as one GSO send when it says so.
     pub(crate) fn bundling(socket: mio::net::UdpSocket, ipv6: bool, policy: BundlePolicy) -> Self {
         let mut outbox = Outbox::new(socket, ipv6);
+        if policy.gso {
+            outbox.batch = SendBatch::segmenting(ipv6);
+        }
         if !policy.to.is_empty() {
             let bundler = Bundler::new(policy.mtu, BUF_LEN);
             outbox.bundles = Some((policy, bundler));
@@ -56,7 +61,7 @@ impl Outbox {
         {
             let batch = &mut self.batch;
             let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], tickets: Tickets| {
-                queue(batch, fd, to, head, body, tickets, tally);
+                queue(batch, fd, (to, head, body), tickets, tally);
             };
             bundler.push(tx.to, header, body, Tickets::from(tx.ticket), &mut emit);
             return;
@@ -67,9 +72,7 @@ impl Outbox {
         queue(
             &mut self.batch,
             fd,
-            tx.to,
-            &head[..head_len],
-            body,
+            (tx.to, &head[..head_len], body),
             tickets,
             tally,
         );
@@ -83,48 +86,39 @@ impl Outbox {
         {
             let batch = &mut self.batch;
             let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], tickets: Tickets| {
-                queue(batch, fd, to, head, body, tickets, tally);
+                queue(batch, fd, (to, head, body), tickets, tally);
             };
             bundler.close_all(&mut emit);
         }
-        send(&mut self.batch, fd, tally);
+        self.batch
+            .flush(fd, |tickets, sent| settle(tally, tickets, sent));
     }
 }
 
-/// Queues `head` + `body` for `to` in `batch`, sending the batch first when it is full.
+/// Queues `head` + `body` for `to` in `batch`, sending the batch first when it is full;
+/// a datagram that cannot be queued has its tickets failed.
 fn queue(
     batch: &mut SendBatch<Tickets>,
     fd: RawFd,
-    to: SocketAddr,
-    head: &[u8],
-    body: &[u8],
+    (to, head, body): (SocketAddr, &[u8], &[u8]),
     tickets: Tickets,
     tally: &mut Tally<'_>,
 ) {
-    if batch.is_full() {
-        send(batch, fd, tally);
-    }
-    if let Err((tickets, error)) = batch.push(to, head, body, tickets) {
-        let reason = match error {
-            PushError::TooLarge => DropReason::TooLarge,
-            PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
-        };
-        tally.failed_all(tickets, reason);
+    let pushed = batch.push_flushing(fd, (to, head, body), tickets, |t, sent| {
+        settle(tally, t, sent);
+    });
+    if let Err((tickets, error)) = pushed {
+        tally.failed_all(tickets, DropReason::from(error));
     }
 }
 
-/// Sends what `batch` holds and settles each datagram's tickets.
-fn send(batch: &mut SendBatch<Tickets>, fd: RawFd, tally: &mut Tally<'_>) {
-    if batch.is_empty() {
-        return;
+/// Counts a sent datagram's tickets as forwarded, or a failed one's as send failures.
+fn settle(tally: &mut Tally<'_>, tickets: Tickets, sent: bool) {
+    if sent {
+        tally.sent_all(tickets);
+    } else {
+        tally.failed_all(tickets, DropReason::SendFailed);
     }
-    batch.flush(fd, |tickets, sent| {
-        if sent {
-            tally.sent_all(tickets);
-        } else {
-            tally.failed_all(tickets, DropReason::SendFailed);
-        }
-    });
 }
 
 /// Whether a socket's turn emptied it.

@@ -18,12 +18,13 @@ use std::time::Duration;
 
 use relay_mio::worker::{Worker, WorkerSpec};
 use ufrag_common::bundle::{BUNDLE_HEADER_LEN, Bundle, BundleWriter, is_bundle, max_bundle_len};
-use ufrag_common::config::{BundlePolicy, PollMode, TcpPolicy};
-use ufrag_common::forward::ForwardPolicy;
+use ufrag_common::config::BundlePolicy;
 use ufrag_common::frame::FrameHeader;
-use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
+use ufrag_common::hint::RoutingHint;
 use ufrag_common::metrics::{Direction, DropReason, Port, RelayMetrics};
 use ufrag_common::stun;
+
+mod support;
 
 const CLIENTS: usize = 8;
 const RTP_PER_CLIENT: usize = 3;
@@ -77,39 +78,17 @@ fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reac
     for s in [&bundling, &plain] {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     }
-    let secret: Vec<u8> = (0u8..32).collect();
-    let keys = HintKeys::new(HintKey::new(1, &secret).unwrap(), None).unwrap();
+    let keys = support::keys();
     let host = |s: &UdpSocket| format!("{}/32", s.local_addr().unwrap().ip());
-    let policy = ForwardPolicy {
-        vips: vec![vip],
-        allowed_transceiver_networks: vec![
-            host(&bundling).parse().unwrap(),
-            host(&plain).parse().unwrap(),
-        ],
-        global_relay_networks: vec![],
-        cluster_id: 0,
-        clusters: Default::default(),
-        hint_keys: keys.clone(),
-        route_cache: false,
-        admission: Default::default(),
-        shared_replays: None,
-    };
+    let policy = support::policy(vip, &[&host(&bundling), &host(&plain)]);
     let metrics = RelayMetrics::new("mio", 1);
     let spec = WorkerSpec {
-        index: 0,
-        cpu: 0,
-        vips: vec![vip],
-        internal,
-        policy,
-        flows: 1024,
-        idle_timeout: Duration::from_secs(30),
-        poll_mode: PollMode::Wakeup,
-        tcp: TcpPolicy::default(),
-        tcp_metrics: None,
         bundles: BundlePolicy {
             to: vec![host(&bundling).parse().unwrap()],
             mtu: MTU,
+            gso: false,
         },
+        ..support::spec(internal, policy)
     };
     let (worker, _waker) = Worker::bind(spec, metrics.worker(0)).unwrap();
 
@@ -268,4 +247,95 @@ fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reac
         totals.bundles_received, 1,
         "the good bundle alone was opened"
     );
+}
+
+/// `--internal-gso`: the same queued batch, runs of equal-size frames to one transceiver
+/// leaving as one GSO send each; the kernel cuts them, so the transceiver (which reads
+/// no bundles) receives every frame as a datagram of its own, each client's in order,
+/// and every one is counted forwarded.
+#[test]
+fn with_gso_every_frame_reaches_a_plain_transceiver_alone_and_in_order() {
+    let ip = own_ip(11);
+    let vip = SocketAddr::from((ip, 3478));
+    let internal = SocketAddr::from((ip, 40_000));
+    let transceiver = UdpSocket::bind((own_ip(12), 0)).unwrap();
+    transceiver
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let keys = support::keys();
+    let host = format!("{}/32", transceiver.local_addr().unwrap().ip());
+    let metrics = RelayMetrics::new("mio", 1);
+    let spec = WorkerSpec {
+        bundles: BundlePolicy {
+            gso: true,
+            ..BundlePolicy::default()
+        },
+        ..support::spec(internal, support::policy(vip, &[&host]))
+    };
+    let (worker, _waker) = Worker::bind(spec, metrics.worker(0)).unwrap();
+    let clients: Vec<UdpSocket> = (0..CLIENTS)
+        .map(|_| UdpSocket::bind((own_ip(13), 0)).unwrap())
+        .collect();
+    let rtp = |c: usize, k: usize| {
+        let mut d = [0x80u8; RTP_LEN];
+        d[1] = c as u8;
+        d[2] = k as u8;
+        d
+    };
+    let hint = RoutingHint {
+        cluster: 0,
+        transceiver: transceiver.local_addr().unwrap(),
+    };
+    for (c, client) in clients.iter().enumerate() {
+        let ufrag = keys.mint(&hint, [c as u8; 5]);
+        let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+        let mut check = [0u8; 512];
+        let n = stun::write_binding_request(
+            &mut check,
+            &[c as u8; 12],
+            ufrag.as_bytes(),
+            b"cli1",
+            pwd.as_bytes(),
+        )
+        .unwrap();
+        client.send_to(&check[..n], vip).unwrap();
+        for k in 0..RTP_PER_CLIENT {
+            client.send_to(&rtp(c, k), vip).unwrap();
+        }
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let thread = std::thread::spawn(move || worker.run(&stopping));
+
+    let expected = CLIENTS * (1 + RTP_PER_CLIENT);
+    let datagrams = receive_frames(&transceiver, expected);
+    assert_eq!(datagrams.len(), expected, "one datagram per frame");
+    let frames: Vec<(FrameHeader, Vec<u8>)> = datagrams
+        .iter()
+        .map(|d| {
+            assert!(!is_bundle(d), "no bundles without --bundle-to");
+            let mut f = frames_of(d);
+            assert_eq!(f.len(), 1);
+            f.remove(0)
+        })
+        .collect();
+    for (c, client) in clients.iter().enumerate() {
+        let client = client.local_addr().unwrap();
+        let media: Vec<Vec<u8>> = frames
+            .iter()
+            .filter(|(h, d)| h.client == client && d[0] == 0x80)
+            .map(|(_, d)| d.clone())
+            .collect();
+        let sent: Vec<Vec<u8>> = (0..RTP_PER_CLIENT).map(|k| rtp(c, k).to_vec()).collect();
+        assert_eq!(media, sent, "client {c}'s media, whole and in order");
+    }
+    stop.store(true, Ordering::Relaxed);
+    thread.join().unwrap().unwrap();
+    let totals = metrics.totals();
+    assert_eq!(
+        totals.forwarded_datagrams[Direction::In as usize],
+        expected as u64
+    );
+    assert_eq!(totals.in_flight(), Some((0, 0)));
+    assert_eq!(totals.bundles_sent, 0);
 }

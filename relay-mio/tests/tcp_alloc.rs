@@ -12,12 +12,13 @@ use std::time::Duration;
 
 use relay_mio::worker::{Worker, WorkerSpec};
 use testkit::alloc::{self, CountingAllocator};
-use ufrag_common::config::{PollMode, TcpPolicy};
-use ufrag_common::forward::ForwardPolicy;
+use ufrag_common::config::TcpPolicy;
 use ufrag_common::frame::{FrameHeader, Transport};
-use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
+use ufrag_common::hint::RoutingHint;
 use ufrag_common::metrics::RelayMetrics;
 use ufrag_common::stun;
+
+mod support;
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -35,36 +36,17 @@ fn bound_tcp_connections_cost_the_worker_no_allocation_per_message() {
     let vip = SocketAddr::from((ip, 3478));
     let tcp_vip = SocketAddr::from((ip, 4443));
     let internal = SocketAddr::from((ip, 40_000));
-    let secret: Vec<u8> = (0u8..32).collect();
-    let keys = HintKeys::new(HintKey::new(1, &secret).unwrap(), None).unwrap();
-    let policy = ForwardPolicy {
-        vips: vec![vip],
-        allowed_transceiver_networks: vec!["127.0.0.0/8".parse().unwrap()],
-        global_relay_networks: vec![],
-        cluster_id: 0,
-        clusters: Default::default(),
-        hint_keys: keys.clone(),
-        route_cache: false,
-        admission: Default::default(),
-        shared_replays: None,
-    };
+    let keys = support::keys();
+    let policy = support::policy(vip, &["127.0.0.0/8"]);
     let metrics = RelayMetrics::serving("mio", 1, true);
     let tcp = TcpPolicy {
         vips: vec![tcp_vip],
         ..TcpPolicy::default()
     };
     let spec = WorkerSpec {
-        index: 0,
-        cpu: 0,
-        vips: vec![vip],
-        internal,
-        policy,
-        flows: 1024,
-        idle_timeout: Duration::from_secs(30),
-        poll_mode: PollMode::Wakeup,
         tcp,
-        bundles: Default::default(),
         tcp_metrics: metrics.tcp_worker(0).cloned(),
+        ..support::spec(internal, policy)
     };
     let (worker, _waker) = Worker::bind(spec, metrics.worker(0)).unwrap();
     let stop = Arc::new(AtomicBool::new(false));

@@ -12,11 +12,12 @@ use relay_mio::worker::{Worker, WorkerSpec};
 use testkit::alloc::{self, CountingAllocator};
 use ufrag_common::bundle::{Bundle, BundleWriter, is_bundle};
 use ufrag_common::config::{BundlePolicy, PollMode};
-use ufrag_common::forward::ForwardPolicy;
 use ufrag_common::frame::FrameHeader;
-use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
+use ufrag_common::hint::RoutingHint;
 use ufrag_common::metrics::{RelayMetrics, SharedCounters};
 use ufrag_common::stun;
+
+mod support;
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -35,32 +36,13 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16, b
     let ip = std::net::Ipv4Addr::new(127, 60, (pid % 250) as u8 + 1, (pid / 250 % 250) as u8 + 1);
     let vip = SocketAddr::from((ip, 3478 + port_offset));
     let internal = SocketAddr::from((ip, 40_000 + port_offset));
-    let secret: Vec<u8> = (0u8..32).collect();
-    let keys = HintKeys::new(HintKey::new(1, &secret).unwrap(), None).unwrap();
-    let policy = ForwardPolicy {
-        vips: vec![vip],
-        allowed_transceiver_networks: vec!["127.0.0.0/8".parse().unwrap()],
-        global_relay_networks: vec![],
-        cluster_id: 0,
-        clusters: Default::default(),
-        hint_keys: keys.clone(),
-        route_cache: false,
-        admission: Default::default(),
-        shared_replays: None,
-    };
+    let keys = support::keys();
+    let policy = support::policy(vip, &["127.0.0.0/8"]);
     let metrics = RelayMetrics::new("mio", 1);
     let shared: Arc<SharedCounters> = metrics.worker(0);
     let spec = WorkerSpec {
-        index: 0,
-        cpu: 0,
-        vips: vec![vip],
-        internal,
-        policy,
-        flows: 1024,
         idle_timeout: Duration::from_millis(300),
         poll_mode,
-        tcp: ufrag_common::config::TcpPolicy::default(),
-        tcp_metrics: None,
         bundles: BundlePolicy {
             to: if bundles {
                 vec!["127.0.0.0/8".parse().unwrap()]
@@ -68,7 +50,9 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16, b
                 vec![]
             },
             mtu: 1500,
+            gso: false,
         },
+        ..support::spec(internal, policy)
     };
     let (worker, _waker) = Worker::bind(spec, shared).unwrap();
     let stop = Arc::new(AtomicBool::new(false));

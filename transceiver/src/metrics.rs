@@ -73,6 +73,19 @@ impl From<FrameError> for DropReason {
     }
 }
 
+impl From<ufrag_udp::PushError> for DropReason {
+    /// Why the send batch refused a datagram: too large for its buffers, or not sendable
+    /// (a full batch, or a family the socket cannot reach).
+    fn from(e: ufrag_udp::PushError) -> Self {
+        match e {
+            ufrag_udp::PushError::TooLarge => DropReason::TooLarge,
+            ufrag_udp::PushError::Full | ufrag_udp::PushError::WrongFamily => {
+                DropReason::SendFailed
+            }
+        }
+    }
+}
+
 label_enum! {
     /// Why the signaling endpoint refused a connection or a request before handling it.
     pub enum HttpRefusal {
@@ -421,14 +434,19 @@ impl TransceiverMetrics {
         self.datagrams_in.inc();
     }
 
-    /// A datagram left.
-    pub fn datagram_out(&self) {
-        self.datagrams_out.inc();
+    /// `datagrams` of a session's datagrams left (one each, or a bundle's frames).
+    pub fn datagrams_out(&self, datagrams: usize) {
+        self.datagrams_out.inc_by(datagrams as u64);
     }
 
     /// A datagram was dropped.
     pub fn dropped(&self, reason: DropReason) {
-        self.drops[reason.index()].inc();
+        self.dropped_many(reason, 1);
+    }
+
+    /// `datagrams` were dropped for one reason (one each, or a bundle's frames).
+    pub fn dropped_many(&self, reason: DropReason, datagrams: usize) {
+        self.drops[reason.index()].inc_by(datagrams as u64);
     }
 
     /// The model sent an audio packet back.

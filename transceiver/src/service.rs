@@ -280,6 +280,7 @@ impl Transceiver {
                 bundles: BundlePolicy {
                     to: opts.bundle_to.clone(),
                     mtu: opts.internal_mtu,
+                    gso: false,
                 },
                 keys: key_watch.shared(),
                 cluster: opts.cluster_id,

@@ -32,7 +32,7 @@ use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN, Transport};
 use ufrag_common::hint::key_id_of;
 use ufrag_common::runtime::keys::SharedKeys;
-use ufrag_udp::{PushError, RecvBatch, SendBatch};
+use ufrag_udp::{RecvBatch, SendBatch};
 
 use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
@@ -173,8 +173,9 @@ pub struct Worker {
     outputs: Vec<ModelOutput>,
     /// Datagrams queued for the next `sendmmsg`, each with the frames it carries.
     outgoing: SendBatch<usize>,
-    /// Frames for relays that read bundles, gathered by relay until the next flush.
-    bundler: Bundler<usize>,
+    /// Frames for relays that read bundles, gathered by relay until the next flush
+    /// (`None` without `--bundle-to`).
+    bundler: Option<Bundler<usize>>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -244,7 +245,8 @@ impl Worker {
             addr,
             mint: Arc::clone(&mint),
         };
-        let bundler = Bundler::new(cfg.bundles.mtu, ufrag_udp::BUF_LEN);
+        let bundler =
+            (!cfg.bundles.to.is_empty()).then(|| Bundler::new(cfg.bundles.mtu, ufrag_udp::BUF_LEN));
         Ok((
             Worker {
                 cfg,
@@ -635,19 +637,23 @@ impl Worker {
         };
         let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
         let outgoing = &mut self.outgoing;
-        match frame {
-            Some(header) if self.cfg.bundles.bundles_to(to) => {
+        let bundler = self
+            .bundler
+            .as_mut()
+            .filter(|_| self.cfg.bundles.bundles_to(to));
+        match (frame, bundler) {
+            (Some(header), Some(bundler)) => {
                 let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], frames: usize| {
-                    queue(outgoing, fd, metrics, to, head, body, frames);
+                    queue(outgoing, fd, metrics, (to, head, body), frames);
                 };
-                self.bundler.push(to, &header, contents, 1, &mut emit);
+                bundler.push(to, &header, contents, 1, &mut emit);
             }
-            Some(header) => {
+            (Some(header), None) => {
                 let mut head = [0u8; MAX_HEADER_LEN];
                 let n = header.emit(&mut head).map_err(|_| DropReason::TooLarge)?;
-                queue(outgoing, fd, metrics, to, &head[..n], contents, 1);
+                queue(outgoing, fd, metrics, (to, &head[..n], contents), 1);
             }
-            None => queue(outgoing, fd, metrics, to, &[], contents, 1),
+            (None, _) => queue(outgoing, fd, metrics, (to, &[], contents), 1),
         }
         Ok(())
     }
@@ -657,13 +663,15 @@ impl Worker {
     fn flush(&mut self) {
         let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
         let outgoing = &mut self.outgoing;
-        if !self.bundler.is_empty() {
+        if let Some(bundler) = &mut self.bundler
+            && !bundler.is_empty()
+        {
             let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], frames: usize| {
-                queue(outgoing, fd, metrics, to, head, body, frames);
+                queue(outgoing, fd, metrics, (to, head, body), frames);
             };
-            self.bundler.close_all(&mut emit);
+            bundler.close_all(&mut emit);
         }
-        send(outgoing, fd, metrics);
+        outgoing.flush(fd, |frames, sent| settle(metrics, frames, sent));
     }
 
     /// Hands what the model produced to its sessions, then drives each session touched.
@@ -711,35 +719,22 @@ fn queue(
     outgoing: &mut SendBatch<usize>,
     fd: RawFd,
     metrics: &TransceiverMetrics,
-    to: SocketAddr,
-    head: &[u8],
-    body: &[u8],
+    (to, head, body): (SocketAddr, &[u8], &[u8]),
     frames: usize,
 ) {
-    if outgoing.is_full() {
-        send(outgoing, fd, metrics);
-    }
-    if let Err((frames, e)) = outgoing.push(to, head, body, frames) {
-        let reason = match e {
-            PushError::TooLarge => DropReason::TooLarge,
-            PushError::Full | PushError::WrongFamily => DropReason::SendFailed,
-        };
-        (0..frames).for_each(|_| metrics.dropped(reason));
+    let pushed = outgoing.push_flushing(fd, (to, head, body), frames, |frames, sent| {
+        settle(metrics, frames, sent);
+    });
+    if let Err((frames, e)) = pushed {
+        metrics.dropped_many(DropReason::from(e), frames);
     }
 }
 
-/// Sends what `outgoing` holds and counts each frame as sent or failed.
-fn send(outgoing: &mut SendBatch<usize>, fd: RawFd, metrics: &TransceiverMetrics) {
-    if outgoing.is_empty() {
-        return;
+/// Counts a sent datagram's frames as datagrams out, or a failed one's as send failures.
+fn settle(metrics: &TransceiverMetrics, frames: usize, sent: bool) {
+    if sent {
+        metrics.datagrams_out(frames);
+    } else {
+        metrics.dropped_many(DropReason::SendFailed, frames);
     }
-    outgoing.flush(fd, |frames, sent| {
-        for _ in 0..frames {
-            if sent {
-                metrics.datagram_out();
-            } else {
-                metrics.dropped(DropReason::SendFailed);
-            }
-        }
-    });
 }

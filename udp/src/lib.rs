@@ -238,6 +238,9 @@ pub struct Flushed {
     pub failed: usize,
     /// Bytes of the datagrams the kernel accepted.
     pub bytes: usize,
+    /// UDP sends the kernel accepted: one per datagram, or one per run of datagrams
+    /// carried as segments of one send ([`SendBatch::segmenting`]).
+    pub sends: usize,
 }
 
 /// Why [`SendBatch::push`] queued nothing.
@@ -259,7 +262,30 @@ pub struct SendBatch<T = ()> {
     addrs: Box<[libc::sockaddr_storage]>,
     iovecs: Box<[libc::iovec]>,
     hdrs: Box<[libc::mmsghdr]>,
+    /// Each queued datagram's destination, to find runs that can be one GSO send.
+    dests: Box<[SocketAddr]>,
+    /// Present when runs are sent as one GSO send each.
+    segments: Option<Segments>,
     tokens: Vec<T>,
+}
+
+/// Most datagrams one GSO send carries (the kernel's limit is 64 or more).
+const MAX_SEGMENTS: usize = 64;
+/// Most payload bytes one GSO send carries (a UDP datagram holds at most 65,507).
+const MAX_SEGMENTED_BYTES: usize = 65_000;
+/// Room for one `UDP_SEGMENT` control message (a `cmsghdr` and a `u16`), 8-aligned.
+type SegmentControl = [u64; 4];
+// SAFETY: CMSG_SPACE only computes a length from its argument; it touches no memory.
+const SEGMENT_CONTROL_LEN: usize = unsafe { libc::CMSG_SPACE(size_of::<u16>() as u32) } as usize;
+const _: () = assert!(SEGMENT_CONTROL_LEN <= size_of::<SegmentControl>());
+
+/// The messages of a flush that sends runs as GSO sends: for each message its header
+/// (pointing at the run's first address and iovecs), its control message and how many
+/// queued datagrams it carries.
+struct Segments {
+    hdrs: Box<[libc::mmsghdr]>,
+    controls: Box<[SegmentControl]>,
+    slots: Box<[usize]>,
 }
 
 impl<T> std::fmt::Debug for SendBatch<T> {
@@ -289,6 +315,8 @@ impl<T> SendBatch<T> {
             addrs,
             iovecs,
             hdrs,
+            dests: vec![SocketAddr::from(([0, 0, 0, 0], 0)); BATCH].into_boxed_slice(),
+            segments: None,
             tokens: Vec::with_capacity(BATCH),
         };
         for i in 0..BATCH {
@@ -298,6 +326,25 @@ impl<T> SendBatch<T> {
             hdr.msg_iovlen = 1;
             hdr.msg_name = (&mut batch.addrs[i] as *mut libc::sockaddr_storage).cast();
         }
+        batch
+    }
+
+    /// Like [`SendBatch::new`], but a flush sends each run of queued datagrams to one
+    /// destination, all the length of the first (the last may be shorter), as one send
+    /// with `UDP_SEGMENT` (GSO): the kernel builds and routes one datagram and cuts it
+    /// into the run's datagrams at the device, or the NIC does. Each datagram still gets
+    /// its own token and outcome. A run of segments longer than the path's MTU allows is
+    /// refused whole (EINVAL) where single datagrams would have been fragmented.
+    pub fn segmenting(ipv6_socket: bool) -> Self {
+        let mut batch = Self::new(ipv6_socket);
+        // SAFETY: mmsghdr is a plain C struct (integers and raw pointers), valid when
+        // all-zero.
+        let hdrs = unsafe { zeroed_boxed(BATCH) };
+        batch.segments = Some(Segments {
+            hdrs,
+            controls: vec![[0u64; 4]; BATCH].into_boxed_slice(),
+            slots: vec![0; BATCH].into_boxed_slice(),
+        });
         batch
     }
 
@@ -335,8 +382,25 @@ impl<T> SendBatch<T> {
         self.bufs[i][head.len()..total].copy_from_slice(body);
         self.iovecs[i].iov_len = total;
         self.hdrs[i].msg_hdr.msg_namelen = name_len;
+        self.dests[i] = dest;
         self.tokens.push(token);
         Ok(())
+    }
+
+    /// Queues like [`SendBatch::push`], but first sends what is queued when the batch is
+    /// full (settling each of those datagrams with `settle`, as [`SendBatch::flush`]
+    /// does), so only [`PushError::TooLarge`] or [`PushError::WrongFamily`] comes back.
+    pub fn push_flushing(
+        &mut self,
+        fd: RawFd,
+        (dest, head, body): (SocketAddr, &[u8], &[u8]),
+        token: T,
+        settle: impl FnMut(T, bool),
+    ) -> Result<(), (T, PushError)> {
+        if self.is_full() {
+            self.flush(fd, settle);
+        }
+        self.push(dest, head, body, token)
     }
 
     /// Sends everything queued and calls `settle(token, sent)` once per datagram, in
@@ -344,51 +408,139 @@ impl<T> SendBatch<T> {
     /// rejects (unreachable, permission) fails alone and the rest still go out.
     pub fn flush(&mut self, fd: RawFd, mut settle: impl FnMut(T, bool)) -> Flushed {
         let len = self.tokens.len();
+        // The messages to send: one per datagram, or one per run with GSO.
+        let (hdrs, slots): (&mut [libc::mmsghdr], Option<&[usize]>) = match &mut self.segments {
+            None => (&mut self.hdrs[..len], None),
+            Some(segments) => {
+                let messages = segments.gather(&self.hdrs[..len], &self.iovecs, &self.dests);
+                (
+                    &mut segments.hdrs[..messages],
+                    Some(&segments.slots[..messages]),
+                )
+            }
+        };
+        let slots_of = |m: usize| slots.map_or(1, |s| s[m]);
+        let messages = hdrs.len();
         let mut out = Flushed::default();
         let mut outcomes = self.tokens.drain(..);
-        let mut start = 0;
-        while start < len {
-            let remaining = len - start;
-            // SAFETY: hdrs[start..len] are initialised mmsghdr whose name and iovec
+        let (mut start, mut slot) = (0, 0);
+        while start < messages {
+            let remaining = messages - start;
+            // SAFETY: hdrs[start..] are initialised mmsghdr whose name, iovec and control
             // pointers point into buffers owned by `self`, alive for the call, with
-            // lengths set by `push`.
+            // lengths set by `push` (and by `Segments::gather`).
             let n = unsafe {
                 libc::sendmmsg(
                     fd,
-                    self.hdrs[start..].as_mut_ptr(),
+                    hdrs[start..].as_mut_ptr(),
                     remaining as libc::c_uint,
                     libc::MSG_DONTWAIT,
                 )
             };
             if n > 0 {
                 let n = n as usize;
-                out.sent += n;
-                out.bytes += self.iovecs[start..start + n]
+                let carried: usize = (start..start + n).map(slots_of).sum();
+                out.sends += n;
+                out.sent += carried;
+                out.bytes += self.iovecs[slot..slot + carried]
                     .iter()
                     .map(|v| v.iov_len)
                     .sum::<usize>();
-                outcomes.by_ref().take(n).for_each(|t| settle(t, true));
+                outcomes
+                    .by_ref()
+                    .take(carried)
+                    .for_each(|t| settle(t, true));
                 start += n;
+                slot += carried;
                 continue;
             }
             let err = io::Error::last_os_error();
             match err.kind() {
                 io::ErrorKind::Interrupted => continue,
                 io::ErrorKind::WouldBlock => {
-                    out.failed += remaining;
+                    out.failed += len - slot;
                     outcomes.by_ref().for_each(|t| settle(t, false));
                     break;
                 }
-                // The first datagram was refused (e.g. ECONNREFUSED from an earlier ICMP,
-                // ENETUNREACH): skip it and carry on with the rest.
+                // The first message was refused (e.g. ECONNREFUSED from an earlier ICMP,
+                // ENETUNREACH, or a run of segments over the path's MTU): its datagrams
+                // fail, the rest carry on.
                 _ => {
-                    out.failed += 1;
-                    outcomes.by_ref().take(1).for_each(|t| settle(t, false));
+                    let refused = slots_of(start);
+                    out.failed += refused;
+                    outcomes
+                        .by_ref()
+                        .take(refused)
+                        .for_each(|t| settle(t, false));
                     start += 1;
+                    slot += refused;
                 }
             }
         }
         out
+    }
+}
+
+impl Segments {
+    /// Groups the queued datagrams (`hdrs`, `iovecs`, `dests`, in queue order) into runs
+    /// to one destination, each as long as its first but the last, at most
+    /// [`MAX_SEGMENTS`] and [`MAX_SEGMENTED_BYTES`]; writes one message per run (with a
+    /// `UDP_SEGMENT` control message when it carries more than one datagram). Returns
+    /// the number of messages.
+    fn gather(
+        &mut self,
+        hdrs: &[libc::mmsghdr],
+        iovecs: &[libc::iovec],
+        dests: &[SocketAddr],
+    ) -> usize {
+        let len = hdrs.len();
+        let (mut messages, mut first) = (0, 0);
+        while first < len {
+            let segment = iovecs[first].iov_len;
+            let (mut end, mut bytes) = (first + 1, segment);
+            // (An empty datagram cannot lead a run: a segment size of 0 means no GSO.)
+            while segment > 0
+                && end < len
+                && end - first < MAX_SEGMENTS
+                && dests[end] == dests[first]
+                && iovecs[end].iov_len <= segment
+                && bytes + iovecs[end].iov_len <= MAX_SEGMENTED_BYTES
+            {
+                bytes += iovecs[end].iov_len;
+                end += 1;
+                if iovecs[end - 1].iov_len < segment {
+                    break; // a shorter datagram ends its run
+                }
+            }
+            // The run's first datagram's header already names its address and points at
+            // its iovec; the run's iovecs follow it in the same array.
+            let hdr = &mut self.hdrs[messages].msg_hdr;
+            hdr.msg_name = hdrs[first].msg_hdr.msg_name;
+            hdr.msg_namelen = hdrs[first].msg_hdr.msg_namelen;
+            hdr.msg_iov = hdrs[first].msg_hdr.msg_iov;
+            hdr.msg_iovlen = end - first;
+            if end - first > 1 {
+                let control = &mut self.controls[messages];
+                let cmsg = control.as_mut_ptr().cast::<libc::cmsghdr>();
+                // SAFETY: `control` is 32 bytes aligned to 8: room for a cmsghdr and the
+                // u16 that CMSG_DATA points at after it (checked at compile time above).
+                unsafe {
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(size_of::<u16>() as u32) as usize;
+                    (*cmsg).cmsg_level = libc::SOL_UDP;
+                    (*cmsg).cmsg_type = libc::UDP_SEGMENT;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>(), segment as u16);
+                }
+                hdr.msg_control = control.as_mut_ptr().cast();
+                hdr.msg_controllen = SEGMENT_CONTROL_LEN;
+            } else {
+                hdr.msg_control = std::ptr::null_mut();
+                hdr.msg_controllen = 0;
+            }
+            self.slots[messages] = end - first;
+            messages += 1;
+            first = end;
+        }
+        messages
     }
 }
 

@@ -69,3 +69,116 @@ fn a_full_batch_refuses_the_next_push() {
     assert!(batch.is_full());
     assert_eq!(batch.push(to, &[], &[0], 64), Err((64, PushError::Full)));
 }
+
+/// Reads datagrams from `socket` until `count` arrived or 5 s passed; each with its source.
+fn receive(socket: &std::net::UdpSocket, count: usize) -> Vec<(SocketAddr, Vec<u8>)> {
+    let mut recv = RecvBatch::new();
+    let mut got = vec![];
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < count && Instant::now() < deadline {
+        let n = recv.recv(socket.as_raw_fd()).unwrap();
+        for i in 0..n {
+            let d = recv.get(i).unwrap();
+            assert!(!d.truncated);
+            got.push((d.source, d.data.to_vec()));
+        }
+        if n == 0 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    got
+}
+
+/// With GSO, a batch's runs to one destination of one length leave as one send each,
+/// the kernel cuts them back into the datagrams queued, and every token still comes back
+/// once, in order. Runs end at a new destination, a longer datagram, or after a shorter
+/// one.
+#[test]
+fn a_segmenting_batch_sends_each_run_once_and_every_datagram_arrives_alone() {
+    let sender = loopback();
+    let (a, b) = (loopback(), loopback());
+    let (to_a, to_b) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    let mut batch: SendBatch<u32> = SendBatch::segmenting(false);
+    // Runs: a ×5 of 100 bytes and one of 40 (one send); b ×3 of 100 (one send); a ×2 of
+    // 100 again (one send); a ×1 of 300 (longer than the run's: its own send).
+    let plan: Vec<(SocketAddr, usize)> = std::iter::repeat_n((to_a, 100), 5)
+        .chain([(to_a, 40)])
+        .chain(std::iter::repeat_n((to_b, 100), 3))
+        .chain(std::iter::repeat_n((to_a, 100), 2))
+        .chain([(to_a, 300)])
+        .collect();
+    for (token, (to, len)) in plan.iter().enumerate() {
+        batch
+            .push(*to, &[token as u8], &vec![7; len - 1], token as u32)
+            .unwrap();
+    }
+    let mut settled = vec![];
+    let flushed = batch.flush(sender.as_raw_fd(), |t, ok| settled.push((t, ok)));
+    assert_eq!(
+        settled,
+        (0..plan.len() as u32)
+            .map(|t| (t, true))
+            .collect::<Vec<_>>()
+    );
+    let bytes: usize = plan.iter().map(|p| p.1).sum();
+    assert_eq!(
+        (flushed.sent, flushed.failed, flushed.bytes, flushed.sends),
+        (12, 0, bytes, 4)
+    );
+    let at_a = receive(&a, 9);
+    let at_b = receive(&b, 3);
+    let tokens = |got: &[(SocketAddr, Vec<u8>)]| -> Vec<(u8, usize)> {
+        got.iter().map(|(_, d)| (d[0], d.len())).collect()
+    };
+    assert_eq!(
+        tokens(&at_a),
+        [
+            (0, 100),
+            (1, 100),
+            (2, 100),
+            (3, 100),
+            (4, 100),
+            (5, 40),
+            (9, 100),
+            (10, 100),
+            (11, 300)
+        ]
+    );
+    assert_eq!(tokens(&at_b), [(6, 100), (7, 100), (8, 100)]);
+    assert!(
+        at_a.iter()
+            .chain(&at_b)
+            .all(|(from, _)| *from == sender.local_addr().unwrap())
+    );
+}
+
+/// A plain batch makes one send per datagram; `push_flushing` sends a full batch first
+/// (settling each of its datagrams) and then queues.
+#[test]
+fn push_flushing_sends_a_full_batch_before_it_queues() {
+    let sender = loopback();
+    let receiver = loopback();
+    let to = receiver.local_addr().unwrap();
+    let mut batch: SendBatch<usize> = SendBatch::new(false);
+    let mut settled = vec![];
+    for token in 0..=ufrag_udp::BATCH {
+        batch
+            .push_flushing(sender.as_raw_fd(), (to, &[], &[1; 10]), token, |t, ok| {
+                settled.push((t, ok));
+            })
+            .unwrap();
+    }
+    assert_eq!(settled.len(), ufrag_udp::BATCH, "the full batch went first");
+    assert!(settled.iter().enumerate().all(|(i, s)| *s == (i, true)));
+    let flushed = batch.flush(sender.as_raw_fd(), |t, ok| settled.push((t, ok)));
+    assert_eq!((flushed.sent, flushed.sends), (1, 1));
+    assert_eq!(settled.last(), Some(&(ufrag_udp::BATCH, true)));
+    assert_eq!(
+        receive(&receiver, ufrag_udp::BATCH + 1).len(),
+        ufrag_udp::BATCH + 1
+    );
+    assert_eq!(
+        batch.push_flushing(sender.as_raw_fd(), (to, &[1], &[0; BUF_LEN]), 7, |_, _| {}),
+        Err((7, PushError::TooLarge))
+    );
+}
