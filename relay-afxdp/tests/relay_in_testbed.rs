@@ -170,7 +170,10 @@ fn ice_tcp_bundles_and_gso_are_refused_with_the_deployment_that_serves_them() {
         ),
         (
             vec!["--internal-gso".to_string()],
-            ["`internal_gso`", "GSO on the internal socket is relay-mio's"],
+            [
+                "`internal_gso`",
+                "GSO on the internal socket is relay-mio's",
+            ],
         ),
     ];
     for (flag, says) in refusals {

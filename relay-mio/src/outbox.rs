@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, RawFd};
 
-use ufrag_common::bundle::Bundler;
+use ufrag_common::bundle::{Bundler, max_bundle_len};
 use ufrag_common::config::BundlePolicy;
 use ufrag_common::execute::{Tally, Tickets, Transmit};
 use ufrag_common::frame::MAX_HEADER_LEN;
@@ -35,11 +35,14 @@ impl Outbox {
     }
 
     /// An outbox that bundles frames for the peers `policy` names (none: like `new`),
-    /// and sends runs of equal-size datagrams as one GSO send when it says so.
+    /// and sends runs of equal-size datagrams as one GSO send when it says so (a datagram
+    /// longer than the internal MTU allows goes alone).
     pub(crate) fn bundling(socket: mio::net::UdpSocket, ipv6: bool, policy: BundlePolicy) -> Self {
         let mut outbox = Outbox::new(socket, ipv6);
         if policy.gso {
-            outbox.batch = SendBatch::segmenting(ipv6);
+            // The IPv6 bound serves both families: a segment never passes the MTU.
+            let max_segment = max_bundle_len(policy.mtu, false);
+            outbox.batch = SendBatch::segmenting(ipv6, max_segment);
         }
         if !policy.to.is_empty() {
             let bundler = Bundler::new(policy.mtu, BUF_LEN);

@@ -286,6 +286,8 @@ struct Segments {
     hdrs: Box<[libc::mmsghdr]>,
     controls: Box<[SegmentControl]>,
     slots: Box<[usize]>,
+    /// The longest datagram that may lead a run.
+    max_segment: usize,
 }
 
 impl<T> std::fmt::Debug for SendBatch<T> {
@@ -333,9 +335,10 @@ impl<T> SendBatch<T> {
     /// destination, all the length of the first (the last may be shorter), as one send
     /// with `UDP_SEGMENT` (GSO): the kernel builds and routes one datagram and cuts it
     /// into the run's datagrams at the device, or the NIC does. Each datagram still gets
-    /// its own token and outcome. A run of segments longer than the path's MTU allows is
-    /// refused whole (EINVAL) where single datagrams would have been fragmented.
-    pub fn segmenting(ipv6_socket: bool) -> Self {
+    /// its own token and outcome. A datagram longer than `max_segment` (the path's MTU
+    /// less the IP and UDP headers) is sent alone, as without GSO: the kernel refuses a
+    /// run whose segments the path cannot carry whole, where it fragments a datagram.
+    pub fn segmenting(ipv6_socket: bool, max_segment: usize) -> Self {
         let mut batch = Self::new(ipv6_socket);
         // SAFETY: mmsghdr is a plain C struct (integers and raw pointers), valid when
         // all-zero.
@@ -344,6 +347,7 @@ impl<T> SendBatch<T> {
             hdrs,
             controls: vec![[0u64; 4]; BATCH].into_boxed_slice(),
             slots: vec![0; BATCH].into_boxed_slice(),
+            max_segment,
         });
         batch
     }
@@ -483,8 +487,8 @@ impl<T> SendBatch<T> {
 
 impl Segments {
     /// Groups the queued datagrams (`hdrs`, `iovecs`, `dests`, in queue order) into runs
-    /// to one destination, each as long as its first but the last, at most
-    /// [`MAX_SEGMENTS`] and [`MAX_SEGMENTED_BYTES`]; writes one message per run (with a
+    /// to one destination, each as long as its first but the last (and the first at most
+    /// `max_segment`), at most [`MAX_SEGMENTS`] and [`MAX_SEGMENTED_BYTES`]; writes one message per run (with a
     /// `UDP_SEGMENT` control message when it carries more than one datagram). Returns
     /// the number of messages.
     fn gather(
@@ -498,8 +502,9 @@ impl Segments {
         while first < len {
             let segment = iovecs[first].iov_len;
             let (mut end, mut bytes) = (first + 1, segment);
-            // (An empty datagram cannot lead a run: a segment size of 0 means no GSO.)
-            while segment > 0
+            // An empty datagram cannot lead a run (a segment size of 0 means no GSO), nor
+            // one the path cannot carry whole.
+            while (1..=self.max_segment).contains(&segment)
                 && end < len
                 && end - first < MAX_SEGMENTS
                 && dests[end] == dests[first]

@@ -92,20 +92,22 @@ fn receive(socket: &std::net::UdpSocket, count: usize) -> Vec<(SocketAddr, Vec<u
 /// With GSO, a batch's runs to one destination of one length leave as one send each,
 /// the kernel cuts them back into the datagrams queued, and every token still comes back
 /// once, in order. Runs end at a new destination, a longer datagram, or after a shorter
-/// one.
+/// one; a datagram longer than the longest segment goes alone.
 #[test]
 fn a_segmenting_batch_sends_each_run_once_and_every_datagram_arrives_alone() {
     let sender = loopback();
     let (a, b) = (loopback(), loopback());
     let (to_a, to_b) = (a.local_addr().unwrap(), b.local_addr().unwrap());
-    let mut batch: SendBatch<u32> = SendBatch::segmenting(false);
+    let mut batch: SendBatch<u32> = SendBatch::segmenting(false, 1000);
     // Runs: a ×5 of 100 bytes and one of 40 (one send); b ×3 of 100 (one send); a ×2 of
-    // 100 again (one send); a ×1 of 300 (longer than the run's: its own send).
+    // 100 again (one send); a ×1 of 300 (longer than the run's: its own send); a ×2 of
+    // 1200 (past the longest segment: a send each).
     let plan: Vec<(SocketAddr, usize)> = std::iter::repeat_n((to_a, 100), 5)
         .chain([(to_a, 40)])
         .chain(std::iter::repeat_n((to_b, 100), 3))
         .chain(std::iter::repeat_n((to_a, 100), 2))
         .chain([(to_a, 300)])
+        .chain(std::iter::repeat_n((to_a, 1200), 2))
         .collect();
     for (token, (to, len)) in plan.iter().enumerate() {
         batch
@@ -123,9 +125,9 @@ fn a_segmenting_batch_sends_each_run_once_and_every_datagram_arrives_alone() {
     let bytes: usize = plan.iter().map(|p| p.1).sum();
     assert_eq!(
         (flushed.sent, flushed.failed, flushed.bytes, flushed.sends),
-        (12, 0, bytes, 4)
+        (14, 0, bytes, 6)
     );
-    let at_a = receive(&a, 9);
+    let at_a = receive(&a, 11);
     let at_b = receive(&b, 3);
     let tokens = |got: &[(SocketAddr, Vec<u8>)]| -> Vec<(u8, usize)> {
         got.iter().map(|(_, d)| (d[0], d.len())).collect()
@@ -141,7 +143,9 @@ fn a_segmenting_batch_sends_each_run_once_and_every_datagram_arrives_alone() {
             (5, 40),
             (9, 100),
             (10, 100),
-            (11, 300)
+            (11, 300),
+            (12, 1200),
+            (13, 1200)
         ]
     );
     assert_eq!(tokens(&at_b), [(6, 100), (7, 100), (8, 100)]);

@@ -128,6 +128,14 @@ pub const SETUPS: &[Setup] = &[
         true,
     ),
     relay(
+        "mio-gso",
+        "relay-mio, GSO to the transceiver",
+        "relay-mio",
+        &["--internal-gso"],
+        None,
+        false,
+    ),
+    relay(
         "mio-busy",
         "relay-mio busy",
         "relay-mio",
