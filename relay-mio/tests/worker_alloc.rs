@@ -1,7 +1,7 @@
 //! A real worker, in process, on real loopback sockets, forwarding in both directions
 //! under a counting allocator: after warm-up, the worker thread allocates nothing per
 //! packet (receive, decide, frame, send, counters, expiry ticks), sleeping in epoll or
-//! busy-polling, and with the internal leg in bundles both ways.
+//! busy-polling, with the internal leg in bundles both ways, and sending runs by GSO.
 
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::Arc;
@@ -25,13 +25,30 @@ static GLOBAL: CountingAllocator = CountingAllocator;
 /// One test for both poll modes, one after the other: the counting allocator is armed
 /// for the whole process.
 #[test]
-fn the_worker_does_not_allocate_per_packet_sleeping_or_busy_polling_or_bundling() {
-    forward_under_the_counting_allocator(PollMode::Wakeup, 0, false);
-    forward_under_the_counting_allocator(PollMode::Busy, 1, false);
-    forward_under_the_counting_allocator(PollMode::Wakeup, 2, true);
+fn the_worker_does_not_allocate_per_packet_sleeping_or_busy_polling_or_bundling_or_by_gso() {
+    forward_under_the_counting_allocator(PollMode::Wakeup, 0, Internal::Single);
+    forward_under_the_counting_allocator(PollMode::Busy, 1, Internal::Single);
+    forward_under_the_counting_allocator(PollMode::Wakeup, 2, Internal::Bundles);
+    forward_under_the_counting_allocator(PollMode::Wakeup, 3, Internal::Gso);
 }
 
-fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16, bundles: bool) {
+/// How the worker sends to the transceiver.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Internal {
+    /// One datagram per frame.
+    Single,
+    /// In bundles (`--bundle-to`).
+    Bundles,
+    /// Runs of equal-size frames as one GSO send (`--internal-gso`).
+    Gso,
+}
+
+fn forward_under_the_counting_allocator(
+    poll_mode: PollMode,
+    port_offset: u16,
+    internal_leg: Internal,
+) {
+    let bundles = internal_leg == Internal::Bundles;
     let pid = std::process::id();
     let ip = std::net::Ipv4Addr::new(127, 60, (pid % 250) as u8 + 1, (pid / 250 % 250) as u8 + 1);
     let vip = SocketAddr::from((ip, 3478 + port_offset));
@@ -50,7 +67,7 @@ fn forward_under_the_counting_allocator(poll_mode: PollMode, port_offset: u16, b
                 vec![]
             },
             mtu: 1500,
-            gso: false,
+            gso: internal_leg == Internal::Gso,
         },
         ..support::spec(internal, policy)
     };
