@@ -67,6 +67,45 @@ fn receive_frames(socket: &UdpSocket, frames: usize) -> Vec<Vec<u8>> {
     datagrams
 }
 
+/// Client `c`'s `k`-th media datagram: RTP-shaped, naming both.
+fn rtp(c: usize, k: usize) -> [u8; RTP_LEN] {
+    let mut d = [0x80u8; RTP_LEN];
+    d[1] = c as u8;
+    d[2] = k as u8;
+    d
+}
+
+/// Each client sends a Binding Request signed for a session on `transceiver_of(c)`,
+/// then [`RTP_PER_CLIENT`] media datagrams, all to `vip` (queued before the worker runs).
+fn open_sessions(
+    clients: &[UdpSocket],
+    vip: SocketAddr,
+    transceiver_of: impl Fn(usize) -> SocketAddr,
+) {
+    let keys = support::keys();
+    for (c, client) in clients.iter().enumerate() {
+        let hint = RoutingHint {
+            cluster: 0,
+            transceiver: transceiver_of(c),
+        };
+        let ufrag = keys.mint(&hint, [c as u8; 5]);
+        let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
+        let mut check = [0u8; 512];
+        let n = stun::write_binding_request(
+            &mut check,
+            &[c as u8; 12],
+            ufrag.as_bytes(),
+            b"cli1",
+            pwd.as_bytes(),
+        )
+        .unwrap();
+        client.send_to(&check[..n], vip).unwrap();
+        for k in 0..RTP_PER_CLIENT {
+            client.send_to(&rtp(c, k), vip).unwrap();
+        }
+    }
+}
+
 #[test]
 fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reach_each_client() {
     let ip = own_ip(1);
@@ -78,7 +117,6 @@ fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reac
     for s in [&bundling, &plain] {
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     }
-    let keys = support::keys();
     let host = |s: &UdpSocket| format!("{}/32", s.local_addr().unwrap().ip());
     let policy = support::policy(vip, &[&host(&bundling), &host(&plain)]);
     let metrics = RelayMetrics::new("mio", 1);
@@ -104,34 +142,7 @@ fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reac
             &plain
         }
     };
-    let rtp = |c: usize, k: usize| {
-        let mut d = [0x80u8; RTP_LEN];
-        d[1] = c as u8;
-        d[2] = k as u8;
-        d
-    };
-    for (c, client) in clients.iter().enumerate() {
-        let hint = RoutingHint {
-            cluster: 0,
-            transceiver: transceiver_of(c).local_addr().unwrap(),
-        };
-        let ufrag = keys.mint(&hint, [c as u8; 5]);
-        let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-        let mut check = [0u8; 512];
-        let tid = [c as u8; 12];
-        let n = stun::write_binding_request(
-            &mut check,
-            &tid,
-            ufrag.as_bytes(),
-            b"cli1",
-            pwd.as_bytes(),
-        )
-        .unwrap();
-        client.send_to(&check[..n], vip).unwrap();
-        for k in 0..RTP_PER_CLIENT {
-            client.send_to(&rtp(c, k), vip).unwrap();
-        }
-    }
+    open_sessions(&clients, vip, |c| transceiver_of(c).local_addr().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
     let thread = std::thread::spawn(move || worker.run(&stopping));
@@ -262,7 +273,6 @@ fn with_gso_every_frame_reaches_a_plain_transceiver_alone_and_in_order() {
     transceiver
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let keys = support::keys();
     let host = format!("{}/32", transceiver.local_addr().unwrap().ip());
     let metrics = RelayMetrics::new("mio", 1);
     let spec = WorkerSpec {
@@ -276,33 +286,7 @@ fn with_gso_every_frame_reaches_a_plain_transceiver_alone_and_in_order() {
     let clients: Vec<UdpSocket> = (0..CLIENTS)
         .map(|_| UdpSocket::bind((own_ip(13), 0)).unwrap())
         .collect();
-    let rtp = |c: usize, k: usize| {
-        let mut d = [0x80u8; RTP_LEN];
-        d[1] = c as u8;
-        d[2] = k as u8;
-        d
-    };
-    let hint = RoutingHint {
-        cluster: 0,
-        transceiver: transceiver.local_addr().unwrap(),
-    };
-    for (c, client) in clients.iter().enumerate() {
-        let ufrag = keys.mint(&hint, [c as u8; 5]);
-        let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
-        let mut check = [0u8; 512];
-        let n = stun::write_binding_request(
-            &mut check,
-            &[c as u8; 12],
-            ufrag.as_bytes(),
-            b"cli1",
-            pwd.as_bytes(),
-        )
-        .unwrap();
-        client.send_to(&check[..n], vip).unwrap();
-        for k in 0..RTP_PER_CLIENT {
-            client.send_to(&rtp(c, k), vip).unwrap();
-        }
-    }
+    open_sessions(&clients, vip, |_| transceiver.local_addr().unwrap());
     let stop = Arc::new(AtomicBool::new(false));
     let stopping = Arc::clone(&stop);
     let thread = std::thread::spawn(move || worker.run(&stopping));

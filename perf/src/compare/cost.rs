@@ -66,6 +66,25 @@ impl Sample {
     pub fn clean(&self) -> bool {
         self.disturbances.is_empty()
     }
+
+    /// Setup `setup`'s sample of `round`, first in its order, with no trials; passed by
+    /// the host gate or (not `clean`) left out for a busy host. For unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_tests(setup: &str, round: usize, clean: bool) -> Sample {
+        Sample {
+            setup: setup.into(),
+            round,
+            position: 1,
+            loads: vec![],
+            latency: vec![],
+            disturbances: if clean {
+                vec![]
+            } else {
+                vec![crate::host_gate::Disturbance::BusyAtRest(0.5)]
+            },
+            reading: None,
+        }
+    }
 }
 
 /// µs per packet at each load with `null`'s cost at the same load subtracted, and the
@@ -222,17 +241,8 @@ mod tests {
 
     fn sample(setup: &str, round: usize, us: f64, clean: bool) -> Sample {
         Sample {
-            setup: setup.into(),
-            round,
-            position: 1,
             loads: vec![trial(10_000, us, 0), trial(50_000, us, 0)],
-            latency: vec![],
-            disturbances: if clean {
-                vec![]
-            } else {
-                vec![Disturbance::BusyAtRest(0.5)]
-            },
-            reading: None,
+            ..Sample::for_tests(setup, round, clean)
         }
     }
 

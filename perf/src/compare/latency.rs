@@ -199,7 +199,6 @@ pub fn json(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::host_gate::Disturbance;
     use crate::load::{CDF_QUANTILES, Latency};
 
     /// A latency trial at `pps` whose p50 and p99 are `p50` and `p99` µs.
@@ -220,17 +219,8 @@ mod tests {
 
     fn sample(setup: &str, round: usize, latency: Vec<Trial>, clean: bool) -> Sample {
         Sample {
-            setup: setup.into(),
-            round,
-            position: 1,
-            loads: vec![],
             latency,
-            disturbances: if clean {
-                vec![]
-            } else {
-                vec![Disturbance::BusyAtRest(0.5)]
-            },
-            reading: None,
+            ..Sample::for_tests(setup, round, clean)
         }
     }
 
