@@ -404,6 +404,8 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
             "5000,10000",
             "--latency-loads",
             "1000,5000",
+            "--versus",
+            "afxdp-skb-wakeup:mio",
             "--no-search",
             "--seed",
             "7",
@@ -456,6 +458,17 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
         );
         assert!(row["sessions_per_core"].as_f64() > Some(0.0), "{row}");
     }
+    // --versus: relay-afxdp against relay-mio per round is its ratio to the baseline.
+    let pair = &cost["pairs"][0];
+    assert_eq!(
+        (&pair["setup"], &pair["against"]),
+        (
+            &serde_json::json!("afxdp-skb-wakeup"),
+            &serde_json::json!("mio")
+        )
+    );
+    assert_eq!(pair["ratio"], rows[1]["ratio_to_baseline"], "{pair}");
+    assert!(report.contains("### Pairs, per round"), "{report}");
     let mio_ratio = &rows[0]["ratio_to_baseline"];
     if !mio_ratio.is_null() {
         assert_eq!(mio_ratio["median"], 1.0, "relay-mio against itself");
@@ -674,6 +687,16 @@ fn a_bad_value_and_a_missing_peer_are_named_before_any_trial() {
     let (code, stderr) = compare(&["--loads", "fast"], &path);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("fast"), "{stderr}");
+    // A pair must name two setups, both measured in the run.
+    let (code, stderr) = compare(&["--versus", "mio-gso"], &path);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("A:B"), "{stderr}");
+    let (code, stderr) = compare(&["--only", "mio", "--versus", "mio-gso:mio"], &path);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--versus mio-gso: not measured"),
+        "{stderr}"
+    );
     // nginx (and nft) cannot be found on an empty PATH.
     let empty = std::env::temp_dir().join(format!("ufrag-empty-path-{}", std::process::id()));
     std::fs::create_dir_all(&empty).unwrap();

@@ -218,6 +218,22 @@ pub fn row_costs(samples: &[Sample], null: &str, baseline: &str, setups: &[&str]
         .collect()
 }
 
+/// Row `a`'s pooled cost over row `b`'s in each round both kept, as a median and its
+/// interval (`None` when no round kept both, or either row is missing).
+pub fn pair_ratio(rows: &[RowCost], a: &str, b: &str) -> Option<Interval> {
+    let row = |key: &str| rows.iter().find(|r| r.setup == key);
+    let (a, b) = (row(a)?, row(b)?);
+    let ratios: Vec<f64> = a
+        .pooled_by_round
+        .iter()
+        .filter_map(|(round, us)| {
+            let (_, theirs) = b.pooled_by_round.iter().find(|(r, _)| r == round)?;
+            Some(us / theirs)
+        })
+        .collect();
+    median_interval(&ratios, CONFIDENCE)
+}
+
 /// Voice sessions one core carries at `us_per_packet`: a session is 50 packets a second
 /// each way.
 pub fn sessions_per_core(us_per_packet: f64) -> f64 {
@@ -297,6 +313,25 @@ mod tests {
         assert_eq!((rows[0].rounds_kept, rows[0].rounds_run), (3, 4));
         assert_eq!(rows[1].rounds_kept, 3);
         assert_eq!(rows[1].ratio_to_baseline.unwrap().samples, 3);
+    }
+
+    #[test]
+    fn a_pair_is_compared_round_by_round_over_the_rounds_both_kept() {
+        let mut samples = vec![];
+        for round in 1..=6 {
+            let slow = if round == 2 { 3.0 } else { 1.0 };
+            samples.push(sample("direct", round, 1.0, true));
+            samples.push(sample("mio", round, 9.0 * slow, true));
+            samples.push(sample("gso", round, 5.0 * slow, round != 5));
+            samples.push(sample("bundles", round, 6.0 * slow, true));
+        }
+        let keys = ["direct", "mio", "gso", "bundles"];
+        let rows = row_costs(&samples, "direct", "mio", &keys);
+        // (5 µs − 1) / (6 µs − 1) net, whatever the round's speed; round 5 left out.
+        let ratio = pair_ratio(&rows, "gso", "bundles").unwrap();
+        assert_eq!(ratio.samples, 5);
+        assert!((ratio.median - 0.8).abs() < 0.05, "{ratio:?}");
+        assert!(pair_ratio(&rows, "gso", "afxdp").is_none());
     }
 
     #[test]

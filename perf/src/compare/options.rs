@@ -47,6 +47,11 @@ pub struct Options {
     /// recorded, and the report gives each row's p50 and p99 against relay-mio's.
     #[arg(long, value_delimiter = ',')]
     pub latency_loads: Vec<u64>,
+    /// Pairs of rows to compare with each other, per round (`A:B`, comma-separated; e.g.
+    /// `mio-gso:mio-bundles`): the report gives A's cost over B's, beside each row's
+    /// ratio to relay-mio. Both must be measured.
+    #[arg(long, value_delimiter = ',', value_parser = parse_pair)]
+    pub versus: Vec<(String, String)>,
     /// Length of each fixed-load trial.
     #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
     pub trial: Duration,
@@ -102,6 +107,22 @@ pub struct Options {
     pub out: PathBuf,
 }
 
+/// `A:B`, two setup keys.
+fn parse_pair(text: &str) -> Result<(String, String), String> {
+    let (a, b) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text}: two setups as A:B"))?;
+    for key in [a, b] {
+        if !setups::keys().contains(&key) {
+            return Err(format!(
+                "{key}: not a setup ({})",
+                setups::keys().join(", ")
+            ));
+        }
+    }
+    Ok((a.to_string(), b.to_string()))
+}
+
 impl Options {
     /// Refuses option combinations that cannot run, naming why.
     pub fn check(&self) -> Result<(), String> {
@@ -131,6 +152,21 @@ impl Options {
         }
         if self.latency_loads.contains(&0) {
             return Err("--latency-loads: each above 0 pps".into());
+        }
+        if !self.versus.is_empty() {
+            if self.rounds == 0 || self.direction != Direction::Up {
+                return Err(
+                    "--versus compares the fixed-load rounds: uplink, --rounds 1 or more".into(),
+                );
+            }
+            let (run, _) = self.setups(1);
+            for key in self.versus.iter().flat_map(|(a, b)| [a, b]) {
+                if !run.iter().any(|s| s.key == key) {
+                    return Err(format!(
+                        "--versus {key}: not measured in this run (add it to --only)"
+                    ));
+                }
+            }
         }
         if self.rounds == 0 && self.no_search {
             return Err("--rounds 0 with --no-search measures nothing".into());

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::cost::{CONFIDENCE, RowCost, Sample, row_costs, sessions_per_core};
+use super::cost::{CONFIDENCE, RowCost, Sample, pair_ratio, row_costs, sessions_per_core};
 use super::notes;
 use super::options::{Direction, Options};
 use super::search_phase::Searched;
@@ -163,6 +163,31 @@ fn per_round_table(rows: &[RowCost], rounds: usize) -> String {
     out
 }
 
+/// `--versus`: each pair's cost ratio, per round both kept.
+fn pairs_table(rows: &[RowCost], pairs: &[(String, String)]) -> String {
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n### Pairs, per round\n\nThe first row's pooled cost over the second's in each round \
+         both were kept: median [interval of at least {:.0} % confidence].\n\n\
+         | setup | against | ratio | rounds |\n|---|---|---:|---:|\n",
+        CONFIDENCE * 100.0
+    );
+    for (a, b) in pairs {
+        let ratio = pair_ratio(rows, a, b);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            name_of(a),
+            name_of(b),
+            ratio.map_or("–".into(), |i| i.label(2)),
+            ratio.map_or(0, |i| i.samples)
+        );
+    }
+    out
+}
+
 fn interval_json(i: Option<Interval>) -> serde_json::Value {
     i.map_or(serde_json::Value::Null, |i| {
         serde_json::json!({
@@ -281,6 +306,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         ));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&per_round_table(&rows, options.rounds));
+        md.push_str(&pairs_table(&rows, &options.versus));
         if !latency_rows.is_empty() {
             md.push_str(&super::latency::markdown(
                 &latency_rows,
@@ -369,6 +395,11 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     json["cost"] = cost_json(&verdict, &rows, m.samples, options, m.seed);
     json["cost"]["latency_loads_pps"] = serde_json::json!(options.latency_loads);
     json["cost"]["latency"] = super::latency::json(&latency_rows, interval_json);
+    json["cost"]["pairs"] = options
+        .versus
+        .iter()
+        .map(|(a, b)| serde_json::json!({ "setup": a, "against": b, "ratio": interval_json(pair_ratio(&rows, a, b)) }))
+        .collect();
     json["partial"] = serde_json::json!(m.partial);
     json["left_out"] = m
         .left_out
