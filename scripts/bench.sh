@@ -12,12 +12,14 @@
 #                             crates.io, about 10 minutes), the model bridge's largest
 #                             load, the worker sweep, and compare
 #                             downlink, with 1,200-byte datagrams, over 100k flows, over
-#                             IPv6, with the model speaking, and latency.
+#                             IPv6, with the model speaking, and latency; and the internal
+#                             leg: bundles and GSO in compare, bundles in the transceiver.
 #
 # Reports go to target/perf/: loopback.md, sessions.md, model.md, resilience.md (+ .json),
 # compare.md (+ .json, .svg); with --full also model-largest-load.md, compare-workers.md, compare-downlink.md,
 # compare-1200b.md, compare-100k-flows.md, compare-ipv6.md, compare-model-speaks.md and
-# compare-latency.md (each with .json and .svg). Needs root (the netns testbed). Installs
+# compare-latency.md, compare-internal-leg.md (each with .json and .svg) and
+# model-bundles.md. Needs root (the netns testbed). Installs
 # what it needs when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,5 +98,10 @@ echo "== latency: sleeping against busy-polling forwarders, one cross-core hop f
 target/release/ufrag-perf compare --no-steer --rounds 0 \
   --only direct,mio,mio-busy,afxdp-skb-wakeup,afxdp-skb-busy,afxdp-native-wakeup,afxdp-native-busy \
   --out target/perf/compare-latency.md
+echo "== the internal leg: bundles and GSO against single frames, with latency at low loads (perf compare --versus)"
+target/release/ufrag-perf compare --only naive,mio,mio-bundles,mio-gso --versus mio-gso:mio-bundles \
+  --latency-loads 1000,20000 --latency-trial 3s --out target/perf/compare-internal-leg.md
+echo "== the internal leg in the transceiver: single frames against bundles both ways (perf model --bundles)"
+target/release/ufrag-perf model --bundles --steps 0 --cost-rounds 12 --out target/perf/model-bundles.md
 echo "== bench.sh --full: done in $(( ($(date +%s) - started) / 60 )) min; the verdict (target/perf/compare.md):"
 sed -n '/^## Verdict/{n;n;p;q}' target/perf/compare.md
