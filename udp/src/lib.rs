@@ -508,7 +508,8 @@ impl Segments {
                 && end < len
                 && end - first < MAX_SEGMENTS
                 && dests[end] == dests[first]
-                && iovecs[end].iov_len <= segment
+                // (An empty datagram joins no run: it would be no segment at all.)
+                && (1..=segment).contains(&iovecs[end].iov_len)
                 && bytes + iovecs[end].iov_len <= MAX_SEGMENTED_BYTES
             {
                 bytes += iovecs[end].iov_len;
@@ -601,5 +602,97 @@ pub fn probe_offloads(fd: RawFd) -> Offloads {
     Offloads {
         gso: try_set(libc::UDP_SEGMENT),
         gro: try_set(libc::UDP_GRO),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A small xorshift generator: the same cases on every run.
+    fn next(state: &mut u64) -> u64 {
+        *state ^= *state << 13;
+        *state ^= *state >> 7;
+        *state ^= *state << 17;
+        *state
+    }
+
+    /// Over many random batches (three destinations, lengths from a few sizes, some
+    /// empty or past the longest segment): every queued datagram is in exactly one
+    /// message, in order; a message of several is one destination, all the length of its
+    /// first but a shorter last, within the limits, and carries a `UDP_SEGMENT` of that
+    /// length; a lone datagram carries no control message.
+    #[test]
+    fn runs_cover_the_batch_once_and_keep_the_rules() {
+        let dests: [SocketAddr; 3] = [
+            "127.0.0.1:1".parse().unwrap(),
+            "127.0.0.1:2".parse().unwrap(),
+            "127.0.0.2:1".parse().unwrap(),
+        ];
+        let sizes = [0usize, 40, 200, 200, 200, 1200, 1500, 2000];
+        let max_segment = 1452;
+        let mut state = 0x9E37_79B9_7F4A_7C15;
+        for _ in 0..500 {
+            let mut batch: SendBatch<()> = SendBatch::segmenting(false, max_segment);
+            let len = 1 + (next(&mut state) % BATCH as u64) as usize;
+            let mut queued = vec![];
+            for _ in 0..len {
+                let to = dests[(next(&mut state) % 2 + next(&mut state) % 2) as usize];
+                let size = sizes[(next(&mut state) % sizes.len() as u64) as usize];
+                batch.push(to, &[], &vec![0; size], ()).unwrap();
+                queued.push((to, size));
+            }
+            let segments = batch.segments.as_mut().unwrap();
+            let messages = segments.gather(&batch.hdrs[..len], &batch.iovecs, &batch.dests);
+            let mut first = 0;
+            for m in 0..messages {
+                let count = segments.slots[m];
+                let hdr = &segments.hdrs[m].msg_hdr;
+                assert!(count >= 1 && hdr.msg_iovlen == count);
+                assert_eq!(
+                    hdr.msg_iov, batch.hdrs[first].msg_hdr.msg_iov,
+                    "starts at its first"
+                );
+                let run = &queued[first..first + count];
+                let segment = run[0].1;
+                if count == 1 {
+                    assert!(hdr.msg_control.is_null() && hdr.msg_controllen == 0);
+                } else {
+                    assert!(run.iter().all(|d| d.0 == run[0].0), "one destination");
+                    assert!((1..=max_segment).contains(&segment), "{run:?}");
+                    assert!(run[..count - 1].iter().all(|d| d.1 == segment), "{run:?}");
+                    assert!((1..=segment).contains(&run[count - 1].1), "{run:?}");
+                    assert!(count <= MAX_SEGMENTS);
+                    assert!(run.iter().map(|d| d.1).sum::<usize>() <= MAX_SEGMENTED_BYTES);
+                    // SAFETY: the control buffer holds a cmsghdr written by `gather`.
+                    let cmsg = unsafe { &*(hdr.msg_control as *const libc::cmsghdr) };
+                    assert_eq!(
+                        (cmsg.cmsg_level, cmsg.cmsg_type),
+                        (libc::SOL_UDP, libc::UDP_SEGMENT)
+                    );
+                    // SAFETY: CMSG_DATA of that cmsghdr is the u16 `gather` wrote.
+                    let written =
+                        unsafe { std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<u16>()) };
+                    assert_eq!(usize::from(written), segment);
+                }
+                // A run ends only where the next datagram could not join it.
+                if let Some(next) = queued.get(first + count) {
+                    let ends_short = run[count - 1].1 < segment;
+                    let could_join = count > 1 || (1..=max_segment).contains(&segment);
+                    assert!(
+                        !could_join
+                            || ends_short
+                            || next.0 != run[0].0
+                            || !(1..=segment).contains(&next.1)
+                            || count == MAX_SEGMENTS
+                            || run.iter().map(|d| d.1).sum::<usize>() + next.1
+                                > MAX_SEGMENTED_BYTES,
+                        "a run stopped early: {run:?} then {next:?}"
+                    );
+                }
+                first += count;
+            }
+            assert_eq!(first, len, "every datagram in exactly one message");
+        }
     }
 }

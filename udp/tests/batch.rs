@@ -186,3 +186,24 @@ fn push_flushing_sends_a_full_batch_before_it_queues() {
         Err((7, PushError::TooLarge))
     );
 }
+
+/// GSO on an IPv6 socket: a run to [::1] leaves as one send and arrives one by one; an
+/// empty datagram after it joins no run (it would be no segment at all) and arrives too.
+#[test]
+fn a_segmenting_batch_sends_runs_over_ipv6_too() {
+    let bind = || bind_udp("[::1]:0".parse().unwrap(), false).unwrap();
+    let (sender, receiver) = (bind(), bind());
+    let to = receiver.local_addr().unwrap();
+    let mut batch: SendBatch<u8> = SendBatch::segmenting(true, 1000);
+    for token in 0..5u8 {
+        batch.push(to, &[token], &[9; 99], token).unwrap();
+    }
+    batch.push(to, &[], &[], 5).unwrap();
+    let flushed = batch.flush(sender.as_raw_fd(), |_, ok| assert!(ok));
+    assert_eq!((flushed.sent, flushed.sends), (6, 2));
+    let got = receive(&receiver, 6);
+    let lens: Vec<usize> = got.iter().map(|(_, d)| d.len()).collect();
+    assert_eq!(lens, [100, 100, 100, 100, 100, 0]);
+    let firsts: Vec<u8> = got[..5].iter().map(|(_, d)| d[0]).collect();
+    assert_eq!(firsts, [0, 1, 2, 3, 4]);
+}
