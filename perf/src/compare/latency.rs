@@ -149,8 +149,8 @@ pub fn markdown(rows: &[LatencyRow], trial_seconds: f64, name_of: fn(&str) -> St
          same round. A change is claimed only when its interval clears 0 (\"within noise\": \
          the interval holds 0; a wide interval shows little). A round counts when both \
          samples passed the host gate and both trials lost at most {:.1} %.\n\n\
-         | load | setup | p50 µs | p99 µs | p50 change from relay-mio | p99 change from relay-mio | p99 says | rounds kept | fewest datagrams in a trial |\n\
-         |---:|---|---:|---:|---:|---:|---|---:|---:|\n",
+         | load | setup | p50 µs | p99 µs | p50 change from relay-mio | p99 change from relay-mio | p50 says | p99 says | rounds kept | fewest datagrams in a trial |\n\
+         |---:|---|---:|---:|---:|---:|---|---|---:|---:|\n",
         CONFIDENCE * 100.0,
         LOSSY * 100.0
     );
@@ -158,13 +158,14 @@ pub fn markdown(rows: &[LatencyRow], trial_seconds: f64, name_of: fn(&str) -> St
     for r in rows {
         let _ = writeln!(
             out,
-            "| {}k pps | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {}k pps | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.offered_pps as f64 / 1000.0,
             name_of(&r.setup),
             label(r.p50_us),
             label(r.p99_us),
             label(r.p50_change_us),
             label(r.p99_change_us),
+            Change::of(r.p50_change_us).words(),
             Change::of(r.p99_change_us).words(),
             r.rounds_kept,
             r.fewest_samples
