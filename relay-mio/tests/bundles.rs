@@ -106,6 +106,25 @@ fn open_sessions(
     }
 }
 
+/// Each of the clients `which` had its media arrive among `frames` whole and in the
+/// order sent.
+fn assert_media_in_order(
+    frames: &[(FrameHeader, Vec<u8>)],
+    clients: &[UdpSocket],
+    which: impl Iterator<Item = usize>,
+) {
+    for c in which {
+        let client = clients[c].local_addr().unwrap();
+        let media: Vec<Vec<u8>> = frames
+            .iter()
+            .filter(|(h, d)| h.client == client && d[0] == 0x80)
+            .map(|(_, d)| d.clone())
+            .collect();
+        let sent: Vec<Vec<u8>> = (0..RTP_PER_CLIENT).map(|k| rtp(c, k).to_vec()).collect();
+        assert_eq!(media, sent, "client {c}'s media, whole and in order");
+    }
+}
+
 #[test]
 fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reach_each_client() {
     let ip = own_ip(1);
@@ -175,16 +194,7 @@ fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reac
     );
     assert!(is_bundle(&bundled[0]));
     let frames: Vec<(FrameHeader, Vec<u8>)> = bundled.iter().flat_map(|d| frames_of(d)).collect();
-    for c in (0..CLIENTS).step_by(2) {
-        let client = clients[c].local_addr().unwrap();
-        let media: Vec<Vec<u8>> = frames
-            .iter()
-            .filter(|(h, d)| h.client == client && d[0] == 0x80)
-            .map(|(_, d)| d.clone())
-            .collect();
-        let sent: Vec<Vec<u8>> = (0..RTP_PER_CLIENT).map(|k| rtp(c, k).to_vec()).collect();
-        assert_eq!(media, sent, "client {c}'s media, in order");
-    }
+    assert_media_in_order(&frames, &clients, (0..CLIENTS).step_by(2));
 
     // Replies in one bundle from the bundling transceiver: one per client, and one frame
     // of an unknown version between them, which is its own drop.
@@ -303,16 +313,7 @@ fn with_gso_every_frame_reaches_a_plain_transceiver_alone_and_in_order() {
             f.remove(0)
         })
         .collect();
-    for (c, client) in clients.iter().enumerate() {
-        let client = client.local_addr().unwrap();
-        let media: Vec<Vec<u8>> = frames
-            .iter()
-            .filter(|(h, d)| h.client == client && d[0] == 0x80)
-            .map(|(_, d)| d.clone())
-            .collect();
-        let sent: Vec<Vec<u8>> = (0..RTP_PER_CLIENT).map(|k| rtp(c, k).to_vec()).collect();
-        assert_eq!(media, sent, "client {c}'s media, whole and in order");
-    }
+    assert_media_in_order(&frames, &clients, 0..CLIENTS);
     stop.store(true, Ordering::Relaxed);
     thread.join().unwrap().unwrap();
     let totals = metrics.totals();
