@@ -195,6 +195,12 @@ impl Tally<'_> {
         }
     }
 
+    /// `sends` of the batch just sent each carried several datagrams as GSO segments
+    /// (the datagrams themselves are counted by [`Tally::sent_all`]).
+    pub fn gso_sends(&mut self, sends: u64) {
+        self.counters.gso_sends += sends;
+    }
+
     /// The datagrams behind `tickets` could not be sent: count each dropped for `reason`.
     pub fn failed_all(&mut self, tickets: Tickets, reason: DropReason) {
         let datagrams = tickets.datagrams.iter().map(|&n| u64::from(n)).sum();

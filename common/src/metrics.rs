@@ -26,6 +26,7 @@
 //! | `ufrag_relay_cache_errors_total`             | counter | worker, reason       |
 //! | `ufrag_relay_bundles_received_total`         | counter | worker               |
 //! | `ufrag_relay_bundles_sent_total`             | counter | worker               |
+//! | `ufrag_relay_gso_sends_total`                | counter | worker               |
 //! | `ufrag_relay_ready`                          | gauge   |                      |
 //! | `ufrag_relay_worker_failures_total`          | counter |                      |
 //! | `ufrag_relay_hint_key_info`                  | gauge   | key_id               |
@@ -452,6 +453,8 @@ pub struct WorkerCounters {
     pub bundles_received: u64,
     /// Bundles of frames sent on the internal port (two frames or more each).
     pub bundles_sent: u64,
+    /// Sends on the internal port that carried several datagrams as GSO segments.
+    pub gso_sends: u64,
 }
 
 impl Default for WorkerCounters {
@@ -475,6 +478,7 @@ impl Default for WorkerCounters {
             flows_unshared: 0,
             bundles_received: 0,
             bundles_sent: 0,
+            gso_sends: 0,
         }
     }
 }
@@ -579,6 +583,7 @@ pub struct SharedCounters {
     flows_unshared: AtomicU64,
     bundles_received: AtomicU64,
     bundles_sent: AtomicU64,
+    gso_sends: AtomicU64,
 }
 
 impl Default for SharedCounters {
@@ -602,6 +607,7 @@ impl Default for SharedCounters {
             flows_unshared: AtomicU64::new(0),
             bundles_received: AtomicU64::new(0),
             bundles_sent: AtomicU64::new(0),
+            gso_sends: AtomicU64::new(0),
         }
     }
 }
@@ -638,6 +644,7 @@ impl SharedCounters {
             (&self.flows_unshared, local.flows_unshared),
             (&self.bundles_received, local.bundles_received),
             (&self.bundles_sent, local.bundles_sent),
+            (&self.gso_sends, local.gso_sends),
         ];
         for (d, s) in scalars {
             d.store(s, Ordering::Relaxed);
@@ -665,6 +672,7 @@ impl SharedCounters {
             flows_unshared: self.flows_unshared.load(Ordering::Relaxed),
             bundles_received: self.bundles_received.load(Ordering::Relaxed),
             bundles_sent: self.bundles_sent.load(Ordering::Relaxed),
+            gso_sends: self.gso_sends.load(Ordering::Relaxed),
         }
     }
 }
@@ -913,6 +921,7 @@ impl RelayMetrics {
             total.flows_unshared += s.flows_unshared;
             total.bundles_received += s.bundles_received;
             total.bundles_sent += s.bundles_sent;
+            total.gso_sends += s.gso_sends;
         }
         total
     }
@@ -1006,6 +1015,12 @@ const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
         "Bundles of frames sent on the internal port (--bundle-to); their frames count as datagrams.",
         MetricType::Counter,
         |c| c.bundles_sent,
+    ),
+    (
+        "ufrag_relay_gso_sends",
+        "Sends on the internal port that carried several datagrams as GSO segments (--internal-gso); each datagram counts as forwarded.",
+        MetricType::Counter,
+        |c| c.gso_sends,
     ),
 ];
 

@@ -22,6 +22,8 @@ pub(crate) struct Outbox {
     /// The peers that read bundles and the frames gathered for them (the internal
     /// socket, when bundles are configured).
     bundles: Option<(BundlePolicy, Bundler<Tickets>)>,
+    /// The batch's GSO sends already counted.
+    gso_sends_counted: u64,
 }
 
 impl Outbox {
@@ -31,6 +33,7 @@ impl Outbox {
             socket,
             batch: SendBatch::new(ipv6),
             bundles: None,
+            gso_sends_counted: 0,
         }
     }
 
@@ -95,6 +98,11 @@ impl Outbox {
         }
         self.batch
             .flush(fd, |tickets, sent| settle(tally, tickets, sent));
+        let gso_sends = self.batch.segmented_sends();
+        if gso_sends > self.gso_sends_counted {
+            tally.gso_sends(gso_sends - self.gso_sends_counted);
+            self.gso_sends_counted = gso_sends;
+        }
     }
 }
 

@@ -323,4 +323,10 @@ fn with_gso_every_frame_reaches_a_plain_transceiver_alone_and_in_order() {
     );
     assert_eq!(totals.in_flight(), Some((0, 0)));
     assert_eq!(totals.bundles_sent, 0);
+    // Each client's three media frames are one run at least: fewer sends than frames.
+    assert!(
+        (1..expected as u64).contains(&totals.gso_sends),
+        "{} GSO sends for {expected} frames",
+        totals.gso_sends
+    );
 }

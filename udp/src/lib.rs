@@ -266,6 +266,8 @@ pub struct SendBatch<T = ()> {
     dests: Box<[SocketAddr]>,
     /// Present when runs are sent as one GSO send each.
     segments: Option<Segments>,
+    /// Sends so far that carried several datagrams as GSO segments.
+    segmented_sends: u64,
     tokens: Vec<T>,
 }
 
@@ -319,6 +321,7 @@ impl<T> SendBatch<T> {
             hdrs,
             dests: vec![SocketAddr::from(([0, 0, 0, 0], 0)); BATCH].into_boxed_slice(),
             segments: None,
+            segmented_sends: 0,
             tokens: Vec::with_capacity(BATCH),
         };
         for i in 0..BATCH {
@@ -350,6 +353,12 @@ impl<T> SendBatch<T> {
             max_segment,
         });
         batch
+    }
+
+    /// Sends so far, over every flush, that carried several datagrams as GSO segments
+    /// (0 unless [`SendBatch::segmenting`]).
+    pub fn segmented_sends(&self) -> u64 {
+        self.segmented_sends
     }
 
     /// True when no more datagrams fit before a flush.
@@ -445,6 +454,8 @@ impl<T> SendBatch<T> {
                 let n = n as usize;
                 let carried: usize = (start..start + n).map(slots_of).sum();
                 out.sends += n;
+                self.segmented_sends +=
+                    (start..start + n).filter(|&m| slots_of(m) > 1).count() as u64;
                 out.sent += carried;
                 out.bytes += self.iovecs[slot..slot + carried]
                     .iter()

@@ -127,6 +127,7 @@ fn a_segmenting_batch_sends_each_run_once_and_every_datagram_arrives_alone() {
         (flushed.sent, flushed.failed, flushed.bytes, flushed.sends),
         (14, 0, bytes, 6)
     );
+    assert_eq!(batch.segmented_sends(), 3, "three runs of several");
     let at_a = receive(&a, 11);
     let at_b = receive(&b, 3);
     let tokens = |got: &[(SocketAddr, Vec<u8>)]| -> Vec<(u8, usize)> {
@@ -201,6 +202,7 @@ fn a_segmenting_batch_sends_runs_over_ipv6_too() {
     batch.push(to, &[], &[], 5).unwrap();
     let flushed = batch.flush(sender.as_raw_fd(), |_, ok| assert!(ok));
     assert_eq!((flushed.sent, flushed.sends), (6, 2));
+    assert_eq!(batch.segmented_sends(), 1);
     let got = receive(&receiver, 6);
     let lens: Vec<usize> = got.iter().map(|(_, d)| d.len()).collect();
     assert_eq!(lens, [100, 100, 100, 100, 100, 0]);
