@@ -1,11 +1,14 @@
 //! CPU accounting from `/proc`: what a core, the whole machine, a process or a thread
 //! spent, and a snapshot of every CPU's counters whose difference is a trial's cost.
 //!
-//! Busy time is wall time minus idle, iowait and steal (`/proc/stat`): those three are
-//! exact under NO_HZ (the kernel accounts idle time when it stops the tick), while the
-//! user/system/softirq columns are sampled by the tick and miss softirq work done between
-//! ticks of an otherwise idle CPU. `/proc/stat` counts in USER_HZ (10 ms): each reading
-//! is within 10 ms per CPU, so a trial's cost is only as good as its length allows.
+//! Busy time is wall time minus idle, iowait and steal. The kernel keeps each CPU's idle
+//! and iowait time in nanoseconds (it stops the idle clock on every interrupt, so softirq
+//! work on an otherwise idle CPU counts as busy), but `/proc/stat` prints them in USER_HZ
+//! ticks of 10 ms. A [`Snapshot`] reads them in nanoseconds from `/proc/timer_list`
+//! (root only) on a thread pinned to each CPU: a CPU running the reader is not idle, so
+//! its idle time is complete up to that instant. Without `/proc/timer_list` it falls back
+//! to `/proc/stat`, and [`Spent::precision`] says which was used. Steal is read from
+//! `/proc/stat` either way.
 
 use std::time::Instant;
 
@@ -68,13 +71,117 @@ pub fn machine_busy_seconds() -> f64 {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     at: Instant,
-    /// Idle + iowait seconds summed over the CPUs.
+    /// Idle + iowait seconds summed over the CPUs (`/proc/stat`, 10 ms ticks).
     idle: f64,
     /// Steal seconds summed over the CPUs.
     steal: f64,
     cpus: usize,
     /// `/proc/pressure/cpu`'s `some` total, µs (`None` without PSI).
     pressure_us: Option<u64>,
+    /// Each CPU's idle clock in nanoseconds, read on that CPU (`None` when
+    /// `/proc/timer_list` could not be read for every CPU).
+    idle_ns: Option<Vec<CpuIdle>>,
+}
+
+/// One CPU's idle clock, read on that CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CpuIdle {
+    /// The CPU.
+    cpu: usize,
+    /// The kernel's monotonic clock when it was read, ns.
+    now_ns: u64,
+    /// Idle plus iowait time since boot, ns.
+    idle_ns: u64,
+}
+
+/// How precisely busy time was counted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// Each CPU's idle clock in nanoseconds (`/proc/timer_list`).
+    Nanoseconds,
+    /// `/proc/stat`'s 10 ms ticks.
+    Ticks,
+}
+
+impl Precision {
+    /// How the report says it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Precision::Nanoseconds => "nanoseconds (each CPU's idle clock, /proc/timer_list)",
+            Precision::Ticks => "10 ms ticks (/proc/stat; /proc/timer_list unreadable)",
+        }
+    }
+}
+
+/// The `now at` clock and `cpu`'s idle plus iowait time from `/proc/timer_list`'s text.
+fn idle_of(timer_list: &str, cpu: usize) -> Option<CpuIdle> {
+    let number = |line: &str| -> Option<u64> {
+        line.split(':')
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    let now_ns = timer_list
+        .lines()
+        .find_map(|l| l.strip_prefix("now at "))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let header = format!("cpu: {cpu}");
+    let mut lines = timer_list.lines().skip_while(|l| l.trim_end() != header);
+    lines.next()?;
+    let (mut idle, mut iowait) = (None, None);
+    for line in lines.take_while(|l| !l.starts_with("cpu: ")) {
+        let field = line.trim_start();
+        if field.starts_with(".idle_sleeptime") {
+            idle = number(field);
+        } else if field.starts_with(".iowait_sleeptime") {
+            iowait = number(field);
+        }
+    }
+    Some(CpuIdle {
+        cpu,
+        now_ns,
+        idle_ns: idle? + iowait?,
+    })
+}
+
+/// Every online CPU's idle clock, each read by a thread pinned to it; `None` if any CPU
+/// could not be pinned to or read.
+fn idle_clocks(cpus: &[usize]) -> Option<Vec<CpuIdle>> {
+    std::thread::scope(|scope| {
+        let readers: Vec<_> = cpus
+            .iter()
+            .map(|&cpu| {
+                scope.spawn(move || {
+                    if !ufrag_common::runtime::lifecycle::pin_current_thread(cpu) {
+                        return None;
+                    }
+                    idle_of(&std::fs::read_to_string("/proc/timer_list").ok()?, cpu)
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|r| r.join().ok().flatten())
+            .collect()
+    })
+}
+
+/// The CPU numbers of `/proc/stat`'s per-CPU lines.
+fn cpu_numbers(stat: &str) -> Vec<usize> {
+    cpu_lines(stat)
+        .filter_map(|l| {
+            l.split_whitespace()
+                .next()?
+                .strip_prefix("cpu")?
+                .parse()
+                .ok()
+        })
+        .collect()
 }
 
 /// What the machine spent between two snapshots.
@@ -90,6 +197,8 @@ pub struct Spent {
     pub pressure: Option<f64>,
     /// CPUs counted.
     pub cpus: usize,
+    /// How precisely `busy` was counted.
+    pub precision: Precision,
 }
 
 impl Spent {
@@ -105,13 +214,17 @@ impl Spent {
 }
 
 impl Snapshot {
-    /// Reads `/proc/stat` and `/proc/pressure/cpu` now.
+    /// Reads every CPU's idle clock, `/proc/stat` and `/proc/pressure/cpu` now.
     pub fn now() -> Snapshot {
         let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+        let idle_ns = idle_clocks(&cpu_numbers(&stat));
         let pressure_us = std::fs::read_to_string("/proc/pressure/cpu")
             .ok()
             .and_then(|t| pressure_some_total_us(&t));
-        Snapshot::parse(&stat, pressure_us, Instant::now())
+        Snapshot {
+            idle_ns,
+            ..Snapshot::parse(&stat, pressure_us, Instant::now())
+        }
     }
 
     /// A snapshot from `/proc/stat`'s text.
@@ -128,25 +241,54 @@ impl Snapshot {
             steal,
             cpus,
             pressure_us,
+            idle_ns: None,
         }
+    }
+
+    /// Busy CPU seconds from `self` until `later` by each CPU's idle clock, when both
+    /// read the same CPUs: each CPU's own wall time between its two readings less its
+    /// idle time.
+    fn busy_by_idle_clocks(&self, later: &Snapshot) -> Option<f64> {
+        let (a, b) = (self.idle_ns.as_ref()?, later.idle_ns.as_ref()?);
+        if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.cpu != y.cpu) {
+            return None;
+        }
+        let busy_ns: i64 = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| {
+                let wall = y.now_ns.saturating_sub(x.now_ns) as i64;
+                let idle = y.idle_ns.saturating_sub(x.idle_ns) as i64;
+                (wall - idle).max(0)
+            })
+            .sum();
+        Some(busy_ns as f64 / 1e9)
     }
 
     /// What was spent from `self` until `later`.
     pub fn until(&self, later: &Snapshot) -> Spent {
         let wall = later.at.saturating_duration_since(self.at).as_secs_f64();
         let idle = later.idle - self.idle;
-        let steal = later.steal - self.steal;
+        let steal = (later.steal - self.steal).max(0.0);
         let cpus = later.cpus.max(self.cpus);
         let pressure = match (self.pressure_us, later.pressure_us) {
             (Some(a), Some(b)) if wall > 0.0 => Some(b.saturating_sub(a) as f64 / 1e6 / wall),
             _ => None,
         };
+        let (busy, precision) = match self.busy_by_idle_clocks(later) {
+            Some(busy) => ((busy - steal).max(0.0), Precision::Nanoseconds),
+            None => (
+                (wall * cpus as f64 - idle - steal).max(0.0),
+                Precision::Ticks,
+            ),
+        };
         Spent {
             wall,
-            busy: (wall * cpus as f64 - idle - steal).max(0.0),
-            steal: steal.max(0.0),
+            busy,
+            steal,
             pressure,
             cpus,
+            precision,
         }
     }
 }
@@ -244,6 +386,67 @@ mod tests {
         assert!((spent.steal_share() - 0.025).abs() < 1e-9);
         assert!((spent.busy_share() - 0.1).abs() < 1e-9);
         assert_eq!(spent.pressure, Some(0.25));
+    }
+
+    /// A `/proc/timer_list` cut down to the lines [`idle_of`] reads.
+    const TIMER_LIST: &str = "Timer List Version: v0.10\nHRTIMER_MAX_CLOCK_BASES: 8\n\
+        now at 115537934304 nsecs\n\ncpu: 0\n clock 0:\n  .base:       00000000a99b790a\n\
+        active timers:\n  .idle_sleeptime : 60195441281 nsecs\n  .iowait_sleeptime: 342504939 nsecs\n\
+        cpu: 1\n  .idle_sleeptime : 49190350640 nsecs\n  .iowait_sleeptime: 3162548750 nsecs\n\
+        \nTick Device: mode:     1\n";
+
+    #[test]
+    fn each_cpus_idle_clock_is_read_from_its_own_section() {
+        let zero = idle_of(TIMER_LIST, 0).unwrap();
+        assert_eq!(zero.now_ns, 115_537_934_304);
+        assert_eq!(zero.idle_ns, 60_195_441_281 + 342_504_939);
+        let one = idle_of(TIMER_LIST, 1).unwrap();
+        assert_eq!((one.cpu, one.idle_ns), (1, 49_190_350_640 + 3_162_548_750));
+        assert_eq!(idle_of(TIMER_LIST, 2), None, "no such CPU");
+        assert_eq!(idle_of("cpu: 0\n", 0), None, "no clock");
+    }
+
+    #[test]
+    fn busy_by_idle_clocks_is_each_cpus_wall_less_its_idle() {
+        let t0 = Instant::now();
+        let stat = "cpu0 0 0 0 0 0 0 0 0 0 0\ncpu1 0 0 0 0 0 0 0 0 0 0\n";
+        let clock = |cpu, now_ns, idle_ns| CpuIdle {
+            cpu,
+            now_ns,
+            idle_ns,
+        };
+        let a = Snapshot {
+            idle_ns: Some(vec![clock(0, 1_000, 0), clock(1, 2_000, 0)]),
+            ..Snapshot::parse(stat, None, t0)
+        };
+        // CPU 0: 1 ms of wall, 0.25 ms idle; CPU 1: 1 ms of wall, all idle.
+        let b = Snapshot {
+            idle_ns: Some(vec![
+                clock(0, 1_001_000, 250_000),
+                clock(1, 1_002_000, 1_000_000),
+            ]),
+            ..Snapshot::parse(stat, None, t0 + Duration::from_millis(1))
+        };
+        let spent = a.until(&b);
+        assert_eq!(spent.precision, Precision::Nanoseconds);
+        assert!((spent.busy - 0.000_75).abs() < 1e-12, "{spent:?}");
+        let ticks = Snapshot::parse(stat, None, t0).until(&b);
+        assert_eq!(ticks.precision, Precision::Ticks, "one side without clocks");
+    }
+
+    #[test]
+    fn a_real_snapshot_reads_every_cpus_idle_clock_as_root() {
+        let snapshot = Snapshot::now();
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("!! SKIPPED the idle clocks: /proc/timer_list needs root");
+            return;
+        }
+        let clocks = snapshot.idle_ns.as_ref().expect("every CPU's idle clock");
+        assert_eq!(clocks.len(), crate::environment::online_cpus());
+        std::thread::sleep(Duration::from_millis(20));
+        let spent = snapshot.until(&Snapshot::now());
+        assert_eq!(spent.precision, Precision::Nanoseconds);
+        assert!(spent.busy >= 0.0 && spent.busy <= spent.wall * spent.cpus as f64 + 0.01);
     }
 
     #[test]

@@ -27,6 +27,9 @@ pub struct Thresholds {
     pub pressure_at_rest: f64,
     /// The calibration loop this many times slower than the fastest in the run.
     pub calibration_slowdown: f64,
+    /// CPU time outside the experiment during the trials, as a share of the busy time
+    /// they counted ([`crate::outside`]).
+    pub outside: f64,
 }
 
 /// The thresholds `perf compare` uses.
@@ -35,6 +38,7 @@ pub const THRESHOLDS: Thresholds = Thresholds {
     steal: 0.02,
     pressure_at_rest: 0.05,
     calibration_slowdown: 1.3,
+    outside: 0.05,
 };
 
 /// The host read before a setup's trials.
@@ -101,6 +105,8 @@ pub enum Disturbance {
     PressureAtRest(f64),
     /// The calibration loop ran this many times slower than the run's fastest.
     SlowCalibration(f64),
+    /// Threads outside the experiment ran this share of the trials' busy time.
+    Outside(f64),
 }
 
 impl Disturbance {
@@ -113,8 +119,23 @@ impl Disturbance {
                 format!("CPU pressure {:.0} % at rest", p * 100.0)
             }
             Disturbance::SlowCalibration(x) => format!("calibration {x:.2}× slower"),
+            Disturbance::Outside(share) => format!(
+                "{:.0} % of the trials' CPU time ran outside the experiment",
+                share * 100.0
+            ),
         }
     }
+}
+
+/// Whether the CPU time that ran `outside` the experiment during trials that counted
+/// `during` disturbed them.
+pub fn judge_outside(
+    outside: &crate::outside::Outside,
+    during: &Spent,
+    limits: &Thresholds,
+) -> Option<Disturbance> {
+    let share = outside.seconds / during.busy.max(1e-9);
+    (share > limits.outside).then_some(Disturbance::Outside(share))
 }
 
 /// What disturbed trials read with `reading` before them and `during` (their window),
@@ -163,6 +184,7 @@ mod tests {
             steal: steal * 2.0,
             pressure: Some(pressure),
             cpus: 2,
+            precision: crate::cpu::Precision::Nanoseconds,
         }
     }
 
@@ -204,6 +226,22 @@ mod tests {
         assert_eq!(
             judge(&r, None, None, &THRESHOLDS),
             vec![Disturbance::PressureAtRest(0.2)]
+        );
+    }
+
+    #[test]
+    fn time_outside_the_experiment_past_its_share_of_the_trials_disturbs_them() {
+        let during = spent(0.5, 0.0, 0.0); // one CPU-second busy
+        let outside = |seconds: f64| crate::outside::Outside {
+            seconds,
+            busiest: vec![("kdamond.0".into(), seconds)],
+        };
+        assert_eq!(judge_outside(&outside(0.02), &during, &THRESHOLDS), None);
+        let found = judge_outside(&outside(0.3), &during, &THRESHOLDS);
+        assert_eq!(found, Some(Disturbance::Outside(0.3)));
+        assert_eq!(
+            found.unwrap().label(),
+            "30 % of the trials' CPU time ran outside the experiment"
         );
     }
 

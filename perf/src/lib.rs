@@ -23,6 +23,7 @@ pub mod legs;
 pub mod load;
 pub mod measure;
 pub mod nic;
+pub mod outside;
 pub mod placement;
 pub mod probe;
 pub mod profile;

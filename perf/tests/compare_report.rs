@@ -222,13 +222,58 @@ fn an_ipv6_compare_forwards_through_nftables_and_relay_mio() {
 }
 
 /// The in-kernel fast path's row beside the in-kernel reference relay and relay-mio: it
-/// forwards the load (a loss-free maximum), and the verdict prices it against both.
+/// forwards the load (a loss-free maximum), the verdict prices it against both, and in
+/// the fixed-load rounds its flows are proven before the trials, so the fast path (not
+/// the AF_XDP worker behind it) carries what the sink receives.
 #[test]
 fn a_compare_prices_the_fast_path_against_the_in_kernel_reference() {
     bin("relay-afxdp");
     let Written { report, json, .. } = compare(
-        &["--only", "direct,xdp-relay,mio,afxdp-fast-native"],
+        &[
+            "--only",
+            "direct,xdp-relay,mio,afxdp-fast-native",
+            "--rounds",
+            "2",
+            "--loads",
+            "5000,10000,15000,20000",
+        ],
         "40000",
+    );
+    let fast_samples: Vec<&serde_json::Value> = json["cost"]["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["setup"] == "afxdp-fast-native")
+        .collect();
+    assert_eq!(fast_samples.len(), 2, "one sample a round: {json}");
+    for sample in &fast_samples {
+        let fast = &sample["fast_path"];
+        let share = fast["share_of_received"].as_f64().unwrap_or(0.0);
+        assert!(
+            share > 0.9,
+            "the fast path carried most of what the sink received: {fast}"
+        );
+        assert!(
+            fast["flows"].as_u64() > Some(900),
+            "and (nearly) all of the 1000 flows: {fast}"
+        );
+    }
+    let others = json["cost"]["samples"].as_array().unwrap().iter();
+    assert!(
+        others
+            .filter(|s| s["setup"] != "afxdp-fast-native")
+            .all(|s| s["fast_path"].is_null()),
+        "only a fast-path row has fast-path figures: {json}"
+    );
+    let carried = report
+        .split("### What the in-kernel fast path carried")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the report gives what the fast path carried: {report}"));
+    assert!(
+        carried
+            .lines()
+            .any(|l| l.starts_with("| relay-afxdp fast path native |") && l.contains(" % [")),
+        "with the fast-path row's share: {carried}"
     );
     let row = json["rows"]
         .as_array()
@@ -320,7 +365,7 @@ fn an_interrupted_compare_deletes_its_testbed_and_keeps_the_rounds_it_finished()
             "--rounds",
             "2",
             "--loads",
-            "10000",
+            "10000,15000,20000,25000",
             "--repeats",
             "1",
         ])
@@ -401,7 +446,7 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
             "--rounds",
             "3",
             "--loads",
-            "5000,10000",
+            "5000,10000,15000,20000",
             "--latency-loads",
             "1000,5000",
             "--versus",
@@ -451,10 +496,19 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
         if kept == 0 {
             continue; // the gate left every round out: said in the report, not a failure here
         }
-        assert!(row["us_per_packet"]["median"].as_f64() > Some(0.0), "{row}");
+        assert!(
+            row["marginal_us_per_packet"]["median"].as_f64() > Some(0.0),
+            "{row}"
+        );
+        assert!(row["fixed_cores"]["median"].is_f64(), "{row}");
         assert_eq!(
             row["us_per_packet_by_load"].as_array().map(Vec::len),
-            Some(2)
+            Some(4)
+        );
+        assert_eq!(
+            row["by_round"].as_array().map(Vec::len),
+            Some(kept as usize),
+            "one line per kept round: {row}"
         );
         assert!(row["sessions_per_core"].as_f64() > Some(0.0), "{row}");
     }
@@ -475,7 +529,7 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
     }
     let kind = cost["verdict"]["kind"].as_str().unwrap();
     assert!(
-        ["saves", "costs", "inconclusive", "withheld"].contains(&kind),
+        ["warranted", "not_warranted", "inconclusive", "withheld"].contains(&kind),
         "{kind}"
     );
     // The latency loads: each sample took one latency trial per load after its cost
@@ -579,7 +633,13 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
     let out = dir.join("compare.md");
     let mut run = std::process::Command::new(bin("ufrag-perf"))
         .args(["compare", "--only", "mio,afxdp-skb-wakeup", "--rounds", "4"])
-        .args(["--loads", "5000", "--trial", "300ms", "--no-search"])
+        .args([
+            "--loads",
+            "2000,3000,4000,5000",
+            "--trial",
+            "300ms",
+            "--no-search",
+        ])
         .arg("--out")
         .arg(&out)
         .stderr(std::process::Stdio::piped())
@@ -645,6 +705,104 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
     assert!(
         report.contains("host ") && report.contains("busy at rest"),
         "{report}"
+    );
+}
+
+/// A process outside the experiment spins on the forwarder's core during the null row's
+/// trials in round 2, after the gate's reading at rest (so only the census of the
+/// trials can see it). The gate leaves that null-row trial out, names the spinning
+/// thread, and round 2 then counts for no row: the null row is subtracted from all of
+/// them.
+#[test]
+fn a_hog_outside_the_experiment_during_the_null_row_leaves_its_round_out() {
+    use std::io::{BufRead, BufReader};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    require_root();
+    let _machine = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    bin("relay-mio");
+    bin("relay-afxdp");
+    let dir = std::env::temp_dir().join(format!("ufrag-compare-outside-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("compare.md");
+    let mut run = std::process::Command::new(bin("ufrag-perf"))
+        .args(["compare", "--only", "mio,afxdp-skb-wakeup", "--rounds", "3"])
+        .args(["--loads", "5000,10000,15000,20000", "--trial", "500ms"])
+        .args(["--no-search", "--seed", "3"])
+        .arg("--out")
+        .arg(&out)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("perf compare starts");
+    let progress = BufReader::new(run.stderr.take().unwrap());
+    let stop = Arc::new(AtomicBool::new(false));
+    let (mut in_null_of_round_2, mut hog) = (false, None);
+    let mut lines = vec![];
+    for line in progress.lines().map_while(Result::ok).take(2_000) {
+        if line.starts_with("round ") {
+            in_null_of_round_2 = line.starts_with("round 2/3: direct path");
+        }
+        let trial = line.trim_start();
+        // After the first trial of the null row: the gate's reading at rest is behind.
+        if in_null_of_round_2 && hog.is_none() && trial.starts_with("5000 pps:") {
+            let stop = Arc::clone(&stop);
+            // This test's own thread: outside ufrag-perf's process tree. Bounded: it
+            // stops at the null row's last trial, and after a minute whatever happens.
+            hog = Some(std::thread::spawn(move || {
+                assert!(core_affinity::set_for_current(core_affinity::CoreId {
+                    id: 1
+                }));
+                let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                let mut x = 1u64;
+                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
+                    x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005));
+                }
+            }));
+        }
+        if in_null_of_round_2 && trial.starts_with("20000 pps:") {
+            stop.store(true, Ordering::Relaxed);
+        }
+        lines.push(line);
+    }
+    let status = run.wait().expect("perf compare ends");
+    stop.store(true, Ordering::Relaxed);
+    hog.expect("round 2's null row ran its first trial")
+        .join()
+        .unwrap();
+    assert!(status.success(), "{}", lines.join("\n"));
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.with_extension("json")).unwrap())
+            .unwrap();
+    let report = std::fs::read_to_string(&out).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let cost = &json["cost"];
+    let null_of_round_2 = cost["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["round"] == 2 && s["setup"] == "direct")
+        .expect("round 2's null row");
+    assert_eq!(null_of_round_2["kept"], false, "{null_of_round_2}");
+    let why = null_of_round_2["disturbances"].to_string();
+    assert!(why.contains("outside the experiment"), "{why}");
+    let busiest = &null_of_round_2["outside"]["busiest"][0];
+    assert!(
+        busiest["seconds"].as_f64() > Some(0.1),
+        "the spinning thread is named with its time: {null_of_round_2}"
+    );
+    for row in cost["rows"].as_array().unwrap() {
+        assert!(
+            row["by_round"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["round"] != 2),
+            "round 2 counts for no row: {row}"
+        );
+    }
+    assert!(
+        report.contains("ran outside the experiment"),
+        "the host gate's table says why: {report}"
     );
 }
 
@@ -729,7 +887,7 @@ fn a_worker_sweep_prices_two_workers_beside_one() {
             "--rounds",
             "2",
             "--loads",
-            "5000",
+            "2000,3000,4000,5000",
             "--no-search",
         ],
         "40000",

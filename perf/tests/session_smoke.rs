@@ -3,6 +3,10 @@
 //! Ingress, its certificate from a private CA given with `--ca-file`), with the bearer
 //! token the transceiver requires (`--token-file`, mode 0600). Without the token the POST
 //! is refused (401) and said; without the CA the TLS handshake fails and is said.
+//! And `ufrag-perf sessions`, small: its ICE-TCP rows hold with more connections from one
+//! address than the relay's default accept rate lets through (the run raises it and says
+//! so), and a row that fails (Chromium kept off `PATH`) makes it exit non-zero with one
+//! line naming the report, the row and the reason.
 
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -180,4 +184,70 @@ fn a_session_by_host_name_over_https_with_the_bearer_token() {
     let open_token = session(&front, &["--ca-file", ca], Some(&token_file));
     let stderr = String::from_utf8_lossy(&open_token.stderr);
     assert!(stderr.contains("chmod 600"), "{stderr}");
+}
+
+#[test]
+fn a_failed_sessions_row_fails_the_run_with_one_line_naming_it() {
+    // `ufrag-perf sessions` runs the relay and the transceiver found next to it.
+    testkit::cargo_build::bin("relay-mio");
+    testkit::cargo_build::bin("transceiver");
+    let dir = std::env::temp_dir().join(format!("ufrag-sessions-failed-{}", std::process::id()));
+    let out = dir.join("sessions.md");
+    let run = Command::new(env!("CARGO_BIN_EXE_ufrag-perf"))
+        // More ICE-TCP connections from one address than the relay's default accept rate
+        // (8 a second, and as many at once) lets through: they must all hold.
+        .args(["sessions", "--setups", "12", "--tcp-connections", "20"])
+        .args(["--tcp-blast", "1s", "--steps", "2", "--talk", "1s"])
+        .args(["--browser-sessions", "1", "--browser-talk", "1s", "--out"])
+        .arg(&out)
+        // No Chromium on this PATH: both Chromium rows fail, whatever the host has.
+        .env("PATH", dir.join("no-programs-here"))
+        .output()
+        .expect("ufrag-perf runs");
+    let report = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}\n{report}");
+    let failed: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("FAILED row"))
+        .collect();
+    let prefix = format!("ufrag-perf sessions ({}): FAILED row", out.display());
+    assert_eq!(
+        failed.len(),
+        2,
+        "only the Chromium rows fail:\n{stderr}\n{report}"
+    );
+    for (line, row) in failed.iter().zip(["through relay-mio", "direct"]) {
+        assert!(
+            line.starts_with(&format!(
+                "{prefix} \"{row}\" in \"Headless Chromium on the demo page\": "
+            )),
+            "{line}"
+        );
+        assert!(
+            line.contains("chromium"),
+            "the reason names what is missing: {line}"
+        );
+    }
+    // The failed rows come last, after the report's own last line.
+    assert!(
+        stderr.trim_end().ends_with(failed[1]),
+        "the failed rows are the last lines:\n{stderr}"
+    );
+    assert!(
+        report.contains(
+            "This run raised the relay's per-prefix TCP accept rate to 64/s (default 8/s) \
+             because its 32 ICE-TCP clients"
+        ),
+        "{report}"
+    );
+    assert!(
+        report.contains("| through relay-mio over ICE-TCP | 12 |"),
+        "{report}"
+    );
+    assert!(
+        report.contains("| 20 | "),
+        "every listener connection bound:\n{report}"
+    );
 }

@@ -31,6 +31,14 @@ enum Cmd {
     /// through a kill -9 and restart of the relay (with and without the Redis route
     /// cache), and signing up while hostile clients attack.
     Resilience(cmd::resilience::Options),
+    /// Which rows and ratios moved between two compare reports (A.json B.json: two
+    /// commits), with intervals: exits 1 when a row got costlier beyond the tolerance or
+    /// the verdict's kind changed, 2 on a report it cannot read.
+    Diff(cmd::diff::Options),
+    /// Several compare reports of one command as repeated runs: the spread between runs
+    /// beside each run's intervals, where they disagree, and whether they agree on the
+    /// verdict (exit 1 when not).
+    Runs(cmd::runs::Options),
     /// The CI gate: the hot-path benches' callgrind instruction counts against the
     /// committed baseline (run through `scripts/instructions.sh`).
     Gate(cmd::gate::Options),
@@ -57,6 +65,8 @@ fn main() {
         Cmd::Sessions(options) => cmd::sessions::run(options),
         Cmd::Model(options) => cmd::model::run(options),
         Cmd::Resilience(options) => cmd::resilience::run(options),
+        Cmd::Diff(options) => cmd::diff::run(options),
+        Cmd::Runs(options) => cmd::runs::run(options),
         Cmd::Gate(options) => cmd::gate::run(options),
         Cmd::Agent(options) => perf::lab::agent::run(options),
         Cmd::Gen(options) => cmd::lab::generate(options),

@@ -25,12 +25,53 @@ pub struct Options {
 /// Runs it; the process's exit code.
 pub fn run(options: Options) -> i32 {
     let Options { search, out } = options;
-    loopback(&search, &out);
-    0
+    let report = loopback(&search, &out);
+    crate::sessions::failed_rows::exit_code("loopback", &out, &report)
 }
 
-/// Measures the three rows and writes the report to `out`.
-pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) {
+/// Why `row` failed, if it did: it measured nothing a figure could stand on. A row that
+/// forwarded nothing at its fixed load, or whose every search found no rate within the
+/// partial-drop goal (even far below the first rate), is a broken setup, not a slow one.
+fn row_failure(row: &crate::report::Row, search: &crate::measure::SearchArgs) -> Option<String> {
+    if row.fixed.sent > 0 && row.fixed.received == 0 {
+        return Some(format!(
+            "forwarded nothing at its fixed load: {} datagrams sent at {} pps, none received",
+            row.fixed.sent, search.fixed_pps
+        ));
+    }
+    if row.runs.iter().all(|run| run.search.pdr.is_none()) {
+        return Some(format!(
+            "no search found a rate with at most {} % loss, from {} pps down",
+            crate::search::PDR_LOSS * 100.0,
+            search.start_pps
+        ));
+    }
+    None
+}
+
+/// The report's closing table of failed rows ([`row_failure`]); empty when none failed.
+fn failed_rows_table(rows: &[crate::report::Row], search: &crate::measure::SearchArgs) -> String {
+    let failed: Vec<String> = rows
+        .iter()
+        .filter_map(|row| {
+            Some(format!(
+                "| {} | failed: {} |\n",
+                row.setup,
+                row_failure(row, search)?
+            ))
+        })
+        .collect();
+    if failed.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\n## Rows that measured nothing\n\n| setup | result |\n|---|---|\n{}",
+        failed.concat()
+    )
+}
+
+/// Measures the three rows and writes the report to `out`; returns it.
+pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> String {
     use crate::load::SocketLoad;
     crate::load::pin_to_load_cpu();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -107,7 +148,7 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) {
         "{}-byte datagrams, client → transceiver, {CLIENTS} flows",
         search.size
     );
-    let report = crate::report::markdown(
+    let mut report = crate::report::markdown(
         (
             "Loopback forwarding: relay-mio against a bare mmsg forwarder",
             &traffic,
@@ -117,9 +158,105 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) {
         &command,
         notes,
     );
+    report.push_str(&failed_rows_table(&rows, search));
     write_report(
         out,
         &report,
         Some(crate::report::json(&rows, &serde_json::json!({})).to_string()),
     );
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::{Latency, Trial};
+    use crate::report::{Row, Run};
+    use crate::search::{Limit, SearchRun};
+
+    /// A trial that offered `sent` datagrams and carried `received`.
+    fn trial(sent: u64, received: u64) -> Trial {
+        Trial {
+            offered_pps: sent,
+            sent_pps: sent,
+            sent,
+            received,
+            latency: Latency::default(),
+        }
+    }
+
+    /// A row whose one search found `pdr` and whose fixed-load trial was `fixed`.
+    fn row(setup: &str, pdr: Option<Trial>, fixed: Trial) -> Row {
+        Row {
+            setup: setup.into(),
+            runs: vec![Run {
+                search: SearchRun {
+                    best: pdr,
+                    pdr,
+                    limit: if pdr.is_some() {
+                        Limit::Loss
+                    } else {
+                        Limit::NoLossFree
+                    },
+                    trials: vec![],
+                    discarded: None,
+                },
+                forwarder_us_per_packet: None,
+                forwarder_busy: None,
+                tools_busy: None,
+                machine_us_per_packet: None,
+                host_wake: None,
+            }],
+            fixed,
+            busy_polls: false,
+        }
+    }
+
+    fn search_args() -> crate::measure::SearchArgs {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Args {
+            #[command(flatten)]
+            search: crate::measure::SearchArgs,
+        }
+        Args::parse_from(["test"]).search
+    }
+
+    #[test]
+    fn a_row_that_forwarded_nothing_or_found_no_rate_fails_and_the_report_says_so() {
+        let search = search_args();
+        let rows = [
+            row(
+                "bare mmsg forwarder",
+                Some(trial(400_000, 400_000)),
+                trial(100_000, 100_000),
+            ),
+            row(
+                "relay-mio, 1 worker",
+                Some(trial(200_000, 200_000)),
+                trial(100_000, 0),
+            ),
+            row("relay-mio, 2 workers", None, trial(100_000, 99_000)),
+        ];
+        assert_eq!(row_failure(&rows[0], &search), None);
+        let table = failed_rows_table(&rows, &search);
+        let failed = crate::sessions::failed_rows(&table);
+        let named: Vec<&str> = failed.iter().map(|f| f.row.as_str()).collect();
+        assert_eq!(
+            named,
+            ["relay-mio, 1 worker", "relay-mio, 2 workers"],
+            "{table}"
+        );
+        assert!(
+            failed[0]
+                .reason
+                .starts_with("forwarded nothing at its fixed load"),
+            "{table}"
+        );
+        assert!(
+            failed[1].reason.starts_with("no search found a rate"),
+            "{table}"
+        );
+        assert_eq!(failed_rows_table(&rows[..1], &search), "");
+    }
 }

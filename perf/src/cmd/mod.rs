@@ -2,10 +2,12 @@
 //! its options (clap) and its `run`.
 
 pub mod children;
+pub mod diff;
 pub mod gate;
 pub mod lab;
 pub mod loopback;
 pub mod model;
 pub mod resilience;
+pub mod runs;
 pub mod sessions;
 pub mod tools;

@@ -330,7 +330,10 @@ pub fn run(options: Options) -> i32 {
         &report,
         Some(super::children::tables_json(&report).to_string()),
     );
-    i32::from(!failures.is_empty())
+    // Every failed round is a `- failed:` line of the report, so the report's own failed
+    // rows name them; a failure kept but not written still fails the run.
+    crate::sessions::failed_rows::exit_code("model", &options.out, &report)
+        .max(i32::from(!failures.is_empty()))
 }
 
 /// The model seam's setups: the built-in echo and the echo over the bridge to

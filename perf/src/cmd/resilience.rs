@@ -60,8 +60,23 @@ pub struct Options {
 
 /// Runs it; the process's exit code.
 pub fn run(options: Options) -> i32 {
-    resilience(&options);
-    0
+    let report = resilience(&options);
+    crate::sessions::failed_rows::exit_code("resilience", &options.out, &report)
+}
+
+/// A row's "connected" cell: `connected/sessions`, or a failed row when its sessions
+/// were to connect before anything happened (no junk yet, no kill yet, no attack) and
+/// one did not: the row would then compare its event with a setup that was already
+/// broken, not measure the event.
+fn connected_cell(run: &LiveRun, every_one_must_connect: bool) -> String {
+    if every_one_must_connect && run.connected < run.sessions {
+        format!(
+            "failed: {}/{} sessions connected before anything happened",
+            run.connected, run.sessions
+        )
+    } else {
+        format!("{}/{}", run.connected, run.sessions)
+    }
 }
 
 /// The relay's drop counters by reason, summed over workers.
@@ -91,8 +106,8 @@ fn listed(counts: &BTreeMap<String, f64>) -> String {
 }
 
 /// Runs the chosen sections and writes the report to `options.out`, with its rows as
-/// JSON beside it (`.json`).
-pub fn resilience(options: &Options) {
+/// JSON beside it (`.json`); returns the report.
+pub fn resilience(options: &Options) -> String {
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let mut report = format!(
         "# Live sessions under junk, attacks and relay restarts\n\nCommand: `{command}`\n\n"
@@ -113,6 +128,7 @@ pub fn resilience(options: &Options) {
     std::fs::write(out.with_extension("json"), json.to_string()).expect("write the JSON");
     println!("{report}");
     eprintln!("report: {}", out.display());
+    report
 }
 
 /// The junk and restart sections.
@@ -150,9 +166,9 @@ fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_
         }));
         let _ = writeln!(
             report,
-            "| {name} | {}/{} | {} | {} | {:.3} % | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {extra} |",
-            run.connected,
-            run.sessions,
+            "| {name} | {} | {} | {} | {:.3} % | {:.0} / {:.0} / {:.0} | {:.0} / {:.0} | {extra} |",
+            // Every run here connects its sessions before its junk or its kill starts.
+            connected_cell(run, true),
             run.sent,
             run.received,
             100.0 * run.loss(),
@@ -359,7 +375,8 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
             RAMP,
             |stop| run_attack(attack, &target, sources, rate, stop, limit),
         );
-        let tally = tally.unwrap_or_else(|e| panic!("{}: {e}", attack.label()));
+        // An attack tool that could not run leaves its row without an attack: failed.
+        let tally = tally.map_err(|e| format!("the attack did not run: {e}"));
         let relay_refused = relay_drops(metrics);
         let tcp_closed = by_label(
             metrics,
@@ -373,11 +390,14 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
             "row": attack.label(),
             "attack": format!("{attack:?}"),
             "live": run.json(),
-            "attacker": {
-                "sent": tally.sent,
-                "connections": tally.connections,
-                "per_second": tally.rate(),
-                "seconds": tally.elapsed.as_secs_f64(),
+            "attacker": match &tally {
+                Ok(tally) => serde_json::json!({
+                    "sent": tally.sent,
+                    "connections": tally.connections,
+                    "per_second": tally.rate(),
+                    "seconds": tally.elapsed.as_secs_f64(),
+                }),
+                Err(e) => serde_json::json!({ "failed": e }),
             },
             "relay_drops": grown(&BTreeMap::new(), &relay_refused),
             "ice_tcp_closes": grown(&BTreeMap::new(), &tcp_closed),
@@ -385,22 +405,23 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
             "unproven_flows_shed": shed,
         }));
         relay.0.stop();
-        let sent = match attack {
-            Attack::Calm => "–".to_string(),
-            Attack::IceTcpSlots => format!(
+        let sent = match (attack, &tally) {
+            (_, Err(e)) => format!("failed: {e}"),
+            (Attack::Calm, Ok(_)) => "–".to_string(),
+            (Attack::IceTcpSlots, Ok(tally)) => format!(
                 "{} connections opened and kept open by the attacker ({:.0}/s for {:.1} s)",
                 tally.connections,
                 tally.rate(),
                 tally.elapsed.as_secs_f64()
             ),
-            Attack::SignalingConnections => format!(
+            (Attack::SignalingConnections, Ok(tally)) => format!(
                 "{} requests ({:.0}/s for {:.1} s) on {} connections",
                 tally.sent,
                 tally.rate(),
                 tally.elapsed.as_secs_f64(),
                 tally.connections
             ),
-            _ => format!(
+            (_, Ok(tally)) => format!(
                 "{} datagrams ({:.0}/s for {:.1} s)",
                 tally.sent,
                 tally.rate(),
@@ -422,10 +443,11 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
         }
         let _ = writeln!(
             report,
-            "| {} | {sent} | {}/{} | {} | {:.0} / {:.0} / {:.0} | {:.3} % | {:.0} / {:.0} | {} |",
+            "| {} | {sent} | {} | {} | {:.0} / {:.0} / {:.0} | {:.3} % | {:.0} / {:.0} | {} |",
             attack.label(),
-            run.connected,
-            run.sessions,
+            // Under an attack, sessions that did not connect are what it cost; without one,
+            // every one connects.
+            connected_cell(&run, attack == Attack::Calm),
             run.refused_posts,
             gap_ms(&run.setups, 0.5),
             gap_ms(&run.setups, 0.99),
@@ -483,4 +505,40 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
          (the sessions' own traffic included); the signaling refusals are those during \
          the row.\n"
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(connected: usize) -> LiveRun {
+        LiveRun {
+            sessions: 50,
+            refused_posts: 0,
+            connected,
+            setups: vec![],
+            sent: 0,
+            received: 0,
+            gaps: vec![],
+            delivered_gaps: vec![],
+        }
+    }
+
+    #[test]
+    fn a_run_without_an_attack_that_did_not_connect_every_session_is_a_failed_row() {
+        assert_eq!(connected_cell(&run_with(50), true), "50/50");
+        // Under an attack, the sessions it kept out are the measurement.
+        assert_eq!(connected_cell(&run_with(48), false), "48/50");
+        let row = format!(
+            "| calm (no attack) | – | {} | 0 |",
+            connected_cell(&run_with(48), true)
+        );
+        let failed = crate::sessions::failed_rows(&row);
+        assert_eq!(failed.len(), 1, "{row}");
+        assert_eq!(failed[0].row, "calm (no attack)");
+        assert_eq!(
+            failed[0].reason,
+            "48/50 sessions connected before anything happened"
+        );
+    }
 }

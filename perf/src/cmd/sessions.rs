@@ -66,7 +66,7 @@ pub fn run(options: Options) -> i32 {
         browser_talk,
         out,
     } = options;
-    sessions(
+    let report = sessions(
         setups,
         &steps,
         (talk, client_threads, talkers),
@@ -74,10 +74,168 @@ pub fn run(options: Options) -> i32 {
         (browser_sessions, browser_talk),
         &out,
     );
-    0
+    crate::sessions::failed_rows::exit_code("sessions", &out, &report)
 }
 
-/// Measures setup times, capacity steps, ICE-TCP and Chromium, and writes the report.
+/// The relay's ICE-TCP limits this run needs for its own load, where they exceed the
+/// defaults production keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IceTcpLimits {
+    /// ICE-TCP connections the run opens from its one load address: the setup row's
+    /// sessions, then the listener measurement's connections.
+    pub connections: usize,
+    /// New connections per second (and burst) from one source prefix, per worker.
+    pub accepts_per_prefix: u32,
+    /// New connections per second (and burst) in one worker.
+    pub accepts_per_worker: u32,
+    /// Open connections one worker holds.
+    pub connections_per_worker: usize,
+}
+
+/// The most open connections the relay lets one worker hold (it refuses more at start).
+const MOST_TCP_CONNECTIONS_PER_WORKER: usize = 65_536;
+
+impl IceTcpLimits {
+    /// What a run of `tcp_setups` setup sessions over ICE-TCP and a listener measurement
+    /// of `listener_connections` connections needs. Both come from one /24, so they
+    /// share one prefix's accept bucket, and that bucket's burst is its rate: the
+    /// listener opens its connections back to back (faster than any refill) and a
+    /// refused one is not retried, so the rate must cover every connection the run
+    /// opens at once. Twice that, so the keyed hash putting another prefix in the same
+    /// bucket, or the setup row's connections not yet refilled, cannot refuse one.
+    pub fn for_load(tcp_setups: usize, listener_connections: usize) -> IceTcpLimits {
+        let defaults = ufrag_common::config::TcpPolicy::default();
+        let connections = tcp_setups.saturating_add(listener_connections);
+        let with_headroom = connections.saturating_mul(2);
+        let rate = u32::try_from(with_headroom).unwrap_or(u32::MAX);
+        let accepts_per_prefix = rate.max(defaults.accepts_per_prefix);
+        IceTcpLimits {
+            connections,
+            accepts_per_prefix,
+            accepts_per_worker: accepts_per_prefix.max(defaults.accepts_per_worker),
+            connections_per_worker: with_headroom.clamp(
+                defaults.connections_per_worker,
+                MOST_TCP_CONNECTIONS_PER_WORKER,
+            ),
+        }
+    }
+
+    /// The relay flags that set them (each only where it differs from the default).
+    pub fn relay_flags(&self) -> Vec<String> {
+        let defaults = ufrag_common::config::TcpPolicy::default();
+        let mut flags = vec![];
+        if self.accepts_per_prefix != defaults.accepts_per_prefix {
+            flags.extend([
+                "--tcp-accepts-per-prefix".into(),
+                self.accepts_per_prefix.to_string(),
+            ]);
+        }
+        if self.accepts_per_worker != defaults.accepts_per_worker {
+            flags.extend([
+                "--tcp-accepts-per-worker".into(),
+                self.accepts_per_worker.to_string(),
+            ]);
+        }
+        if self.connections_per_worker != defaults.connections_per_worker {
+            flags.extend([
+                "--tcp-connections-per-worker".into(),
+                self.connections_per_worker.to_string(),
+            ]);
+        }
+        flags
+    }
+
+    /// What the report says about them: which limits this run raised and why, or that
+    /// it kept the defaults.
+    pub fn sentence(&self, tcp_setups: usize, listener_connections: usize) -> String {
+        let defaults = ufrag_common::config::TcpPolicy::default();
+        let mut raised = vec![];
+        if self.accepts_per_prefix != defaults.accepts_per_prefix {
+            raised.push(format!(
+                "per-prefix TCP accept rate to {}/s (default {}/s)",
+                self.accepts_per_prefix, defaults.accepts_per_prefix
+            ));
+        }
+        if self.accepts_per_worker != defaults.accepts_per_worker {
+            raised.push(format!(
+                "per-worker TCP accept rate to {}/s (default {}/s)",
+                self.accepts_per_worker, defaults.accepts_per_worker
+            ));
+        }
+        if self.connections_per_worker != defaults.connections_per_worker {
+            raised.push(format!(
+                "open ICE-TCP connections per worker to {} (default {})",
+                self.connections_per_worker, defaults.connections_per_worker
+            ));
+        }
+        // Lifted whatever the load (the relay flags in `sessions`), for the same reason.
+        let also = "It also lifts the cap on open ICE-TCP connections from one prefix and \
+                    the per-worker rate of new flows: its load clients are one host.";
+        if raised.is_empty() {
+            return format!(
+                "This run kept the relay's ICE-TCP accept rates at their defaults: its {} \
+                 ICE-TCP connections fit in them. {also}",
+                self.connections
+            );
+        }
+        let listed = match raised.split_last() {
+            Some((last, [])) => last.clone(),
+            Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+            None => String::new(),
+        };
+        let opened = match (tcp_setups, listener_connections) {
+            (_, 0) => format!("{tcp_setups} setup sessions"),
+            (0, _) => format!("{listener_connections} listener connections opened back to back"),
+            _ => format!(
+                "{tcp_setups} setup sessions, then {listener_connections} listener \
+                 connections opened back to back"
+            ),
+        };
+        format!(
+            "This run raised the relay's {listed} because its {} ICE-TCP clients ({opened}) \
+             share one address; production keeps the defaults. {also}",
+            self.connections
+        )
+    }
+}
+
+/// The relay's ICE-TCP closes by reason so far, from its metrics at `metrics`
+/// (" (the relay's ICE-TCP closes so far: `prefix_rate` 992)"), to say why connections
+/// went unanswered; empty when it closed none.
+fn relay_tcp_closes(metrics: SocketAddr) -> String {
+    let text = testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
+    let closes =
+        testkit::http::metric_by_label(&text, "ufrag_relay_tcp_connections_closed_total", "reason");
+    let listed: Vec<String> = closes
+        .iter()
+        .filter(|(_, count)| **count > 0.0)
+        .map(|(reason, count)| format!("`{reason}` {count:.0}"))
+        .collect();
+    if listed.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (the relay's ICE-TCP closes so far: {})",
+            listed.join(", ")
+        )
+    }
+}
+
+/// The failure of a capacity run in which no step held, naming the smallest step;
+/// `None` when one held (or none was tried).
+fn no_step_held(best: usize, smallest: Option<(usize, usize, f64)>) -> Option<String> {
+    let (sessions, connected, loss) = smallest?;
+    (best == 0).then(|| {
+        format!(
+            "failed: no step held: the smallest, {sessions} sessions, connected {connected} \
+             and lost {:.2} % of its audio",
+            loss * 100.0
+        )
+    })
+}
+
+/// Measures setup times, capacity steps, ICE-TCP and Chromium, and writes the report;
+/// returns it.
 pub fn sessions(
     setups: usize,
     steps: &[usize],
@@ -85,7 +243,7 @@ pub fn sessions(
     (tcp_connections, tcp_blast): (usize, Duration),
     (browsers, browser_talk): (usize, Duration),
     out: &std::path::Path,
-) {
+) -> String {
     use crate::sessions::{LoadPlan, browser_session, load_step, quantile_ms, setup_times};
     use std::fmt::Write as _;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -106,6 +264,8 @@ pub fn sessions(
          RTT quantiles are over all of them.\n",
         crate::sessions::PINGS
     );
+    let tcp_limits = IceTcpLimits::for_load(setups, tcp_connections);
+    let _ = writeln!(report, "{}\n", tcp_limits.sentence(setups, tcp_connections));
     let _ = writeln!(
         report,
         "| path | sessions | connected p50 / p99 ms | first echo p50 / p99 ms | ping RTT p50 / p99 ms |"
@@ -115,21 +275,26 @@ pub fn sessions(
     let vip = SocketAddr::from((loopback_ip(50), 3478));
     // ICE over TCP on the same relay: the row for clients whose networks block UDP.
     let tcp_vip = SocketAddr::from((loopback_ip(50), 4443));
+    let relay_metrics = SocketAddr::from((loopback_ip(51), 9100));
+    let mut relay_flags = [
+        "--tcp-vip",
+        &tcp_vip.to_string(),
+        // One load host opens the listener's connections: lift the per-source caps.
+        "--tcp-connections-per-prefix",
+        "1000000",
+        "--new-flows-per-worker",
+        "1000000",
+    ]
+    .map(String::from)
+    .to_vec();
+    // ... and the accept rates its connections need (the report says so).
+    relay_flags.extend(tcp_limits.relay_flags());
     let _relay = start_relay_with(
         1,
         vip,
         SocketAddr::from((loopback_ip(51), 40_000)),
-        SocketAddr::from((loopback_ip(51), 9100)),
-        &[
-            "--tcp-vip",
-            &tcp_vip.to_string(),
-            // One load host opens the listener's connections: lift the per-source caps.
-            "--tcp-connections-per-prefix",
-            "1000000",
-            "--new-flows-per-worker",
-            "1000000",
-        ]
-        .map(String::from),
+        relay_metrics,
+        &relay_flags,
     );
     let relayed_http = SocketAddr::from((loopback_ip(52), 8080));
     let direct_http = SocketAddr::from((loopback_ip(53), 8080));
@@ -219,7 +384,12 @@ pub fn sessions(
                 );
             }
             Err(e) => {
-                let _ = writeln!(report, "| {name} | failed: {e} | | | |");
+                let closes = if over_tcp {
+                    relay_tcp_closes(relay_metrics)
+                } else {
+                    String::new()
+                };
+                let _ = writeln!(report, "| {name} | failed: {e}{closes} | | | |");
             }
         }
     }
@@ -264,9 +434,17 @@ pub fn sessions(
                      path, the sockets' buffers)"
                 };
                 let _ = writeln!(report, "\nLimit: {limit}.");
+                let _ = writeln!(
+                    report,
+                    "\nWhen the blast ended, {} messages were still queued in the connections' \
+                     buffers (not counted): the connections were reset, which discards them, \
+                     and the relay stopped forwarding {:.1} s later; the next measurement \
+                     started only then, with the relay's worker idle.",
+                    c.queued_after_blast, c.quiet_after_seconds
+                );
             }
             Err(e) => {
-                let _ = writeln!(report, "failed: {e}");
+                let _ = writeln!(report, "failed: {e}{}", relay_tcp_closes(relay_metrics));
             }
         }
     }
@@ -365,7 +543,10 @@ pub fn sessions(
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     let ips: Vec<Ipv4Addr> = (70..80).map(loopback_ip).collect();
     let mut best = 0;
-    for &n in steps {
+    // The first step's sessions, connected and loss: what to name if no step held.
+    let mut smallest = None;
+    // A step of no sessions measures nothing: not a step.
+    for &n in steps.iter().filter(|&&n| n > 0) {
         eprintln!("capacity: {n} sessions…");
         let counters = || {
             [
@@ -397,6 +578,7 @@ pub fn sessions(
             step.received,
             step.loss() * 100.0
         );
+        smallest.get_or_insert((n, step.connected, step.loss()));
         if step.connected == n && step.loss() < 0.01 {
             best = n;
         } else {
@@ -407,6 +589,9 @@ pub fn sessions(
         report,
         "\nLargest step with every session connected and < 1 % loss: **{best} sessions**."
     );
+    if let Some(failure) = no_step_held(best, smallest) {
+        let _ = writeln!(report, "\n{failure}");
+    }
     if client_bound {
         let _ = writeln!(
             report,
@@ -435,4 +620,77 @@ pub fn sessions(
         &report,
         Some(super::children::tables_json(&report).to_string()),
     );
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_load_raises_both_accept_rates_past_what_it_opens_at_once() {
+        let limits = IceTcpLimits::for_load(50, 1000);
+        assert_eq!(limits.connections, 1050);
+        // The bucket's burst is its rate: it must hold every connection the run opens.
+        assert!(limits.accepts_per_prefix as usize >= limits.connections);
+        assert!(limits.accepts_per_worker as usize >= limits.connections);
+        assert_eq!(limits.connections_per_worker, 4096);
+        assert_eq!(
+            limits.relay_flags(),
+            [
+                "--tcp-accepts-per-prefix",
+                "2100",
+                "--tcp-accepts-per-worker",
+                "2100"
+            ]
+        );
+        let sentence = limits.sentence(50, 1000);
+        assert!(
+            sentence.contains(
+                "raised the relay's per-prefix TCP accept rate to 2100/s (default 8/s) and \
+                 per-worker TCP accept rate to 2100/s (default 1000/s) because its 1050 \
+                 ICE-TCP clients"
+            ),
+            "{sentence}"
+        );
+        assert!(
+            sentence.contains("production keeps the defaults"),
+            "{sentence}"
+        );
+    }
+
+    #[test]
+    fn a_load_within_the_defaults_keeps_them_and_says_so() {
+        let limits = IceTcpLimits::for_load(2, 1);
+        assert_eq!(limits.relay_flags(), Vec::<String>::new());
+        assert!(
+            limits.sentence(2, 1).starts_with("This run kept"),
+            "{}",
+            limits.sentence(2, 1)
+        );
+    }
+
+    #[test]
+    fn a_larger_listener_run_also_raises_the_open_connections_within_the_relays_bound() {
+        let limits = IceTcpLimits::for_load(50, 3000);
+        assert_eq!(limits.connections_per_worker, 6100);
+        assert!(limits.relay_flags().contains(&"6100".to_string()));
+        let huge = IceTcpLimits::for_load(0, usize::MAX);
+        assert_eq!(huge.accepts_per_prefix, u32::MAX);
+        assert_eq!(huge.connections_per_worker, MOST_TCP_CONNECTIONS_PER_WORKER);
+    }
+
+    #[test]
+    fn a_capacity_run_with_no_step_held_is_a_failed_row() {
+        let failure = no_step_held(0, Some((200, 150, 0.25))).expect("no step held");
+        let report = format!("## Concurrent echo sessions\n\n{failure}\n");
+        let failed = crate::sessions::failed_rows(&report);
+        assert_eq!(failed.len(), 1, "{report}");
+        assert_eq!(
+            failed[0].reason,
+            "no step held: the smallest, 200 sessions, connected 150 and lost 25.00 % of its audio"
+        );
+        assert_eq!(no_step_held(200, Some((200, 200, 0.0))), None);
+        assert_eq!(no_step_held(0, None), None);
+    }
 }

@@ -1,6 +1,7 @@
 //! The bench `perf compare` measures on by default: the netns testbed with its addresses,
-//! interfaces and client flows, and the loads that drive a setup on it (the live-frames
-//! generator for the rate search, client sockets for fixed loads).
+//! interfaces and client flows (made, and proven with traffic both ways, before the
+//! trials), and the loads that drive a setup on it (the live-frames generator for the
+//! rate search, client sockets for fixed loads).
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::time::Instant;
@@ -18,8 +19,8 @@ use crate::xdp::{
 };
 
 pub use crate::load::target::{
-    EVERY_DATAGRAM, FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT,
-    SOCKET_FLOWS, Target, make_flows,
+    EVERY_DATAGRAM, FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, ReturnPath, SAMPLE_EVERY, SETTLE,
+    SINK_PORT, SOCKET_FLOWS, Target, make_flows, prove_flows,
 };
 
 /// How the transceiver's replies reach a setup's clients (`--direction down`).
@@ -156,23 +157,55 @@ impl Bench {
         PeerPass::attach(&peer).expect("XDP on the bridge port")
     }
 
-    /// Makes a setup's flows ([`make_flows`]) from the client's namespace; warns when
-    /// one of our relays holds fewer than all.
-    pub fn make_flows(&self, name: &str, keeps_flows: bool, target: Target) -> Generator {
+    /// Makes `setup`'s flows ([`make_flows`]) from the client's namespace and proves them
+    /// ([`prove_flows`]) where it carries returns; warns when one of our relays holds
+    /// fewer than all.
+    pub fn make_flows(&self, setup: &Setup, target: Target) -> Generator {
         let client = Some(self.bed.client.ns.as_str());
         let sockets = make_flows(
             client,
             &self.plan,
-            keeps_flows,
+            setup.keeps_flows(),
             target,
             self.relay.sink_addr,
             self.epoch,
         )
         .expect("the client sockets and the datagrams that make the flows");
+        if let Some(back) = self.return_path(setup, target) {
+            prove_flows(
+                (client, Some(self.bed.transceiver.ns.as_str())),
+                &self.plan,
+                target,
+                self.relay.sink_addr,
+                back,
+            )
+            .expect("the datagrams that prove the flows");
+        }
         if target.framed {
-            warn_if_flows_missing(&self.relay, name);
+            warn_if_flows_missing(&self.relay, setup.name);
         }
         sockets
+    }
+
+    /// How the transceiver's returns reach `setup`'s clients, for the setups that carry
+    /// them and keep flows: our relays and nftables, whose flows a real session proves
+    /// with traffic both ways before its media (our relays hand a flow to relay-afxdp's
+    /// fast path only then). The rest forward one way only (or, the direct path, keep no
+    /// flows) and get no returns. The proof happens before the measured window, so what
+    /// it costs a row, or saves one that skips it, is in no row's figures, and the null
+    /// row stays comparable with every other.
+    fn return_path(&self, setup: &Setup, target: Target) -> Option<ReturnPath> {
+        if !setup.keeps_flows() || !setup.carries_downlink(self.plan.addresses()) {
+            return None;
+        }
+        Some(match setup.replies() {
+            Replies::Framed => ReturnPath::Framed {
+                internal: self.relay.internal,
+                vip: target.dst,
+            },
+            Replies::ToTheVip => ReturnPath::ToClientPort(target.dst.ip()),
+            Replies::Direct => return None,
+        })
     }
 
     /// The fixed-load load: `sockets` send to `target` from the client's namespace,
@@ -357,20 +390,20 @@ impl Bed for Bench {
 
     fn fixed_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
         let target = setup.target(&self.relay);
-        let sockets = self.make_flows(setup.name, setup.keeps_flows(), target);
+        let sockets = self.make_flows(setup, target);
         Box::new(self.socket_load(sockets, target, size))
     }
 
     fn latency_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
         let target = setup.target(&self.relay);
-        let sockets = self.make_flows(setup.name, setup.keeps_flows(), target);
+        let sockets = self.make_flows(setup, target);
         let sockets = Sender::Sockets(sockets.with_payload_len(size), target.dst);
         Box::new(self.sampled_load(sockets, None, target, EVERY_DATAGRAM))
     }
 
     fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load> {
         let target = setup.target(&self.relay);
-        let sockets = self.make_flows(setup.name, setup.keeps_flows(), target);
+        let sockets = self.make_flows(setup, target);
         let size = options.search.size;
         let live = options.generator == GeneratorKind::LiveFrames;
         match options.direction {

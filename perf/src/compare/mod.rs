@@ -19,8 +19,10 @@
 pub mod bed;
 pub mod bench;
 pub mod cost;
+pub mod fast_path;
 pub mod lab;
 pub mod latency;
+pub mod marginal;
 pub mod notes;
 pub mod options;
 pub mod relay_host;
@@ -92,7 +94,7 @@ pub fn run(options: &Options) -> i32 {
         "; the maximum-rate search has not run yet"
     };
     let samples = if options.rounds > 0 && options.direction == Direction::Up {
-        let plan = rounds::Plan {
+        let mut plan = rounds::Plan {
             rounds: options.rounds,
             loads: options.loads.clone(),
             trial: options.trial,
@@ -101,12 +103,37 @@ pub fn run(options: &Options) -> i32 {
             size: options.search.size,
             seed,
         };
-        rounds::run(bench, &setups, &plan, &mut |samples, done| {
-            let progress = format!("{done} of {} rounds done{search_left}", plan.rounds);
-            if let Err(e) = write(samples, &not_searched, Some(progress)) {
-                crate::say!("perf compare: writing the partial report: {e}");
+        let mut samples = vec![];
+        let (mut first, most) = (1, options.rounds.max(options.max_rounds));
+        loop {
+            rounds::run(
+                bench,
+                &setups,
+                &plan,
+                first,
+                &mut samples,
+                &mut |samples, done| {
+                    let progress = format!("{done} of {most} rounds at most done{search_left}");
+                    if let Err(e) = write(samples, &not_searched, Some(progress)) {
+                        crate::say!("perf compare: writing the partial report: {e}");
+                    }
+                },
+            );
+            first += plan.rounds;
+            let verdict = report::verdict_of(options, &setups, &samples);
+            let decided = !matches!(verdict.kind(), "inconclusive" | "withheld");
+            if decided || first > most {
+                break;
             }
-        })
+            plan.rounds = options.block().min(most + 1 - first);
+            crate::say!(
+                "perf compare: {} after {} rounds; {} more (at most {most} in all)",
+                verdict.kind(),
+                first - 1,
+                plan.rounds
+            );
+        }
+        samples
     } else {
         vec![]
     };

@@ -5,37 +5,41 @@
 use std::fmt::Write as _;
 
 use super::bench::{PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SOCKET_FLOWS};
-use super::cost::{RowCost, Sample};
+use super::cost::{RowCost, Sample, sessions_per_core};
 use super::options::{Direction, GeneratorKind, Options};
 use super::setups::name_of;
 use crate::load::LOAD_CPU;
 
 /// How the fixed-load phase was measured.
-pub fn rounds_method(options: &Options, seed: u64) -> String {
+pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String {
+    let precision = samples
+        .iter()
+        .find_map(|s| s.reading.map(|r| r.at_rest.precision))
+        .map_or("–", crate::cpu::Precision::label);
     let loads: Vec<String> = options.loads.iter().map(|l| format!("{l}")).collect();
     format!(
         "\n## How the cost was measured\n\n{} randomized interleaved rounds (seed {seed}): every setup \
-         once per round, in a new random order, started afresh, its {} flows made, a 200 ms warm-up \
-         not counted, then {} pps for {:?} each from the client sockets of the first {SOCKET_FLOWS} \
+         once per round, in a new random order, started afresh, its {} flows made and each proven \
+         the way a session proves it (one datagram back through the relay), a 200 ms warm-up not \
+         counted, then {} pps for {:?} each from the client sockets of the first {SOCKET_FLOWS} \
          flows (`sendmmsg`, paced by sleeping, so the tools cost the same in every row), counted and \
-         dropped in XDP on the transceiver's veth. Around each trial every CPU of the machine is \
-         counted (busy = wall − idle − iowait − steal from `/proc/stat`, softirq included), \
-         whatever it ran for: the generator, the bridge, the relay, the sink. The same trial on the \
-         direct path in the same round (the null row: the same tools, no relay) is subtracted load \
-         by load, so what remains is what the setup added. A load a setup lost more than 0.5 % at \
-         is left out of its pooled figure. Per round, each row's pooled cost is divided by \
-         relay-mio's in that round; the verdict reads the median of those ratios and its \
-         distribution-free interval. `/proc/stat` counts in 10 ms steps per CPU, so a 1 s trial \
-         at 10k pps reads to a few tenths of a µs per packet; the pooled figure, over all loads, \
-         to better. No load near each row's knee is offered here: the socket generator tops \
-         out near 150k pps on this host, below the knee of the fastest rows, and the \
-         live-frames generator busy-polls the tools' core, which would put a constant full \
-         core into every row's count; the maximum-rate search's forwarder µs per packet at \
-         NDR stands for the near-saturation cost.\n",
+         dropped in XDP on the transceiver's veth. The loads are a stated deployment range, the \
+         same for every row, not fractions of each row's saturation. Around each trial every CPU \
+         of the machine is counted (busy = wall − idle − iowait − steal, softirq included), \
+         whatever it ran for: the generator, the bridge, the relay, the sink; idle time is read \
+         in {}. In each round a straight line is fitted through each setup's trials (cores busy \
+         against packets per second that arrived, at least {} loads): its slope is the marginal \
+         µs per packet, its intercept the cores held at no load. The direct path's line in the \
+         same round (the null row: the same tools, no relay) is subtracted, so what remains is \
+         what the setup added. A load a setup lost more than 0.5 % at is left out of its line and \
+         of every line it is compared with in that round. Ratios are taken per round, over the \
+         loads both rows carried, and the verdict reads the interval of those ratios.\n",
         options.rounds,
         options.flows,
         loads.join(", "),
         options.trial,
+        precision,
+        super::marginal::MIN_LOADS,
     )
 }
 
@@ -48,16 +52,105 @@ pub fn host_gate_method() -> String {
          fastest of three) and the cross-core wake-up probe; during the trials it reads steal. A \
          setup's trials are left out when the host was over {:.0} % busy at rest, more than \
          {:.0} % was stolen, some task waited for a CPU over {:.0} % of the rest window (PSI), or \
-         the loop ran over {:.1}× slower than the run's fastest. A round whose null row or \
-         relay-mio was left out counts for no ratio. When fewer than {:.0} % of the rounds are \
-         kept the verdict is withheld.\n",
+         the loop ran over {:.1}× slower than the run's fastest, or threads outside the \
+         experiment (neither this run's processes nor the kernel's network threads, counted in \
+         nanoseconds per thread) ran more than {:.0} % of the busy time its trials counted. The \
+         null row is subtracted from \
+         every row of its round, so a null-row trial more than {:.0} scaled MADs from the null \
+         row's median at its load leaves its whole round out. No verdict is said from fewer \
+         than {} kept rounds.\n",
         crate::host_gate::QUIET_WINDOW.as_millis(),
         t.busy_at_rest * 100.0,
         t.steal * 100.0,
         t.pressure_at_rest * 100.0,
         t.calibration_slowdown,
-        super::verdict::KEPT_NEEDED * 100.0,
+        t.outside * 100.0,
+        super::cost::NULL_OUTLIER_MADS,
+        super::verdict::MIN_KEPT_ROUNDS,
     )
+}
+
+/// The rounds left out because the null row's trial was an outlier, and why.
+pub fn null_outliers(found: &[(usize, String)]) -> String {
+    if found.is_empty() {
+        return "\nNo null-row trial lay far from the null row's others.\n".into();
+    }
+    let mut out =
+        String::from("\nRounds left out because their null-row trial was an outlier:\n\n");
+    for (round, why) in found {
+        let _ = writeln!(out, "- round {round}: {why}.");
+    }
+    out
+}
+
+/// The threads that ran outside the experiment during the cost trials, summed over the
+/// run by name, busiest first: kernel threads such as DAMON's show here.
+pub fn outside_threads(samples: &[Sample]) -> String {
+    let mut by_name: Vec<(String, f64)> = vec![];
+    for (name, seconds) in samples
+        .iter()
+        .filter_map(|s| s.outside.as_ref())
+        .flat_map(|o| o.busiest.iter())
+    {
+        match by_name.iter_mut().find(|(n, _)| n == name) {
+            Some((_, total)) => *total += seconds,
+            None => by_name.push((name.clone(), *seconds)),
+        }
+    }
+    if by_name.is_empty() {
+        return String::new();
+    }
+    by_name.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let trials_seconds: f64 = samples
+        .iter()
+        .flat_map(|s| s.loads.iter())
+        .map(|t| t.busy)
+        .sum();
+    let listed: Vec<String> = by_name
+        .iter()
+        .take(8)
+        .map(|(name, s)| format!("{name} {:.0} ms", s * 1e3))
+        .collect();
+    format!(
+        "\nThreads outside the experiment (neither this run's processes nor the kernel's \
+         network threads) ran {:.0} ms in all during the cost trials, against {:.0} s of busy \
+         time counted: {}.\n",
+        by_name.iter().map(|b| b.1).sum::<f64>() * 1e3,
+        trials_seconds,
+        listed.join(", ")
+    )
+}
+
+/// Each row in a sentence: marginal cost, fixed cores, sessions per core, and its ratio
+/// to `baseline`'s.
+pub fn row_summary(rows: &[RowCost], baseline: &str) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let (Some(marginal), Some(fixed)) = (r.marginal, r.fixed_cores) else {
+            let _ = writeln!(
+                out,
+                "- {}: no round kept (host gate, loss, or fewer than {} loads carried).",
+                name_of(&r.setup),
+                super::marginal::MIN_LOADS
+            );
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "- {}: **{:.2} µs** per more packet [{:.2}–{:.2}], {:.3} cores at no load: about \
+             **{:.0} voice sessions per core**{}.",
+            name_of(&r.setup),
+            marginal.median,
+            marginal.low,
+            marginal.high,
+            fixed.median,
+            sessions_per_core(marginal.median),
+            r.ratio_to_baseline
+                .filter(|_| r.setup != baseline)
+                .map_or(String::new(), |x| format!(", {:.2}× relay-mio's", x.median)),
+        );
+    }
+    out
 }
 
 /// The host gate's readings, one row per setup and round, disturbed ones first.
@@ -145,7 +238,11 @@ pub const LAB_MODE: &str = "\n## Lab mode: what differs from the testbed\n\n\
 /// reference against relay-afxdp.
 pub fn anomalies(rows: &[RowCost]) -> String {
     let mut out = String::from("\n## Anomalies, with this run's evidence\n\n");
-    let cost = |key: &str| rows.iter().find(|r| r.setup == key).and_then(|r| r.pooled);
+    let cost = |key: &str| {
+        rows.iter()
+            .find(|r| r.setup == key)
+            .and_then(|r| r.marginal)
+    };
     let bimodal: Vec<String> = rows
         .iter()
         .filter(|r| r.bimodal)
@@ -166,7 +263,7 @@ pub fn anomalies(rows: &[RowCost]) -> String {
     );
     let _ = writeln!(
         out,
-        "- **The order a setup ran in.** Each row's median pooled cost by its place in the round \
+        "- **The order a setup ran in.** Each row's median marginal cost by its place in the round \
          (1 = first after the previous round's last setup stopped); a row whose standing moved \
          with its place would show it here:"
     );

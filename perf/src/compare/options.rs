@@ -36,12 +36,24 @@ pub struct Options {
     /// table). The direct path is always measured: it is the null row.
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(setups::keys()))]
     pub only: Vec<String>,
-    /// Rounds of the fixed-load phase (0: skip it).
+    /// Rounds of the fixed-load phase (0: skip it); with `--max-rounds`, the pilot.
     #[arg(long, default_value_t = 10)]
     pub rounds: usize,
-    /// The fixed loads of each round, pps.
-    #[arg(long, value_delimiter = ',', default_value = "10000,25000,50000")]
+    /// Go on past `--rounds` while the verdict is inconclusive, a block of half as many
+    /// rounds at a time, up to this many in all (0: stop at `--rounds`). Every look at
+    /// the verdict is planned before the first round, and the error rate is divided
+    /// among them, so stopping when it is decided does not overstate the confidence.
+    #[arg(long, default_value_t = 0)]
+    pub max_rounds: usize,
+    /// The fixed loads of each round, pps: a stated deployment range, the same for every
+    /// row (at least four, for the line through them that gives marginal and fixed cost).
+    #[arg(long, value_delimiter = ',', default_value = "10000,20000,35000,50000")]
     pub loads: Vec<u64>,
+    /// The saving, as a share of the best socket relay's marginal cost per packet, that
+    /// warrants kernel bypass: the verdict says "warranted" only when the whole interval of
+    /// the per-round ratio lies below 1 − this.
+    #[arg(long, default_value_t = super::verdict::DEFAULT_THRESHOLD)]
+    pub threshold: f64,
     /// Latency loads of each round, pps (comma-separated; default none): after its cost
     /// trials, each setup is offered each for `--latency-trial`, every datagram's latency
     /// recorded, and the report gives each row's p50 and p99 against relay-mio's.
@@ -124,6 +136,20 @@ fn parse_pair(text: &str) -> Result<(String, String), String> {
 }
 
 impl Options {
+    /// Rounds added at each look after the pilot.
+    pub fn block(&self) -> usize {
+        (self.rounds / 2).max(2)
+    }
+
+    /// The looks at the verdict a run plans: after the pilot, then after each block up
+    /// to `--max-rounds`.
+    pub fn looks(&self) -> usize {
+        1 + self
+            .max_rounds
+            .saturating_sub(self.rounds)
+            .div_ceil(self.block())
+    }
+
     /// Refuses option combinations that cannot run, naming why.
     pub fn check(&self) -> Result<(), String> {
         let share = self.downlink_share;
@@ -142,8 +168,28 @@ impl Options {
         if downlink && self.generator != GeneratorKind::LiveFrames {
             return Err("--direction down or both needs --generator live-frames".into());
         }
-        if self.rounds > 0 && self.loads.is_empty() {
-            return Err("--loads: at least one".into());
+        if self.rounds > 0 {
+            let mut distinct = self.loads.clone();
+            distinct.sort_unstable();
+            distinct.dedup();
+            if distinct.len() < super::marginal::MIN_LOADS || distinct.contains(&0) {
+                return Err(format!(
+                    "--loads: at least {} different rates above 0 pps (a line is fitted through them)",
+                    super::marginal::MIN_LOADS
+                ));
+            }
+        }
+        if self.max_rounds != 0 && self.max_rounds < self.rounds {
+            return Err(format!(
+                "--max-rounds {}: at least --rounds ({})",
+                self.max_rounds, self.rounds
+            ));
+        }
+        if !(self.threshold > 0.0 && self.threshold < 1.0) {
+            return Err(format!(
+                "--threshold {}: a share between 0 and 1",
+                self.threshold
+            ));
         }
         if !self.latency_loads.is_empty() && (self.rounds == 0 || self.direction != Direction::Up) {
             return Err(

@@ -4,12 +4,12 @@
 
 use std::fmt::Write as _;
 
-use super::cost::{CONFIDENCE, RowCost, Sample, pair_ratio, row_costs, sessions_per_core};
+use super::cost::{Analysis, CONFIDENCE, RowCost, Sample, sessions_per_core};
 use super::notes;
 use super::options::{Direction, Options};
 use super::search_phase::Searched;
-use super::setups::{BASELINE, NULL, Setup, bypass_keys, name_of};
-use super::verdict::{Verdict, judge};
+use super::setups::{BASELINE, Kind, NULL, Setup, bypass_keys, name_of};
+use super::verdict::{EQUIVALENCE_MARGIN, FAMILY_CONFIDENCE, Verdict, equivalence, judge};
 use crate::stats::Interval;
 
 /// Everything a run measured.
@@ -32,20 +32,27 @@ pub struct Measured<'a> {
     pub partial: Option<String>,
 }
 
-/// The cost table: each row's net µs per packet at each load, pooled, its ratio to
-/// relay-mio's, voice sessions per core, and the rounds kept.
+/// The cost table: each row's net µs per packet at each load, its marginal cost and
+/// fixed cores from the per-round lines, its ratio to relay-mio's, voice sessions per
+/// core, and the rounds kept with the coverage of its intervals.
 /// `counted` names whose CPUs were counted (the whole machine, or a lab's relay host).
 fn cost_table(rows: &[RowCost], loads: &[u64], counted: &str) -> String {
     let mut out = format!(
         "\n## CPU cost per forwarded packet at fixed loads\n\nµs of {counted} per packet, \
-         the null row's subtracted; median [interval of at least {:.0} % confidence] over the rounds kept.\n\n| setup |",
+         the null row's subtracted; median [distribution-free interval asking {:.0} %; the \
+         coverage it has is in the last column] over the rounds kept. **Marginal** is the slope \
+         of the line through each round's loads (what one more packet costs: it sets sessions \
+         per core); **fixed** is its intercept, the cores held at no load (busy polling shows \
+         there, not in the marginal cost).\n\n| setup |",
         CONFIDENCE * 100.0
     );
     for l in loads {
         let _ = write!(out, " at {}k pps |", l / 1000);
     }
-    out.push_str(" pooled | ratio to relay-mio | voice sessions per core | rounds kept |\n|---|");
-    out.push_str(&"---:|".repeat(loads.len() + 4));
+    out.push_str(
+        " marginal µs per packet | fixed cores at 0 pps | ratio to relay-mio | voice sessions per core | rounds kept (coverage) |\n|---|",
+    );
+    out.push_str(&"---:|".repeat(loads.len() + 5));
     out.push('\n');
     let label = |i: Option<Interval>, digits: usize| i.map_or("–".into(), |i| i.label(digits));
     for r in rows {
@@ -60,15 +67,20 @@ fn cost_table(rows: &[RowCost], loads: &[u64], counted: &str) -> String {
         }
         let _ = writeln!(
             out,
-            " {} | {} | {} | {} of {} |",
-            label(r.pooled, 2),
+            " {} | {} | {} | {} | {} of {}{} |",
+            label(r.marginal, 2),
+            label(r.fixed_cores, 3),
             label(r.ratio_to_baseline, 2),
-            r.pooled.map_or("–".into(), |p| format!(
+            r.marginal.map_or("–".into(), |p| format!(
                 "{:.0}",
                 sessions_per_core(p.median)
             )),
             r.rounds_kept,
-            r.rounds_run
+            r.rounds_run,
+            r.marginal.map_or(String::new(), |m| format!(
+                " ({:.1} %)",
+                m.confidence * 100.0
+            )),
         );
     }
     out
@@ -110,11 +122,11 @@ fn scaling_table(rows: &[RowCost], workers: &[usize]) -> String {
     );
     let label = |i: Option<Interval>, digits: usize| i.map_or("–".into(), |i| i.label(digits));
     for (n, r) in &swept {
-        let per_core = r.pooled.map(|p| sessions_per_core(p.median));
+        let per_core = r.marginal.map(|p| sessions_per_core(p.median));
         let _ = writeln!(
             out,
             "| {n} | {} | {} | {} | {} | {} |",
-            label(r.pooled, 2),
+            label(r.marginal, 2),
             label(r.ratio_to_baseline, 2),
             if *n == 1 {
                 "the baseline"
@@ -139,9 +151,9 @@ fn scaling_table(rows: &[RowCost], workers: &[usize]) -> String {
     out
 }
 
-/// Every kept round's pooled cost, per row: the raw material of every median above.
+/// Every kept round's marginal cost, per row: the raw material of every median above.
 fn per_round_table(rows: &[RowCost], rounds: usize) -> String {
-    let mut out = String::from("\n### Pooled µs per packet in each round\n\n| setup |");
+    let mut out = String::from("\n### Marginal µs per packet in each round\n\n| setup |");
     for round in 1..=rounds {
         let _ = write!(out, " {round} |");
     }
@@ -152,10 +164,8 @@ fn per_round_table(rows: &[RowCost], rounds: usize) -> String {
         let _ = write!(out, "| {} |", name_of(&r.setup));
         for round in 1..=rounds {
             let cell = r
-                .pooled_by_round
-                .iter()
-                .find(|(n, _)| *n == round)
-                .map_or("–".into(), |(_, us)| format!("{us:.2}"));
+                .marginal_in(round)
+                .map_or("–".into(), |us| format!("{us:.2}"));
             let _ = write!(out, " {cell} |");
         }
         out.push('\n');
@@ -163,47 +173,143 @@ fn per_round_table(rows: &[RowCost], rounds: usize) -> String {
     out
 }
 
-/// `--versus`: each pair's cost ratio, per round both kept.
-fn pairs_table(rows: &[RowCost], pairs: &[(String, String)]) -> String {
+/// `--versus`: each pair's marginal cost ratio, per round both kept.
+fn pairs_table(analysis: &Analysis<'_>, pairs: &[(String, String)]) -> String {
     if pairs.is_empty() {
         return String::new();
     }
-    let mut out = format!(
-        "\n### Pairs, per round\n\nThe first row's pooled cost over the second's in each round \
-         both were kept: median [interval of at least {:.0} % confidence].\n\n\
-         | setup | against | ratio | rounds |\n|---|---|---:|---:|\n",
-        CONFIDENCE * 100.0
+    let mut out = String::from(
+        "\n### Pairs, per round\n\nThe first row's marginal cost over the second's in each \
+         round both were kept, over the loads both carried: median [interval, its coverage].\n\n\
+         | setup | against | ratio | coverage | rounds |\n|---|---|---:|---:|---:|\n",
     );
     for (a, b) in pairs {
-        let ratio = pair_ratio(rows, a, b);
+        let ratio = analysis.pair_ratio(a, b);
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} |",
             name_of(a),
             name_of(b),
             ratio.map_or("–".into(), |i| i.label(2)),
+            ratio.map_or("–".into(), |i| format!("{:.1} %", i.confidence * 100.0)),
             ratio.map_or(0, |i| i.samples)
         );
     }
     out
 }
 
+/// Each bypass row against each socket row, per round: the ratio with its interval, and
+/// whether two one-sided tests show them as cheap as each other.
+fn bypass_against_sockets(analysis: &Analysis<'_>, bypass: &[&str], sockets: &[&str]) -> String {
+    if bypass.is_empty() || sockets.is_empty() {
+        return String::new();
+    }
+    let alpha = (1.0 - CONFIDENCE) / 2.0;
+    let mut out = format!(
+        "\n### Each bypass row against each socket relay\n\nMarginal cost ratio per round \
+         (median [interval, its coverage]). *As cheap as* is claimed only when two one-sided \
+         tests at {:.1} % each put the whole {:.0} % interval within 1 ± {:.0} %; overlapping \
+         intervals do not show it.\n\n| bypass row | socket row | ratio | coverage | rounds | \
+         within ±{:.0} % |\n|---|---|---:|---:|---:|---|\n",
+        alpha * 100.0,
+        (1.0 - 2.0 * alpha) * 100.0,
+        EQUIVALENCE_MARGIN * 100.0,
+        EQUIVALENCE_MARGIN * 100.0,
+    );
+    for &b in bypass {
+        for &socket in sockets {
+            let ratios: Vec<f64> = analysis.ratios(b, socket).iter().map(|r| r.1).collect();
+            let ratio = analysis.pair_ratio(b, socket);
+            let tost = equivalence(&ratios, EQUIVALENCE_MARGIN, alpha);
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} |",
+                name_of(b),
+                name_of(socket),
+                ratio.map_or("–".into(), |i| i.label(2)),
+                ratio.map_or("–".into(), |i| format!("{:.1} %", i.confidence * 100.0)),
+                ratios.len(),
+                match tost {
+                    Some(t) if t.equivalent =>
+                        format!("as cheap as ({:.2}–{:.2})", t.ratio.low, t.ratio.high),
+                    Some(t) => format!("not shown ({:.2}–{:.2})", t.ratio.low, t.ratio.high),
+                    None => "–".into(),
+                }
+            );
+        }
+    }
+    out
+}
+
+/// The measured rows the verdict weighs: the bypass rows (relay-afxdp on our own AF_XDP
+/// layer, with and without its fast path) and the socket rows (relay-mio with one worker,
+/// in each mode measured), each in the report's order.
+fn verdict_rows<'a>(setups: &[&'a Setup]) -> (Vec<&'a str>, Vec<&'a str>) {
+    let bypass_all = bypass_keys();
+    let bypass = setups
+        .iter()
+        .map(|s| s.key)
+        .filter(|k| bypass_all.contains(k))
+        .collect();
+    let sockets = setups
+        .iter()
+        .filter(|s| {
+            s.workers == 1
+                && matches!(
+                    s.kind,
+                    Kind::Relay {
+                        binary: "relay-mio",
+                        ..
+                    }
+                )
+        })
+        .map(|s| s.key)
+        .collect();
+    (bypass, sockets)
+}
+
+/// The verdict `samples` give, by `options`' threshold and planned looks.
+pub fn verdict_of(options: &Options, setups: &[&Setup], samples: &[Sample]) -> Verdict {
+    let analysis = Analysis::new(samples, NULL);
+    let (bypass, sockets) = verdict_rows(setups);
+    judge(
+        &analysis.candidates(&bypass, &sockets),
+        options.threshold,
+        analysis.rounds().len(),
+        options.looks(),
+    )
+}
+
+/// The host a run measured, as the verdict names it: CPU model, vCPUs, kernel and the
+/// cross-core wake-up round trip.
+fn host_named(environment: &serde_json::Value) -> String {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or("unknown").trim().to_string();
+    let wake = &environment["wake_up_round_trip"]["cross_core"];
+    format!(
+        "this host ({}, {} vCPUs, Linux {}{})",
+        text(&environment["cpu_model"]),
+        environment["vcpus"],
+        text(&environment["kernel"]),
+        wake["p50_us"].as_f64().map_or(String::new(), |p50| format!(
+            ", cross-core wake-up p50 {p50:.0} µs"
+        ))
+    )
+}
+
 fn interval_json(i: Option<Interval>) -> serde_json::Value {
     i.map_or(serde_json::Value::Null, |i| {
-        serde_json::json!({
-            "median": i.median, "low": i.low, "high": i.high,
-            "confidence": i.confidence, "samples": i.samples,
-        })
+        super::verdict::interval_json(&i)
     })
 }
 
 /// The primary phase as JSON.
 fn cost_json(
     verdict: &Verdict,
+    analysis: &Analysis<'_>,
     rows: &[RowCost],
     samples: &[Sample],
     options: &Options,
-    seed: u64,
+    (seed, host): (u64, &str),
 ) -> serde_json::Value {
     serde_json::json!({
         "loads_pps": options.loads,
@@ -212,26 +318,27 @@ fn cost_json(
         "seed": seed,
         "null_row": NULL,
         "baseline": BASELINE,
-        "verdict": {
-            "kind": verdict.kind(),
-            "sentence": verdict.sentence(name_of),
-            "ratio": interval_json(verdict.ratio()),
-            "setup": match verdict {
-                Verdict::Saves { setup, .. } | Verdict::Costs { setup, .. }
-                | Verdict::Inconclusive { setup, .. } => serde_json::json!(setup),
-                Verdict::Withheld(_) => serde_json::Value::Null,
-            },
-        },
+        "verdict": verdict.json(name_of, host),
+        "null_outliers": analysis.null_outliers.iter().map(|(round, why)| serde_json::json!({
+            "round": round, "why": why,
+        })).collect::<Vec<_>>(),
         "rows": rows.iter().map(|r| serde_json::json!({
             "setup": r.setup,
             "name": name_of(&r.setup),
             "us_per_packet_by_load": r.per_load.iter().map(|i| interval_json(*i)).collect::<Vec<_>>(),
-            "us_per_packet": interval_json(r.pooled),
+            "marginal_us_per_packet": interval_json(r.marginal),
+            "fixed_cores": interval_json(r.fixed_cores),
             "ratio_to_baseline": interval_json(r.ratio_to_baseline),
-            "sessions_per_core": r.pooled.map(|p| sessions_per_core(p.median)),
+            "sessions_per_core": r.marginal.map(|p| sessions_per_core(p.median)),
             "bimodal": r.bimodal,
             "rounds_kept": r.rounds_kept,
             "rounds_run": r.rounds_run,
+            "by_round": r.by_round.iter().map(|(round, line)| serde_json::json!({
+                "round": round,
+                "marginal_us_per_packet": line.us_per_packet,
+                "fixed_cores": line.fixed_cores,
+                "loads": line.loads,
+            })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
         "samples": samples.iter().map(|s| serde_json::json!({
             "round": s.round,
@@ -251,6 +358,13 @@ fn cost_json(
                 "busy_seconds": t.busy, "wall_seconds": t.wall,
             })).collect::<Vec<_>>(),
             "latency": s.latency.iter().map(crate::lab::protocol::trial_json).collect::<Vec<_>>(),
+            "fast_path": super::fast_path::json(s),
+            "outside": s.outside.as_ref().map(|o| serde_json::json!({
+                "seconds": o.seconds,
+                "busiest": o.busiest.iter().take(5).map(|(name, seconds)| serde_json::json!({
+                    "thread": name, "seconds": seconds,
+                })).collect::<Vec<_>>(),
+            })),
         })).collect::<Vec<_>>(),
     })
 }
@@ -258,8 +372,12 @@ fn cost_json(
 /// Writes the report (Markdown, with JSON and SVG beside it) to `options.out`.
 pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     let keys: Vec<&str> = m.setups.iter().map(|s| s.key).collect();
-    let rows = row_costs(m.samples, NULL, BASELINE, &keys);
-    let verdict = judge(&rows, BASELINE, &bypass_keys());
+    let analysis = Analysis::new(m.samples, NULL);
+    let rows = analysis.rows(&keys, BASELINE);
+    let (bypass, sockets) = verdict_rows(m.setups);
+    let rounds_run = analysis.rounds().len();
+    let verdict = verdict_of(options, m.setups, m.samples);
+    let host = host_named(m.environment);
     let latency_rows =
         super::latency::latency_rows(m.samples, BASELINE, &keys, &options.latency_loads);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -292,9 +410,8 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
              the maximum-rate search below is the only result.\n",
         );
     } else {
-        md.push_str(&super::verdict::markdown(
-            &verdict, &rows, BASELINE, name_of,
-        ));
+        md.push_str(&super::verdict::markdown(&verdict, name_of, &host));
+        md.push_str(&notes::row_summary(&rows, BASELINE));
         md.push_str(&cost_table(
             &rows,
             &options.loads,
@@ -305,8 +422,10 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             },
         ));
         md.push_str(&scaling_table(&rows, &options.workers));
-        md.push_str(&per_round_table(&rows, options.rounds));
-        md.push_str(&pairs_table(&rows, &options.versus));
+        md.push_str(&bypass_against_sockets(&analysis, &bypass, &sockets));
+        md.push_str(&per_round_table(&rows, rounds_run));
+        md.push_str(&pairs_table(&analysis, &options.versus));
+        md.push_str(&super::fast_path::markdown(m.samples, options.flows));
         if !latency_rows.is_empty() {
             md.push_str(&super::latency::markdown(
                 &latency_rows,
@@ -314,9 +433,11 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
                 name_of,
             ));
         }
-        md.push_str(&notes::rounds_method(options, m.seed));
+        md.push_str(&notes::rounds_method(options, m.seed, m.samples));
         md.push_str(&notes::host_gate_method());
         md.push_str(&notes::host_gate_table(m.samples));
+        md.push_str(&notes::null_outliers(&analysis.null_outliers));
+        md.push_str(&notes::outside_threads(m.samples));
         md.push_str(&notes::anomalies(&rows));
     }
     md.push_str(if lab {
@@ -392,13 +513,37 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         );
     }
     let mut json = crate::report::json(&searched.rows, m.environment);
-    json["cost"] = cost_json(&verdict, &rows, m.samples, options, m.seed);
+    json["cost"] = cost_json(
+        &verdict,
+        &analysis,
+        &rows,
+        m.samples,
+        options,
+        (m.seed, &host),
+    );
+    json["cost"]["threshold"] = serde_json::json!(options.threshold);
+    json["cost"]["family_confidence"] = serde_json::json!(FAMILY_CONFIDENCE);
+    json["cost"]["pairs_with_sockets"] = bypass
+        .iter()
+        .flat_map(|b| sockets.iter().map(move |s| (*b, *s)))
+        .map(|(b, socket)| {
+            let ratios: Vec<f64> = analysis.ratios(b, socket).iter().map(|r| r.1).collect();
+            let tost = equivalence(&ratios, EQUIVALENCE_MARGIN, (1.0 - CONFIDENCE) / 2.0);
+            serde_json::json!({
+                "setup": b,
+                "against": socket,
+                "ratio": interval_json(analysis.pair_ratio(b, socket)),
+                "equivalence_margin": EQUIVALENCE_MARGIN,
+                "equivalent": tost.map(|t| t.equivalent),
+            })
+        })
+        .collect();
     json["cost"]["latency_loads_pps"] = serde_json::json!(options.latency_loads);
     json["cost"]["latency"] = super::latency::json(&latency_rows, interval_json);
     json["cost"]["pairs"] = options
         .versus
         .iter()
-        .map(|(a, b)| serde_json::json!({ "setup": a, "against": b, "ratio": interval_json(pair_ratio(&rows, a, b)) }))
+        .map(|(a, b)| serde_json::json!({ "setup": a, "against": b, "ratio": interval_json(analysis.pair_ratio(a, b)) }))
         .collect();
     json["partial"] = serde_json::json!(m.partial);
     json["left_out"] = m
@@ -411,13 +556,13 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         .map(|r| {
             (
                 name_of(&r.setup),
-                r.pooled.map(|p| (p.median, p.low, p.high)),
+                r.marginal.map(|p| (p.median, p.low, p.high)),
             )
         })
         .collect();
     let svg = crate::report::svg_with(
         &[(
-            "µs of the machine per packet at fixed loads, null row subtracted (lower is better)",
+            "marginal µs of the machine per packet, null row subtracted (lower is better)",
             "µs",
             cost_bars,
         )],

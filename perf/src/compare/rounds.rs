@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::bed::Bed;
 use super::cost::{LoadTrial, Sample};
+use super::fast_path;
 use super::setups::Setup;
 use crate::cpu::Snapshot;
 use crate::host_gate::{self, THRESHOLDS};
@@ -76,78 +77,113 @@ pub fn clock_seed() -> u64 {
         .map_or(1, |d| d.as_nanos() as u64)
 }
 
-/// Runs the rounds on `bench`; every sample, in the order taken. After each round,
-/// `round_done` gets the samples so far and the rounds done (for a partial report).
+/// Runs `plan.rounds` rounds on `bench`, numbered from `first`, appending every sample
+/// to `samples` in the order taken (a sequential run calls it again for each block).
+/// After each round, `round_done` gets the samples so far and the last round done (for
+/// a partial report).
 pub fn run(
     bench: &dyn Bed,
     setups: &[&'static Setup],
     plan: &Plan,
+    first: usize,
+    samples: &mut Vec<Sample>,
     round_done: &mut dyn FnMut(&[Sample], usize),
-) -> Vec<Sample> {
-    let mut shuffler = Shuffler::new(plan.seed);
-    let mut samples = vec![];
-    let mut fastest_calibration: Option<f64> = None;
+) {
+    // The pilot keeps `--seed`'s orders; each later block draws from a stream of its own.
+    let mut shuffler = Shuffler::new(if first <= 1 {
+        plan.seed
+    } else {
+        plan.seed ^ (first as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    });
+    let mut fastest_calibration: Option<f64> = samples
+        .iter()
+        .filter_map(|s| s.reading?.calibration_us)
+        .min_by(f64::total_cmp);
     let steps = plan.rounds * setups.len();
+    let last = first + plan.rounds - 1;
     let started = Instant::now();
     let phase = crate::progress::Phase::start("fixed-load rounds", steps);
-    for round in 1..=plan.rounds {
+    for round in first..=last {
         let mut order = setups.to_vec();
         shuffler.shuffle(&mut order);
         for (position, setup) in order.iter().enumerate() {
-            let done = samples.len();
-            phase.step(
-                done,
-                &format!("round {round} of {}: {}", plan.rounds, setup.name),
-            );
+            let done = (round - first) * setups.len() + position;
+            phase.step(done, &format!("round {round} of {last}: {}", setup.name));
             crate::say!(
-                "round {round}/{}: {} ({}/{steps}{})",
-                plan.rounds,
+                "round {round}/{last}: {} ({}/{steps}{})",
                 setup.name,
                 done + 1,
                 eta(started.elapsed(), done, steps)
             );
             let reading = host_gate::read(LOAD_CPU, bench.relay().forwarder_cpu());
-            let (loads, latency, during) = measure(bench, setup, plan);
-            let disturbances = host_gate::judge(
+            let measured = measure(bench, setup, plan);
+            let mut disturbances = host_gate::judge(
                 &reading,
-                Some(&during),
+                Some(&measured.during),
                 fastest_calibration.or(reading.calibration_us),
                 &THRESHOLDS,
             );
+            disturbances.extend(host_gate::judge_outside(
+                &measured.outside,
+                &measured.during,
+                &THRESHOLDS,
+            ));
             if let Some(c) = reading.calibration_us {
                 fastest_calibration = Some(fastest_calibration.map_or(c, |f: f64| f.min(c)));
             }
             for d in &disturbances {
                 crate::say!("  host gate: {} (left out)", d.label());
             }
+            if !measured.outside.busiest.is_empty() {
+                crate::say!("  outside the experiment: {}", measured.outside.label(3));
+            }
             samples.push(Sample {
                 setup: setup.key.to_string(),
                 round,
                 position: position + 1,
-                loads,
-                latency,
+                loads: measured.loads,
+                latency: measured.latency,
                 disturbances,
                 reading: Some(reading),
+                fast_path: measured.fast_path,
+                outside: Some(measured.outside),
             });
         }
-        round_done(&samples, round);
+        round_done(samples, round);
     }
-    samples
+}
+
+/// What one setup's turn in a round measured.
+struct Measured {
+    /// The cost trials.
+    loads: Vec<LoadTrial>,
+    /// The latency trials.
+    latency: Vec<crate::load::Trial>,
+    /// The machine over the window the cost trials span.
+    during: crate::cpu::Spent,
+    /// What relay-afxdp's in-kernel fast path carried in them (a setup with one).
+    fast_path: Option<fast_path::Carried>,
+    /// What ran outside the experiment over that window.
+    outside: crate::outside::Outside,
 }
 
 /// Starts `setup`, makes its flows, offers each load once (after a short warm-up that
 /// is not counted), then each latency load ([`measure_latency`]), and stops it; the cost
-/// trials, the latency trials and the window the cost trials span.
-fn measure(
-    bench: &dyn Bed,
-    setup: &Setup,
-    plan: &Plan,
-) -> (Vec<LoadTrial>, Vec<crate::load::Trial>, crate::cpu::Spent) {
+/// trials, the latency trials, the window the cost trials span, and what relay-afxdp's
+/// in-kernel fast path carried in them (for a setup with one).
+fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
     // The run's preflight started every setup once: one that fails now cannot go on.
     let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
     let mut load = bench.fixed_load(setup, plan.size);
+    // The relay has just started: all its fast path forwarded so far is the one datagram
+    // each flow sent after its proof, so this counts the flows it carries.
+    let flows_carried = fast_path::read(bench.relay(), setup).map_or(0, |made| made.packets);
     // Neighbour tables, caches and the relay's first wake-ups: not counted.
     let _ = load.trial(plan.loads[0], Duration::from_millis(200));
+    // Read outside the window: a scrape of `/metrics` is not the relay's forwarding.
+    let fast_before = fast_path::read(bench.relay(), setup);
+    // Outside the window too: a census reads every thread's counters.
+    let census = crate::outside::Census::take(std::process::id());
     let window = Snapshot::now();
     let mut trials = vec![];
     for &rate in &plan.loads {
@@ -169,10 +205,32 @@ fn measure(
         });
     }
     let during = window.until(&Snapshot::now());
+    let outside = census.until(&crate::outside::Census::take(std::process::id()));
+    let carried = fast_path::read(bench.relay(), setup)
+        .zip(fast_before)
+        .map(|(after, before)| after.since(&before).with_flows(flows_carried));
+    if let Some(c) = carried {
+        let received: u64 = trials.iter().map(|t| t.received).sum();
+        crate::say!(
+            "  fast path: forwarded {} of the {received} datagrams received ({:.1} %), {} left \
+             to the workers; carried {} of {} flows",
+            c.packets,
+            c.share_of(received).unwrap_or(0.0) * 100.0,
+            c.left_to_workers,
+            c.flows,
+            bench.relay().flows
+        );
+    }
     drop(load);
     let latency = measure_latency(bench, setup, plan);
     drop(running);
-    (trials, latency, during)
+    Measured {
+        loads: trials,
+        latency,
+        during,
+        fast_path: carried,
+        outside,
+    }
 }
 
 /// On `setup`, started, after its cost trials (so sampling costs them nothing): flows

@@ -197,7 +197,7 @@ pub const SETUPS: &[Setup] = &[
         "relay-afxdp",
         &["--fast-path", "xdp"],
         Some("skb"),
-        false,
+        true,
     ),
     relay(
         "afxdp-fast-native",
@@ -205,7 +205,7 @@ pub const SETUPS: &[Setup] = &[
         "relay-afxdp",
         &["--fast-path", "xdp"],
         Some("native"),
-        false,
+        true,
     ),
 ];
 
@@ -241,12 +241,17 @@ pub fn name_of(key: &str) -> String {
     by_key(key).map_or(key.to_string(), |s| s.name.to_string())
 }
 
-/// The keys of the kernel-bypass rows the verdict picks its best from (relay-afxdp on
-/// its own AF_XDP layer, without the in-kernel fast path).
+/// The keys of the kernel-bypass rows the verdict picks its best from: relay-afxdp on
+/// its own AF_XDP layer, with and without the in-kernel fast path (every bypass the
+/// project ships; the `xdp` crate's layer is there to compare layers, not to ship).
 pub fn bypass_keys() -> Vec<&'static str> {
     SETUPS
         .iter()
-        .filter(|s| s.key.starts_with("afxdp-skb") || s.key.starts_with("afxdp-native"))
+        .filter(|s| {
+            ["afxdp-skb", "afxdp-native", "afxdp-fast"]
+                .iter()
+                .any(|prefix| s.key.starts_with(prefix))
+        })
         .map(|s| s.key)
         .collect()
 }
@@ -596,11 +601,20 @@ mod tests {
     fn the_verdict_picks_among_af_xdp_rows_on_our_own_layer_only() {
         let bypass = bypass_keys();
         assert!(bypass.contains(&"afxdp-skb-wakeup") && bypass.contains(&"afxdp-native-busy"));
-        assert!(
-            !bypass
-                .iter()
-                .any(|k| k.contains("crate") || k.contains("fast"))
-        );
+        assert!(bypass.contains(&"afxdp-fast-skb") && bypass.contains(&"afxdp-fast-native"));
+        assert!(!bypass.iter().any(|k| k.contains("crate")));
+    }
+
+    #[test]
+    fn every_bypass_the_project_ships_is_a_default_row() {
+        for key in [
+            "afxdp-skb-wakeup",
+            "afxdp-native-wakeup",
+            "afxdp-fast-skb",
+            "afxdp-fast-native",
+        ] {
+            assert!(by_key(key).is_some_and(|s| s.default), "{key}");
+        }
     }
 
     #[test]

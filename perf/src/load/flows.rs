@@ -1,6 +1,7 @@
 //! The client flows a load is spread over, how they are made through a relay before a
-//! run (one raw socket, so 100k flows need no 100k sockets), and the packets that make
-//! them: IP and UDP headers built by hand, with the Internet checksum.
+//! run (one raw socket, so 100k flows need no 100k sockets; the transceiver's returns
+//! that prove them go the same way), and the packets that make them: IP and UDP headers
+//! built by hand, with the Internet checksum.
 
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
@@ -133,8 +134,23 @@ pub fn make_flows(
     per_second: u32,
     datagram: impl Fn(u32) -> Vec<u8>,
 ) -> std::io::Result<()> {
+    send_raw(ns, to.ip(), plan.flows, per_second, |f| {
+        udp_packet(plan.addr(f), to, &datagram(f))
+    })
+}
+
+/// Sends `packets` packets, `packet(i)` each (IP header and all, addressed to `dst`),
+/// at most `per_second` a second, from one raw socket of `dst`'s family in namespace
+/// `ns`: any source address of the namespace's, any port, no socket bound to it.
+pub fn send_raw(
+    ns: Option<&str>,
+    dst: IpAddr,
+    packets: u32,
+    per_second: u32,
+    packet: impl Fn(u32) -> Vec<u8>,
+) -> std::io::Result<()> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let domain = if to.is_ipv6() {
+    let domain = if dst.is_ipv6() {
         Domain::IPV6
     } else {
         Domain::IPV4
@@ -145,14 +161,14 @@ pub fn make_flows(
         Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))
     })??;
     // Port 0: an IPv6 raw socket reads a destination port as a protocol number.
-    let dest = socket2::SockAddr::from(SocketAddr::new(to.ip(), 0));
+    let dest = socket2::SockAddr::from(SocketAddr::new(dst, 0));
     let start = Instant::now();
-    for f in 0..plan.flows {
-        let due = start + Duration::from_secs_f64(f64::from(f) / f64::from(per_second.max(1)));
+    for i in 0..packets {
+        let due = start + Duration::from_secs_f64(f64::from(i) / f64::from(per_second.max(1)));
         if let Some(wait) = due.checked_duration_since(Instant::now()) {
             std::thread::sleep(wait);
         }
-        let packet = udp_packet(plan.addr(f), to, &datagram(f));
+        let packet = packet(i);
         if let Err(e) = raw.send_to(&packet, &dest) {
             // A full send buffer: wait a little and try once more.
             if e.kind() != std::io::ErrorKind::WouldBlock {

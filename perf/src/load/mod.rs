@@ -25,7 +25,8 @@ mod trial;
 
 pub(crate) use flows::last_octet;
 pub use flows::{
-    FlowPlan, FlowPlanError, checksum, ipv4_udp_packet, ipv6_udp_packet, make_flows, udp_packet,
+    FlowPlan, FlowPlanError, checksum, ipv4_udp_packet, ipv6_udp_packet, make_flows, send_raw,
+    udp_packet,
 };
 pub use trial::{CDF_QUANTILES, Latency, Trial};
 

@@ -14,8 +14,10 @@ use testkit::browser::{Browser, Engine, ReportListener};
 use testkit::http::request as http_request;
 use testkit::webrtc_client::{Client, RecordedDatagram};
 
+pub mod failed_rows;
 mod tcp;
 
+pub use failed_rows::{FailedRow, failed_rows};
 pub use tcp::{TcpCapacity, tcp_listener_capacity};
 
 /// Setup times of one session, and its ping round trips once set up.

@@ -18,7 +18,18 @@ pub struct TcpCapacity {
     /// How busy the load CPU (client and sink) was meanwhile (100 = the whole core):
     /// near 100, the load tools, not the relay, were the limit.
     pub load_cpu: f64,
+    /// Messages still queued (in the connections' socket buffers) when the blast ended:
+    /// the connections are reset then, which discards them.
+    pub queued_after_blast: u64,
+    /// How long after the reset the relay still forwarded messages (the measurement
+    /// waits until it stops, so the next one finds the relay's worker idle).
+    pub quiet_after_seconds: f64,
 }
+
+/// The relay has stopped forwarding the blast once nothing arrived for this long...
+const QUIET: Duration = Duration::from_millis(500);
+/// ... and the wait for that gives up after this long in all.
+const QUIET_LIMIT: Duration = Duration::from_secs(60);
 
 /// Opens `connections` ICE-TCP connections from `client_ip` to the relay's TCP VIP, binds
 /// each with an authentic Binding Request (a session per connection, hinted to a sink
@@ -80,6 +91,18 @@ fn tcp_capacity_on_this_thread(
                 }
             }
         })
+    };
+    // Waits until no message has arrived for `quiet`, or for `limit` in all.
+    let wait_until_quiet = |quiet: Duration, limit: Duration| {
+        let deadline = Instant::now() + limit;
+        let (mut last, mut last_progress) = (received.load(Ordering::Relaxed), Instant::now());
+        while last_progress.elapsed() < quiet && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            let now_received = received.load(Ordering::Relaxed);
+            if now_received > last {
+                (last, last_progress) = (now_received, Instant::now());
+            }
+        }
     };
     let wait_for = |count: u64, limit: Duration| {
         let deadline = Instant::now() + limit;
@@ -164,8 +187,20 @@ fn tcp_capacity_on_this_thread(
     let seconds = blast_started.elapsed().as_secs_f64();
     let counted = received.load(Ordering::Relaxed) - before;
     let (relay_after, load_after) = (relay_cpu_seconds(), load_busy());
-    // What was still queued when the blast ended arrives after it: not counted above.
-    wait_for(before + sent, Duration::from_secs(2));
+    // What was still queued when the blast ended (far more than the blast carried, in
+    // the connections' growing buffers) is no part of the figures. Closed normally, the
+    // connections would still deliver it all, and the relay's worker would forward it
+    // for a long while into the next measurement (to a sink gone, each message answered
+    // by an ICMP error): reset instead, which discards it, and wait until the relay has
+    // stopped forwarding before the next one starts.
+    let queued_after_blast = (before + sent).saturating_sub(received.load(Ordering::Relaxed));
+    for stream in &streams {
+        let _ = socket2::SockRef::from(stream).set_linger(Some(Duration::ZERO));
+    }
+    drop(streams);
+    let reset_at = Instant::now();
+    wait_until_quiet(QUIET, QUIET_LIMIT);
+    let quiet_after_seconds = reset_at.elapsed().saturating_sub(QUIET).as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     let _ = counter.join();
     Ok(TcpCapacity {
@@ -174,5 +209,7 @@ fn tcp_capacity_on_this_thread(
         messages_per_second: counted as f64 / seconds,
         relay_cpu: (relay_after - relay_before) / seconds * 100.0,
         load_cpu: (load_after - load_before) / seconds * 100.0,
+        queued_after_blast,
+        quiet_after_seconds,
     })
 }

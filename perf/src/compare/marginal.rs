@@ -1,0 +1,203 @@
+//! Marginal and fixed cost: in each round, a straight line through a setup's fixed-load
+//! trials, cores busy = fixed + marginal · packets per second. The slope is what one more
+//! packet costs (what sets sessions per core); the intercept is the cores a setup holds
+//! at no load (busy polling shows there, and a pooled µs-per-packet figure would charge
+//! it to the packets, more at low loads than at high). Both are taken net of the null
+//! row's line over the same loads. Pure: trials in, lines out.
+
+use super::cost::{LoadTrial, Sample};
+
+/// The fewest loads a line is fitted through: two points always fit a line exactly, so
+/// the residuals of at least four say whether a straight line describes the setup.
+pub const MIN_LOADS: usize = 4;
+
+/// A straight line through one setup's trials in one round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Line {
+    /// Cores busy at zero load (the intercept).
+    pub fixed_cores: f64,
+    /// µs of CPU per packet (the slope).
+    pub us_per_packet: f64,
+    /// The trials it went through.
+    pub loads: usize,
+}
+
+impl Line {
+    /// `self` less `other`, term by term: a setup's line net of the null row's.
+    pub fn less(&self, other: &Line) -> Line {
+        Line {
+            fixed_cores: self.fixed_cores - other.fixed_cores,
+            us_per_packet: self.us_per_packet - other.us_per_packet,
+            loads: self.loads.min(other.loads),
+        }
+    }
+}
+
+/// The least-squares line through `points` (packets per second, cores busy); `None`
+/// with fewer than [`MIN_LOADS`] points or rates too close together to give a slope.
+pub fn fit(points: &[(f64, f64)]) -> Option<Line> {
+    let n = points.len();
+    if n < MIN_LOADS {
+        return None;
+    }
+    let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n as f64;
+    let mean_y = points.iter().map(|p| p.1).sum::<f64>() / n as f64;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    let sxy: f64 = points.iter().map(|p| (p.0 - mean_x) * (p.1 - mean_y)).sum();
+    // Rates within 1 % of their mean of each other give no slope worth the name.
+    if sxx <= (0.01 * mean_x).powi(2) * n as f64 {
+        return None;
+    }
+    let slope = sxy / sxx;
+    Some(Line {
+        fixed_cores: mean_y - slope * mean_x,
+        us_per_packet: slope * 1e6,
+        loads: n,
+    })
+}
+
+/// A trial as a point: packets per second that arrived, and cores busy.
+fn point(trial: &LoadTrial) -> Option<(f64, f64)> {
+    (trial.wall > 0.0).then(|| (trial.received as f64 / trial.wall, trial.busy / trial.wall))
+}
+
+/// Which of `samples`' loads every one of them carried (lost no more than
+/// [`super::cost::LOSSY`]): a load lost by one is left out of all, so lines compared
+/// with each other go through the same loads.
+pub fn carried_by_all(samples: &[&Sample]) -> Vec<bool> {
+    let loads = samples.iter().map(|s| s.loads.len()).min().unwrap_or(0);
+    (0..loads)
+        .map(|i| samples.iter().all(|s| s.loads[i].us_per_packet().is_some()))
+        .collect()
+}
+
+/// `sample`'s line through the loads `mask` keeps.
+fn line_over(sample: &Sample, mask: &[bool]) -> Option<Line> {
+    let points: Vec<(f64, f64)> = sample
+        .loads
+        .iter()
+        .zip(mask)
+        .filter(|(_, keep)| **keep)
+        .filter_map(|(t, _)| point(t))
+        .collect();
+    fit(&points)
+}
+
+/// `row`'s line net of `null`'s, both through the loads that `row`, `null` and every one
+/// of `also` carried (`also`: the rows it will be compared with in this round).
+pub fn net_line(row: &Sample, null: &Sample, also: &[&Sample]) -> Option<Line> {
+    let mut all = vec![row, null];
+    all.extend_from_slice(also);
+    let mask = carried_by_all(&all);
+    Some(line_over(row, &mask)?.less(&line_over(null, &mask)?))
+}
+
+/// `row`'s marginal cost over `other`'s in one round, both net of `null` and through the
+/// same loads; `None` when fewer than [`MIN_LOADS`] loads were carried by all three, or
+/// `other`'s net marginal cost is not above zero.
+pub fn ratio_in_round(row: &Sample, other: &Sample, null: &Sample) -> Option<f64> {
+    let mine = net_line(row, null, &[other])?;
+    let theirs = net_line(other, null, &[row])?;
+    (theirs.us_per_packet > 0.0).then(|| mine.us_per_packet / theirs.us_per_packet)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A one-second trial at `pps` on a setup holding `fixed` cores and costing `us` per
+    /// packet, losing `lost`.
+    fn trial(pps: u64, fixed: f64, us: f64, lost: u64) -> LoadTrial {
+        let received = pps - lost;
+        LoadTrial {
+            offered_pps: pps,
+            sent: pps,
+            received,
+            busy: fixed + us * received as f64 / 1e6,
+            wall: 1.0,
+        }
+    }
+
+    fn sample(setup: &str, fixed: f64, us: f64) -> Sample {
+        Sample {
+            loads: [10_000, 20_000, 35_000, 50_000]
+                .iter()
+                .map(|&pps| trial(pps, fixed, us, 0))
+                .collect(),
+            ..Sample::for_tests(setup, 1, true)
+        }
+    }
+
+    #[test]
+    fn a_line_through_exact_points_recovers_its_slope_and_intercept() {
+        let points: Vec<(f64, f64)> = [10e3, 20e3, 35e3, 50e3]
+            .iter()
+            .map(|&x| (x, 0.25 + 7e-6 * x))
+            .collect();
+        let line = fit(&points).unwrap();
+        assert!((line.us_per_packet - 7.0).abs() < 1e-9, "{line:?}");
+        assert!((line.fixed_cores - 0.25).abs() < 1e-9, "{line:?}");
+        assert_eq!(line.loads, 4);
+    }
+
+    #[test]
+    fn noise_that_sums_to_nothing_leaves_the_least_squares_slope() {
+        // Residuals +e, −e, −e, +e at symmetric rates: the slope is unchanged.
+        let e = 0.01;
+        let points = [
+            (10e3, 0.1 + 0.05 + e),
+            (20e3, 0.1 + 0.10 - e),
+            (30e3, 0.1 + 0.15 - e),
+            (40e3, 0.1 + 0.20 + e),
+        ];
+        let line = fit(&points).unwrap();
+        assert!((line.us_per_packet - 5.0).abs() < 1e-9, "{line:?}");
+    }
+
+    #[test]
+    fn too_few_or_equal_rates_give_no_line() {
+        assert!(fit(&[(1e4, 0.1), (2e4, 0.2), (3e4, 0.3)]).is_none());
+        assert!(fit(&[(1e4, 0.1); 4]).is_none());
+        assert!(fit(&[]).is_none());
+    }
+
+    #[test]
+    fn busy_polling_shows_as_fixed_cores_not_as_cost_per_packet() {
+        // A busy poller holds a whole core at any load; each packet costs it as little
+        // as a cheap socket relay's. Pooled over these loads it would look 10× dearer
+        // per packet at 10k than at 100k; the line tells the two costs apart.
+        let busy = sample("afxdp-busy", 1.0, 2.0);
+        let null = sample("direct", 0.02, 1.0);
+        let line = net_line(&busy, &null, &[]).unwrap();
+        assert!((line.fixed_cores - 0.98).abs() < 1e-9, "{line:?}");
+        assert!((line.us_per_packet - 1.0).abs() < 1e-9, "{line:?}");
+    }
+
+    #[test]
+    fn a_load_lost_by_either_row_is_left_out_of_both_lines() {
+        let mut row = sample("naive", 0.0, 9.0);
+        let other = sample("mio", 0.0, 5.0);
+        let null = sample("direct", 0.0, 1.0);
+        assert!((ratio_in_round(&row, &other, &null).unwrap() - 2.0).abs() < 1e-9);
+        // The row loses 40 % at 50k: three loads are left, too few for a line.
+        row.loads[3] = trial(50_000, 0.0, 9.0, 20_000);
+        assert_eq!(
+            carried_by_all(&[&row, &other, &null]),
+            vec![true, true, true, false]
+        );
+        assert!(ratio_in_round(&row, &other, &null).is_none());
+        assert!(
+            net_line(&other, &null, &[&row]).is_none(),
+            "the other row's line goes through the same three loads"
+        );
+        assert!(net_line(&other, &null, &[]).is_some(), "alone it has four");
+    }
+
+    #[test]
+    fn a_comparator_that_costs_nothing_net_gives_no_ratio() {
+        let row = sample("mio", 0.0, 5.0);
+        let free = sample("xdp", 0.0, 1.0);
+        let null = sample("direct", 0.0, 1.0);
+        assert!(ratio_in_round(&row, &free, &null).is_none());
+    }
+}
