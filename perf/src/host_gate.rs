@@ -27,8 +27,9 @@ pub struct Thresholds {
     pub pressure_at_rest: f64,
     /// The calibration loop this many times slower than the fastest in the run.
     pub calibration_slowdown: f64,
-    /// CPU time outside the experiment during the trials, as a share of the busy time
-    /// they counted ([`crate::outside`]).
+    /// CPU time outside the experiment in any one trial, as a share of the machine's
+    /// CPUs over it ([`crate::outside`]; what ran is taken off the trial's busy time,
+    /// so a little costs nothing, but a lot contends with what is measured).
     pub outside: f64,
 }
 
@@ -38,7 +39,7 @@ pub const THRESHOLDS: Thresholds = Thresholds {
     steal: 0.02,
     pressure_at_rest: 0.05,
     calibration_slowdown: 1.3,
-    outside: 0.05,
+    outside: 0.02,
 };
 
 /// The host read before a setup's trials.
@@ -105,7 +106,7 @@ pub enum Disturbance {
     PressureAtRest(f64),
     /// The calibration loop ran this many times slower than the run's fastest.
     SlowCalibration(f64),
-    /// Threads outside the experiment ran this share of the trials' busy time.
+    /// Threads outside the experiment took this share of the machine in a trial.
     Outside(f64),
 }
 
@@ -120,21 +121,20 @@ impl Disturbance {
             }
             Disturbance::SlowCalibration(x) => format!("calibration {x:.2}× slower"),
             Disturbance::Outside(share) => format!(
-                "{:.0} % of the trials' CPU time ran outside the experiment",
+                "threads outside the experiment took {:.0} % of the machine in a trial",
                 share * 100.0
             ),
         }
     }
 }
 
-/// Whether the CPU time that ran `outside` the experiment during trials that counted
-/// `during` disturbed them.
+/// Whether the CPU time that ran `outside` the experiment during the trials disturbed
+/// them: its largest share of the machine in any one trial.
 pub fn judge_outside(
     outside: &crate::outside::Outside,
-    during: &Spent,
     limits: &Thresholds,
 ) -> Option<Disturbance> {
-    let share = outside.seconds / during.busy.max(1e-9);
+    let share = outside.worst_share;
     (share > limits.outside).then_some(Disturbance::Outside(share))
 }
 
@@ -230,18 +230,18 @@ mod tests {
     }
 
     #[test]
-    fn time_outside_the_experiment_past_its_share_of_the_trials_disturbs_them() {
-        let during = spent(0.5, 0.0, 0.0); // one CPU-second busy
-        let outside = |seconds: f64| crate::outside::Outside {
-            seconds,
-            busiest: vec![("kdamond.0".into(), seconds)],
+    fn time_outside_the_experiment_past_its_share_of_the_machine_disturbs_the_trials() {
+        let outside = |worst_share: f64| crate::outside::Outside {
+            seconds: 0.0,
+            busiest: vec![],
+            worst_share,
         };
-        assert_eq!(judge_outside(&outside(0.02), &during, &THRESHOLDS), None);
-        let found = judge_outside(&outside(0.3), &during, &THRESHOLDS);
+        assert_eq!(judge_outside(&outside(0.01), &THRESHOLDS), None);
+        let found = judge_outside(&outside(0.3), &THRESHOLDS);
         assert_eq!(found, Some(Disturbance::Outside(0.3)));
         assert_eq!(
             found.unwrap().label(),
-            "30 % of the trials' CPU time ran outside the experiment"
+            "threads outside the experiment took 30 % of the machine in a trial"
         );
     }
 

@@ -32,7 +32,8 @@ pub struct Census {
     threads: HashMap<u32, Thread>,
 }
 
-/// What ran outside the experiment between two censuses.
+/// What ran outside the experiment between two censuses (or over several trials,
+/// [`Outside::add`]).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Outside {
     /// CPU seconds of every thread outside the experiment.
@@ -40,6 +41,9 @@ pub struct Outside {
     /// The busiest of them: name and CPU seconds, busiest first (threads of one name
     /// summed).
     pub busiest: Vec<(String, f64)>,
+    /// The largest share of the machine's CPUs (seconds over wall × CPUs) they took in
+    /// any one trial added.
+    pub worst_share: f64,
 }
 
 /// The fields of a `/proc/…/stat` line that a census needs: the command name and the
@@ -160,12 +164,15 @@ impl Census {
             if !now.outside {
                 continue;
             }
-            let before = self
-                .threads
-                .get(tid)
-                .filter(|t| t.name == now.name)
-                .map_or(0, |t| t.runtime_ns);
-            let ran = now.runtime_ns.saturating_sub(before);
+            // A kworker renames itself for each job it runs (`kworker/1:1-events`), so a
+            // thread is known by its id; an id whose run time went backwards was reused
+            // by a new thread, all of whose time is new.
+            let before = self.threads.get(tid).map_or(0, |t| t.runtime_ns);
+            let ran = if now.runtime_ns >= before {
+                now.runtime_ns - before
+            } else {
+                now.runtime_ns
+            };
             if ran > 0 {
                 *by_name.entry(now.name.as_str()).or_default() += ran;
             }
@@ -178,11 +185,27 @@ impl Census {
         Outside {
             seconds: busiest.iter().map(|b| b.1).sum(),
             busiest,
+            worst_share: 0.0,
         }
     }
 }
 
 impl Outside {
+    /// Adds one trial's: what ran outside over `window`, the trial's own window.
+    pub fn add(&mut self, trial: &Outside, window: &crate::cpu::Spent) {
+        self.seconds += trial.seconds;
+        for (name, seconds) in &trial.busiest {
+            match self.busiest.iter_mut().find(|(n, _)| n == name) {
+                Some((_, total)) => *total += seconds,
+                None => self.busiest.push((name.clone(), *seconds)),
+            }
+        }
+        self.busiest
+            .sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let capacity = window.wall * window.cpus.max(1) as f64;
+        self.worst_share = self.worst_share.max(trial.seconds / capacity.max(1e-9));
+    }
+
     /// The busiest `n`, as `name 12.3 ms` joined by commas.
     pub fn label(&self, n: usize) -> String {
         let listed: Vec<String> = self
@@ -252,6 +275,7 @@ mod tests {
                 (82, thread("kdamond.0", true, 1_000_000)),
                 (100, thread("ufrag-perf", false, 5_000_000)),
                 (90, thread("kworker/1:2", true, 0)),
+                (93, thread("kworker/0:1-events", true, 5_000_000_000)),
             ]
             .into_iter()
             .collect(),
@@ -263,6 +287,8 @@ mod tests {
                 (90, thread("kworker/1:2", true, 2_000_000)),
                 (91, thread("kworker/1:2", true, 1_000_000)), // new since
                 (95, thread("sshd", true, 0)),
+                // Renamed for its next job: its life's time before is not new.
+                (93, thread("kworker/0:1-mm_percpu_wq", true, 5_000_000_000)),
             ]
             .into_iter()
             .collect(),
@@ -270,8 +296,35 @@ mod tests {
         let outside = before.until(&after);
         assert!((outside.seconds - 0.023).abs() < 1e-12, "{outside:?}");
         assert_eq!(outside.busiest[0].0, "kdamond.0");
-        assert_eq!(outside.busiest.len(), 2, "sshd did not run");
+        assert_eq!(
+            outside.busiest.len(),
+            2,
+            "sshd did not run, the renamed kworker ran nothing new"
+        );
         assert_eq!(outside.label(1), "kdamond.0 20.0 ms");
+    }
+
+    #[test]
+    fn trials_add_up_by_name_and_keep_their_worst_share_of_the_machine() {
+        let window = crate::cpu::Spent {
+            wall: 1.0,
+            busy: 0.5,
+            steal: 0.0,
+            pressure: None,
+            cpus: 2,
+            precision: crate::cpu::Precision::Nanoseconds,
+        };
+        let trial = |seconds: f64| Outside {
+            seconds,
+            busiest: vec![("kdamond.0".into(), seconds)],
+            worst_share: 0.0,
+        };
+        let mut all = Outside::default();
+        all.add(&trial(0.02), &window);
+        all.add(&trial(0.3), &window);
+        assert!((all.seconds - 0.32).abs() < 1e-12);
+        assert_eq!(all.busiest.len(), 1);
+        assert!((all.worst_share - 0.15).abs() < 1e-12, "{all:?}");
     }
 
     #[test]

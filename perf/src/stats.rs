@@ -273,7 +273,8 @@ pub fn shift_interval(before: &[f64], after: &[f64], confidence: f64) -> Option<
     let pairs = differences.len();
     let exact = pairs <= EXACT_MANN_WHITNEY_PAIRS;
     let exact_law = if exact {
-        mann_whitney_cdf_exact(m, n)
+        // U's law is the same with the samples swapped; the smaller one sizes the table.
+        mann_whitney_cdf_exact(m.min(n), m.max(n))
     } else {
         vec![]
     };

@@ -696,11 +696,17 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
             "{why}"
         );
     }
-    assert_eq!(
-        json["cost"]["verdict"]["kind"], "withheld",
-        "{}",
-        json["cost"]["verdict"]
-    );
+    // Rounds 3 and 4 count for no row: each kept at most rounds 1 and 2.
+    for row in json["cost"]["rows"].as_array().unwrap() {
+        assert!(
+            row["by_round"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|r| r["round"].as_u64() <= Some(2)),
+            "a round with the hog counted: {row}"
+        );
+    }
     assert!(report.contains("**Verdict withheld**"), "{report}");
     assert!(
         report.contains("host ") && report.contains("busy at rest"),
@@ -801,7 +807,7 @@ fn a_hog_outside_the_experiment_during_the_null_row_leaves_its_round_out() {
         );
     }
     assert!(
-        report.contains("ran outside the experiment"),
+        report.contains("threads outside the experiment took"),
         "the host gate's table says why: {report}"
     );
 }

@@ -509,9 +509,18 @@ impl Diff {
         self.verdict.0.kind != self.verdict.1.kind
     }
 
-    /// 1 when a row got costlier or the verdict's kind changed, else 0.
+    /// Whether some row had too few rounds in either report to say whether it moved: a
+    /// gate passes nothing it could not judge.
+    pub fn undecided(&self) -> bool {
+        self.compared()
+            .any(|r| matches!(r.movement, Movement::TooFewRounds(_)))
+    }
+
+    /// 1 when a row got costlier, a row could not be judged, or the verdict's kind
+    /// changed; else 0.
     pub fn exit_code(&self) -> i32 {
-        if !self.moved(&Movement::Costlier).is_empty() || self.verdict_changed() {
+        if !self.moved(&Movement::Costlier).is_empty() || self.verdict_changed() || self.undecided()
+        {
             EXIT_MOVED
         } else {
             EXIT_UNCHANGED
@@ -894,7 +903,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_row_with_too_few_rounds_cannot_move() {
+    fn a_row_with_too_few_rounds_cannot_move_and_fails_the_gate() {
         let a = report(1.0, &ROWS, &NOISE, "inconclusive", (0.9, 0.8, 1.0));
         let costlier = [("mio-bundles", 0.75 * 1.3), ("afxdp-skb-wakeup", 0.9)];
         let mut b = report(1.0, &costlier, &NOISE, "inconclusive", (0.9, 0.8, 1.0));
@@ -904,7 +913,10 @@ pub(crate) mod tests {
             .unwrap()
             .truncate(2);
         let (code, text) = diffed(&a, &b);
-        assert_eq!(code, EXIT_UNCHANGED, "{text}");
+        assert_eq!(
+            code, EXIT_MOVED,
+            "what it cannot judge it does not pass: {text}"
+        );
         assert!(
             text.contains("cannot say (8 and 2 rounds reach only"),
             "{text}"

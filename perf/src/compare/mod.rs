@@ -113,7 +113,12 @@ pub fn run(options: &Options) -> i32 {
                 first,
                 &mut samples,
                 &mut |samples, done| {
-                    let progress = format!("{done} of {most} rounds at most done{search_left}");
+                    let of = if most > options.rounds {
+                        format!("at most {most}")
+                    } else {
+                        most.to_string()
+                    };
+                    let progress = format!("{done} of {of} rounds done{search_left}");
                     if let Err(e) = write(samples, &not_searched, Some(progress)) {
                         crate::say!("perf compare: writing the partial report: {e}");
                     }

@@ -54,10 +54,11 @@ pub fn host_gate_method() -> String {
          {:.0} % was stolen, some task waited for a CPU over {:.0} % of the rest window (PSI), or \
          the loop ran over {:.1}× slower than the run's fastest, or threads outside the \
          experiment (neither this run's processes nor the kernel's network threads, counted in \
-         nanoseconds per thread) ran more than {:.0} % of the busy time its trials counted. The \
+         nanoseconds per thread around each trial) took more than {:.0} % of the machine's CPUs \
+         in any one trial; what they ran is taken off each trial's busy time either way. The \
          null row is subtracted from \
-         every row of its round, so a null-row trial more than {:.0} scaled MADs from the null \
-         row's median at its load leaves its whole round out. No verdict is said from fewer \
+         every row of its round, so a null-row trial more than {:.0} scaled MADs (at least 15 % \
+         of the median) from the null row's median at its load leaves its whole round out. No verdict is said from fewer \
          than {} kept rounds.\n",
         crate::host_gate::QUIET_WINDOW.as_millis(),
         t.busy_at_rest * 100.0,

@@ -46,8 +46,13 @@ pub struct Options {
     #[arg(long, default_value_t = 0)]
     pub max_rounds: usize,
     /// The fixed loads of each round, pps: a stated deployment range, the same for every
-    /// row (at least four, for the line through them that gives marginal and fixed cost).
-    #[arg(long, value_delimiter = ',', default_value = "10000,20000,35000,50000")]
+    /// row (at least four, for the line through them that gives marginal and fixed cost;
+    /// five by default, so one lost load leaves a line).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10000,20000,30000,40000,50000"
+    )]
     pub loads: Vec<u64>,
     /// The saving, as a share of the best socket relay's marginal cost per packet, that
     /// warrants kernel bypass: the verdict says "warranted" only when the whole interval of

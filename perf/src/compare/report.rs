@@ -9,7 +9,9 @@ use super::notes;
 use super::options::{Direction, Options};
 use super::search_phase::Searched;
 use super::setups::{BASELINE, Kind, NULL, Setup, bypass_keys, name_of};
-use super::verdict::{EQUIVALENCE_MARGIN, FAMILY_CONFIDENCE, Verdict, equivalence, judge};
+use super::verdict::{
+    EQUIVALENCE_ALPHA, EQUIVALENCE_MARGIN, FAMILY_CONFIDENCE, Verdict, equivalence, judge,
+};
 use crate::stats::Interval;
 
 /// Everything a run measured.
@@ -204,7 +206,7 @@ fn bypass_against_sockets(analysis: &Analysis<'_>, bypass: &[&str], sockets: &[&
     if bypass.is_empty() || sockets.is_empty() {
         return String::new();
     }
-    let alpha = (1.0 - CONFIDENCE) / 2.0;
+    let alpha = EQUIVALENCE_ALPHA;
     let mut out = format!(
         "\n### Each bypass row against each socket relay\n\nMarginal cost ratio per round \
          (median [interval, its coverage]). *As cheap as* is claimed only when two one-sided \
@@ -237,6 +239,48 @@ fn bypass_against_sockets(analysis: &Analysis<'_>, bypass: &[&str], sockets: &[&
                 }
             );
         }
+    }
+    out
+}
+
+/// Each fast-path row against the in-kernel reference it imitates, per round: the
+/// issue a fast path answers is whether it comes close to what the kernel alone costs.
+fn fast_path_against_reference(analysis: &Analysis<'_>, setups: &[&Setup]) -> String {
+    const REFERENCE: &str = "xdp-relay";
+    if !setups.iter().any(|s| s.key == REFERENCE) {
+        return String::new();
+    }
+    let fast: Vec<&str> = setups
+        .iter()
+        .filter(|s| super::fast_path::has_fast_path(s))
+        .map(|s| s.key)
+        .collect();
+    if fast.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n### The fast path against the in-kernel reference\n\nMarginal cost over the \
+         in-kernel XDP rewrite relay's, per round (median [interval, its coverage]). A \
+         fast path within 1.2× of it does what the kernel alone does; past that, *Where \
+         the time goes* profiles the row's core.\n\n| fast-path row | ratio to the reference | \
+         coverage | rounds | within 1.2× |\n|---|---:|---:|---:|---|\n",
+    );
+    for row in fast {
+        let ratio = analysis.pair_ratio(row, REFERENCE);
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            name_of(row),
+            ratio.map_or("–".into(), |i| i.label(2)),
+            ratio.map_or("–".into(), |i| format!("{:.1} %", i.confidence * 100.0)),
+            ratio.map_or(0, |i| i.samples),
+            match ratio {
+                Some(i) if i.high <= 1.2 => "yes",
+                Some(i) if i.low > 1.2 => "no",
+                Some(_) => "inconclusive",
+                None => "–",
+            }
+        );
     }
     out
 }
@@ -423,6 +467,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         ));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&bypass_against_sockets(&analysis, &bypass, &sockets));
+        md.push_str(&fast_path_against_reference(&analysis, m.setups));
         md.push_str(&per_round_table(&rows, rounds_run));
         md.push_str(&pairs_table(&analysis, &options.versus));
         md.push_str(&super::fast_path::markdown(m.samples, options.flows));
@@ -528,7 +573,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         .flat_map(|b| sockets.iter().map(move |s| (*b, *s)))
         .map(|(b, socket)| {
             let ratios: Vec<f64> = analysis.ratios(b, socket).iter().map(|r| r.1).collect();
-            let tost = equivalence(&ratios, EQUIVALENCE_MARGIN, (1.0 - CONFIDENCE) / 2.0);
+            let tost = equivalence(&ratios, EQUIVALENCE_MARGIN, EQUIVALENCE_ALPHA);
             serde_json::json!({
                 "setup": b,
                 "against": socket,

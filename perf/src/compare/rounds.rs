@@ -123,11 +123,7 @@ pub fn run(
                 fastest_calibration.or(reading.calibration_us),
                 &THRESHOLDS,
             );
-            disturbances.extend(host_gate::judge_outside(
-                &measured.outside,
-                &measured.during,
-                &THRESHOLDS,
-            ));
+            disturbances.extend(host_gate::judge_outside(&measured.outside, &THRESHOLDS));
             if let Some(c) = reading.calibration_us {
                 fastest_calibration = Some(fastest_calibration.map_or(c, |f: f64| f.min(c)));
             }
@@ -183,29 +179,35 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
     // Read outside the window: a scrape of `/metrics` is not the relay's forwarding.
     let fast_before = fast_path::read(bench.relay(), setup);
     // Outside the window too: a census reads every thread's counters.
-    let census = crate::outside::Census::take(std::process::id());
     let window = Snapshot::now();
     let mut trials = vec![];
+    let mut outside = crate::outside::Outside::default();
     for &rate in &plan.loads {
+        // A census of every thread around each trial, outside its window (reading
+        // every thread's counters is work of ours): what ran outside the experiment
+        // is taken off the trial's busy time, and judged by the gate.
+        let census = crate::outside::Census::take(std::process::id());
         let before = Snapshot::now();
         let t = load.trial(rate, plan.trial);
         let spent = before.until(&Snapshot::now());
+        let strangers = census.until(&crate::outside::Census::take(std::process::id()));
+        let busy = (spent.busy - strangers.seconds).max(0.0);
         crate::say!(
             "  {rate:>6} pps: received {:>7} of {:>7}, {:.2} µs per packet (whole machine)",
             t.received,
             t.sent,
-            spent.busy * 1e6 / t.received.max(1) as f64
+            busy * 1e6 / t.received.max(1) as f64
         );
+        outside.add(&strangers, &spent);
         trials.push(LoadTrial {
             offered_pps: rate,
             sent: t.sent,
             received: t.received,
-            busy: spent.busy,
+            busy,
             wall: spent.wall,
         });
     }
     let during = window.until(&Snapshot::now());
-    let outside = census.until(&crate::outside::Census::take(std::process::id()));
     let carried = fast_path::read(bench.relay(), setup)
         .zip(fast_before)
         .map(|(after, before)| after.since(&before).with_flows(flows_carried));
