@@ -53,6 +53,26 @@ pub struct Reading {
     pub wake: Option<WakeCost>,
 }
 
+/// The longest [`settle`] waits for the host to go quiet.
+pub const SETTLE_LIMIT: Duration = Duration::from_secs(3);
+
+/// Waits, in 50 ms windows and for at most [`SETTLE_LIMIT`], until the machine is less
+/// than half of `limits.busy_at_rest` busy; how long it waited. The setup just stopped
+/// may leave the kernel work for a moment (an XDP program and its maps freed, a UMEM
+/// unpinned): that belongs to no trial, and without this wait the next setup's reading
+/// at rest would be charged with it.
+pub fn settle(limits: &Thresholds) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < SETTLE_LIMIT {
+        let before = Snapshot::now();
+        std::thread::sleep(Duration::from_millis(50));
+        if before.until(&Snapshot::now()).busy_share() < limits.busy_at_rest / 2.0 {
+            break;
+        }
+    }
+    started.elapsed()
+}
+
 /// Reads the host: [`QUIET_WINDOW`] at rest, then the calibration loop and the wake-up
 /// probe between `tools_cpu` and `forwarder_cpu`.
 pub fn read(tools_cpu: usize, forwarder_cpu: usize) -> Reading {

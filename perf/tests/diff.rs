@@ -198,26 +198,34 @@ fn an_old_report_or_a_missing_file_exits_two() {
 /// The committed reports: diffed against themselves they must show no change, unless they
 /// were made before per-round data was recorded, which diff must then say.
 #[test]
-fn a_committed_report_against_itself_is_no_change_or_is_named_old() {
+fn the_committed_report_against_itself_is_no_change_and_with_a_row_made_costlier_fails() {
     let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results/compare.json");
     let json: Value =
         serde_json::from_str(&std::fs::read_to_string(&committed).expect("the committed report"))
             .expect("JSON");
-    let has_rounds = json["cost"]["rows"]
-        .as_array()
-        .is_some_and(|rows| rows.iter().all(|r| r.get("by_round").is_some()));
     let out = perf(&[Path::new("diff"), &committed, &committed]);
-    if has_rounds {
-        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
-        assert!(text(&out.stdout).contains(" 0 costlier, 0 cheaper;"));
-    } else {
-        assert_eq!(out.status.code(), Some(2));
-        assert!(
-            text(&out.stderr).contains("re-run compare"),
-            "{}",
-            text(&out.stderr)
-        );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains(" 0 costlier, 0 cheaper;"));
+    // relay-mio with bundles made 30 % costlier in every round of a copy.
+    let mut costlier = json;
+    let rows = costlier["cost"]["rows"].as_array_mut().expect("rows");
+    let bundles = rows
+        .iter_mut()
+        .find(|r| r["setup"] == "mio-bundles")
+        .expect("the committed report has relay-mio with bundles");
+    for round in bundles["by_round"].as_array_mut().expect("by_round") {
+        let us = round["marginal_us_per_packet"].as_f64().unwrap();
+        round["marginal_us_per_packet"] = serde_json::json!(us * 1.3);
     }
+    let dir = scratch("committed");
+    let changed = write(&dir, "costlier.json", &costlier);
+    let out = perf(&[Path::new("diff"), &committed, &changed]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("costlier beyond 10 %: relay-mio, bundles to the transceiver"),
+        "{}",
+        text(&out.stdout)
+    );
 }
 
 #[test]

@@ -1,9 +1,10 @@
 //! `ufrag-perf runs`: several `compare` reports of the same command as a level of
 //! repetition. Each report's intervals say how sure one run is of itself; the spread
-//! between runs says whether another run would agree (issue 43 found runs 15 minutes apart
-//! whose intervals did not overlap). This puts the two side by side for the verdict's
-//! headline ratio and each row's ratio to the baseline, says where they disagree, and
-//! applies the check the issue's "Done when" asks of three default runs.
+//! between runs says whether another run would agree (runs made 15 minutes apart have
+//! given intervals that did not overlap). This puts the two side by side for the
+//! verdict's headline ratio and each row's ratio to the baseline, says where they
+//! disagree, and checks that the headline medians lie within ±10 % of their median and
+//! each run's interval holds the others' medians.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -127,7 +128,7 @@ impl Across {
     }
 }
 
-/// A check of the issue's "Done when", with the numbers behind it.
+/// A check of whether the runs repeat, with the numbers behind it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Check {
     /// Whether it passed.
@@ -385,7 +386,7 @@ impl Runs {
         let pass = |c: &Check| if c.pass { "PASS" } else { "FAIL" };
         let _ = writeln!(
             out,
-            "\n## The check of issue 43's \"Done when\"\n\n\
+            "\n## Do the runs repeat?\n\n\
              - Outcome: {outcome_line}{}.\n\
              - Headline medians within ±{:.0} % of their median: **{}**: {}.\n\
              - Each run's headline interval holds the other runs' medians: **{}**: {}.\n",

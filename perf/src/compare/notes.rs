@@ -47,7 +47,9 @@ pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String
 pub fn host_gate_method() -> String {
     let t = crate::host_gate::THRESHOLDS;
     format!(
-        "\n## The host gate\n\nBefore each setup's trials the gate watches the host at rest for {} ms \
+        "\n## The host gate\n\nBefore each setup's trials the gate waits (up to {} s) until the host is \
+         quiet after the last setup stopped (an XDP program's maps freed, a UMEM unpinned: \
+         work that belongs to no trial), then watches it at rest for {} ms \
          (nothing of ours running), runs a fixed-work loop pinned to the forwarder's core (the \
          fastest of three) and the cross-core wake-up probe; during the trials it reads steal. A \
          setup's trials are left out when the host was over {:.0} % busy at rest, more than \
@@ -60,6 +62,7 @@ pub fn host_gate_method() -> String {
          every row of its round, so a null-row trial more than {:.0} scaled MADs (at least 15 % \
          of the median) from the null row's median at its load leaves its whole round out. No verdict is said from fewer \
          than {} kept rounds.\n",
+        crate::host_gate::SETTLE_LIMIT.as_secs(),
         crate::host_gate::QUIET_WINDOW.as_millis(),
         t.busy_at_rest * 100.0,
         t.steal * 100.0,

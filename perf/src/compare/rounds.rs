@@ -115,6 +115,13 @@ pub fn run(
                 done + 1,
                 eta(started.elapsed(), done, steps)
             );
+            let settled = host_gate::settle(&THRESHOLDS);
+            if settled > Duration::from_millis(500) {
+                crate::say!(
+                    "  waited {:.1} s for the host to settle after the last setup",
+                    settled.as_secs_f64()
+                );
+            }
             let reading = host_gate::read(LOAD_CPU, bench.relay().forwarder_cpu());
             let measured = measure(bench, setup, plan);
             let mut disturbances = host_gate::judge(
