@@ -616,6 +616,26 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
     );
 }
 
+/// A thread of this test spinning on CPU 1 (the forwarder's core) until `stop` is set,
+/// or for `seconds` at most.
+fn spin_on_the_forwarders_core(
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seconds: u64,
+) -> std::thread::JoinHandle<()> {
+    let stop = std::sync::Arc::clone(stop);
+    std::thread::spawn(move || {
+        assert!(core_affinity::set_for_current(core_affinity::CoreId {
+            id: 1
+        }));
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        let mut x = 1u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) && std::time::Instant::now() < until
+        {
+            x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005));
+        }
+    })
+}
+
 /// A deliberately disturbed run: once round 2 begins, a thread spins on the forwarder's
 /// core. The host gate leaves out every later setup trial, says why, and withholds the
 /// verdict; the first round, before the hog, keeps what it measured.
@@ -651,18 +671,8 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
     let mut lines = vec![];
     for line in progress.lines().map_while(Result::ok).take(2_000) {
         if hog.is_none() && line.starts_with("round 2/4") {
-            let stop = Arc::clone(&stop);
             // Bounded: it stops when the run ends, and after two minutes whatever happens.
-            hog = Some(std::thread::spawn(move || {
-                assert!(core_affinity::set_for_current(core_affinity::CoreId {
-                    id: 1
-                }));
-                let until = std::time::Instant::now() + std::time::Duration::from_secs(120);
-                let mut x = 1u64;
-                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
-                    x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005));
-                }
-            }));
+            hog = Some(spin_on_the_forwarders_core(&stop, 120));
         }
         lines.push(line);
     }
@@ -751,19 +761,9 @@ fn a_hog_outside_the_experiment_during_the_null_row_leaves_its_round_out() {
         let trial = line.trim_start();
         // After the first trial of the null row: the gate's reading at rest is behind.
         if in_null_of_round_2 && hog.is_none() && trial.starts_with("5000 pps:") {
-            let stop = Arc::clone(&stop);
             // This test's own thread: outside ufrag-perf's process tree. Bounded: it
             // stops at the null row's last trial, and after a minute whatever happens.
-            hog = Some(std::thread::spawn(move || {
-                assert!(core_affinity::set_for_current(core_affinity::CoreId {
-                    id: 1
-                }));
-                let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
-                let mut x = 1u64;
-                while !stop.load(Ordering::Relaxed) && std::time::Instant::now() < until {
-                    x = std::hint::black_box(x.wrapping_mul(6_364_136_223_846_793_005));
-                }
-            }));
+            hog = Some(spin_on_the_forwarders_core(&stop, 60));
         }
         if in_null_of_round_2 && trial.starts_with("20000 pps:") {
             stop.store(true, Ordering::Relaxed);
