@@ -125,7 +125,8 @@ pub fn run(options: &Options) -> i32 {
                 },
             );
             first += plan.rounds;
-            let verdict = report::verdict_of(options, &setups, &samples);
+            let analysis = cost::Analysis::new(&samples, setups::NULL);
+            let verdict = report::verdict_of(options, &setups, &analysis);
             let decided = !matches!(verdict.kind(), "inconclusive" | "withheld");
             if decided || first > most {
                 break;

@@ -312,9 +312,8 @@ fn verdict_rows<'a>(setups: &[&'a Setup]) -> (Vec<&'a str>, Vec<&'a str>) {
     (bypass, sockets)
 }
 
-/// The verdict `samples` give, by `options`' threshold and planned looks.
-pub fn verdict_of(options: &Options, setups: &[&Setup], samples: &[Sample]) -> Verdict {
-    let analysis = Analysis::new(samples, NULL);
+/// The verdict `analysis` gives, by `options`' threshold and planned looks.
+pub fn verdict_of(options: &Options, setups: &[&Setup], analysis: &Analysis<'_>) -> Verdict {
     let (bypass, sockets) = verdict_rows(setups);
     judge(
         &analysis.candidates(&bypass, &sockets),
@@ -420,7 +419,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     let rows = analysis.rows(&keys, BASELINE);
     let (bypass, sockets) = verdict_rows(m.setups);
     let rounds_run = analysis.rounds().len();
-    let verdict = verdict_of(options, m.setups, m.samples);
+    let verdict = verdict_of(options, m.setups, &analysis);
     let host = host_named(m.environment);
     let latency_rows =
         super::latency::latency_rows(m.samples, BASELINE, &keys, &options.latency_loads);
