@@ -474,6 +474,17 @@ impl Client {
         ok
     }
 
+    /// Writes `frames` audio packets at once and only then sends them, back to back:
+    /// a burst the relay reads in one batch more often than paced audio. Returns how
+    /// many str0m took.
+    pub fn send_audio_burst(&mut self, frames: usize) -> usize {
+        let now = Instant::now();
+        let written = (0..frames).take_while(|_| self.write_audio(now)).count();
+        self.audio_sent += written;
+        self.drain();
+        written
+    }
+
     /// Hands str0m one 20 ms Opus-sized frame of audio, written at `now`.
     fn write_audio(&mut self, now: Instant) -> bool {
         let Some(writer) = self.rtc.writer(self.mid) else {
