@@ -21,9 +21,10 @@ pub struct SearchArgs {
     /// of `--trials-per-rate` of them).
     #[arg(long, default_value = "500ms", value_parser = humantime::parse_duration)]
     pub search_trial: Duration,
-    /// Trials at each rate of the search; the rate's loss is their median.
-    #[arg(long, default_value_t = 3)]
-    pub trials_per_rate: usize,
+    /// Trials at each rate of the search; the rate's loss is their median (default 3;
+    /// `perf compare` 1: its searches repeat in interleaved rounds instead).
+    #[arg(long)]
+    pub trials_per_rate: Option<usize>,
     /// First rate of the search, packets per second.
     #[arg(long, default_value_t = 20_000)]
     pub start_pps: u64,
@@ -47,6 +48,9 @@ pub struct SearchArgs {
     pub precision: f64,
 }
 
+/// Trials at each rate of a search unless `--trials-per-rate` says otherwise.
+pub const TRIALS_PER_RATE: usize = 3;
+
 impl SearchArgs {
     /// The search's plan.
     pub fn plan(&self) -> Plan {
@@ -54,7 +58,7 @@ impl SearchArgs {
             start: self.start_pps,
             max: self.max_pps,
             precision: self.precision,
-            trials_per_rate: self.trials_per_rate,
+            trials_per_rate: self.trials_per_rate.unwrap_or(TRIALS_PER_RATE),
         }
     }
 }

@@ -18,8 +18,9 @@ struct Written {
 }
 
 /// Runs `perf compare` with `args` and short trials (no fixed-load rounds unless `args`
-/// say `--rounds`, one search of one trial per rate unless they say `--repeats`, 0.3 s
-/// trials, a 1 s latency trial at 5,000 pps, at most `max_pps`), and reads what it wrote.
+/// say `--rounds`, one search of one trial per rate unless they say `--search-rounds`,
+/// 0.3 s trials (the latency trials at fractions of the PDR and the final trial too), a
+/// 1 s latency trial at 5,000 pps, at most `max_pps`), and reads what it wrote.
 /// One compare at a time: each pins its forwarder to CPU 1 and its generator to CPU 0,
 /// so two at once would measure each other.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -36,10 +37,10 @@ fn compare(args: &[&str], max_pps: &str) -> Written {
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join("compare.md");
-    let repeats: &[&str] = if args.contains(&"--repeats") {
+    let searches: &[&str] = if args.contains(&"--search-rounds") {
         &[]
     } else {
-        &["--repeats", "1"]
+        &["--search-rounds", "1"]
     };
     // The fixed-load rounds only where a test asks for them.
     let rounds: &[&str] = if args.contains(&"--rounds") {
@@ -50,11 +51,12 @@ fn compare(args: &[&str], max_pps: &str) -> Written {
     let run = std::process::Command::new(bin("ufrag-perf"))
         .arg("compare")
         .args(args)
-        .args(repeats)
+        .args(searches)
         .args(rounds)
         .args(["--trial", "300ms", "--search-trial", "300ms"])
         .args(["--trials-per-rate", "1", "--max-pps", max_pps])
         .args(["--fixed-pps", "5000", "--latency-trial", "1s"])
+        .args(["--pdr-latency-trial", "300ms", "--final-trial", "300ms"])
         .arg("--out")
         .arg(&out)
         .output()
@@ -296,56 +298,103 @@ fn a_compare_prices_the_fast_path_against_the_in_kernel_reference() {
 }
 
 /// Our AF_XDP layer and the `xdp` crate's under the same worker, searched in interleaved
-/// rounds: the rounds alternate the two setups, each row gathers one search per round,
-/// the report says so, and the verdict compares the pair.
+/// rounds: each round takes every setup once, the rounds' orders repeat with the seed,
+/// each row gathers one search per round, its latency at both fractions of each search's
+/// PDR and one final trial at its median PDR, and the verdict compares the pair.
 #[test]
-fn an_interleaved_compare_alternates_the_two_af_xdp_layers_and_compares_them() {
+fn interleaved_searches_give_each_row_its_rate_interval_latency_and_final_trial() {
     bin("relay-afxdp");
+    let only = "afxdp-native-wakeup,afxdp-crate-native-wakeup";
+    let args = ["--search-rounds", "2", "--seed", "11", "--only", only];
     let Written {
         report,
         json,
         progress,
         ..
-    } = compare(
-        &[
-            "--interleave",
-            "--repeats",
-            "2",
-            "--only",
-            "afxdp-native-wakeup,afxdp-crate-native-wakeup",
-        ],
-        "40000",
-    );
+    } = compare(&args, "40000");
     // Each setup's progress line, without its ETA.
-    let order: Vec<&str> = progress
+    let order: Vec<String> = progress
         .lines()
         .filter(|l| l.starts_with("search ") && l.contains(" (round "))
-        .map(|l| l.split(", about ").next().unwrap_or(l))
+        .map(|l| l.split(", about ").next().unwrap_or(l).to_string())
         .collect();
-    assert_eq!(
-        order,
-        [
-            "search 1/6 (round 1 of 2): direct path (no relay)",
-            "search 2/6 (round 1 of 2): relay-afxdp native wakeup",
-            "search 3/6 (round 1 of 2): relay-afxdp on the xdp crate native wakeup",
-            "search 4/6 (round 2 of 2): direct path (no relay)",
-            "search 5/6 (round 2 of 2): relay-afxdp native wakeup",
-            "search 6/6 (round 2 of 2): relay-afxdp on the xdp crate native wakeup",
-        ],
-        "{progress}"
-    );
-    for row in json["rows"].as_array().unwrap() {
+    assert_eq!(order.len(), 6, "{progress}");
+    let setups = [
+        "direct path (no relay)",
+        "relay-afxdp native wakeup",
+        "relay-afxdp on the xdp crate native wakeup",
+    ];
+    for (round, lines) in order.chunks(3).enumerate() {
+        let mut named: Vec<&str> = lines
+            .iter()
+            .map(|l| {
+                assert!(l.contains(&format!("(round {} of 2)", round + 1)), "{l}");
+                l.rsplit(": ").next().unwrap()
+            })
+            .collect();
+        named.sort_unstable();
+        let mut want = setups.to_vec();
+        want.sort_unstable();
+        assert_eq!(named, want, "every setup once in round {}", round + 1);
+    }
+    let rows = json["rows"].as_array().unwrap();
+    let names: Vec<&str> = rows.iter().map(|r| r["setup"].as_str().unwrap()).collect();
+    assert_eq!(names, setups, "rows in the run's order, not a round's");
+    for row in rows {
         assert_eq!(
             row["runs"].as_array().map(Vec::len),
             Some(2),
             "one search per round: {row}"
         );
     }
+    let rates = json["max_rate"]["rates"].as_array().unwrap();
+    assert_eq!(rates.len(), 3);
+    for rate in rates {
+        assert_eq!(rate["searches"], 2, "{rate}");
+        assert_eq!(rate["cores"], 1, "{rate}");
+        if rate["found_pdr"] == 2 {
+            let pdr = &rate["pdr_pps_per_core"];
+            assert!(pdr["low"].as_f64() <= pdr["high"].as_f64(), "{rate}");
+            // Two searches: the range, at 50 % coverage.
+            assert_eq!(pdr["confidence"], 0.5, "{rate}");
+            let last = &rate["final_trial"];
+            assert_eq!(last["seconds"], 0.3, "{rate}");
+            assert!(last["held"].is_boolean(), "{rate}");
+        }
+    }
+    let latency = json["max_rate"]["latency"].as_array().unwrap();
+    assert_eq!(latency.len(), 6, "3 rows × 2 fractions");
+    let fractions: Vec<f64> = latency
+        .iter()
+        .map(|l| l["fraction_of_pdr"].as_f64().unwrap())
+        .collect();
+    assert_eq!(fractions, [0.5, 0.5, 0.5, 0.9, 0.9, 0.9]);
+    for l in latency {
+        assert!(l["rounds_run"].as_u64() <= Some(2), "{l}");
+        assert_eq!(l["percentiles_us"].as_array().map(Vec::len), Some(4), "{l}");
+    }
     assert!(report.contains("2 interleaved rounds"), "{report}");
+    assert!(
+        report.contains("## The maximum rate per forwarder core, over the interleaved searches"),
+        "{report}"
+    );
+    assert!(
+        report.contains("## Latency at fractions of each search's PDR, in the rounds"),
+        "{report}"
+    );
     assert!(
         report.contains("AF_XDP layer (native wakeup): the `xdp` crate costs"),
         "the verdict compares the two layers: {report}"
     );
+    // The same seed, the same orders: what `--seed` in a report's command promises.
+    let again = compare(&args, "40000");
+    let order_again: Vec<String> = again
+        .progress
+        .lines()
+        .filter(|l| l.starts_with("search ") && l.contains(" (round "))
+        .map(|l| l.split(", about ").next().unwrap_or(l).to_string())
+        .collect();
+    assert_eq!(order_again, order);
 }
 
 /// A run stopped by SIGINT (by hand, or a CI timeout's SIGTERM) mid-trial deletes its
@@ -366,8 +415,6 @@ fn an_interrupted_compare_deletes_its_testbed_and_keeps_the_rounds_it_finished()
             "2",
             "--loads",
             "10000,15000,20000,25000",
-            "--repeats",
-            "1",
         ])
         .args(["--trial", "1s", "--max-pps", "20000"])
         .arg("--out")

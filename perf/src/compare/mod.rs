@@ -23,6 +23,7 @@ pub mod fast_path;
 pub mod lab;
 pub mod latency;
 pub mod marginal;
+pub mod max_rate;
 pub mod notes;
 pub mod options;
 pub mod relay_host;
@@ -155,7 +156,7 @@ pub fn run(options: &Options) -> i32 {
             bench,
             &setups,
             options,
-            !options.no_steer,
+            (!options.no_steer, seed),
             &mut |searched, done, steps| {
                 let progress =
                     format!("{rounds_done}the maximum-rate search: {done} of {steps} setups done");

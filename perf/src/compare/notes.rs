@@ -373,15 +373,12 @@ pub fn search_method(options: &Options, addresses: u32, vcpus: &serde_json::Valu
          busy-polling one (the sink's wake-up); none on the direct path"
             .to_string()
     };
-    let interleaved = if options.interleave {
-        format!(
-            " The searches ran in {} interleaved rounds: every setup once per round, started \
-             afresh; the latency trial and the profile come from the last round.",
-            options.search.repeats.max(1)
-        )
-    } else {
-        String::new()
-    };
+    let interleaved = format!(
+        " The searches ran in {} interleaved rounds: every setup once per round, each round \
+         in its own random order, started afresh; the final trial, the fixed-load latency \
+         trial and the profile come from the last round.",
+        options.search_rounds.max(1)
+    );
     let topology = if lab {
         "the lab's relay host and tools host (see *Environment*; where this section says \
          the client's or the transceiver's veth, read the tools host's interfaces)"

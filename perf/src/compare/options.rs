@@ -81,8 +81,24 @@ pub struct Options {
     /// Skip the maximum-rate search, latency trial and profile.
     #[arg(long)]
     pub no_search: bool,
-    /// The search phase in rounds too: every setup once per round, `--repeats` rounds.
-    #[arg(long)]
+    /// Maximum-rate searches per setup, in interleaved rounds (every setup once per round,
+    /// each round in a fresh random order): NDR and PDR are medians over them with an
+    /// interval (five give 93.8 % coverage of the range; at least one).
+    #[arg(long, default_value_t = 5)]
+    pub search_rounds: usize,
+    /// After each search, the same setup's latency at these fractions of the PDR it found
+    /// (comma-separated, each in (0, 1]; default 0.5,0.9).
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.9")]
+    pub pdr_fractions: Vec<f64>,
+    /// Length of each latency trial at a fraction of the PDR.
+    #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+    pub pdr_latency_trial: Duration,
+    /// Length of the final trial at each setup's median PDR after the last search round
+    /// (0s: none).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub final_trial: Duration,
+    /// Accepted for older commands: the searches always run in interleaved rounds.
+    #[arg(long, hide = true)]
     pub interleave: bool,
     /// The rate search and the latency trial.
     #[command(flatten)]
@@ -221,6 +237,24 @@ impl Options {
                     ));
                 }
             }
+        }
+        if self.search.repeats != 1 {
+            return Err(format!(
+                "--repeats {}: compare searches in interleaved rounds (--search-rounds {})",
+                self.search.repeats, self.search.repeats
+            ));
+        }
+        if self.search_rounds == 0 {
+            return Err("--search-rounds: at least 1 (--no-search skips the search)".into());
+        }
+        if let Some(f) = self
+            .pdr_fractions
+            .iter()
+            .find(|f| !(**f > 0.0 && **f <= 1.0))
+        {
+            return Err(format!(
+                "--pdr-fractions {f}: each a share of the PDR in (0, 1]"
+            ));
         }
         if self.rounds == 0 && self.no_search {
             return Err("--rounds 0 with --no-search measures nothing".into());

@@ -498,8 +498,17 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         let _ = writeln!(md, "\nNot measured in this run: {}.", listed.join("; "));
     }
     let searched = m.searched;
+    let rates = searched.rates();
+    let fraction_latency =
+        super::max_rate::fraction_latency(&searched.pdr_latency(), &options.pdr_fractions);
     if !searched.rows.is_empty() {
-        md.push_str("\n# The maximum rate (secondary)\n\n");
+        md.push_str("\n# The maximum rate and the latency under it\n");
+        md.push_str(&super::max_rate::markdown(
+            &rates,
+            &fraction_latency,
+            options.final_trial.as_secs_f64(),
+        ));
+        md.push_str("\n## Each search\n\n");
         let traffic = format!("{}-byte datagrams, {way}", options.search.size);
         md.push_str(&crate::report::body(
             &traffic,
@@ -582,6 +591,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             })
         })
         .collect();
+    json["max_rate"] = super::max_rate::json(&rates, &fraction_latency, interval_json);
     json["cost"]["latency_loads_pps"] = serde_json::json!(options.latency_loads);
     json["cost"]["latency"] = super::latency::json(&latency_rows, interval_json);
     json["cost"]["pairs"] = options

@@ -1,22 +1,26 @@
-//! The secondary phase of `perf compare`: each setup's maximum rate (CSIT-style NDR and
-//! PDR, [`crate::search`]) with the live-frames generator, its latency at a fixed load,
-//! a Linux perf profile of the forwarder's core at 70 % of its maximum, and that core's
-//! time by leg at 50k pps ([`crate::legs`]).
+//! The maximum-rate phase of `perf compare`: each setup's CSIT-style NDR and PDR
+//! ([`crate::search`]) in interleaved rounds, its latency at fractions of each search's
+//! PDR, a full-length final trial at its median PDR ([`max_rate`]), its latency at a fixed
+//! load, a Linux perf profile of the forwarder's core at 70 % of its maximum, and that
+//! core's time by leg at 50k pps ([`crate::legs`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::bed::Bed;
+use super::max_rate::{self, FinalTrial, PdrLatency};
 use super::options::{Direction, GeneratorKind, Options};
 use super::setups::{Kind, Running, Setup};
-use crate::load::Load;
+use crate::load::{Load, Trial};
 use crate::report::Row;
 
 /// What the phase measured.
 #[derive(Debug, Default)]
 pub struct Searched {
-    /// One row per setup.
+    /// One row per setup, in the order of the run's setups.
     pub rows: Vec<Row>,
+    /// What each row's rounds measured beside its searches, by setup name.
+    pub extras: Vec<(String, RowExtras)>,
     /// The profiles, as Markdown.
     pub profiles: String,
     /// Quilkin's own drop counters, if it ran.
@@ -25,47 +29,96 @@ pub struct Searched {
     pub receive_buffer_drops: Vec<(String, u64)>,
 }
 
-/// Searches every setup (in `--repeats` rounds with `--interleave`); `steer` says
-/// whether the relay's NAPI threads go to the forwarder's core. After each setup,
-/// `step_done` gets what was searched so far, the steps done and the steps in all (for a
-/// partial report).
+/// One row's measurements beside its searches.
+#[derive(Clone, Debug, Default)]
+pub struct RowExtras {
+    /// Forwarder cores (its workers).
+    pub cores: usize,
+    /// Its latency at fractions of each search's PDR, round by round.
+    pub pdr_latency: Vec<PdrLatency>,
+    /// The final trial at its median PDR.
+    pub final_trial: Option<FinalTrial>,
+}
+
+impl Searched {
+    /// Each row's maximum rate per forwarder core ([`max_rate::rate_row`]).
+    pub fn rates(&self) -> Vec<max_rate::RateRow> {
+        self.rows
+            .iter()
+            .map(|row| {
+                let extras = self.extras_of(&row.setup);
+                max_rate::rate_row(
+                    row,
+                    extras.map_or(1, |e| e.cores),
+                    extras.and_then(|e| e.final_trial),
+                )
+            })
+            .collect()
+    }
+
+    /// Each row's latency trials at fractions of its PDR, by setup name.
+    pub fn pdr_latency(&self) -> Vec<(String, Vec<PdrLatency>)> {
+        self.rows
+            .iter()
+            .map(|row| {
+                let trials = self
+                    .extras_of(&row.setup)
+                    .map_or(vec![], |e| e.pdr_latency.clone());
+                (row.setup.clone(), trials)
+            })
+            .collect()
+    }
+
+    fn extras_of(&self, setup: &str) -> Option<&RowExtras> {
+        self.extras.iter().find(|(n, _)| n == setup).map(|(_, e)| e)
+    }
+
+    fn extras_mut(&mut self, setup: &str) -> &mut RowExtras {
+        if let Some(i) = self.extras.iter().position(|(n, _)| n == setup) {
+            return &mut self.extras[i].1;
+        }
+        self.extras.push((setup.to_string(), RowExtras::default()));
+        &mut self.extras.last_mut().expect("just pushed").1
+    }
+}
+
+/// Searches every setup in `--search-rounds` interleaved rounds, each round in an order
+/// drawn from `seed`; after each search, the setup's latency at `--pdr-fractions` of the
+/// PDR it found; in the last round, the final trial at its median PDR and the extras of
+/// [`finish_row`]. `steer` says whether the relay's NAPI threads go to the forwarder's
+/// core. After each setup, `step_done` gets what was searched so far, the steps done and
+/// the steps in all (for a partial report).
 pub fn run(
     bench: &dyn Bed,
     setups: &[&Setup],
     options: &Options,
-    steer: bool,
+    (steer, seed): (bool, u64),
     step_done: &mut dyn FnMut(&Searched, usize, usize),
 ) -> Searched {
     let mut searched = Searched::default();
-    let rounds = if options.interleave {
-        options.search.repeats.max(1)
-    } else {
-        1
-    };
+    let rounds = options.search_rounds.max(1);
+    // One trial per rate: a search's repetition is the rounds', each judged whole.
     let per_round = crate::measure::SearchArgs {
-        repeats: if options.interleave {
-            1
-        } else {
-            options.search.repeats
-        },
+        repeats: 1,
+        trials_per_rate: Some(options.search.trials_per_rate.unwrap_or(1)),
         ..options.search
     };
     let relay_ns = bench.relay().ns();
     let steps = rounds * setups.len();
     let started = std::time::Instant::now();
     let phase = crate::progress::Phase::start("maximum-rate search", steps);
+    // A stream of orders of its own: the fixed-load rounds' seed, told apart.
+    let mut shuffler = super::rounds::Shuffler::new(seed ^ SEARCH_ORDER_SALT);
+    let mut latency_reach = None;
     for round in 1..=rounds {
-        for (position, setup) in setups.iter().enumerate() {
+        let mut order: Vec<&Setup> = setups.to_vec();
+        shuffler.shuffle(&mut order);
+        for (position, setup) in order.into_iter().enumerate() {
             let done = (round - 1) * setups.len() + position;
             phase.step(done, &format!("round {round} of {rounds}: {}", setup.name));
             crate::say!(
-                "search {}/{steps}{}: {}{}",
+                "search {}/{steps} (round {round} of {rounds}): {}{}",
                 done + 1,
-                if options.interleave {
-                    format!(" (round {round} of {rounds})")
-                } else {
-                    String::new()
-                },
                 setup.name,
                 super::rounds::eta(started.elapsed(), done, steps)
             );
@@ -89,6 +142,12 @@ pub fn run(
                 || crate::cpu::cpu_busy_seconds(cpu),
                 cpu,
             );
+            let found_pdr = runs
+                .last()
+                .and_then(|r| r.search.pdr)
+                .map(|t| t.offered_pps);
+            let pdr_latency =
+                latency_at_fractions(load.as_mut(), found_pdr, options, &mut latency_reach);
             let drops = crate::load::udp_receive_buffer_drops(relay_ns) - drops_before;
             match searched
                 .receive_buffer_drops
@@ -100,6 +159,15 @@ pub fn run(
                     .receive_buffer_drops
                     .push((setup.name.to_string(), drops)),
             }
+            let extras = searched.extras_mut(setup.name);
+            extras.cores = setup.workers.max(1);
+            extras
+                .pdr_latency
+                .extend(pdr_latency.into_iter().map(|(fraction, trial)| PdrLatency {
+                    round,
+                    fraction,
+                    trial,
+                }));
             let index = match searched.rows.iter().position(|r| r.setup == setup.name) {
                 Some(i) => {
                     searched.rows[i].runs.extend(runs);
@@ -116,6 +184,8 @@ pub fn run(
                 }
             };
             if round == rounds {
+                let final_trial = final_trial(load.as_mut(), &searched.rows[index], options);
+                searched.extras_mut(setup.name).final_trial = final_trial;
                 let clients_reach = setup
                     .forwards_in_a_process()
                     .then(|| setup.target(bench.relay()).dst);
@@ -132,12 +202,88 @@ pub fn run(
                     searched.quilkin_drops = Some(drops);
                 }
             }
+            // The rows in the run's order, whatever order the round took them in.
+            let place = |name: &str| setups.iter().position(|s| s.name == name);
+            searched.rows.sort_by_key(|r| place(&r.setup));
             drop(load);
             drop(running);
             step_done(&searched, done + 1, steps);
         }
     }
     searched
+}
+
+/// Told apart from the fixed-load rounds' orders, which come from the same seed.
+const SEARCH_ORDER_SALT: u64 = 0x5EA2_C400_0000_0001;
+
+/// The latency trials after one search: one at each of `--pdr-fractions` of the PDR it
+/// found (`found_pdr`, offered pps), none when it found none. The latency trial's
+/// generator sleeps between batches (so its sampler's wake-ups are not delayed by it) and
+/// has a reach: a trial it fell short in lowers `reach`, and a rate above 95 % of the
+/// reach is not tried again (recorded as an empty trial at that rate: short, not kept).
+fn latency_at_fractions(
+    load: &mut dyn Load,
+    found_pdr: Option<u64>,
+    options: &Options,
+    reach: &mut Option<u64>,
+) -> Vec<(f64, Trial)> {
+    let Some(pdr) = found_pdr else {
+        return vec![];
+    };
+    options
+        .pdr_fractions
+        .iter()
+        .map(|&fraction| {
+            let rate = ((pdr as f64 * fraction) as u64).max(1);
+            if let Some(reach) = *reach
+                && rate as f64 > 0.95 * reach as f64
+            {
+                crate::say!(
+                    "  latency at {:.0} % of PDR ({rate} pps): beyond the latency generator's reach ({reach} pps), not tried",
+                    fraction * 100.0
+                );
+                return (fraction, Trial { offered_pps: rate, ..Trial::NONE });
+            }
+            let trial = load.latency_trial(rate, options.pdr_latency_trial);
+            if trial.generator_bound() {
+                *reach = Some(reach.map_or(trial.sent_pps, |r| r.min(trial.sent_pps)));
+            }
+            crate::say!(
+                "  latency at {:.0} % of PDR ({rate} pps, sent at {} pps): {} datagrams, p50 {:.0} µs, p99 {:.0} µs, loss {:.3} %",
+                fraction * 100.0,
+                trial.sent_pps,
+                trial.latency.samples,
+                trial.latency.p50(),
+                trial.latency.p99(),
+                trial.loss() * 100.0
+            );
+            (fraction, trial)
+        })
+        .collect()
+}
+
+/// One trial of `--final-trial` at the median of `row`'s PDRs so far (offered pps), or
+/// none (no PDR found, or a zero length).
+fn final_trial(load: &mut dyn Load, row: &Row, options: &Options) -> Option<FinalTrial> {
+    if options.final_trial.is_zero() {
+        return None;
+    }
+    let pdrs: Vec<f64> = row
+        .runs
+        .iter()
+        .filter_map(|r| r.search.pdr.map(|t| t.offered_pps as f64))
+        .collect();
+    let rate = crate::stats::median(&pdrs)? as u64;
+    let trial = load.trial(rate, options.final_trial);
+    crate::say!(
+        "  final trial at the median PDR ({rate} pps) for {:?}: loss {:.3} %",
+        options.final_trial,
+        trial.loss() * 100.0
+    );
+    Some(FinalTrial {
+        seconds: options.final_trial.as_secs_f64(),
+        trial,
+    })
 }
 
 /// The load at which the forwarder's core is traced leg by leg ([`crate::legs`]).

@@ -157,7 +157,7 @@ pub fn body(traffic: &str, rows: &[Row], fixed_pps: u64) -> String {
     let _ = writeln!(
         out,
         "{traffic}. Each setup is searched {runs} time(s), CSIT-style: short trials, each rate \
-         judged by the median loss of several trials, the first trial of a search discarded; \
+         judged by the median loss of its trials (`--trials-per-rate`), the first trial of a search discarded; \
          NDR is the highest rate with no loss, PDR the highest with at most {:.1} % (their gap, \
          as a share of PDR, is the search's noise figure); figures are median [min–max] over \
          the searches, at the achieved send rate. \"limit\" says what stopped each search: \
