@@ -15,7 +15,11 @@
 //! - **Attempts**: a first packet's authentication (three HMACs) is attempted at most
 //!   [`ATTEMPTS_PER_NEW_FLOW`] times the new-flow rates, per source prefix and per
 //!   worker, before any HMAC runs (`auth_rate_limit`): a flood of forged requests costs
-//!   a token-bucket look-up each beyond that.
+//!   a token-bucket look-up each beyond that. Only a well-formed Binding Request whose
+//!   server ufrag has a hint's shape under a key the relay holds spends an attempt, so
+//!   junk drains nothing; and a pressed worker shares its attempts fairly among the
+//!   prefixes asking ([`ArrivalRates`]), so a flood from many prefixes still leaves a
+//!   fresh prefix its share.
 //! - **Hint age**: a hint makes new flows only for `hint_max_age` after its transceiver
 //!   minted it (and at most [`HINT_CLOCK_SKEW`] before, by the relay's clock), so ufrags
 //!   collected from past sessions expire. Flows already made are not affected; an ICE
@@ -93,24 +97,30 @@ struct TokenBucket {
     at_ms: u64,
     /// Whether the bucket was ever used (an unused bucket starts full).
     used: bool,
+    /// The second (of the owner's clock, plus one) in which it was last used: 0, never.
+    /// How [`ArrivalRates`] counts the prefixes active in a second.
+    last_second: u64,
 }
 
 impl TokenBucket {
-    /// Takes one token at `now_ms` for a bucket of `per_second` tokens per second and a
-    /// burst of as many; whether there was one.
-    fn take(&mut self, now_ms: u64, per_second: u32) -> bool {
-        let full = u64::from(per_second) * 1000;
+    /// The tokens at `now_ms` (thousandths) for a bucket of `per_second` tokens per
+    /// second and a burst of `burst`, refilled.
+    fn level(&mut self, now_ms: u64, per_second: u32, burst: u32) -> u64 {
+        let full = u64::from(burst) * 1000;
         if !self.used {
-            *self = TokenBucket {
-                milli_tokens: full,
-                at_ms: now_ms,
-                used: true,
-            };
+            self.milli_tokens = full;
+            self.at_ms = now_ms;
+            self.used = true;
         }
         let refill = now_ms.saturating_sub(self.at_ms) * u64::from(per_second);
         self.milli_tokens = (self.milli_tokens + refill).min(full);
         self.at_ms = now_ms;
-        if self.milli_tokens < 1000 {
+        self.milli_tokens
+    }
+
+    /// Takes one token at `now_ms` (see [`TokenBucket::level`]); whether there was one.
+    fn take(&mut self, now_ms: u64, per_second: u32, burst: u32) -> bool {
+        if self.level(now_ms, per_second, burst) < 1000 {
             return false;
         }
         self.milli_tokens -= 1000;
@@ -118,10 +128,16 @@ impl TokenBucket {
     }
 }
 
-/// Rates of arrivals (new flows, or accepted connections) per source prefix and per
-/// worker: token buckets, the prefix ones a fixed array indexed by a keyed hash of the
-/// prefix (two prefixes sharing a bucket share its rate, which errs towards refusing).
-/// No allocation after construction, O(1) per arrival.
+/// Rates of arrivals (new flows, authentication attempts, or accepted connections) per
+/// source prefix and per worker: token buckets, the prefix ones a fixed array indexed by
+/// a keyed hash of the prefix (two prefixes sharing a bucket share its rate, which errs
+/// towards refusing). No allocation after construction, O(1) per arrival.
+///
+/// **Fair when pressed.** While the worker's bucket holds less than half its burst, each
+/// prefix is held to its fair share of the worker's rate: the worker's rate divided by
+/// the prefixes active in this second or the last (at least 1 a second, at most its own
+/// rate), with a tenth of a second's burst. A flood from many prefixes then spends about the worker's rate and no more, so
+/// the worker's bucket never runs dry, and a fresh prefix still finds its share.
 #[derive(Debug)]
 pub struct ArrivalRates {
     per_prefix: u32,
@@ -132,6 +148,12 @@ pub struct ArrivalRates {
     prefixes: Box<[TokenBucket]>,
     worker: TokenBucket,
     started: Instant,
+    /// The second (plus one) the active counts below are for.
+    second: u64,
+    /// Prefix buckets used in `second`.
+    active_now: u32,
+    /// Prefix buckets used in the second before.
+    active_before: u32,
 }
 
 /// Which rate an arrival found spent.
@@ -161,19 +183,48 @@ impl ArrivalRates {
             prefixes: vec![TokenBucket::default(); PREFIX_BUCKETS].into_boxed_slice(),
             worker: TokenBucket::default(),
             started: now,
+            second: 0,
+            active_now: 0,
+            active_before: 0,
         }
     }
 
-    /// Takes a token for an arrival from `source` at `now`: its prefix's first, then the
-    /// worker's (a refused arrival spends no token of a later bucket).
+    /// Takes a token for an arrival from `source` at `now`: its prefix's first (at its
+    /// fair share while the worker's bucket is pressed), then the worker's (a refused
+    /// arrival spends no token of a later bucket).
     pub fn take(&mut self, source: IpAddr, now: Instant) -> Result<(), RateSpent> {
         let now_ms = u64::try_from(now.saturating_duration_since(self.started).as_millis())
             .unwrap_or(u64::MAX);
+        let second = now_ms / 1000 + 1;
+        if second != self.second {
+            self.active_before = if second == self.second + 1 {
+                self.active_now
+            } else {
+                0
+            };
+            self.active_now = 0;
+            self.second = second;
+        }
         let prefix = self.prefix_bucket(source);
-        if !self.prefixes[prefix].take(now_ms, self.per_prefix) {
+        if self.prefixes[prefix].last_second != second {
+            self.prefixes[prefix].last_second = second;
+            self.active_now += 1;
+        }
+        let worker_level = self.worker.level(now_ms, self.per_worker, self.per_worker);
+        let pressed = worker_level < u64::from(self.per_worker) * 500;
+        let (rate, burst) = if pressed {
+            // Each prefix's share, with a tenth of a second's burst: the shares' bursts
+            // together stay a tenth of the worker's.
+            let active = self.active_now.max(self.active_before).max(1);
+            let share = (self.per_worker / active).clamp(1, self.per_prefix.max(1));
+            (share, (share / 10).max(1))
+        } else {
+            (self.per_prefix, self.per_prefix)
+        };
+        if !self.prefixes[prefix].take(now_ms, rate, burst) {
             return Err(RateSpent::Prefix);
         }
-        if !self.worker.take(now_ms, self.per_worker) {
+        if !self.worker.take(now_ms, self.per_worker, self.per_worker) {
             return Err(RateSpent::Worker);
         }
         Ok(())
@@ -206,7 +257,8 @@ pub struct Admission {
     started_unix_s: u64,
 }
 
-/// A session's identity in the admission state: a keyed hash of its server ufrag.
+/// A session's identity in the admission state: a keyed hash of what its hint names
+/// ([`Admission::session_tag`]).
 /// Never 0 (0 marks a flow restored from the route cache, which counts for no session).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct SessionTag(pub u64);
@@ -296,9 +348,13 @@ impl Admission {
         &self.policy
     }
 
-    /// The tag of the session whose server ufrag is `server_ufrag`.
-    pub fn session_tag(&self, server_ufrag: &[u8]) -> SessionTag {
-        SessionTag(self.hasher.hash_one(server_ufrag).max(1))
+    /// The tag of the session an authentic hint names: its cluster, transceiver and
+    /// session bytes, which every ICE restart of the session keeps (its ufrag changes).
+    /// So an ICE restart mints no new admission identity: the session's flow cap holds
+    /// across them.
+    pub fn session_tag(&self, hint: &crate::hint::VerifiedHint) -> SessionTag {
+        let identity = (hint.hint.cluster, hint.hint.transceiver, hint.session);
+        SessionTag(self.hasher.hash_one(identity).max(1))
     }
 
     /// Live flows of `session`.
@@ -486,6 +542,52 @@ mod tests {
         assert_eq!(
             a.check(&request(1, "[2001:db8:0:ab42::3]:3", &[3; 12]), now),
             Err(DropReason::PrefixRateLimit)
+        );
+    }
+
+    /// A flood of attempts from 512 prefixes, each far beyond its own rate, leaves every
+    /// fresh prefix its attempt (hostile clients, third round, finding 4): the pressed
+    /// worker holds each prefix to its fair share, so the worker's bucket never runs dry,
+    /// and the flood gets about the worker's rate, no more.
+    #[test]
+    fn a_flood_from_many_prefixes_leaves_each_fresh_prefix_its_share() {
+        use core::net::Ipv4Addr;
+        let t0 = Instant::now();
+        let mut rates = ArrivalRates::new(800, 20_000, (24, 56), t0);
+        let flooders: Vec<IpAddr> = (0..512u32)
+            .map(|p| IpAddr::V4(Ipv4Addr::from(0x0A00_0001 | p << 8)))
+            .collect();
+        // Fresh /24s whose buckets no other prefix here shares (a shared bucket shares
+        // its rate, as documented; that is not what this test is about).
+        let mut taken: Vec<usize> = flooders.iter().map(|ip| rates.prefix_bucket(*ip)).collect();
+        let fresh: Vec<IpAddr> = (0..=255u8)
+            .map(|b| IpAddr::V4(Ipv4Addr::new(198, 51, b, 7)))
+            .filter(|ip| {
+                let bucket = rates.prefix_bucket(*ip);
+                let free = !taken.contains(&bucket);
+                taken.push(bucket);
+                free
+            })
+            .take(30)
+            .collect();
+        assert_eq!(fresh.len(), 30);
+        let (mut fresh_admitted, mut flood_admitted) = (0, 0u64);
+        // 3 s in steps of 1 ms: each step, every flooding /24 asks once (1,000 a second
+        // each, 512,000 in all); every 100 ms a /24 never seen asks once.
+        for ms in 0..3_000u32 {
+            let now = t0 + Duration::from_millis(u64::from(ms));
+            for source in &flooders {
+                flood_admitted += u64::from(rates.take(*source, now).is_ok());
+            }
+            if ms % 100 == 50 {
+                let source = fresh[(ms / 100) as usize];
+                fresh_admitted += u32::from(rates.take(source, now).is_ok());
+            }
+        }
+        assert_eq!(fresh_admitted, 30, "every fresh prefix got its attempt");
+        assert!(
+            flood_admitted <= 3 * 20_000 + 20_000,
+            "the flood got {flood_admitted}: more than the worker's rate and burst"
         );
     }
 

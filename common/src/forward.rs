@@ -174,7 +174,9 @@ pub const SHED_SCAN: usize = 16;
 /// The parts of an authentic first Binding Request that admission needs.
 #[derive(Clone, Copy, Debug)]
 struct FirstRequest<'d> {
-    server_ufrag: &'d [u8],
+    /// The session it names: its hint's destination and session bytes, the same through
+    /// the session's ICE restarts.
+    session: SessionTag,
     transaction_id: &'d [u8; 12],
 }
 
@@ -630,10 +632,16 @@ impl Forwarder {
             }
             return Verdict::Drop(DropReason::NoFlow);
         }
+        // Junk spends no attempt: only a well-formed Binding Request whose server ufrag
+        // has a hint's shape under a key we hold may ask for the HMACs.
+        let view = match self.first_request_view(datagram) {
+            Ok(view) => view,
+            Err(reason) => return Verdict::Drop(reason),
+        };
         if let Err(reason) = self.admission.attempt(client.ip(), now) {
             return Verdict::Drop(reason);
         }
-        let (route, request) = match self.authenticate_binding_request(datagram, return_via, now) {
+        let (route, request) = match self.authenticate_first_request(&view, return_via, now) {
             Ok(admitted) => admitted,
             Err(reason) => return Verdict::Drop(reason),
         };
@@ -647,7 +655,7 @@ impl Forwarder {
             return Verdict::Drop(DropReason::TableFull);
         }
         let request = FlowRequest {
-            session: self.admission.session_tag(request.server_ufrag),
+            session: request.session,
             source: client,
             transaction_id: request.transaction_id,
         };
@@ -741,20 +749,41 @@ impl Forwarder {
         true
     }
 
-    /// The full first-packet check: Binding Request, authentic hint young enough to make
-    /// flows, MESSAGE-INTEGRITY
-    /// under the derived password, FINGERPRINT if present, destination allowed (our
-    /// cluster) or a known cluster relay (another cluster).
+    /// A first packet's syntax, checked before it may spend an authentication attempt
+    /// (no HMAC): a STUN message with the magic cookie and a whole length, a Binding
+    /// Request, a USERNAME with both ufrags, and a server ufrag with a hint's length,
+    /// alphabet, version and a key id this relay holds.
+    fn first_request_view<'d>(&self, datagram: &'d [u8]) -> Result<StunView<'d>, DropReason> {
+        let view = StunView::parse(datagram)?;
+        if !view.is_binding_request() {
+            return Err(DropReason::NotBindingRequest);
+        }
+        self.policy.hint_keys.recognise(view.ufrags()?.server)?;
+        Ok(view)
+    }
+
+    /// The full first-packet check: [`Forwarder::first_request_view`], then
+    /// [`Forwarder::authenticate_first_request`].
     fn authenticate_binding_request<'d>(
         &self,
         datagram: &'d [u8],
         return_via: Option<SocketAddr>,
         now: Instant,
     ) -> Result<(Route, FirstRequest<'d>), DropReason> {
-        let view = StunView::parse(datagram)?;
-        if !view.is_binding_request() {
-            return Err(DropReason::NotBindingRequest);
-        }
+        let view = self.first_request_view(datagram)?;
+        self.authenticate_first_request(&view, return_via, now)
+    }
+
+    /// The costly part of the first-packet check, on a request of the right shape: an
+    /// authentic hint young enough to make flows, MESSAGE-INTEGRITY under the derived
+    /// password, FINGERPRINT if present, destination allowed (our cluster) or a known
+    /// cluster relay (another cluster).
+    fn authenticate_first_request<'d>(
+        &self,
+        view: &StunView<'d>,
+        return_via: Option<SocketAddr>,
+        now: Instant,
+    ) -> Result<(Route, FirstRequest<'d>), DropReason> {
         let server = view.ufrags()?.server;
         let keys = &self.policy.hint_keys;
         let verified = keys.authenticate(server)?;
@@ -788,7 +817,7 @@ impl Forwarder {
             return_via,
         };
         let request = FirstRequest {
-            server_ufrag: server,
+            session: self.admission.session_tag(&verified),
             transaction_id: view.transaction_id(),
         };
         Ok((route, request))
@@ -827,7 +856,7 @@ impl Forwarder {
             return route.next_hop;
         }
         let request = FlowRequest {
-            session: self.admission.session_tag(request.server_ufrag),
+            session: request.session,
             source: key.client,
             transaction_id: request.transaction_id,
         };

@@ -167,6 +167,10 @@ pub struct VerifiedHint {
     pub key_id: u8,
     /// When the transceiver wrote the hint, in Unix seconds.
     pub minted_unix_s: u32,
+    /// The hint's random bytes: the transceiver keeps them for the whole session (every
+    /// ICE restart's hint carries the same), so with the hint's destination they name
+    /// the session at a relay, whatever its current ufrag.
+    pub session: [u8; RANDOM_LEN],
 }
 
 /// One hint key with its derived MAC and password keys, ready to use.
@@ -396,15 +400,25 @@ impl HintKeys {
         Ok(verified)
     }
 
-    /// Decodes and authenticates a server ufrag without the destination check: for a
-    /// global relay, whose hint names a transceiver in another cluster's networks.
-    pub fn authenticate(&self, ufrag: &[u8]) -> Result<VerifiedHint, HintError> {
+    /// Whether `ufrag` has a hint's shape under a key this relay holds: its length,
+    /// alphabet, version and key id, and no MAC (the checks a first packet passes before
+    /// it may spend an authentication attempt). Errors as [`HintKeys::authenticate`]'s.
+    pub fn recognise(&self, ufrag: &[u8]) -> Result<(), HintError> {
+        self.decode(ufrag, &mut [0u8; RAW_LEN_V6]).map(|_| ())
+    }
+
+    /// Decodes `ufrag` into `raw` and checks its length, alphabet, version and key id:
+    /// the record's length and the key it names.
+    fn decode(
+        &self,
+        ufrag: &[u8],
+        raw: &mut [u8; RAW_LEN_V6],
+    ) -> Result<(usize, &HintKey), HintError> {
         let raw_len = match ufrag.len() {
             HINT_LEN_V4 => RAW_LEN_V4,
             HINT_LEN_V6 => RAW_LEN_V6,
             _ => return Err(HintError::BadLength),
         };
-        let mut raw = [0u8; RAW_LEN_V6];
         let raw = &mut raw[..raw_len];
         ice_chars::decode(ufrag, raw).map_err(|e| match e {
             ice_chars::DecodeError::Length => HintError::BadLength,
@@ -418,6 +432,16 @@ impl HintKeys {
             return Err(HintError::BadLength);
         }
         let key = self.by_id(raw[1]).ok_or(HintError::UnknownKeyId)?;
+        Ok((raw_len, key))
+    }
+
+    /// Decodes and authenticates a server ufrag without the destination check: for a
+    /// global relay, whose hint names a transceiver in another cluster's networks.
+    pub fn authenticate(&self, ufrag: &[u8]) -> Result<VerifiedHint, HintError> {
+        let mut raw = [0u8; RAW_LEN_V6];
+        let (raw_len, key) = self.decode(ufrag, &mut raw)?;
+        let raw = &raw[..raw_len];
+        let is_v6 = raw_len == RAW_LEN_V6;
         let (body, tag) = raw.split_at(raw_len - MAC_LEN);
         let mut mac = key.mac.clone();
         mac.update(body);
@@ -437,6 +461,10 @@ impl HintKeys {
         let minted: [u8; MINTED_LEN] = body[minted_at..minted_at + MINTED_LEN]
             .try_into()
             .expect("every record holds the minted time");
+        let random_at = minted_at + MINTED_LEN;
+        let session: [u8; RANDOM_LEN] = body[random_at..random_at + RANDOM_LEN]
+            .try_into()
+            .expect("every record holds the random bytes");
         Ok(VerifiedHint {
             hint: RoutingHint {
                 cluster: u16::from_be_bytes([body[2], body[3]]),
@@ -444,6 +472,7 @@ impl HintKeys {
             },
             key_id: key.id,
             minted_unix_s: u32::from_be_bytes(minted),
+            session,
         })
     }
 
@@ -471,6 +500,29 @@ pub fn key_id_of(ufrag: &[u8]) -> Option<u8> {
     let mut raw = [0u8; RAW_LEN_V6];
     ice_chars::decode(ufrag, &mut raw[..raw_len]).ok()?;
     Some(raw[1])
+}
+
+/// What a hint ufrag says without its key: when it was minted and its session bytes.
+/// `None` for anything that is not a hint of this version. For the transceiver, which
+/// keeps a session's bytes through its ICE restarts; nothing here is authenticated, so
+/// it never routes or admits anything.
+pub fn unverified_minting(ufrag: &[u8]) -> Option<(u32, [u8; RANDOM_LEN])> {
+    let raw_len = match ufrag.len() {
+        HINT_LEN_V4 => RAW_LEN_V4,
+        HINT_LEN_V6 => RAW_LEN_V6,
+        _ => return None,
+    };
+    let mut raw = [0u8; RAW_LEN_V6];
+    ice_chars::decode(ufrag, &mut raw[..raw_len]).ok()?;
+    if raw[0] >> 4 != HINT_VERSION {
+        return None;
+    }
+    let ip_len = if raw_len == RAW_LEN_V6 { 16 } else { 4 };
+    let minted_at = 4 + ip_len + 2;
+    let minted = u32::from_be_bytes(raw[minted_at..minted_at + MINTED_LEN].try_into().ok()?);
+    let random_at = minted_at + MINTED_LEN;
+    let session = raw[random_at..random_at + RANDOM_LEN].try_into().ok()?;
+    Some((minted, session))
 }
 
 /// The wall clock in Unix seconds, as hints carry it (until 2106).

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use support::{
     CLIENT, CLUSTER, DTLS, PlannedEgress, RTP, SECRET, TRANSCEIVER, TestRelay, VIP, a,
-    binding_request, binding_request_with_transaction, frame, minted, minted_binding_request,
+    binding_request, binding_request_with_transaction, frame, keys, minted, minted_binding_request,
     policy,
 };
 use ufrag_common::admission::AdmissionPolicy;
@@ -121,6 +121,32 @@ fn non_stun_without_a_flow_is_never_forwarded() {
     assert_eq!(cached.counters().forwarded_datagrams, [0, 0]);
 }
 
+/// A Binding Request with `username` and MESSAGE-INTEGRITY under a password that is not
+/// the session's.
+fn request_with_username(username: &[u8]) -> Vec<u8> {
+    let mut b = [0u8; 128];
+    let mut w = StunWriter::new(&mut b, 1, StunClass::Request, &[0; 12]).unwrap();
+    w.attribute(attr::USERNAME, username).unwrap();
+    w.integrity(b"whatever").unwrap();
+    let n = w.finish();
+    b[..n].to_vec()
+}
+
+/// A Binding Request whose server ufrag is a hint minted under `key` (not the relay's).
+fn request_under_key(key: HintKey) -> Vec<u8> {
+    let other = HintKeys::new(key, None).unwrap();
+    let ufrag = other.mint(
+        &RoutingHint {
+            cluster: CLUSTER,
+            transceiver: a(TRANSCEIVER),
+        },
+        [0; 5],
+    );
+    let mut u = ufrag.as_bytes().to_vec();
+    u.extend_from_slice(b":cli1");
+    request_with_username(&u)
+}
+
 #[test]
 fn each_bad_first_packet_is_dropped_under_its_reason() {
     let t0 = Instant::now();
@@ -141,40 +167,9 @@ fn each_bad_first_packet_is_dropped_under_its_reason() {
         let n = w.finish();
         b[..n].to_vec()
     };
-    let with_username = |username: &[u8]| {
-        let mut b = [0u8; 128];
-        let mut w = StunWriter::new(&mut b, 1, StunClass::Request, &[0; 12]).unwrap();
-        w.attribute(attr::USERNAME, username).unwrap();
-        w.integrity(b"whatever").unwrap();
-        let n = w.finish();
-        b[..n].to_vec()
-    };
-    let forged = {
-        let other = HintKeys::new(HintKey::new(1, &[0x24; 32]).unwrap(), None).unwrap();
-        let ufrag = other.mint(
-            &RoutingHint {
-                cluster: CLUSTER,
-                transceiver: a(TRANSCEIVER),
-            },
-            [0; 5],
-        );
-        let mut u = ufrag.as_bytes().to_vec();
-        u.extend_from_slice(b":cli1");
-        with_username(&u)
-    };
-    let unknown_key = {
-        let other = HintKeys::new(HintKey::new(7, SECRET).unwrap(), None).unwrap();
-        let ufrag = other.mint(
-            &RoutingHint {
-                cluster: CLUSTER,
-                transceiver: a(TRANSCEIVER),
-            },
-            [0; 5],
-        );
-        let mut u = ufrag.as_bytes().to_vec();
-        u.extend_from_slice(b":cli1");
-        with_username(&u)
-    };
+    let with_username = request_with_username;
+    let forged = request_under_key(HintKey::new(1, &[0x24; 32]).unwrap());
+    let unknown_key = request_under_key(HintKey::new(7, SECRET).unwrap());
 
     let cases: Vec<(&str, Vec<u8>, DropReason)> = vec![
         ("empty datagram", vec![], DropReason::Unclassified),
@@ -551,6 +546,112 @@ fn forged_first_packets_beyond_the_attempt_rate_are_refused_before_any_hmac() {
         matches!(v, Verdict::Forward { .. }),
         "another prefix: {v:?}"
     );
+}
+
+/// Junk spends no authentication attempt (hostile clients, third round, finding 4: a
+/// one-byte datagram classifies as STUN, and the attempt used to be spent before any
+/// parsing): a thousand of each kind below from one prefix, each dropped under its own
+/// reason, and the prefix's next real request is still admitted.
+#[test]
+fn junk_spends_no_authentication_attempt() {
+    let t0 = Instant::now();
+    let two_per_second = ForwardPolicy {
+        admission: AdmissionPolicy {
+            new_flows_per_prefix: 2,
+            ..AdmissionPolicy::default()
+        },
+        ..policy()
+    };
+    let mut fwd = forwarder_with(two_per_second, 16, t0);
+    let good = binding_request(TRANSCEIVER, CLUSTER, 1);
+    let mut bad_cookie = good.clone();
+    bad_cookie[5] ^= 1;
+    let mut indication = good.clone();
+    indication[1] = 0x11;
+    let junk: Vec<(&str, Vec<u8>, DropReason)> = vec![
+        ("one byte", vec![0], DropReason::StunTooShort),
+        (
+            "a STUN header alone",
+            good[..20].to_vec(),
+            DropReason::StunLengthMismatch,
+        ),
+        ("a bad cookie", bad_cookie, DropReason::StunBadMagicCookie),
+        (
+            "a Binding Indication",
+            indication,
+            DropReason::NotBindingRequest,
+        ),
+        (
+            "a ufrag that is no hint",
+            request_with_username(b"evtj:h6vY"),
+            DropReason::HintBadLength,
+        ),
+        (
+            "a hint under a key id we do not hold",
+            request_under_key(HintKey::new(7, SECRET).unwrap()),
+            DropReason::HintUnknownKey,
+        ),
+    ];
+    for (what, datagram, reason) in &junk {
+        for n in 0..1000u32 {
+            let source = a(&format!("192.0.2.1:{}", 1000 + n));
+            let v = fwd.from_client(datagram, source, a(VIP), t0);
+            assert_eq!(v, Verdict::Drop(*reason), "{what}");
+        }
+    }
+    assert_eq!(fwd.counters().drops_of(DropReason::AuthRateLimit), 0);
+    let v = fwd.from_client(&good, a("192.0.2.200:9"), a(VIP), t0);
+    assert!(
+        matches!(v, Verdict::Forward { .. }),
+        "after the junk: {v:?}"
+    );
+}
+
+/// An ICE restart mints a new ufrag but no new admission identity (hostile clients, third
+/// round, finding 3: one session's 72 signed first requests, each after a restart, made 72
+/// flows against a cap of 8): every hint of a session carries its session bytes, and the
+/// relay counts the flows of all its ufrags against the one cap. Another session is not
+/// affected.
+#[test]
+fn the_ice_restarts_of_one_session_share_its_flow_cap() {
+    let t0 = Instant::now();
+    let cap_of_two = ForwardPolicy {
+        admission: AdmissionPolicy {
+            max_flows_per_session: 2,
+            ..AdmissionPolicy::default()
+        },
+        ..policy()
+    };
+    let mut fwd = forwarder_with(cap_of_two, 64, t0);
+    let verdicts: Vec<Verdict> = (0..6u8)
+        .map(|restart| {
+            // Each restart's hint: the same session bytes (5), minted a second later.
+            let request = minted_binding_request(
+                TRANSCEIVER,
+                CLUSTER,
+                5,
+                minted() + u32::from(restart),
+                &[40 + restart; 12],
+            );
+            let source = a(&format!("198.51.100.{}:7", restart + 1));
+            fwd.from_client(&request, source, a(VIP), t0)
+        })
+        .collect();
+    assert!(
+        verdicts[..2]
+            .iter()
+            .all(|v| matches!(v, Verdict::Forward { .. })),
+        "{verdicts:?}"
+    );
+    assert!(
+        verdicts[2..]
+            .iter()
+            .all(|v| *v == Verdict::Drop(DropReason::SessionFlowLimit)),
+        "{verdicts:?}"
+    );
+    let other_session = minted_binding_request(TRANSCEIVER, CLUSTER, 6, minted(), &[60; 12]);
+    let v = fwd.from_client(&other_session, a("198.51.100.99:7"), a(VIP), t0);
+    assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
 }
 
 /// A table full of proven flows refuses a newcomer before the newcomer's prefix spends a
@@ -1458,13 +1559,13 @@ fn a_tcp_forwarder_frames_with_the_tcp_bit_refuses_udp_returns_and_ends_flows_wi
     assert!(fwd.executor.end_flow(&key));
     assert!(!fwd.executor.end_flow(&key), "ended once");
     assert!(fwd.table().peek(&key).is_none());
-    let session = fwd.executor.forwarder().admission().session_tag(
-        ufrag_common::stun::StunView::parse(&request)
-            .unwrap()
-            .ufrags()
-            .unwrap()
-            .server,
-    );
+    let server = ufrag_common::stun::StunView::parse(&request)
+        .unwrap()
+        .ufrags()
+        .unwrap()
+        .server;
+    let hint = keys().authenticate(server).unwrap();
+    let session = fwd.executor.forwarder().admission().session_tag(&hint);
     assert_eq!(fwd.executor.forwarder().admission().flows_of(session), 0);
     // And a UDP forwarder (the default) refuses a TCP frame the same way.
     let mut udp = forwarder(t0);

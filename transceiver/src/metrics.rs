@@ -156,6 +156,7 @@ pub struct TransceiverMetrics {
     drops: Vec<Counter>,
     audio_echoed: Counter,
     ice_restarts: Counter,
+    ice_restarts_refused: Counter,
     path_probes: Counter,
     kept_on_verified_path: Counter,
     connect_seconds: Histogram,
@@ -198,6 +199,7 @@ impl TransceiverMetrics {
         let drops = Family::<Labels, Counter>::default();
         let audio_echoed = Counter::default();
         let ice_restarts = Counter::default();
+        let ice_restarts_refused = Counter::default();
         let path_probes = Counter::default();
         let kept_on_verified_path = Counter::default();
         registry.register(
@@ -243,6 +245,11 @@ impl TransceiverMetrics {
             "ice_restarts",
             "ICE restarts (new server ufrag, same worker).",
             ice_restarts.clone(),
+        );
+        registry.register(
+            "ice_restarts_refused",
+            "ICE restarts refused: the session asked faster than its budget (3 at once, then one per 5 s).",
+            ice_restarts_refused.clone(),
         );
         registry.register(
             "connect_seconds",
@@ -354,6 +361,7 @@ impl TransceiverMetrics {
                 .collect(),
             audio_echoed,
             ice_restarts,
+            ice_restarts_refused,
             path_probes,
             kept_on_verified_path,
             connect_seconds,
@@ -467,6 +475,11 @@ impl TransceiverMetrics {
     /// An ICE restart was applied.
     pub fn ice_restart(&self) {
         self.ice_restarts.inc();
+    }
+
+    /// An ICE restart was refused for its session's budget.
+    pub fn ice_restart_refused(&self) {
+        self.ice_restarts_refused.inc();
     }
 
     /// Signaling refused a connection or request.

@@ -25,6 +25,11 @@ use crate::session_table::ClientPath;
 
 /// The PRIORITY a probe carries (a host candidate's, RFC 8445 §5.1.2.1; the client
 /// answers whatever it is).
+/// ICE restarts one session may ask for at once ([`Session::take_restart`]).
+pub const RESTART_BURST: u32 = 3;
+/// Then one per this long.
+pub const RESTART_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
 const PROBE_PRIORITY: u32 = 2_130_706_431;
 
 /// Name of the data channel the model talks on.
@@ -136,6 +141,9 @@ pub struct Session {
     remote: Option<IceCreds>,
     /// Where media may go: return routability ([`crate::path_check`]).
     paths: PathCheck,
+    /// ICE restarts it may still ask for now, and when that count was last refilled
+    /// ([`Session::take_restart`]).
+    restarts: (u32, Instant),
 }
 
 /// The host candidates a session advertises: the relay's UDP VIP (or the worker itself
@@ -239,6 +247,7 @@ impl Session {
             local_ufrag,
             remote,
             paths: PathCheck::default(),
+            restarts: (RESTART_BURST, now),
         };
         Ok((session, answer))
     }
@@ -451,6 +460,37 @@ impl Session {
             // The worker ends the session itself.
             ModelOutput::End { .. } => false,
         }
+    }
+
+    /// Whether the session may have an ICE restart at `now`, taking one if so: at most
+    /// [`RESTART_BURST`] at once, then one per [`RESTART_EVERY`]. A restart mints a new
+    /// server ufrag, a relay's only way to tell a new first request from an old one, so
+    /// its rate is what one signed-up client can ask of the relays.
+    pub fn take_restart(&mut self, now: Instant) -> bool {
+        let (left, since) = self.restarts;
+        let earned = now.saturating_duration_since(since).as_secs() / RESTART_EVERY.as_secs();
+        let earned = u32::try_from(earned).unwrap_or(u32::MAX);
+        if earned > 0 {
+            let left = left.saturating_add(earned).min(RESTART_BURST);
+            // A full budget starts its wait now; otherwise the part of a period not yet
+            // earned is kept.
+            let since = if left == RESTART_BURST {
+                now
+            } else {
+                since + RESTART_EVERY * earned
+            };
+            self.restarts = (left, since);
+        }
+        if self.restarts.0 == 0 {
+            return false;
+        }
+        self.restarts.0 -= 1;
+        true
+    }
+
+    /// The server ufrag now.
+    pub fn local_ufrag(&self) -> &str {
+        &self.local_ufrag
     }
 
     /// New ICE credentials on both sides (an ICE restart).

@@ -10,7 +10,7 @@ use std::time::Instant;
 use str0m::IceCreds;
 use str0m::change::SdpOffer;
 use str0m::config::DtlsCert;
-use ufrag_common::hint::{RANDOM_LEN, RoutingHint};
+use ufrag_common::hint::{RANDOM_LEN, RoutingHint, unix_seconds, unverified_minting};
 use ufrag_common::runtime::keys::SharedKeys;
 
 use crate::error::SignalError;
@@ -49,12 +49,31 @@ impl SessionMint {
     /// A server ufrag carrying a routing hint to this worker, with `random` bits, and
     /// the password derived from it.
     pub fn credentials(&self, random: [u8; RANDOM_LEN]) -> IceCreds {
+        self.credentials_minted(unix_seconds(std::time::SystemTime::now()), random)
+    }
+
+    /// The credentials of an ICE restart of the session whose server ufrag is `old`: a
+    /// new ufrag with the same session bytes (so relays count its flows as the same
+    /// session's), minted a second after the old one at the earliest (so it differs).
+    /// `random` only for an `old` that is no hint.
+    pub fn restart_credentials(&self, old: &str, random: [u8; RANDOM_LEN]) -> IceCreds {
+        let now_s = unix_seconds(std::time::SystemTime::now());
+        let (minted, session) = match unverified_minting(old.as_bytes()) {
+            Some((old_minted, session)) => (now_s.max(old_minted.saturating_add(1)), session),
+            None => (now_s, random),
+        };
+        self.credentials_minted(minted, session)
+    }
+
+    /// A server ufrag carrying a routing hint to this worker, minted at `minted_unix_s`
+    /// with `random` bits, and its password.
+    fn credentials_minted(&self, minted_unix_s: u32, random: [u8; RANDOM_LEN]) -> IceCreds {
         let target = RoutingHint {
             cluster: self.cluster,
             transceiver: self.hint_target,
         };
         let keys = self.keys.current();
-        let ufrag = keys.mint(&target, random);
+        let ufrag = keys.encode(&target, minted_unix_s, random);
         let pass = keys
             .ice_password(keys.current().id(), ufrag.as_bytes())
             .expect("the current key derives passwords");

@@ -10,7 +10,8 @@
 //! | a wrong content type | `415` |
 //! | every worker full, draining, or no worker's model backend connected | `503` with `Retry-After` |
 //! | missing or wrong bearer token (when one is configured) | `401` |
-//! | more session POSTs from one client address (IPv4, or IPv6 /64) than its rate allows | `429` with `Retry-After` |
+//! | more session POSTs and PATCHes (each mints a ufrag) from one client address (IPv4, or IPv6 /64) than its rate allows | `429` with `Retry-After` |
+//! | a PATCH beyond its session's ICE-restart budget (3 at once, then one per 5 s) | `429` with `Retry-After: 5` |
 //! | more requests of any kind from one client address than its rate allows | `429` with `Retry-After`, before the body is read |
 //! | a body over 64 KiB (POST and PATCH) | `413` |
 //! | `OPTIONS` (CORS preflight) | `204` with the CORS headers |
@@ -39,7 +40,7 @@ use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::model::SessionId;
 use crate::per_address::AddressRate;
 use crate::random::random_bytes;
-use crate::worker::{Command, WorkerHandle};
+use crate::worker::{Command, RestartRefused, WorkerHandle};
 
 /// Largest accepted request body (an offer or a trickle fragment).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
@@ -279,7 +280,7 @@ impl Signaling {
                 self.delete(headers, &p["/v1/sessions/".len()..])
             }
             (&Method::PATCH, p) if p.starts_with("/v1/sessions/") => {
-                self.patch(headers, &p["/v1/sessions/".len()..], body)
+                self.patch(peer, headers, &p["/v1/sessions/".len()..], body)
             }
             (_, "/v1/sessions") => text(405, "method not allowed"),
             _ => text(404, "not found"),
@@ -362,9 +363,15 @@ impl Signaling {
         }
     }
 
-    fn patch(&self, headers: &HeaderMap, id: &str, body: &[u8]) -> SignalResponse {
+    fn patch(&self, peer: IpAddr, headers: &HeaderMap, id: &str, body: &[u8]) -> SignalResponse {
         if !self.authorized(headers) {
             return text(401, "missing or wrong bearer token");
+        }
+        // A restart mints a ufrag as a sign-up does: it spends the same rate.
+        if !self.post_rate.take(peer, Instant::now()) {
+            self.metrics.http_refused(HttpRefusal::PostRate);
+            return text(429, "too many sign-ups and ICE restarts from this address")
+                .with("Retry-After", "1");
         }
         let content_type = header_str(headers, "content-type").map(str::to_ascii_lowercase);
         if !content_type.is_some_and(|c| c.starts_with("application/trickle-ice-sdpfrag")) {
@@ -391,7 +398,7 @@ impl Signaling {
             return text(503, "worker busy").with("Retry-After", "1");
         }
         match rx.recv_timeout(WORKER_TIMEOUT) {
-            Ok(Some(local)) => SignalResponse::new(
+            Ok(Ok(local)) => SignalResponse::new(
                 200,
                 "application/trickle-ice-sdpfrag",
                 format!(
@@ -399,7 +406,12 @@ impl Signaling {
                     local.ufrag, local.pass
                 ),
             ),
-            Ok(None) => text(404, "no such session"),
+            Ok(Err(RestartRefused::NoSuchSession)) => text(404, "no such session"),
+            Ok(Err(RestartRefused::TooFast)) => text(
+                429,
+                "ICE restarts too fast for this session: at most 3 at once, then one per 5 s",
+            )
+            .with("Retry-After", "5"),
             Err(_) => text(503, "worker did not answer"),
         }
     }

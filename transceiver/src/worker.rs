@@ -66,6 +66,16 @@ fn transport_of(proto: str0m::net::Protocol) -> Transport {
 /// what a dying worker does to readiness.
 pub const FAULT_ENV: &str = "UFRAG_TRANSCEIVER_FAULT";
 
+/// Why an ICE restart was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestartRefused {
+    /// No such session (or its new ufrag was taken: the client may try again).
+    NoSuchSession,
+    /// The session asked for restarts faster than its budget
+    /// ([`crate::session::Session::take_restart`]).
+    TooFast,
+}
+
 /// A request from the signaling side.
 #[derive(Debug)]
 pub enum Command {
@@ -86,10 +96,11 @@ pub enum Command {
         id: SessionId,
         /// The client's new ufrag and password.
         remote: IceCreds,
-        /// Random bits for the new routing hint.
+        /// Random bits for the new routing hint, if the old ufrag is no hint (a hint's
+        /// session bytes are kept).
         random: [u8; ufrag_common::hint::RANDOM_LEN],
-        /// `None` for an unknown session.
-        reply: Sender<Option<IceCreds>>,
+        /// The new credentials, or why not.
+        reply: Sender<Result<IceCreds, RestartRefused>>,
     },
     /// End a session; answers whether it existed.
     Delete {
@@ -353,28 +364,37 @@ impl Worker {
         }
     }
 
+    /// An ICE restart of session `id`, if its budget allows one now: a new server ufrag
+    /// with the session's hint bytes kept ([`SessionMint::restart_credentials`]).
     fn restart_ice(
         &mut self,
         id: SessionId,
         remote: IceCreds,
         random: [u8; ufrag_common::hint::RANDOM_LEN],
-    ) -> Option<IceCreds> {
-        let local = self.mint.credentials(random);
-        let old_key = self
+    ) -> Result<IceCreds, RestartRefused> {
+        let now = Instant::now();
+        let session = self
             .sessions
-            .ufrag_of(id)
-            .and_then(|u| key_id_of(u.as_bytes()));
-        if !self.sessions.rekey(id, local.ufrag.clone()) {
-            return None;
+            .get_mut(id)
+            .ok_or(RestartRefused::NoSuchSession)?;
+        if !session.take_restart(now) {
+            self.metrics.ice_restart_refused();
+            return Err(RestartRefused::TooFast);
         }
-        self.count_hint_key(old_key, -1);
+        let old = session.local_ufrag().to_string();
+        let local = self.mint.restart_credentials(&old, random);
+        if !self.sessions.rekey(id, local.ufrag.clone()) {
+            return Err(RestartRefused::NoSuchSession);
+        }
+        self.count_hint_key(key_id_of(old.as_bytes()), -1);
         self.count_hint_key(key_id_of(local.ufrag.as_bytes()), 1);
         self.sessions
-            .get_mut(id)?
+            .get_mut(id)
+            .ok_or(RestartRefused::NoSuchSession)?
             .restart_ice(local.clone(), remote);
         self.metrics.ice_restart();
-        self.drive(id, Instant::now());
-        Some(local)
+        self.drive(id, now);
+        Ok(local)
     }
 
     /// Inserts a session signaling built; refused when the worker is full or the id or

@@ -411,3 +411,71 @@ fn metrics_can_leave_the_public_signaling_port() {
     let page = http_request(xcvr.http, "GET", "/healthz", None, &[]).unwrap();
     assert_eq!(page.status, 200, "health stays on the public port too");
 }
+
+/// ICE restarts mint no new identities (hostile clients, third round, finding 3: one
+/// session's PATCHes made 72 flows at a relay whose per-session cap is 8 per worker): each
+/// restart's ufrag keeps the session's hint bytes, so a relay counts every flow of the
+/// session as one session's; a session gets 3 restarts at once, then one per 5 s (429
+/// beyond, counted); and PATCHes spend the address's sign-up rate.
+#[test]
+fn ice_restarts_keep_the_sessions_identity_and_have_a_budget() {
+    use ufrag_common::hint::HintKeys;
+    let xcvr = Transceiver::start(Some("127.0.0.1:3478".parse().unwrap()), &[]);
+    let mut client = new_client();
+    let created = client.signal(xcvr.http);
+    assert_eq!(created.status, 201, "{}", created.body);
+    let location = client.location.clone().unwrap();
+    let ufrag_of = |sdp: &str| {
+        sdp.lines()
+            .find_map(|l| l.strip_prefix("a=ice-ufrag:"))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let keys = HintKeys::parse(KEYS).unwrap();
+    let any = ["127.0.0.0/8".parse().unwrap()];
+    let first = keys
+        .verify(ufrag_of(&created.body).as_bytes(), &any)
+        .unwrap();
+    let restart = |n: u32| {
+        let fragment = format!("a=ice-ufrag:cl{n:02}\r\na=ice-pwd:{}\r\n", "p".repeat(24));
+        http_request(
+            xcvr.http,
+            "PATCH",
+            &location,
+            Some(("application/trickle-ice-sdpfrag", &fragment)),
+            &[],
+        )
+        .expect("an answer")
+    };
+    let mut minted = first.minted_unix_s;
+    let mut seen = vec![ufrag_of(&created.body)];
+    for n in 0..3 {
+        let r = restart(n);
+        assert_eq!(r.status, 200, "restart {n}: {}", r.body);
+        let ufrag = ufrag_of(&r.body);
+        assert!(!seen.contains(&ufrag), "restart {n} gave a new ufrag");
+        let hint = keys.verify(ufrag.as_bytes(), &any).unwrap();
+        assert_eq!(
+            hint.session, first.session,
+            "restart {n} keeps the session's bytes"
+        );
+        assert_eq!(hint.hint, first.hint, "and its worker");
+        assert!(hint.minted_unix_s > minted, "minted after the last");
+        minted = hint.minted_unix_s;
+        seen.push(ufrag);
+    }
+    let refused = restart(3);
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(
+        refused.body.contains("ICE restarts too fast"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(refused.header("Retry-After"), Some("5"));
+    assert_eq!(xcvr.metric("ufrag_transceiver_ice_restarts_total"), 3.0);
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_ice_restarts_refused_total"),
+        1.0
+    );
+}
