@@ -106,7 +106,7 @@ use crate::config::RelayConfig;
 use crate::demux::DatagramKind;
 use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
 use crate::frame::{FrameHeader, Transport};
-use crate::hint::HintKeys;
+use crate::hint::{HintKeys, HintShape};
 use crate::metrics::DropReason;
 use crate::replay::ReplayFilter;
 use crate::returns::{SharedReturn, SharedReturns};
@@ -632,16 +632,36 @@ impl Forwarder {
             }
             return Verdict::Drop(DropReason::NoFlow);
         }
+        self.first_packet(
+            datagram,
+            (key, client, header, payload_at),
+            return_via,
+            (seconds, now),
+        )
+    }
+
+    /// A STUN datagram with no flow: a first request, checked, admitted and given a flow,
+    /// or dropped under its reason. Out of line: the established flows' path above is the
+    /// hot one.
+    #[inline(never)]
+    fn first_packet(
+        &mut self,
+        datagram: &[u8],
+        (key, client, header, payload_at): (FlowKey, SocketAddr, FrameHeader, usize),
+        return_via: Option<SocketAddr>,
+        (seconds, now): (u32, Instant),
+    ) -> Verdict {
         // Junk spends no attempt: only a well-formed Binding Request whose server ufrag
         // has a hint's shape under a key we hold may ask for the HMACs.
-        let view = match self.first_request_view(datagram) {
-            Ok(view) => view,
+        let (view, shape) = match self.first_request_view(datagram) {
+            Ok(checked) => checked,
             Err(reason) => return Verdict::Drop(reason),
         };
         if let Err(reason) = self.admission.attempt(client.ip(), now) {
             return Verdict::Drop(reason);
         }
-        let (route, request) = match self.authenticate_first_request(&view, return_via, now) {
+        let (route, request) = match self.authenticate_first_request(&view, &shape, return_via, now)
+        {
             Ok(admitted) => admitted,
             Err(reason) => return Verdict::Drop(reason),
         };
@@ -753,13 +773,16 @@ impl Forwarder {
     /// (no HMAC): a STUN message with the magic cookie and a whole length, a Binding
     /// Request, a USERNAME with both ufrags, and a server ufrag with a hint's length,
     /// alphabet, version and a key id this relay holds.
-    fn first_request_view<'d>(&self, datagram: &'d [u8]) -> Result<StunView<'d>, DropReason> {
+    fn first_request_view<'d>(
+        &self,
+        datagram: &'d [u8],
+    ) -> Result<(StunView<'d>, HintShape), DropReason> {
         let view = StunView::parse(datagram)?;
         if !view.is_binding_request() {
             return Err(DropReason::NotBindingRequest);
         }
-        self.policy.hint_keys.recognise(view.ufrags()?.server)?;
-        Ok(view)
+        let shape = self.policy.hint_keys.recognise(view.ufrags()?.server)?;
+        Ok((view, shape))
     }
 
     /// The full first-packet check: [`Forwarder::first_request_view`], then
@@ -770,8 +793,8 @@ impl Forwarder {
         return_via: Option<SocketAddr>,
         now: Instant,
     ) -> Result<(Route, FirstRequest<'d>), DropReason> {
-        let view = self.first_request_view(datagram)?;
-        self.authenticate_first_request(&view, return_via, now)
+        let (view, shape) = self.first_request_view(datagram)?;
+        self.authenticate_first_request(&view, &shape, return_via, now)
     }
 
     /// The costly part of the first-packet check, on a request of the right shape: an
@@ -781,12 +804,13 @@ impl Forwarder {
     fn authenticate_first_request<'d>(
         &self,
         view: &StunView<'d>,
+        shape: &HintShape,
         return_via: Option<SocketAddr>,
         now: Instant,
     ) -> Result<(Route, FirstRequest<'d>), DropReason> {
         let server = view.ufrags()?.server;
         let keys = &self.policy.hint_keys;
-        let verified = keys.authenticate(server)?;
+        let verified = keys.authenticate_shape(shape)?;
         // Before the other two HMACs: an expired hint is refused cheaply.
         self.admission.check_hint_age(verified.minted_unix_s, now)?;
         let password = keys

@@ -173,6 +173,14 @@ pub struct VerifiedHint {
     pub session: [u8; RANDOM_LEN],
 }
 
+/// A server ufrag decoded by [`HintKeys::recognise`]: the shape of a hint under a key we
+/// hold, its MAC not yet checked.
+#[derive(Clone, Copy, Debug)]
+pub struct HintShape {
+    raw: [u8; RAW_LEN_V6],
+    len: usize,
+}
+
 /// One hint key with its derived MAC and password keys, ready to use.
 #[derive(Clone)]
 pub struct HintKey {
@@ -402,24 +410,19 @@ impl HintKeys {
 
     /// Whether `ufrag` has a hint's shape under a key this relay holds: its length,
     /// alphabet, version and key id, and no MAC (the checks a first packet passes before
-    /// it may spend an authentication attempt). Errors as [`HintKeys::authenticate`]'s.
-    pub fn recognise(&self, ufrag: &[u8]) -> Result<(), HintError> {
-        self.decode(ufrag, &mut [0u8; RAW_LEN_V6]).map(|_| ())
-    }
-
-    /// Decodes `ufrag` into `raw` and checks its length, alphabet, version and key id:
-    /// the record's length and the key it names.
-    fn decode(
-        &self,
-        ufrag: &[u8],
-        raw: &mut [u8; RAW_LEN_V6],
-    ) -> Result<(usize, &HintKey), HintError> {
+    /// it may spend an authentication attempt). The decoded record, for
+    /// [`HintKeys::authenticate_shape`]. Errors as [`HintKeys::authenticate`]'s.
+    pub fn recognise(&self, ufrag: &[u8]) -> Result<HintShape, HintError> {
         let raw_len = match ufrag.len() {
             HINT_LEN_V4 => RAW_LEN_V4,
             HINT_LEN_V6 => RAW_LEN_V6,
             _ => return Err(HintError::BadLength),
         };
-        let raw = &mut raw[..raw_len];
+        let mut shape = HintShape {
+            raw: [0u8; RAW_LEN_V6],
+            len: raw_len,
+        };
+        let raw = &mut shape.raw[..raw_len];
         ice_chars::decode(ufrag, raw).map_err(|e| match e {
             ice_chars::DecodeError::Length => HintError::BadLength,
             ice_chars::DecodeError::Alphabet => HintError::BadAlphabet,
@@ -431,16 +434,22 @@ impl HintKeys {
         if is_v6 != (raw_len == RAW_LEN_V6) {
             return Err(HintError::BadLength);
         }
-        let key = self.by_id(raw[1]).ok_or(HintError::UnknownKeyId)?;
-        Ok((raw_len, key))
+        self.by_id(raw[1]).ok_or(HintError::UnknownKeyId)?;
+        Ok(shape)
     }
 
     /// Decodes and authenticates a server ufrag without the destination check: for a
     /// global relay, whose hint names a transceiver in another cluster's networks.
     pub fn authenticate(&self, ufrag: &[u8]) -> Result<VerifiedHint, HintError> {
-        let mut raw = [0u8; RAW_LEN_V6];
-        let (raw_len, key) = self.decode(ufrag, &mut raw)?;
-        let raw = &raw[..raw_len];
+        self.authenticate_shape(&self.recognise(ufrag)?)
+    }
+
+    /// Authenticates a record [`HintKeys::recognise`] decoded: its MAC under the key it
+    /// names (a key removed since is `UnknownKeyId`).
+    pub fn authenticate_shape(&self, shape: &HintShape) -> Result<VerifiedHint, HintError> {
+        let raw_len = shape.len;
+        let raw = &shape.raw[..raw_len];
+        let key = self.by_id(raw[1]).ok_or(HintError::UnknownKeyId)?;
         let is_v6 = raw_len == RAW_LEN_V6;
         let (body, tag) = raw.split_at(raw_len - MAC_LEN);
         let mut mac = key.mac.clone();
