@@ -233,15 +233,15 @@ pub fn markdown(rates: &[RateRow], latency: &[FractionLatency], final_seconds: f
     let _ = write!(
         out,
         "\n## Latency at fractions of each search's PDR, in the rounds\n\nAfter each search, \
-         the same setup is offered each fraction of the PDR that search found, every sampled \
-         datagram's one-way latency recorded in an HDR histogram (3 significant digits). Per \
-         fraction, each percentile's median over the rounds [distribution-free interval]. A \
-         percentile is shown only when every trial behind it recorded at least {MIN_BEYOND:.0} \
-         datagrams beyond it (\"too few\": a deeper one would rest on a handful); a trial counts \
-         when it lost at most {:.1} % and its generator kept the rate. The latency trials' \
-         generator sleeps between batches, so that its sampler's wake-ups are not delayed by \
-         it, and so has a reach of its own: a rate beyond it is \"generator short\", not a \
-         latency of the setup.\n\n| setup | share of PDR | offered kpps | {} | trials kept | generator short | fewest datagrams in a trial |\n|---|---:|---:|{}---:|---:|---:|\n",
+         the same setup is offered each fraction of the PDR that search found by the same \
+         generator, and each sampled datagram's one-way latency, from its send stamp to the \
+         kernel's receive time at the sink's socket (`SO_TIMESTAMPNS`: not when the sink's \
+         thread ran), is recorded in an HDR histogram (3 significant digits). Per fraction, \
+         each percentile's median over the rounds [distribution-free interval]. A percentile \
+         is shown only when every trial behind it recorded at least {MIN_BEYOND:.0} datagrams \
+         beyond it (\"too few\": a deeper one would rest on a handful); a trial counts when it \
+         lost at most {:.1} % and its generator kept the rate (\"generator short\" counts the \
+         others: a rate the tools could not offer is no latency of the setup).\n\n| setup | share of PDR | offered kpps | {} | trials kept | generator short | fewest datagrams in a trial |\n|---|---:|---:|{}---:|---:|---:|\n",
         PDR_LOSS * 100.0,
         names
             .iter()

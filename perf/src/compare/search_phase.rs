@@ -109,8 +109,11 @@ pub fn run(
     let phase = crate::progress::Phase::start("maximum-rate search", steps);
     // A stream of orders of its own: the fixed-load rounds' seed, told apart.
     let mut shuffler = super::rounds::Shuffler::new(seed ^ SEARCH_ORDER_SALT);
-    let mut latency_reach = None;
+    let mut latency_reach;
     for round in 1..=rounds {
+        // Learned afresh each round: a disturbance that slowed the generator once does
+        // not cost the rounds after it their latencies.
+        latency_reach = None;
         let mut order: Vec<&Setup> = setups.to_vec();
         shuffler.shuffle(&mut order);
         for (position, setup) in order.into_iter().enumerate() {
@@ -217,10 +220,11 @@ pub fn run(
 const SEARCH_ORDER_SALT: u64 = 0x5EA2_C400_0000_0001;
 
 /// The latency trials after one search: one at each of `--pdr-fractions` of the PDR it
-/// found (`found_pdr`, offered pps), none when it found none. The latency trial's
-/// generator sleeps between batches (so its sampler's wake-ups are not delayed by it) and
-/// has a reach: a trial it fell short in lowers `reach`, and a rate above 95 % of the
-/// reach is not tried again (recorded as an empty trial at that rate: short, not kept).
+/// found (`found_pdr`, offered pps), none when it found none, from the search's own
+/// generator (the sink reads each sampled datagram's kernel receive time, so the
+/// generator's busy polling on its core does not reach the latencies). A trial the
+/// generator fell short in lowers `reach`, and a rate above 95 % of the reach is not
+/// tried again (recorded as an empty trial at that rate: short, not kept).
 fn latency_at_fractions(
     load: &mut dyn Load,
     found_pdr: Option<u64>,
@@ -239,12 +243,12 @@ fn latency_at_fractions(
                 && rate as f64 > 0.95 * reach as f64
             {
                 crate::say!(
-                    "  latency at {:.0} % of PDR ({rate} pps): beyond the latency generator's reach ({reach} pps), not tried",
+                    "  latency at {:.0} % of PDR ({rate} pps): beyond the generator's reach ({reach} pps), not tried",
                     fraction * 100.0
                 );
                 return (fraction, Trial { offered_pps: rate, ..Trial::NONE });
             }
-            let trial = load.latency_trial(rate, options.pdr_latency_trial);
+            let trial = load.trial(rate, options.pdr_latency_trial);
             if trial.generator_bound() {
                 *reach = Some(reach.map_or(trial.sent_pps, |r| r.min(trial.sent_pps)));
             }

@@ -3,7 +3,8 @@
 //! Each datagram is 200 bytes and starts like RTP (first byte 0x80, so a relay forwards
 //! it on an existing flow), followed by a sequence number and the send time in
 //! nanoseconds since a shared epoch; the sink, in the same process, reads the time back
-//! for one-way latency. The generator paces in 0.5 ms slices and sends what is due with
+//! for one-way latency, against the kernel's receive time of the datagram
+//! ([`stamped`]). The generator paces in 0.5 ms slices and sends what is due with
 //! `sendmmsg`, a batch of up to 64 per client socket at a time.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
@@ -20,6 +21,7 @@ use ufrag_common::frame::FrameHeader;
 use ufrag_udp::{BATCH, RecvBatch, SendBatch, bind_udp};
 
 mod flows;
+mod stamped;
 pub mod target;
 mod trial;
 
@@ -112,8 +114,7 @@ impl Sink {
             .name("sink".into())
             .spawn(move || {
                 pin_to_load_cpu();
-                receive_batches(socket, &stopping, |recv, n, _| {
-                    let now = epoch.elapsed().as_nanos() as u64;
+                stamped::receive_stamped(socket, &stopping, epoch, |datagram, arrived| {
                     let mut s = shared.lock().expect("sink state");
                     let mut record = |payload: &[u8]| {
                         let Some(sent) = payload.get(4..12) else {
@@ -124,20 +125,17 @@ impl Sink {
                         }
                         let sent = u64::from_be_bytes(sent.try_into().expect("8 bytes"));
                         s.received += 1;
-                        let _ = s.latency_ns.record(now.saturating_sub(sent).max(1_000));
+                        let _ = s.latency_ns.record(arrived.saturating_sub(sent).max(1_000));
                     };
-                    for i in 0..n {
-                        let Some(d) = recv.get(i) else { continue };
-                        if !framed {
-                            record(d.data);
-                        } else if let Ok(frames) = Bundle::parse(d.data) {
-                            // A relay's bundle: each frame's datagram on its own.
-                            frames
-                                .filter_map(|f| FrameHeader::parse(f).ok())
-                                .for_each(|(_, payload)| record(payload));
-                        } else if let Ok((_, payload)) = FrameHeader::parse(d.data) {
-                            record(payload);
-                        }
+                    if !framed {
+                        record(datagram);
+                    } else if let Ok(frames) = Bundle::parse(datagram) {
+                        // A relay's bundle: each frame's datagram on its own.
+                        frames
+                            .filter_map(|f| FrameHeader::parse(f).ok())
+                            .for_each(|(_, payload)| record(payload));
+                    } else if let Ok((_, payload)) = FrameHeader::parse(datagram) {
+                        record(payload);
                     }
                 });
             })?;
