@@ -86,7 +86,7 @@ echo "== the model seam: built-in echo against the WebSocket bridge (perf model)
 step "perf model (target/perf/model.md)" target/release/ufrag-perf model --steps 0 --rounds 6 --cost-rounds 4 --out target/perf/model.md
 echo "== live sessions under junk, through relay restarts and beside hostile clients (perf resilience)"
 step "perf resilience (target/perf/resilience.md)" target/release/ufrag-perf resilience --out target/perf/resilience.md
-echo "== is kernel bypass warranted? side by side on the netns testbed (perf compare; needs root; about 35 minutes: 14 rounds, then 5 rounds of searches)"
+echo "== is kernel bypass warranted? side by side on the netns testbed (perf compare; needs root; about 38 minutes: 14 rounds, then 5 rounds of searches)"
 step "perf compare (target/perf/compare.md)" target/release/ufrag-perf compare --out target/perf/compare.md
 if [ -z "$full" ]; then
   echo "== bench.sh: done in $(( ($(date +%s) - started) / 60 )) min; the verdict (target/perf/compare.md):"
