@@ -27,7 +27,7 @@
 //! # redis_sentinels = ["redis://10.0.0.9:26379"]
 //! # redis_sentinel_master = "ufrag-routes"
 //! metrics_addr = "127.0.0.1:9100"
-//! max_flows_per_session = 8               # live flows one server ufrag may hold per worker
+//! max_flows_per_session = 8               # live flows one session may hold per worker
 //! new_flows_per_prefix = 200              # new flows per second from one source prefix
 //! rate_limit_prefix_v4 = 24               # how sources are grouped for that rate
 //! rate_limit_prefix_v6 = 56
@@ -250,7 +250,8 @@ pub struct RelayArgs {
     /// file that loads to the same; hint keys never printed) and exit.
     #[arg(long)]
     pub print_config: bool,
-    /// Live flows one session (server ufrag) may hold in one worker (default 8).
+    /// Live flows one session (all its ufrags, ICE restarts included) may hold in one
+    /// worker (default 8).
     #[arg(long, value_name = "N")]
     pub max_flows_per_session: Option<u16>,
     /// New flows per second (and burst) from one source prefix (default 200).

@@ -23,13 +23,16 @@ use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
 use crate::path_check::{Destination, PathCheck};
 use crate::session_table::ClientPath;
 
-/// The PRIORITY a probe carries (a host candidate's, RFC 8445 §5.1.2.1; the client
-/// answers whatever it is).
 /// ICE restarts one session may ask for at once ([`Session::take_restart`]).
 pub const RESTART_BURST: u32 = 3;
 /// Then one per this long.
 pub const RESTART_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+// Each restart is minted a second after the last at the earliest, so a burst puts a hint
+// at most RESTART_BURST seconds ahead of the clock: within what relays accept.
+const _: () = assert!((RESTART_BURST as u64) < ufrag_common::admission::HINT_CLOCK_SKEW.as_secs());
 
+/// The PRIORITY a probe carries (a host candidate's, RFC 8445 §5.1.2.1; the client
+/// answers whatever it is).
 const PROBE_PRIORITY: u32 = 2_130_706_431;
 
 /// Name of the data channel the model talks on.
@@ -486,6 +489,11 @@ impl Session {
         }
         self.restarts.0 -= 1;
         true
+    }
+
+    /// Gives back a restart [`Session::take_restart`] took, for one that did not happen.
+    pub fn refund_restart(&mut self) {
+        self.restarts.0 = (self.restarts.0 + 1).min(RESTART_BURST);
     }
 
     /// The server ufrag now.

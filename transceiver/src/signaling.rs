@@ -367,12 +367,6 @@ impl Signaling {
         if !self.authorized(headers) {
             return text(401, "missing or wrong bearer token");
         }
-        // A restart mints a ufrag as a sign-up does: it spends the same rate.
-        if !self.post_rate.take(peer, Instant::now()) {
-            self.metrics.http_refused(HttpRefusal::PostRate);
-            return text(429, "too many sign-ups and ICE restarts from this address")
-                .with("Retry-After", "1");
-        }
         let content_type = header_str(headers, "content-type").map(str::to_ascii_lowercase);
         if !content_type.is_some_and(|c| c.starts_with("application/trickle-ice-sdpfrag")) {
             return text(415, "Content-Type must be application/trickle-ice-sdpfrag");
@@ -386,6 +380,12 @@ impl Signaling {
         let Some(remote) = trickle_credentials(body) else {
             return text(204, "");
         };
+        // A restart mints a ufrag as a sign-up does: it spends the same rate.
+        if !self.post_rate.take(peer, Instant::now()) {
+            self.metrics.http_refused(HttpRefusal::PostRate);
+            return text(429, "too many sign-ups and ICE restarts from this address")
+                .with("Retry-After", "1");
+        }
         let worker = &self.workers[index];
         let (tx, rx) = crossbeam_channel::bounded(1);
         let cmd = Command::Restart {

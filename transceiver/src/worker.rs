@@ -384,6 +384,10 @@ impl Worker {
         let old = session.local_ufrag().to_string();
         let local = self.mint.restart_credentials(&old, random);
         if !self.sessions.rekey(id, local.ufrag.clone()) {
+            // The new ufrag was taken: no restart happened, so none is spent.
+            if let Some(session) = self.sessions.get_mut(id) {
+                session.refund_restart();
+            }
             return Err(RestartRefused::NoSuchSession);
         }
         self.count_hint_key(key_id_of(old.as_bytes()), -1);

@@ -117,6 +117,7 @@ fn a_session_through_a_relay_that_bundles_both_ways_is_echoed() {
     // Paced audio reaches the relay one datagram per wakeup on a quiet host, so there is
     // nothing to bundle toward the transceiver. Bursts of back-to-back datagrams are read
     // in one batch; a bounded number of them is sent until the relay has bundled one.
+    const BURSTS: usize = 20;
     let mut bursts = 0;
     while relay_metric("ufrag_relay_bundles_sent_total") == 0.0 && bursts < BURSTS {
         assert_eq!(client.send_audio_burst(16), 16, "str0m takes the burst");
@@ -126,7 +127,6 @@ fn a_session_through_a_relay_that_bundles_both_ways_is_echoed() {
             std::thread::sleep(std::time::Duration::from_millis(2));
         }
     }
-    const BURSTS: usize = 20;
     let (sent, received) = (
         relay_metric("ufrag_relay_bundles_sent_total"),
         relay_metric("ufrag_relay_bundles_received_total"),

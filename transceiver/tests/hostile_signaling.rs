@@ -416,7 +416,7 @@ fn metrics_can_leave_the_public_signaling_port() {
 /// session's PATCHes made 72 flows at a relay whose per-session cap is 8 per worker): each
 /// restart's ufrag keeps the session's hint bytes, so a relay counts every flow of the
 /// session as one session's; a session gets 3 restarts at once, then one per 5 s (429
-/// beyond, counted); and PATCHes spend the address's sign-up rate.
+/// beyond, counted) (the next test: PATCHes spend the sign-up rate).
 #[test]
 fn ice_restarts_keep_the_sessions_identity_and_have_a_budget() {
     use ufrag_common::hint::HintKeys;
@@ -478,4 +478,54 @@ fn ice_restarts_keep_the_sessions_identity_and_have_a_budget() {
         xcvr.metric("ufrag_transceiver_ice_restarts_refused_total"),
         1.0
     );
+}
+
+/// A PATCH that restarts ICE spends its address's sign-up rate, as a POST does (one rate
+/// for everything that mints a ufrag); one that only trickles candidates spends nothing.
+#[test]
+fn an_ice_restart_spends_the_addresss_sign_up_rate() {
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--posts-per-second-per-ip", "1"],
+    );
+    let mut client = new_client();
+    // The bucket refills one a second: what follows must happen within that second
+    // (loopback requests, a few ms each); the failure message says how long it took.
+    let started = std::time::Instant::now();
+    assert_eq!(
+        client.signal(xcvr.http).status,
+        201,
+        "the POST: 1 of a burst of 2"
+    );
+    let location = client.location.clone().unwrap();
+    let patch = |fragment: &str| {
+        http_request(
+            xcvr.http,
+            "PATCH",
+            &location,
+            Some(("application/trickle-ice-sdpfrag", fragment)),
+            &[],
+        )
+        .expect("an answer")
+    };
+    let trickle = "a=candidate:1 1 udp 2130706431 192.0.2.1 5000 typ host\r\n";
+    for _ in 0..3 {
+        assert_eq!(patch(trickle).status, 204, "a trickle spends no sign-up");
+    }
+    let restart = format!("a=ice-ufrag:clrs\r\na=ice-pwd:{}\r\n", "p".repeat(24));
+    assert_eq!(patch(&restart).status, 200, "the restart: 2 of 2");
+    let refused = patch(&restart);
+    assert_eq!(
+        refused.status,
+        429,
+        "{} ({:?} after the POST)",
+        refused.body,
+        started.elapsed()
+    );
+    assert!(
+        refused.body.contains("sign-ups and ICE restarts"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(xcvr.metric("ufrag_transceiver_ice_restarts_total"), 1.0);
 }

@@ -109,11 +109,7 @@ pub fn run(
     let phase = crate::progress::Phase::start("maximum-rate search", steps);
     // A stream of orders of its own: the fixed-load rounds' seed, told apart.
     let mut shuffler = super::rounds::Shuffler::new(seed ^ SEARCH_ORDER_SALT);
-    let mut latency_reach;
     for round in 1..=rounds {
-        // Learned afresh each round: a disturbance that slowed the generator once does
-        // not cost the rounds after it their latencies.
-        latency_reach = None;
         let mut order: Vec<&Setup> = setups.to_vec();
         shuffler.shuffle(&mut order);
         for (position, setup) in order.into_iter().enumerate() {
@@ -149,8 +145,7 @@ pub fn run(
                 .last()
                 .and_then(|r| r.search.pdr)
                 .map(|t| t.offered_pps);
-            let pdr_latency =
-                latency_at_fractions(load.as_mut(), found_pdr, options, &mut latency_reach);
+            let pdr_latency = latency_at_fractions(load.as_mut(), found_pdr, options);
             let drops = crate::load::udp_receive_buffer_drops(relay_ns) - drops_before;
             match searched
                 .receive_buffer_drops
@@ -222,24 +217,25 @@ const SEARCH_ORDER_SALT: u64 = 0x5EA2_C400_0000_0001;
 /// The latency trials after one search: one at each of `--pdr-fractions` of the PDR it
 /// found (`found_pdr`, offered pps), none when it found none, from the search's own
 /// generator (the sink reads each sampled datagram's kernel receive time, so the
-/// generator's busy polling on its core does not reach the latencies). A trial the
-/// generator fell short in lowers `reach`, and a rate above 95 % of the reach is not
-/// tried again (recorded as an empty trial at that rate: short, not kept).
+/// generator's busy polling on its core does not reach the latencies). Once the
+/// generator falls short in one of them, a higher fraction of the same search is not
+/// tried (recorded as an empty trial at its rate: short, not kept); the next search
+/// starts afresh.
 fn latency_at_fractions(
     load: &mut dyn Load,
     found_pdr: Option<u64>,
     options: &Options,
-    reach: &mut Option<u64>,
 ) -> Vec<(f64, Trial)> {
     let Some(pdr) = found_pdr else {
         return vec![];
     };
+    let mut reach: Option<u64> = None;
     options
         .pdr_fractions
         .iter()
         .map(|&fraction| {
             let rate = ((pdr as f64 * fraction) as u64).max(1);
-            if let Some(reach) = *reach
+            if let Some(reach) = reach
                 && rate as f64 > 0.95 * reach as f64
             {
                 crate::say!(
@@ -250,7 +246,7 @@ fn latency_at_fractions(
             }
             let trial = load.trial(rate, options.pdr_latency_trial);
             if trial.generator_bound() {
-                *reach = Some(reach.map_or(trial.sent_pps, |r| r.min(trial.sent_pps)));
+                reach = Some(reach.map_or(trial.sent_pps, |r| r.min(trial.sent_pps)));
             }
             crate::say!(
                 "  latency at {:.0} % of PDR ({rate} pps, sent at {} pps): {} datagrams, p50 {:.0} µs, p99 {:.0} µs, loss {:.3} %",
