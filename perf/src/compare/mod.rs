@@ -9,8 +9,10 @@
 //!    host misbehaved; medians with distribution-free intervals and a verdict that is
 //!    said only when its interval clears it ([`verdict`]); with `--latency-loads`, each
 //!    setup's latency at low loads in the same rounds ([`latency`]).
-//! 2. **The maximum rate** (secondary, [`search_phase`]): CSIT-style NDR and PDR
-//!    searches, the latency trial and a profile of the forwarder's core.
+//! 2. **The maximum rate and the latency under it** (co-primary, [`search_phase`],
+//!    [`max_rate`]): CSIT-style NDR and PDR searches in interleaved rounds, a final trial
+//!    at each row's median PDR, the latency at fractions of each search's PDR, and a
+//!    profile of the forwarder's core.
 //!
 //! [`setups`] is the one table of what can be compared, started on a
 //! [`relay_host::RelayHost`]; [`mod@bench`] the testbed and its loads; [`options`] the flags;

@@ -85,7 +85,7 @@ impl Searched {
 /// Searches every setup in `--search-rounds` interleaved rounds, each round in an order
 /// drawn from `seed`; after each search, the setup's latency at `--pdr-fractions` of the
 /// PDR it found; in the last round, the final trial at its median PDR and the extras of
-/// [`finish_row`]. `steer` says whether the relay's NAPI threads go to the forwarder's
+/// `finish_row`. `steer` says whether the relay's NAPI threads go to the forwarder's
 /// core. After each setup, `step_done` gets what was searched so far, the steps done and
 /// the steps in all (for a partial report).
 pub fn run(

@@ -4,7 +4,7 @@
 //! it on an existing flow), followed by a sequence number and the send time in
 //! nanoseconds since a shared epoch; the sink, in the same process, reads the time back
 //! for one-way latency, against the kernel's receive time of the datagram
-//! ([`stamped`]). The generator paces in 0.5 ms slices and sends what is due with
+//! (`stamped`). The generator paces in 0.5 ms slices and sends what is due with
 //! `sendmmsg`, a batch of up to 64 per client socket at a time.
 
 use std::net::{Ipv4Addr, SocketAddr, UdpSocket};
