@@ -501,6 +501,12 @@ impl HintKeys {
 /// transceiver counting its own sessions by key, never for admitting anything. `None` when
 /// `ufrag` is not a hint.
 pub fn key_id_of(ufrag: &[u8]) -> Option<u8> {
+    decode_unverified(ufrag).map(|(raw, _)| raw[1])
+}
+
+/// A hint ufrag's record, decoded from its characters with nothing checked but its
+/// length and alphabet, and the record's length. `None` when `ufrag` is not a hint.
+fn decode_unverified(ufrag: &[u8]) -> Option<([u8; RAW_LEN_V6], usize)> {
     let raw_len = match ufrag.len() {
         HINT_LEN_V4 => RAW_LEN_V4,
         HINT_LEN_V6 => RAW_LEN_V6,
@@ -508,7 +514,7 @@ pub fn key_id_of(ufrag: &[u8]) -> Option<u8> {
     };
     let mut raw = [0u8; RAW_LEN_V6];
     ice_chars::decode(ufrag, &mut raw[..raw_len]).ok()?;
-    Some(raw[1])
+    Some((raw, raw_len))
 }
 
 /// What a hint ufrag says without its key: when it was minted and its session bytes.
@@ -516,13 +522,7 @@ pub fn key_id_of(ufrag: &[u8]) -> Option<u8> {
 /// keeps a session's bytes through its ICE restarts; nothing here is authenticated, so
 /// it never routes or admits anything.
 pub fn unverified_minting(ufrag: &[u8]) -> Option<(u32, [u8; RANDOM_LEN])> {
-    let raw_len = match ufrag.len() {
-        HINT_LEN_V4 => RAW_LEN_V4,
-        HINT_LEN_V6 => RAW_LEN_V6,
-        _ => return None,
-    };
-    let mut raw = [0u8; RAW_LEN_V6];
-    ice_chars::decode(ufrag, &mut raw[..raw_len]).ok()?;
+    let (raw, raw_len) = decode_unverified(ufrag)?;
     if raw[0] >> 4 != HINT_VERSION {
         return None;
     }
