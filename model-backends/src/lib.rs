@@ -24,6 +24,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use transceiver::bearer::BearerToken;
 use transceiver::model::{AudioFrame, ModelOutput, SessionId, ping_id};
 use transceiver::model_wire::{self, PROTOCOL, ToBackend, WireMessage};
 
@@ -77,7 +78,18 @@ pub struct Options {
     pub receive_buffer: Option<usize>,
     /// Serve `wss://` with this certificate chain and key (PEM); `None`: plain `ws://`.
     pub tls: Option<TlsIdentity>,
+    /// Connections open at once; one more is closed at accept and counted as refused.
+    pub max_connections: usize,
+    /// A connection's TLS and WebSocket handshakes must be done within this, or it is
+    /// closed and counted as refused.
+    pub handshake_timeout: std::time::Duration,
 }
+
+/// Connections a backend keeps open at once by default: a transceiver opens one per
+/// worker, so this serves dozens of transceivers.
+pub const MAX_CONNECTIONS: usize = 256;
+/// How long a connection's handshakes may take by default.
+pub const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A server certificate chain and its private key, in PEM.
 #[derive(Clone)]
@@ -122,6 +134,8 @@ impl Options {
             token: None,
             receive_buffer: None,
             tls: None,
+            max_connections: MAX_CONNECTIONS,
+            handshake_timeout: HANDSHAKE_TIMEOUT,
         }
     }
 }
@@ -322,18 +336,28 @@ async fn accept_all(
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
+        if state.open.load(Ordering::Relaxed) >= options.max_connections {
+            // Closed at once: one peer cannot hold every slot and memory with idle sockets.
+            state.refused.fetch_add(1, Ordering::Relaxed);
+            drop(stream);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
+        state.open.fetch_add(1, Ordering::Relaxed);
         let (state, options, acceptor) = (Arc::clone(&state), options.clone(), acceptor.clone());
         tokio::spawn(async move {
-            state.open.fetch_add(1, Ordering::Relaxed);
             match acceptor {
                 None => serve(stream, &state, &options).await,
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(tls) => serve(tls, &state, &options).await,
-                    Err(_) => {
-                        state.refused.fetch_add(1, Ordering::Relaxed);
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(options.handshake_timeout, acceptor.accept(stream));
+                    match handshake.await {
+                        Ok(Ok(tls)) => serve(tls, &state, &options).await,
+                        _ => {
+                            state.refused.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
-                },
+                }
             }
             state.open.fetch_sub(1, Ordering::Relaxed);
         });
@@ -349,7 +373,7 @@ async fn serve<S>(stream: S, state: &Arc<State>, options: &Options)
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let token = options.token.clone();
+    let token = options.token.as_deref().map(BearerToken::new);
     let check = move |request: &Request, mut response: Response| {
         let header = |name: &str| {
             request
@@ -360,7 +384,7 @@ where
                 .to_string()
         };
         if let Some(token) = &token
-            && header("authorization") != format!("Bearer {token}")
+            && !token.authorizes(Some(&header("authorization")))
         {
             return Err(refusal(StatusCode::UNAUTHORIZED));
         }
@@ -376,9 +400,8 @@ where
         Ok(response)
     };
     let config = WebSocketConfig::default().max_message_size(Some(model_wire::MAX_MESSAGE_LEN));
-    let Ok(mut ws) =
-        tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config)).await
-    else {
+    let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config));
+    let Ok(Ok(mut ws)) = tokio::time::timeout(options.handshake_timeout, handshake).await else {
         state.refused.fetch_add(1, Ordering::Relaxed);
         return;
     };

@@ -12,10 +12,12 @@
 //! each other, directly or around a circle): `service` → {`http`, `signaling`, `worker`};
 //! `http` → `signaling`; `signaling` → `worker`'s handle; `worker` → {`setup`,
 //! `session`}; `setup` → `session`; `session` → {`sdp`, `path_check`, `session_table`};
-//! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`;
+//! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`,
+//! `bearer`;
 //! `cli` → {`service`, `config_file`}; `runbook` → {`metrics`, `model_wire`}.
 #![forbid(unsafe_code)]
 
+pub mod bearer;
 pub mod cli;
 pub mod config_file;
 pub mod error;

@@ -32,9 +32,9 @@ use std::time::{Duration, Instant};
 
 use hyper::{HeaderMap, Method};
 use str0m::change::SdpOffer;
-use subtle::ConstantTimeEq;
 use ufrag_common::metrics::Exposition;
 
+use crate::bearer::BearerToken;
 use crate::error::SignalError;
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::model::SessionId;
@@ -105,7 +105,7 @@ fn with_cors(r: SignalResponse) -> SignalResponse {
 #[derive(Debug)]
 pub struct Signaling {
     workers: Vec<WorkerHandle>,
-    token: Option<String>,
+    token: Option<BearerToken>,
     metrics: Arc<TransceiverMetrics>,
     accepting: AtomicBool,
     http_alive: AtomicBool,
@@ -181,7 +181,7 @@ impl Signaling {
         assert!(workers.len() <= MAX_WORKERS, "checked at start");
         Signaling {
             workers,
-            token,
+            token: token.as_deref().map(BearerToken::new),
             metrics,
             accepting: AtomicBool::new(true),
             http_alive: AtomicBool::new(true),
@@ -239,11 +239,8 @@ impl Signaling {
         let Some(token) = &self.token else {
             return true;
         };
-        // Constant time in the token's content: a wrong guess teaches nothing about how
-        // many leading bytes were right.
-        header_str(headers, "authorization")
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .is_some_and(|presented| bool::from(presented.as_bytes().ct_eq(token.as_bytes())))
+        // A wrong guess teaches nothing: not how much of it was right, nor the length.
+        token.authorizes(header_str(headers, "authorization"))
     }
 
     /// Answers one request from `peer`, whose body the transport has read in full

@@ -498,3 +498,54 @@ fn bad_model_options_exit_2_naming_the_field() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
+
+/// Hostile clients, third round (smaller items): the reference backend had no connection
+/// cap and no handshake deadline, so silent TCP connections held memory and tasks for
+/// ever. Now one beyond the cap is closed at accept, and one that has not finished its
+/// handshakes within the deadline is closed; both are counted as refused.
+#[test]
+fn a_backend_closes_connections_beyond_its_cap_and_those_that_never_handshake() {
+    use std::io::Read;
+    use std::net::TcpStream;
+    let backend = start_backend(
+        backend_addr(),
+        Options {
+            max_connections: 2,
+            handshake_timeout: Duration::from_secs(2),
+            ..Options::echo()
+        },
+    );
+    let addr: SocketAddr = backend
+        .url()
+        .trim_start_matches("ws://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("a ws:// URL of an address");
+    let silent: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    eventually("both silent connections are open", || {
+        backend.open_connections() == 2
+    });
+    let mut third = TcpStream::connect(addr).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        third.read(&mut byte).map_err(|e| e.kind()),
+        Ok(0),
+        "closed at accept"
+    );
+    for mut stream in silent {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        assert_eq!(
+            stream.read(&mut byte).map_err(|e| e.kind()),
+            Ok(0),
+            "closed after the handshake deadline"
+        );
+    }
+    eventually("all three refused, none open", || {
+        backend.refused() == 3 && backend.open_connections() == 0
+    });
+}
