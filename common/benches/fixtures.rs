@@ -164,7 +164,8 @@ pub(crate) fn established_forwarder() -> (ufrag_common::forward::Forwarder, Inst
 
 /// A frame from the transceiver carrying an SRTP datagram back to the client.
 pub(crate) fn return_frame() -> Vec<u8> {
-    let header = ufrag_common::frame::FrameHeader::new(CLIENT.parse().unwrap(), VIP);
+    let header =
+        ufrag_common::frame::FrameHeader::new(CLIENT.parse().unwrap(), VIP).on_verified_path(true);
     let mut frame = vec![0u8; ufrag_common::frame::MAX_HEADER_LEN + RTP.len()];
     let n = header.emit(&mut frame).unwrap();
     frame[n..n + RTP.len()].copy_from_slice(&RTP);

@@ -350,12 +350,24 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
     /// expiry happens in [`FlowTable::expire`] or when its slot is needed.
     #[inline]
     pub fn lookup(&mut self, key: &FlowKey, now: Instant) -> Option<&mut Flow<V>> {
+        self.lookup_ticked(key, now).map(|(flow, _)| flow)
+    }
+
+    /// [`FlowTable::lookup`], also returning `now` on the table's clock
+    /// ([`FlowTable::clock_ms`]), which the lookup reads anyway.
+    #[inline]
+    pub fn lookup_ticked(&mut self, key: &FlowKey, now: Instant) -> Option<(&mut Flow<V>, u64)> {
         let key = key.pack();
         let at = self.find(&key, self.hash(&key))?;
         let slot = self.slot_of(at);
         let now = self.ticks(now);
         self.touch(slot, now);
-        Some(&mut self.slots[slot as usize].flow)
+        Some((&mut self.slots[slot as usize].flow, now))
+    }
+
+    /// `now` on the table's clock: milliseconds since the table was made.
+    pub fn clock_ms(&self, now: Instant) -> u64 {
+        self.ticks(now)
     }
 
     /// Inserts a flow, or replaces the value of an existing one (keeping its counters),
@@ -434,13 +446,13 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
     }
 
     /// Removes the least recently used flow among the `scan` least recently used for
-    /// which `shed(flow, idle at now)` holds, and returns it; counted in
+    /// which `shed(key, flow, idle at now)` holds, and returns it; counted in
     /// [`TableCounters::shed`]. O(`scan`).
     pub fn shed_where(
         &mut self,
         now: Instant,
         scan: usize,
-        mut shed: impl FnMut(&Flow<V>, Duration) -> bool,
+        mut shed: impl FnMut(&FlowKey, &Flow<V>, Duration) -> bool,
     ) -> Option<(FlowKey, Flow<V>)> {
         let now_ms = self.ticks(now);
         let mut slot = self.tail;
@@ -450,7 +462,7 @@ impl<V: Copy, S: BuildHasher> FlowTable<V, S> {
             }
             let entry = &self.slots[slot as usize];
             let idle = Duration::from_millis(now_ms.saturating_sub(entry.last_seen));
-            if shed(&entry.flow, idle) {
+            if shed(&entry.key.unpack(), &entry.flow, idle) {
                 let key = entry.key;
                 let at = self
                     .find(&key, self.hash(&key))

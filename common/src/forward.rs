@@ -11,8 +11,9 @@
 //!
 //! 1. First byte (RFC 7983): neither STUN, DTLS nor RTP/RTCP → drop `unclassified`.
 //! 2. Flow hit → [`Verdict::Forward`] to the flow's next hop, framed with the client
-//!    address and VIP. The flow's first DTLS or media datagram marks it *proven* and
-//!    asks the backend to write its route to the route cache (`record`; refreshed every
+//!    address and VIP. Once DTLS or media has passed both ways (the transceiver's marked
+//!    as sent on a path that answered its probe: [`crate::frame`]), the flow is *proven*,
+//!    and proving it asks the backend to write its route to the route cache (`record`; refreshed every
 //!    third of the idle timeout while it carries traffic, so the cache entry outlives
 //!    the flow only while the flow lives). A flow that carried only STUN is never
 //!    cached. A Binding Request on a hit is forwarded too; if the flow has been idle for
@@ -28,7 +29,9 @@
 //!    made a flow from another address, fewer than `max_flows_per_session` live flows
 //!    for its server ufrag, and a token from its source prefix's and the worker's
 //!    buckets. In a full table, an expired flow or one that carried only STUN for
-//!    [`SHED_MIN_IDLE`] makes room; a proven live flow is never evicted. Then the flow
+//!    [`SHED_MIN_IDLE`] makes room, or a proven one whose transceiver has sent it nothing
+//!    for [`SERVER_SILENT_SHED`] (its session is over, whoever keeps the client side
+//!    busy); a proven flow its transceiver still serves is never evicted. Then the flow
 //!    is created and the datagram forwarded.
 //!
 //! 4. Flow miss, DTLS or RTP/RTCP: with a route cache, [`Verdict::LookupRoute`] (the
@@ -137,13 +140,19 @@ pub struct FlowState {
     pub session: SessionTag,
     /// The client sent DTLS or media on this flow (a spoofer can, blind).
     pub client_media: bool,
-    /// The transceiver sent DTLS or media on this flow: its session selected the path.
+    /// The transceiver sent DTLS or media on this flow, marked as sent on a path that
+    /// answered its probe: something at the client address receives.
     pub server_media: bool,
+    /// When the transceiver last sent a frame on this flow marked as sent on a verified
+    /// path, in whole seconds on the flow table's clock ([`FlowTable::clock_ms`]; when the
+    /// flow was made, until then): [`SERVER_SILENT_SHED`].
+    pub server_seen_at_s: u32,
 }
 
 impl FlowState {
-    /// A new flow on `route` for `session`, made at `created_at_s`: nothing proven yet.
-    fn unproven(route: Route, session: SessionTag, created_at_s: u32) -> Self {
+    /// A new flow on `route` for `session`, made at `created_at_s` (`table_s` on the flow
+    /// table's clock): nothing proven yet.
+    fn unproven(route: Route, session: SessionTag, created_at_s: u32, table_s: u32) -> Self {
         FlowState {
             route,
             recorded_at_s: None,
@@ -151,14 +160,21 @@ impl FlowState {
             session,
             client_media: false,
             server_media: false,
+            server_seen_at_s: table_s,
         }
     }
 
     /// DTLS or media has passed both ways: a session's path, not just a STUN exchange
-    /// or a spoofer's blind bytes. Only such flows are cached, mirrored and never shed.
+    /// or a spoofer's blind bytes. Only such flows are cached, mirrored and kept from
+    /// shedding while their transceiver serves them ([`SERVER_SILENT_SHED`]).
     pub fn proven(&self) -> bool {
         self.client_media && self.server_media
     }
+}
+
+/// Whole seconds of a flow table clock reading in milliseconds.
+fn table_seconds(clock_ms: u64) -> u32 {
+    u32::try_from(clock_ms / 1000).unwrap_or(u32::MAX)
 }
 
 /// A flow that has been idle this long may follow its client to another session's
@@ -168,6 +184,11 @@ pub const REROUTE_MIN_IDLE: Duration = Duration::from_secs(5);
 /// When the table is full, an unproven flow that has been idle this long may be shed to
 /// make room.
 pub const SHED_MIN_IDLE: Duration = Duration::from_secs(1);
+/// When the table is full, a proven flow on which the transceiver has sent nothing marked
+/// as on a verified path for this long may be shed too, however busy its client side:
+/// its session has ended or lost consent (a live session's transceiver sends media, or a
+/// consent probe about every 5 s, RFC 7675), so only the client side keeps it alive.
+pub const SERVER_SILENT_SHED: Duration = Duration::from_secs(30);
 /// How many of the least recently used flows are looked at for one to shed.
 pub const SHED_SCAN: usize = 16;
 
@@ -516,6 +537,11 @@ impl Forwarder {
         u32::try_from(now.saturating_duration_since(self.started).as_secs()).unwrap_or(u32::MAX)
     }
 
+    /// `now` in whole seconds on the flow table's clock.
+    fn table_seconds(&self, now: Instant) -> u32 {
+        table_seconds(self.table.clock_ms(now))
+    }
+
     /// Verifies first packets under `keys` from now on (a key rotation); flows already
     /// made are not touched.
     pub fn set_hint_keys(&mut self, keys: HintKeys) {
@@ -686,7 +712,7 @@ impl Forwarder {
         if full {
             self.shed_oldest_unproven();
         }
-        let state = FlowState::unproven(route, request.session, seconds);
+        let state = FlowState::unproven(route, request.session, seconds, self.table_seconds(now));
         match self.table.insert(&key, state, now) {
             Ok(_) => self.admission.admitted(&request),
             Err(InsertError::TableFull) => return Verdict::Drop(DropReason::TableFull),
@@ -715,11 +741,27 @@ impl Forwarder {
             return;
         }
         let mut keep_budget = SHED_SCAN;
+        let seconds = self.table_seconds(now);
         let removed = self.pop_idle(now, &mut keep_budget).or_else(|| {
-            let (key, flow) = self.table.shed_where(now, SHED_SCAN, |flow, idle| {
-                !flow.value.proven() && idle >= SHED_MIN_IDLE
+            let (mirror, returns) = (&mut self.mirror, &self.returns);
+            let (key, flow) = self.table.shed_where(now, SHED_SCAN, |key, flow, idle| {
+                if !flow.value.proven() {
+                    return idle >= SHED_MIN_IDLE;
+                }
+                let silent_s = seconds.saturating_sub(flow.value.server_seen_at_s);
+                if u64::from(silent_s) < SERVER_SILENT_SHED.as_secs() {
+                    return false;
+                }
+                // Traffic this forwarder does not see: what the fast path carried (either
+                // way) and returns other workers took count as the transceiver's.
+                let route = flow.value.route;
+                let seen_elsewhere = (mirror.as_mut())
+                    .and_then(|mirror| mirror.last_seen(key, route, now))
+                    .max((returns.as_ref()).and_then(|r| r.last_seen(key, route.next_hop)));
+                seen_elsewhere
+                    .is_none_or(|at| now.saturating_duration_since(at) >= SERVER_SILENT_SHED)
             })?;
-            self.unshare(&key, flow.value.route, false);
+            self.unshare(&key, flow.value.route, flow.value.proven());
             Some((key, flow.value))
         });
         if let Some((_, flow)) = removed {
@@ -889,7 +931,8 @@ impl Forwarder {
         }
         // An update of an existing key: never refused for lack of room.
         let seconds = self.seconds(now);
-        let moved = FlowState::unproven(new_route, request.session, seconds);
+        let moved =
+            FlowState::unproven(new_route, request.session, seconds, self.table_seconds(now));
         let _ = self.table.insert(key, moved, now);
         self.track_unproven(*key, seconds);
         self.unshare(key, route, state.proven());
@@ -949,18 +992,27 @@ impl Forwarder {
             );
         }
         let vip_is_ours = self.policy.vips.contains(&header.vip);
-        let media = |payload: &[u8]| DatagramKind::classify(payload) != DatagramKind::Stun;
+        // The transceiver's half of a proof: DTLS or media on a path that answered its
+        // probe. DTLS to a path nobody has shown to receive on proves nothing.
+        let proves = |payload: &[u8]| {
+            header.verified_path && DatagramKind::classify(payload) != DatagramKind::Stun
+        };
         let mut first_server_media = false;
-        let outcome = match self.table.lookup(&key, now) {
+        let outcome = match self.table.lookup_ticked(&key, now) {
             None => {
-                let media = media(payload);
+                let media = proves(payload);
                 self.take_shared_return(&key, source, vip_is_ours, media, frame, payload, now)
             }
-            Some(flow) if flow.value.route.next_hop != source => Err(DropReason::ReturnWrongSource),
-            Some(flow) => {
+            Some((flow, _)) if flow.value.route.next_hop != source => {
+                Err(DropReason::ReturnWrongSource)
+            }
+            Some((flow, clock_ms)) => {
                 // The transceiver's half of the proof: its source is the flow's next hop,
                 // checked above.
-                first_server_media = !flow.value.server_media && media(payload);
+                first_server_media = !flow.value.server_media && proves(payload);
+                if header.verified_path {
+                    flow.value.server_seen_at_s = table_seconds(clock_ms);
+                }
                 match flow.value.route.return_via {
                     Some(global) => {
                         flow.record_out(payload.len());
@@ -1072,7 +1124,7 @@ impl Forwarder {
             recorded_at_s: Some(seconds),
             client_media: true,
             server_media: true,
-            ..FlowState::unproven(route, SessionTag(0), seconds)
+            ..FlowState::unproven(route, SessionTag(0), seconds, self.table_seconds(now))
         };
         if self.table.len() == self.table.capacity() {
             self.table.refuse();

@@ -19,7 +19,9 @@
 //!
 //!  flags: bit 0 (0x01) client IP is IPv6, bit 1 (0x02) VIP IP is IPv6,
 //!         bit 2 (0x04) the client is on a TCP connection to the VIP (ICE-TCP, RFC 6544):
-//!         the datagram is one RFC 4571 message without its length prefix; others zero.
+//!         the datagram is one RFC 4571 message without its length prefix,
+//!         bit 3 (0x08) transceiver → relay only: the transceiver sends this on a path that
+//!         answered its probe (something at the client address receives); others zero.
 //!  Header length: 8 + 4|16 + 4|16 = 16 (v4/v4), 28 (mixed) or 40 (v6/v6) bytes.
 //! ```
 //!
@@ -34,6 +36,12 @@
 //! is: the kernel never has two connections with the same four-tuple. The TCP bit keeps
 //! the two transports apart where a client's port numbers coincide: a reply framed with
 //! it goes back on the connection, one without it as a UDP datagram.
+//!
+//! The verified-path bit is what a relay counts as the transceiver's half of a flow's
+//! proof: a flow whose transceiver sends DTLS or media on it only with this bit clear (a
+//! path nobody has shown to receive on) stays unproven. A relay that does not know the bit
+//! drops such frames as `frame_reserved_bits`, so relays are upgraded before
+//! transceivers.
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -48,7 +56,9 @@ const MAGIC_NIBBLE: u8 = 0xF0;
 const FLAG_CLIENT_V6: u8 = 0x01;
 const FLAG_VIP_V6: u8 = 0x02;
 const FLAG_TCP: u8 = 0x04;
-const KNOWN_FLAGS: u8 = FLAG_CLIENT_V6 | FLAG_VIP_V6 | FLAG_TCP;
+/// Transceiver → relay: sent on a path that answered the transceiver's probe.
+pub const FLAG_VERIFIED_PATH: u8 = 0x08;
+const KNOWN_FLAGS: u8 = FLAG_CLIENT_V6 | FLAG_VIP_V6 | FLAG_TCP | FLAG_VERIFIED_PATH;
 
 /// How the client reaches the relay: its datagrams, or its RFC 4571 messages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -118,6 +128,8 @@ pub struct FrameHeader {
     pub vip: SocketAddr,
     /// Whether the client is on a UDP flow or a TCP connection.
     pub transport: Transport,
+    /// Transceiver → relay: the transceiver sends this on a path that answered its probe.
+    pub verified_path: bool,
 }
 
 fn ip_len(ip: &IpAddr) -> usize {
@@ -177,6 +189,15 @@ impl FrameHeader {
             client: canonical(client),
             vip: canonical(vip),
             transport,
+            verified_path: false,
+        }
+    }
+
+    /// This header, saying the transceiver sends on a path that answered its probe.
+    pub fn on_verified_path(self, verified_path: bool) -> Self {
+        FrameHeader {
+            verified_path,
+            ..self
         }
     }
 
@@ -202,6 +223,9 @@ impl FrameHeader {
         }
         if self.transport == Transport::Tcp {
             flags |= FLAG_TCP;
+        }
+        if self.verified_path {
+            flags |= FLAG_VERIFIED_PATH;
         }
         out[0] = MAGIC_NIBBLE | FRAME_VERSION;
         out[1] = flags;
@@ -246,11 +270,12 @@ impl FrameHeader {
         } else {
             Transport::Udp
         };
-        let header = FrameHeader::over(
+        let mut header = FrameHeader::over(
             transport,
             SocketAddr::new(read_ip(&frame[FIXED_LEN..vip_at]), client_port),
             SocketAddr::new(read_ip(&frame[vip_at..header_len]), vip_port),
         );
+        header.verified_path = flags & FLAG_VERIFIED_PATH != 0;
         Ok((header, &frame[header_len..]))
     }
 }

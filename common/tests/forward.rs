@@ -11,14 +11,15 @@ use std::time::{Duration, Instant};
 
 use support::{
     CLIENT, CLUSTER, DTLS, PlannedEgress, RTP, SECRET, TRANSCEIVER, TestRelay, VIP, a,
-    binding_request, binding_request_with_transaction, frame, keys, minted, minted_binding_request,
-    policy,
+    binding_request, binding_request_with_transaction, frame, frame_marked, keys, minted,
+    minted_binding_request, policy,
 };
 use ufrag_common::admission::AdmissionPolicy;
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{
-    FlowMirror, ForwardPolicy, Forwarder, REROUTE_MIN_IDLE, Route, SHED_MIN_IDLE, Verdict,
+    FlowMirror, ForwardPolicy, Forwarder, REROUTE_MIN_IDLE, Route, SERVER_SILENT_SHED,
+    SHED_MIN_IDLE, Verdict,
 };
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
@@ -500,6 +501,108 @@ fn blind_media_never_proves_a_flow_and_the_oldest_squatter_gives_way_to_each_adm
     assert!(!held(&fwd, others[0]), "then the oldest unproven newcomer");
     assert!(held(&fwd, newcomer), "never the proven flow");
     assert_eq!(fwd.table().counters().shed, 5);
+}
+
+/// Blind proof (hostile clients, third round, finding 1): the transceiver's DTLS on a
+/// flow used to count as its half of the proof whatever path it went to, so a client that
+/// nominated spoofed sources made flows the relay never sheds, with nobody receiving at
+/// them. Now only frames the transceiver marks as sent on a verified path (one that
+/// answered its probe) prove a flow; the rest still reach the client.
+#[test]
+fn the_transceivers_dtls_proves_a_flow_only_when_marked_as_sent_on_a_verified_path() {
+    let t0 = Instant::now();
+    let cached = ForwardPolicy {
+        route_cache: true,
+        ..policy()
+    };
+    let mut fwd = forwarder_with(cached, 4, t0);
+    let spoofed = a("192.0.2.9:9");
+    let request = binding_request(TRANSCEIVER, CLUSTER, 1);
+    assert!(matches!(
+        fwd.from_client(&request, spoofed, a(VIP), t0),
+        Verdict::Forward { .. }
+    ));
+    fwd.from_client(&DTLS, spoofed, a(VIP), t0);
+    // The transceiver's flight, unmarked: delivered, proving nothing.
+    let unmarked = frame_marked("192.0.2.9:9", VIP, &DTLS, false);
+    let v = fwd.from_internal(&unmarked, a(TRANSCEIVER), t0);
+    assert!(matches!(v, Verdict::Return { .. }), "{v:?}");
+    let v = fwd.from_client(&DTLS, spoofed, a(VIP), t0);
+    assert!(
+        matches!(v, Verdict::Forward { record: None, .. }),
+        "unproven, never cached: {v:?}"
+    );
+    let flow = fwd.table().peek(&FlowKey::new(spoofed, a(VIP))).unwrap();
+    assert!(!flow.value.proven());
+    // Marked: the path answered the transceiver's probe, so someone receives there.
+    let marked = frame_marked("192.0.2.9:9", VIP, &DTLS, true);
+    let v = fwd.from_internal(&marked, a(TRANSCEIVER), t0);
+    assert!(matches!(v, Verdict::Return { .. }), "{v:?}");
+    let flow = fwd.table().peek(&FlowKey::new(spoofed, a(VIP))).unwrap();
+    assert!(flow.value.proven());
+    // A marked STUN answer alone proves nothing either (checked on a fresh flow).
+    let other = a("192.0.2.10:9");
+    let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 1, 7);
+    fwd.from_client(&request, other, a(VIP), t0);
+    fwd.from_client(&DTLS, other, a(VIP), t0);
+    let stun_answer = [
+        0x01, 0x01, 0, 0, 0x21, 0x12, 0xa4, 0x42, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
+    ];
+    fwd.from_internal(
+        &frame_marked("192.0.2.10:9", VIP, &stun_answer, true),
+        a(TRANSCEIVER),
+        t0,
+    );
+    assert!(
+        !fwd.table()
+            .peek(&FlowKey::new(other, a(VIP)))
+            .unwrap()
+            .value
+            .proven()
+    );
+}
+
+/// A proven flow used to be kept for as long as anything arrived on it, so a client could
+/// hold its slot for ever after its session ended by sending a datagram now and then.
+/// Now a proven flow on which the transceiver has sent nothing marked as on a verified
+/// path for SERVER_SILENT_SHED gives way when the table is full; one its transceiver
+/// still serves does not.
+#[test]
+fn a_proven_flow_whose_transceiver_fell_silent_gives_way_when_the_table_is_full() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder_with(policy(), 2, t0);
+    let (ended, live) = (a("198.51.100.1:1"), a("198.51.100.2:2"));
+    for (i, client) in [ended, live].into_iter().enumerate() {
+        let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 1, 900 + i as u16);
+        assert!(matches!(
+            fwd.from_client(&request, client, a(VIP), t0),
+            Verdict::Forward { .. }
+        ));
+        prove(&mut fwd, client, t0);
+    }
+    // Both clients keep sending; only `live`'s transceiver answers.
+    let mut at = t0;
+    while at < t0 + SERVER_SILENT_SHED {
+        at += Duration::from_secs(5);
+        for client in [ended, live] {
+            fwd.from_client(&RTP, client, a(VIP), at);
+        }
+        fwd.from_internal(&frame("198.51.100.2:2", VIP, &RTP), a(TRANSCEIVER), at);
+    }
+    // `ended`'s transceiver also sent unmarked frames (to a path that never answered):
+    // they do not count as serving it.
+    let unmarked = frame_marked("198.51.100.1:1", VIP, &RTP, false);
+    fwd.from_internal(&unmarked, a(TRANSCEIVER), at);
+    let newcomer = a("203.0.113.9:9");
+    let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, 2, 999);
+    let v = fwd.from_client(&request, newcomer, a(VIP), at);
+    assert!(matches!(v, Verdict::Forward { .. }), "{v:?}");
+    let held =
+        |fwd: &TestRelay, who: SocketAddr| fwd.table().peek(&FlowKey::new(who, a(VIP))).is_some();
+    assert!(!held(&fwd, ended), "the silent proven flow gave way");
+    assert!(held(&fwd, live), "the served one stays");
+    assert!(held(&fwd, newcomer));
+    assert_eq!(fwd.table().counters().shed, 1);
 }
 
 /// Forged first packets cost a token-bucket look-up, not three HMACs, beyond

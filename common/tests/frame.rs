@@ -106,7 +106,7 @@ fn unknown_version() {
 
 #[test]
 fn reserved_bits_set() {
-    for (at, value) in [(1, 0x08), (1, 0x80), (2, 0x01), (3, 0x80)] {
+    for (at, value) in [(1, 0x10), (1, 0x80), (2, 0x01), (3, 0x80)] {
         let mut f = V4_FRAME;
         f[at] |= value;
         assert_eq!(
@@ -115,6 +115,21 @@ fn reserved_bits_set() {
             "byte {at}"
         );
     }
+}
+
+#[test]
+fn the_verified_path_bit_round_trips_and_changes_nothing_else() {
+    let (plain, payload) = FrameHeader::parse(&V4_FRAME).unwrap();
+    assert!(!plain.verified_path);
+    let mut f = V4_FRAME;
+    f[1] |= 0x08;
+    let (marked, marked_payload) = FrameHeader::parse(&f).unwrap();
+    assert!(marked.verified_path);
+    assert_eq!(marked, plain.on_verified_path(true));
+    assert_eq!(marked_payload, payload);
+    let mut out = [0u8; 64];
+    let n = marked.emit(&mut out).unwrap();
+    assert_eq!(&out[..n], &f[..n]);
 }
 
 #[test]

@@ -9,20 +9,27 @@ use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKeys, RoutingHint};
 use ufrag_common::stun;
 
-/// A fake transceiver: every valid frame is sent back unchanged to the relay it came
-/// from (so the relay returns the datagram to its client). Stops after `max` frames or
-/// `idle` without traffic; returns the number echoed.
+/// A fake transceiver: every valid frame is sent back to the relay it came from, marked
+/// as sent on a verified path as a transceiver marks what it sends to a client path that
+/// answered its probe (so the relay returns the datagram to its client, and counts the
+/// flow's proof). Stops after `max` frames or `idle` without traffic; returns the number
+/// echoed.
 pub fn fake_transceiver(bind: SocketAddr, max: u64, idle: Duration) -> std::io::Result<u64> {
     let socket = UdpSocket::bind(bind)?;
     socket.set_read_timeout(Some(idle))?;
-    let mut buf = [0u8; 2048];
+    let (mut buf, mut reply) = ([0u8; 2048], [0u8; 2048]);
     let mut echoed = 0;
     while echoed < max {
         let Ok((n, from)) = socket.recv_from(&mut buf) else {
             break;
         };
-        if FrameHeader::parse(&buf[..n]).is_ok() {
-            socket.send_to(&buf[..n], from)?;
+        if let Ok((header, payload)) = FrameHeader::parse(&buf[..n]) {
+            let at = header
+                .on_verified_path(true)
+                .emit(&mut reply)
+                .expect("a header as long as the one read");
+            reply[at..at + payload.len()].copy_from_slice(payload);
+            socket.send_to(&reply[..at + payload.len()], from)?;
             echoed += 1;
         }
     }

@@ -67,7 +67,7 @@ use ufrag_bpf::asm::{Asm, B, DW, H, JEQ, JGT, JLT, JNE, W, action, helper};
 use ufrag_bpf::sys::{self as bpf, Map};
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::{FlowMirror, Route};
-use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
+use ufrag_common::frame::{FLAG_VERIFIED_PATH, FrameHeader, MAX_HEADER_LEN};
 use ufrag_common::metrics::FastPathTotals;
 use ufrag_common::wire::{self, fold_carries};
 
@@ -261,7 +261,10 @@ fn classify_payload(a: &mut Asm) {
     a.mov_reg(5, 4);
     a.add_imm(5, 17); // the shortest header and at least one byte of datagram
     a.jump(JGT, 5, Ok(3), "fast_unfit");
-    a.load(B, 5, 4, 1); // flags: bit 0 client IPv6, bit 1 VIP IPv6
+    a.load(B, 5, 4, 1); // flags: bit 0 client IPv6, bit 1 VIP IPv6, bit 3 verified path
+    // The verified-path bit is part of the key (user space installs return keys with it
+    // set), so a frame without it misses; the families are read without it.
+    a.and_imm(5, i32::from(!FLAG_VERIFIED_PATH));
     a.jump(JEQ, 5, Err(3), "fast_frame_v6");
     a.jump(JNE, 5, Err(0), "fast_unfit"); // mixed families: user space
     for off in [0, 8] {
@@ -637,7 +640,9 @@ impl FastFlow {
         Leg {
             from: self.transceiver,
             to: self.internal,
-            frame_in: Some(FrameHeader::new(self.key.client, self.key.vip)),
+            // The transceiver marks what it sends on a proven flow: a path that answered
+            // its probe.
+            frame_in: Some(FrameHeader::new(self.key.client, self.key.vip).on_verified_path(true)),
             out_from: self.key.vip,
             out_to: self.key.client,
             frame_out: None,

@@ -56,8 +56,18 @@ fn udp_frame(
     f
 }
 
+/// A frame as the relay sends it to the transceiver.
 fn framed(client: &str, vip: &str, payload: &[u8]) -> Vec<u8> {
-    let h = FrameHeader::new(a(client), a(vip));
+    frame_marked(client, vip, payload, false)
+}
+
+/// A return frame as the transceiver sends it on a path that answered its probe.
+fn returned(client: &str, vip: &str, payload: &[u8]) -> Vec<u8> {
+    frame_marked(client, vip, payload, true)
+}
+
+fn frame_marked(client: &str, vip: &str, payload: &[u8], verified_path: bool) -> Vec<u8> {
+    let h = FrameHeader::new(a(client), a(vip)).on_verified_path(verified_path);
     let mut f = vec![0u8; h.encoded_len()];
     h.emit(&mut f).unwrap();
     f.extend_from_slice(payload);
@@ -194,7 +204,7 @@ fn an_ipv4_flow_is_carried_both_ways_as_user_space_would_send_it() {
         RELAY_MAC,
         a(TRANSCEIVER4),
         a(INTERNAL4),
-        &framed(CLIENT4, VIP4, &RTP),
+        &returned(CLIENT4, VIP4, &RTP),
     );
     let (verdict, out) = b.run(&reply);
     assert_eq!(verdict, action::TX);
@@ -242,7 +252,7 @@ fn ipv6_outputs_carry_the_checksum_user_space_would_compute() {
                 RELAY_MAC,
                 a(transceiver),
                 a(internal),
-                &framed(CLIENT6, VIP6, payload),
+                &returned(CLIENT6, VIP6, payload),
             );
             let (verdict, out) = b.run(&reply);
             assert_eq!(verdict, action::TX, "return from {transceiver}");
@@ -280,7 +290,7 @@ fn stun_unknown_flows_and_strangers_go_to_user_space_untouched() {
             RELAY_MAC,
             a("10.77.0.3:41001"),
             a(INTERNAL4),
-            &framed(CLIENT4, VIP4, &RTP),
+            &returned(CLIENT4, VIP4, &RTP),
         ),
         |s| s.miss,
         "a return from another transceiver socket",
@@ -291,10 +301,21 @@ fn stun_unknown_flows_and_strangers_go_to_user_space_untouched() {
             RELAY_MAC,
             a(TRANSCEIVER4),
             a(INTERNAL4),
-            &framed("10.77.0.9:50000", VIP4, &RTP),
+            &returned("10.77.0.9:50000", VIP4, &RTP),
         ),
         |s| s.miss,
         "a return naming a client with no flow",
+    );
+    b.left_to_user_space(
+        &udp_frame(
+            TRANSCEIVER_MAC,
+            RELAY_MAC,
+            a(TRANSCEIVER4),
+            a(INTERNAL4),
+            &framed(CLIENT4, VIP4, &RTP),
+        ),
+        |s| s.miss,
+        "a return not marked as sent on a verified path",
     );
     b.left_to_user_space(
         &udp_frame(
@@ -313,7 +334,7 @@ fn stun_unknown_flows_and_strangers_go_to_user_space_untouched() {
             RELAY_MAC,
             a(TRANSCEIVER4),
             a(INTERNAL4),
-            &framed(CLIENT4, VIP4, &[]),
+            &returned(CLIENT4, VIP4, &[]),
         ),
         |s| s.unfit,
         "a frame header with no datagram",
@@ -498,7 +519,7 @@ fn a_return_the_fast_path_takes_is_one_user_space_returns_byte_for_byte() {
     let header_len = FrameHeader::new(a(CLIENT4), a(VIP4)).encoded_len();
     let mut taken = 0;
     for (i, payload) in generated_payloads().into_iter().enumerate() {
-        let mut frame = framed(CLIENT4, VIP4, &payload);
+        let mut frame = returned(CLIENT4, VIP4, &payload);
         // Every third frame has one header byte changed: a version, flags or address
         // the fast path must not misread.
         if i % 3 == 1 {

@@ -201,7 +201,7 @@ fn a_batch_for_a_bundling_transceiver_leaves_in_bundles_and_bundled_replies_reac
     let mut buf = [0u8; 1472];
     let mut writer = BundleWriter::new(&mut buf);
     for c in (0..CLIENTS).step_by(2) {
-        let h = FrameHeader::new(clients[c].local_addr().unwrap(), vip);
+        let h = FrameHeader::new(clients[c].local_addr().unwrap(), vip).on_verified_path(true);
         writer.push(&h, &[0x80, 0xEE, c as u8]).unwrap();
     }
     let mut reply = writer.finish().unwrap().to_vec();

@@ -99,7 +99,7 @@ fn reply(
     vip: SocketAddr,
     payload: &[u8],
 ) {
-    let h = FrameHeader::over(transport, client, vip);
+    let h = FrameHeader::over(transport, client, vip).on_verified_path(true);
     let mut f = vec![0u8; h.encoded_len()];
     h.emit(&mut f).unwrap();
     f.extend_from_slice(payload);

@@ -46,6 +46,9 @@ label_enum! {
         PathBudget = "path_budget",
         /// A check for one session from a path another live session holds.
         PathTaken = "path_taken",
+        /// DTLS or media for a path that has not answered its probe, with the session's
+        /// hold for it full (the rest waits until the path answers).
+        PathHoldFull = "path_hold_full",
         /// An incoming datagram longer than the receive buffer (cut by the kernel).
         Truncated = "truncated",
         /// str0m could not parse the datagram.
@@ -159,6 +162,9 @@ pub struct TransceiverMetrics {
     ice_restarts_refused: Counter,
     path_probes: Counter,
     kept_on_verified_path: Counter,
+    held_for_probe: Counter,
+    consent_probes: Counter,
+    consent_lost: Counter,
     connect_seconds: Histogram,
     /// Indexed by [`HttpRefusal::index`].
     http_refusals: Vec<Counter>,
@@ -202,6 +208,24 @@ impl TransceiverMetrics {
         let ice_restarts_refused = Counter::default();
         let path_probes = Counter::default();
         let kept_on_verified_path = Counter::default();
+        let held_for_probe = Counter::default();
+        let consent_probes = Counter::default();
+        let consent_lost = Counter::default();
+        registry.register(
+            "held_for_probe_datagrams",
+            "DTLS or media held for a client path until it answers its probe (sent then).",
+            held_for_probe.clone(),
+        );
+        registry.register(
+            "consent_probes",
+            "Consent probes of a session's verified client path (RFC 7675).",
+            consent_probes.clone(),
+        );
+        registry.register(
+            "consent_lost",
+            "Verified client paths that answered no consent probe for 30 s; their media waits.",
+            consent_lost.clone(),
+        );
         registry.register(
             "path_probes",
             "Probes sent to a client path that has not shown it receives (return routability).",
@@ -364,6 +388,9 @@ impl TransceiverMetrics {
             ice_restarts_refused,
             path_probes,
             kept_on_verified_path,
+            held_for_probe,
+            consent_probes,
+            consent_lost,
             connect_seconds,
             http_refusals: HttpRefusal::ALL
                 .iter()
@@ -465,6 +492,21 @@ impl TransceiverMetrics {
     /// A probe went to a client path that has not shown it receives.
     pub fn path_probe(&self) {
         self.path_probes.inc();
+    }
+
+    /// DTLS or media waits for its path to answer a probe.
+    pub fn held_for_probe(&self) {
+        self.held_for_probe.inc();
+    }
+
+    /// A consent probe went to a session's verified path.
+    pub fn consent_probe(&self) {
+        self.consent_probes.inc();
+    }
+
+    /// A verified path answered no consent probe for too long.
+    pub fn consent_lost(&self) {
+        self.consent_lost.inc();
     }
 
     /// A datagram went to the session's verified path instead of an unverified one.

@@ -46,6 +46,13 @@ pub const fn drop(reason: DropReason) -> Entry {
              a path another session holds: path hijacking attempts, bounded by design. A \
              few from clients roaming between networks.",
         ),
+        PathHoldFull => entry(
+            Cause::Hostile,
+            "DTLS or media for a client path that has not answered its probe, beyond what \
+             one session holds for it: a client that nominated an address it does not \
+             receive on (a spoofed source), or one whose answers are lost. The datagrams \
+             are retransmitted once the path answers. Many: look for forged nominations.",
+        ),
         Truncated => entry(
             Cause::Hostile,
             "A datagram larger than the receive buffer: not WebRTC media. Nothing to do.",

@@ -20,7 +20,7 @@ use ufrag_common::stun::{METHOD_BINDING, StunClass, StunView, StunWriter, attr};
 use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason};
 use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
-use crate::path_check::{Destination, PathCheck};
+use crate::path_check::{Destination, HeldDatagram, PathCheck, Upkeep};
 use crate::session_table::ClientPath;
 
 /// ICE restarts one session may ask for at once ([`Session::take_restart`]).
@@ -138,6 +138,9 @@ pub struct Session {
     local_password: String,
     /// A path has been nominated (by the client, or by [`Session::nominate_checked_path`]).
     nominated: bool,
+    /// The transaction of our own nomination, until str0m's answer to it (which is for
+    /// no one: the client never asked) is withheld.
+    own_nomination: Option<[u8; 12]>,
     /// The server ICE ufrag and the client's credentials (from the offer, or the last ICE
     /// restart): what a probe of a new client path is signed with.
     local_ufrag: String,
@@ -247,6 +250,7 @@ impl Session {
             ended: None,
             local_password,
             nominated: false,
+            own_nomination: None,
             local_ufrag,
             remote,
             paths: PathCheck::default(),
@@ -305,6 +309,8 @@ impl Session {
             self.last_transport = transport;
         }
         self.last_receive = now;
+        self.paths
+            .heard(ClientPath { client, local }, payload.len());
         // TCP is the last resort: a TCP path is used once the client nominates it, never
         // ahead of it, so a client with UDP keeps its UDP pair.
         if !self.nominated && transport == Transport::Udp {
@@ -335,8 +341,9 @@ impl Session {
     /// interval (about 50 ms) later, and holds its DTLS flight until then. So the
     /// client's first valid Binding Request goes to str0m once more, as a transaction of
     /// our own with USE-CANDIDATE added and signed again with the server password. The
-    /// client nominates as it likes later on, and str0m follows it; it discards the
-    /// answer to a transaction it did not start (RFC 8489 §6.3).
+    /// client nominates as it likes later on, and str0m follows it. str0m's answer to our
+    /// own transaction is withheld ([`Session::poll_output`]): one answer per check, so
+    /// a spoofed source is sent no more than it sent.
     fn nominate_checked_path(
         &mut self,
         now: Instant,
@@ -364,24 +371,30 @@ impl Session {
         };
         if self.rtc.handle_input(Input::Receive(now, receive)).is_ok() {
             self.nominated = true;
+            self.own_nomination = StunView::parse(&buf[..len])
+                .ok()
+                .map(|ours| *ours.transaction_id());
         }
     }
 
-    /// Where a datagram str0m sends to `path` goes, and whether `path` should be probed
-    /// now ([`PathCheck::route`]).
+    /// Where a datagram str0m sends to `path` over `transport` goes ([`PathCheck::route`]):
+    /// a datagram held for a path that has not answered yet is copied and kept.
     pub fn route_transmit(
         &mut self,
         path: ClientPath,
-        stun: bool,
-        now: Instant,
-    ) -> (Destination, bool) {
-        self.paths.route(path, stun, now)
+        transport: Transport,
+        contents: &[u8],
+    ) -> Destination {
+        let stun = DatagramKind::classify(contents) == DatagramKind::Stun;
+        self.paths.route(path, transport, contents, stun)
     }
 
-    /// Writes into `buf` a probe of `path` under `transaction_id`: a Binding Request
-    /// signed with the client's ICE password (USERNAME `client:server`, ICE-CONTROLLED,
-    /// as the controlled agent), and remembers it. `None` without the client's
-    /// credentials or room.
+    /// Writes into `buf` a probe of `path` under `transaction_id` if one may go now: a
+    /// consent probe of the verified path when [`Session::path_upkeep`] asked for it, or a
+    /// probe of an unverified path that its credit pays for ([`PathCheck::may_probe`]). A
+    /// probe is a Binding Request signed with the client's ICE password (USERNAME
+    /// `client:server`, ICE-CONTROLLED, as the controlled agent). `None` if none may go,
+    /// or without the client's credentials or room.
     pub fn write_probe(
         &mut self,
         path: ClientPath,
@@ -405,13 +418,24 @@ impl Session {
             .fingerprint()
             .ok()?;
         let len = writer.finish();
-        self.paths.probed(path, transaction_id, now);
+        let consent = self.paths.verified() == Some(path);
+        if !consent && !self.paths.may_probe(path, len, now) {
+            return None;
+        }
+        self.paths.probed(path, transaction_id, len, now);
         Some(len)
     }
 
-    /// Whether `payload` from `path` is the success response to this session's probe of
-    /// `path` (then `path` is verified, and the response is not for str0m).
-    pub fn probe_answered(&mut self, path: ClientPath, payload: &[u8]) -> bool {
+    /// Whether `payload` from `path` over `transport` is the success response to one of
+    /// this session's probes (then `path` is verified, and the response is not for
+    /// str0m).
+    pub fn probe_answered(
+        &mut self,
+        path: ClientPath,
+        transport: Transport,
+        payload: &[u8],
+        now: Instant,
+    ) -> bool {
         let Ok(view) = StunView::parse(payload) else {
             return false;
         };
@@ -422,7 +446,21 @@ impl Session {
             .remote
             .as_ref()
             .is_some_and(|remote| view.verify_integrity(remote.pass.as_bytes()).is_ok());
-        signed_by_client && self.paths.answered(path, view.transaction_id())
+        signed_by_client
+            && self
+                .paths
+                .answered(path, transport, view.transaction_id(), now)
+    }
+
+    /// What was held for `path` until it answered its probe, now that it has.
+    pub fn take_held(&mut self, path: ClientPath) -> Vec<HeldDatagram> {
+        self.paths.take_held(path)
+    }
+
+    /// What the session's paths need at `now`: a consent probe, or the news that the
+    /// verified path lost consent ([`PathCheck::upkeep`]).
+    pub fn path_upkeep(&mut self, now: Instant) -> Upkeep {
+        self.paths.upkeep(now)
     }
 
     /// How long the session has received nothing, at `now`.
@@ -550,13 +588,18 @@ impl Session {
                 }
             };
             match output {
+                Output::Transmit(t) if self.answers_own_nomination(&t.contents) => {
+                    // One answer per check reaches the client, not two.
+                    self.own_nomination = None;
+                }
                 Output::Transmit(t) => return SessionOutput::Transmit(t),
                 Output::Timeout(t) => {
                     if !self.rtc.is_alive() {
                         self.ended = Some(EndReason::Closed);
                         continue;
                     }
-                    return SessionOutput::Timeout(t);
+                    let upkeep = self.paths.next_upkeep().unwrap_or(t);
+                    return SessionOutput::Timeout(t.min(upkeep));
                 }
                 Output::Event(event) => {
                     if let Some(out) = self.on_event(event) {
@@ -567,13 +610,21 @@ impl Session {
         }
     }
 
+    /// Whether `contents` is str0m's answer to our own nomination's transaction.
+    fn answers_own_nomination(&self, contents: &[u8]) -> bool {
+        self.own_nomination.is_some_and(|ours| {
+            StunView::parse(contents).is_ok_and(|view| {
+                view.class() == StunClass::SuccessResponse && *view.transaction_id() == ours
+            })
+        })
+    }
+
     /// Turns one str0m event into what the worker must do, if anything.
     fn on_event(&mut self, event: Event) -> Option<SessionOutput> {
         let session = self.id;
         match event {
             Event::Connected => {
                 self.connected = true;
-                self.paths.connected();
                 let since = self.last_receive.saturating_duration_since(self.created);
                 Some(SessionOutput::Connected(since))
             }
@@ -931,12 +982,11 @@ mod tests {
             Vec::<[u8; 12]>::new()
         );
         assert!(!session.nominated);
-        // A valid check without USE-CANDIDATE: answered, and nominated on the client's
-        // behalf (str0m answers our own transaction too).
+        // A valid check without USE-CANDIDATE: answered once, and nominated on the
+        // client's behalf (str0m's answer to our own transaction is withheld: before,
+        // the check got two answers, 2× toward a possibly spoofed source).
         let valid = check(creds.pass.as_bytes(), [2; 12]);
-        let mut ours = [2; 12];
-        ours[11] ^= 0xff;
-        assert_eq!(answers_after(&mut session, &valid, now), [[2; 12], ours]);
+        assert_eq!(answers_after(&mut session, &valid, now), [[2; 12]]);
         assert!(session.nominated);
         // Once nominated, later checks are just answered.
         let again = check(creds.pass.as_bytes(), [3; 12]);

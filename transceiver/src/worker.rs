@@ -37,9 +37,9 @@ use ufrag_udp::{RecvBatch, SendBatch};
 use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
 use crate::model::{ModelBackend, ModelInput, ModelLink, ModelOutput, SessionId};
-use crate::path_check::Destination;
+use crate::path_check::{Destination, Upkeep};
 use crate::random::random_bytes;
-use crate::session::{Advertised, Session, SessionOutput};
+use crate::session::{Advertised, Session, SessionOutput, protocol_of};
 use crate::session_table::{ClientPath, PathRefused, SessionTable, Unrouted};
 use crate::setup::{NewSession, SessionMint};
 
@@ -52,6 +52,9 @@ const MAX_SLEEP: Duration = Duration::from_millis(100);
 /// A session that has received nothing for this long no longer holds its paths against
 /// another session's checks (a live one receives media or consent checks far more often).
 const PATH_HOLDER_IDLE: Duration = Duration::from_secs(5);
+
+/// Room for a probe: a client ufrag of up to 256 characters (RFC 8839) and ours.
+const PROBE_BUFFER: usize = 640;
 
 /// The frame transport of a str0m transmit: TCP for ICE-TCP, UDP for everything else.
 fn transport_of(proto: str0m::net::Protocol) -> Transport {
@@ -555,8 +558,19 @@ impl Worker {
             .map_err(|_: Unrouted| DropReason::NoSession)?;
         if DatagramKind::classify(payload) == DatagramKind::Stun {
             let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
-            if session.probe_answered(path, payload) {
-                // The path showed it receives: the session's media may go there now.
+            if session.probe_answered(path, transport, payload, now) {
+                // The path showed it receives: what waited for it goes now, and the
+                // session's media from now on.
+                let relay = session.relay_for(transport).or(relay);
+                for held in session.take_held(path) {
+                    self.transmit(
+                        relay,
+                        protocol_of(held.transport),
+                        path,
+                        true,
+                        &held.contents,
+                    );
+                }
                 return Ok(());
             }
             let idle_for = PATH_HOLDER_IDLE;
@@ -578,41 +592,46 @@ impl Worker {
     /// Carries out what session `id` asks until it waits for a timeout or has ended:
     /// datagrams go out, model inputs go to the model, the wake-up is scheduled.
     fn drive(&mut self, id: SessionId, now: Instant) {
+        self.keep_consent(id, now);
         loop {
             let Some(session) = self.sessions.get_mut(id) else {
                 return;
             };
             match session.poll_output() {
                 SessionOutput::Transmit(t) => {
-                    let relay = session.relay_for(transport_of(t.proto));
+                    let transport = transport_of(t.proto);
+                    let relay = session.relay_for(transport);
                     // The session answers only on paths that passed an authenticated
                     // check (or were nominated): datagrams from there are its own.
                     let path = ClientPath {
                         client: t.destination,
                         local: t.source,
                     };
-                    let stun = DatagramKind::classify(&t.contents) == DatagramKind::Stun;
-                    let (destination, probe_due) = session.route_transmit(path, stun, now);
-                    let mut probe = [0u8; 256];
-                    let probe_len = probe_due
-                        .then(|| session.write_probe(path, random_bytes(), now, &mut probe))
-                        .flatten();
+                    let destination = session.route_transmit(path, transport, &t.contents);
+                    let mut probe = [0u8; PROBE_BUFFER];
+                    let probe_len = match destination {
+                        // DTLS or media for a path that has not answered: probe it, if
+                        // its credit pays for a probe.
+                        Destination::Verified(_) | Destination::Held | Destination::Dropped => {
+                            session.write_probe(path, random_bytes(), now, &mut probe)
+                        }
+                        Destination::AsSent { .. } => None,
+                    };
                     self.sessions.learn_path(id, path);
-                    let to = match destination {
-                        Destination::AsSent => path,
+                    match destination {
+                        Destination::AsSent { verified } => {
+                            self.transmit(relay, t.proto, path, verified, &t.contents);
+                        }
                         Destination::Verified(verified) => {
                             self.metrics.kept_on_verified_path();
-                            verified
+                            self.transmit(relay, t.proto, verified, true, &t.contents);
                         }
-                    };
-                    if let Err(reason) = self.transmit(relay, t.proto, to, &t.contents) {
-                        self.metrics.dropped(reason);
+                        Destination::Held => self.metrics.held_for_probe(),
+                        Destination::Dropped => self.metrics.dropped(DropReason::PathHoldFull),
                     }
                     if let Some(len) = probe_len {
                         self.metrics.path_probe();
-                        if let Err(reason) = self.transmit(relay, t.proto, path, &probe[..len]) {
-                            self.metrics.dropped(reason);
-                        }
+                        self.transmit(relay, t.proto, path, false, &probe[..len]);
                     }
                 }
                 SessionOutput::Model(input) => self.model.handle(now, input, &mut self.outputs),
@@ -642,21 +661,54 @@ impl Worker {
         self.apply_model_outputs(now);
     }
 
+    /// Session `id`'s verified path, kept (RFC 7675): a consent probe when one is due,
+    /// and the loss counted when it has answered none for too long.
+    fn keep_consent(&mut self, id: SessionId, now: Instant) {
+        let Some(session) = self.sessions.get_mut(id) else {
+            return;
+        };
+        match session.path_upkeep(now) {
+            Upkeep::Nothing => {}
+            Upkeep::ConsentProbe(path, transport) => {
+                let mut probe = [0u8; PROBE_BUFFER];
+                let Some(len) = session.write_probe(path, random_bytes(), now, &mut probe) else {
+                    return;
+                };
+                let relay = session.relay_for(transport);
+                self.metrics.consent_probe();
+                self.transmit(relay, protocol_of(transport), path, true, &probe[..len]);
+            }
+            Upkeep::ConsentLost(path) => {
+                self.metrics.consent_lost();
+                tracing::info!(
+                    session = format!("{id:016x}"),
+                    client = %path.client,
+                    "the client path answered no consent probe: media waits for a path that answers"
+                );
+            }
+        }
+    }
+
     /// Queues one of a session's datagrams for `path` over `proto`: to the client itself
-    /// (direct mode), or framed to the relay its traffic came through, into that relay's
-    /// bundle when it reads bundles (`--bundle-to`). A full batch is sent first.
+    /// (direct mode), or framed to the relay its traffic came through (marked if `path`
+    /// answered a probe: `verified_path`), into that relay's bundle when it reads
+    /// bundles (`--bundle-to`). A full batch is sent first. One that cannot go is counted.
     fn transmit(
         &mut self,
         relay: Option<SocketAddr>,
         proto: Protocol,
         path: ClientPath,
+        verified_path: bool,
         contents: &[u8],
-    ) -> Result<(), DropReason> {
+    ) {
         let (to, frame) = if self.cfg.direct {
             (path.client, None)
         } else {
-            let relay = relay.ok_or(DropReason::NoRelay)?;
-            let frame = FrameHeader::over(transport_of(proto), path.client, path.local);
+            let Some(relay) = relay else {
+                return self.metrics.dropped(DropReason::NoRelay);
+            };
+            let frame = FrameHeader::over(transport_of(proto), path.client, path.local)
+                .on_verified_path(verified_path);
             (relay, Some(frame))
         };
         let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
@@ -674,12 +726,13 @@ impl Worker {
             }
             (Some(header), None) => {
                 let mut head = [0u8; MAX_HEADER_LEN];
-                let n = header.emit(&mut head).map_err(|_| DropReason::TooLarge)?;
-                queue(outgoing, fd, metrics, (to, &head[..n], contents), 1);
+                match header.emit(&mut head) {
+                    Ok(n) => queue(outgoing, fd, metrics, (to, &head[..n], contents), 1),
+                    Err(_) => metrics.dropped(DropReason::TooLarge),
+                }
             }
             (None, _) => queue(outgoing, fd, metrics, (to, &[], contents), 1),
         }
-        Ok(())
     }
 
     /// Sends every queued datagram (the open bundles closed first) in as few `sendmmsg`

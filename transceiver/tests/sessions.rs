@@ -459,3 +459,78 @@ fn a_forged_nomination_from_another_address_gets_it_no_media() {
     assert!(xcvr.metric("ufrag_transceiver_kept_on_verified_path_datagrams_total") > 0.0);
     assert!(xcvr.metric("ufrag_transceiver_path_probes") >= 1.0);
 }
+
+/// Hostile clients, third round, finding 1 (blind proof): a client whose datagrams reach
+/// the transceiver from a spoofed source V, where nobody receives. Before, the
+/// transceiver sent its DTLS flight (about 1 KB, and every retransmission) to V as soon
+/// as V's check was nominated, and the relay counted that as V's flow proven. Now DTLS
+/// waits for V to answer a probe, which it never does: V gets only STUN, and no more
+/// bytes than it sent.
+#[test]
+fn a_spoofed_source_that_never_receives_gets_no_dtls_and_no_more_bytes_than_it_sent() {
+    use std::net::UdpSocket;
+    let xcvr = Transceiver::start(None, &[]);
+    let mut client = new_client();
+    // The client talks to a proxy that passes everything on from V, and back only the
+    // answers to its checks (an attacker can predict them), so that it goes on to send
+    // its ClientHello from V; nothing else that reaches V is passed back.
+    let proxy = UdpSocket::bind((unique_ip(), 0)).unwrap();
+    let spoofed = UdpSocket::bind((unique_ip(), 0)).unwrap();
+    proxy.set_nonblocking(true).unwrap();
+    spoofed.set_nonblocking(true).unwrap();
+    let offer = client.offer.clone();
+    let mut answer = http_request(
+        xcvr.http,
+        "POST",
+        "/v1/sessions",
+        Some(("application/sdp", &offer)),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(answer.status, 201);
+    let worker = format!("{} {}", xcvr.worker.ip(), xcvr.worker.port());
+    let via_proxy = proxy.local_addr().unwrap();
+    assert!(answer.body.contains(&worker), "{}", answer.body);
+    answer.body = answer
+        .body
+        .replace(&worker, &format!("{} {}", via_proxy.ip(), via_proxy.port()));
+    client.apply_answer(&answer);
+
+    let (mut from_spoofed, mut to_spoofed) = (0usize, Vec::<Vec<u8>>::new());
+    let mut buf = [0u8; 2048];
+    let until = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < until {
+        client.step();
+        while let Ok((n, _)) = proxy.recv_from(&mut buf) {
+            from_spoofed += n;
+            spoofed.send_to(&buf[..n], xcvr.worker).unwrap();
+        }
+        while let Ok((n, _)) = spoofed.recv_from(&mut buf) {
+            to_spoofed.push(buf[..n].to_vec());
+            let binding_success = buf[..n].starts_with(&[0x01, 0x01]);
+            if binding_success {
+                proxy.send_to(&buf[..n], client.local).unwrap();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let stun = |d: &Vec<u8>| d.first().is_some_and(|b| *b < 4);
+    let sent: usize = to_spoofed.iter().map(Vec::len).sum();
+    assert!(
+        to_spoofed.iter().all(stun),
+        "V got {} datagrams, {} of them not STUN",
+        to_spoofed.len(),
+        to_spoofed.iter().filter(|d| !stun(d)).count()
+    );
+    assert!(!to_spoofed.is_empty(), "V's checks are answered");
+    assert!(
+        sent <= from_spoofed,
+        "V was sent {sent} bytes for the {from_spoofed} it sent"
+    );
+    assert!(
+        xcvr.metric("ufrag_transceiver_held_for_probe_datagrams_total") >= 1.0,
+        "the DTLS flight waited for V to answer"
+    );
+    assert!(xcvr.metric("ufrag_transceiver_path_probes") >= 1.0);
+    assert!(client.connected_at.is_none());
+}

@@ -328,8 +328,14 @@ pub fn minted_binding_request(
 pub const RTP: [u8; 12] = [0x80, 111, 0, 1, 0, 0, 0, 1, 1, 2, 3, 4];
 pub const DTLS: [u8; 13] = [22, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 
+/// A return frame as the transceiver sends it on a path that answered its probe.
 pub fn frame(client: &str, vip: &str, payload: &[u8]) -> Vec<u8> {
-    let h = FrameHeader::new(a(client), a(vip));
+    frame_marked(client, vip, payload, true)
+}
+
+/// A return frame with the verified-path bit as given.
+pub fn frame_marked(client: &str, vip: &str, payload: &[u8], verified_path: bool) -> Vec<u8> {
+    let h = FrameHeader::new(a(client), a(vip)).on_verified_path(verified_path);
     let mut f = vec![0u8; h.encoded_len()];
     h.emit(&mut f).unwrap();
     f.extend_from_slice(payload);

@@ -99,7 +99,9 @@ impl ReturnPath {
     fn payload(self, client: SocketAddr, media: &[u8]) -> Vec<u8> {
         match self {
             ReturnPath::Framed { vip, .. } => {
-                let header = ufrag_common::frame::FrameHeader::new(client, vip);
+                // Our transceiver marks what it sends on a path that answered its probe.
+                let header =
+                    ufrag_common::frame::FrameHeader::new(client, vip).on_verified_path(true);
                 let mut frame = vec![0u8; header.encoded_len() + media.len()];
                 let at = header.emit(&mut frame).expect("room for the header");
                 frame[at..].copy_from_slice(media);

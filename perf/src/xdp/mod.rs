@@ -156,7 +156,8 @@ pub fn framed_template(
     datagram_len: usize,
 ) -> Vec<u8> {
     use ufrag_common::frame::FrameHeader;
-    let header = FrameHeader::new(client.into(), vip.into());
+    // As our transceiver sends it: on a path that answered its probe.
+    let header = FrameHeader::new(client.into(), vip.into()).on_verified_path(true);
     let mut payload = vec![0u8; header.encoded_len() + datagram_len.max(12)];
     let n = header.emit(&mut payload).expect("room for the header");
     payload[n] = 0x80;

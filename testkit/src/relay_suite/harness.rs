@@ -430,7 +430,8 @@ impl Endpoint {
         vip: SocketAddr,
         payload: &[u8],
     ) {
-        let h = FrameHeader::new(client, vip);
+        // As a transceiver sends on a path that answered its probe.
+        let h = FrameHeader::new(client, vip).on_verified_path(true);
         let mut f = vec![0u8; h.encoded_len()];
         h.emit(&mut f).unwrap();
         f.extend_from_slice(payload);
