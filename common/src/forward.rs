@@ -30,8 +30,8 @@
 //!    for its server ufrag, and a token from its source prefix's and the worker's
 //!    buckets. In a full table, an expired flow or one that carried only STUN for
 //!    [`SHED_MIN_IDLE`] makes room, or a proven one whose transceiver has sent it nothing
-//!    for [`SERVER_SILENT_SHED`] (its session is over, whoever keeps the client side
-//!    busy); a proven flow its transceiver still serves is never evicted. Then the flow
+//!    for [`SERVER_SILENT_SHED`] (its session is over), among the least recently used; a
+//!    proven flow its transceiver still serves is never evicted. Then the flow
 //!    is created and the datagram forwarded.
 //!
 //! 4. Flow miss, DTLS or RTP/RTCP: with a route cache, [`Verdict::LookupRoute`] (the
@@ -185,9 +185,14 @@ pub const REROUTE_MIN_IDLE: Duration = Duration::from_secs(5);
 /// make room.
 pub const SHED_MIN_IDLE: Duration = Duration::from_secs(1);
 /// When the table is full, a proven flow on which the transceiver has sent nothing marked
-/// as on a verified path for this long may be shed too, however busy its client side:
-/// its session has ended or lost consent (a live session's transceiver sends media, or a
-/// consent probe about every 5 s, RFC 7675), so only the client side keeps it alive.
+/// as on a verified path for this long may be shed too: its session has ended or lost
+/// consent (a live session's transceiver sends media, or a consent probe about every
+/// 5 s, RFC 7675), so only its client side keeps it alive. Like an idle unproven flow, it
+/// is found only among the least recently used flows the table looks at when it needs
+/// room, so a client that keeps its flow busier than the table's quietest flows is not
+/// reached this way; and relay-afxdp's fast path, which carries both directions out of
+/// the forwarder's sight and stamps them alike, keeps such a flow while either side
+/// sends.
 pub const SERVER_SILENT_SHED: Duration = Duration::from_secs(30);
 /// How many of the least recently used flows are looked at for one to shed.
 pub const SHED_SCAN: usize = 16;

@@ -46,8 +46,9 @@ label_enum! {
         PathBudget = "path_budget",
         /// A check for one session from a path another live session holds.
         PathTaken = "path_taken",
-        /// DTLS or media for a path that has not answered its probe, with the session's
-        /// hold for it full (the rest waits until the path answers).
+        /// DTLS or media for a path that has not answered its probe, beyond what the
+        /// session holds for it: dropped (str0m retransmits a DTLS flight; media is not
+        /// sent again).
         PathHoldFull = "path_hold_full",
         /// An incoming datagram longer than the receive buffer (cut by the kernel).
         Truncated = "truncated",
@@ -213,7 +214,7 @@ impl TransceiverMetrics {
         let consent_lost = Counter::default();
         registry.register(
             "held_for_probe_datagrams",
-            "DTLS or media held for a client path until it answers its probe (sent then).",
+            "DTLS or media held for a client path until it answers its probe (sent then, or dropped with the hold when str0m moves to another path).",
             held_for_probe.clone(),
         );
         registry.register(

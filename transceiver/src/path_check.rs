@@ -22,7 +22,7 @@
 //!   verified path yet, it is *held* (at most [`MAX_HELD_DATAGRAMS`] and
 //!   [`MAX_HELD_BYTES`], the rest dropped and counted) until the path answers, then sent.
 //! - A path str0m sends to and that is not verified is probed, at most once per
-//!   [`PROBE_EVERY`], and only while it has *credit*: the bytes it has sent the session
+//!   [`PROBE_EVERY`] in a row, and only while it has *credit*: the bytes it has sent the session
 //!   less the bytes sent to it. So toward an address that has not shown it receives, the
 //!   transceiver sends no more bytes than it received from it, and only STUN: a spoofed
 //!   source gains nothing by amplification.
@@ -38,7 +38,9 @@ use ufrag_common::frame::Transport;
 
 use crate::session_table::ClientPath;
 
-/// The least time between two probes of one path that has not answered yet.
+/// The least time between two probes in a row of one path that has not answered yet (one
+/// probe is outstanding at a time: a probe of another path replaces it; the bytes any
+/// path is sent stay within its credit).
 pub const PROBE_EVERY: Duration = Duration::from_millis(500);
 /// About how often the verified path is probed for consent (RFC 7675 §5.1: 5 s, each
 /// interval drawn from 0.8 to 1.2 times it).
@@ -62,8 +64,9 @@ pub enum Destination {
         /// The path has answered a probe.
         verified: bool,
     },
-    /// To the verified path instead of the unverified one str0m chose.
-    Verified(ClientPath),
+    /// To the verified path (over its own transport) instead of the unverified one str0m
+    /// chose.
+    Verified(ClientPath, Transport),
     /// Held until the path answers its probe ([`PathCheck::take_held`]).
     Held,
     /// Not sent: no verified path, and the hold is full.
@@ -77,7 +80,7 @@ impl Destination {
     pub fn sent_verified(self) -> bool {
         matches!(
             self,
-            Destination::AsSent { verified: true } | Destination::Verified(_)
+            Destination::AsSent { verified: true } | Destination::Verified(..)
         )
     }
 }
@@ -184,7 +187,7 @@ impl PathCheck {
             return Destination::AsSent { verified: false };
         }
         if let Some(verified) = self.verified {
-            return Destination::Verified(verified.path);
+            return Destination::Verified(verified.path, verified.transport);
         }
         // A flight for another path is stale now: str0m sends its next one here.
         let hold = match &mut self.hold {
@@ -465,9 +468,9 @@ mod tests {
         // A forged nomination moved str0m to `spoofed`: media stays on `real`.
         assert_eq!(
             check.route(spoofed, UDP, &[0x80; 100], false),
-            Destination::Verified(real)
+            Destination::Verified(real, UDP)
         );
-        assert!(Destination::Verified(real).sent_verified());
+        assert!(Destination::Verified(real, UDP).sent_verified());
         // Answers to checks are not held back, and are not marked verified.
         assert_eq!(
             check.route(spoofed, UDP, &[1; 64], true),

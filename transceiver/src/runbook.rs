@@ -47,11 +47,13 @@ pub const fn drop(reason: DropReason) -> Entry {
              few from clients roaming between networks.",
         ),
         PathHoldFull => entry(
-            Cause::Hostile,
-            "DTLS or media for a client path that has not answered its probe, beyond what \
-             one session holds for it: a client that nominated an address it does not \
-             receive on (a spoofed source), or one whose answers are lost. The datagrams \
-             are retransmitted once the path answers. Many: look for forged nominations.",
+            Cause::Benign,
+            "DTLS or media for a client path that has not answered its probe, beyond the 8 \
+             datagrams a session holds for it: dropped. Expected from a client that went \
+             away (its path lost consent; its session ends at the idle timeout) and from \
+             one whose probe answers are lost. Many while sessions live: clients that \
+             nominate addresses they do not receive on (forged nominations), or a network \
+             that drops the probes (check that clients answer Binding Requests).",
         ),
         Truncated => entry(
             Cause::Hostile,

@@ -389,20 +389,28 @@ impl Session {
         self.paths.route(path, transport, contents, stun)
     }
 
-    /// Writes into `buf` a probe of `path` under `transaction_id` if one may go now: a
-    /// consent probe of the verified path when [`Session::path_upkeep`] asked for it, or a
-    /// probe of an unverified path that its credit pays for ([`PathCheck::may_probe`]). A
-    /// probe is a Binding Request signed with the client's ICE password (USERNAME
-    /// `client:server`, ICE-CONTROLLED, as the controlled agent). `None` if none may go,
-    /// or without the client's credentials or room.
+    /// Writes into `buf` a probe of `path` if one may go now: a consent probe of the
+    /// verified path when [`Session::path_upkeep`] asked for it, or a probe of an
+    /// unverified path that its credit pays for ([`PathCheck::may_probe`]), under a
+    /// transaction id from `random` (drawn only then). A probe is a Binding Request signed
+    /// with the client's ICE password (USERNAME `client:server`, ICE-CONTROLLED, as the
+    /// controlled agent). `None` if none may go, or without the client's credentials or
+    /// room.
     pub fn write_probe(
         &mut self,
         path: ClientPath,
-        transaction_id: [u8; 12],
         now: Instant,
         buf: &mut [u8],
+        random: impl FnOnce() -> [u8; 12],
     ) -> Option<usize> {
         let remote = self.remote.as_ref()?;
+        let username_len = remote.ufrag.len() + 1 + self.local_ufrag.len();
+        let len = probe_len(username_len);
+        let consent = self.paths.verified() == Some(path);
+        if !consent && !self.paths.may_probe(path, len, now) {
+            return None;
+        }
+        let transaction_id = random();
         let username = format!("{}:{}", remote.ufrag, self.local_ufrag);
         let mut writer =
             StunWriter::new(buf, METHOD_BINDING, StunClass::Request, &transaction_id).ok()?;
@@ -417,13 +425,10 @@ impl Session {
             .ok()?
             .fingerprint()
             .ok()?;
-        let len = writer.finish();
-        let consent = self.paths.verified() == Some(path);
-        if !consent && !self.paths.may_probe(path, len, now) {
-            return None;
-        }
-        self.paths.probed(path, transaction_id, len, now);
-        Some(len)
+        let written = writer.finish();
+        debug_assert_eq!(written, len, "probe_len matches what is written");
+        self.paths.probed(path, transaction_id, written, now);
+        Some(written)
     }
 
     /// Whether `payload` from `path` over `transport` is the success response to one of
@@ -661,6 +666,13 @@ impl Session {
             _ => None,
         }
     }
+}
+
+/// The length of a probe whose USERNAME is `username_len` bytes: the STUN header, then
+/// USERNAME (padded to 4), PRIORITY, ICE-CONTROLLED, MESSAGE-INTEGRITY and FINGERPRINT,
+/// each with its 4-byte attribute header.
+fn probe_len(username_len: usize) -> usize {
+    20 + (4 + username_len.div_ceil(4) * 4) + (4 + 4) + (4 + 8) + (4 + 20) + (4 + 4)
 }
 
 /// `check` as a nomination: the same USERNAME, PRIORITY and role attribute, plus

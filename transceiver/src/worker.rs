@@ -608,12 +608,19 @@ impl Worker {
                         local: t.source,
                     };
                     let destination = session.route_transmit(path, transport, &t.contents);
+                    // The verified path may be on the other transport (a UDP pair when
+                    // str0m moved to a TCP one): its own relay leg and framing.
+                    let verified_relay = match destination {
+                        Destination::Verified(_, its_transport) => session.relay_for(its_transport),
+                        _ => None,
+                    };
                     let mut probe = [0u8; PROBE_BUFFER];
                     let probe_len = match destination {
                         // DTLS or media for a path that has not answered: probe it, if
-                        // its credit pays for a probe.
-                        Destination::Verified(_) | Destination::Held | Destination::Dropped => {
-                            session.write_probe(path, random_bytes(), now, &mut probe)
+                        // its credit pays for a probe (checked before any random bytes
+                        // are drawn or a probe is signed: this runs per datagram).
+                        Destination::Verified(..) | Destination::Held | Destination::Dropped => {
+                            session.write_probe(path, now, &mut probe, random_bytes)
                         }
                         Destination::AsSent { .. } => None,
                     };
@@ -622,9 +629,10 @@ impl Worker {
                         Destination::AsSent { verified } => {
                             self.transmit(relay, t.proto, path, verified, &t.contents);
                         }
-                        Destination::Verified(verified) => {
+                        Destination::Verified(verified, its_transport) => {
                             self.metrics.kept_on_verified_path();
-                            self.transmit(relay, t.proto, verified, true, &t.contents);
+                            let proto = protocol_of(its_transport);
+                            self.transmit(verified_relay, proto, verified, true, &t.contents);
                         }
                         Destination::Held => self.metrics.held_for_probe(),
                         Destination::Dropped => self.metrics.dropped(DropReason::PathHoldFull),
@@ -671,7 +679,7 @@ impl Worker {
             Upkeep::Nothing => {}
             Upkeep::ConsentProbe(path, transport) => {
                 let mut probe = [0u8; PROBE_BUFFER];
-                let Some(len) = session.write_probe(path, random_bytes(), now, &mut probe) else {
+                let Some(len) = session.write_probe(path, now, &mut probe, random_bytes) else {
                     return;
                 };
                 let relay = session.relay_for(transport);
