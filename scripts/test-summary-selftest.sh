@@ -30,6 +30,17 @@ LOG
 cat "$dir/clean" >"$dir/one-failed"
 cat >>"$dir/one-failed" <<'LOG'
 test sessions::echo ... FAILED
+
+failures:
+
+---- sessions::echo stdout ----
+
+thread 'sessions::echo' panicked at perf/tests/sessions.rs:12:5:
+the echo came back empty
+
+failures:
+    sessions::echo
+
 test result: FAILED. 4 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.00s
 LOG
 expect "a clean run" 0 "tests: 15 passed, 0 failed, 1 skipped; suites failed: 0" "$dir/clean"
@@ -39,6 +50,10 @@ expect "a suite that failed before any test ran" 1 \
   "tests: 15 passed, 0 failed, 1 skipped; suites failed: 1" "$dir/clean" "fuzz: every target"
 if ! grep -q "sessions::echo" <(scripts/test-summary.sh "$dir/one-failed" 2>&1); then
   echo "FAIL the failed test is not named" >&2
+  errors=$((errors + 1))
+fi
+if ! grep -q "the echo came back empty" <(scripts/test-summary.sh "$dir/one-failed" 2>&1); then
+  echo "FAIL the failed test's panic message is not shown" >&2
   errors=$((errors + 1))
 fi
 if ! grep -q "relay_suite::two_workers: generic XDP" <(scripts/test-summary.sh "$dir/clean" 2>&1); then

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The closing summary of scripts/test.sh, from the log of its suites: the passed, failed
-# and skipped (ignored) tests summed over every "test result:" line, each failed and
-# skipped test by name, and the suites that failed (names after the log). Exits 1 when
-# any test or suite failed. Its own test: scripts/test-summary-selftest.sh.
+# and skipped (ignored) tests summed over every "test result:" line, each failed test by
+# name with its panic message, each skipped test by name, and the suites that failed
+# (names after the log). Exits 1 when any test or suite failed. Its own test:
+# scripts/test-summary-selftest.sh.
 #
 #   scripts/test-summary.sh LOG [FAILED-SUITE ...]
 set -uo pipefail
@@ -16,6 +17,13 @@ ignored=$(sum 8)
 if [ "$failed" -gt 0 ]; then
   echo "!! failed tests:" >&2
   grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/  \1/' | sort -u >&2
+  # Why each failed: its panic and the lines after it, cut short (an assertion may
+  # print a whole report), so that the end of a long log still says what broke.
+  grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' | sort -u |
+    while IFS= read -r name; do
+      echo "!! why $name failed:" >&2
+      grep -F -A 6 "thread '$name' panicked" "$log" | head -n 14 | cut -c1-400 | sed 's/^/    /' >&2
+    done
 fi
 if [ "$ignored" -gt 0 ]; then
   echo "!! ${ignored} skipped (not passed):" >&2

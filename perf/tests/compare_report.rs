@@ -746,14 +746,27 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
     let report = std::fs::read_to_string(&out).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
     let samples = json["cost"]["samples"].as_array().unwrap();
-    // Before the hog nothing on the machine is busy: a trial of round 1 is kept, or left
-    // out only for what the hypervisor did (steal), never as busy (CI's host once stole
-    // 20 % of a vCPU through all of round 1).
-    for s in samples.iter().filter(|s| s["round"] == 1) {
-        assert!(
-            s["kept"] == true || !s["disturbances"].to_string().contains("busy at rest"),
-            "before the hog no trial is called busy: {s}"
-        );
+    // The gate's reading at rest moves with the hog: every reading of round 1 (before the
+    // hog) lies below every reading of rounds 3 and 4 (the hog spins through them and
+    // holds one of the two CPUs: about 50 %). Round 1 is not required to be quiet: CI's
+    // host once stole 20 % of a vCPU through all of round 1, and its own agent streams
+    // the tests' output in bursts, which the gate is right to call busy.
+    let busy_at_rest = |from: u64, to: u64| -> Vec<f64> {
+        samples
+            .iter()
+            .filter(|s| (from..=to).contains(&s["round"].as_u64().unwrap()))
+            .map(|s| s["host"]["busy_at_rest"].as_f64().expect("a reading"))
+            .collect()
+    };
+    let (before, during) = (busy_at_rest(1, 1), busy_at_rest(3, 4));
+    let most_before = before.iter().copied().fold(f64::MIN, f64::max);
+    let least_during = during.iter().copied().fold(f64::MAX, f64::min);
+    assert!(
+        !before.is_empty() && !during.is_empty() && most_before < least_during,
+        "busy at rest before the hog {before:?}, with it {during:?}"
+    );
+    if before.iter().any(|&b| b > 0.10) {
+        eprintln!("!! the host was busy before the hog (not the gate's fault): {before:?}");
     }
     for s in samples.iter().filter(|s| s["round"].as_u64() >= Some(3)) {
         assert_eq!(
