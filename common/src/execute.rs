@@ -224,6 +224,11 @@ pub enum RouteCacheRequest {
         /// The flow.
         key: FlowKey,
     },
+    /// Remove a flow's route: its session ended.
+    Forget {
+        /// The flow.
+        key: FlowKey,
+    },
 }
 
 /// What a backend does for the executor: its I/O.
@@ -463,8 +468,12 @@ impl Executor {
             now,
         } = decision;
         let ticket = |direction| Ticket { direction, bytes };
-        if let Some((key, route)) = self.forwarder.take_pending_record() {
-            self.ask_cache(egress, RouteCacheRequest::Record { key, route });
+        if let Some((key, write)) = self.forwarder.take_pending_cache_write() {
+            let request = match write {
+                Some(route) => RouteCacheRequest::Record { key, route },
+                None => RouteCacheRequest::Forget { key },
+            };
+            self.ask_cache(egress, request);
         }
         let transmit = match verdict {
             Verdict::Forward {
@@ -589,6 +598,7 @@ impl Executor {
             Some(route) => self.restore(key, route, now),
             None => {
                 self.cache_miss();
+                self.forwarder.route_missing(key, now);
                 false
             }
         };

@@ -35,8 +35,11 @@
 //!    is created and the datagram forwarded.
 //!
 //! 4. Flow miss, DTLS or RTP/RTCP: with a route cache, [`Verdict::LookupRoute`] (the
-//!    datagram itself is dropped and counted as `no_flow_cache_lookup`); without one,
-//!    drop `no_flow`. A non-STUN datagram is never forwarded without a flow.
+//!    datagram itself is dropped and counted as `no_flow_cache_lookup`) within the
+//!    lookup bounds ([`crate::route_lookups`]: a rate per source prefix and worker,
+//!    `no_flow_lookup_rate` beyond, and no second question for a flow the cache did not
+//!    know a moment ago, `no_flow_recent_miss`); without one, drop `no_flow`. A non-STUN
+//!    datagram is never forwarded without a flow.
 //!
 //! # What one session can cost
 //!
@@ -113,6 +116,7 @@ use crate::hint::{HintKeys, HintShape};
 use crate::metrics::DropReason;
 use crate::replay::ReplayFilter;
 use crate::returns::{SharedReturn, SharedReturns};
+use crate::route_lookups::RouteLookups;
 use crate::stun::StunView;
 
 /// Where a flow goes.
@@ -376,9 +380,12 @@ pub struct Forwarder {
     /// oldest gives way first to a flow just admitted. Entries of flows since proven or
     /// gone are skipped when reached. Never longer than the table's capacity.
     unproven: VecDeque<(FlowKey, u32)>,
-    /// A route to write to the route cache that no verdict carries: a flow that proved
-    /// itself on a return frame ([`Forwarder::take_pending_record`]).
-    pending_record: Option<(FlowKey, Route)>,
+    /// A write to the route cache that no verdict carries
+    /// ([`Forwarder::take_pending_cache_write`]): a flow's route (it proved itself on a
+    /// return frame), or `None` to remove it (its session ended).
+    pending_cache_write: Option<(FlowKey, Option<Route>)>,
+    /// What asking the route cache may cost; `None` without a route cache.
+    lookups: Option<RouteLookups>,
 }
 
 /// A copy of the proven flows kept outside the forwarder, which carries some of their
@@ -428,6 +435,13 @@ impl Forwarder {
             now,
         );
         let unproven = VecDeque::with_capacity(table.capacity());
+        let prefix_lens = (
+            policy.admission.prefix_len_v4,
+            policy.admission.prefix_len_v6,
+        );
+        let lookups = policy
+            .route_cache
+            .then(|| RouteLookups::new(prefix_lens, now));
         Forwarder {
             policy,
             table,
@@ -439,7 +453,8 @@ impl Forwarder {
             counters: ForwarderCounters::default(),
             transport: Transport::Udp,
             unproven,
-            pending_record: None,
+            pending_cache_write: None,
+            lookups,
         }
     }
 
@@ -476,10 +491,12 @@ impl Forwarder {
         self.mirror.as_mut()?.last_seen(key, route, now)
     }
 
-    /// The route to write to the route cache for the flow that proved itself on the last
-    /// return frame, if it did (the executor asks after every decision).
-    pub fn take_pending_record(&mut self) -> Option<(FlowKey, Route)> {
-        self.pending_record.take()
+    /// The route-cache write the last return frame asked for, if any (the executor asks
+    /// after every decision): the route of a flow that proved itself, or `None` to remove
+    /// the route of a flow whose session ended (so the client's late media cannot
+    /// restore it).
+    pub fn take_pending_cache_write(&mut self) -> Option<(FlowKey, Option<Route>)> {
+        self.pending_cache_write.take()
     }
 
     /// What the forwarder has counted.
@@ -658,10 +675,13 @@ impl Forwarder {
             };
         }
         if kind != DatagramKind::Stun {
-            if self.policy.route_cache {
-                return Verdict::LookupRoute { key };
-            }
-            return Verdict::Drop(DropReason::NoFlow);
+            return match &mut self.lookups {
+                Some(lookups) => match lookups.ask(&key, now) {
+                    Ok(()) => Verdict::LookupRoute { key },
+                    Err(reason) => Verdict::Drop(reason),
+                },
+                None => Verdict::Drop(DropReason::NoFlow),
+            };
         }
         self.first_packet(
             datagram,
@@ -981,6 +1001,13 @@ impl Forwarder {
             return Verdict::Drop(DropReason::FrameWrongTransport);
         }
         let key = FlowKey::new(header.client, header.vip);
+        if header.session_ended {
+            if from_global && !from_cluster_relay {
+                // A global relay carries clients' datagrams here, never a notice.
+                return Verdict::Drop(DropReason::FrameSourceNotAllowed);
+            }
+            return self.session_ended(&key, source);
+        }
         // A frame from a global relay carries a client's datagram towards a transceiver.
         // The global relays' networks are configured explicitly and take precedence over
         // the (usually wider) transceiver networks; a configured cluster relay's exact
@@ -1041,6 +1068,29 @@ impl Forwarder {
         outcome.unwrap_or_else(Verdict::Drop)
     }
 
+    /// The flow's next hop says its session ended: the flow goes now (its session's count,
+    /// shared return path, mirror and fast-path entries with it) instead of when it goes
+    /// idle. A flow that returns through a global relay passes the notice on to it, which
+    /// forgets its own flow the same way. Only the flow's next hop may say so.
+    #[cold]
+    fn session_ended(&mut self, key: &FlowKey, source: SocketAddr) -> Verdict {
+        let Some(flow) = self.table.peek(key) else {
+            return Verdict::Drop(DropReason::SessionEndNoFlow);
+        };
+        let (route, recorded) = (flow.value.route, flow.value.recorded_at_s.is_some());
+        if route.next_hop != source {
+            return Verdict::Drop(DropReason::ReturnWrongSource);
+        }
+        self.end_flow(key);
+        if recorded {
+            self.pending_cache_write = Some((*key, None));
+        }
+        match route.return_via {
+            Some(global) => Verdict::Relay { to: global },
+            None => Verdict::Drop(DropReason::SessionEnded),
+        }
+    }
+
     /// The transceiver sent DTLS or media on `key`'s flow for the first time: if the
     /// client has too, the flow is proven now (mirrored, and recorded at once: a mirror
     /// may carry the client's next datagrams past the forwarder). Once per flow, so off
@@ -1059,7 +1109,7 @@ impl Forwarder {
         let route = flow.value.route;
         if route_cache {
             flow.value.recorded_at_s = Some(seconds);
-            self.pending_record = Some((*key, route));
+            self.pending_cache_write = Some((*key, Some(route)));
         }
         if let Some(mirror) = &mut self.mirror {
             mirror.proven(key, route, now);
@@ -1095,6 +1145,14 @@ impl Forwarder {
         };
         self.counters.shared_returns += 1;
         Ok(verdict)
+    }
+
+    /// The route cache did not know `key`'s flow: it is not asked about again for a
+    /// moment ([`crate::route_lookups::MISS_MEMORY`]).
+    pub fn route_missing(&mut self, key: &FlowKey, now: Instant) {
+        if let Some(lookups) = &mut self.lookups {
+            lookups.missed(key, now);
+        }
     }
 
     /// Installs a route the cache returned for `key` (unless a flow appeared meanwhile).

@@ -21,7 +21,10 @@
 //!         bit 2 (0x04) the client is on a TCP connection to the VIP (ICE-TCP, RFC 6544):
 //!         the datagram is one RFC 4571 message without its length prefix,
 //!         bit 3 (0x08) transceiver → relay only: the transceiver sends this on a path that
-//!         answered its probe (something at the client address receives); others zero.
+//!         answered its probe (something at the client address receives),
+//!         bit 4 (0x10) transceiver → relay (and on to a global relay): the session on
+//!         this flow has ended; the frame carries no datagram (anything behind the header
+//!         never reaches a client) and the relay forgets the flow; others zero.
 //!  Header length: 8 + 4|16 + 4|16 = 16 (v4/v4), 28 (mixed) or 40 (v6/v6) bytes.
 //! ```
 //!
@@ -42,6 +45,11 @@
 //! path nobody has shown to receive on) stays unproven. A relay that does not know the bit
 //! drops such frames as `frame_reserved_bits`, so relays are upgraded before
 //! transceivers.
+//!
+//! The session-ended bit lets a relay free a flow when its session ends rather than when
+//! it goes idle: only the flow's own next hop may send it (another source is refused as
+//! `return_wrong_source`), and a relay that does not know the bit drops the frame as
+//! `frame_reserved_bits`, which costs nothing but the early release.
 
 use core::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -58,7 +66,10 @@ const FLAG_VIP_V6: u8 = 0x02;
 const FLAG_TCP: u8 = 0x04;
 /// Transceiver → relay: sent on a path that answered the transceiver's probe.
 pub const FLAG_VERIFIED_PATH: u8 = 0x08;
-const KNOWN_FLAGS: u8 = FLAG_CLIENT_V6 | FLAG_VIP_V6 | FLAG_TCP | FLAG_VERIFIED_PATH;
+/// Transceiver → relay: the session on this flow has ended; no datagram follows.
+pub const FLAG_SESSION_ENDED: u8 = 0x10;
+const KNOWN_FLAGS: u8 =
+    FLAG_CLIENT_V6 | FLAG_VIP_V6 | FLAG_TCP | FLAG_VERIFIED_PATH | FLAG_SESSION_ENDED;
 
 /// How the client reaches the relay: its datagrams, or its RFC 4571 messages.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -130,6 +141,8 @@ pub struct FrameHeader {
     pub transport: Transport,
     /// Transceiver → relay: the transceiver sends this on a path that answered its probe.
     pub verified_path: bool,
+    /// Transceiver → relay: the session on this flow has ended (no datagram follows).
+    pub session_ended: bool,
 }
 
 fn ip_len(ip: &IpAddr) -> usize {
@@ -190,6 +203,7 @@ impl FrameHeader {
             vip: canonical(vip),
             transport,
             verified_path: false,
+            session_ended: false,
         }
     }
 
@@ -197,6 +211,15 @@ impl FrameHeader {
     pub fn on_verified_path(self, verified_path: bool) -> Self {
         FrameHeader {
             verified_path,
+            ..self
+        }
+    }
+
+    /// This header, saying the session on the flow has ended: the frame is the header
+    /// alone.
+    pub fn ending_session(self) -> Self {
+        FrameHeader {
+            session_ended: true,
             ..self
         }
     }
@@ -227,6 +250,9 @@ impl FrameHeader {
         if self.verified_path {
             flags |= FLAG_VERIFIED_PATH;
         }
+        if self.session_ended {
+            flags |= FLAG_SESSION_ENDED;
+        }
         out[0] = MAGIC_NIBBLE | FRAME_VERSION;
         out[1] = flags;
         out[2..4].fill(0);
@@ -238,7 +264,8 @@ impl FrameHeader {
         Ok(len)
     }
 
-    /// Parses a frame: returns the header and the datagram behind it. Never panics.
+    /// Parses a frame: returns the header and the datagram behind it (empty only for a
+    /// session-ended frame). Never panics.
     pub fn parse(frame: &[u8]) -> Result<(FrameHeader, &[u8]), FrameError> {
         let fixed = frame.get(..FIXED_LEN).ok_or(FrameError::TooShort)?;
         if fixed[0] & 0xF0 != MAGIC_NIBBLE {
@@ -258,7 +285,7 @@ impl FrameHeader {
         if frame.len() < header_len {
             return Err(FrameError::TooShort);
         }
-        if frame.len() == header_len {
+        if frame.len() == header_len && flags & FLAG_SESSION_ENDED == 0 {
             return Err(FrameError::EmptyPayload);
         }
         let client_port = u16::from_be_bytes([fixed[4], fixed[5]]);
@@ -276,6 +303,7 @@ impl FrameHeader {
             SocketAddr::new(read_ip(&frame[vip_at..header_len]), vip_port),
         );
         header.verified_path = flags & FLAG_VERIFIED_PATH != 0;
+        header.session_ended = flags & FLAG_SESSION_ENDED != 0;
         Ok((header, &frame[header_len..]))
     }
 }

@@ -187,6 +187,8 @@ pub struct HintKey {
     id: u8,
     mac: HmacSha256,
     pwd: HmacSha256,
+    /// Authenticates the routes relays write to the route cache.
+    route: HmacSha256,
 }
 
 impl core::fmt::Debug for HintKey {
@@ -217,6 +219,7 @@ impl HintKey {
             id,
             mac: derive(secret, b"ufrag-relay/v1/hint-mac"),
             pwd: derive(secret, b"ufrag-relay/v1/ice-pwd"),
+            route: derive(secret, b"ufrag-relay/v1/route-cache"),
         })
     }
 
@@ -250,6 +253,9 @@ impl core::fmt::Debug for HintUfrag {
         f.write_str(self.as_str())
     }
 }
+
+/// Bytes of a route-cache entry's MAC ([`HintKeys::route_mac`]).
+pub const ROUTE_MAC_LEN: usize = 16;
 
 /// A derived ICE password: 24 ICE characters.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -483,6 +489,32 @@ impl HintKeys {
             minted_unix_s: u32::from_be_bytes(minted),
             session,
         })
+    }
+
+    /// The MAC of a route-cache entry (`entry`: the flow and its route, as the cache
+    /// stores them) under the current key: that key's id and [`ROUTE_MAC_LEN`] bytes.
+    pub fn route_mac(&self, entry: &[u8]) -> (u8, [u8; ROUTE_MAC_LEN]) {
+        let mut mac = self.current.route.clone();
+        mac.update(entry);
+        let digest = mac.finalize().into_bytes();
+        let mut out = [0u8; ROUTE_MAC_LEN];
+        out.copy_from_slice(&digest[..ROUTE_MAC_LEN]);
+        (self.current.id, out)
+    }
+
+    /// Whether `tag` is `entry`'s route MAC under key `key_id` (the current or the
+    /// previous key), compared in constant time; false for an unknown key or a tag of
+    /// another length.
+    pub fn route_mac_verifies(&self, key_id: u8, entry: &[u8], tag: &[u8]) -> bool {
+        let Some(key) = self.by_id(key_id) else {
+            return false;
+        };
+        if tag.len() != ROUTE_MAC_LEN {
+            return false;
+        }
+        let mut mac = key.route.clone();
+        mac.update(entry);
+        mac.verify_truncated_left(tag).is_ok()
     }
 
     /// The ICE password for `ufrag` under key `key_id`, or `None` for an unknown key.

@@ -13,6 +13,7 @@
 //! - [`replay`]: the filter that admits a Binding Request once per relay, whichever
 //!   worker sees it.
 //! - [`forward`]: the forwarding decision for one datagram, shared by both backends.
+//! - [`route_lookups`]: what asking the route cache may cost (rates, a memory of misses).
 //! - [`returns`]: the live flows' return paths, shared lock-free by one relay's workers
 //!   (relay-afxdp: a transceiver's reply may reach any worker).
 //! - [`execute`]: carrying a decision out through a backend's egress, and counting every
@@ -41,6 +42,7 @@ pub mod metrics;
 pub mod replay;
 pub mod returns;
 pub mod rfc4571;
+pub mod route_lookups;
 pub mod runbook;
 #[cfg(feature = "runtime")]
 pub mod runtime;

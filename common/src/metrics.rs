@@ -221,6 +221,12 @@ label_enum! {
         NoFlow = "no_flow",
         /// DTLS or RTP/RTCP without a flow: dropped while the route cache is asked.
         NoFlowCacheLookup = "no_flow_cache_lookup",
+        /// DTLS or RTP/RTCP without a flow whose route the cache did not know a moment
+        /// ago: not asked again yet.
+        NoFlowRecentMiss = "no_flow_recent_miss",
+        /// DTLS or RTP/RTCP without a flow from a source prefix (or worker) past its rate
+        /// of route-cache lookups.
+        NoFlowLookupRate = "no_flow_lookup_rate",
         /// A valid STUN message without a flow that is not a Binding Request.
         NotBindingRequest = "not_binding_request",
         /// STUN shorter than its 20-byte header.
@@ -309,6 +315,12 @@ label_enum! {
         ReturnUnknownVip = "return_unknown_vip",
         /// A return frame from a transceiver other than the flow's.
         ReturnWrongSource = "return_wrong_source",
+        /// A transceiver's notice that a flow's session ended (a frame with the
+        /// session-ended bit, carrying no datagram): the flow was removed at once.
+        SessionEnded = "session_ended",
+        /// A session-ended notice for a flow this worker does not hold: already gone, or
+        /// held by another worker, where it ages out.
+        SessionEndNoFlow = "session_end_no_flow",
         /// A frame for a client on the other transport (the TCP bit set for a UDP flow,
         /// or clear for a TCP connection), or a TCP client's frame where no TCP is served.
         FrameWrongTransport = "frame_wrong_transport",
@@ -410,7 +422,10 @@ label_enum! {
         AnswerQueueFull = "answer_queue_full",
         /// The cached route's next hop is outside the allowed destinations now (the cache
         /// holds what an older configuration allowed); the flow is not restored.
-        RouteNotAllowed = "route_not_allowed"
+        RouteNotAllowed = "route_not_allowed",
+        /// A cached route whose MAC does not verify under the hint keys held: written by
+        /// something that holds no hint key, or under a key since retired. A miss.
+        Unauthenticated = "unauthenticated"
     }
 }
 

@@ -93,6 +93,20 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
              restored flow's first datagrams. If it grows with `ufrag_relay_cache_errors_total`, \
              Redis is slow or down: its errors are counted there.",
         ),
+        NoFlowRecentMiss => entry(
+            Cause::Benign,
+            "Media without a flow whose route the cache did not know within the last 2 s: \
+             a client whose flow expired, repeating itself until its next STUN check, or \
+             spoofed media. Redis is asked once per flow per 2 s, not per datagram.",
+        ),
+        NoFlowLookupRate => entry(
+            Cause::Hostile,
+            "Media without a flow past the route-cache lookup rate (50/s per source prefix, \
+             2,000/s per worker): spoofed media sprayed to make Redis work. Redis is spared; \
+             a client whose flow was not restored reconnects with its next STUN check. \
+             Steady after a restart behind one large NAT: those users restore a little \
+             later.",
+        ),
         NotBindingRequest => entry(
             Cause::Hostile,
             "STUN other than a Binding Request without a flow: probes (and some clients' \
@@ -200,6 +214,18 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
             "A reply for a flow from a transceiver other than the flow's: spoofed from \
              inside, or a session moved between transceivers. Investigate the source.",
         ),
+        SessionEnded => entry(
+            Cause::Benign,
+            "A transceiver said a flow's session ended and the flow was freed at once: \
+             one per ended session. Not a loss: the notice carries no datagram.",
+        ),
+        SessionEndNoFlow => entry(
+            Cause::Benign,
+            "A session-ended notice for a flow this worker does not hold: it had already \
+             gone idle or been shed, or another worker holds it (relay-afxdp with several \
+             queues; relay-mio when a session's paths reached different workers) and it \
+             ages out as before. Nothing to do.",
+        ),
         FrameWrongTransport => entry(
             Cause::Fault,
             "A frame's transport bit disagrees with the flow (UDP against TCP), or names TCP \
@@ -284,6 +310,14 @@ pub const fn cache_error(reason: CacheError) -> Entry {
              Redis holds routes from an older configuration (a transceiver network that \
              was removed). They expire with their TTL; the flows resume at their next \
              STUN check.",
+        ),
+        Unauthenticated => entry(
+            Cause::Hostile,
+            "A cached route whose MAC does not verify under this relay's hint keys: \
+             something that can write to Redis but holds no hint key tried to point \
+             flows elsewhere (lock Redis down: a password and a policy admitting only \
+             the relays), or relays with different hint keys share one Redis. A few \
+             after a key rotation retired the previous key are benign.",
         ),
     }
 }

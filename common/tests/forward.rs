@@ -1187,6 +1187,81 @@ fn global_mode_global_relay_to_cluster_relay_to_transceiver_and_back() {
         cluster.from_internal(&other, global_internal, t0),
         Verdict::Drop(DropReason::UnknownCluster)
     );
+
+    // The session ends: the transceiver's notice frees the cluster relay's flow and goes
+    // on to the global relay, which frees its own. A global relay never sends one.
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    let notice = session_ended_frame(CLIENT, VIP);
+    assert_eq!(
+        cluster.from_internal(&notice, global_internal, t0),
+        Verdict::Drop(DropReason::FrameSourceNotAllowed)
+    );
+    assert_eq!(
+        cluster.from_internal(&notice, a(TRANSCEIVER), t0),
+        Verdict::Relay {
+            to: global_internal
+        }
+    );
+    assert!(cluster.table().peek(&key).is_none());
+    assert_eq!(
+        global.from_internal(&notice, cluster_relay, t0),
+        Verdict::Drop(DropReason::SessionEnded)
+    );
+    assert!(global.table().peek(&key).is_none());
+}
+
+/// The frame a transceiver sends when `client`'s session on `vip` ends: the header alone.
+fn session_ended_frame(client: &str, vip: &str) -> Vec<u8> {
+    let header = FrameHeader::new(a(client), a(vip))
+        .on_verified_path(true)
+        .ending_session();
+    let mut f = vec![0u8; header.encoded_len()];
+    header.emit(&mut f).unwrap();
+    f
+}
+
+/// Hostile clients, third round, item 1: a proven flow used to outlive its session until
+/// it went idle, or until its transceiver had been silent for SERVER_SILENT_SHED and the
+/// table was full. Now the transceiver's notice frees it (and its session's count) at
+/// once; the same notice from another source, or for a flow not held, changes nothing.
+#[test]
+fn a_session_ended_notice_from_the_flows_transceiver_frees_the_flow_at_once() {
+    let t0 = Instant::now();
+    let mut fwd = forwarder_with(policy(), 4, t0);
+    let request = binding_request(TRANSCEIVER, CLUSTER, 1);
+    assert!(matches!(
+        fwd.from_client(&request, a(CLIENT), a(VIP), t0),
+        Verdict::Forward { .. }
+    ));
+    fwd.from_client(&DTLS, a(CLIENT), a(VIP), t0);
+    let dtls = frame_marked(CLIENT, VIP, &DTLS, true);
+    assert!(matches!(
+        fwd.from_internal(&dtls, a(TRANSCEIVER), t0),
+        Verdict::Return { .. }
+    ));
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    assert!(fwd.table().peek(&key).unwrap().value.proven());
+    let notice = session_ended_frame(CLIENT, VIP);
+    assert_eq!(
+        fwd.from_internal(&notice, a("10.0.0.3:40000"), t0),
+        Verdict::Drop(DropReason::ReturnWrongSource),
+        "another transceiver cannot end it"
+    );
+    assert!(fwd.table().peek(&key).is_some());
+    assert_eq!(
+        fwd.from_internal(&notice, a(TRANSCEIVER), t0),
+        Verdict::Drop(DropReason::SessionEnded)
+    );
+    assert!(fwd.table().peek(&key).is_none(), "freed at once");
+    assert_eq!(
+        fwd.from_internal(&notice, a(TRANSCEIVER), t0),
+        Verdict::Drop(DropReason::SessionEndNoFlow)
+    );
+    // The client's media finds no flow now: a late datagram is not carried.
+    assert_eq!(
+        fwd.from_client(&DTLS, a(CLIENT), a(VIP), t0),
+        Verdict::Drop(DropReason::NoFlow)
+    );
 }
 
 #[test]
@@ -1247,6 +1322,17 @@ fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
     assert_eq!(
         record_of(fwd.from_client(&RTP, a(CLIENT), a(VIP), t0 + Duration::from_secs(11))),
         None
+    );
+    // The session ends: the flow's route leaves the cache with it, so the client's late
+    // media cannot restore it (hostile clients, third round, item 1).
+    let at = t0 + Duration::from_secs(12);
+    assert_eq!(
+        fwd.from_internal(&session_ended_frame(CLIENT, VIP), a(TRANSCEIVER), at),
+        Verdict::Drop(DropReason::SessionEnded)
+    );
+    assert_eq!(
+        fwd.egress.cache_requests.last(),
+        Some(&RouteCacheRequest::Forget { key })
     );
 }
 

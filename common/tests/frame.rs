@@ -106,7 +106,7 @@ fn unknown_version() {
 
 #[test]
 fn reserved_bits_set() {
-    for (at, value) in [(1, 0x10), (1, 0x80), (2, 0x01), (3, 0x80)] {
+    for (at, value) in [(1, 0x20), (1, 0x80), (2, 0x01), (3, 0x80)] {
         let mut f = V4_FRAME;
         f[at] |= value;
         assert_eq!(
@@ -130,6 +130,23 @@ fn the_verified_path_bit_round_trips_and_changes_nothing_else() {
     let mut out = [0u8; 64];
     let n = marked.emit(&mut out).unwrap();
     assert_eq!(&out[..n], &f[..n]);
+}
+
+#[test]
+fn a_session_ended_frame_is_the_header_alone_and_round_trips() {
+    let (plain, _) = FrameHeader::parse(&V4_FRAME).unwrap();
+    let ended = plain.on_verified_path(true).ending_session();
+    let mut out = [0u8; 64];
+    let n = ended.emit(&mut out).unwrap();
+    assert_eq!(out[1], 0x18, "verified path and session ended");
+    let (parsed, payload) = FrameHeader::parse(&out[..n]).unwrap();
+    assert_eq!(parsed, ended);
+    assert!(parsed.session_ended && payload.is_empty());
+    // Only a session-ended frame may be the header alone.
+    assert_eq!(
+        FrameHeader::parse(&V4_FRAME[..16]),
+        Err(FrameError::EmptyPayload)
+    );
 }
 
 #[test]
@@ -187,8 +204,9 @@ proptest! {
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
-        if let Ok((_, body)) = FrameHeader::parse(&bytes) {
-            prop_assert!(bytes.ends_with(body) && !body.is_empty());
+        if let Ok((header, body)) = FrameHeader::parse(&bytes) {
+            // Only a session-ended frame may be the header alone.
+            prop_assert!(bytes.ends_with(body) && (!body.is_empty() || header.session_ended));
         }
     }
 }

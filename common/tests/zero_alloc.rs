@@ -260,7 +260,9 @@ fn the_forwarder_and_executor_do_not_allocate() {
             fwd.from_client(&rtp, client, vip, now),
             Verdict::Forward { .. }
         ));
-        let stranger = SocketAddr::from(([192, 0, 2, 1], 9));
+        // A stranger on a /24 of its own each time: the route-cache lookup rate is per
+        // source prefix (200/s from one prefix would spend it).
+        let stranger = SocketAddr::from(([100, (i >> 8) as u8, i as u8, 1], 9));
         assert!(matches!(
             fwd.from_client(&rtp, stranger, vip, now),
             Verdict::LookupRoute { .. }

@@ -12,7 +12,13 @@
 //! queued up as one pipeline (up to [`PIPELINE`] commands per round trip), so its rate is
 //! bounded by Redis, not by round trips.
 //!
-//! Keys: `ufrag-relay:flow:<client>|<vip>`; values: `<next hop>|<return via or ->`.
+//! Keys: `ufrag-relay:flow:<client>|<vip>`; values: `<next hop>|<return via or ->|<key
+//! id>|<MAC>`, the MAC (16 bytes, hex) over the key and the route under a key derived
+//! from the current hint key ([`HintKeys::route_mac`]). A value whose MAC does not verify
+//! under the hint keys a relay holds is a miss, counted as `unauthenticated`: anything
+//! that can write to Redis but holds no hint key cannot point a restarted relay's flows
+//! anywhere. After a key rotation retires the key an entry was written under, the entry
+//! is a miss; live flows rewrite theirs every third of the idle timeout.
 //!
 //! The store ([`RouteStore`]) is one Redis server, a Redis Cluster (the `redis` crate's
 //! cluster client: each key goes to the master of its slot, a pipeline is split by node,
@@ -31,7 +37,9 @@ use crate::config::{RedisAccess, RouteStore};
 use crate::execute::{Egress, Executor, RouteCacheRequest};
 use crate::flow::FlowKey;
 use crate::forward::Route;
+use crate::hint::HintKeys;
 use crate::metrics::CacheError;
+use crate::runtime::keys::SharedKeys;
 
 /// Capacity of the request queue shared by all workers.
 pub const REQUEST_QUEUE: usize = 8192;
@@ -77,8 +85,15 @@ pub struct CacheClient {
 type FailureCounts = [AtomicU64; CacheError::COUNT];
 
 impl CacheClient {
-    /// Queues a request; false when the queue is full (a cache error for the caller).
+    /// Queues a request; false when the queue is full (a cache error for the caller). A
+    /// lookup takes only the first half of the queue: writes (new and refreshed routes,
+    /// what makes restores possible) always find the other half.
     pub fn submit(&self, request: RouteCacheRequest) -> bool {
+        if matches!(request, RouteCacheRequest::Lookup { .. })
+            && self.requests.len() >= REQUEST_QUEUE / 2
+        {
+            return false;
+        }
         let request = CacheRequest {
             request,
             worker: self.worker,
@@ -286,6 +301,8 @@ struct Helper {
     wakers: Vec<WakeFn>,
     failures: Vec<Arc<FailureCounts>>,
     connected_once: bool,
+    /// What values are authenticated with.
+    keys: SharedKeys,
 }
 
 /// The Redis key of a flow.
@@ -293,24 +310,81 @@ pub fn redis_key(key: &FlowKey) -> String {
     format!("ufrag-relay:flow:{}|{}", key.client, key.vip)
 }
 
-/// The Redis value of a route.
-pub fn redis_value(route: &Route) -> String {
+/// The route as the value spells it, before its MAC: `<next hop>|<return via or ->`.
+fn route_text(route: &Route) -> String {
     match route.return_via {
         Some(via) => format!("{}|{via}", route.next_hop),
         None => format!("{}|-", route.next_hop),
     }
 }
 
-/// Parses a Redis value; `None` for anything malformed (treated as a miss).
-pub fn parse_value(value: &str) -> Option<Route> {
-    let (next_hop, via) = value.split_once('|')?;
-    Some(Route {
-        next_hop: next_hop.parse().ok()?,
+/// What the MAC covers: the flow's Redis key and the route, so a value cannot be moved
+/// to another flow.
+fn mac_entry(key: &FlowKey, route_text: &str) -> Vec<u8> {
+    format!("{}\n{route_text}", redis_key(key)).into_bytes()
+}
+
+/// The Redis value of `key`'s route, authenticated under `keys`' current key.
+pub fn redis_value(key: &FlowKey, route: &Route, keys: &HintKeys) -> String {
+    let text = route_text(route);
+    let (key_id, mac) = keys.route_mac(&mac_entry(key, &text));
+    let hex: String = mac.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{text}|{key_id}|{hex}")
+}
+
+/// Why a Redis value was not taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ValueRefused {
+    /// Not a value any relay writes.
+    Malformed,
+    /// Well formed, but its MAC does not verify under the keys held (a writer without
+    /// the hint key, or a key since retired).
+    Unauthenticated,
+}
+
+/// Parses and authenticates `key`'s Redis value under `keys`.
+pub fn parse_value(key: &FlowKey, value: &str, keys: &HintKeys) -> Result<Route, ValueRefused> {
+    let malformed = ValueRefused::Malformed;
+    let mut fields = value.split('|');
+    let (Some(next_hop), Some(via), Some(key_id), Some(mac), None) = (
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+        fields.next(),
+    ) else {
+        return Err(malformed);
+    };
+    let route = Route {
+        next_hop: next_hop.parse().map_err(|_| malformed)?,
         return_via: match via {
             "-" => None,
-            via => Some(via.parse().ok()?),
+            via => Some(via.parse().map_err(|_| malformed)?),
         },
-    })
+    };
+    if key_id.is_empty() || !key_id.bytes().all(|c| c.is_ascii_digit()) {
+        return Err(malformed);
+    }
+    let key_id: u8 = key_id.parse().map_err(|_| malformed)?;
+    let mac = decode_hex(mac).ok_or(malformed)?;
+    let entry = mac_entry(key, &value[..next_hop.len() + 1 + via.len()]);
+    if !keys.route_mac_verifies(key_id, &entry, &mac) {
+        return Err(ValueRefused::Unauthenticated);
+    }
+    Ok(route)
+}
+
+/// Lowercase hex, two digits a byte, as [`redis_value`] writes it; `None` for anything
+/// else (a sign, uppercase, an odd length), so a value has one spelling.
+fn decode_hex(text: &str) -> Option<Vec<u8>> {
+    let lower_hex = |c: u8| c.is_ascii_digit() || (b'a'..=b'f').contains(&c);
+    if !text.len().is_multiple_of(2) || !text.bytes().all(lower_hex) {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
 }
 
 impl RouteCache {
@@ -322,6 +396,7 @@ impl RouteCache {
         access: &RedisAccess,
         ttl: Duration,
         wakers: Vec<WakeFn>,
+        keys: SharedKeys,
     ) -> Result<(Self, Vec<CacheClient>), redis::RedisError> {
         let client = StoreClient::open(store, access)?;
         let (requests, incoming) = bounded(REQUEST_QUEUE);
@@ -350,6 +425,7 @@ impl RouteCache {
             wakers,
             failures,
             connected_once: false,
+            keys,
         };
         let thread = std::thread::Builder::new()
             .name("route-cache".into())
@@ -447,13 +523,15 @@ impl Helper {
         let ttl_ms = u64::try_from(self.ttl.as_millis())
             .unwrap_or(u64::MAX)
             .max(1);
+        // The keys now, for this batch (a reload takes effect at the next).
+        let keys = self.keys.current();
         let commands = batch
             .iter()
             .map(|request| match request.request {
                 RouteCacheRequest::Record { key, route } => {
                     let mut set = redis::cmd("SET");
                     set.arg(redis_key(&key))
-                        .arg(redis_value(&route))
+                        .arg(redis_value(&key, &route, &keys))
                         .arg("PX")
                         .arg(ttl_ms);
                     (set, true)
@@ -462,6 +540,11 @@ impl Helper {
                     let mut get = redis::cmd("GET");
                     get.arg(redis_key(&key));
                     (get, false)
+                }
+                RouteCacheRequest::Forget { key } => {
+                    let mut del = redis::cmd("DEL");
+                    del.arg(redis_key(&key));
+                    (del, true)
                 }
             })
             .collect();
@@ -483,12 +566,16 @@ impl Helper {
         };
         let lookups = batch.iter().filter_map(|r| match r.request {
             RouteCacheRequest::Lookup { key } => Some((r, key)),
-            RouteCacheRequest::Record { .. } => None,
+            RouteCacheRequest::Record { .. } | RouteCacheRequest::Forget { .. } => None,
         });
         for ((request, key), value) in lookups.zip(values) {
+            let parsed = value.as_deref().map(|v| parse_value(&key, v, &keys));
+            if parsed == Some(Err(ValueRefused::Unauthenticated)) {
+                self.fail(request, CacheError::Unauthenticated);
+            }
             let answer = CacheAnswer {
                 key,
-                route: value.as_deref().and_then(parse_value),
+                route: parsed.and_then(Result::ok),
             };
             let delivered = self
                 .answers
@@ -510,6 +597,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_value_not_written_under_the_hint_keys_is_refused() {
+        let key = FlowKey::new(
+            "198.51.100.7:5".parse().unwrap(),
+            "203.0.113.1:3478".parse().unwrap(),
+        );
+        let route = Route {
+            next_hop: "10.0.0.2:40000".parse().unwrap(),
+            return_via: None,
+        };
+        let ours = HintKeys::parse(&format!("1:{}", "ab".repeat(32))).unwrap();
+        let theirs = HintKeys::parse(&format!("1:{}", "cd".repeat(32))).unwrap();
+        let value = redis_value(&key, &route, &ours);
+        assert!(value.starts_with("10.0.0.2:40000|-|1|"), "{value}");
+        // Written by something without our key, or under a key id we do not hold.
+        let forged = redis_value(&key, &route, &theirs);
+        assert_eq!(
+            parse_value(&key, &forged, &ours),
+            Err(ValueRefused::Unauthenticated)
+        );
+        let other_id = value.replacen("|1|", "|2|", 1);
+        assert_eq!(
+            parse_value(&key, &other_id, &ours),
+            Err(ValueRefused::Unauthenticated)
+        );
+        // Another route, or another flow's value, under a valid MAC.
+        let redirected = value.replacen("10.0.0.2:40000", "10.0.0.66:40000", 1);
+        assert_eq!(
+            parse_value(&key, &redirected, &ours),
+            Err(ValueRefused::Unauthenticated)
+        );
+        let other_flow = FlowKey::new("198.51.100.8:5".parse().unwrap(), key.vip);
+        assert_eq!(
+            parse_value(&other_flow, &value, &ours),
+            Err(ValueRefused::Unauthenticated)
+        );
+        // The previous key still verifies during a rotation.
+        let rotated =
+            HintKeys::parse(&format!("2:{}\n1:{}", "ef".repeat(32), "ab".repeat(32))).unwrap();
+        assert_eq!(parse_value(&key, &value, &rotated), Ok(route));
+    }
+
+    #[test]
     fn values_round_trip_and_garbage_is_a_miss() {
         let direct = Route {
             next_hop: "10.0.0.2:40000".parse().unwrap(),
@@ -519,16 +648,36 @@ mod tests {
             next_hop: "[fd00::2]:40000".parse().unwrap(),
             return_via: Some("192.0.2.1:41000".parse().unwrap()),
         };
-        for r in [direct, via] {
-            assert_eq!(parse_value(&redis_value(&r)), Some(r));
-        }
-        for bad in ["", "x", "10.0.0.2:1", "10.0.0.2:1|nope", "a|-"] {
-            assert_eq!(parse_value(bad), None, "{bad:?}");
-        }
         let key = FlowKey::new(
             "198.51.100.7:5".parse().unwrap(),
             "203.0.113.1:3478".parse().unwrap(),
         );
+        let keys = HintKeys::parse(&format!("1:{}", "ab".repeat(32))).unwrap();
+        for r in [direct, via] {
+            assert_eq!(
+                parse_value(&key, &redis_value(&key, &r, &keys), &keys),
+                Ok(r)
+            );
+        }
+        let hex = "00".repeat(16);
+        let signed = format!("10.0.0.2:1|-|+1|{hex}");
+        let plus = format!("10.0.0.2:1|-|1|+f{}", &hex[2..]);
+        for bad in [
+            "",
+            "x",
+            "10.0.0.2:1",
+            "10.0.0.2:1|nope",
+            "a|-",
+            "10.0.0.2:1|-|1|zz",
+            &signed,
+            &plus,
+        ] {
+            assert_eq!(
+                parse_value(&key, bad, &keys),
+                Err(ValueRefused::Malformed),
+                "{bad:?}"
+            );
+        }
         assert_eq!(
             redis_key(&key),
             "ufrag-relay:flow:198.51.100.7:5|203.0.113.1:3478"

@@ -177,18 +177,6 @@ impl Running {
         mut workers: Vec<W>,
         wakers: Vec<WakeFn>,
     ) -> io::Result<Self> {
-        let cache = match &config.route_store {
-            Some(store) => {
-                let (cache, clients) =
-                    RouteCache::start(store, &config.redis_access, config.idle_timeout, wakers)
-                        .map_err(|e| io::Error::other(format!("route cache: {e}")))?;
-                for (worker, client) in workers.iter_mut().zip(clients) {
-                    worker.set_cache(client);
-                }
-                Some(cache)
-            }
-            None => None,
-        };
         metrics.hint_key_in_use(config.hint_keys.current().id());
         let reloads = Arc::clone(&metrics);
         let keys = KeyWatch::start(
@@ -204,6 +192,24 @@ impl Running {
         for worker in &mut workers {
             worker.set_keys(keys.shared().reader());
         }
+        // The route cache authenticates what it writes and reads with the same keys.
+        let cache = match &config.route_store {
+            Some(store) => {
+                let (cache, clients) = RouteCache::start(
+                    store,
+                    &config.redis_access,
+                    config.idle_timeout,
+                    wakers,
+                    keys.shared(),
+                )
+                .map_err(|e| io::Error::other(format!("route cache: {e}")))?;
+                for (worker, client) in workers.iter_mut().zip(clients) {
+                    worker.set_cache(client);
+                }
+                Some(cache)
+            }
+            None => None,
+        };
         let http =
             HttpEndpoints::start(config.metrics_addr, Arc::clone(&metrics)).map_err(|e| {
                 io::Error::new(

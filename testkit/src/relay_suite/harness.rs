@@ -423,6 +423,22 @@ impl Endpoint {
     }
 
     /// Sends `payload` framed for `client` via `vip` to the relay's internal address.
+    /// Says, as a transceiver does when a session ends, that `client`'s session on `vip`
+    /// ended: a frame with the session-ended bit and no datagram.
+    pub fn send_session_ended(
+        &self,
+        relay_internal: SocketAddr,
+        client: SocketAddr,
+        vip: SocketAddr,
+    ) {
+        let h = FrameHeader::new(client, vip)
+            .on_verified_path(true)
+            .ending_session();
+        let mut f = vec![0u8; h.encoded_len()];
+        h.emit(&mut f).unwrap();
+        self.send(relay_internal, &f);
+    }
+
     pub fn send_frame(
         &self,
         relay_internal: SocketAddr,

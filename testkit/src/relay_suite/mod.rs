@@ -285,6 +285,18 @@ pub const CASES: &[Case] = &[
         "route_cache_redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects",
         route_cache::redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects,
     ),
+    case(
+        "route_cache_an_ended_sessions_route_leaves_redis_with_its_flow",
+        route_cache::an_ended_sessions_route_leaves_redis_with_its_flow,
+    ),
+    case(
+        "route_cache_a_route_forged_in_redis_is_not_followed",
+        route_cache::a_route_forged_in_redis_is_not_followed,
+    ),
+    case(
+        "route_cache_media_without_a_flow_asks_the_route_cache_within_its_bounds",
+        route_cache::media_without_a_flow_asks_the_route_cache_within_its_bounds,
+    ),
 ];
 
 /// Why `backend` cannot run `case` here, if it cannot.

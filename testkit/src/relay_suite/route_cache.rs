@@ -1,7 +1,8 @@
 //! The Redis route cache against a real `redis-server`: a restarted relay restores a flow
 //! from the first SRTP-like packet (relay-mio sends that packet on once the route is
 //! back; relay-afxdp drops it); without Redis the next STUN restores it; Redis dying
-//! mid-run does not stop forwarding, and the relay reconnects when it is back.
+//! mid-run does not stop forwarding, and the relay reconnects when it is back; media
+//! without a flow asks Redis within bounds.
 
 use std::time::Duration;
 
@@ -44,10 +45,9 @@ pub fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet(b: &Backen
     // …media both ways has it recorded.
     prove_flow(&relay, &transceiver, &client);
     let value = redis.wait_for_flow(client.addr(), relay.vip());
-    assert_eq!(
-        value,
-        format!("{}|-", transceiver.addr()),
-        "route recorded: transceiver, no return relay"
+    assert!(
+        value.starts_with(&format!("{}|-|1|", transceiver.addr())),
+        "route recorded: transceiver, no return relay, then key id 1 and the MAC: {value}"
     );
     drop(relay); // SIGKILL: the flow table is gone
 
@@ -99,6 +99,135 @@ pub fn without_redis_a_restarted_relay_waits_for_the_next_stun(b: &Backend) {
     client.send(relay.vip(), &rtp(2));
     assert_eq!(transceiver.recv_frame().unwrap().1, rtp(2));
     assert_eq!(relay.total("ufrag_relay_cache_hits_total", ""), 0.0);
+}
+
+/// Hostile clients, third round, item 7: a route written to Redis by something that
+/// holds no hint key (any pod that can reach Redis) is not followed. The forged value
+/// points the client's flow at another address in the transceivers' network; the
+/// restarted relay counts it `unauthenticated`, restores nothing, and sends the client's
+/// media nowhere. Before, the relay followed any route into the allowed networks.
+pub fn a_route_forged_in_redis_is_not_followed(b: &Backend) {
+    let net = b.net();
+    let redis = net.redis();
+    let setup = setup_with(&net, Some(&redis));
+    let transceiver = net.transceiver();
+    let client = net.client();
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some());
+    prove_flow(&relay, &transceiver, &client);
+    redis.wait_for_flow(client.addr(), relay.vip());
+    let vip = relay.vip();
+    drop(relay);
+    // Another port of the transceivers' address: inside the allowed network.
+    let elsewhere = std::net::SocketAddr::new(transceiver.addr().ip(), 9);
+    let key = format!("ufrag-relay:flow:{}|{vip}", client.addr());
+    for forged in [
+        format!("{elsewhere}|-|1|{}", "00".repeat(16)),
+        format!("{elsewhere}|-"),
+    ] {
+        assert_eq!(
+            redis.command(&["SET", &key, &forged]).as_deref(),
+            Some("OK")
+        );
+        let relay = RelayProcess::start(&setup);
+        client.send(relay.vip(), &rtp(1));
+        relay.wait_for("the lookup answered", |r| {
+            r.total("ufrag_relay_cache_misses_total", "") == 1.0
+        });
+        assert_eq!(relay.total("ufrag_relay_cache_hits_total", ""), 0.0);
+        let unauthenticated = relay.total(
+            "ufrag_relay_cache_errors_total",
+            "reason=\"unauthenticated\"",
+        );
+        // A MAC that does not verify is counted; a value of no relay's shape is a miss.
+        let mac_given = forged.matches('|').count() == 3;
+        assert_eq!(unauthenticated, f64::from(u8::from(mac_given)), "{forged}");
+        client.send(relay.vip(), &rtp(2));
+        assert!(transceiver.nothing_arrives(), "no flow was restored");
+    }
+}
+
+/// Hostile clients, third round, item 1: when a session ends, its relay frees the flow
+/// and removes its route from Redis, so the client's late media (a browser keeps sending
+/// for a while after the app ends the call) cannot restore it. Before, the notice did not
+/// exist, and a freed flow's route would have brought it back as proven.
+pub fn an_ended_sessions_route_leaves_redis_with_its_flow(b: &Backend) {
+    let net = b.net();
+    let redis = net.redis();
+    let setup = setup_with(&net, Some(&redis));
+    let transceiver = net.transceiver();
+    let client = net.client();
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some());
+    prove_flow(&relay, &transceiver, &client);
+    redis.wait_for_flow(client.addr(), relay.vip());
+    transceiver.send_session_ended(relay.internal_of(0), client.addr(), relay.vip());
+    relay.wait_for("the notice taken", |r| r.drops("session_ended") == 1.0);
+    let key = format!("ufrag-relay:flow:{}|{}", client.addr(), relay.vip());
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while redis.get(&key).is_some() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the route stayed in redis"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    client.send(relay.vip(), &rtp(9));
+    relay.wait_for("the lookup's miss", |r| {
+        r.total("ufrag_relay_cache_misses_total", "") == 1.0
+    });
+    assert!(transceiver.nothing_arrives(), "the flow stayed freed");
+}
+
+/// How many GETs `redis` has served (its `INFO commandstats`).
+fn get_calls(redis: &RedisServer) -> u64 {
+    let stats = redis.command(&["INFO", "commandstats"]).unwrap_or_default();
+    stats
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_get:calls="))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Hostile clients, third round, item 7: media without a flow asks Redis within bounds.
+/// A client repeating itself asks once, then is told "not again yet" for 2 s
+/// (`no_flow_recent_miss`); media sprayed from 200 source ports of one prefix asks at
+/// most the prefix's burst (`no_flow_lookup_rate`). Before, every such datagram was one
+/// Redis GET.
+pub fn media_without_a_flow_asks_the_route_cache_within_its_bounds(b: &Backend) {
+    let net = b.net();
+    let redis = net.redis();
+    let setup = setup_with(&net, Some(&redis));
+    let relay = RelayProcess::start(&setup);
+    let before = get_calls(&redis);
+    let client = net.client();
+    client.send(relay.vip(), &rtp(0));
+    relay.wait_for("the cache's miss", |r| {
+        r.total("ufrag_relay_cache_misses_total", "") == 1.0
+    });
+    for seq in 1..=20 {
+        client.send(relay.vip(), &rtp(seq));
+    }
+    relay.wait_for("20 datagrams told not again yet", |r| {
+        r.drops("no_flow_recent_miss") == 20.0
+    });
+    assert_eq!(get_calls(&redis) - before, 1, "one question for one flow");
+    let sprayers: Vec<Endpoint> = (0..200).map(|_| net.client()).collect();
+    for sprayer in &sprayers {
+        sprayer.send(relay.vip(), &rtp(0));
+    }
+    relay.wait_for("every sprayed datagram decided", |r| {
+        r.drops("no_flow_lookup_rate") + r.total("ufrag_relay_cache_misses_total", "") >= 200.0
+    });
+    let asked = get_calls(&redis) - before - 1;
+    let refused = relay.drops("no_flow_lookup_rate");
+    // The prefix's burst (50), and what it refilled while the spray went out (50/s).
+    assert!(
+        (50..=60).contains(&asked) && refused >= 140.0,
+        "{asked} GETs, {refused} refused"
+    );
 }
 
 pub fn redis_dying_mid_run_does_not_stop_forwarding_and_the_relay_reconnects(b: &Backend) {
