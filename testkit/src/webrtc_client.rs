@@ -265,16 +265,33 @@ impl Client {
         &self.offer
     }
 
+    /// A signaling request as this client makes it: from its own address when that is a
+    /// loopback one, as each real user signals from its own (signaling's per-address
+    /// limits then count each client apart).
+    fn signaling_request(
+        &self,
+        http: SocketAddr,
+        method: &str,
+        path: &str,
+        body: (&str, &str),
+    ) -> Option<HttpResponse> {
+        if self.local.ip().is_loopback() {
+            crate::http::request_from(self.local.ip(), http, method, path, Some(body), &[])
+        } else {
+            request(http, method, path, Some(body), &[])
+        }
+    }
+
     /// POSTs the offer; on 201 applies the answer.
     pub fn signal(&mut self, http: SocketAddr) -> HttpResponse {
-        let r = request(
-            http,
-            "POST",
-            "/v1/sessions",
-            Some(("application/sdp", &self.offer)),
-            &[],
-        )
-        .expect("signaling answers");
+        let r = self
+            .signaling_request(
+                http,
+                "POST",
+                "/v1/sessions",
+                ("application/sdp", &self.offer),
+            )
+            .expect("signaling answers");
         self.apply_answer(&r);
         r
     }
@@ -412,14 +429,14 @@ impl Client {
             creds.ufrag, creds.pass
         );
         let location = self.location.clone().expect("signal first");
-        let r = request(
-            http,
-            "PATCH",
-            &location,
-            Some(("application/trickle-ice-sdpfrag", &fragment)),
-            &[],
-        )
-        .expect("signaling answers");
+        let r = self
+            .signaling_request(
+                http,
+                "PATCH",
+                &location,
+                ("application/trickle-ice-sdpfrag", &fragment),
+            )
+            .expect("signaling answers");
         if r.status == 200 {
             let value = |key: &str| {
                 r.body

@@ -4,8 +4,8 @@
 //! | limit | value | what happens |
 //! |---|---|---|
 //! | concurrent connections | `--http-max-connections` (1024) | a connection beyond is closed at once (`http_refusals{reason="connection_cap"}`) |
-//! | concurrent connections from one address (IPv4, or IPv6 /64) | `--http-max-connections-per-ip` (32) | a connection beyond is closed at once (`address_connection_cap`), so one address cannot hold the slots another needs |
-//! | requests from one address, any route | `--requests-per-second-per-ip` (100, twice that at once) | `429` before the body is read (`request_rate`) |
+//! | concurrent connections from one address (IPv4, or IPv6 /64) | `--http-max-connections-per-ip` (32; a `--trusted-proxy` is not capped: its connections carry many clients) | a connection beyond is closed at once (`address_connection_cap`), so one address cannot hold the slots another needs |
+//! | requests without a valid bearer token from one client address, any route | `--requests-per-second-per-ip` (100, twice that at once) | `429` before the body is read (`request_rate`) |
 //! | time to send a request's headers | 5 s | the connection is closed |
 //! | header block | 16 KiB, 64 headers | the connection is closed (hyper answers 431 where it can) |
 //! | body | 64 KiB | `413` |
@@ -33,7 +33,7 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::sync::{Notify, Semaphore};
 
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
-use crate::per_address::ConnectionsPerAddress;
+use crate::per_address::HeldPerAddress;
 use crate::signaling::{MAX_BODY_BYTES, SignalResponse, Signaling, text};
 
 /// How long a client may take to send a request's headers.
@@ -152,7 +152,7 @@ async fn accept_loop(
     shutdown: Arc<Notify>,
 ) {
     let slots = Arc::new(Semaphore::new(caps.total));
-    let per_address = ConnectionsPerAddress::new(caps.per_address);
+    let per_address = HeldPerAddress::new(caps.per_address);
     loop {
         let accepted = tokio::select! {
             () = shutdown.notified() => return,
@@ -167,12 +167,19 @@ async fn accept_loop(
                 continue;
             }
         };
-        let Some(held) = per_address.open(peer.ip()) else {
-            signaling
-                .metrics()
-                .http_refused(HttpRefusal::AddressConnectionCap);
-            drop(stream);
-            continue;
+        // A trusted proxy's connections carry many clients: each is limited by its own
+        // address once its requests say which it is.
+        let held = if signaling.is_trusted_proxy(peer.ip()) {
+            None
+        } else {
+            let Some(held) = per_address.open(peer.ip()) else {
+                signaling
+                    .metrics()
+                    .http_refused(HttpRefusal::AddressConnectionCap);
+                drop(stream);
+                continue;
+            };
+            Some(held)
         };
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
             signaling.metrics().http_refused(HttpRefusal::ConnectionCap);
@@ -208,7 +215,8 @@ async fn respond(
     surface: Surface,
     signaling: Arc<Signaling>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    if let Some(refusal) = signaling.refuse_over_rate(peer) {
+    let client = signaling.client_address(peer, request.headers());
+    if let Some(refusal) = signaling.refuse_over_rate(client, request.headers()) {
         return Ok(into_hyper(refusal, signaling.metrics()));
     }
     if !surface.serves(request.uri().path()) {
@@ -231,7 +239,13 @@ async fn respond(
             let body = body.to_bytes();
             let handling = Arc::clone(&signaling);
             tokio::task::spawn_blocking(move || {
-                handling.handle(peer, &parts.method, parts.uri.path(), &parts.headers, &body)
+                handling.handle(
+                    client,
+                    &parts.method,
+                    parts.uri.path(),
+                    &parts.headers,
+                    &body,
+                )
             })
             .await
             .unwrap_or_else(|_| text(500, "the handler failed"))

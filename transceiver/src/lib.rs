@@ -13,12 +13,13 @@
 //! `http` → `signaling`; `signaling` → `worker`'s handle; `worker` → {`setup`,
 //! `session`}; `setup` → `session`; `session` → {`sdp`, `path_check`, `session_table`};
 //! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`,
-//! `bearer`;
+//! `client_address`, `bearer`;
 //! `cli` → {`service`, `config_file`}; `runbook` → {`metrics`, `model_wire`}.
 #![forbid(unsafe_code)]
 
 pub mod bearer;
 pub mod cli;
+pub mod client_address;
 pub mod config_file;
 pub mod error;
 pub mod http;

@@ -102,6 +102,10 @@ label_enum! {
         RequestRate = "request_rate",
         /// The client's address spent its rate of session POSTs (429).
         PostRate = "post_rate",
+        /// The client's address had its cap of sessions waiting to connect (429).
+        UnconnectedCap = "unconnected_cap",
+        /// The offer had more media sections or candidates than allowed (400).
+        OfferLimits = "offer_limits",
         /// The body was larger than allowed (413).
         BodyTooLarge = "body_too_large",
         /// The body did not arrive in time (408).
@@ -166,6 +170,7 @@ pub struct TransceiverMetrics {
     held_for_probe: Counter,
     consent_probes: Counter,
     consent_lost: Counter,
+    end_notices: Counter,
     connect_seconds: Histogram,
     /// Indexed by [`HttpRefusal::index`].
     http_refusals: Vec<Counter>,
@@ -212,6 +217,12 @@ impl TransceiverMetrics {
         let held_for_probe = Counter::default();
         let consent_probes = Counter::default();
         let consent_lost = Counter::default();
+        let end_notices = Counter::default();
+        registry.register(
+            "session_end_notices",
+            "Session-ended notices sent to a relay (a frame with no datagram), so it frees the session's flow at once.",
+            end_notices.clone(),
+        );
         registry.register(
             "held_for_probe_datagrams",
             "DTLS or media held for a client path until it answers its probe (sent then, or dropped with the hold when str0m moves to another path).",
@@ -392,6 +403,7 @@ impl TransceiverMetrics {
             held_for_probe,
             consent_probes,
             consent_lost,
+            end_notices,
             connect_seconds,
             http_refusals: HttpRefusal::ALL
                 .iter()
@@ -498,6 +510,11 @@ impl TransceiverMetrics {
     /// DTLS or media waits for its path to answer a probe.
     pub fn held_for_probe(&self) {
         self.held_for_probe.inc();
+    }
+
+    /// A relay was told a session ended.
+    pub fn end_notice_sent(&self) {
+        self.end_notices.inc();
     }
 
     /// A consent probe went to a session's verified path.

@@ -327,6 +327,12 @@ impl PathCheck {
         self.verified.map(|verified| verified.path)
     }
 
+    /// The verified path and the transport it is reached over, if any.
+    pub fn verified_over(&self) -> Option<(ClientPath, Transport)> {
+        self.verified
+            .map(|verified| (verified.path, verified.transport))
+    }
+
     fn is_verified(&self, path: ClientPath) -> bool {
         self.verified.is_some_and(|verified| verified.path == path)
     }

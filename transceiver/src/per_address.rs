@@ -1,11 +1,11 @@
-//! What one client address may cost the signaling endpoint: its connections at once and
-//! its requests per second, on every route. An address is an IPv4 address or an IPv6
-//! /64 (one subscriber's network: an attacker walking the host bits of one /64 is one
-//! address).
+//! What one client address may cost the signaling endpoint: what it holds at once (its
+//! connections, its sessions not yet connected) and its requests per second. An address
+//! is an IPv4 address or an IPv6 /64 (one subscriber's network: an attacker walking the
+//! host bits of one /64 is one address).
 //!
-//! Both tables are bounded: a connection count exists only while the address holds a
-//! connection (so never more entries than connections), and a rate table that is full of
-//! buckets still spending refuses a new address rather than grow.
+//! Both tables are bounded: a count exists only while the address holds something (so
+//! never more entries than things held), and a rate table that is full of buckets still
+//! spending refuses a new address rather than grow.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -64,54 +64,55 @@ impl AddressRate {
     }
 }
 
-/// Connections held per client address, at most `cap` each.
+/// Things (connections, sessions waiting to connect) held per client address, at most
+/// `cap` each.
 #[derive(Debug)]
-pub struct ConnectionsPerAddress {
+pub struct HeldPerAddress {
     cap: u32,
     held: Mutex<HashMap<IpAddr, u32>>,
 }
 
-/// One connection counted against its address until it is dropped.
+/// One thing counted against its address until this is dropped.
 #[derive(Debug)]
-pub struct HeldConnection {
-    table: Arc<ConnectionsPerAddress>,
+pub struct Held {
+    table: Arc<HeldPerAddress>,
     group: IpAddr,
 }
 
-impl ConnectionsPerAddress {
-    /// At most `cap` connections per address.
+impl HeldPerAddress {
+    /// At most `cap` things per address.
     pub fn new(cap: u32) -> Arc<Self> {
-        Arc::new(ConnectionsPerAddress {
+        Arc::new(HeldPerAddress {
             cap,
             held: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Counts a connection from `peer`, unless its address holds `cap` already.
-    pub fn open(self: &Arc<Self>, peer: IpAddr) -> Option<HeldConnection> {
+    /// Counts one more thing for `peer`, unless its address holds `cap` already.
+    pub fn open(self: &Arc<Self>, peer: IpAddr) -> Option<Held> {
         let group = client_group(peer);
-        let mut held = self.held.lock().expect("connections per address");
+        let mut held = self.held.lock().expect("held per address");
         let count = held.entry(group).or_insert(0);
         if *count >= self.cap {
             return None;
         }
         *count += 1;
-        Some(HeldConnection {
+        Some(Held {
             table: Arc::clone(self),
             group,
         })
     }
 
-    /// Connections `peer`'s address holds now.
+    /// What `peer`'s address holds now.
     pub fn held_by(&self, peer: IpAddr) -> u32 {
-        let held = self.held.lock().expect("connections per address");
+        let held = self.held.lock().expect("held per address");
         held.get(&client_group(peer)).copied().unwrap_or(0)
     }
 }
 
-impl Drop for HeldConnection {
+impl Drop for Held {
     fn drop(&mut self) {
-        let mut held = self.table.held.lock().expect("connections per address");
+        let mut held = self.table.held.lock().expect("held per address");
         if let Some(count) = held.get_mut(&self.group) {
             *count -= 1;
             if *count == 0 {
@@ -170,8 +171,8 @@ mod tests {
     }
 
     #[test]
-    fn an_address_holds_at_most_its_cap_and_regains_room_as_connections_close() {
-        let table = ConnectionsPerAddress::new(2);
+    fn an_address_holds_at_most_its_cap_and_regains_room_as_it_lets_go() {
+        let table = HeldPerAddress::new(2);
         let peer: IpAddr = "2001:db8::1".parse().unwrap();
         let neighbour: IpAddr = "2001:db8::2".parse().unwrap();
         let first = table.open(peer).unwrap();

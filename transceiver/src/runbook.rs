@@ -93,12 +93,18 @@ pub const fn http_refusal(reason: HttpRefusal) -> Entry {
              flood, or more real clients than one transceiver holds. Add transceivers or \
              raise the cap.",
         ),
-        AddressConnectionCap | RequestRate | PostRate => entry(
+        AddressConnectionCap | RequestRate | PostRate | UnconnectedCap => entry(
             Cause::Hostile,
-            "One client address spent its share (connections, requests or session POSTs): \
-             a flood bounded by design. Many real clients behind one address (a corporate \
-             NAT, an Ingress without the client's address): raise the per-IP limits or \
-             pass the real address.",
+            "One client address spent its share (connections, requests, session POSTs or \
+             sessions waiting to connect): a flood bounded by design. Many real clients \
+             behind one address: a corporate NAT (raise the per-IP limits), or an Ingress \
+             whose address signaling sees instead of the client's (list it in \
+             `--trusted-proxy`).",
+        ),
+        OfferLimits => entry(
+            Cause::Hostile,
+            "An offer with more media sections or candidates than any voice client sends: \
+             nothing to do, unless a real client needs more (its 400 names the limit).",
         ),
         BodyTooLarge => entry(
             Cause::Hostile,

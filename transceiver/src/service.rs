@@ -22,10 +22,11 @@ use crate::http::{ConnectionCaps, HttpServer, Surface};
 /// Connections the operations listener (`--metrics-addr`) holds at once: scrapers and
 /// probes, not clients.
 const OPERATIONS_CONNECTIONS: usize = 64;
+use crate::client_address::TrustedProxies;
 use crate::metrics::TransceiverMetrics;
 use crate::model::{EchoModel, ModelBackend};
 use crate::model_bridge::{BridgeConfig, WsBridge};
-use crate::signaling::{MAX_WORKERS, Signaling};
+use crate::signaling::{MAX_WORKERS, Signaling, SignalingLimits};
 use crate::worker::{Worker, WorkerConfig};
 
 /// WebRTC sessions behind the relay: WHIP signaling, str0m, and a model backend (the
@@ -117,8 +118,9 @@ pub struct TransceiverOptions {
     /// Echo delay (e.g. 200ms), for `--model echo`.
     #[arg(long, default_value = "0ms", value_parser = humantime::parse_duration)]
     pub echo_delay: Duration,
-    /// A session not connected after this long ends.
-    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    /// A session not connected after this long ends (a client that can reach the relay
+    /// connects in well under a second; one that cannot holds its slot this long).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub connect_timeout: Duration,
     /// A session that receives nothing for this long ends (ICE consent).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
@@ -136,10 +138,19 @@ pub struct TransceiverOptions {
     /// Session POSTs per second from one client address (twice that at once); beyond: 429.
     #[arg(long, default_value_t = 50.0, value_name = "N")]
     pub posts_per_second_per_ip: f64,
-    /// Requests of any kind per second from one client address (twice that at once);
-    /// beyond: 429.
+    /// Requests of any kind without a valid bearer token per second from one client
+    /// address (twice that at once); beyond: 429.
     #[arg(long, default_value_t = 100.0, value_name = "N")]
     pub requests_per_second_per_ip: f64,
+    /// Sessions answered but not yet connected from one client address (IPv4, or IPv6
+    /// /64) at once; a POST beyond: 429.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub max_unconnected_per_ip: u32,
+    /// Proxies (CIDR or address, repeatable or comma-separated; e.g. the Ingress's pod
+    /// network) whose `X-Forwarded-For` names the client that every per-IP limit counts;
+    /// their own connections are not capped per IP. Nobody is trusted by default.
+    #[arg(long, value_name = "CIDR", value_delimiter = ',')]
+    pub trusted_proxy: Vec<String>,
     /// Serve signaling on a non-loopback address without a bearer token (logged loudly).
     #[arg(long)]
     pub allow_unauthenticated: bool,
@@ -214,6 +225,13 @@ impl Transceiver {
                 "`http_max_connections_per_ip`: must be at least 1".into(),
             ));
         }
+        if opts.max_unconnected_per_ip == 0 {
+            return Err(StartError::Config(
+                "`max_unconnected_per_ip`: must be at least 1".into(),
+            ));
+        }
+        let trusted_proxies = TrustedProxies::parse(&opts.trusted_proxy)
+            .map_err(|reason| StartError::Config(format!("`trusted_proxy`: {reason}")))?;
         if !opts.requests_per_second_per_ip.is_finite() || opts.requests_per_second_per_ip <= 0.0 {
             return Err(StartError::Config(
                 "`requests_per_second_per_ip`: must be above 0".into(),
@@ -341,8 +359,12 @@ impl Transceiver {
             handles,
             token,
             Arc::clone(&metrics),
-            opts.posts_per_second_per_ip,
-            opts.requests_per_second_per_ip,
+            SignalingLimits {
+                posts_per_second: opts.posts_per_second_per_ip,
+                requests_per_second: opts.requests_per_second_per_ip,
+                unconnected: opts.max_unconnected_per_ip,
+                trusted_proxies,
+            },
         ));
         let http = HttpServer::start(
             opts.http_addr,

@@ -21,6 +21,7 @@ use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason};
 use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
 use crate::path_check::{Destination, HeldDatagram, PathCheck, Upkeep};
+use crate::per_address::Held;
 use crate::session_table::ClientPath;
 
 /// ICE restarts one session may ask for at once ([`Session::take_restart`]).
@@ -150,6 +151,9 @@ pub struct Session {
     /// ICE restarts it may still ask for now, and when that count was last refilled
     /// ([`Session::take_restart`]).
     restarts: (u32, Instant),
+    /// The client address's count of sessions waiting to connect, until this one does
+    /// (or ends): signaling caps how many one address may park.
+    waiting_to_connect: Option<Held>,
 }
 
 /// The host candidates a session advertises: the relay's UDP VIP (or the worker itself
@@ -255,6 +259,7 @@ impl Session {
             remote,
             paths: PathCheck::default(),
             restarts: (RESTART_BURST, now),
+            waiting_to_connect: None,
         };
         Ok((session, answer))
     }
@@ -267,6 +272,15 @@ impl Session {
     /// The relay the session's traffic over `transport` last came through.
     pub fn relay_for(&self, transport: Transport) -> Option<SocketAddr> {
         self.relays[transport_index(transport)]
+    }
+
+    /// Where to say that this session ended (relay mode): the relay its verified path's
+    /// traffic came through, the path and its transport. That path's flow is the one a
+    /// relay keeps (proven flows are never shed while served); flows of paths never
+    /// verified are unproven and give way to newcomers anyway.
+    pub fn end_notice(&self) -> Option<(SocketAddr, ClientPath, Transport)> {
+        let (path, transport) = self.paths.verified_over()?;
+        Some((self.relay_for(transport)?, path, transport))
     }
 
     /// A UDP datagram from `client` to `local` (via `relay` in relay mode).
@@ -555,6 +569,12 @@ impl Session {
         api.set_remote_ice_credentials(remote);
     }
 
+    /// Counts this session against its client address's sessions waiting to connect
+    /// until it connects or ends.
+    pub fn hold_until_connected(&mut self, waiting: Held) {
+        self.waiting_to_connect = Some(waiting);
+    }
+
     /// Why the session should end at `now` for lack of progress, if it should: not
     /// connected within `connect_timeout`, or nothing received within `idle_timeout`.
     pub fn expiry(
@@ -630,6 +650,7 @@ impl Session {
         match event {
             Event::Connected => {
                 self.connected = true;
+                self.waiting_to_connect = None;
                 let since = self.last_receive.saturating_duration_since(self.created);
                 Some(SessionOutput::Connected(since))
             }

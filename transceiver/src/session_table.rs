@@ -166,6 +166,11 @@ impl<S> SessionTable<S> {
         Some(slot.session)
     }
 
+    /// The session non-STUN datagrams from `path` route to, if any.
+    pub fn holder_of(&self, path: ClientPath) -> Option<SessionId> {
+        self.by_path.get(&path).copied()
+    }
+
     /// The session `id`.
     pub fn get_mut(&mut self, id: SessionId) -> Option<&mut S> {
         self.slots.get_mut(&id).map(|s| &mut s.session)

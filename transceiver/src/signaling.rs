@@ -7,6 +7,8 @@
 //! | `DELETE /v1/sessions/{id}` | `204`; `404` for an unknown id |
 //! | `PATCH /v1/sessions/{id}`, `Content-Type: application/trickle-ice-sdpfrag` with the client's new `a=ice-ufrag`/`a=ice-pwd` (ICE restart, RFC 9725 §4.3) | `200`, an sdpfrag with the server's new ufrag and password (the new ufrag routes to the same worker); `204` for a fragment without credentials (an ICE-lite server needs no trickled candidates) |
 //! | a malformed or unusable offer (garbage, no audio, no Opus) | `400` with a one-line reason |
+//! | an offer over its limits: more than 16 media sections (`m=` lines) or 64 candidates | `400` naming the limit (`http_refusals{reason="offer_limits"}`) |
+//! | a session POST without the bearer token from a client address (IPv4, or IPv6 /64) that already has `--max-unconnected-per-ip` (8) sessions not yet connected | `429` with `Retry-After` (`unconnected_cap`) |
 //! | a wrong content type | `415` |
 //! | every worker full, draining, or no worker's model backend connected | `503` with `Retry-After` |
 //! | missing or wrong bearer token (when one is configured) | `401` |
@@ -19,6 +21,12 @@
 //!
 //! Every answer of the session API (`/v1/sessions…`) carries CORS headers so a page on
 //! another origin can call it; metrics, health and the demo page carry none.
+//!
+//! "A client address" is the TCP peer's, or behind a `--trusted-proxy` the client it
+//! forwards for ([`crate::client_address`]). The rate of requests of any kind and the
+//! cap of sessions waiting to connect count only requests without a valid bearer token:
+//! a caller holding the token (an app's server signing its users up, all from its one
+//! address) is limited by the sign-up rate, not by them.
 //!
 //! This module decides; [`crate::http`] is the transport that bounds what a request may
 //! cost before it gets here (connections, header size and count, body size, time).
@@ -35,10 +43,11 @@ use str0m::change::SdpOffer;
 use ufrag_common::metrics::Exposition;
 
 use crate::bearer::BearerToken;
+use crate::client_address::TrustedProxies;
 use crate::error::SignalError;
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::model::SessionId;
-use crate::per_address::AddressRate;
+use crate::per_address::{AddressRate, HeldPerAddress};
 use crate::random::random_bytes;
 use crate::worker::{Command, RestartRefused, WorkerHandle};
 
@@ -48,6 +57,26 @@ pub const MAX_BODY_BYTES: usize = 64 * 1024;
 const WORKER_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most workers a transceiver may have: a session id names its worker in one byte.
 pub const MAX_WORKERS: usize = 256;
+/// The most media sections (`m=` lines) an offer may have: a voice session needs two
+/// (audio and the data channel); a caller with video a few more.
+pub const MAX_MEDIA_SECTIONS: usize = 16;
+/// The most candidates an offer may carry (`a=candidate` lines, every section counted):
+/// a host with many interfaces offers a few dozen; each costs the session's ICE agent.
+pub const MAX_CANDIDATES: usize = 64;
+
+/// What one client address may cost signaling ([`crate::per_address`]), and whom to
+/// believe about the client's address ([`crate::client_address`]).
+#[derive(Clone, Debug)]
+pub struct SignalingLimits {
+    /// Session POSTs and ICE restarts per second, twice that at once.
+    pub posts_per_second: f64,
+    /// Requests of any kind without a valid bearer token per second, twice that at once.
+    pub requests_per_second: f64,
+    /// Sessions answered but not yet connected, at once.
+    pub unconnected: u32,
+    /// Proxies whose `X-Forwarded-For` is believed.
+    pub trusted_proxies: TrustedProxies,
+}
 
 /// A response as signaling writes it; the transport turns it into HTTP.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,10 +140,53 @@ pub struct Signaling {
     http_alive: AtomicBool,
     post_rate: AddressRate,
     request_rate: AddressRate,
+    /// Sessions answered and not yet connected, per client address.
+    unconnected: Arc<HeldPerAddress>,
+    trusted_proxies: TrustedProxies,
 }
 
-/// Checks an offer before any worker sees it: parses, has audio, offers Opus.
-pub fn check_offer(body: &str) -> Result<SdpOffer, String> {
+/// Checks an offer before any worker sees it: within [`MAX_MEDIA_SECTIONS`] and
+/// [`MAX_CANDIDATES`] (counted before the parse, which they would make costly), parses,
+/// has audio, offers Opus. The error is one line; [`OfferRefusal::Limits`] names the limit.
+pub fn check_offer(body: &str) -> Result<SdpOffer, OfferRefusal> {
+    let sections = body.lines().filter(|l| l.starts_with("m=")).count();
+    if sections > MAX_MEDIA_SECTIONS {
+        return Err(OfferRefusal::Limits(format!(
+            "the offer has {sections} media sections: at most {MAX_MEDIA_SECTIONS} are accepted"
+        )));
+    }
+    let candidates = body
+        .lines()
+        .filter(|l| l.trim_start().starts_with("a=candidate"))
+        .count();
+    if candidates > MAX_CANDIDATES {
+        return Err(OfferRefusal::Limits(format!(
+            "the offer has {candidates} candidates: at most {MAX_CANDIDATES} are accepted"
+        )));
+    }
+    check_offer_content(body).map_err(OfferRefusal::Unusable)
+}
+
+/// Why an offer was refused, in one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OfferRefusal {
+    /// Over [`MAX_MEDIA_SECTIONS`] or [`MAX_CANDIDATES`].
+    Limits(String),
+    /// Malformed, or without audio or Opus.
+    Unusable(String),
+}
+
+impl OfferRefusal {
+    /// The one-line reason.
+    pub fn reason(&self) -> &str {
+        match self {
+            OfferRefusal::Limits(r) | OfferRefusal::Unusable(r) => r,
+        }
+    }
+}
+
+/// Parses the offer and checks it has audio and offers Opus.
+fn check_offer_content(body: &str) -> Result<SdpOffer, String> {
     let offer = SdpOffer::from_sdp_string(body).map_err(|e| {
         // The parser's message can span lines; the API promises one line.
         let first = e.to_string();
@@ -175,8 +247,7 @@ impl Signaling {
         workers: Vec<WorkerHandle>,
         token: Option<String>,
         metrics: Arc<TransceiverMetrics>,
-        posts_per_second: f64,
-        requests_per_second: f64,
+        limits: SignalingLimits,
     ) -> Self {
         assert!(workers.len() <= MAX_WORKERS, "checked at start");
         Signaling {
@@ -185,15 +256,30 @@ impl Signaling {
             metrics,
             accepting: AtomicBool::new(true),
             http_alive: AtomicBool::new(true),
-            post_rate: AddressRate::new(posts_per_second),
-            request_rate: AddressRate::new(requests_per_second),
+            post_rate: AddressRate::new(limits.posts_per_second),
+            request_rate: AddressRate::new(limits.requests_per_second),
+            unconnected: HeldPerAddress::new(limits.unconnected),
+            trusted_proxies: limits.trusted_proxies,
         }
     }
 
-    /// A `429` for a request from `peer` beyond its address's rate of requests (any
-    /// route), before its body is read; `None` when it may go on.
-    pub fn refuse_over_rate(&self, peer: IpAddr) -> Option<SignalResponse> {
-        if self.request_rate.take(peer, Instant::now()) {
+    /// The client a request from the TCP peer `peer` comes from
+    /// ([`crate::client_address`]).
+    pub fn client_address(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
+        self.trusted_proxies.client(peer, headers)
+    }
+
+    /// Whether `peer` is a trusted proxy: its connections carry many clients, so the
+    /// cap of connections per address does not apply to it.
+    pub fn is_trusted_proxy(&self, peer: IpAddr) -> bool {
+        self.trusted_proxies.trusts(peer)
+    }
+
+    /// A `429` for a request from `client` without a valid bearer token beyond its
+    /// address's rate of such requests (any route), before its body is read; `None`
+    /// when it may go on.
+    pub fn refuse_over_rate(&self, client: IpAddr, headers: &HeaderMap) -> Option<SignalResponse> {
+        if self.authenticated(headers) || self.request_rate.take(client, Instant::now()) {
             return None;
         }
         self.metrics.http_refused(HttpRefusal::RequestRate);
@@ -236,18 +322,23 @@ impl Signaling {
     }
 
     fn authorized(&self, headers: &HeaderMap) -> bool {
-        let Some(token) = &self.token else {
-            return true;
-        };
-        // A wrong guess teaches nothing: not how much of it was right, nor the length.
-        token.authorizes(header_str(headers, "authorization"))
+        self.token.is_none() || self.authenticated(headers)
     }
 
-    /// Answers one request from `peer`, whose body the transport has read in full
-    /// (at most [`MAX_BODY_BYTES`]). May block on a worker for up to 5 s.
+    /// Whether the request carries the configured bearer token (never, when none is).
+    fn authenticated(&self, headers: &HeaderMap) -> bool {
+        // A wrong guess teaches nothing: not how much of it was right, nor the length.
+        self.token
+            .as_ref()
+            .is_some_and(|token| token.authorizes(header_str(headers, "authorization")))
+    }
+
+    /// Answers one request from `client` ([`Signaling::client_address`]), whose body the
+    /// transport has read in full (at most [`MAX_BODY_BYTES`]). May block on a worker
+    /// for up to 5 s.
     pub fn handle(
         &self,
-        peer: IpAddr,
+        client: IpAddr,
         method: &Method,
         path: &str,
         headers: &HeaderMap,
@@ -272,12 +363,12 @@ impl Signaling {
                     self.metrics.render_with_readiness(format, self.is_ready()),
                 )
             }
-            (&Method::POST, "/v1/sessions") => self.create(peer, headers, body),
+            (&Method::POST, "/v1/sessions") => self.create(client, headers, body),
             (&Method::DELETE, p) if p.starts_with("/v1/sessions/") => {
                 self.delete(headers, &p["/v1/sessions/".len()..])
             }
             (&Method::PATCH, p) if p.starts_with("/v1/sessions/") => {
-                self.patch(peer, headers, &p["/v1/sessions/".len()..], body)
+                self.patch(client, headers, &p["/v1/sessions/".len()..], body)
             }
             (_, "/v1/sessions") => text(405, "method not allowed"),
             _ => text(404, "not found"),
@@ -291,11 +382,11 @@ impl Signaling {
         }
     }
 
-    fn create(&self, peer: IpAddr, headers: &HeaderMap, body: &[u8]) -> SignalResponse {
+    fn create(&self, client: IpAddr, headers: &HeaderMap, body: &[u8]) -> SignalResponse {
         if !self.authorized(headers) {
             return text(401, "missing or wrong bearer token");
         }
-        if !self.post_rate.take(peer, Instant::now()) {
+        if !self.post_rate.take(client, Instant::now()) {
             self.metrics.http_refused(HttpRefusal::PostRate);
             return text(429, "too many sessions from this address").with("Retry-After", "1");
         }
@@ -308,7 +399,12 @@ impl Signaling {
         };
         let offer = match check_offer(body) {
             Ok(o) => o,
-            Err(reason) => return text(400, &reason),
+            Err(refusal) => {
+                if matches!(refusal, OfferRefusal::Limits(_)) {
+                    self.metrics.http_refused(HttpRefusal::OfferLimits);
+                }
+                return text(400, refusal.reason());
+            }
         };
         if !self.accepting.load(Ordering::Relaxed) {
             return text(503, "draining").with("Retry-After", "5");
@@ -329,13 +425,34 @@ impl Signaling {
             };
             return text(503, why).with("Retry-After", "5");
         };
+        // Held by the session until it connects: an address cannot park sessions. A
+        // caller with the bearer token (an app's server signing its users up, all from
+        // one address) is not counted: one of its users must not lock out the others.
+        let waiting = if self.authenticated(headers) {
+            None
+        } else {
+            let Some(waiting) = self.unconnected.open(client) else {
+                self.metrics.http_refused(HttpRefusal::UnconnectedCap);
+                return text(
+                    429,
+                    "too many sessions from this address waiting to connect",
+                )
+                .with("Retry-After", "1");
+            };
+            Some(waiting)
+        };
         let id = session_id(index);
         // The costly part of a new session is built here, not on the worker.
         let new = match worker
             .mint
             .session(id, offer, random_bytes(), Instant::now())
         {
-            Ok(new) => Box::new(new),
+            Ok(mut new) => {
+                if let Some(waiting) = waiting {
+                    new.session.hold_until_connected(waiting);
+                }
+                Box::new(new)
+            }
             Err(SignalError::BadOffer(reason)) => {
                 return text(400, reason.lines().next().unwrap_or("bad offer"));
             }
@@ -360,7 +477,7 @@ impl Signaling {
         }
     }
 
-    fn patch(&self, peer: IpAddr, headers: &HeaderMap, id: &str, body: &[u8]) -> SignalResponse {
+    fn patch(&self, client: IpAddr, headers: &HeaderMap, id: &str, body: &[u8]) -> SignalResponse {
         if !self.authorized(headers) {
             return text(401, "missing or wrong bearer token");
         }
@@ -378,7 +495,7 @@ impl Signaling {
             return text(204, "");
         };
         // A restart mints a ufrag as a sign-up does: it spends the same rate.
-        if !self.post_rate.take(peer, Instant::now()) {
+        if !self.post_rate.take(client, Instant::now()) {
             self.metrics.http_refused(HttpRefusal::PostRate);
             return text(429, "too many sign-ups and ICE restarts from this address")
                 .with("Retry-After", "1");
@@ -444,11 +561,41 @@ mod tests {
 
     #[test]
     fn offers_are_checked_before_a_worker_sees_them() {
+        let refusal = check_offer("garbage").unwrap_err();
         assert!(
-            check_offer("garbage")
-                .unwrap_err()
-                .starts_with("malformed SDP offer")
+            matches!(&refusal, OfferRefusal::Unusable(r) if r.starts_with("malformed SDP offer")),
+            "{refusal:?}"
         );
+    }
+
+    #[test]
+    fn an_offer_over_its_limits_is_refused_naming_the_limit_before_the_parse() {
+        let sections = "m=audio 9 UDP/TLS/RTP/SAVPF 111\r\n".repeat(MAX_MEDIA_SECTIONS + 1);
+        assert_eq!(
+            check_offer(&sections).unwrap_err(),
+            OfferRefusal::Limits(format!(
+                "the offer has {} media sections: at most 16 are accepted",
+                MAX_MEDIA_SECTIONS + 1
+            ))
+        );
+        let candidates = format!(
+            "m=audio 9 UDP/TLS/RTP/SAVPF 111\r\n{}",
+            "a=candidate:1 1 udp 1 192.0.2.1 9 typ host\r\n".repeat(MAX_CANDIDATES + 1)
+        );
+        let refusal = check_offer(&candidates).unwrap_err();
+        assert!(
+            matches!(&refusal, OfferRefusal::Limits(r) if r.contains("65 candidates")),
+            "{refusal:?}"
+        );
+        // At the limits the offer goes on to the parse (which this one fails).
+        let at_limit = format!(
+            "m=audio 9 UDP/TLS/RTP/SAVPF 111\r\n{}",
+            "a=candidate:1 1 udp 1 192.0.2.1 9 typ host\r\n".repeat(MAX_CANDIDATES)
+        );
+        assert!(matches!(
+            check_offer(&at_limit),
+            Err(OfferRefusal::Unusable(_))
+        ));
     }
 
     #[test]

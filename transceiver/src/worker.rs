@@ -446,11 +446,21 @@ impl Worker {
             .sessions
             .ufrag_of(id)
             .and_then(|u| key_id_of(u.as_bytes()));
+        // The notice frees the relay's flow for the verified path: only while that path
+        // is still this session's (a path that moved to another session is its now).
+        let notice = (self.sessions.get_mut(id))
+            .and_then(|session| session.end_notice())
+            .filter(|(_, path, _)| self.sessions.holder_of(*path) == Some(id));
         let Some(mut session) = self.sessions.remove(id) else {
             return;
         };
         self.count_hint_key(key, -1);
         session.disconnect();
+        if !self.cfg.direct
+            && let Some((relay, path, transport)) = notice
+        {
+            self.send_end_notice(relay, path, transport);
+        }
         self.load
             .sessions
             .store(self.sessions.len(), Ordering::Relaxed);
@@ -740,6 +750,33 @@ impl Worker {
                 }
             }
             (None, _) => queue(outgoing, fd, metrics, (to, &[], contents), 1),
+        }
+    }
+
+    /// Tells `relay` that the session on `path` ended: a frame with the session-ended bit
+    /// and no datagram, so the relay frees the flow now rather than when it goes idle.
+    /// Open bundles are closed first, so the session's last datagrams arrive before it.
+    fn send_end_notice(&mut self, relay: SocketAddr, path: ClientPath, transport: Transport) {
+        let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
+        let outgoing = &mut self.outgoing;
+        if let Some(bundler) = &mut self.bundler
+            && !bundler.is_empty()
+        {
+            let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], frames: usize| {
+                queue(outgoing, fd, metrics, (to, head, body), frames);
+            };
+            bundler.close_all(&mut emit);
+        }
+        let header = FrameHeader::over(transport, path.client, path.local)
+            .on_verified_path(true)
+            .ending_session();
+        let mut head = [0u8; MAX_HEADER_LEN];
+        match header.emit(&mut head) {
+            Ok(n) => {
+                queue(outgoing, fd, metrics, (relay, &head[..n], &[]), 1);
+                metrics.end_notice_sent();
+            }
+            Err(_) => metrics.dropped(DropReason::TooLarge),
         }
     }
 

@@ -3,7 +3,9 @@
 //! cut off; oversized bodies get 413 (PATCH too); connections beyond the cap are closed
 //! at once; one address cannot hold the connections another needs, and its request rate
 //! on any route and its POST rate are bounded (429); a non-loopback address needs a
-//! token; a dead worker turns readiness off while the other worker keeps serving.
+//! token; a dead worker turns readiness off while the other worker keeps serving. A
+//! sign-up is priced (sessions waiting to connect per address, offer limits), and
+//! behind a trusted proxy each forwarded client spends its own share.
 
 mod support;
 
@@ -498,8 +500,11 @@ fn an_ice_restart_spends_the_addresss_sign_up_rate() {
         "the POST: 1 of a burst of 2"
     );
     let location = client.location.clone().unwrap();
+    // From the client's address, where its POST came from.
+    let from = client.local.ip();
     let patch = |fragment: &str| {
-        http_request(
+        testkit::http::request_from(
+            from,
             xcvr.http,
             "PATCH",
             &location,
@@ -528,4 +533,195 @@ fn an_ice_restart_spends_the_addresss_sign_up_rate() {
         refused.body
     );
     assert_eq!(xcvr.metric("ufrag_transceiver_ice_restarts_total"), 1.0);
+}
+
+/// Hostile clients, third round, item 6: a sign-up is priced. One address holds at most
+/// `--max-unconnected-per-ip` sessions answered and not yet connected (each costs a
+/// str0m `Rtc` and a slot until the connect timeout): beyond, 429. Another address is
+/// not affected, and the address regains room as its sessions connect or end. Before,
+/// one address could park sessions up to its POST rate times the connect timeout.
+#[test]
+fn an_address_parks_at_most_its_unconnected_sessions_and_regains_room_as_they_connect() {
+    // A connect timeout longer than the test, so only connects and ends free slots.
+    let xcvr = Transceiver::start(
+        None,
+        &["--max-unconnected-per-ip", "2", "--connect-timeout", "60s"],
+    );
+    let ip = unique_ip();
+    let mut parked: Vec<Client> = (0..3).map(|_| Client::new_on(ip)).collect();
+    assert_eq!(parked[0].signal(xcvr.http).status, 201);
+    assert_eq!(parked[1].signal(xcvr.http).status, 201);
+    let refused = parked[2].signal(xcvr.http);
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(
+        refused.body.contains("waiting to connect") && refused.header("Retry-After").is_some(),
+        "{refused:?}"
+    );
+    assert_eq!(
+        new_client().signal(xcvr.http).status,
+        201,
+        "another address has its own count"
+    );
+    // The first connects: its address regains a slot.
+    let mut first = vec![parked.remove(0)];
+    run_until(&mut first, "the first session connected", |c| {
+        c.connected_at.is_some()
+    });
+    assert_eq!(
+        parked[1].signal(xcvr.http).status,
+        201,
+        "room after a connect"
+    );
+    // Both slots are held again; a DELETE frees one.
+    let mut fourth = Client::new_on(ip);
+    assert_eq!(fourth.signal(xcvr.http).status, 429);
+    let location = parked[0].location.clone().expect("a Location");
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", &location, None, &[])
+            .unwrap()
+            .status,
+        204
+    );
+    let mut fifth = Client::new_on(ip);
+    assert_eq!(fifth.signal(xcvr.http).status, 201, "room after an end");
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_http_refusals_total{reason=\"unconnected_cap\"}"),
+        2.0
+    );
+}
+
+/// Item 6: an offer over its limits (candidates, media sections) is refused with a 400
+/// that names the limit, counted, before the SDP is parsed.
+#[test]
+fn an_offer_with_too_many_candidates_gets_a_400_naming_the_limit() {
+    let xcvr = Transceiver::start(Some("127.0.0.1:3478".parse().unwrap()), &[]);
+    let client = new_client();
+    let extra: String = (0..65)
+        .map(|i| format!("a=candidate:{i} 1 udp 2130706431 192.0.2.{i} 9 typ host\r\n"))
+        .collect();
+    let offer = client
+        .offer
+        .replacen("a=mid:", &format!("{extra}a=mid:"), 1);
+    let r = http_request(
+        xcvr.http,
+        "POST",
+        "/v1/sessions",
+        Some(("application/sdp", &offer)),
+        &[],
+    )
+    .unwrap();
+    assert_eq!(r.status, 400, "{}", r.body);
+    assert!(
+        r.body.contains("candidates: at most 64 are accepted"),
+        "{}",
+        r.body
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_http_refusals_total{reason=\"offer_limits\"}"),
+        1.0
+    );
+}
+
+/// POSTs a garbage offer from `from` with `X-Forwarded-For: forwarded`; its status (400
+/// when the rate let it through, 429 when not).
+fn post_forwarded(xcvr: &Transceiver, from: &str, forwarded: &str) -> u16 {
+    testkit::http::request_from(
+        from.parse().unwrap(),
+        xcvr.http,
+        "POST",
+        "/v1/sessions",
+        Some(("application/sdp", "x")),
+        &[("X-Forwarded-For", forwarded)],
+    )
+    .expect("signaling answers")
+    .status
+}
+
+/// Item 5: behind a `--trusted-proxy` (an Ingress), the per-address limits count the
+/// client its `X-Forwarded-For` names: one client spending its POST rate leaves another
+/// behind the same proxy its own, and a client cannot escape by writing the header
+/// itself. From an untrusted peer the header is never read. Before, every client behind
+/// the Ingress spent the Ingress's one share.
+#[test]
+fn behind_a_trusted_proxy_each_forwarded_client_spends_its_own_rate() {
+    // `connect` (and the default source of a loopback connection) is 127.0.0.1.
+    let proxy = "127.0.0.1".to_string();
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &[
+            "--posts-per-second-per-ip",
+            "1",
+            "--trusted-proxy",
+            &proxy,
+            "--http-max-connections-per-ip",
+            "2",
+        ],
+    );
+    // Twice the rate at once (the offers are garbage: 400 means the rate let it by).
+    let a: Vec<u16> = (0..3)
+        .map(|_| post_forwarded(&xcvr, &proxy, "198.51.100.1"))
+        .collect();
+    assert_eq!(a, [400, 400, 429], "client A spends its own bucket");
+    assert_eq!(
+        post_forwarded(&xcvr, &proxy, "198.51.100.2"),
+        400,
+        "client B behind the same proxy has its own"
+    );
+    // A client that writes the header itself is still the entry the proxy appended.
+    assert_eq!(
+        post_forwarded(&xcvr, &proxy, "198.51.100.77, 198.51.100.1"),
+        429
+    );
+    // An untrusted peer is itself, whatever it writes.
+    let untrusted = unique_ip().to_string();
+    let b: Vec<u16> = (0..3)
+        .map(|i| post_forwarded(&xcvr, &untrusted, &format!("203.0.113.{i}")))
+        .collect();
+    assert_eq!(b, [400, 400, 429], "an untrusted peer's header is not read");
+    // The proxy's connections carry many clients: the per-address connection cap (2)
+    // does not apply to it. Four kept-alive connections are each served.
+    let mut held: Vec<TcpStream> = (0..4).map(|_| connect(xcvr.http)).collect();
+    for s in &mut held {
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: 198.51.100.3\r\n\r\n")
+            .unwrap();
+    }
+    for s in &mut held {
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + CUT_OFF_WAIT;
+        while !seen.starts_with(b"HTTP/1.1 200") {
+            assert!(
+                !closed_by_server(s, &mut seen),
+                "a proxy connection was closed"
+            );
+            assert!(Instant::now() < deadline, "not served");
+        }
+    }
+}
+
+/// Item 5: the rate of requests of any kind is spent only by requests without the
+/// bearer token: an app's server holding it (signing its users up from one address) is
+/// limited by the sign-up rate, not by the rate meant for anonymous callers.
+#[test]
+fn requests_with_the_bearer_token_do_not_spend_the_anonymous_request_rate() {
+    let xcvr = Transceiver::start_with_env(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &["--requests-per-second-per-ip", "2"],
+        &[("UFRAG_TRANSCEIVER_TOKEN", "s3cret")],
+    );
+    let from = unique_ip();
+    let get = |auth: &[(&str, &str)]| {
+        testkit::http::request_from(from.into(), xcvr.http, "GET", "/healthz", None, auth)
+            .expect("an answer")
+            .status
+    };
+    let with_token: Vec<u16> = (0..20)
+        .map(|_| get(&[("Authorization", "Bearer s3cret")]))
+        .collect();
+    assert!(with_token.iter().all(|s| *s == 200), "{with_token:?}");
+    let without: Vec<u16> = (0..6).map(|_| get(&[])).collect();
+    assert!(without.ends_with(&[429, 429]), "{without:?}");
+    let wrong: Vec<u16> = (0..2)
+        .map(|_| get(&[("Authorization", "Bearer nope")]))
+        .collect();
+    assert_eq!(wrong, [429, 429], "a wrong token is anonymous");
 }

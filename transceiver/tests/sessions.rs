@@ -534,3 +534,44 @@ fn a_spoofed_source_that_never_receives_gets_no_dtls_and_no_more_bytes_than_it_s
     assert!(xcvr.metric("ufrag_transceiver_path_probes") >= 1.0);
     assert!(client.connected_at.is_none());
 }
+
+/// Hostile clients, third round, item 1: when a session ends, its transceiver tells the
+/// relay (a frame with the session-ended bit and no datagram), and the relay frees the
+/// session's flow at once. Before, a proven flow stayed until it went idle, or until its
+/// transceiver had been silent for 30 s and the table was full.
+#[test]
+fn an_ended_session_frees_its_flow_at_the_relay_at_once() {
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &[]);
+    let mut clients = vec![new_client()];
+    assert_eq!(clients[0].signal(xcvr.http).status, 201);
+    run_until(&mut clients, "connected", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    talk(&mut clients, 5);
+    run_until(&mut clients, "echo", |c| c.audio_received >= 3);
+    let relay_metric = |series: &str| testkit::http::metric(None, relay.metrics, series);
+    let ended = "ufrag_relay_dropped_datagrams_total{worker=\"0\",reason=\"session_ended\"}";
+    assert_eq!(relay_metric("ufrag_relay_flows_active"), 1.0);
+    assert_eq!(relay_metric(ended), 0.0);
+    let location = clients[0].location.clone().expect("a Location");
+    assert_eq!(
+        http_request(xcvr.http, "DELETE", &location, None, &[])
+            .unwrap()
+            .status,
+        204
+    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while relay_metric("ufrag_relay_flows_active") != 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the relay still holds the ended session's flow"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(relay_metric(ended), 1.0);
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_session_end_notices_total"),
+        1.0
+    );
+}

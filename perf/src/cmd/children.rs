@@ -152,6 +152,8 @@ pub fn start_transceiver_from(
         "1000000",
         "--http-max-connections-per-ip",
         "100000",
+        "--max-unconnected-per-ip",
+        "100000",
     ];
     flags.extend_from_slice(extra);
     spawn_transceiver(binary, http, bind, advertise, &flags)
