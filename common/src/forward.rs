@@ -384,8 +384,9 @@ pub struct Forwarder {
     /// ([`Forwarder::take_pending_cache_write`]): a flow's route (it proved itself on a
     /// return frame), or `None` to remove it (its session ended).
     pending_cache_write: Option<(FlowKey, Option<Route>)>,
-    /// What asking the route cache may cost; `None` without a route cache.
-    lookups: Option<RouteLookups>,
+    /// What asking the route cache may cost; `None` without a route cache. Boxed: only
+    /// datagrams without a flow reach it.
+    lookups: Option<Box<RouteLookups>>,
 }
 
 /// A copy of the proven flows kept outside the forwarder, which carries some of their
@@ -441,7 +442,7 @@ impl Forwarder {
         );
         let lookups = policy
             .route_cache
-            .then(|| RouteLookups::new(prefix_lens, now));
+            .then(|| Box::new(RouteLookups::new(prefix_lens, now)));
         Forwarder {
             policy,
             table,
