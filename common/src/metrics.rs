@@ -31,6 +31,7 @@
 //! | `ufrag_relay_worker_failures_total`          | counter |                      |
 //! | `ufrag_relay_hint_key_info`                  | gauge   | key_id               |
 //! | `ufrag_relay_hint_key_reloads_total`         | counter | result               |
+//! | `ufrag_relay_http_refused_total`             | counter | reason               |
 //! | `ufrag_relay_build_info`                     | gauge   | backend, version     |
 //!
 //! With ICE-TCP on, the first six families and the flow families come again as
@@ -821,7 +822,47 @@ pub struct RelayMetrics {
     hint_key: AtomicU64,
     /// Key file reloads: taken, and refused.
     key_reloads: [AtomicU64; 2],
+    /// Connections to the HTTP endpoints refused or cut, by [`HttpRefusal`].
+    http_refused: [AtomicU64; HttpRefusal::ALL.len()],
     fast_path: std::sync::OnceLock<FastPathSource>,
+}
+
+/// Why the HTTP endpoints (`/metrics`, `/healthz`, `/readyz`) refused or cut a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HttpRefusal {
+    /// Its address already had as many connections open as one address may.
+    SourceCap,
+    /// It was the connection open longest when the endpoints were serving as many as
+    /// they serve at once, and a new one came.
+    OldestCut,
+    /// It did not send its request, or take the answer, in time.
+    Deadline,
+    /// Its request was not an HTTP/1 request head, or was too long (400 or 431).
+    BadRequest,
+    /// No thread could be started to serve it (or its socket failed at accept).
+    Unserved,
+}
+
+impl HttpRefusal {
+    /// Every refusal, in the order of its counter.
+    pub const ALL: [HttpRefusal; 5] = [
+        HttpRefusal::SourceCap,
+        HttpRefusal::OldestCut,
+        HttpRefusal::Deadline,
+        HttpRefusal::BadRequest,
+        HttpRefusal::Unserved,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            HttpRefusal::SourceCap => "source_cap",
+            HttpRefusal::OldestCut => "oldest_cut",
+            HttpRefusal::Deadline => "deadline",
+            HttpRefusal::BadRequest => "bad_request",
+            HttpRefusal::Unserved => "unserved",
+        }
+    }
 }
 
 impl core::fmt::Debug for RelayMetrics {
@@ -853,6 +894,7 @@ impl RelayMetrics {
             worker_failures: AtomicU64::new(0),
             hint_key: AtomicU64::new(0),
             key_reloads: Default::default(),
+            http_refused: Default::default(),
             fast_path: std::sync::OnceLock::new(),
         })
     }
@@ -877,6 +919,11 @@ impl RelayMetrics {
     /// A reload of the key file took effect (`true`) or was refused (`false`).
     pub fn hint_key_reloaded(&self, taken: bool) {
         self.key_reloads[usize::from(!taken)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The HTTP endpoints refused or cut a connection.
+    pub fn http_refused(&self, refusal: HttpRefusal) {
+        self.http_refused[refusal as usize].fetch_add(1, Ordering::Relaxed);
     }
 
     /// The shared counters of worker `index`, for that worker to publish into.
@@ -1301,6 +1348,18 @@ impl Collector for RelayMetrics {
         )?;
         for (result, count) in ["taken", "refused"].iter().zip(&self.key_reloads) {
             let labels = [("result", *result)];
+            ConstCounter::new(count.load(Ordering::Relaxed)).encode(e.encode_family(&labels)?)?;
+        }
+        let mut e = encoder.encode_descriptor(
+            "ufrag_relay_http_refused",
+            "Connections to /metrics, /healthz and /readyz closed at once (an address's \
+             connection cap, no thread) or cut (the oldest at the server's cap, no request \
+             in time, or a bad one).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (refusal, count) in HttpRefusal::ALL.iter().zip(&self.http_refused) {
+            let labels = [("reason", refusal.label())];
             ConstCounter::new(count.load(Ordering::Relaxed)).encode(e.encode_family(&labels)?)?;
         }
 
