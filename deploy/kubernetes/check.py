@@ -11,8 +11,12 @@ know about this project:
 - our workloads get Guaranteed QoS (requests equal limits, whole CPUs), readiness on
   /readyz and liveness on /healthz, a preStop wait, all capabilities dropped, and added
   back only what relay-afxdp needs (BPF, NET_ADMIN, NET_RAW), to relay-afxdp alone;
-- the hint-key Secret is mounted readable by no one but its owner and the pod's own group
-  (fsGroup): the binaries refuse a key file readable by others or by another group;
+- the hint-key and Redis-password Secrets are mounted readable by no one but their owner
+  and the pod's own group (fsGroup): the binaries refuse a secret file readable by others
+  or by another group;
+- a relay that uses Redis is given its password (`--redis-password-file`), and the Redis
+  of ours asks for one (`requirepass`): without it any pod that reaches Redis reads and
+  writes every route;
 - every workload of ours has a PodDisruptionBudget, and a LoadBalancer keeps the client's
   source address (`externalTrafficPolicy: Local`);
 - no container takes a host port that a node agent holds on every node (9100:
@@ -48,6 +52,10 @@ import yaml
 
 KUBERNETES = "1.37.0"
 OUR_IMAGES = ("relay-mio", "relay-afxdp", "transceiver")
+# The Secrets our binaries read as files, and what each holds.
+SECRET_FILES = {"hint-keys": "hint keys", "redis-auth": "the Redis password"}
+# The flags that point a relay at Redis.
+REDIS_FLAGS = ("--redis-url", "--redis-cluster-node", "--redis-sentinel")
 AFXDP_CAPABILITIES = {"BPF", "NET_ADMIN", "NET_RAW"}
 NODE_AGENT_PORTS = {9100: "node_exporter", 10250: "the kubelet", 10256: "kube-proxy"}
 BYTES = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 10**6, "mb": 2**20, "g": 10**9, "gb": 2**30,
@@ -84,8 +92,15 @@ def check_host_ports(where, container, problems):
             problems.append(f"{where}: hostPort {port['hostPort']} is {agent}'s on every node")
 
 
+def args_of(container):
+    return [str(a) for a in container.get("args", [])]
+
+
 def check_redis(where, container, problems):
-    args = [str(a) for a in container.get("args", [])]
+    script = " ".join(str(c) for c in container.get("command", []))
+    if "requirepass" not in script and "--requirepass" not in args_of(container):
+        problems.append(f"{where}: Redis asks for no password: give it requirepass")
+    args = args_of(container)
     value = lambda flag: args[args.index(flag) + 1] if flag in args[:-1] else None
     policy = value("--maxmemory-policy")
     if policy is None or policy == "noeviction":
@@ -251,13 +266,22 @@ def check_container(where, container, pod, flags, problems):
     fs_group = pod.get("securityContext", {}).get("fsGroup")
     for mount in container.get("volumeMounts", []):
         secret = secrets.get(mount["name"])
-        if secret and secret.get("secretName") == "hint-keys":
+        if secret and secret.get("secretName") in SECRET_FILES:
+            what = SECRET_FILES[secret["secretName"]]
             mode = secret.get("defaultMode", 0o644)
             if mode & 0o007 or (mode & 0o070 and fs_group is None):
                 problems.append(
-                    f"{where}: hint keys mounted with mode {mode:04o}; the binaries refuse "
-                    "a key file readable by others, or by a group not their own (fsGroup)"
+                    f"{where}: {what} mounted with mode {mode:04o}; the binaries refuse "
+                    "a secret file readable by others, or by a group not their own (fsGroup)"
                 )
+    uses_redis = any(a.split("=", 1)[0] in REDIS_FLAGS for a in args_of(container))
+    has_password = any(a.startswith("--redis-password-file") for a in args_of(container)) or (
+        "UFRAG_REDIS_PASSWORD" in env
+    )
+    if uses_redis and not has_password:
+        problems.append(
+            f"{where}: uses Redis without its password: give --redis-password-file"
+        )
 
 
 def main():

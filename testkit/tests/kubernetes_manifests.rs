@@ -126,6 +126,21 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "",
     );
     edit(
+        &dir.join("overlays/loadbalancer/relay.yaml"),
+        "- --redis-password-file=/etc/ufrag/redis/password",
+        "- --log-format=json",
+    );
+    edit(
+        &dir.join("overlays/afxdp/relay.yaml"),
+        "secretName: redis-auth\n            defaultMode: 0400",
+        "secretName: redis-auth\n            defaultMode: 0404",
+    );
+    edit(
+        &dir.join("base/redis.yaml"),
+        "requirepass $(cat /etc/redis/auth/password)",
+        "appendonly no",
+    );
+    edit(
         &dir.join("base/network-policy.yaml"),
         "cidr: 10.0.0.0/8",
         "cidr: 10.0.0.0/16",
@@ -146,6 +161,9 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "native XDP without --bind-mode copies every frame",
         "overlays/loadbalancer/kustomization.yaml: deploys localhost/ufrag-relay/transceiver with no images: entry",
         "--maxmemory-policy volatile-ttl without --maxmemory never evicts",
+        "uses Redis without its password: give --redis-password-file",
+        "the Redis password mounted with mode 0404",
+        "Redis asks for no password: give it requirepass",
         "ipBlock 10.0.0.0/16 leaves out part of RELAY_NET 10.0.0.0/8",
         "its workers bind UDP [41000, 41001, 41002], its pod declares [41000, 41001]",
         "lists UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
