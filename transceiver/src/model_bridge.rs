@@ -26,7 +26,11 @@
 //! - **A slow backend**: at most [`SESSION_AUDIO_QUEUE`] audio frames wait per session
 //!   and [`CONNECTION_QUEUE`] messages per connection; beyond, the oldest audio frame
 //!   goes (`ufrag_transceiver_model_dropped_messages_total{reason="queue_full"}`): a voice agent
-//!   wants the newest audio. Control messages and events are never dropped for audio.
+//!   wants the newest audio. Control messages and events are never dropped for audio,
+//!   and audio waits apart from them, so dropping it costs the same however many wait.
+//! - **A backend that stops reading**: once the transceiver stops, each write still in
+//!   flight, the sessions' last messages and the close get [`SHUTDOWN_WRITE`] each, then
+//!   the connection is dropped: it cannot hold the shutdown.
 //! - **A flooding backend**: at most [`INBOUND_QUEUE`] messages wait for the worker;
 //!   beyond, the newest is dropped (`reason="backend_flood"`), and a message longer than
 //!   [`crate::model_wire::MAX_MESSAGE_LEN`] closes the connection.
@@ -77,6 +81,10 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
 pub const SEND_BUFFER: u32 = 64 * 1024;
 /// How often an idle bridge looks at its stop flag.
 const STOP_CHECK: Duration = Duration::from_millis(100);
+/// Once the bridge is told to stop, how long each write still in flight, the last
+/// messages (the sessions' `session.ended`) and the close may take: a backend that
+/// stopped reading cannot hold the transceiver's shutdown longer than three of these.
+pub const SHUTDOWN_WRITE: Duration = Duration::from_secs(1);
 
 /// Where the backend is, and how to prove who we are.
 #[derive(Clone)]
@@ -123,10 +131,18 @@ enum Outbound {
     Event(WireMessage),
 }
 
-/// The queue to the backend and what the backend knows of the sessions.
+/// The queue to the backend and what the backend knows of the sessions. Audio waits
+/// apart from control messages and events, each numbered in arrival order, so dropping
+/// the oldest audio frame never walks past control messages (a queue full of events
+/// costs a frame nothing), and the backend still gets everything in arrival order.
 #[derive(Debug, Default)]
 struct Queue {
-    messages: VecDeque<Outbound>,
+    /// Control messages and events, with their arrival numbers.
+    control: VecDeque<(u64, Outbound)>,
+    /// Audio frames ([`Outbound::Audio`] only), with their arrival numbers.
+    audio: VecDeque<(u64, Outbound)>,
+    /// The next arrival number.
+    arrivals: u64,
     audio_of: HashMap<SessionId, usize>,
     /// Sessions started at the worker and not ended: resumed after a reconnect.
     live: HashSet<SessionId>,
@@ -137,14 +153,69 @@ struct Queue {
 }
 
 impl Queue {
-    /// Drops the oldest audio frame, of `session` if given, else of any session.
+    /// Messages waiting, audio and control.
+    fn len(&self) -> usize {
+        self.control.len() + self.audio.len()
+    }
+
+    /// Queues `message` behind everything waiting.
+    fn push(&mut self, message: Outbound) {
+        let arrival = self.arrivals;
+        self.arrivals += 1;
+        match message {
+            Outbound::Audio(session, _) => {
+                *self.audio_of.entry(session).or_default() += 1;
+                self.audio.push_back((arrival, message));
+            }
+            _ => self.control.push_back((arrival, message)),
+        }
+    }
+
+    /// Empties the queue (a connection begins or ends).
+    fn clear(&mut self) {
+        self.control.clear();
+        self.audio.clear();
+        self.audio_of.clear();
+    }
+
+    /// Takes everything waiting, in arrival order.
+    fn take_in_order(&mut self) -> Vec<Outbound> {
+        let mut out = Vec::with_capacity(self.len());
+        let (mut control, mut audio) = (
+            self.control.drain(..).peekable(),
+            self.audio.drain(..).peekable(),
+        );
+        loop {
+            let from_control = match (control.peek(), audio.peek()) {
+                (Some((c, _)), Some((a, _))) => c < a,
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => break,
+            };
+            let next = if from_control {
+                control.next()
+            } else {
+                audio.next()
+            };
+            out.extend(next.map(|(_, message)| message));
+        }
+        drop((control, audio));
+        self.audio_of.clear();
+        out
+    }
+
+    /// Drops the oldest audio frame, of `session` if given, else of any session (the
+    /// front of the audio queue: no walk).
     fn drop_oldest_audio(&mut self, session: Option<SessionId>) -> bool {
-        let at = self.messages.iter().position(|m| match m {
-            Outbound::Audio(s, _) => session.is_none_or(|want| want == *s),
-            _ => false,
-        });
+        let at = match session {
+            None => (!self.audio.is_empty()).then_some(0),
+            Some(want) => self
+                .audio
+                .iter()
+                .position(|(_, m)| matches!(m, Outbound::Audio(s, _) if *s == want)),
+        };
         let Some(at) = at else { return false };
-        if let Some(Outbound::Audio(s, _)) = self.messages.remove(at) {
+        if let Some((_, Outbound::Audio(s, _))) = self.audio.remove(at) {
             self.forget_audio(s);
         }
         true
@@ -261,13 +332,13 @@ impl WsBridge {
                 q.live.insert(session);
                 if q.connected {
                     q.announced.insert(session);
-                    q.messages.push_back(Outbound::Started(session));
+                    q.push(Outbound::Started(session));
                 }
             }
             ModelInput::SessionEnded { session, reason } => {
                 q.live.remove(&session);
                 if q.announced.remove(&session) {
-                    q.messages.push_back(Outbound::Ended { session, reason });
+                    q.push(Outbound::Ended { session, reason });
                 }
             }
             ModelInput::Audio { session, frame } => {
@@ -279,28 +350,25 @@ impl WsBridge {
                     q.drop_oldest_audio(Some(session));
                     metrics.model_dropped(ModelDrop::QueueFull);
                 }
-                if q.messages.len() >= CONNECTION_QUEUE {
+                if q.len() >= CONNECTION_QUEUE {
                     if !q.drop_oldest_audio(None) {
                         metrics.model_dropped(ModelDrop::QueueFull);
                         return;
                     }
                     metrics.model_dropped(ModelDrop::QueueFull);
                 }
-                *q.audio_of.entry(session).or_default() += 1;
-                q.messages
-                    .push_back(Outbound::Audio(session, model_wire::audio(session, &frame)));
+                q.push(Outbound::Audio(session, model_wire::audio(session, &frame)));
             }
             ModelInput::Event { session, json } => {
                 if !q.connected || !q.announced.contains(&session) {
                     metrics.model_dropped(ModelDrop::Disconnected);
                     return;
                 }
-                if q.messages.len() >= CONNECTION_QUEUE && !q.drop_oldest_audio(None) {
+                if q.len() >= CONNECTION_QUEUE && !q.drop_oldest_audio(None) {
                     metrics.model_dropped(ModelDrop::QueueFull);
                     return;
                 }
-                q.messages
-                    .push_back(Outbound::Event(model_wire::event(session, &json)));
+                q.push(Outbound::Event(model_wire::event(session, &json)));
             }
         }
     }
@@ -599,17 +667,15 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
     let live: Vec<SessionId> = {
         let mut q = shared.queue();
         q.connected = true;
-        q.messages.clear();
-        q.audio_of.clear();
+        q.clear();
         q.announced = q.live.clone();
         q.live.iter().copied().collect()
     };
     shared.set_connected(true);
     let mut ok = true;
     for &session in &live {
-        ok &= send(&mut ws, model_wire::session_started(session, resumed))
-            .await
-            .is_ok();
+        let started = model_wire::session_started(session, resumed);
+        ok &= unless_stopped(shared, async { send(&mut ws, started).await.is_ok() }).await;
         if resumed {
             shared.to_worker(FromBackend::Output(ModelOutput::Event {
                 session,
@@ -617,11 +683,11 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
             }));
         }
     }
-    ok &= ws.flush().await.is_ok();
+    ok &= unless_stopped(shared, async { ws.flush().await.is_ok() }).await;
     while ok && !shared.stop.load(Ordering::Relaxed) {
         tokio::select! {
             () = shared.notify.notified() => {
-                ok = send_queued(shared, &mut ws).await;
+                ok = unless_stopped(shared, send_queued(shared, &mut ws)).await;
             }
             incoming = ws.next() => {
                 ok = match incoming {
@@ -645,14 +711,13 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
         }
     }
     if ok && shared.stop.load(Ordering::Relaxed) {
-        // The worker's last pass ended its sessions: the backend hears of it.
-        let _ = send_queued(shared, &mut ws).await;
+        // The worker's last pass ended its sessions: the backend hears of it, if it reads.
+        let _ = tokio::time::timeout(SHUTDOWN_WRITE, send_queued(shared, &mut ws)).await;
     }
     let live: Vec<SessionId> = {
         let mut q = shared.queue();
         q.connected = false;
-        q.messages.clear();
-        q.audio_of.clear();
+        q.clear();
         q.announced.clear();
         q.live.iter().copied().collect()
     };
@@ -666,7 +731,27 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
             }));
         }
     } else {
-        let _ = ws.close(None).await;
+        let _ = tokio::time::timeout(SHUTDOWN_WRITE, ws.close(None)).await;
+    }
+}
+
+/// `writes`' outcome; if the bridge is told to stop while they are in flight, they get
+/// [`SHUTDOWN_WRITE`] more, then count as failed (the connection is dropped half-written).
+async fn unless_stopped(shared: &Shared, writes: impl std::future::Future<Output = bool>) -> bool {
+    let mut writes = std::pin::pin!(writes);
+    tokio::select! {
+        ok = &mut writes => return ok,
+        () = stopping(shared) => {}
+    }
+    tokio::time::timeout(SHUTDOWN_WRITE, writes)
+        .await
+        .unwrap_or(false)
+}
+
+/// Returns once the bridge is told to stop (looked at every [`STOP_CHECK`]).
+async fn stopping(shared: &Shared) {
+    while !shared.stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(STOP_CHECK).await;
     }
 }
 
@@ -674,16 +759,7 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
 async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws) -> bool {
     loop {
         shared.bridge_woken.swap(false, Ordering::AcqRel);
-        let batch: Vec<Outbound> = {
-            let mut q = shared.queue();
-            let batch: Vec<Outbound> = q.messages.drain(..).collect();
-            for message in &batch {
-                if let Outbound::Audio(session, _) = message {
-                    q.forget_audio(*session);
-                }
-            }
-            batch
-        };
+        let batch: Vec<Outbound> = shared.queue().take_in_order();
         if batch.is_empty() {
             return ws.flush().await.is_ok();
         }
@@ -744,27 +820,49 @@ mod tests {
     #[test]
     fn the_oldest_audio_goes_first_and_control_messages_stay() {
         let mut q = queue_with(&[1, 2]);
-        q.messages.push_back(Outbound::Started(2));
+        q.push(Outbound::Started(2));
         for (session, n) in [(1, 0u8), (2, 1), (1, 2)] {
-            q.messages
-                .push_back(Outbound::Audio(session, WireMessage::Binary(vec![n])));
-            *q.audio_of.entry(session).or_default() += 1;
+            q.push(Outbound::Audio(session, WireMessage::Binary(vec![n])));
         }
+        q.push(Outbound::Event(WireMessage::Text("e".into())));
         assert!(q.drop_oldest_audio(Some(1)));
-        assert!(
-            matches!(q.messages[0], Outbound::Started(2)),
-            "control stays"
-        );
-        assert!(
-            matches!(&q.messages[1], Outbound::Audio(2, WireMessage::Binary(b)) if b == &[1]),
-            "{:?}",
-            q.messages
-        );
         assert_eq!(q.audio_of.get(&1), Some(&1));
+        let order: Vec<String> = q
+            .take_in_order()
+            .iter()
+            .map(|m| match m {
+                Outbound::Started(s) => format!("started {s}"),
+                Outbound::Audio(s, WireMessage::Binary(b)) => format!("audio {s} {}", b[0]),
+                Outbound::Event(_) => "event".into(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(order, ["started 2", "audio 2 1", "audio 1 2", "event"]);
+        assert!(q.audio_of.is_empty());
+        assert_eq!(q.len(), 0);
+        for n in 0..2u8 {
+            q.push(Outbound::Audio(1, WireMessage::Binary(vec![n])));
+        }
         assert!(q.drop_oldest_audio(None));
         assert!(q.drop_oldest_audio(None));
         assert!(!q.drop_oldest_audio(None), "no audio left to drop");
         assert!(q.audio_of.is_empty());
-        assert_eq!(q.messages.len(), 1);
+    }
+
+    #[test]
+    fn dropping_audio_behind_a_queue_full_of_events_walks_past_none() {
+        let mut q = queue_with(&[1]);
+        for _ in 0..CONNECTION_QUEUE - 1 {
+            q.push(Outbound::Event(WireMessage::Text("e".into())));
+        }
+        q.push(Outbound::Audio(1, WireMessage::Binary(vec![7])));
+        assert_eq!(q.len(), CONNECTION_QUEUE);
+        // The oldest audio is at the front of its own queue, behind no event.
+        assert!(
+            matches!(q.audio.front(), Some((arrival, _)) if *arrival == CONNECTION_QUEUE as u64 - 1)
+        );
+        assert!(q.drop_oldest_audio(None));
+        assert_eq!(q.control.len(), CONNECTION_QUEUE - 1, "no event dropped");
+        assert!(!q.drop_oldest_audio(None));
     }
 }

@@ -236,6 +236,26 @@ fn live_sessions_resume_when_the_backend_dies_and_comes_back() {
     assert_eq!(backend.log()[2], format!("ended {session} deleted"));
 }
 
+/// Sends 3,000 frames, one a millisecond (str0m refuses faster writes): more than the
+/// kernel's buffers (about 1,300 messages: the bridge's small send buffer, the backend's
+/// 4 KiB receive buffer) and the session's queue of 50 hold while nobody reads; returns
+/// once the transceiver has dropped audio at its full queue.
+fn fill_the_queue_to_a_backend_that_reads_nothing(client: &mut Client, xcvr: &Transceiver) {
+    let start = Instant::now();
+    let mut sent = 0;
+    for i in 0..3000u64 {
+        while start.elapsed() < Duration::from_millis(i) {
+            client.step();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        sent += usize::from(client.send_audio());
+    }
+    assert!(sent >= 2500, "the client sent {sent} frames");
+    eventually("audio dropped at the full queue", || {
+        xcvr.metric("ufrag_transceiver_model_dropped_messages_total{reason=\"queue_full\"}") > 0.0
+    });
+}
+
 #[test]
 fn a_slow_backend_costs_a_bounded_queue_and_the_oldest_audio_is_dropped() {
     let backend = start_backend(
@@ -251,23 +271,7 @@ fn a_slow_backend_costs_a_bounded_queue_and_the_oldest_audio_is_dropped() {
     let mut client = converse_with_echo(client, "before the backend slows", 10, 8);
 
     backend.set_reading(false);
-    // 3,000 frames, one a millisecond (str0m refuses faster writes): more than the
-    // kernel's buffers (about 1,300 messages: the bridge's small send buffer, the
-    // backend's 4 KiB receive buffer) and the session's queue of 50 hold while nobody
-    // reads.
-    let start = Instant::now();
-    let mut sent = 0;
-    for i in 0..3000u64 {
-        while start.elapsed() < Duration::from_millis(i) {
-            client.step();
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        sent += usize::from(client.send_audio());
-    }
-    assert!(sent >= 2500, "the client sent {sent} frames");
-    eventually("audio dropped at the full queue", || {
-        xcvr.metric("ufrag_transceiver_model_dropped_messages_total{reason=\"queue_full\"}") > 0.0
-    });
+    fill_the_queue_to_a_backend_that_reads_nothing(&mut client, &xcvr);
     assert_eq!(xcvr.metric("ufrag_transceiver_sessions_active"), 1.0);
 
     backend.set_reading(true);
@@ -280,6 +284,42 @@ fn a_slow_backend_costs_a_bounded_queue_and_the_oldest_audio_is_dropped() {
         xcvr.metric("ufrag_transceiver_model_disconnects_total"),
         0.0
     );
+}
+
+#[test]
+fn a_backend_that_stops_reading_cannot_hold_the_transceivers_shutdown() {
+    let backend = start_backend(
+        backend_addr(),
+        Options {
+            receive_buffer: Some(4096),
+            ..Options::echo()
+        },
+    );
+    let mut xcvr = Transceiver::start(None, &["--model", &backend.url(), "--drain-time", "0s"]);
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    let mut client = converse_with_echo(client, "before the backend stops reading", 10, 8);
+    backend.set_reading(false);
+    fill_the_queue_to_a_backend_that_reads_nothing(&mut client, &xcvr);
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &xcvr.child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(kill.success());
+    // The bridge's writes get SHUTDOWN_WRITE each (three at most) once told to stop;
+    // without that bound the process never exits. The wait is a liveness bound only.
+    let deadline = Instant::now() + BRIDGE_WAIT;
+    let status = loop {
+        if let Some(status) = xcvr.child.try_wait().expect("the transceiver's status") {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the transceiver did not exit while its backend read nothing"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0), "it exits 0");
 }
 
 #[test]
