@@ -18,6 +18,7 @@ use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Route, Verdict};
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys};
+use ufrag_common::metrics::DropReason;
 use ufrag_common::wire::udp_checksum;
 
 const RELAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
@@ -558,6 +559,13 @@ fn a_return_the_fast_path_takes_is_one_user_space_returns_byte_for_byte() {
                 (action::PASS, &wire),
                 "frame {i}: untouched"
             );
+            // A changed flag bit may be the session-ended notice, which the fast path
+            // leaves to user space, and on which user space ends the flow (and, in the
+            // relay, removes it from the fast path's maps): start the next frame from the
+            // same flow on both sides again.
+            if decided == Verdict::Drop(DropReason::SessionEnded) {
+                user_space = forwarder_holding(&f, now);
+            }
         }
     }
     // Every unchanged frame is taken; the changed ones only where user space agrees.

@@ -58,7 +58,7 @@ fn the_example_file_loads_and_prints_back_to_itself() {
         "log_format = \"json\"",
         // Defaults the file leaves out are filled in.
         "max_sessions_per_worker = 1000",
-        "connect_timeout = \"30s\"",
+        "connect_timeout = \"10s\"",
         "direct = false",
         "# cpus: not set",
     ] {
