@@ -34,17 +34,21 @@ pub enum Attack {
     /// Keep-alive connections to the signaling port from one address, beyond every
     /// connection cap, each sending cheap GETs.
     SignalingConnections,
+    /// Sign-ups from one address as fast as it can make them, none of which ever
+    /// connects: each would park a session until its connect timeout.
+    SignupFlood,
 }
 
 impl Attack {
     /// Every attack and the calm run, calm first.
-    pub const ALL: [Attack; 6] = [
+    pub const ALL: [Attack; 7] = [
         Attack::Calm,
         Attack::AuthFailures,
         Attack::Replay,
         Attack::Squatting,
         Attack::IceTcpSlots,
         Attack::SignalingConnections,
+        Attack::SignupFlood,
     ];
 
     /// The report's name for it.
@@ -56,6 +60,7 @@ impl Attack {
             Attack::Squatting => "flow-table squatting",
             Attack::IceTcpSlots => "ICE-TCP slots held",
             Attack::SignalingConnections => "signaling connections held",
+            Attack::SignupFlood => "sign-up flood",
         }
     }
 
@@ -85,6 +90,11 @@ impl Attack {
                 "keep-alive connections to the signaling port from one address (1,100: \
                  beyond the per-address and the global cap), each sending GET /healthz, \
                  at a tenth of the datagram rate"
+            }
+            Attack::SignupFlood => {
+                "one real str0m offer POSTed again and again from one address, a \
+                 connection per sign-up, at up to a tenth of the datagram rate; no sign-up \
+                 ever connects"
             }
         }
     }
@@ -141,6 +151,8 @@ pub struct AttackTally {
     pub sent: u64,
     /// For TCP attacks: connections opened (held until the end).
     pub connections: u64,
+    /// For the sign-up flood: sign-ups answered with a session (201).
+    pub accepted: u64,
     /// How long it ran.
     pub elapsed: Duration,
 }
@@ -238,6 +250,7 @@ pub fn run_attack(
         Attack::SignalingConnections => {
             hold_signaling_connections(target.http, sources, rate / 10, stop, limit)
         }
+        Attack::SignupFlood => Ok(flood_sign_ups(target.http, sources, rate / 10, stop, limit)),
     }
 }
 
@@ -379,6 +392,43 @@ fn hold_signaling_connections(
     });
     tally.connections = opened;
     Ok(tally)
+}
+
+/// POSTs one str0m offer to the signaling port from one address at `rate` per second, a
+/// connection per sign-up, never connecting any; counts the sign-ups answered 201.
+fn flood_sign_ups(
+    http: SocketAddr,
+    sources: Sources,
+    rate: u64,
+    stop: &AtomicBool,
+    limit: Duration,
+) -> AttackTally {
+    let source = sources.attacker(201, 1);
+    let offer = testkit::webrtc_client::Client::new_on(source).offer;
+    let request = format!(
+        "POST /v1/sessions HTTP/1.1\r\nHost: {http}\r\nContent-Type: application/sdp\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{offer}",
+        offer.len()
+    );
+    let mut accepted = 0u64;
+    let mut tally = paced(rate, stop, limit, |_| {
+        let Some(mut stream) = connect_from(source, http) else {
+            return false;
+        };
+        // The answer's status line is all that is read, for at most 100 ms.
+        let _ = stream.set_nonblocking(false);
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+        if stream.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        let mut status = [0u8; 12];
+        if stream.read_exact(&mut status).is_ok() && status.ends_with(b" 201") {
+            accepted += 1;
+        }
+        true
+    });
+    tally.accepted = accepted;
+    tally
 }
 
 #[cfg(test)]

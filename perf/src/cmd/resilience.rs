@@ -46,7 +46,7 @@ pub struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "auth-failures,replay,squatting,ice-tcp-slots,signaling-connections"
+        default_value = "auth-failures,replay,squatting,ice-tcp-slots,signaling-connections,signup-flood"
     )]
     pub attacks: Vec<Attack>,
     /// One attacker's datagrams per second (its TCP attacks: a tenth of it in
@@ -394,6 +394,7 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
                 Ok(tally) => serde_json::json!({
                     "sent": tally.sent,
                     "connections": tally.connections,
+                    "accepted": tally.accepted,
                     "per_second": tally.rate(),
                     "seconds": tally.elapsed.as_secs_f64(),
                 }),
@@ -420,6 +421,13 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
                 tally.rate(),
                 tally.elapsed.as_secs_f64(),
                 tally.connections
+            ),
+            (Attack::SignupFlood, Ok(tally)) => format!(
+                "{} sign-ups ({:.0}/s for {:.1} s) from one address, {} answered with a session",
+                tally.sent,
+                tally.rate(),
+                tally.elapsed.as_secs_f64(),
+                tally.accepted
             ),
             (_, Ok(tally)) => format!(
                 "{} datagrams ({:.0}/s for {:.1} s)",
