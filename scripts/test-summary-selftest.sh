@@ -35,7 +35,7 @@ failures:
 
 ---- sessions::echo stdout ----
 
-thread 'sessions::echo' panicked at perf/tests/sessions.rs:12:5:
+thread 'sessions::echo' (4242) panicked at perf/tests/sessions.rs:12:5:
 the echo came back empty
 
 failures:

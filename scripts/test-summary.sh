@@ -22,7 +22,9 @@ if [ "$failed" -gt 0 ]; then
   grep -E '^test .* \.\.\. FAILED$' "$log" | sed -E 's/^test (.*) \.\.\. FAILED$/\1/' | sort -u |
     while IFS= read -r name; do
       echo "!! why $name failed:" >&2
-      grep -F -A 6 "thread '$name' panicked" "$log" | head -n 14 | cut -c1-400 | sed 's/^/    /' >&2
+      # Rust prints the thread's id since 1.92: "thread 'NAME' (1234) panicked at".
+      grep -A 6 -E "^thread '${name//./\\.}'( \([0-9]+\))? panicked" "$log" | head -n 14 |
+        cut -c1-400 | sed 's/^/    /' >&2
     done
 fi
 if [ "$ignored" -gt 0 ]; then
