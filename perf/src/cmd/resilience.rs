@@ -12,6 +12,7 @@ use super::children::{
 };
 use crate::hostile::{Attack, Sources, Target, run_attack};
 use crate::resilience::{LiveRun, gap_ms, sessions_during};
+use ufrag_common::metrics::DropReason;
 
 /// The parts of the report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -79,10 +80,15 @@ fn connected_cell(run: &LiveRun, every_one_must_connect: bool) -> String {
     }
 }
 
-/// The relay's drop counters by reason, summed over workers.
+/// The relay's drop counters by reason, summed over workers, but for consumed notices.
 fn relay_drops(metrics: SocketAddr) -> BTreeMap<String, f64> {
     let text = testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
-    testkit::http::metric_by_label(&text, "ufrag_relay_dropped_datagrams_total", "reason")
+    let mut drops =
+        testkit::http::metric_by_label(&text, "ufrag_relay_dropped_datagrams_total", "reason");
+    // A transceiver's notice that a session ended is consumed, not refused: the sessions'
+    // own ends, not what an attack cost.
+    drops.remove(DropReason::SessionEnded.label());
+    drops
 }
 
 /// How much each counter by label grew from `before` to `after` (those that did).
@@ -214,9 +220,10 @@ fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_
             &format!("junk at {junk_factor}× the live rate"),
             &junked,
             &format!(
-                "{sent} datagrams at {rate} pps for {:?}; relay drops: {reasons}; Redis \
-             lookups answered (misses): {lookups_answered:.0}",
-                talk / 2
+                "{sent} datagrams in {:?}, {}; relay drops: {reasons}; Redis lookups \
+                 answered (misses): {lookups_answered:.0}",
+                talk / 2,
+                junk_pace(sent, rate, talk / 2)
             ),
         );
         let _ = writeln!(
@@ -285,6 +292,17 @@ fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_
 fn by_label(addr: SocketAddr, family: &str, label: &str) -> BTreeMap<String, f64> {
     let text = testkit::http::get(None, addr, "/metrics").map_or(String::new(), |r| r.1);
     testkit::http::metric_by_label(&text, family, label)
+}
+
+/// How fast the junk went: the rate asked, or, when one sender thread could not reach
+/// it, the rate it reached, saying so (the sender, not the relay, was the limit).
+fn junk_pace(sent: u64, asked: u64, during: Duration) -> String {
+    let reached = sent as f64 / during.as_secs_f64().max(1e-9);
+    if reached >= 0.95 * asked as f64 {
+        format!("{asked} pps")
+    } else {
+        format!("{reached:.0} pps (asked {asked}: the most this one sender reached)")
+    }
 }
 
 /// The hostile section: for the calm run and each attack, a fresh relay-mio (2 workers,
