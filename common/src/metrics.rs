@@ -830,8 +830,11 @@ pub struct RelayMetrics {
 /// Why the HTTP endpoints (`/metrics`, `/healthz`, `/readyz`) refused or cut a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum HttpRefusal {
-    /// Its address already had as many connections open as one address may.
+    /// Its address had as many connections open as one address may when it opened
+    /// another: this one (still sending its request, or the oldest) was cut.
     SourceCap,
+    /// Its address opened connections faster than one address may: closed at once.
+    SourceRate,
     /// It was the connection open longest when the endpoints were serving as many as
     /// they serve at once, and a new one came.
     OldestCut,
@@ -845,8 +848,9 @@ pub enum HttpRefusal {
 
 impl HttpRefusal {
     /// Every refusal, in the order of its counter.
-    pub const ALL: [HttpRefusal; 5] = [
+    pub const ALL: [HttpRefusal; 6] = [
         HttpRefusal::SourceCap,
+        HttpRefusal::SourceRate,
         HttpRefusal::OldestCut,
         HttpRefusal::Deadline,
         HttpRefusal::BadRequest,
@@ -857,6 +861,7 @@ impl HttpRefusal {
     pub fn label(self) -> &'static str {
         match self {
             HttpRefusal::SourceCap => "source_cap",
+            HttpRefusal::SourceRate => "source_rate",
             HttpRefusal::OldestCut => "oldest_cut",
             HttpRefusal::Deadline => "deadline",
             HttpRefusal::BadRequest => "bad_request",
@@ -1353,8 +1358,8 @@ impl Collector for RelayMetrics {
         let mut e = encoder.encode_descriptor(
             "ufrag_relay_http_refused",
             "Connections to /metrics, /healthz and /readyz closed at once (an address's \
-             connection cap, no thread) or cut (the oldest at the server's cap, no request \
-             in time, or a bad one).",
+             connection rate, no thread) or cut (an older one at an address's or the \
+             server's cap, no request in time, or a bad one).",
             None,
             MetricType::Counter,
         )?;

@@ -13,7 +13,9 @@ use socket2::{Domain, Socket, Type};
 use testkit::OwnedChild;
 use testkit::addr::{free_tcp_port, unique_ip};
 use testkit::cargo_build::bin;
-use ufrag_common::runtime::http::{MAX_CONNECTIONS, MAX_PER_SOURCE};
+use ufrag_common::runtime::http::{
+    CONNECTIONS_PER_SOURCE_PER_SECOND, MAX_CONNECTIONS, MAX_PER_SOURCE,
+};
 
 /// How long a test waits for the relay to cut a connection (its request deadline is 2 s).
 const CUT_WAIT: Duration = Duration::from_secs(15);
@@ -96,10 +98,11 @@ fn one_address_holds_at_most_its_share_and_idle_connections_are_cut() {
     let mut held: Vec<TcpStream> = (0..MAX_PER_SOURCE)
         .map(|_| connect_from(source, metrics))
         .collect();
+    // One more from the same address: its oldest connection still sending gives way.
     let mut one_more = connect_from(source, metrics);
     assert!(
-        closed_unanswered(&mut one_more),
-        "a connection beyond the address's {MAX_PER_SOURCE} is closed"
+        closed_unanswered(&mut held[0]),
+        "beyond the address's {MAX_PER_SOURCE}, its oldest idle connection is cut"
     );
     assert!(
         refused(metrics, "source_cap") >= 1.0,
@@ -110,7 +113,7 @@ fn one_address_holds_at_most_its_share_and_idle_connections_are_cut() {
         Some(200),
         "the probe from another address is answered while they are held"
     );
-    for stream in &mut held {
+    for stream in held.iter_mut().skip(1).chain([&mut one_more]) {
         assert!(
             closed_unanswered(stream),
             "an idle connection is cut at its deadline"
@@ -119,6 +122,25 @@ fn one_address_holds_at_most_its_share_and_idle_connections_are_cut() {
     assert!(
         refused(metrics, "deadline") >= MAX_PER_SOURCE as f64,
         "each cut is counted as deadline"
+    );
+}
+
+#[test]
+fn an_address_opening_connections_faster_than_its_rate_is_refused() {
+    let (_relay, metrics) = start_relay();
+    let source = stranger(2);
+    let opened: Vec<TcpStream> = (0..3 * CONNECTIONS_PER_SOURCE_PER_SECOND)
+        .map(|_| connect_from(source, metrics))
+        .collect();
+    assert!(
+        refused(metrics, "source_rate") >= 1.0,
+        "{} connections at once from one address: some closed at accept",
+        opened.len()
+    );
+    assert_eq!(
+        testkit::http::get(None, metrics, "/healthz").map(|(code, _)| code),
+        Some(200),
+        "another address is not refused"
     );
 }
 
@@ -161,28 +183,41 @@ fn requests_that_are_not_http_or_too_long_get_their_status() {
         let _ = stream.write_all(request);
         let mut answer = String::new();
         let _ = stream.read_to_string(&mut answer);
-        answer.lines().next().unwrap_or_default().to_string()
+        answer
+    };
+    let status_of = |request: &[u8]| -> String {
+        answer_to(request)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
     };
     let long = format!(
         "GET /metrics HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
         "a".repeat(9000)
     );
     assert_eq!(
-        answer_to(long.as_bytes()),
+        status_of(long.as_bytes()),
         "HTTP/1.1 431 Request Header Fields Too Large"
     );
     assert_eq!(
-        answer_to(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"),
+        status_of(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n"),
         "HTTP/1.1 400 Bad Request",
         "a TLS ClientHello is not HTTP"
     );
-    assert_eq!(
-        answer_to(b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n"),
-        "HTTP/1.1 405 Method Not Allowed"
+    let post = answer_to(b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
+    assert!(
+        post.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+        "{post}"
     );
+    assert!(post.contains("\r\nAllow: GET, HEAD\r\n"), "{post}");
     assert_eq!(
-        answer_to(b"GET /nowhere HTTP/1.0\r\n\r\n"),
+        status_of(b"GET /nowhere HTTP/1.0\r\n\r\n"),
         "HTTP/1.1 404 Not Found"
     );
+    let head = answer_to(b"HEAD /healthz HTTP/1.1\r\n\r\n");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.contains("\r\nContent-Length: 3\r\n"), "{head}");
+    assert!(head.ends_with("\r\n\r\n"), "HEAD gets no body: {head:?}");
     assert!(refused(metrics, "bad_request") >= 2.0);
 }

@@ -46,6 +46,14 @@ impl TrustedProxies {
         Ok(TrustedProxies { nets })
     }
 
+    /// The entries that are networks rather than single addresses (wider than /32 or
+    /// /128): each trusts whoever is in it.
+    pub fn networks_wider_than_a_host(&self) -> impl Iterator<Item = &IpNet> {
+        self.nets
+            .iter()
+            .filter(|net| net.prefix_len() < net.max_prefix_len())
+    }
+
     /// Whether any proxy is trusted.
     pub fn is_empty(&self) -> bool {
         self.nets.is_empty()
@@ -175,6 +183,17 @@ mod tests {
         // counts in that proxy's share, not in the far client's.
         let client = trusted.client(ip("10.2.3.4"), &h);
         assert!(trusted.trusts(client), "{client}");
+    }
+
+    #[test]
+    fn networks_are_told_apart_from_proxies() {
+        let trusted =
+            TrustedProxies::parse(&["10.0.0.7", "10.1.0.0/16", "2001:db8::1/128"]).unwrap();
+        let wide: Vec<String> = trusted
+            .networks_wider_than_a_host()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(wide, ["10.1.0.0/16"]);
     }
 
     #[test]

@@ -27,7 +27,8 @@
 //!   and [`CONNECTION_QUEUE`] messages per connection; beyond, the oldest audio frame
 //!   goes (`ufrag_transceiver_model_dropped_messages_total{reason="queue_full"}`): a voice agent
 //!   wants the newest audio. Control messages and events are never dropped for audio,
-//!   and audio waits apart from them, so dropping it costs the same however many wait.
+//!   and audio waits apart from them, so dropping the oldest frame overall walks past
+//!   nothing (a session's own oldest is looked for among the audio only).
 //! - **A backend that stops reading**: once the transceiver stops, each write still in
 //!   flight, the sessions' last messages and the close get [`SHUTDOWN_WRITE`] each, then
 //!   the connection is dropped: it cannot hold the shutdown.

@@ -146,9 +146,11 @@ pub struct TransceiverOptions {
     /// /64) at once; a POST beyond: 429.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub max_unconnected_per_ip: u32,
-    /// Proxies (CIDR or address, repeatable or comma-separated; e.g. the Ingress's pod
-    /// network) whose `X-Forwarded-For` names the client that every per-IP limit counts;
-    /// their own connections are not capped per IP. Nobody is trusted by default.
+    /// Proxies (addresses, or CIDR; repeatable or comma-separated) whose
+    /// `X-Forwarded-For` names the client that every per-IP limit counts; their own
+    /// connections are not capped per IP. List the proxies themselves (the Ingress
+    /// controller's addresses), not a network clients also reach signaling from: anyone
+    /// in it could name any client. Nobody is trusted by default.
     #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub trusted_proxy: Vec<String>,
     /// Serve signaling on a non-loopback address without a bearer token (logged loudly).
@@ -232,6 +234,13 @@ impl Transceiver {
         }
         let trusted_proxies = TrustedProxies::parse(&opts.trusted_proxy)
             .map_err(|reason| StartError::Config(format!("`trusted_proxy`: {reason}")))?;
+        for wide in trusted_proxies.networks_wider_than_a_host() {
+            tracing::warn!(
+                network = %wide,
+                "trusted_proxy lists a network, not proxies: any client in it can name any \
+                 client address in X-Forwarded-For and spend that address's limits"
+            );
+        }
         if !opts.requests_per_second_per_ip.is_finite() || opts.requests_per_second_per_ip <= 0.0 {
             return Err(StartError::Config(
                 "`requests_per_second_per_ip`: must be above 0".into(),

@@ -6,11 +6,16 @@
 //! The address may be reachable by strangers (a relay on the host network), so what one
 //! connection may cost is bounded: one request and one answer per connection, a head of
 //! at most [`MAX_HEAD`] bytes, [`REQUEST_DEADLINE`] to send it and take the answer, and
-//! at most [`MAX_PER_SOURCE`] open from one address (one more is closed at once). At
-//! [`MAX_CONNECTIONS`] open, a new connection cuts the one open longest: a real request
-//! is answered within milliseconds, so slow clients cannot keep the kubelet's probes or
-//! the scraper out, however many addresses they hold. Each is counted
-//! (`ufrag_relay_http_refused_total`). A connection costs one short-lived thread.
+//! [`CONNECTIONS_PER_SOURCE_PER_SECOND`] new connections a second from one address (an
+//! IPv6 /64 counts as one; beyond, closed at once). At [`MAX_PER_SOURCE`] open from one
+//! address, or [`MAX_CONNECTIONS`] in all, a new connection cuts an older one: of that
+//! address, or of anyone, one still sending its request first (a request being answered
+//! is left to finish), else the oldest. A real request is answered within
+//! milliseconds, so idle connections from any number of addresses cannot keep the
+//! kubelet's probes or the scraper out, nor can a neighbour holding idle connections
+//! from the kubelet's own address. Each refusal and cut is counted
+//! (`ufrag_relay_http_refused_total`). A connection costs one thread for at most
+//! [`REQUEST_DEADLINE`].
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
@@ -24,8 +29,14 @@ use crate::metrics::{Exposition, HttpRefusal, RelayMetrics};
 
 /// Connections served at once; one more cuts the connection open longest.
 pub const MAX_CONNECTIONS: usize = 32;
-/// Connections served at once from one address; one more is closed at accept.
+/// Connections served at once from one address; one more cuts one of them.
 pub const MAX_PER_SOURCE: usize = 4;
+/// New connections a second from one address (and as many at once); beyond, closed at
+/// accept.
+pub const CONNECTIONS_PER_SOURCE_PER_SECOND: u32 = 20;
+/// Addresses whose connection rate is remembered; past it, every address starts afresh
+/// (a flood from that many addresses is bounded by the caps alone).
+const TRACKED_SOURCES: usize = 4_096;
 /// How long a connection has to send its request head and take its answer.
 pub const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 /// The longest request head read (request line and headers); a longer one gets 431.
@@ -68,8 +79,10 @@ impl HttpEndpoints {
         self.addr
     }
 
-    /// Stops accepting and joins the accepting thread (connections being served finish
-    /// within [`REQUEST_DEADLINE`] on their own).
+    /// Stops accepting and joins the accepting thread, which a connection of our own
+    /// wakes (connections being served finish within [`REQUEST_DEADLINE`] on their own).
+    /// If that connection cannot be made (a full backlog), the thread is left to end with
+    /// the process and the port stays bound until then.
     pub fn stop(mut self) {
         self.stopping.store(true, Ordering::SeqCst);
         // The accepting thread wakes on one more connection: our own.
@@ -102,10 +115,10 @@ fn accept_connections(listener: &TcpListener, stopping: &AtomicBool, metrics: &A
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        let slot = match ConnectionSlots::claim(&slots, &stream) {
-            Ok((slot, cut_oldest)) => {
-                if cut_oldest {
-                    metrics.http_refused(HttpRefusal::OldestCut);
+        let slot = match ConnectionSlots::claim(&slots, &stream, Instant::now()) {
+            Ok((slot, cut)) => {
+                if let Some(cut) = cut {
+                    metrics.http_refused(cut);
                 }
                 slot
             }
@@ -118,7 +131,7 @@ fn accept_connections(listener: &TcpListener, stopping: &AtomicBool, metrics: &A
         let spawned = std::thread::Builder::new()
             .name("http-conn".into())
             .spawn(move || {
-                serve_connection(stream, &serving);
+                serve_connection(stream, &serving, &slot.answering);
                 drop(slot);
             });
         if spawned.is_err() {
@@ -128,28 +141,40 @@ fn accept_connections(listener: &TcpListener, stopping: &AtomicBool, metrics: &A
     }
 }
 
-/// The connections being served, oldest first, and how many from each address.
+/// The connections being served, oldest first, how many from each address, and each
+/// address's rate of new ones.
 #[derive(Default)]
 struct ConnectionSlots {
     open: Mutex<OpenConnections>,
 }
 
+/// A connection being served.
+struct OpenConnection {
+    id: u64,
+    source: IpAddr,
+    /// A handle to cut it by.
+    handle: TcpStream,
+    /// Set once its request head is read: it is being answered.
+    answering: Arc<AtomicBool>,
+}
+
 #[derive(Default)]
 struct OpenConnections {
     next_id: u64,
-    /// Each connection's id, address and a handle to cut it by, oldest first.
-    by_age: VecDeque<(u64, IpAddr, TcpStream)>,
+    by_age: VecDeque<OpenConnection>,
     per_source: HashMap<IpAddr, usize>,
+    /// Per address: connection tokens left and when they were last counted.
+    rates: HashMap<IpAddr, (f64, Instant)>,
 }
 
 impl OpenConnections {
     /// Forgets connection `id` (if still here): its address's count goes down.
     fn remove(&mut self, id: u64) {
-        let Some(at) = self.by_age.iter().position(|(open, ..)| *open == id) else {
+        let Some(at) = self.by_age.iter().position(|open| open.id == id) else {
             return;
         };
-        if let Some((_, source, _)) = self.by_age.remove(at) {
-            self.release(source);
+        if let Some(open) = self.by_age.remove(at) {
+            self.release(open.source);
         }
     }
 
@@ -161,43 +186,101 @@ impl OpenConnections {
             }
         }
     }
+
+    /// Cuts one connection of those `of` picks: the oldest still sending its request,
+    /// else the oldest. False if `of` picks none.
+    fn cut_one(&mut self, of: impl Fn(&OpenConnection) -> bool) -> bool {
+        let reading = self
+            .by_age
+            .iter()
+            .position(|open| of(open) && !open.answering.load(Ordering::Acquire));
+        let Some(at) = reading.or_else(|| self.by_age.iter().position(&of)) else {
+            return false;
+        };
+        let Some(cut) = self.by_age.remove(at) else {
+            return false;
+        };
+        // Its thread's read or write fails at once and the thread ends.
+        let _ = cut.handle.shutdown(Shutdown::Both);
+        self.release(cut.source);
+        true
+    }
+
+    /// Takes a connection token of `source`'s at `now`; false when it has none left.
+    fn take_token(&mut self, source: IpAddr, now: Instant) -> bool {
+        if self.rates.len() >= TRACKED_SOURCES && !self.rates.contains_key(&source) {
+            self.rates.clear();
+        }
+        let rate = f64::from(CONNECTIONS_PER_SOURCE_PER_SECOND);
+        let (tokens, at) = self.rates.entry(source).or_insert((rate, now));
+        *tokens = (*tokens + now.saturating_duration_since(*at).as_secs_f64() * rate).min(rate);
+        *at = now;
+        if *tokens < 1.0 {
+            return false;
+        }
+        *tokens -= 1.0;
+        true
+    }
+}
+
+/// The address a connection counts under: an IPv4 address, or an IPv6 /64 (one host's
+/// share of a network; an IPv4-mapped address as its IPv4 address).
+fn source_of(peer: IpAddr) -> IpAddr {
+    match peer {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(Ipv6Addr::from(u128::from(v6) & !(u128::MAX >> 64))),
+        },
+        v4 => v4,
+    }
 }
 
 /// One connection's place among [`ConnectionSlots`]; given back when dropped.
 struct ConnectionSlot {
     slots: Arc<ConnectionSlots>,
     id: u64,
+    answering: Arc<AtomicBool>,
 }
 
 impl ConnectionSlots {
-    /// A place for `stream`, and whether the connection open longest was cut to make it;
-    /// or the refusal if its address already has [`MAX_PER_SOURCE`] open.
-    fn claim(slots: &Arc<Self>, stream: &TcpStream) -> Result<(ConnectionSlot, bool), HttpRefusal> {
-        let source = stream.peer_addr().map_err(|_| HttpRefusal::Unserved)?.ip();
+    /// A place for `stream` arriving at `now`, and why a connection was cut to make it,
+    /// if one was; or the refusal (its address's connection rate is spent).
+    fn claim(
+        slots: &Arc<Self>,
+        stream: &TcpStream,
+        now: Instant,
+    ) -> Result<(ConnectionSlot, Option<HttpRefusal>), HttpRefusal> {
+        let source = source_of(stream.peer_addr().map_err(|_| HttpRefusal::Unserved)?.ip());
         let handle = stream.try_clone().map_err(|_| HttpRefusal::Unserved)?;
         let mut open = slots.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if open.per_source.get(&source).copied().unwrap_or(0) >= MAX_PER_SOURCE {
-            return Err(HttpRefusal::SourceCap);
+        if !open.take_token(source, now) {
+            return Err(HttpRefusal::SourceRate);
         }
-        let mut cut_oldest = false;
-        if open.by_age.len() >= MAX_CONNECTIONS
-            && let Some((_, oldest_source, oldest)) = open.by_age.pop_front()
-        {
-            // Its thread's read or write fails at once and the thread ends.
-            let _ = oldest.shutdown(Shutdown::Both);
-            open.release(oldest_source);
-            cut_oldest = true;
-        }
+        let cut = if open.per_source.get(&source).copied().unwrap_or(0) >= MAX_PER_SOURCE {
+            open.cut_one(|o| o.source == source)
+                .then_some(HttpRefusal::SourceCap)
+        } else if open.by_age.len() >= MAX_CONNECTIONS {
+            open.cut_one(|_| true).then_some(HttpRefusal::OldestCut)
+        } else {
+            None
+        };
         let id = open.next_id;
         open.next_id += 1;
-        open.by_age.push_back((id, source, handle));
+        let answering = Arc::new(AtomicBool::new(false));
+        open.by_age.push_back(OpenConnection {
+            id,
+            source,
+            handle,
+            answering: Arc::clone(&answering),
+        });
         *open.per_source.entry(source).or_default() += 1;
         Ok((
             ConnectionSlot {
                 slots: Arc::clone(slots),
                 id,
+                answering,
             },
-            cut_oldest,
+            cut,
         ))
     }
 }
@@ -209,11 +292,14 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Reads one request and answers it, all within [`REQUEST_DEADLINE`].
-fn serve_connection(mut stream: TcpStream, metrics: &Arc<RelayMetrics>) {
+/// Reads one request and answers it, all within [`REQUEST_DEADLINE`]; sets `answering`
+/// once the request is in.
+fn serve_connection(mut stream: TcpStream, metrics: &Arc<RelayMetrics>, answering: &AtomicBool) {
     let deadline = Instant::now() + REQUEST_DEADLINE;
     let mut head = [0u8; MAX_HEAD];
-    let answer = match read_head(&mut stream, &mut head, deadline) {
+    let read = read_head(&mut stream, &mut head, deadline);
+    answering.store(true, Ordering::Release);
+    let answer = match read {
         Ok(len) => match parse_request(&head[..len]) {
             Some(request) => answer(&request, metrics),
             None => {
@@ -233,6 +319,19 @@ fn serve_connection(mut stream: TcpStream, metrics: &Arc<RelayMetrics>) {
     };
     if write_answer(&mut stream, &answer, deadline).is_err() {
         metrics.http_refused(HttpRefusal::Deadline);
+        return;
+    }
+    // Closing with input unread (a body, a second request) would reset the connection
+    // and could discard the answer in flight: read to the client's end or the deadline.
+    let mut rest = [0u8; 1024];
+    while let Some(remaining) =
+        Some(deadline.saturating_duration_since(Instant::now())).filter(|left| !left.is_zero())
+    {
+        if stream.set_read_timeout(Some(remaining)).is_err()
+            || !matches!(stream.read(&mut rest), Ok(n) if n > 0)
+        {
+            break;
+        }
     }
 }
 
@@ -253,11 +352,16 @@ fn read_head(
     buf: &mut [u8],
     deadline: Instant,
 ) -> Result<usize, HeadError> {
-    let mut filled = 0;
+    let (mut filled, mut searched) = (0, 0);
     loop {
-        if let Some(end) = buf[..filled].windows(4).position(|w| w == b"\r\n\r\n") {
-            return Ok(end + 4);
+        // Only what came since the last look (and the 3 bytes before it) is searched.
+        if let Some(end) = buf[searched..filled]
+            .windows(4)
+            .position(|w| w == b"\r\n\r\n")
+        {
+            return Ok(searched + end + 4);
         }
+        searched = filled.saturating_sub(3);
         if filled == buf.len() {
             return Err(HeadError::TooLarge);
         }
@@ -320,11 +424,13 @@ fn parse_request(head: &[u8]) -> Option<Request<'_>> {
     })
 }
 
-/// A response: status, content type and body.
+/// A response: status, content type and body (not sent for HEAD).
 struct Answer {
     status: u16,
     content_type: &'static str,
     body: String,
+    /// A HEAD request: the head says the body's length, the body is not sent.
+    head_only: bool,
 }
 
 impl Answer {
@@ -333,27 +439,33 @@ impl Answer {
             status,
             content_type: "text/plain; charset=utf-8",
             body: body.to_string(),
+            head_only: false,
         }
     }
 }
 
-/// What each endpoint answers.
+/// What each endpoint answers (HEAD as GET, without the body).
 fn answer(request: &Request<'_>, metrics: &Arc<RelayMetrics>) -> Answer {
-    match (request.method, request.path) {
-        ("GET", "/metrics") => {
+    if !matches!(request.method, "GET" | "HEAD") {
+        return Answer::text(405, "method not allowed\n");
+    }
+    let mut answer = match request.path {
+        "/metrics" => {
             let format = Exposition::for_accept(request.accept);
             Answer {
                 status: 200,
                 content_type: format.content_type(),
                 body: metrics.render(format),
+                head_only: false,
             }
         }
-        ("GET", "/healthz") => Answer::text(200, "ok\n"),
-        ("GET", "/readyz") if metrics.is_ready() => Answer::text(200, "ready\n"),
-        ("GET", "/readyz") => Answer::text(503, "not ready\n"),
-        ("GET", _) => Answer::text(404, "not found\n"),
-        _ => Answer::text(405, "method not allowed\n"),
-    }
+        "/healthz" => Answer::text(200, "ok\n"),
+        "/readyz" if metrics.is_ready() => Answer::text(200, "ready\n"),
+        "/readyz" => Answer::text(503, "not ready\n"),
+        _ => Answer::text(404, "not found\n"),
+    };
+    answer.head_only = request.method == "HEAD";
+    answer
 }
 
 /// Writes `answer` and closes, giving up at `deadline`.
@@ -367,13 +479,23 @@ fn write_answer(stream: &mut TcpStream, answer: &Answer, deadline: Instant) -> s
         503 => "Service Unavailable",
         _ => "",
     };
+    let allow = if answer.status == 405 {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
     let head = format!(
-        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {} {reason}\r\nContent-Type: {}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
         answer.status,
         answer.content_type,
         answer.body.len()
     );
-    for part in [head.as_bytes(), answer.body.as_bytes()] {
+    let body = if answer.head_only {
+        &[][..]
+    } else {
+        answer.body.as_bytes()
+    };
+    for part in [head.as_bytes(), body] {
         let mut rest = part;
         while !rest.is_empty() {
             let remaining = deadline.saturating_duration_since(Instant::now());
@@ -423,65 +545,145 @@ mod tests {
         }
     }
 
-    #[test]
-    fn slots_are_capped_per_source_and_the_oldest_gives_way_at_the_cap() {
+    /// A listener and a way to make connections to it, accepted: the server's side.
+    fn accepted_connections() -> (TcpListener, impl FnMut() -> (TcpStream, TcpStream)) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
-        let slots = Arc::new(ConnectionSlots::default());
-        // Connections from one address (the test's): its cap, then refusals.
-        let mut clients = Vec::new();
-        let mut claim = || {
-            clients.push(TcpStream::connect(addr).unwrap());
-            let (accepted, _) = listener.accept().unwrap();
-            ConnectionSlots::claim(&slots, &accepted).map(|(slot, cut)| (slot, cut, accepted))
-        };
-        let held: Vec<_> = (0..MAX_PER_SOURCE)
-            .map(|_| claim().expect("within the cap"))
-            .collect();
-        assert!(held.iter().all(|(_, cut, _)| !cut));
-        assert!(matches!(claim(), Err(HttpRefusal::SourceCap)));
-        drop(held);
-        assert!(slots.open.lock().unwrap().per_source.is_empty());
-        assert!(claim().is_ok(), "a slot given back is free again");
+        let accepting = listener.try_clone().unwrap();
+        (listener, move || {
+            let client = TcpStream::connect(addr).unwrap();
+            let (accepted, _) = accepting.accept().unwrap();
+            (client, accepted)
+        })
+    }
+
+    /// Whether the server's side of `client` was shut (its read sees the end).
+    fn was_cut(client: &mut TcpStream) -> bool {
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        matches!(client.read(&mut [0u8; 1]), Ok(0))
     }
 
     #[test]
-    fn at_the_connection_cap_the_oldest_is_cut() {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
+    fn an_address_at_its_cap_gives_way_with_its_own_connection_still_sending() {
+        let (_listener, mut connect) = accepted_connections();
         let slots = Arc::new(ConnectionSlots::default());
-        let mut open = OpenConnections::default();
-        // Fill the table from other addresses without sockets of their own: the oldest
-        // entry holds a real connection, to see it cut.
-        let oldest_client = TcpStream::connect(addr).unwrap();
-        let (oldest_accepted, _) = listener.accept().unwrap();
-        for i in 0..MAX_CONNECTIONS {
-            let source = IpAddr::from(Ipv4Addr::new(198, 51, 100, i as u8));
-            let handle = oldest_accepted.try_clone().unwrap();
-            open.by_age.push_back((i as u64, source, handle));
-            *open.per_source.entry(source).or_default() += 1;
+        let now = Instant::now();
+        let mut held = Vec::new();
+        for _ in 0..MAX_PER_SOURCE {
+            let (client, accepted) = connect();
+            let (slot, cut) = ConnectionSlots::claim(&slots, &accepted, now).unwrap();
+            assert_eq!(cut, None, "within the address's cap");
+            held.push((client, slot));
         }
-        open.next_id = MAX_CONNECTIONS as u64;
-        *slots.open.lock().unwrap() = open;
-        let _client = TcpStream::connect(addr).unwrap();
-        let (accepted, _) = listener.accept().unwrap();
-        let (slot, cut) = ConnectionSlots::claim(&slots, &accepted).expect("a place");
-        assert!(cut, "the oldest gave way");
-        let mut byte = [0u8; 1];
-        let mut oldest_client = oldest_client;
-        assert_eq!(
-            oldest_client.read(&mut byte).unwrap(),
-            0,
-            "the oldest is closed"
-        );
-        let table = slots.open.lock().unwrap();
-        assert_eq!(table.by_age.len(), MAX_CONNECTIONS);
+        // The oldest is being answered; the second oldest is still sending its request.
+        held[0].1.answering.store(true, Ordering::Release);
+        let (_client, accepted) = connect();
+        let (_slot, cut) = ConnectionSlots::claim(&slots, &accepted, now).unwrap();
+        assert_eq!(cut, Some(HttpRefusal::SourceCap));
+        assert!(was_cut(&mut held[1].0), "the one still sending gave way");
+        let open = slots.open.lock().unwrap();
+        assert_eq!(open.per_source.values().sum::<usize>(), MAX_PER_SOURCE);
         assert!(
-            !table
-                .per_source
-                .contains_key(&IpAddr::from(Ipv4Addr::new(198, 51, 100, 0)))
+            open.by_age.iter().any(|o| o.id == held[0].1.id),
+            "the answered one stays"
         );
-        drop(table);
-        drop(slot);
+    }
+
+    #[test]
+    fn at_the_connection_cap_the_oldest_still_sending_is_cut() {
+        let (_listener, mut connect) = accepted_connections();
+        let slots = Arc::new(ConnectionSlots::default());
+        let now = Instant::now();
+        let (mut oldest_client, oldest) = connect();
+        {
+            // Fill the table from other addresses: clones of one real connection.
+            let mut open = slots.open.lock().unwrap();
+            for i in 0..MAX_CONNECTIONS {
+                let source = IpAddr::from(Ipv4Addr::new(198, 51, 100, i as u8));
+                open.by_age.push_back(OpenConnection {
+                    id: i as u64,
+                    source,
+                    handle: oldest.try_clone().unwrap(),
+                    answering: Arc::new(AtomicBool::new(i == 0)),
+                });
+                *open.per_source.entry(source).or_default() += 1;
+            }
+            open.next_id = MAX_CONNECTIONS as u64;
+        }
+        let (_client, accepted) = connect();
+        let (_slot, cut) = ConnectionSlots::claim(&slots, &accepted, now).expect("a place");
+        assert_eq!(cut, Some(HttpRefusal::OldestCut));
+        assert!(was_cut(&mut oldest_client));
+        let open = slots.open.lock().unwrap();
+        assert_eq!(open.by_age.len(), MAX_CONNECTIONS);
+        let first = IpAddr::from(Ipv4Addr::new(198, 51, 100, 0));
+        let second = IpAddr::from(Ipv4Addr::new(198, 51, 100, 1));
+        assert!(
+            open.per_source.contains_key(&first),
+            "the one being answered stays"
+        );
+        assert!(
+            !open.per_source.contains_key(&second),
+            "the oldest still sending went"
+        );
+    }
+
+    #[test]
+    fn an_address_opening_connections_too_fast_is_refused() {
+        let (_listener, mut connect) = accepted_connections();
+        let slots = Arc::new(ConnectionSlots::default());
+        let now = Instant::now();
+        let mut kept = Vec::new();
+        for _ in 0..CONNECTIONS_PER_SOURCE_PER_SECOND {
+            let (client, accepted) = connect();
+            kept.push((
+                client,
+                ConnectionSlots::claim(&slots, &accepted, now).unwrap(),
+            ));
+        }
+        let (_client, accepted) = connect();
+        assert!(matches!(
+            ConnectionSlots::claim(&slots, &accepted, now),
+            Err(HttpRefusal::SourceRate)
+        ));
+        let later = now + Duration::from_millis(100);
+        assert!(
+            ConnectionSlots::claim(&slots, &accepted, later).is_ok(),
+            "the rate refills"
+        );
+    }
+
+    #[test]
+    fn an_ipv6_slash_64_counts_as_one_address() {
+        let one: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let same: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(source_of(one), source_of(same));
+        assert_ne!(source_of(one), source_of(other));
+        let mapped: IpAddr = "::ffff:192.0.2.7".parse().unwrap();
+        assert_eq!(source_of(mapped), IpAddr::from(Ipv4Addr::new(192, 0, 2, 7)));
+    }
+
+    #[test]
+    fn a_head_split_anywhere_is_found_once_whole() {
+        let (_listener, mut connect) = accepted_connections();
+        let (mut client, mut accepted) = connect();
+        let request = b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n";
+        let writer = std::thread::spawn(move || {
+            for byte in request {
+                client.write_all(&[*byte]).unwrap();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            client
+        });
+        let mut buf = [0u8; MAX_HEAD];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        assert_eq!(
+            read_head(&mut accepted, &mut buf, deadline),
+            Ok(request.len())
+        );
+        drop(writer.join());
     }
 }

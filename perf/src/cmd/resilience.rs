@@ -85,9 +85,11 @@ fn relay_drops(metrics: SocketAddr) -> BTreeMap<String, f64> {
     let text = testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
     let mut drops =
         testkit::http::metric_by_label(&text, "ufrag_relay_dropped_datagrams_total", "reason");
-    // A transceiver's notice that a session ended is consumed, not refused: the sessions'
-    // own ends, not what an attack cost.
+    // A transceiver's notice that a session ended is consumed, not refused (and one for
+    // a flow already gone is late, not hostile): the sessions' own ends, not what an
+    // attack cost.
     drops.remove(DropReason::SessionEnded.label());
+    drops.remove(DropReason::SessionEndNoFlow.label());
     drops
 }
 

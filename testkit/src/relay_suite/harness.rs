@@ -422,7 +422,6 @@ impl Endpoint {
         Some((header, payload.to_vec(), from))
     }
 
-    /// Sends `payload` framed for `client` via `vip` to the relay's internal address.
     /// Says, as a transceiver does when a session ends, that `client`'s session on `vip`
     /// ended: a frame with the session-ended bit and no datagram.
     pub fn send_session_ended(
@@ -439,6 +438,7 @@ impl Endpoint {
         self.send(relay_internal, &f);
     }
 
+    /// Sends `payload` framed for `client` via `vip` to the relay's internal address.
     pub fn send_frame(
         &self,
         relay_internal: SocketAddr,
