@@ -757,16 +757,9 @@ impl Worker {
     /// and no datagram, so the relay frees the flow now rather than when it goes idle.
     /// Open bundles are closed first, so the session's last datagrams arrive before it.
     fn send_end_notice(&mut self, relay: SocketAddr, path: ClientPath, transport: Transport) {
+        self.close_bundles();
         let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
         let outgoing = &mut self.outgoing;
-        if let Some(bundler) = &mut self.bundler
-            && !bundler.is_empty()
-        {
-            let mut emit = |to: SocketAddr, head: &[u8], body: &[u8], frames: usize| {
-                queue(outgoing, fd, metrics, (to, head, body), frames);
-            };
-            bundler.close_all(&mut emit);
-        }
         let header = FrameHeader::over(transport, path.client, path.local)
             .on_verified_path(true)
             .ending_session();
@@ -783,6 +776,13 @@ impl Worker {
     /// Sends every queued datagram (the open bundles closed first) in as few `sendmmsg`
     /// calls as the kernel takes, and counts each frame as sent or failed.
     fn flush(&mut self) {
+        self.close_bundles();
+        let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
+        (self.outgoing).flush(fd, |frames, sent| settle(metrics, frames, sent));
+    }
+
+    /// Queues every open bundle, closed, behind what is already queued.
+    fn close_bundles(&mut self) {
         let (fd, metrics) = (self.socket.as_raw_fd(), &*self.metrics);
         let outgoing = &mut self.outgoing;
         if let Some(bundler) = &mut self.bundler
@@ -793,7 +793,6 @@ impl Worker {
             };
             bundler.close_all(&mut emit);
         }
-        outgoing.flush(fd, |frames, sent| settle(metrics, frames, sent));
     }
 
     /// Hands what the model produced to its sessions, then drives each session touched.

@@ -20,6 +20,34 @@ fn setup_with(net: &Net, redis: Option<&RedisServer>) -> RelaySetup {
     }
 }
 
+/// A relay with Redis and one flow proven both ways, its route written to Redis.
+struct CachedFlow {
+    redis: RedisServer,
+    setup: RelaySetup,
+    transceiver: Endpoint,
+    client: Endpoint,
+    relay: RelayProcess,
+}
+
+fn a_cached_flow(b: &Backend) -> CachedFlow {
+    let net = b.net();
+    let redis = net.redis();
+    let setup = setup_with(&net, Some(&redis));
+    let (transceiver, client) = (net.transceiver(), net.client());
+    let relay = RelayProcess::start(&setup);
+    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
+    assert!(transceiver.recv_frame().is_some());
+    prove_flow(&relay, &transceiver, &client);
+    redis.wait_for_flow(client.addr(), relay.vip());
+    CachedFlow {
+        redis,
+        setup,
+        transceiver,
+        client,
+        relay,
+    }
+}
+
 pub fn a_restarted_relay_restores_the_flow_from_the_first_srtp_packet(b: &Backend) {
     let net = b.net();
     let redis = net.redis();
@@ -107,16 +135,13 @@ pub fn without_redis_a_restarted_relay_waits_for_the_next_stun(b: &Backend) {
 /// restarted relay counts it `unauthenticated`, restores nothing, and sends the client's
 /// media nowhere. Before, the relay followed any route into the allowed networks.
 pub fn a_route_forged_in_redis_is_not_followed(b: &Backend) {
-    let net = b.net();
-    let redis = net.redis();
-    let setup = setup_with(&net, Some(&redis));
-    let transceiver = net.transceiver();
-    let client = net.client();
-    let relay = RelayProcess::start(&setup);
-    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
-    assert!(transceiver.recv_frame().is_some());
-    prove_flow(&relay, &transceiver, &client);
-    redis.wait_for_flow(client.addr(), relay.vip());
+    let CachedFlow {
+        redis,
+        setup,
+        transceiver,
+        client,
+        relay,
+    } = a_cached_flow(b);
     let vip = relay.vip();
     drop(relay);
     // Another port of the transceivers' address: inside the allowed network.
@@ -153,16 +178,13 @@ pub fn a_route_forged_in_redis_is_not_followed(b: &Backend) {
 /// for a while after the app ends the call) cannot restore it. Before, the notice did not
 /// exist, and a freed flow's route would have brought it back as proven.
 pub fn an_ended_sessions_route_leaves_redis_with_its_flow(b: &Backend) {
-    let net = b.net();
-    let redis = net.redis();
-    let setup = setup_with(&net, Some(&redis));
-    let transceiver = net.transceiver();
-    let client = net.client();
-    let relay = RelayProcess::start(&setup);
-    client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
-    assert!(transceiver.recv_frame().is_some());
-    prove_flow(&relay, &transceiver, &client);
-    redis.wait_for_flow(client.addr(), relay.vip());
+    let CachedFlow {
+        redis,
+        setup: _setup,
+        transceiver,
+        client,
+        relay,
+    } = a_cached_flow(b);
     transceiver.send_session_ended(relay.internal_of(0), client.addr(), relay.vip());
     relay.wait_for("the notice taken", |r| r.drops("session_ended") == 1.0);
     let key = format!("ufrag-relay:flow:{}|{}", client.addr(), relay.vip());
