@@ -14,14 +14,14 @@
 //! milliseconds, so idle connections from any number of addresses cannot keep the
 //! kubelet's probes or the scraper out, nor can a neighbour holding idle connections
 //! from the kubelet's own address. Each refusal and cut is counted
-//! (`ufrag_relay_http_refused_total`). A connection costs one thread for at most
-//! [`REQUEST_DEADLINE`].
+//! (`ufrag_relay_http_refused_total`). Connections are served by at most
+//! [`MAX_CONNECTIONS`] threads, each connection for at most [`REQUEST_DEADLINE`] from accept.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -102,13 +102,15 @@ impl HttpEndpoints {
     }
 }
 
-/// Accepts until `stopping`: each connection within its address's cap is served on a
-/// thread of its own (at the connection cap, cutting the connection open longest); any
-/// other is closed at once. Both are counted.
+/// Accepts until `stopping`: each connection within its address's rate gets a place (at
+/// a cap, cutting an older connection) and is handed to the [`ServingThreads`]; any other
+/// is closed at once. Both are counted.
 fn accept_connections(listener: &TcpListener, stopping: &AtomicBool, metrics: &Arc<RelayMetrics>) {
     let slots = Arc::new(ConnectionSlots::default());
+    let serving = Arc::new(ServingThreads::default());
     for stream in listener.incoming() {
         if stopping.load(Ordering::SeqCst) {
+            serving.stop();
             return;
         }
         let Ok(stream) = stream else {
@@ -117,29 +119,125 @@ fn accept_connections(listener: &TcpListener, stopping: &AtomicBool, metrics: &A
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
-        let slot = match ConnectionSlots::claim(&slots, &stream, Instant::now()) {
+        let accepted_at = Instant::now();
+        match ConnectionSlots::claim(&slots, &stream, accepted_at) {
             Ok((slot, cut)) => {
                 if let Some(cut) = cut {
                     metrics.http_refused(cut);
                 }
-                slot
+                ServingThreads::serve(
+                    &serving,
+                    Accepted {
+                        stream,
+                        slot,
+                        deadline: accepted_at + REQUEST_DEADLINE,
+                    },
+                    metrics,
+                );
             }
-            Err(refusal) => {
-                metrics.http_refused(refusal);
-                continue;
-            }
-        };
-        let serving = Arc::clone(metrics);
-        let spawned = std::thread::Builder::new()
-            .name("http-conn".into())
-            .spawn(move || {
-                serve_connection(stream, &serving, &slot.answering);
-                drop(slot);
-            });
-        if spawned.is_err() {
-            // The stream and its slot went with the closure that never ran.
-            metrics.http_refused(HttpRefusal::Unserved);
+            Err(refusal) => metrics.http_refused(refusal),
         }
+    }
+}
+
+/// A connection with its place, waiting for a serving thread.
+struct Accepted {
+    stream: TcpStream,
+    slot: ConnectionSlot,
+    /// When its request must be in and answered: [`REQUEST_DEADLINE`] after accept.
+    deadline: Instant,
+}
+
+/// The threads that serve connections: at most [`MAX_CONNECTIONS`], started as needed and
+/// kept, so a flood of connections never costs more threads, however fast they are cut.
+/// At most [`MAX_CONNECTIONS`] accepted connections wait for one; the acceptor waits
+/// for room beyond that (a waiting connection was cut, or its thread ends within
+/// [`REQUEST_DEADLINE`]).
+#[derive(Default)]
+struct ServingThreads {
+    state: Mutex<ServingState>,
+    /// Signalled when a connection waits (or on stop).
+    work: Condvar,
+    /// Signalled when a waiting connection is taken.
+    room: Condvar,
+}
+
+#[derive(Default)]
+struct ServingState {
+    waiting: VecDeque<Accepted>,
+    threads: usize,
+    idle: usize,
+    stopping: bool,
+}
+
+impl ServingThreads {
+    /// Queues `accepted` for a thread, starting one if more connections wait than threads
+    /// are idle and fewer than [`MAX_CONNECTIONS`] run.
+    fn serve(this: &Arc<Self>, accepted: Accepted, metrics: &Arc<RelayMetrics>) {
+        let mut state = this.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while state.waiting.len() >= MAX_CONNECTIONS {
+            state = this
+                .room
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.waiting.push_back(accepted);
+        // An idle thread (woken or not yet) takes one waiting connection each.
+        if state.waiting.len() > state.idle && state.threads < MAX_CONNECTIONS {
+            let (threads, serving_metrics) = (Arc::clone(this), Arc::clone(metrics));
+            let spawned = std::thread::Builder::new()
+                .name("http-conn".into())
+                .spawn(move || threads.run(&serving_metrics));
+            if spawned.is_ok() {
+                state.threads += 1;
+            } else if state.threads == 0 {
+                // No thread to serve them: close them rather than let them wait.
+                for _ in state.waiting.drain(..) {
+                    metrics.http_refused(HttpRefusal::Unserved);
+                }
+            }
+        }
+        this.work.notify_one();
+    }
+
+    /// One serving thread: takes waiting connections until stopped.
+    fn run(&self, metrics: &Arc<RelayMetrics>) {
+        loop {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let accepted = loop {
+                if let Some(accepted) = state.waiting.pop_front() {
+                    break accepted;
+                }
+                if state.stopping {
+                    state.threads -= 1;
+                    return;
+                }
+                state.idle += 1;
+                state = self
+                    .work
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+                state.idle -= 1;
+            };
+            drop(state);
+            self.room.notify_one();
+            let Accepted {
+                stream,
+                slot,
+                deadline,
+            } = accepted;
+            serve_connection(stream, metrics, &slot.answering, deadline);
+            drop(slot);
+        }
+    }
+
+    /// Lets the threads end once nothing waits.
+    fn stop(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stopping = true;
+        self.work.notify_all();
     }
 }
 
@@ -294,10 +392,14 @@ impl Drop for ConnectionSlot {
     }
 }
 
-/// Reads one request and answers it, all within [`REQUEST_DEADLINE`]; sets `answering`
-/// once the request is in.
-fn serve_connection(mut stream: TcpStream, metrics: &Arc<RelayMetrics>, answering: &AtomicBool) {
-    let deadline = Instant::now() + REQUEST_DEADLINE;
+/// Reads one request and answers it, all before `deadline`; sets `answering` once the
+/// request is in.
+fn serve_connection(
+    mut stream: TcpStream,
+    metrics: &Arc<RelayMetrics>,
+    answering: &AtomicBool,
+    deadline: Instant,
+) {
     let mut head = [0u8; MAX_HEAD];
     let read = read_head(&mut stream, &mut head, deadline);
     answering.store(true, Ordering::Release);
