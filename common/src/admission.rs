@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::metrics::DropReason;
-use crate::replay::ReplayFilter;
+use crate::replay::{NotClaimed, ReplayFilter};
 
 /// Authentication attempts allowed per new flow allowed, per prefix and per worker:
 /// room for retransmissions and a client's several candidates, and a bound on the HMAC
@@ -396,7 +396,10 @@ impl Admission {
             })?;
         self.replays
             .claim(request.transaction_id, now)
-            .map_err(replayed)
+            .map_err(|refused| match refused {
+                NotClaimed::Replayed => DropReason::ReplayedRequest,
+                NotClaimed::Full => DropReason::ReplayFilterFull,
+            })
     }
 
     /// `request` created a flow.

@@ -286,6 +286,11 @@ label_enum! {
         /// An authentic Binding Request whose transaction already created a flow from
         /// another address: a replay.
         ReplayedRequest = "replayed_request",
+        /// An authentic first request whose transaction the replay filter cannot remember
+        /// (its bucket holds other transactions still within the window): refused rather
+        /// than let a later copy of it through. The relay admitted near its whole
+        /// new-flow rate for a whole `hint_max_age`.
+        ReplayFilterFull = "replay_filter_full",
         /// The session (server ufrag) already holds its cap of live flows.
         SessionFlowLimit = "session_flow_limit",
         /// The source prefix's or the worker's rate of authentication attempts is spent:

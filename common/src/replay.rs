@@ -25,8 +25,11 @@
 //!   transaction into the first empty or stale slot with a compare-and-swap, then reads
 //!   the rest of the bucket: two workers claiming the same transaction at once race for
 //!   the same first free slot, and the loser finds the winner's entry. If every slot of a
-//!   bucket is fresh (the relay admitted more than it was sized for), the oldest entry is
-//!   overwritten and counted: that transaction could then be replayed once more.
+//!   bucket is fresh (the relay admitted more than it was sized for, or the filter is at
+//!   [`MAX_SLOTS`]), the request is refused ([`NotClaimed::Full`], counted): forgetting
+//!   an entry to make room would let that transaction be replayed once more. At the
+//!   default admission rate the filter reaches [`MAX_SLOTS`] with 6 workers, and a bucket
+//!   fills only when the relay admits near its whole rate for a whole window.
 //! - No lock, no allocation after construction, O([`BUCKET`]) per call.
 
 use core::hash::BuildHasher;
@@ -38,8 +41,8 @@ use std::time::{Duration, Instant};
 pub const BUCKET: usize = 8;
 /// The smallest filter.
 pub const MIN_SLOTS: usize = 1 << 12;
-/// The largest filter (128 MiB); a relay that could admit more in one window overwrites
-/// its oldest entries (counted).
+/// The largest filter (128 MiB); a relay that admits more in one window than it holds
+/// refuses the requests whose bucket is full (counted) rather than forget a transaction.
 pub const MAX_SLOTS: usize = 1 << 24;
 /// The longest window a 16-bit stamp tells apart from an entry one wrap older, with room.
 pub const MAX_WINDOW: Duration = Duration::from_secs(1 << 15);
@@ -51,6 +54,16 @@ const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Replayed;
 
+/// Why [`ReplayFilter::claim`] recorded nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotClaimed {
+    /// The transaction created a flow within the window.
+    Replayed,
+    /// Every slot of its bucket holds another transaction still within the window: it
+    /// cannot be remembered, so it may not create a flow.
+    Full,
+}
+
 /// The shared filter (see the module doc).
 #[derive(Debug)]
 pub struct ReplayFilter {
@@ -59,7 +72,7 @@ pub struct ReplayFilter {
     hasher: RandomState,
     window_s: u64,
     epoch: Instant,
-    overwritten: AtomicU64,
+    full: AtomicU64,
 }
 
 impl ReplayFilter {
@@ -85,7 +98,7 @@ impl ReplayFilter {
             hasher: RandomState::new(),
             window_s: window.as_secs().max(1),
             epoch,
-            overwritten: AtomicU64::new(0),
+            full: AtomicU64::new(0),
         }
     }
 
@@ -94,10 +107,10 @@ impl ReplayFilter {
         self.slots.len() * core::mem::size_of::<AtomicU64>()
     }
 
-    /// Fresh entries overwritten because their bucket was full: transactions that could
-    /// be replayed once more. Non-zero means the filter is too small for the admission rate.
-    pub fn overwritten(&self) -> u64 {
-        self.overwritten.load(Ordering::Relaxed)
+    /// Requests refused because their bucket was full of fresh entries. Non-zero means
+    /// the filter is too small for the rate the relay admitted at.
+    pub fn full(&self) -> u64 {
+        self.full.load(Ordering::Relaxed)
     }
 
     fn bucket(&self, transaction_id: &[u8; 12]) -> (&[AtomicU64], u64) {
@@ -138,8 +151,8 @@ impl ReplayFilter {
     }
 
     /// Records that `transaction_id` creates a flow now, unless it was recorded first
-    /// (then nothing is recorded and the request is a replay).
-    pub fn claim(&self, transaction_id: &[u8; 12], now: Instant) -> Result<(), Replayed> {
+    /// (then nothing is recorded and the request is a replay) or its bucket is full.
+    pub fn claim(&self, transaction_id: &[u8; 12], now: Instant) -> Result<(), NotClaimed> {
         let (bucket, fingerprint) = self.bucket(transaction_id);
         let now_stamp = self.stamp(now);
         let ours = fingerprint << STAMP_BITS | now_stamp;
@@ -152,7 +165,7 @@ impl ReplayFilter {
                         // Someone claimed it before us: take ours back.
                         let _ = mine.compare_exchange(ours, 0, Ordering::AcqRel, Ordering::Relaxed);
                     }
-                    return Err(Replayed);
+                    return Err(NotClaimed::Replayed);
                 }
                 if claimed.is_some() || self.fresh(entry, now_stamp) {
                     break;
@@ -168,13 +181,9 @@ impl ReplayFilter {
             }
         }
         if claimed.is_none() {
-            // Every slot is fresh and another transaction's: the oldest goes.
-            let oldest = bucket
-                .iter()
-                .max_by_key(|slot| self.age_s(slot.load(Ordering::Relaxed), now_stamp))
-                .expect("a bucket has slots");
-            oldest.store(ours, Ordering::Release);
-            self.overwritten.fetch_add(1, Ordering::Relaxed);
+            // Every slot is fresh and another transaction's.
+            self.full.fetch_add(1, Ordering::Relaxed);
+            return Err(NotClaimed::Full);
         }
         Ok(())
     }
@@ -198,7 +207,7 @@ mod tests {
         assert_eq!(filter.seen(&txid(1), t0), Ok(()));
         assert_eq!(filter.claim(&txid(1), t0), Ok(()));
         assert_eq!(filter.seen(&txid(1), t0), Err(Replayed));
-        assert_eq!(filter.claim(&txid(1), t0), Err(Replayed));
+        assert_eq!(filter.claim(&txid(1), t0), Err(NotClaimed::Replayed));
         let late = t0 + Duration::from_secs(59);
         assert_eq!(filter.seen(&txid(1), late), Err(Replayed));
         let after = t0 + Duration::from_secs(60);
@@ -236,7 +245,7 @@ mod tests {
     }
 
     #[test]
-    fn an_overfull_bucket_overwrites_its_oldest_entry_and_counts_it() {
+    fn a_full_bucket_refuses_a_new_transaction_and_forgets_none() {
         let t0 = Instant::now();
         let filter = ReplayFilter::new(1, 1, Duration::from_secs(600), t0);
         // Transactions that share the first one's bucket, found by trying.
@@ -248,15 +257,22 @@ mod tests {
             .take(BUCKET)
             .collect();
         filter.claim(&first, t0).unwrap();
-        for (i, t) in mates.iter().enumerate() {
-            let later = t0 + Duration::from_secs(1 + i as u64);
-            filter.claim(t, later).unwrap();
+        for (i, t) in mates[..BUCKET - 1].iter().enumerate() {
+            filter
+                .claim(t, t0 + Duration::from_secs(1 + i as u64))
+                .unwrap();
         }
-        assert_eq!(filter.overwritten(), 1);
         let now = t0 + Duration::from_secs(BUCKET as u64 + 1);
-        // The oldest (the first) was forgotten; the newest is remembered.
-        assert_eq!(filter.seen(&first, now), Ok(()));
-        assert_eq!(filter.seen(&mates[BUCKET - 1], now), Err(Replayed));
+        let one_too_many = &mates[BUCKET - 1];
+        assert_eq!(filter.claim(one_too_many, now), Err(NotClaimed::Full));
+        assert_eq!(filter.full(), 1);
+        // Nothing was forgotten: the oldest is still a replay.
+        assert_eq!(filter.seen(&first, now), Err(Replayed));
+        assert_eq!(filter.claim(&first, now), Err(NotClaimed::Replayed));
+        assert_eq!(filter.seen(one_too_many, now), Ok(()), "not recorded");
+        // Once the oldest leaves the window, its slot takes the next.
+        let later = t0 + Duration::from_secs(600);
+        assert_eq!(filter.claim(one_too_many, later), Ok(()));
     }
 
     #[test]
