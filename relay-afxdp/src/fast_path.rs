@@ -17,11 +17,13 @@
 //!   to the client (Ethernet to its next hop, IP and UDP from the VIP).
 //!
 //! An entry names its next hop by address; the MAC comes from a second map,
-//! `fast_next_hops`, which the workers keep equal to their neighbour view (written on
-//! every new view): a neighbour that changes its MAC (a transceiver's host replaced, a
-//! router failover) is followed by every flow through it at once, and a next hop whose
-//! MAC is not known yet sends that flow's frames to the worker, which has the kernel
-//! resolve it, as before the fast path.
+//! `fast_next_hops`, which holds the next hops that installed flows go through, with
+//! their MACs from the workers' neighbour view (written on every new view): a neighbour
+//! that changes its MAC (a transceiver's host replaced, a router failover) is followed by
+//! every flow through it at once, and a next hop whose MAC is not known yet sends that
+//! flow's frames to the worker, which has the kernel resolve it, as before the fast
+//! path. A next hop leaves the map with the last flow through it, so the map holds no
+//! more than the installed flows need, whatever passed through before.
 //!
 //! The program then handles a datagram to a VIP or internal address (after the steering
 //! block has matched it) like this:
@@ -57,10 +59,11 @@
 //! alive) and before it lets a Binding Request move one, and sums the per-CPU counters of
 //! the `fast_stats` map into `/metrics`.
 
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ufrag_bpf::asm::{Asm, B, DW, H, JEQ, JGT, JLT, JNE, W, action, helper};
@@ -696,6 +699,16 @@ pub struct FastPathMaps {
     stats: Map,
     /// Proven flows no worker could install (see [`FastPathTotals::flows_not_installed`]).
     not_installed: AtomicU64,
+    /// Which next hops the installed flows go through.
+    hops: Mutex<HopsInUse>,
+}
+
+/// The next hops installed flows go through: each flow's two (by its forward entry's key)
+/// and how many flows go through each, so a hop leaves `fast_next_hops` with its last flow.
+#[derive(Debug, Default)]
+struct HopsInUse {
+    per_flow: HashMap<[u8; KEY_LEN], [IpAddr; 2]>,
+    per_hop: HashMap<IpAddr, u32>,
 }
 
 impl FastPathMaps {
@@ -713,6 +726,7 @@ impl FastPathMaps {
             next_hops: Map::create(bpf::MAP_HASH, 16, 8, NEXT_HOPS, "fast_next_hops")?,
             stats: Map::create(bpf::MAP_PERCPU_ARRAY, 4, 8, STATS, "fast_stats")?,
             not_installed: AtomicU64::new(0),
+            hops: Mutex::default(),
         })
     }
 
@@ -773,6 +787,69 @@ impl FastPathMaps {
         self.next_hops.update(&wire::ip16(next_hop), &value)
     }
 
+    /// Sets `next_hop`'s MAC if an installed flow goes through it; false if none does.
+    pub fn set_next_hop_in_use(&self, next_hop: IpAddr, mac: [u8; 6]) -> io::Result<bool> {
+        let hops = self.hops_in_use();
+        if !hops.per_hop.contains_key(&next_hop) {
+            return Ok(false);
+        }
+        self.set_next_hop(next_hop, mac).map(|()| true)
+    }
+
+    /// The MAC `fast_next_hops` holds for `next_hop`, if any.
+    pub fn next_hop_mac(&self, next_hop: IpAddr) -> Option<[u8; 6]> {
+        let mut value = [0u8; 8];
+        self.next_hops
+            .lookup(&wire::ip16(next_hop), &mut value)
+            .ok()?;
+        value[..6].try_into().ok()
+    }
+
+    /// How many next hops installed flows go through.
+    pub fn next_hops_in_use(&self) -> usize {
+        self.hops_in_use().per_hop.len()
+    }
+
+    fn hops_in_use(&self) -> std::sync::MutexGuard<'_, HopsInUse> {
+        self.hops.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that the flow with forward key `flow` goes through `hops` (replacing what
+    /// it went through before, if it was installed).
+    fn hold_hops(&self, flow: [u8; KEY_LEN], hops: [IpAddr; 2]) {
+        let mut in_use = self.hops_in_use();
+        // The new hops are counted before the old are let go: a hop in both stays.
+        for hop in hops {
+            *in_use.per_hop.entry(hop).or_default() += 1;
+        }
+        if let Some(old) = in_use.per_flow.insert(flow, hops) {
+            self.let_go(&mut in_use, old);
+        }
+    }
+
+    /// Forgets the hops the flow with forward key `flow` went through, if it was installed.
+    fn release_hops(&self, flow: &[u8; KEY_LEN]) {
+        let mut in_use = self.hops_in_use();
+        if let Some(old) = in_use.per_flow.remove(flow) {
+            self.let_go(&mut in_use, old);
+        }
+    }
+
+    /// One flow fewer goes through each of `hops`; a hop no flow goes through leaves
+    /// `fast_next_hops`.
+    fn let_go(&self, in_use: &mut HopsInUse, hops: [IpAddr; 2]) {
+        for hop in hops {
+            let Some(count) = in_use.per_hop.get_mut(&hop) else {
+                continue;
+            };
+            *count -= 1;
+            if *count == 0 {
+                in_use.per_hop.remove(&hop);
+                let _ = self.next_hops.delete(&wire::ip16(hop));
+            }
+        }
+    }
+
     /// Writes both entries of `flow` (the return entry first, so a forwarded datagram's
     /// answer cannot miss it), through the next hops towards the transceiver and the
     /// client (whose MACs [`Self::set_next_hop`] gives); `buf` is a
@@ -797,14 +874,17 @@ impl FastPathMaps {
             let _ = self.flows.delete(&rk);
             return Err(e);
         }
+        self.hold_hops(fk, [to_transceiver, to_client]);
         Ok(true)
     }
 
-    /// Removes both entries of `flow` (either may be missing).
+    /// Removes both entries of `flow` (either may be missing), and the MAC of each next
+    /// hop no other flow goes through.
     pub fn remove(&self, flow: &FastFlow) {
         for leg in [flow.forward(), flow.back()] {
             let _ = self.flows.delete(&leg.key());
         }
+        self.release_hops(&flow.forward().key());
     }
 
     /// The flow's counters over both directions and every CPU: packets, bytes, and the
@@ -893,16 +973,6 @@ impl FlowMirror for FastPathWriter {
         let (Some(to_transceiver), Some(to_client)) = hops else {
             return self.not_installed(); // no route out of this interface
         };
-        // A MAC not known yet: the frames go to the worker (which has the kernel resolve
-        // it) until `maintain` writes the new neighbour view.
-        for (dst, hop) in [
-            (route.next_hop.ip(), to_transceiver),
-            (key.client.ip(), to_client),
-        ] {
-            if let Some(mac) = self.neighbours.mac_for(dst) {
-                let _ = self.maps.set_next_hop(hop, mac);
-            }
-        }
         let installed = self.maps.install(
             &flow,
             self.if_mac,
@@ -910,13 +980,24 @@ impl FlowMirror for FastPathWriter {
             &mut self.per_cpu,
         );
         if !matches!(installed, Ok(true)) {
-            self.not_installed();
+            return self.not_installed();
+        }
+        // A MAC not known yet: the frames go to the worker (which has the kernel resolve
+        // it) until `maintain` writes the new neighbour view.
+        for (dst, hop) in [
+            (route.next_hop.ip(), to_transceiver),
+            (key.client.ip(), to_client),
+        ] {
+            if let Some(mac) = self.neighbours.mac_for(dst) {
+                let _ = self.maps.set_next_hop_in_use(hop, mac);
+            }
         }
     }
 
-    /// Writes every MAC of a new neighbour view into `fast_next_hops`: a neighbour that
-    /// changed its MAC is followed by every flow through it at once. (A neighbour that
-    /// left the kernel's table keeps its last MAC here.)
+    /// Writes the MAC of every next hop in use from a new neighbour view into
+    /// `fast_next_hops`: a neighbour that changed its MAC is followed by every flow
+    /// through it at once. (A neighbour that left the kernel's table keeps its last MAC
+    /// here while flows go through it.)
     fn maintain(&mut self) {
         self.neighbours.refresh();
         let generation = self.neighbours.generation();
@@ -926,7 +1007,7 @@ impl FlowMirror for FastPathWriter {
         let maps = &self.maps;
         let mut failed = false;
         self.neighbours.each_mac(|hop, mac| {
-            failed |= maps.set_next_hop(hop, mac).is_err();
+            failed |= maps.set_next_hop_in_use(hop, mac).is_err();
         });
         if !failed {
             self.written_generation = Some(generation);

@@ -405,6 +405,60 @@ fn a_next_hop_without_a_mac_waits_for_user_space_and_a_new_mac_is_followed_at_on
     }
 }
 
+/// `fast_next_hops` holds only the next hops installed flows go through: a hop's MAC
+/// leaves with the last flow through it (before, every neighbour ever written stayed, so
+/// on-link clients that came and went filled the map), and a MAC for a hop no flow uses
+/// is not written.
+#[test]
+fn a_next_hops_mac_leaves_with_the_last_flow_through_it() {
+    let mut b = Bench::new();
+    let first = flow(CLIENT4, VIP4, TRANSCEIVER4, INTERNAL4);
+    let second = flow("10.77.0.4:50002", VIP4, TRANSCEIVER4, INTERNAL4);
+    let other_mac = [0x02, 0, 0, 0, 0, 4];
+    for (f, client_mac) in [(&first, CLIENT_MAC), (&second, other_mac)] {
+        b.install_without_macs(f);
+        for (hop, mac) in [
+            (f.transceiver.ip(), TRANSCEIVER_MAC),
+            (f.key.client.ip(), client_mac),
+        ] {
+            assert!(b.maps.set_next_hop_in_use(hop, mac).unwrap());
+        }
+    }
+    assert_eq!(
+        b.maps.next_hops_in_use(),
+        3,
+        "two clients and one transceiver"
+    );
+    b.maps.remove(&first);
+    assert_eq!(
+        b.maps.next_hop_mac(first.key.client.ip()),
+        None,
+        "its client's hop went"
+    );
+    assert_eq!(b.maps.next_hop_mac(second.key.client.ip()), Some(other_mac));
+    assert_eq!(
+        b.maps.next_hop_mac(first.transceiver.ip()),
+        Some(TRANSCEIVER_MAC),
+        "the transceiver's stays while the second flow goes through it"
+    );
+    b.maps.remove(&second);
+    assert_eq!(b.maps.next_hops_in_use(), 0);
+    for hop in [second.key.client.ip(), second.transceiver.ip()] {
+        assert_eq!(
+            b.maps.next_hop_mac(hop),
+            None,
+            "{hop} went with the last flow"
+        );
+    }
+    assert!(
+        !b.maps
+            .set_next_hop_in_use(first.key.client.ip(), CLIENT_MAC)
+            .unwrap(),
+        "a hop no flow goes through is not written"
+    );
+    assert_eq!(b.maps.next_hop_mac(first.key.client.ip()), None);
+}
+
 /// A user-space forwarder holding `f`'s flow as a proven one, as the worker does when it
 /// installs the flow in the fast path.
 fn forwarder_holding(f: &FastFlow, now: std::time::Instant) -> Forwarder {
