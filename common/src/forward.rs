@@ -37,8 +37,9 @@
 //! 4. Flow miss, DTLS or RTP/RTCP: with a route cache, [`Verdict::LookupRoute`] (the
 //!    datagram itself is dropped and counted as `no_flow_cache_lookup`) within the
 //!    lookup bounds ([`crate::route_lookups`]: a rate per source prefix and worker,
-//!    `no_flow_lookup_rate` beyond, and no second question for a flow the cache did not
-//!    know a moment ago, `no_flow_recent_miss`); without one, drop `no_flow`. A non-STUN
+//!    `no_flow_lookup_rate` beyond, no second question while one is out, and none for a
+//!    flow the cache did not know a moment ago, `no_flow_recent_miss`); without one,
+//!    drop `no_flow`. A non-STUN
 //!    datagram is never forwarded without a flow.
 //!
 //! # What one session can cost

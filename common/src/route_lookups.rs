@@ -3,8 +3,10 @@
 //! there). Sources are spoofable and every such datagram would be one Redis GET, so the
 //! questions are bounded: a rate per source prefix and per worker (the fair
 //! [`ArrivalRates`] that admission uses: a flood from many prefixes spends the worker's
-//! rate and still leaves a fresh prefix its share), and a short memory of the flows the
-//! cache did not know ([`MISS_MEMORY`]), so one client repeating itself asks once.
+//! rate and still leaves a fresh prefix its share), and a short memory of the flows
+//! asked about: one whose question is still out ([`PENDING_MEMORY`]: its next packets
+//! spend no token, so after a restart each flow spends one, however fast it sends) and
+//! one the cache did not know ([`MISS_MEMORY`]), so one client repeating itself asks once.
 //! Established flows never get here; no allocation after construction.
 
 use core::hash::BuildHasher;
@@ -23,18 +25,30 @@ pub const LOOKUPS_PER_PREFIX: u32 = 50;
 pub const LOOKUPS_PER_WORKER: u32 = 2_000;
 /// How long a flow the cache did not know is not asked about again.
 pub const MISS_MEMORY: Duration = Duration::from_secs(2);
+/// How long a flow whose question is out is not asked about again: far longer than Redis
+/// takes to answer, so a question lost with a slow or restarting Redis is asked again.
+pub const PENDING_MEMORY: Duration = Duration::from_millis(100);
 /// Flows whose miss is remembered at once (a direct-mapped array: a newer miss
 /// replaces an older one in its slot, which at worst asks once more).
 const MISS_SLOTS: usize = 4_096;
+
+/// A flow asked about: its tag (its keyed hash, 0 for none), until when (ms since the
+/// start) it is not asked about again, and whether because its question is still out
+/// (else the cache did not know it).
+#[derive(Clone, Copy, Debug, Default)]
+struct Asked {
+    tag: u64,
+    until_ms: u64,
+    pending: bool,
+}
 
 /// One worker's bounds on route-cache lookups.
 #[derive(Debug)]
 pub struct RouteLookups {
     rates: ArrivalRates,
     hasher: RandomState,
-    /// Per slot: the missed flow's tag (its keyed hash, 0 for none) and until when (ms
-    /// since `started`) it is not asked about.
-    misses: Box<[(u64, u64)]>,
+    /// Per slot: the flow asked about ([`Asked`]).
+    asked: Box<[Asked]>,
     started: Instant,
 }
 
@@ -45,21 +59,29 @@ impl RouteLookups {
         RouteLookups {
             rates: ArrivalRates::new(LOOKUPS_PER_PREFIX, LOOKUPS_PER_WORKER, prefix_lens, now),
             hasher: RandomState::new(),
-            misses: vec![(0, 0); MISS_SLOTS].into_boxed_slice(),
+            asked: vec![Asked::default(); MISS_SLOTS].into_boxed_slice(),
             started: now,
         }
     }
 
-    /// Whether `key`'s route may be asked for at `now`: not a recent miss, and a token
-    /// from its prefix's and the worker's rates. The reason to drop the datagram if not.
+    /// Whether `key`'s route may be asked for at `now`: not asked already (a question
+    /// still out, or a recent miss), and a token from its prefix's and the worker's
+    /// rates. The reason to drop the datagram if not.
     pub fn ask(&mut self, key: &FlowKey, now: Instant) -> Result<(), DropReason> {
         let (slot, tag) = self.slot(key);
-        let (missed, until_ms) = self.misses[slot];
-        if missed == tag && self.ms(now) < until_ms {
-            return Err(DropReason::NoFlowRecentMiss);
+        let now_ms = self.ms(now);
+        let asked = self.asked[slot];
+        if asked.tag == tag && now_ms < asked.until_ms {
+            return Err(match asked.pending {
+                true => DropReason::NoFlowCacheLookup,
+                false => DropReason::NoFlowRecentMiss,
+            });
         }
         match self.rates.take(key.client.ip(), now) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                self.remember(slot, tag, now_ms, PENDING_MEMORY, true);
+                Ok(())
+            }
             Err(RateSpent::Prefix | RateSpent::Worker) => Err(DropReason::NoFlowLookupRate),
         }
     }
@@ -68,8 +90,17 @@ impl RouteLookups {
     /// [`MISS_MEMORY`].
     pub fn missed(&mut self, key: &FlowKey, now: Instant) {
         let (slot, tag) = self.slot(key);
-        let until = self.ms(now).saturating_add(MISS_MEMORY.as_millis() as u64);
-        self.misses[slot] = (tag, until);
+        let now_ms = self.ms(now);
+        self.remember(slot, tag, now_ms, MISS_MEMORY, false);
+    }
+
+    /// Remembers in `slot` (a newer flow replaces an older one) the flow `tag` for `memory`.
+    fn remember(&mut self, slot: usize, tag: u64, now_ms: u64, memory: Duration, pending: bool) {
+        self.asked[slot] = Asked {
+            tag,
+            until_ms: now_ms.saturating_add(memory.as_millis() as u64),
+            pending,
+        };
     }
 
     /// `key`'s slot and its tag (never 0, which marks an empty slot).
@@ -107,6 +138,30 @@ mod tests {
             "another port of the same client is another flow"
         );
         assert_eq!(lookups.ask(&k, t0 + MISS_MEMORY), Ok(()));
+    }
+
+    #[test]
+    fn a_flow_whose_question_is_out_spends_no_more_tokens() {
+        let t0 = Instant::now();
+        let mut lookups = RouteLookups::new((24, 56), t0);
+        let k = key("198.51.100.7:5000");
+        assert_eq!(lookups.ask(&k, t0), Ok(()));
+        // Its next packets while Redis answers: dropped as waiting for the answer, and
+        // the prefix's burst is not spent by them.
+        for ms in 1..100 {
+            let at = t0 + Duration::from_millis(ms);
+            assert_eq!(lookups.ask(&k, at), Err(DropReason::NoFlowCacheLookup));
+        }
+        let others = (1..LOOKUPS_PER_PREFIX as u16)
+            .filter(|port| lookups.ask(&key(&format!("198.51.100.8:{port}")), t0) == Ok(()))
+            .count();
+        assert_eq!(
+            others,
+            LOOKUPS_PER_PREFIX as usize - 1,
+            "the burst was spent once"
+        );
+        // An answer that never came: asked again once the question is stale.
+        assert_eq!(lookups.ask(&k, t0 + PENDING_MEMORY + MISS_MEMORY), Ok(()));
     }
 
     #[test]
