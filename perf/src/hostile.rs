@@ -14,6 +14,8 @@ use ufrag_common::hint::HintKeys;
 
 use crate::probe::signed_binding_request;
 
+mod proxied;
+
 /// The attacks, in the order the report shows them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Attack {
@@ -37,11 +39,22 @@ pub enum Attack {
     /// Sign-ups from one address as fast as it can make them, none of which ever
     /// connects: each would park a session until its connect timeout.
     SignupFlood,
+    /// Real sessions whose checks and DTLS (with every retransmission) come from a new
+    /// spoofed source every few hundred ms, only the checks' answers passed back: an
+    /// attempt to prove flows nobody receives on.
+    BlindProof,
+    /// Real sessions that nominate a victim's address and hold their own next DTLS
+    /// flight back: an attempt to make the victim the verified path.
+    PathSteering,
+    /// One session PATCHing ICE restarts as fast as it may, each new ufrag used at once
+    /// in signed first requests from spoofed sources: an attempt to mint admission
+    /// identities.
+    RestartMinting,
 }
 
 impl Attack {
     /// Every attack and the calm run, calm first.
-    pub const ALL: [Attack; 7] = [
+    pub const ALL: [Attack; 10] = [
         Attack::Calm,
         Attack::AuthFailures,
         Attack::Replay,
@@ -49,6 +62,9 @@ impl Attack {
         Attack::IceTcpSlots,
         Attack::SignalingConnections,
         Attack::SignupFlood,
+        Attack::BlindProof,
+        Attack::PathSteering,
+        Attack::RestartMinting,
     ];
 
     /// The report's name for it.
@@ -61,6 +77,9 @@ impl Attack {
             Attack::IceTcpSlots => "ICE-TCP slots held",
             Attack::SignalingConnections => "signaling connections held",
             Attack::SignupFlood => "sign-up flood",
+            Attack::BlindProof => "blind proof with retransmissions",
+            Attack::PathSteering => "path steering",
+            Attack::RestartMinting => "restart minting",
         }
     }
 
@@ -95,6 +114,24 @@ impl Attack {
                 "one real str0m offer POSTed again and again from one address, a \
                  connection per sign-up, at up to a tenth of the datagram rate; no sign-up \
                  ever connects"
+            }
+            Attack::BlindProof => {
+                "16 sessions signed up from two addresses; every 250 ms each moves to a new \
+                 spoofed source (48 per session, on four /24s), which sends a nomination \
+                 the attacker signs with the session's credentials, then the str0m \
+                 client's checks, ClientHello and retransmissions; only the checks' \
+                 answers are passed back to the client"
+            }
+            Attack::PathSteering => {
+                "16 sessions signed up and connecting from the attacker's addresses; on \
+                 the server's first DTLS flight each nominates a victim address (a signed \
+                 check with USE-CANDIDATE from it) and holds its own next flight 1.5 s, \
+                 then nominates the victim again every 500 ms"
+            }
+            Attack::RestartMinting => {
+                "one session PATCHing ICE restarts from one address at up to a tenth of \
+                 the datagram rate, each new ufrag used at once in signed first requests \
+                 from 8 fresh spoofed sources"
             }
         }
     }
@@ -145,7 +182,7 @@ pub struct Target {
 }
 
 /// What an attacker sent.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct AttackTally {
     /// Datagrams, connections or requests sent.
     pub sent: u64,
@@ -155,6 +192,9 @@ pub struct AttackTally {
     pub accepted: u64,
     /// How long it ran.
     pub elapsed: Duration,
+    /// What it sent and what came back, in a sentence, for attacks the counts above do
+    /// not describe.
+    pub detail: Option<String>,
 }
 
 impl AttackTally {
@@ -251,6 +291,9 @@ pub fn run_attack(
             hold_signaling_connections(target.http, sources, rate / 10, stop, limit)
         }
         Attack::SignupFlood => Ok(flood_sign_ups(target.http, sources, rate / 10, stop, limit)),
+        Attack::BlindProof => proxied::blind_proof(target, sources, stop, limit),
+        Attack::PathSteering => proxied::path_steering(target, sources, stop, limit),
+        Attack::RestartMinting => proxied::restart_minting(target, sources, rate / 10, stop, limit),
     }
 }
 

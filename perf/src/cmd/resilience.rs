@@ -10,7 +10,7 @@ use super::children::{
     loopback_ip, start_relay_as_deployed, start_relay_with, start_transceiver,
     start_transceiver_as_deployed,
 };
-use crate::hostile::{Attack, Sources, Target, run_attack};
+use crate::hostile::{Attack, AttackTally, Sources, Target, run_attack};
 use crate::resilience::{LiveRun, gap_ms, sessions_during};
 use ufrag_common::metrics::DropReason;
 
@@ -47,7 +47,7 @@ pub struct Options {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "auth-failures,replay,squatting,ice-tcp-slots,signaling-connections,signup-flood"
+        default_value = "auth-failures,replay,squatting,ice-tcp-slots,signaling-connections,signup-flood,blind-proof,path-steering,restart-minting"
     )]
     pub attacks: Vec<Attack>,
     /// One attacker's datagrams per second (its TCP attacks: a tenth of it in
@@ -417,6 +417,7 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
                     "accepted": tally.accepted,
                     "per_second": tally.rate(),
                     "seconds": tally.elapsed.as_secs_f64(),
+                    "detail": tally.detail,
                 }),
                 Err(e) => serde_json::json!({ "failed": e }),
             },
@@ -429,6 +430,13 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
         let sent = match (attack, &tally) {
             (_, Err(e)) => format!("failed: {e}"),
             (Attack::Calm, Ok(_)) => "–".to_string(),
+            (
+                _,
+                Ok(AttackTally {
+                    detail: Some(detail),
+                    ..
+                }),
+            ) => detail.clone(),
             (Attack::IceTcpSlots, Ok(tally)) => format!(
                 "{} connections opened and kept open by the attacker ({:.0}/s for {:.1} s)",
                 tally.connections,
