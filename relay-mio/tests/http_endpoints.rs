@@ -9,9 +9,8 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use socket2::{Domain, Socket, Type};
 use testkit::OwnedChild;
-use testkit::addr::{free_tcp_port, unique_ip};
+use testkit::addr::{free_tcp_port, tcp_from, unique_ip};
 use testkit::cargo_build::bin;
 use ufrag_common::runtime::http::{MAX_CONNECTIONS, MAX_PER_SOURCE};
 
@@ -40,14 +39,7 @@ fn start_relay() -> (OwnedChild, SocketAddr) {
 
 /// A TCP connection to `to` from loopback address `source`, sending nothing.
 fn connect_from(source: Ipv4Addr, to: SocketAddr) -> TcpStream {
-    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a socket");
-    socket
-        .bind(&SocketAddr::from((source, 0)).into())
-        .expect("bind a loopback source");
-    socket
-        .connect_timeout(&to.into(), Duration::from_secs(2))
-        .expect("connect to the metrics address");
-    socket.into()
+    tcp_from(source.into(), to, Duration::from_secs(2)).expect("connect to the metrics address")
 }
 
 /// Whether the relay closed `stream` (end of stream or a reset) within [`CUT_WAIT`],

@@ -34,6 +34,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::per_address::HeldPerAddress;
+use crate::proxy_protocol::{self, ProxiedFrom};
 use crate::signaling::{MAX_BODY_BYTES, SignalResponse, Signaling, text};
 
 /// How long a client may take to send a request's headers.
@@ -168,7 +169,7 @@ async fn accept_loop(
             }
         };
         // A trusted proxy's connections carry many clients: each is limited by its own
-        // address once its requests say which it is.
+        // address once its requests (or its PROXY header) say which it is.
         let held = if signaling.is_trusted_proxy(peer.ip()) {
             None
         } else {
@@ -187,11 +188,36 @@ async fn accept_loop(
             continue;
         };
         let signaling = Arc::clone(&signaling);
+        let per_address = Arc::clone(&per_address);
+        let proxy_header =
+            matches!(surface, Surface::Public { .. }) && signaling.expects_proxy_header(peer.ip());
         tokio::spawn(async move {
+            let mut stream = stream;
+            let (from, held) = if proxy_header {
+                // The header names the client, whose share of connections this one takes.
+                let client = match proxy_protocol::read(&mut stream, HEADER_TIMEOUT).await {
+                    Ok(ProxiedFrom::Client(client)) => client.ip(),
+                    Ok(ProxiedFrom::Proxy) => peer.ip(),
+                    Err(_) => {
+                        signaling
+                            .metrics()
+                            .http_refused(HttpRefusal::BadProxyHeader);
+                        return;
+                    }
+                };
+                let Some(held) = per_address.open(client) else {
+                    signaling
+                        .metrics()
+                        .http_refused(HttpRefusal::AddressConnectionCap);
+                    return;
+                };
+                (RequestsFrom::Named(client), Some(held))
+            } else {
+                (RequestsFrom::Peer(peer.ip()), held)
+            };
             let handler = Arc::clone(&signaling);
-            let service = service_fn(move |request| {
-                respond(request, peer.ip(), surface, Arc::clone(&handler))
-            });
+            let service =
+                service_fn(move |request| respond(request, from, surface, Arc::clone(&handler)));
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
@@ -208,14 +234,26 @@ async fn accept_loop(
     }
 }
 
+/// Whom a connection's requests come from.
+#[derive(Clone, Copy, Debug)]
+enum RequestsFrom {
+    /// The TCP peer, or (a trusted proxy) whom its `X-Forwarded-For` names.
+    Peer(IpAddr),
+    /// The client its trusted proxy's PROXY protocol header named.
+    Named(IpAddr),
+}
+
 /// Reads the body within its limits, then lets signaling answer on a handler thread.
 async fn respond(
     request: Request<Incoming>,
-    peer: IpAddr,
+    from: RequestsFrom,
     surface: Surface,
     signaling: Arc<Signaling>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let client = signaling.client_address(peer, request.headers());
+    let client = match from {
+        RequestsFrom::Peer(peer) => signaling.client_address(peer, request.headers()),
+        RequestsFrom::Named(client) => client,
+    };
     if let Some(refusal) = signaling.refuse_over_rate(client, request.headers()) {
         return Ok(into_hyper(refusal, signaling.metrics()));
     }

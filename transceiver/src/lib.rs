@@ -30,6 +30,7 @@ pub mod model_wire;
 pub mod page;
 pub mod path_check;
 pub mod per_address;
+pub mod proxy_protocol;
 pub mod random;
 pub mod runbook;
 pub mod sdp;

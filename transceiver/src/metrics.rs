@@ -112,7 +112,10 @@ label_enum! {
         BodyTooSlow = "body_too_slow",
         /// The headers did not arrive in time, or were too large or too many (hyper
         /// closed the connection).
-        BadHeaders = "bad_headers"
+        BadHeaders = "bad_headers",
+        /// A connection from a trusted proxy, with `--proxy-protocol`, did not begin with
+        /// a valid PROXY protocol v2 header in time (closed).
+        BadProxyHeader = "bad_proxy_header"
     }
 }
 

@@ -110,6 +110,13 @@ pub const fn http_refusal(reason: HttpRefusal) -> Entry {
             Cause::Hostile,
             "A body larger than any SDP offer: nothing to do.",
         ),
+        BadProxyHeader => entry(
+            Cause::Misconfiguration,
+            "A trusted proxy's connection did not begin with a PROXY protocol v2 header: \
+             the load balancer does not send it (turn it on there, e.g. ingress-nginx \
+             `use-proxy-protocol`, or drop `--proxy-protocol`), sends version 1, or a \
+             listed address is not that proxy.",
+        ),
         BodyTooSlow | BadHeaders => entry(
             Cause::Hostile,
             "A request that trickled or sent oversized headers: slow-loris and scanners, \

@@ -153,6 +153,12 @@ pub struct TransceiverOptions {
     /// in it could name any client. Nobody is trusted by default.
     #[arg(long, value_name = "CIDR", value_delimiter = ',')]
     pub trusted_proxy: Vec<String>,
+    /// Connections from a trusted proxy begin with a PROXY protocol v2 header naming the
+    /// client (a TCP load balancer, or an Ingress with the PROXY protocol on), which is
+    /// then the client for every per-address limit; `X-Forwarded-For` is not read. Such a
+    /// connection without a valid header is closed. Needs `--trusted-proxy`.
+    #[arg(long)]
+    pub proxy_protocol: bool,
     /// Serve signaling on a non-loopback address without a bearer token (logged loudly).
     #[arg(long)]
     pub allow_unauthenticated: bool,
@@ -234,6 +240,11 @@ impl Transceiver {
         }
         let trusted_proxies = TrustedProxies::parse(&opts.trusted_proxy)
             .map_err(|reason| StartError::Config(format!("`trusted_proxy`: {reason}")))?;
+        if opts.proxy_protocol && trusted_proxies.is_empty() {
+            return Err(StartError::Config(
+                "`proxy_protocol`: needs `trusted_proxy` (the proxies that send the header)".into(),
+            ));
+        }
         for wide in trusted_proxies.networks_wider_than_a_host() {
             tracing::warn!(
                 network = %wide,
@@ -373,6 +384,7 @@ impl Transceiver {
                 requests_per_second: opts.requests_per_second_per_ip,
                 unconnected: opts.max_unconnected_per_ip,
                 trusted_proxies,
+                proxy_protocol: opts.proxy_protocol,
             },
         ));
         let http = HttpServer::start(

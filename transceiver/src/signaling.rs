@@ -74,8 +74,11 @@ pub struct SignalingLimits {
     pub requests_per_second: f64,
     /// Sessions answered but not yet connected, at once.
     pub unconnected: u32,
-    /// Proxies whose `X-Forwarded-For` is believed.
+    /// Proxies whose `X-Forwarded-For` (or PROXY protocol header) is believed.
     pub trusted_proxies: TrustedProxies,
+    /// The trusted proxies' connections begin with a PROXY protocol v2 header
+    /// ([`crate::proxy_protocol`]).
+    pub proxy_protocol: bool,
 }
 
 /// A response as signaling writes it; the transport turns it into HTTP.
@@ -143,6 +146,7 @@ pub struct Signaling {
     /// Sessions answered and not yet connected, per client address.
     unconnected: Arc<HeldPerAddress>,
     trusted_proxies: TrustedProxies,
+    proxy_protocol: bool,
 }
 
 /// Checks an offer before any worker sees it: within [`MAX_MEDIA_SECTIONS`] and
@@ -260,6 +264,7 @@ impl Signaling {
             request_rate: AddressRate::new(limits.requests_per_second),
             unconnected: HeldPerAddress::new(limits.unconnected),
             trusted_proxies: limits.trusted_proxies,
+            proxy_protocol: limits.proxy_protocol,
         }
     }
 
@@ -273,6 +278,11 @@ impl Signaling {
     /// cap of connections per address does not apply to it.
     pub fn is_trusted_proxy(&self, peer: IpAddr) -> bool {
         self.trusted_proxies.trusts(peer)
+    }
+
+    /// Whether a connection from `peer` must begin with a PROXY protocol v2 header.
+    pub fn expects_proxy_header(&self, peer: IpAddr) -> bool {
+        self.proxy_protocol && self.is_trusted_proxy(peer)
     }
 
     /// A `429` for a request from `client` without a valid bearer token beyond its

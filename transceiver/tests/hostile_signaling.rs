@@ -725,3 +725,75 @@ fn requests_with_the_bearer_token_do_not_spend_the_anonymous_request_rate() {
         .collect();
     assert_eq!(wrong, [429, 429], "a wrong token is anonymous");
 }
+
+/// POSTs a garbage offer from the trusted proxy `proxy` on a connection that begins with
+/// `header` (a PROXY protocol v2 header, or anything else); the status, or `None` when
+/// the connection was closed unanswered.
+fn post_behind_proxy_header(xcvr: &Transceiver, proxy: &str, header: &[u8]) -> Option<u16> {
+    let mut stream =
+        testkit::addr::tcp_from(proxy.parse().unwrap(), xcvr.http, CUT_OFF_WAIT).unwrap();
+    stream.set_read_timeout(Some(CUT_OFF_WAIT)).unwrap();
+    let mut request = header.to_vec();
+    request.extend_from_slice(
+        b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: application/sdp\r\n\
+          Content-Length: 1\r\nConnection: close\r\n\r\nx",
+    );
+    stream.write_all(&request).ok()?;
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.get(9..12)?.parse().ok()
+}
+
+/// Item 5, PROXY protocol v2: with `--proxy-protocol`, a trusted proxy's connection
+/// begins with a header naming its client, and each client spends its own share; an
+/// `X-Forwarded-For` on such a connection is not read. A connection from the proxy
+/// without a valid header is closed unanswered and counted as `bad_proxy_header`; a
+/// stranger's connection is never read for a header.
+#[test]
+fn behind_a_proxy_protocol_proxy_each_named_client_spends_its_own_rate() {
+    use transceiver::proxy_protocol::encode;
+    let proxy = unique_ip().to_string();
+    let xcvr = Transceiver::start(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &[
+            "--posts-per-second-per-ip",
+            "1",
+            "--trusted-proxy",
+            &proxy,
+            "--proxy-protocol",
+        ],
+    );
+    let named = |client: &str| encode(format!("{client}:40000").parse().unwrap(), xcvr.http, &[]);
+    let a: Vec<Option<u16>> = (0..3)
+        .map(|_| post_behind_proxy_header(&xcvr, &proxy, &named("198.51.100.1")))
+        .collect();
+    assert_eq!(
+        a,
+        [Some(400), Some(400), Some(429)],
+        "client A spends its own bucket"
+    );
+    assert_eq!(
+        post_behind_proxy_header(&xcvr, &proxy, &named("198.51.100.2")),
+        Some(400),
+        "client B behind the same proxy has its own"
+    );
+    // No header, or version 1's text: closed before any request is read.
+    let refused = "ufrag_transceiver_http_refusals_total{reason=\"bad_proxy_header\"}";
+    assert_eq!(post_behind_proxy_header(&xcvr, &proxy, b""), None);
+    assert_eq!(
+        post_behind_proxy_header(
+            &xcvr,
+            &proxy,
+            b"PROXY TCP4 198.51.100.3 10.0.0.1 40000 443\r\n"
+        ),
+        None
+    );
+    assert_eq!(xcvr.metric(refused), 2.0);
+    // A stranger's header is not read: it is the start of its request, which is not HTTP.
+    let not_http = "ufrag_transceiver_http_refusals_total{reason=\"bad_headers\"}";
+    let before = xcvr.metric(not_http);
+    let stranger = unique_ip().to_string();
+    let _ = post_behind_proxy_header(&xcvr, &stranger, &named("198.51.100.9"));
+    assert_eq!(xcvr.metric(not_http), before + 1.0);
+    assert_eq!(xcvr.metric(refused), 2.0, "a stranger is not a proxy");
+}
