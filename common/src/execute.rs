@@ -514,10 +514,10 @@ impl Executor {
                 payload_at: 0,
                 ticket: ticket(Direction::Out),
             },
-            Verdict::LookupRoute { key } => {
-                // One question per flow at a time: a datagram parked for this key means
-                // its lookup is on its way.
-                let asked = self.parked.iter().any(|slot| slot.key == Some(key));
+            Verdict::LookupRoute { key, question_out } => {
+                // One question per flow at a time: the forwarder remembers one is out (or
+                // a datagram parked for this key means its lookup is on its way).
+                let asked = question_out || self.parked.iter().any(|slot| slot.key == Some(key));
                 if !asked {
                     self.ask_cache(egress, RouteCacheRequest::Lookup { key });
                 }
@@ -719,5 +719,6 @@ impl Executor {
         let f = self.forwarder.counters();
         self.counters.shared_returns = f.shared_returns;
         self.counters.flows_unshared = f.flows_unshared;
+        self.counters.flows_over_prefix_cap = f.flows_over_prefix_cap;
     }
 }

@@ -37,9 +37,9 @@
 //! 4. Flow miss, DTLS or RTP/RTCP: with a route cache, [`Verdict::LookupRoute`] (the
 //!    datagram itself is dropped and counted as `no_flow_cache_lookup`) within the
 //!    lookup bounds ([`crate::route_lookups`]: a rate per source prefix and worker,
-//!    `no_flow_lookup_rate` beyond, no second question while one is out, and none for a
-//!    flow the cache did not know a moment ago, `no_flow_recent_miss`); without one,
-//!    drop `no_flow`. A non-STUN
+//!    `no_flow_lookup_rate` beyond, no token spent again while the flow's question is
+//!    out, and no question for a flow the cache did not know a moment ago,
+//!    `no_flow_recent_miss`); without one, drop `no_flow`. A non-STUN
 //!    datagram is never forwarded without a flow.
 //!
 //! # What one session can cost
@@ -115,9 +115,10 @@ use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
 use crate::frame::{FrameHeader, Transport};
 use crate::hint::{HintKeys, HintShape};
 use crate::metrics::DropReason;
+use crate::proven_prefixes::ProvenPrefixes;
 use crate::replay::ReplayFilter;
 use crate::returns::{SharedReturn, SharedReturns};
-use crate::route_lookups::RouteLookups;
+use crate::route_lookups::{Lookup, RouteLookups};
 use crate::stun::StunView;
 
 /// Where a flow goes.
@@ -152,6 +153,9 @@ pub struct FlowState {
     /// path, in whole seconds on the flow table's clock ([`FlowTable::clock_ms`]; when the
     /// flow was made, until then): [`SERVER_SILENT_SHED`].
     pub server_seen_at_s: u32,
+    /// DTLS or media passed both ways while the client's prefix held its cap of proven
+    /// flows ([`crate::proven_prefixes`]): the flow stays unproven.
+    pub over_prefix_cap: bool,
 }
 
 impl FlowState {
@@ -166,14 +170,16 @@ impl FlowState {
             client_media: false,
             server_media: false,
             server_seen_at_s: table_s,
+            over_prefix_cap: false,
         }
     }
 
     /// DTLS or media has passed both ways: a session's path, not just a STUN exchange
-    /// or a spoofer's blind bytes. Only such flows are cached, mirrored and kept from
-    /// shedding while their transceiver serves them ([`SERVER_SILENT_SHED`]).
+    /// or a spoofer's blind bytes (and its client's prefix had room for one more proven
+    /// flow). Only such flows are cached, mirrored and kept from shedding while their
+    /// transceiver serves them ([`SERVER_SILENT_SHED`]).
     pub fn proven(&self) -> bool {
-        self.client_media && self.server_media
+        self.client_media && self.server_media && !self.over_prefix_cap
     }
 }
 
@@ -251,10 +257,13 @@ pub enum Verdict {
         to: SocketAddr,
     },
     /// No flow for a DTLS/RTP datagram: look `key` up in the route cache and
-    /// [`Forwarder::restore`] the flow when the answer comes. The datagram is dropped.
+    /// [`Forwarder::restore`] the flow when the answer comes. The datagram waits for the
+    /// answer where the backend can keep a copy, else it is dropped.
     LookupRoute {
         /// The flow to look up.
         key: FlowKey,
+        /// A question about it is already out: wait for that answer, ask nothing.
+        question_out: bool,
     },
     /// Drop the datagram for this reason.
     Drop(DropReason),
@@ -388,6 +397,9 @@ pub struct Forwarder {
     /// What asking the route cache may cost; `None` without a route cache. Boxed: only
     /// datagrams without a flow reach it.
     lookups: Option<Box<RouteLookups>>,
+    /// Proven flows per client prefix, and their cap. Boxed: only a flow proving itself
+    /// or a proven one leaving reaches it.
+    proven_prefixes: Box<ProvenPrefixes>,
 }
 
 /// A copy of the proven flows kept outside the forwarder, which carries some of their
@@ -412,6 +424,9 @@ pub struct ForwarderCounters {
     /// Flows whose return path found no room in the [`SharedReturns`]: only their owner
     /// takes their returns.
     pub flows_unshared: u64,
+    /// Flows that proved themselves while their client's prefix held its cap of proven
+    /// flows: kept unproven ([`crate::proven_prefixes`]).
+    pub flows_over_prefix_cap: u64,
 }
 
 /// Why a route from the route cache was not installed.
@@ -436,7 +451,8 @@ impl Forwarder {
             policy.shared_replays.clone(),
             now,
         );
-        let unproven = VecDeque::with_capacity(table.capacity());
+        let table_capacity = table.capacity();
+        let unproven = VecDeque::with_capacity(table_capacity);
         let prefix_lens = (
             policy.admission.prefix_len_v4,
             policy.admission.prefix_len_v6,
@@ -457,6 +473,7 @@ impl Forwarder {
             unproven,
             pending_cache_write: None,
             lookups,
+            proven_prefixes: Box::new(ProvenPrefixes::new(table_capacity, prefix_lens)),
         }
     }
 
@@ -521,9 +538,30 @@ impl Forwarder {
         if let Some(returns) = &self.returns {
             returns.withdraw(key, route.next_hop);
         }
-        if proven && let Some(mirror) = &mut self.mirror {
+        if !proven {
+            return;
+        }
+        self.proven_prefixes.forget(key.client.ip());
+        if let Some(mirror) = &mut self.mirror {
             mirror.gone(key, route);
         }
+    }
+
+    /// `flow`'s proof is in: counts it for its client's prefix, or (the prefix at its
+    /// cap) marks it to stay unproven. Whether it is proven now.
+    #[cold]
+    fn count_proof(
+        proven_prefixes: &mut ProvenPrefixes,
+        counters: &mut ForwarderCounters,
+        key: &FlowKey,
+        flow: &mut FlowState,
+    ) -> bool {
+        if proven_prefixes.prove(key.client.ip()) {
+            return true;
+        }
+        flow.over_prefix_cap = true;
+        counters.flows_over_prefix_cap += 1;
+        false
     }
 
     /// Removes and returns the least recently used flow if it has been idle for the
@@ -635,6 +673,15 @@ impl Forwarder {
                     && (self.returns.as_ref())
                         .is_some_and(|returns| returns.carried_media(&key, next_hop));
                 flow.value.server_media |= returned_media;
+                // Both halves just came in: the proof is counted, or refused by the cap.
+                if flow.value.proven() {
+                    Self::count_proof(
+                        &mut self.proven_prefixes,
+                        &mut self.counters,
+                        &key,
+                        &mut flow.value,
+                    );
+                }
             }
             let mut record = None;
             if route_cache
@@ -679,7 +726,10 @@ impl Forwarder {
         if kind != DatagramKind::Stun {
             return match &mut self.lookups {
                 Some(lookups) => match lookups.ask(&key, now) {
-                    Ok(()) => Verdict::LookupRoute { key },
+                    Ok(lookup) => Verdict::LookupRoute {
+                        key,
+                        question_out: lookup == Lookup::Wait,
+                    },
                     Err(reason) => Verdict::Drop(reason),
                 },
                 None => Verdict::Drop(DropReason::NoFlow),
@@ -1105,7 +1155,15 @@ impl Forwarder {
             return;
         };
         flow.value.server_media = true;
-        if !flow.value.proven() {
+        // Proven now, unless its prefix is at its cap.
+        if !flow.value.proven()
+            || !Self::count_proof(
+                &mut self.proven_prefixes,
+                &mut self.counters,
+                key,
+                &mut flow.value,
+            )
+        {
             return;
         }
         let route = flow.value.route;
@@ -1185,7 +1243,7 @@ impl Forwarder {
         // Only proven flows are cached, so a restored flow is proven; it counts for no
         // session (the cache holds routes, not ufrags).
         let seconds = self.seconds(now);
-        let state = FlowState {
+        let mut state = FlowState {
             recorded_at_s: Some(seconds),
             client_media: true,
             server_media: true,
@@ -1195,15 +1253,26 @@ impl Forwarder {
             self.table.refuse();
             return Err(RestoreRefused::TableFull);
         }
+        let proven = Self::count_proof(
+            &mut self.proven_prefixes,
+            &mut self.counters,
+            key,
+            &mut state,
+        );
         match self.table.insert(key, state, now) {
             Ok(Inserted::Created | Inserted::Updated) => {
                 self.share(key, route, now);
-                if let Some(mirror) = &mut self.mirror {
+                if proven && let Some(mirror) = &mut self.mirror {
                     mirror.proven(key, route, now);
                 }
                 Ok(())
             }
-            Err(InsertError::TableFull) => Err(RestoreRefused::TableFull),
+            Err(InsertError::TableFull) => {
+                if proven {
+                    self.proven_prefixes.forget(key.client.ip());
+                }
+                Err(RestoreRefused::TableFull)
+            }
         }
     }
 

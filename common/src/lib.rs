@@ -39,6 +39,7 @@ pub mod frame;
 pub mod hint;
 pub mod ice_chars;
 pub mod metrics;
+pub mod proven_prefixes;
 pub mod replay;
 pub mod returns;
 pub mod rfc4571;

@@ -21,6 +21,7 @@
 //! | `ufrag_relay_flows_expired_total`            | counter | worker               |
 //! | `ufrag_relay_flows_refused_total`            | counter | worker               |
 //! | `ufrag_relay_flows_shed_total`               | counter | worker               |
+//! | `ufrag_relay_flows_over_prefix_cap_total`    | counter | worker               |
 //! | `ufrag_relay_cache_hits_total`               | counter | worker               |
 //! | `ufrag_relay_cache_misses_total`             | counter | worker               |
 //! | `ufrag_relay_cache_errors_total`             | counter | worker, reason       |
@@ -469,6 +470,8 @@ pub struct WorkerCounters {
     pub shared_returns: u64,
     /// Flows whose return path found no room in the shared return paths.
     pub flows_unshared: u64,
+    /// Flows kept unproven because their client's prefix held its cap of proven flows.
+    pub flows_over_prefix_cap: u64,
     /// Bundles of frames received on the internal port and opened (their frames are
     /// counted as datagrams).
     pub bundles_received: u64,
@@ -497,6 +500,7 @@ impl Default for WorkerCounters {
             cache_errors: [0; CacheError::COUNT],
             shared_returns: 0,
             flows_unshared: 0,
+            flows_over_prefix_cap: 0,
             bundles_received: 0,
             bundles_sent: 0,
             gso_sends: 0,
@@ -602,6 +606,7 @@ pub struct SharedCounters {
     cache_errors: [AtomicU64; CacheError::COUNT],
     shared_returns: AtomicU64,
     flows_unshared: AtomicU64,
+    flows_over_prefix_cap: AtomicU64,
     bundles_received: AtomicU64,
     bundles_sent: AtomicU64,
     gso_sends: AtomicU64,
@@ -626,6 +631,7 @@ impl Default for SharedCounters {
             cache_errors: core::array::from_fn(|_| AtomicU64::new(0)),
             shared_returns: AtomicU64::new(0),
             flows_unshared: AtomicU64::new(0),
+            flows_over_prefix_cap: AtomicU64::new(0),
             bundles_received: AtomicU64::new(0),
             bundles_sent: AtomicU64::new(0),
             gso_sends: AtomicU64::new(0),
@@ -663,6 +669,7 @@ impl SharedCounters {
             (&self.cache_misses, local.cache_misses),
             (&self.shared_returns, local.shared_returns),
             (&self.flows_unshared, local.flows_unshared),
+            (&self.flows_over_prefix_cap, local.flows_over_prefix_cap),
             (&self.bundles_received, local.bundles_received),
             (&self.bundles_sent, local.bundles_sent),
             (&self.gso_sends, local.gso_sends),
@@ -691,6 +698,7 @@ impl SharedCounters {
             cache_errors: load_all(&self.cache_errors),
             shared_returns: self.shared_returns.load(Ordering::Relaxed),
             flows_unshared: self.flows_unshared.load(Ordering::Relaxed),
+            flows_over_prefix_cap: self.flows_over_prefix_cap.load(Ordering::Relaxed),
             bundles_received: self.bundles_received.load(Ordering::Relaxed),
             bundles_sent: self.bundles_sent.load(Ordering::Relaxed),
             gso_sends: self.gso_sends.load(Ordering::Relaxed),
@@ -991,6 +999,7 @@ impl RelayMetrics {
             }
             total.shared_returns += s.shared_returns;
             total.flows_unshared += s.flows_unshared;
+            total.flows_over_prefix_cap += s.flows_over_prefix_cap;
             total.bundles_received += s.bundles_received;
             total.bundles_sent += s.bundles_sent;
             total.gso_sends += s.gso_sends;
@@ -1075,6 +1084,12 @@ const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
         "Flows whose return path found no room in the shared return paths: only their owner sends their returns.",
         MetricType::Counter,
         |c| c.flows_unshared,
+    ),
+    (
+        "ufrag_relay_flows_over_prefix_cap",
+        "Flows that proved themselves while their client's prefix held its cap of proven flows (a sixteenth of the table, at least 64): they keep working, unproven (sheddable for a newcomer when the table is full, not cached).",
+        MetricType::Counter,
+        |c| c.flows_over_prefix_cap,
     ),
     (
         "ufrag_relay_bundles_received",

@@ -5,8 +5,9 @@
 //! [`ArrivalRates`] that admission uses: a flood from many prefixes spends the worker's
 //! rate and still leaves a fresh prefix its share), and a short memory of the flows
 //! asked about: one whose question is still out ([`PENDING_MEMORY`]: its next packets
-//! spend no token, so after a restart each flow spends one, however fast it sends) and
-//! one the cache did not know ([`MISS_MEMORY`]), so one client repeating itself asks once.
+//! wait with the first, [`crate::execute`] asks once per flow, and they spend no token,
+//! so after a restart each flow spends one however fast it sends) and one the cache did
+//! not know ([`MISS_MEMORY`]), so one client repeating itself asks once.
 //! Established flows never get here; no allocation after construction.
 
 use core::hash::BuildHasher;
@@ -31,6 +32,15 @@ pub const PENDING_MEMORY: Duration = Duration::from_millis(100);
 /// Flows whose miss is remembered at once (a direct-mapped array: a newer miss
 /// replaces an older one in its slot, which at worst asks once more).
 const MISS_SLOTS: usize = 4_096;
+
+/// What a datagram without a flow does about its route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// Ask the cache.
+    Ask,
+    /// A question about its flow is out: wait for the answer.
+    Wait,
+}
 
 /// A flow asked about: its tag (its keyed hash, 0 for none), until when (ms since the
 /// start) it is not asked about again, and whether because its question is still out
@@ -64,23 +74,23 @@ impl RouteLookups {
         }
     }
 
-    /// Whether `key`'s route may be asked for at `now`: not asked already (a question
-    /// still out, or a recent miss), and a token from its prefix's and the worker's
-    /// rates. The reason to drop the datagram if not.
-    pub fn ask(&mut self, key: &FlowKey, now: Instant) -> Result<(), DropReason> {
+    /// Whether `key`'s route may be asked for at `now` (or waited for: its question is
+    /// still out, which costs nothing more): not a recent miss, and a token from its
+    /// prefix's and the worker's rates. The reason to drop the datagram if not.
+    pub fn ask(&mut self, key: &FlowKey, now: Instant) -> Result<Lookup, DropReason> {
         let (slot, tag) = self.slot(key);
         let now_ms = self.ms(now);
         let asked = self.asked[slot];
         if asked.tag == tag && now_ms < asked.until_ms {
-            return Err(match asked.pending {
-                true => DropReason::NoFlowCacheLookup,
-                false => DropReason::NoFlowRecentMiss,
-            });
+            return match asked.pending {
+                true => Ok(Lookup::Wait),
+                false => Err(DropReason::NoFlowRecentMiss),
+            };
         }
         match self.rates.take(key.client.ip(), now) {
             Ok(()) => {
                 self.remember(slot, tag, now_ms, PENDING_MEMORY, true);
-                Ok(())
+                Ok(Lookup::Ask)
             }
             Err(RateSpent::Prefix | RateSpent::Worker) => Err(DropReason::NoFlowLookupRate),
         }
@@ -128,16 +138,16 @@ mod tests {
         let t0 = Instant::now();
         let mut lookups = RouteLookups::new((24, 56), t0);
         let k = key("198.51.100.7:5000");
-        assert_eq!(lookups.ask(&k, t0), Ok(()));
+        assert_eq!(lookups.ask(&k, t0), Ok(Lookup::Ask));
         lookups.missed(&k, t0);
         let soon = t0 + MISS_MEMORY / 2;
         assert_eq!(lookups.ask(&k, soon), Err(DropReason::NoFlowRecentMiss));
         assert_eq!(
             lookups.ask(&key("198.51.100.7:5001"), soon),
-            Ok(()),
+            Ok(Lookup::Ask),
             "another port of the same client is another flow"
         );
-        assert_eq!(lookups.ask(&k, t0 + MISS_MEMORY), Ok(()));
+        assert_eq!(lookups.ask(&k, t0 + MISS_MEMORY), Ok(Lookup::Ask));
     }
 
     #[test]
@@ -145,15 +155,19 @@ mod tests {
         let t0 = Instant::now();
         let mut lookups = RouteLookups::new((24, 56), t0);
         let k = key("198.51.100.7:5000");
-        assert_eq!(lookups.ask(&k, t0), Ok(()));
-        // Its next packets while Redis answers: dropped as waiting for the answer, and
-        // the prefix's burst is not spent by them.
+        assert_eq!(lookups.ask(&k, t0), Ok(Lookup::Ask));
+        // Its next packets while Redis answers wait with the first (the executor asks
+        // once per flow), and the prefix's burst is not spent by them.
         for ms in 1..100 {
             let at = t0 + Duration::from_millis(ms);
-            assert_eq!(lookups.ask(&k, at), Err(DropReason::NoFlowCacheLookup));
+            assert_eq!(lookups.ask(&k, at), Ok(Lookup::Wait));
         }
         let others = (1..LOOKUPS_PER_PREFIX as u16)
-            .filter(|port| lookups.ask(&key(&format!("198.51.100.8:{port}")), t0) == Ok(()))
+            .filter(|port| {
+                lookups
+                    .ask(&key(&format!("198.51.100.8:{port}")), t0)
+                    .is_ok()
+            })
             .count();
         assert_eq!(
             others,
@@ -161,7 +175,10 @@ mod tests {
             "the burst was spent once"
         );
         // An answer that never came: asked again once the question is stale.
-        assert_eq!(lookups.ask(&k, t0 + PENDING_MEMORY + MISS_MEMORY), Ok(()));
+        assert_eq!(
+            lookups.ask(&k, t0 + PENDING_MEMORY + MISS_MEMORY),
+            Ok(Lookup::Ask)
+        );
     }
 
     #[test]
@@ -171,10 +188,12 @@ mod tests {
         let asked = (0..200u16)
             .filter(|port| {
                 let client = SocketAddr::from(([198, 51, 100, 7], 1000 + port));
-                lookups.ask(
-                    &FlowKey::new(client, "203.0.113.1:3478".parse().unwrap()),
-                    t0,
-                ) == Ok(())
+                lookups
+                    .ask(
+                        &FlowKey::new(client, "203.0.113.1:3478".parse().unwrap()),
+                        t0,
+                    )
+                    .is_ok()
             })
             .count();
         assert_eq!(
@@ -186,10 +205,14 @@ mod tests {
             Err(DropReason::NoFlowLookupRate),
             "the same /24"
         );
-        assert_eq!(lookups.ask(&key("192.0.2.1:9"), t0), Ok(()), "another /24");
+        assert_eq!(
+            lookups.ask(&key("192.0.2.1:9"), t0),
+            Ok(Lookup::Ask),
+            "another /24"
+        );
         assert_eq!(
             lookups.ask(&key("198.51.100.7:1000"), t0 + Duration::from_millis(100)),
-            Ok(()),
+            Ok(Lookup::Ask),
             "a tenth of a second refills five"
         );
     }
@@ -201,10 +224,12 @@ mod tests {
         let asked = (0..20_000u32)
             .filter(|i| {
                 let client = SocketAddr::from(((i << 8).to_be_bytes(), 7));
-                lookups.ask(
-                    &FlowKey::new(client, "203.0.113.1:3478".parse().unwrap()),
-                    t0,
-                ) == Ok(())
+                lookups
+                    .ask(
+                        &FlowKey::new(client, "203.0.113.1:3478".parse().unwrap()),
+                        t0,
+                    )
+                    .is_ok()
             })
             .count();
         assert!(

@@ -136,6 +136,32 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
     assert_eq!(r.counters().drops_of(DropReason::NoFlowCacheLookup), 2);
 }
 
+/// A backend that cannot keep a copy of a datagram (AF_XDP rewrites frames in place)
+/// drops each datagram of a flow without a route, and still asks the cache once per flow
+/// while a question is out: a burst of media from one source costs Redis one question.
+#[test]
+fn without_parking_a_flows_burst_asks_the_cache_once() {
+    let t0 = Instant::now();
+    let cached = ForwardPolicy {
+        route_cache: true,
+        ..policy()
+    };
+    let table = FlowTable::new(8, Duration::from_secs(30), t0).unwrap();
+    let mut executor = Executor::new(Forwarder::new(cached, table, t0));
+    let mut egress = PlannedEgress::logging();
+    let key = FlowKey::new(a(CLIENT), a(VIP));
+    for ms in 0..50 {
+        let now = t0 + Duration::from_millis(ms);
+        let d = executor.decide_client(&RTP, a(CLIENT), a(VIP), now);
+        executor.carry_out(d, &RTP[..], &mut egress);
+    }
+    assert_eq!(egress.cache_requests, [RouteCacheRequest::Lookup { key }]);
+    assert_eq!(
+        executor.counters().drops_of(DropReason::NoFlowCacheLookup),
+        50
+    );
+}
+
 /// With a backend that can keep a copy (sockets), the datagram that triggers a lookup
 /// waits for the answer instead of being dropped: a route sends it on, a miss or the
 /// deadline drops it, and until then it is in flight.

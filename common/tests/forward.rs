@@ -115,7 +115,8 @@ fn non_stun_without_a_flow_is_never_forwarded() {
     assert_eq!(
         v,
         Verdict::LookupRoute {
-            key: FlowKey::new(a(CLIENT), a(VIP))
+            key: FlowKey::new(a(CLIENT), a(VIP)),
+            question_out: false,
         }
     );
     assert_eq!(cached.counters().drops_of(DropReason::NoFlowCacheLookup), 1);
@@ -501,6 +502,56 @@ fn blind_media_never_proves_a_flow_and_the_oldest_squatter_gives_way_to_each_adm
     assert!(!held(&fwd, others[0]), "then the oldest unproven newcomer");
     assert!(held(&fwd, newcomer), "never the proven flow");
     assert_eq!(fwd.table().counters().shed, 5);
+}
+
+/// Hostile clients, third round, item 1: one client prefix holds at most a sixteenth of
+/// the table (at least 64) in proven flows. Before, addresses that really receive could
+/// prove flows without limit, and proven flows are never shed for a newcomer. A flow over
+/// the cap keeps forwarding, unproven: not cached, and sheddable; a proven flow of the
+/// prefix that leaves makes room for the next proof.
+#[test]
+fn one_prefix_proves_at_most_its_share_of_the_table_and_the_rest_stay_sheddable() {
+    let t0 = Instant::now();
+    let cached = ForwardPolicy {
+        route_cache: true,
+        ..policy()
+    };
+    let mut fwd = forwarder_with(cached, 256, t0);
+    let cap = ufrag_common::proven_prefixes::MIN_PROVEN_PER_PREFIX as usize;
+    let one_prefix = |i: usize| a(&format!("198.51.100.{}:{}", i % 250 + 1, 6000 + i));
+    let make = |fwd: &mut TestRelay, client: SocketAddr, session: u8, transaction: u16| {
+        let request = binding_request_with_transaction(TRANSCEIVER, CLUSTER, session, transaction);
+        let v = fwd.from_client(&request, client, a(VIP), t0);
+        assert!(matches!(v, Verdict::Forward { .. }), "{client}: {v:?}");
+        prove(fwd, client, t0);
+    };
+    // Eight flows per session: its cap in one worker.
+    for i in 0..cap + 2 {
+        make(&mut fwd, one_prefix(i), 10 + (i / 8) as u8, 200 + i as u16);
+    }
+    let proven = |fwd: &TestRelay, client: SocketAddr| {
+        (fwd.table().peek(&FlowKey::new(client, a(VIP)))).is_some_and(|f| f.value.proven())
+    };
+    let held = (0..cap + 2)
+        .filter(|i| proven(&fwd, one_prefix(*i)))
+        .count();
+    assert_eq!(held, cap, "the /24 holds its cap in proven flows");
+    assert!(!proven(&fwd, one_prefix(cap)) && !proven(&fwd, one_prefix(cap + 1)));
+    assert_eq!(fwd.counters().flows_over_prefix_cap, 2);
+    let v = fwd.from_client(&DTLS, one_prefix(cap), a(VIP), t0);
+    assert!(
+        matches!(v, Verdict::Forward { record: None, .. }),
+        "over the cap it still forwards, never cached: {v:?}"
+    );
+    // Another prefix has its own cap.
+    let other = a("203.0.113.9:7000");
+    make(&mut fwd, other, 40, 999);
+    assert!(proven(&fwd, other));
+    // A proven flow of the prefix leaves: the next one to prove itself is counted.
+    assert!(fwd.end_flow(&FlowKey::new(one_prefix(0), a(VIP))));
+    let next = one_prefix(cap + 2);
+    make(&mut fwd, next, 41, 1000);
+    assert!(proven(&fwd, next), "room again after one left");
 }
 
 /// Blind proof (hostile clients, third round, finding 1): the transceiver's DTLS on a
@@ -1045,7 +1096,10 @@ fn restore_from_the_route_cache() {
     let key = FlowKey::new(a(CLIENT), a(VIP));
     assert_eq!(
         fwd.from_client(&RTP, a(CLIENT), a(VIP), t0),
-        Verdict::LookupRoute { key }
+        Verdict::LookupRoute {
+            key,
+            question_out: false
+        }
     );
     assert!(fwd.restore(
         &key,

@@ -133,7 +133,7 @@ fuzz_target!(|data: &[u8]| {
                     Verdict::Return { .. } | Verdict::Relay { .. } => {
                         panic!("a client datagram is never returned or relayed")
                     }
-                    Verdict::LookupRoute { key: asked } => {
+                    Verdict::LookupRoute { key: asked, .. } => {
                         assert!(!had_flow);
                         assert_eq!(asked, key);
                     }
