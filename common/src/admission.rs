@@ -42,7 +42,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::metrics::DropReason;
-use crate::replay::{NotClaimed, ReplayFilter};
+use crate::replay::{Claimed, ReplayFilter};
 
 /// Authentication attempts allowed per new flow allowed, per prefix and per worker:
 /// room for retransmissions and a client's several candidates, and a bound on the HMAC
@@ -268,6 +268,8 @@ pub struct Admission {
     started: Instant,
     /// The wall clock at `started`, in Unix seconds (hints carry wall-clock time).
     started_unix_s: u64,
+    /// Transactions this worker recorded over another's still within the window.
+    replay_overwrites: u64,
 }
 
 /// A session's identity in the admission state: a keyed hash of what its hint names
@@ -331,6 +333,7 @@ impl Admission {
             replays,
             started: now,
             started_unix_s,
+            replay_overwrites: 0,
         }
     }
 
@@ -394,12 +397,21 @@ impl Admission {
                 RateSpent::Prefix => DropReason::PrefixRateLimit,
                 RateSpent::Worker => DropReason::WorkerRateLimit,
             })?;
-        self.replays
+        let claimed = self
+            .replays
             .claim(request.transaction_id, now)
-            .map_err(|refused| match refused {
-                NotClaimed::Replayed => DropReason::ReplayedRequest,
-                NotClaimed::Full => DropReason::ReplayFilterFull,
-            })
+            .map_err(replayed)?;
+        if claimed == Claimed::Overwrote {
+            self.replay_overwrites += 1;
+        }
+        Ok(())
+    }
+
+    /// Transactions this worker recorded in the replay filter over another's still
+    /// within the window (that one could be replayed once more): the filter holds less
+    /// than the relay admitted.
+    pub fn replay_overwrites(&self) -> u64 {
+        self.replay_overwrites
     }
 
     /// `request` created a flow.

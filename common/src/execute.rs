@@ -720,5 +720,6 @@ impl Executor {
         self.counters.shared_returns = f.shared_returns;
         self.counters.flows_unshared = f.flows_unshared;
         self.counters.flows_over_prefix_cap = f.flows_over_prefix_cap;
+        self.counters.replay_overwrites = f.replay_overwrites;
     }
 }

@@ -427,6 +427,9 @@ pub struct ForwarderCounters {
     /// Flows that proved themselves while their client's prefix held its cap of proven
     /// flows: kept unproven ([`crate::proven_prefixes`]).
     pub flows_over_prefix_cap: u64,
+    /// First requests recorded in the replay filter over another transaction still
+    /// within the window ([`crate::replay::Claimed::Overwrote`]).
+    pub replay_overwrites: u64,
 }
 
 /// Why a route from the route cache was not installed.
@@ -520,7 +523,10 @@ impl Forwarder {
 
     /// What the forwarder has counted.
     pub fn counters(&self) -> ForwarderCounters {
-        self.counters
+        ForwarderCounters {
+            replay_overwrites: self.admission.replay_overwrites(),
+            ..self.counters
+        }
     }
 
     /// Makes a flow just put into the table known to the other workers.

@@ -22,6 +22,7 @@
 //! | `ufrag_relay_flows_refused_total`            | counter | worker               |
 //! | `ufrag_relay_flows_shed_total`               | counter | worker               |
 //! | `ufrag_relay_flows_over_prefix_cap_total`    | counter | worker               |
+//! | `ufrag_relay_replay_filter_overwrites_total` | counter | worker               |
 //! | `ufrag_relay_cache_hits_total`               | counter | worker               |
 //! | `ufrag_relay_cache_misses_total`             | counter | worker               |
 //! | `ufrag_relay_cache_errors_total`             | counter | worker, reason       |
@@ -287,11 +288,6 @@ label_enum! {
         /// An authentic Binding Request whose transaction already created a flow from
         /// another address: a replay.
         ReplayedRequest = "replayed_request",
-        /// An authentic first request whose transaction the replay filter cannot remember
-        /// (its bucket holds other transactions still within the window): refused rather
-        /// than let a later copy of it through. The relay admitted near its whole
-        /// new-flow rate for a whole `hint_max_age`.
-        ReplayFilterFull = "replay_filter_full",
         /// The session (server ufrag) already holds its cap of live flows.
         SessionFlowLimit = "session_flow_limit",
         /// The source prefix's or the worker's rate of authentication attempts is spent:
@@ -472,6 +468,8 @@ pub struct WorkerCounters {
     pub flows_unshared: u64,
     /// Flows kept unproven because their client's prefix held its cap of proven flows.
     pub flows_over_prefix_cap: u64,
+    /// First requests recorded in the replay filter over a transaction still in its window.
+    pub replay_overwrites: u64,
     /// Bundles of frames received on the internal port and opened (their frames are
     /// counted as datagrams).
     pub bundles_received: u64,
@@ -501,6 +499,7 @@ impl Default for WorkerCounters {
             shared_returns: 0,
             flows_unshared: 0,
             flows_over_prefix_cap: 0,
+            replay_overwrites: 0,
             bundles_received: 0,
             bundles_sent: 0,
             gso_sends: 0,
@@ -607,6 +606,7 @@ pub struct SharedCounters {
     shared_returns: AtomicU64,
     flows_unshared: AtomicU64,
     flows_over_prefix_cap: AtomicU64,
+    replay_overwrites: AtomicU64,
     bundles_received: AtomicU64,
     bundles_sent: AtomicU64,
     gso_sends: AtomicU64,
@@ -632,6 +632,7 @@ impl Default for SharedCounters {
             shared_returns: AtomicU64::new(0),
             flows_unshared: AtomicU64::new(0),
             flows_over_prefix_cap: AtomicU64::new(0),
+            replay_overwrites: AtomicU64::new(0),
             bundles_received: AtomicU64::new(0),
             bundles_sent: AtomicU64::new(0),
             gso_sends: AtomicU64::new(0),
@@ -670,6 +671,7 @@ impl SharedCounters {
             (&self.shared_returns, local.shared_returns),
             (&self.flows_unshared, local.flows_unshared),
             (&self.flows_over_prefix_cap, local.flows_over_prefix_cap),
+            (&self.replay_overwrites, local.replay_overwrites),
             (&self.bundles_received, local.bundles_received),
             (&self.bundles_sent, local.bundles_sent),
             (&self.gso_sends, local.gso_sends),
@@ -699,6 +701,7 @@ impl SharedCounters {
             shared_returns: self.shared_returns.load(Ordering::Relaxed),
             flows_unshared: self.flows_unshared.load(Ordering::Relaxed),
             flows_over_prefix_cap: self.flows_over_prefix_cap.load(Ordering::Relaxed),
+            replay_overwrites: self.replay_overwrites.load(Ordering::Relaxed),
             bundles_received: self.bundles_received.load(Ordering::Relaxed),
             bundles_sent: self.bundles_sent.load(Ordering::Relaxed),
             gso_sends: self.gso_sends.load(Ordering::Relaxed),
@@ -1000,6 +1003,7 @@ impl RelayMetrics {
             total.shared_returns += s.shared_returns;
             total.flows_unshared += s.flows_unshared;
             total.flows_over_prefix_cap += s.flows_over_prefix_cap;
+            total.replay_overwrites += s.replay_overwrites;
             total.bundles_received += s.bundles_received;
             total.bundles_sent += s.bundles_sent;
             total.gso_sends += s.gso_sends;
@@ -1090,6 +1094,12 @@ const WORKER_SCALARS: &[(&str, &str, MetricType, Scalar)] = &[
         "Flows that proved themselves while their client's prefix held its cap of proven flows (a sixteenth of the table, at least 64): they keep working, unproven (sheddable for a newcomer when the table is full, not cached).",
         MetricType::Counter,
         |c| c.flows_over_prefix_cap,
+    ),
+    (
+        "ufrag_relay_replay_filter_overwrites",
+        "First requests recorded in the replay filter over another transaction still within its window (both its buckets were full): that transaction could be replayed once more. Non-zero: the filter holds less than the relay admitted (a flood of authentic first requests, or 6+ workers at the default rate and hint age).",
+        MetricType::Counter,
+        |c| c.replay_overwrites,
     ),
     (
         "ufrag_relay_bundles_received",

@@ -21,15 +21,25 @@
 //!   refused whatever its source: its own retransmission finds its flow and never gets
 //!   here (an earlier version let "the same flow" through by 16 bits of a flow hash, and
 //!   one replay in 65,536 got a second flow).
-//! - [`ReplayFilter::seen`] reads a bucket; [`ReplayFilter::claim`] writes the
-//!   transaction into the first empty or stale slot with a compare-and-swap, then reads
-//!   the rest of the bucket: two workers claiming the same transaction at once race for
-//!   the same first free slot, and the loser finds the winner's entry. If every slot of a
-//!   bucket is fresh (the relay admitted more than it was sized for, or the filter is at
-//!   [`MAX_SLOTS`]), the request is refused ([`NotClaimed::Full`], counted): forgetting
-//!   an entry to make room would let that transaction be replayed once more. At the
-//!   default admission rate the filter reaches [`MAX_SLOTS`] with 6 workers, and a bucket
-//!   fills only when the relay admits near its whole rate for a whole window.
+//! - Each transaction has two candidate buckets (two keyed hashes): it is written into
+//!   the first while that has two free slots or more, else into the emptier (two
+//!   choices where it matters: full buckets stay rare up to a full filter).
+//!   [`ReplayFilter::seen`] reads both; [`ReplayFilter::claim`] writes the transaction
+//!   into the first empty or stale slot of its bucket with a compare-and-swap, then
+//!   reads the rest of both: two workers claiming the same transaction at once race for
+//!   the same first free slot, and the loser finds the winner's entry. Had they chosen
+//!   different buckets (only when the first is crowded), whoever sees the other's entry
+//!   takes its own back (sequentially consistent, so at least one does): the copy is
+//!   admitted at most once, and if both see, neither is, until the client's
+//!   retransmission.
+//! - If every slot of both is fresh (the relay admitted more than the filter holds: at
+//!   the default rate and hint age, 6 workers or more admit more than [`MAX_SLOTS`]
+//!   hold, and only at their whole rate for a whole hint age), the oldest
+//!   entry is overwritten and counted (`ufrag_relay_replay_filter_overwrites_total`):
+//!   that transaction could then be replayed once more, making at most one more flow
+//!   within its session's cap, unproven. Refusing the new request instead would let a
+//!   flood of authentic first requests (anyone with sessions can make them) refuse every
+//!   new session for a whole hint age.
 //! - No lock, no allocation after construction, O([`BUCKET`]) per call.
 
 use core::hash::BuildHasher;
@@ -39,10 +49,12 @@ use std::time::{Duration, Instant};
 
 /// Slots per bucket: one 64-byte cache line.
 pub const BUCKET: usize = 8;
+/// Free slots the first of a transaction's buckets keeps before the second is chosen.
+const SPARE: usize = 2;
 /// The smallest filter.
 pub const MIN_SLOTS: usize = 1 << 12;
-/// The largest filter (128 MiB); a relay that admits more in one window than it holds
-/// refuses the requests whose bucket is full (counted) rather than forget a transaction.
+/// The largest filter (128 MiB); a relay that could admit more in one window overwrites
+/// its oldest entries (counted).
 pub const MAX_SLOTS: usize = 1 << 24;
 /// The longest window a 16-bit stamp tells apart from an entry one wrap older, with room.
 pub const MAX_WINDOW: Duration = Duration::from_secs(1 << 15);
@@ -54,16 +66,6 @@ const STAMP_MASK: u64 = (1 << STAMP_BITS) - 1;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Replayed;
 
-/// Why [`ReplayFilter::claim`] recorded nothing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NotClaimed {
-    /// The transaction created a flow within the window.
-    Replayed,
-    /// Every slot of its bucket holds another transaction still within the window: it
-    /// cannot be remembered, so it may not create a flow.
-    Full,
-}
-
 /// The shared filter (see the module doc).
 #[derive(Debug)]
 pub struct ReplayFilter {
@@ -72,7 +74,7 @@ pub struct ReplayFilter {
     hasher: RandomState,
     window_s: u64,
     epoch: Instant,
-    full: AtomicU64,
+    overwritten: AtomicU64,
 }
 
 impl ReplayFilter {
@@ -98,7 +100,7 @@ impl ReplayFilter {
             hasher: RandomState::new(),
             window_s: window.as_secs().max(1),
             epoch,
-            full: AtomicU64::new(0),
+            overwritten: AtomicU64::new(0),
         }
     }
 
@@ -107,18 +109,23 @@ impl ReplayFilter {
         self.slots.len() * core::mem::size_of::<AtomicU64>()
     }
 
-    /// Requests refused because their bucket was full of fresh entries. Non-zero means
-    /// the filter is too small for the rate the relay admitted at.
-    pub fn full(&self) -> u64 {
-        self.full.load(Ordering::Relaxed)
+    /// Fresh entries overwritten because their bucket was full: transactions that could
+    /// be replayed once more. Non-zero means the filter is too small for the admission rate.
+    pub fn overwritten(&self) -> u64 {
+        self.overwritten.load(Ordering::Relaxed)
     }
 
-    fn bucket(&self, transaction_id: &[u8; 12]) -> (&[AtomicU64], u64) {
+    /// The transaction's two candidate buckets and its fingerprint.
+    fn buckets(&self, transaction_id: &[u8; 12]) -> ([&[AtomicU64]; 2], u64) {
         let hash = self.hasher.hash_one(transaction_id);
-        let at = (hash as usize & self.bucket_mask) * BUCKET;
+        let other = self.hasher.hash_one((transaction_id, 2u8));
+        let bucket = |h: u64| {
+            let at = (h as usize & self.bucket_mask) * BUCKET;
+            &self.slots[at..at + BUCKET]
+        };
         // The top 48 bits, never zero (zero marks an empty slot).
         let fingerprint = (hash >> STAMP_BITS).max(1);
-        (&self.slots[at..at + BUCKET], fingerprint)
+        ([bucket(hash), bucket(other)], fingerprint)
     }
 
     fn stamp(&self, now: Instant) -> u64 {
@@ -138,39 +145,106 @@ impl ReplayFilter {
         self.fresh(entry, now_stamp) && entry >> STAMP_BITS == fingerprint
     }
 
+    /// Whether a slot of `bucket` other than `mine` holds `fingerprint`.
+    fn held_in(
+        &self,
+        bucket: &[AtomicU64],
+        fingerprint: u64,
+        now_stamp: u64,
+        mine: Option<&AtomicU64>,
+    ) -> bool {
+        bucket.iter().any(|slot| {
+            !mine.is_some_and(|m| core::ptr::eq(m, slot))
+                && self.holds(slot.load(Ordering::SeqCst), fingerprint, now_stamp)
+        })
+    }
+
     /// Whether `transaction_id` created a flow within the window. Reads only.
     pub fn seen(&self, transaction_id: &[u8; 12], now: Instant) -> Result<(), Replayed> {
-        let (bucket, fingerprint) = self.bucket(transaction_id);
+        let (buckets, fingerprint) = self.buckets(transaction_id);
         let now_stamp = self.stamp(now);
-        let held =
-            |slot: &AtomicU64| self.holds(slot.load(Ordering::Acquire), fingerprint, now_stamp);
-        if bucket.iter().any(held) {
+        if buckets
+            .iter()
+            .any(|bucket| self.held_in(bucket, fingerprint, now_stamp, None))
+        {
             return Err(Replayed);
         }
         Ok(())
     }
 
-    /// Records that `transaction_id` creates a flow now, unless it was recorded first
-    /// (then nothing is recorded and the request is a replay) or its bucket is full.
-    pub fn claim(&self, transaction_id: &[u8; 12], now: Instant) -> Result<(), NotClaimed> {
-        let (bucket, fingerprint) = self.bucket(transaction_id);
+    /// Records that `transaction_id` creates a flow now, in the emptier of its two
+    /// buckets, unless it was recorded first (then nothing is recorded and the request
+    /// is a replay). With both buckets full of fresh entries, the oldest of them is
+    /// overwritten ([`Claimed::Overwrote`]).
+    pub fn claim(&self, transaction_id: &[u8; 12], now: Instant) -> Result<Claimed, Replayed> {
+        let (buckets, fingerprint) = self.buckets(transaction_id);
         let now_stamp = self.stamp(now);
         let ours = fingerprint << STAMP_BITS | now_stamp;
+        let fresh_in = |bucket: &[AtomicU64]| {
+            (bucket.iter())
+                .filter(|slot| self.fresh(slot.load(Ordering::Relaxed), now_stamp))
+                .count()
+        };
+        // The first bucket while it has room to spare (so concurrent claims of one
+        // transaction nearly always meet in one bucket), else the emptier.
+        let [first, second] = buckets;
+        let crowded = fresh_in(first) + SPARE > BUCKET;
+        let (emptier, fuller) = if crowded && fresh_in(second) < fresh_in(first) {
+            (second, first)
+        } else {
+            (first, second)
+        };
+        let claimed = match self.claim_in(emptier, ours, fingerprint, now_stamp)? {
+            Some(slot) => Some(slot),
+            None => self.claim_in(fuller, ours, fingerprint, now_stamp)?,
+        };
+        let Some(mine) = claimed else {
+            // Both buckets are fresh and other transactions': the oldest entry goes.
+            let oldest = (emptier.iter().chain(fuller))
+                .max_by_key(|slot| self.age_s(slot.load(Ordering::Relaxed), now_stamp))
+                .expect("a bucket has slots");
+            oldest.store(ours, Ordering::SeqCst);
+            self.overwritten.fetch_add(1, Ordering::Relaxed);
+            return Ok(Claimed::Overwrote);
+        };
+        // Another worker may have claimed it in the other bucket at the same moment:
+        // whoever sees the other's entry takes its own back (both may).
+        if self.held_in(emptier, fingerprint, now_stamp, Some(mine))
+            || self.held_in(fuller, fingerprint, now_stamp, Some(mine))
+        {
+            let _ = mine.compare_exchange(ours, 0, Ordering::SeqCst, Ordering::Relaxed);
+            return Err(Replayed);
+        }
+        Ok(Claimed::Recorded)
+    }
+
+    /// Writes `ours` into the first empty or stale slot of `bucket` with a
+    /// compare-and-swap, then reads the rest of it: the slot, `None` if every slot is
+    /// fresh, or a replay if a slot holds `fingerprint` (ours taken back). Two workers
+    /// claiming the same transaction in one bucket race for the same first free slot,
+    /// and the loser finds the winner's entry.
+    fn claim_in<'s>(
+        &self,
+        bucket: &'s [AtomicU64],
+        ours: u64,
+        fingerprint: u64,
+        now_stamp: u64,
+    ) -> Result<Option<&'s AtomicU64>, Replayed> {
         let mut claimed: Option<&AtomicU64> = None;
         for slot in bucket {
-            let mut entry = slot.load(Ordering::Acquire);
+            let mut entry = slot.load(Ordering::SeqCst);
             loop {
                 if self.holds(entry, fingerprint, now_stamp) {
                     if let Some(mine) = claimed {
                         // Someone claimed it before us: take ours back.
-                        let _ = mine.compare_exchange(ours, 0, Ordering::AcqRel, Ordering::Relaxed);
+                        let _ = mine.compare_exchange(ours, 0, Ordering::SeqCst, Ordering::Relaxed);
                     }
-                    return Err(NotClaimed::Replayed);
+                    return Err(Replayed);
                 }
                 if claimed.is_some() || self.fresh(entry, now_stamp) {
                     break;
                 }
-                match slot.compare_exchange(entry, ours, Ordering::AcqRel, Ordering::Acquire) {
+                match slot.compare_exchange(entry, ours, Ordering::SeqCst, Ordering::SeqCst) {
                     Ok(_) => {
                         claimed = Some(slot);
                         break;
@@ -180,13 +254,18 @@ impl ReplayFilter {
                 }
             }
         }
-        if claimed.is_none() {
-            // Every slot is fresh and another transaction's.
-            self.full.fetch_add(1, Ordering::Relaxed);
-            return Err(NotClaimed::Full);
-        }
-        Ok(())
+        Ok(claimed)
     }
+}
+
+/// How [`ReplayFilter::claim`] recorded a transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claimed {
+    /// In a free or stale slot.
+    Recorded,
+    /// Over the oldest entry of its two full buckets: that older transaction could now
+    /// be replayed once more (within its session's flow cap, as an unproven flow).
+    Overwrote,
 }
 
 #[cfg(test)]
@@ -205,9 +284,9 @@ mod tests {
         let t0 = Instant::now();
         let filter = ReplayFilter::new(1, 100, Duration::from_secs(60), t0);
         assert_eq!(filter.seen(&txid(1), t0), Ok(()));
-        assert_eq!(filter.claim(&txid(1), t0), Ok(()));
+        assert_eq!(filter.claim(&txid(1), t0), Ok(Claimed::Recorded));
         assert_eq!(filter.seen(&txid(1), t0), Err(Replayed));
-        assert_eq!(filter.claim(&txid(1), t0), Err(NotClaimed::Replayed));
+        assert_eq!(filter.claim(&txid(1), t0), Err(Replayed));
         let late = t0 + Duration::from_secs(59);
         assert_eq!(filter.seen(&txid(1), late), Err(Replayed));
         let after = t0 + Duration::from_secs(60);
@@ -244,35 +323,63 @@ mod tests {
         assert_eq!(capped.memory_bytes(), MAX_SLOTS * 8);
     }
 
+    /// Transactions whose first bucket is `first`'s (found by trying), `n` of them.
+    fn sharing_a_first_bucket(filter: &ReplayFilter, first: &[u8; 12], n: usize) -> Vec<[u8; 12]> {
+        let home = |t: &[u8; 12]| filter.buckets(t).0[0].as_ptr();
+        (1..)
+            .map(txid)
+            .filter(|t| home(t) == home(first))
+            .take(n)
+            .collect()
+    }
+
     #[test]
-    fn a_full_bucket_refuses_a_new_transaction_and_forgets_none() {
+    fn a_crowded_first_bucket_sends_new_transactions_to_their_second() {
         let t0 = Instant::now();
         let filter = ReplayFilter::new(1, 1, Duration::from_secs(600), t0);
-        // Transactions that share the first one's bucket, found by trying.
-        let home = |t: &[u8; 12]| filter.bucket(t).0.as_ptr();
         let first = txid(0);
-        let mates: Vec<[u8; 12]> = (1..)
-            .map(txid)
-            .filter(|t| home(t) == home(&first))
-            .take(BUCKET)
-            .collect();
         filter.claim(&first, t0).unwrap();
-        for (i, t) in mates[..BUCKET - 1].iter().enumerate() {
-            filter
-                .claim(t, t0 + Duration::from_secs(1 + i as u64))
-                .unwrap();
+        // Twice a bucket's worth share its first bucket: the later ones go to their
+        // second, and nothing is overwritten.
+        let mates = sharing_a_first_bucket(&filter, &first, 2 * BUCKET);
+        for t in &mates {
+            assert_eq!(filter.claim(t, t0), Ok(Claimed::Recorded));
         }
-        let now = t0 + Duration::from_secs(BUCKET as u64 + 1);
-        let one_too_many = &mates[BUCKET - 1];
-        assert_eq!(filter.claim(one_too_many, now), Err(NotClaimed::Full));
-        assert_eq!(filter.full(), 1);
-        // Nothing was forgotten: the oldest is still a replay.
-        assert_eq!(filter.seen(&first, now), Err(Replayed));
-        assert_eq!(filter.claim(&first, now), Err(NotClaimed::Replayed));
-        assert_eq!(filter.seen(one_too_many, now), Ok(()), "not recorded");
-        // Once the oldest leaves the window, its slot takes the next.
-        let later = t0 + Duration::from_secs(600);
-        assert_eq!(filter.claim(one_too_many, later), Ok(()));
+        assert_eq!(filter.overwritten(), 0);
+        for t in mates.iter().chain([&first]) {
+            assert_eq!(filter.seen(t, t0), Err(Replayed), "every one remembered");
+        }
+    }
+
+    #[test]
+    fn with_both_buckets_full_the_oldest_entry_is_overwritten_and_counted() {
+        let t0 = Instant::now();
+        let filter = ReplayFilter::new(1, 1, Duration::from_secs(600), t0);
+        let first = txid(0);
+        let [home, second] = filter.buckets(&first).0.map(<[AtomicU64]>::as_ptr);
+        // Fill both of `first`'s buckets with other transactions, oldest first.
+        let mut at = t0;
+        for t in (1..).map(txid) {
+            let full = |bucket: *const AtomicU64| {
+                let slots = (filter.slots.iter())
+                    .skip_while(|s| !core::ptr::eq(*s, bucket))
+                    .take(BUCKET);
+                slots.filter(|s| s.load(Ordering::Relaxed) != 0).count() == BUCKET
+            };
+            if full(home) && full(second) {
+                break;
+            }
+            at += Duration::from_millis(100);
+            filter.claim(&t, at).unwrap();
+        }
+        let before = filter.overwritten();
+        assert_eq!(filter.claim(&first, at), Ok(Claimed::Overwrote));
+        assert_eq!(filter.overwritten(), before + 1);
+        assert_eq!(
+            filter.seen(&first, at),
+            Err(Replayed),
+            "the newest is remembered"
+        );
     }
 
     #[test]

@@ -171,13 +171,6 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
             "An authentic Binding Request replayed from another address: an on-path \
              attacker copying checks. Dropped by design; nothing to do.",
         ),
-        ReplayFilterFull => entry(
-            Cause::Overload,
-            "The replay filter is full: the relay admitted new flows near its whole \
-             `new_flows_per_worker` rate for a whole `hint_max_age`, which real sign-ups \
-             rarely do. Look for a flood of authentic first requests (many sessions' \
-             credentials); a shorter `hint_max_age` shrinks what the filter must hold.",
-        ),
         SessionFlowLimit => entry(
             Cause::Hostile,
             "One session tried to hold more flows than `max_flows_per_session`: a client \
