@@ -4,8 +4,9 @@
 //! | limit | value | what happens |
 //! |---|---|---|
 //! | concurrent connections | `--http-max-connections` (1024) | a connection beyond is closed at once (`http_refusals{reason="connection_cap"}`) |
-//! | concurrent connections from one address (IPv4, or IPv6 /64) | `--http-max-connections-per-ip` (32; a `--trusted-proxy` is not capped: its connections carry many clients) | a connection beyond is closed at once (`address_connection_cap`), so one address cannot hold the slots another needs |
+//! | concurrent connections from one address (IPv4, or IPv6 /64) | `--http-max-connections-per-ip` (32; a `--trusted-proxy` is not capped: its connections carry many clients; with `--proxy-protocol`, the client each names is) | a connection beyond is closed at once (`address_connection_cap`), so one address cannot hold the slots another needs |
 //! | requests without a valid bearer token from one client address, any route | `--requests-per-second-per-ip` (100, twice that at once) | `429` before the body is read (`request_rate`) |
+//! | PROXY protocol v2 header (`--proxy-protocol`, a trusted proxy's connections only) | 1 KiB within 5 s, then the request's headers within 5 s more | the connection is closed (`bad_proxy_header`) |
 //! | time to send a request's headers | 5 s | the connection is closed |
 //! | header block | 16 KiB, 64 headers | the connection is closed (hyper answers 431 where it can) |
 //! | body | 64 KiB | `413` |
@@ -194,7 +195,8 @@ async fn accept_loop(
         tokio::spawn(async move {
             let mut stream = stream;
             let (from, held) = if proxy_header {
-                // The header names the client, whose share of connections this one takes.
+                // The header names the client, whose share of connections this one
+                // takes; the proxy's own connections (health checks) are not capped.
                 let client = match proxy_protocol::read(&mut stream, HEADER_TIMEOUT).await {
                     Ok(ProxiedFrom::Client(client)) => client.ip(),
                     Ok(ProxiedFrom::Proxy) => peer.ip(),
@@ -205,13 +207,19 @@ async fn accept_loop(
                         return;
                     }
                 };
-                let Some(held) = per_address.open(client) else {
-                    signaling
-                        .metrics()
-                        .http_refused(HttpRefusal::AddressConnectionCap);
-                    return;
+                let held = match client == peer.ip() {
+                    true => None,
+                    false => match per_address.open(client) {
+                        Some(held) => Some(held),
+                        None => {
+                            signaling
+                                .metrics()
+                                .http_refused(HttpRefusal::AddressConnectionCap);
+                            return;
+                        }
+                    },
                 };
-                (RequestsFrom::Named(client), Some(held))
+                (RequestsFrom::Named(client), held)
             } else {
                 (RequestsFrom::Peer(peer.ip()), held)
             };

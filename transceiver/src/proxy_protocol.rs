@@ -9,8 +9,8 @@
 //!
 //! Read here: the 12-byte signature, version 2, the PROXY command (a client's connection)
 //! or LOCAL (the proxy's own, e.g. a health check: the proxy is the client), TCP over
-//! IPv4 or IPv6 (or UNSPEC, which means the connection's own addresses), and the source
-//! address. TLVs after the addresses are skipped; a header longer than [`MAX_HEADER`] is
+//! IPv4 or IPv6, and the source address. UNSPEC, UDP and UNIX sockets mean the
+//! connection's own addresses, as the spec asks. TLVs after the addresses are skipped; a header longer than [`MAX_HEADER`] is
 //! refused. Version 1 (text) is not accepted.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -30,7 +30,7 @@ pub const MAX_HEADER: usize = 1024;
 pub enum ProxiedFrom {
     /// A client's connection, from this address.
     Client(SocketAddr),
-    /// The proxy's own connection (LOCAL, or an address family it does not name).
+    /// The proxy's own connection (LOCAL, UNSPEC, or a family that is not TCP).
     Proxy,
 }
 
@@ -43,7 +43,7 @@ pub enum HeaderError {
     Version,
     /// A command other than LOCAL or PROXY.
     Command,
-    /// Not TCP (UDP, or a UNIX socket) for a client's connection.
+    /// An address family or transport the protocol does not define.
     Family,
     /// Longer than [`MAX_HEADER`], or too short for its addresses.
     Length,
@@ -94,6 +94,9 @@ pub fn parse(header: &[u8]) -> Result<ProxiedFrom, HeaderError> {
             let ip = Ipv6Addr::from(octets);
             SocketAddr::new(IpAddr::V6(ip), u16::from_be_bytes([a[32], a[33]]))
         }
+        // UDP or a UNIX socket: valid, but nothing this server takes as a client's
+        // address; the spec says to use the connection's own, as for UNSPEC.
+        0x12 | 0x22 | 0x31 | 0x32 => return Ok(ProxiedFrom::Proxy),
         _ => return Err(HeaderError::Family),
     };
     Ok(ProxiedFrom::Client(source))
@@ -187,6 +190,13 @@ mod tests {
         let mut unspec = SIGNATURE.to_vec();
         unspec.extend_from_slice(&[0x21, 0x00, 0, 0]);
         assert_eq!(parse(&unspec), Ok(ProxiedFrom::Proxy));
+        let mut udp = encode(a("198.51.100.7:1"), a("10.0.0.5:2"), &[]);
+        udp[13] = 0x12;
+        assert_eq!(
+            parse(&udp),
+            Ok(ProxiedFrom::Proxy),
+            "UDP: the connection's own"
+        );
     }
 
     #[test]
@@ -209,8 +219,8 @@ mod tests {
             (with(0, b'X'), HeaderError::Signature),
             (with(12, 0x11), HeaderError::Version),
             (with(12, 0x22), HeaderError::Command),
-            (with(13, 0x12), HeaderError::Family),
-            (with(13, 0x31), HeaderError::Family),
+            (with(13, 0x13), HeaderError::Family),
+            (with(13, 0x41), HeaderError::Family),
             (long, HeaderError::Length),
             (short_addresses, HeaderError::Length),
             (good[..20].to_vec(), HeaderError::Length),

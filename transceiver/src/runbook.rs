@@ -113,9 +113,10 @@ pub const fn http_refusal(reason: HttpRefusal) -> Entry {
         BadProxyHeader => entry(
             Cause::Misconfiguration,
             "A trusted proxy's connection did not begin with a PROXY protocol v2 header: \
-             the load balancer does not send it (turn it on there, e.g. ingress-nginx \
-             `use-proxy-protocol`, or drop `--proxy-protocol`), sends version 1, or a \
-             listed address is not that proxy.",
+             the load balancer does not send it (turn v2 on there, e.g. HAProxy \
+             `send-proxy-v2`, or drop `--proxy-protocol`; an Ingress sends \
+             X-Forwarded-For instead), sends version 1, or a listed address is not that \
+             proxy.",
         ),
         BodyTooSlow | BadHeaders => entry(
             Cause::Hostile,

@@ -202,6 +202,7 @@ impl ServingThreads {
 
     /// One serving thread: takes waiting connections until stopped.
     fn run(&self, metrics: &Arc<RelayMetrics>) {
+        let _counted = CountedThread(self);
         loop {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let accepted = loop {
@@ -209,7 +210,6 @@ impl ServingThreads {
                     break accepted;
                 }
                 if state.stopping {
-                    state.threads -= 1;
                     return;
                 }
                 state.idle += 1;
@@ -238,6 +238,17 @@ impl ServingThreads {
             .unwrap_or_else(PoisonError::into_inner)
             .stopping = true;
         self.work.notify_all();
+    }
+}
+
+/// A serving thread as [`ServingThreads`] counts it: counted out when the thread ends,
+/// however it ends (a panic while serving included), so another can be started.
+struct CountedThread<'a>(&'a ServingThreads);
+
+impl Drop for CountedThread<'_> {
+    fn drop(&mut self) {
+        let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.threads -= 1;
     }
 }
 
