@@ -518,10 +518,14 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
         - calm_setups.iter().copied().fold(f64::INFINITY, f64::min);
     let _ = writeln!(
         report,
-        "\nBeside the worse calm run (loss {:.3} %, setup p99 {calm_setup:.0} ms). One run \
-         per row: the two calm runs' setup p99 differ by {calm_spread:.0} ms, so a \
-         difference of that size is noise.\n",
-        100.0 * calm_loss
+        "\nBeside the worse calm run (loss {:.3} %, setup p99 {calm_setup:.0} ms; with {} \
+         sessions a row's p99 is its slowest session or next to it). One run per row: the \
+         two calm runs' setup p99 differ by {calm_spread:.0} ms, and a single run cannot \
+         tell a larger difference from noise either, so the setup differences below are \
+         inconclusive; what a row shows is whether its sessions connected and lost \
+         audio.\n",
+        100.0 * calm_loss,
+        calm.first().map_or(0, |run| run.sessions),
     );
     for (attack, run) in &attacked {
         let _ = writeln!(

@@ -416,8 +416,15 @@ pub(super) fn restart_minting(
     let spoofed = (1..=MINTING_POOL)
         .map(|host| socket_on(sources.attacker(121, host).into()))
         .collect::<std::io::Result<Vec<_>>>()?;
-    let (mut minted, mut checks) = (0u64, 0u64);
+    let (mut minted, mut checks, mut check_bytes) = (0u64, 0u64, 0u64);
+    let mut received = Received::default();
+    let mut buf = [0u8; 2048];
     let mut tally = paced(rate, stop, limit, |i| {
+        for socket in &spoofed {
+            while let Ok((n, _)) = socket.recv_from(&mut buf) {
+                received.add(&buf[..n]);
+            }
+        }
         let client_ufrag = format!("r{i:07}");
         let fragment = format!("a=ice-ufrag:{client_ufrag}\r\na=ice-pwd:{:0>24}\r\n", i);
         let Some(answer) = request_from(
@@ -437,19 +444,34 @@ pub(super) fn restart_minting(
                 let socket = &spoofed[checks as usize % spoofed.len()];
                 checks += 1;
                 let check = signed_check(&username, &password, transaction(0x3a, checks), true);
-                let _ = socket.send_to(&check, target.vip);
+                if socket.send_to(&check, target.vip).is_ok() {
+                    check_bytes += check.len() as u64;
+                }
             }
         }
         true
     });
+    // What was answered after the last request.
+    std::thread::sleep(Duration::from_millis(100));
+    for socket in &spoofed {
+        while let Ok((n, _)) = socket.recv_from(&mut buf) {
+            received.add(&buf[..n]);
+        }
+    }
     tally.accepted = minted;
     tally.detail = Some(format!(
         "{} ICE restarts PATCHed ({:.0}/s for {:.1} s) from one address, {minted} answered \
          with a new ufrag; {checks} signed first requests with them, {MINTED_SOURCES} \
-         per ufrag, from a fresh spoofed source each (of {MINTING_POOL} in turn)",
+         per ufrag, from a fresh spoofed source each (of {MINTING_POOL} in turn); the \
+         sources got {} datagrams, {} bytes ({:.2} of the bytes sent from them), {} not \
+         STUN",
         tally.sent,
         tally.rate(),
         tally.elapsed.as_secs_f64(),
+        received.datagrams,
+        received.bytes,
+        received.bytes as f64 / check_bytes.max(1) as f64,
+        received.not_stun,
     ));
     Ok(tally)
 }
