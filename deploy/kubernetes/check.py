@@ -17,6 +17,9 @@ know about this project:
 - a relay that uses Redis is given its password (`--redis-password-file`), and the Redis
   of ours asks for one (`requirepass`): without it any pod that reaches Redis reads and
   writes every route;
+- the relays speak TLS to Redis (`rediss://` URLs), and the Redis of ours serves TLS only
+  (`--tls-port`, `--port 0`): in plain text, the password and every route cross the
+  cluster network readable;
 - every workload of ours has a PodDisruptionBudget, and a LoadBalancer keeps the client's
   source address (`externalTrafficPolicy: Local`);
 - no container takes a host port that a node agent holds on every node (9100:
@@ -53,7 +56,11 @@ import yaml
 KUBERNETES = "1.37.0"
 OUR_IMAGES = ("relay-mio", "relay-afxdp", "transceiver")
 # The Secrets our binaries read as files, and what each holds.
-SECRET_FILES = {"hint-keys": "hint keys", "redis-auth": "the Redis password"}
+SECRET_FILES = {
+    "hint-keys": "hint keys",
+    "redis-auth": "the Redis password",
+    "redis-tls": "Redis's TLS material",
+}
 # The flags that point a relay at Redis.
 REDIS_FLAGS = ("--redis-url", "--redis-cluster-node", "--redis-sentinel")
 AFXDP_CAPABILITIES = {"BPF", "NET_ADMIN", "NET_RAW"}
@@ -102,6 +109,10 @@ def check_redis(where, container, problems):
         problems.append(f"{where}: Redis asks for no password: give it requirepass")
     args = args_of(container)
     value = lambda flag: args[args.index(flag) + 1] if flag in args[:-1] else None
+    if value("--tls-port") is None or value("--port") != "0":
+        problems.append(
+            f"{where}: Redis serves plain text: give it --tls-port and --port 0"
+        )
     policy = value("--maxmemory-policy")
     if policy is None or policy == "noeviction":
         return
@@ -282,6 +293,13 @@ def check_container(where, container, pod, flags, problems):
         problems.append(
             f"{where}: uses Redis without its password: give --redis-password-file"
         )
+    for arg in args_of(container):
+        flag, _, url = arg.partition("=")
+        if flag in REDIS_FLAGS and url and not url.startswith("rediss://"):
+            problems.append(
+                f"{where}: talks to Redis in plain text ({url}): use a rediss:// URL "
+                "(--redis-ca-file for your CA)"
+            )
 
 
 def main():

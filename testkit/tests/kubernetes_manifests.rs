@@ -145,6 +145,12 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "cidr: 10.0.0.0/8",
         "cidr: 10.0.0.0/16",
     );
+    edit(
+        &dir.join("overlays/hostnetwork/relay.yaml"),
+        "--redis-url=rediss://",
+        "--redis-url=redis://",
+    );
+    edit(&dir.join("base/redis.yaml"), r#""--port", "0", "#, "");
     let out = check(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let said = String::from_utf8_lossy(&out.stdout);
@@ -164,6 +170,8 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "uses Redis without its password: give --redis-password-file",
         "the Redis password mounted with mode 0404",
         "Redis asks for no password: give it requirepass",
+        "talks to Redis in plain text (redis://redis.ufrag.svc.cluster.local:6379)",
+        "Redis serves plain text: give it --tls-port and --port 0",
         "ipBlock 10.0.0.0/16 leaves out part of RELAY_NET 10.0.0.0/8",
         "its workers bind UDP [41000, 41001, 41002], its pod declares [41000, 41001]",
         "lists UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
