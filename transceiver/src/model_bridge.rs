@@ -27,8 +27,8 @@
 //!   and [`CONNECTION_QUEUE`] messages per connection; beyond, the oldest audio frame
 //!   goes (`ufrag_transceiver_model_dropped_messages_total{reason="queue_full"}`): a voice agent
 //!   wants the newest audio. Control messages and events are never dropped for audio,
-//!   and audio waits apart from them, so dropping the oldest frame overall walks past
-//!   nothing (a session's own oldest is looked for among the audio only).
+//!   and audio waits apart from them, in a queue per session: dropping a session's
+//!   oldest frame, or the oldest overall, walks past nothing (O(1), amortized).
 //! - **A backend that stops reading**: once the transceiver stops, each write still in
 //!   flight, the sessions' last messages and the close get [`SHUTDOWN_WRITE`] each, then
 //!   the connection is dropped: it cannot hold the shutdown.
@@ -133,18 +133,25 @@ enum Outbound {
 }
 
 /// The queue to the backend and what the backend knows of the sessions. Audio waits
-/// apart from control messages and events, each numbered in arrival order, so dropping
-/// the oldest audio frame never walks past control messages (a queue full of events
+/// apart from control messages and events, in a queue per session, each message numbered
+/// in arrival order: dropping a session's oldest frame takes the front of its own queue,
+/// and dropping the oldest frame overall follows the audio's arrival order, so neither
+/// walks past other messages (a queue full of events, or of other sessions' audio,
 /// costs a frame nothing), and the backend still gets everything in arrival order.
 #[derive(Debug, Default)]
 struct Queue {
     /// Control messages and events, with their arrival numbers.
     control: VecDeque<(u64, Outbound)>,
-    /// Audio frames ([`Outbound::Audio`] only), with their arrival numbers.
-    audio: VecDeque<(u64, Outbound)>,
+    /// Each session's audio frames, oldest first, with their arrival numbers.
+    audio: HashMap<SessionId, VecDeque<(u64, WireMessage)>>,
+    /// Every audio frame's arrival number and session, oldest first. An entry whose frame
+    /// has left its session's queue is stale and skipped; stale entries are swept out
+    /// once they outnumber the frames waiting.
+    audio_order: VecDeque<(u64, SessionId)>,
+    /// Audio frames waiting, in all sessions.
+    audio_len: usize,
     /// The next arrival number.
     arrivals: u64,
-    audio_of: HashMap<SessionId, usize>,
     /// Sessions started at the worker and not ended: resumed after a reconnect.
     live: HashSet<SessionId>,
     /// Sessions the current connection was told of (their `session.started` sent or
@@ -156,7 +163,12 @@ struct Queue {
 impl Queue {
     /// Messages waiting, audio and control.
     fn len(&self) -> usize {
-        self.control.len() + self.audio.len()
+        self.control.len() + self.audio_len
+    }
+
+    /// Audio frames of `session` waiting.
+    fn audio_of(&self, session: SessionId) -> usize {
+        self.audio.get(&session).map_or(0, VecDeque::len)
     }
 
     /// Queues `message` behind everything waiting.
@@ -164,9 +176,13 @@ impl Queue {
         let arrival = self.arrivals;
         self.arrivals += 1;
         match message {
-            Outbound::Audio(session, _) => {
-                *self.audio_of.entry(session).or_default() += 1;
-                self.audio.push_back((arrival, message));
+            Outbound::Audio(session, frame) => {
+                self.audio
+                    .entry(session)
+                    .or_default()
+                    .push_back((arrival, frame));
+                self.audio_order.push_back((arrival, session));
+                self.audio_len += 1;
             }
             _ => self.control.push_back((arrival, message)),
         }
@@ -176,15 +192,37 @@ impl Queue {
     fn clear(&mut self) {
         self.control.clear();
         self.audio.clear();
-        self.audio_of.clear();
+        self.audio_order.clear();
+        self.audio_len = 0;
+    }
+
+    /// Takes `session`'s oldest frame if it arrived as `arrival` (else that entry of the
+    /// arrival order is stale).
+    fn take_audio_if(&mut self, session: SessionId, arrival: u64) -> Option<WireMessage> {
+        let frames = self.audio.get_mut(&session)?;
+        if frames.front().is_none_or(|(first, _)| *first != arrival) {
+            return None;
+        }
+        let (_, frame) = frames.pop_front()?;
+        if frames.is_empty() {
+            self.audio.remove(&session);
+        }
+        self.audio_len -= 1;
+        Some(frame)
     }
 
     /// Takes everything waiting, in arrival order.
     fn take_in_order(&mut self) -> Vec<Outbound> {
-        let mut out = Vec::with_capacity(self.len());
+        let mut audio = Vec::with_capacity(self.audio_len);
+        while let Some((arrival, session)) = self.audio_order.pop_front() {
+            if let Some(frame) = self.take_audio_if(session, arrival) {
+                audio.push((arrival, Outbound::Audio(session, frame)));
+            }
+        }
+        let mut out = Vec::with_capacity(self.len() + audio.len());
         let (mut control, mut audio) = (
             self.control.drain(..).peekable(),
-            self.audio.drain(..).peekable(),
+            audio.into_iter().peekable(),
         );
         loop {
             let from_control = match (control.peek(), audio.peek()) {
@@ -200,35 +238,50 @@ impl Queue {
             };
             out.extend(next.map(|(_, message)| message));
         }
-        drop((control, audio));
-        self.audio_of.clear();
+        drop(control);
+        self.clear();
         out
     }
 
-    /// Drops the oldest audio frame, of `session` if given, else of any session (the
-    /// front of the audio queue: no walk).
+    /// Drops the oldest audio frame, of `session` if given, else of any session: the
+    /// front of the session's queue, or the first live entry of the arrival order.
     fn drop_oldest_audio(&mut self, session: Option<SessionId>) -> bool {
-        let at = match session {
-            None => (!self.audio.is_empty()).then_some(0),
-            Some(want) => self
-                .audio
-                .iter()
-                .position(|(_, m)| matches!(m, Outbound::Audio(s, _) if *s == want)),
+        let dropped = match session {
+            Some(session) => {
+                let oldest = self
+                    .audio
+                    .get(&session)
+                    .and_then(|f| f.front())
+                    .map(|f| f.0);
+                oldest.and_then(|arrival| self.take_audio_if(session, arrival))
+            }
+            None => loop {
+                let Some((arrival, session)) = self.audio_order.pop_front() else {
+                    break None;
+                };
+                if let Some(frame) = self.take_audio_if(session, arrival) {
+                    break Some(frame);
+                }
+            },
         };
-        let Some(at) = at else { return false };
-        if let Some((_, Outbound::Audio(s, _))) = self.audio.remove(at) {
-            self.forget_audio(s);
-        }
-        true
+        self.sweep_stale_order();
+        dropped.is_some()
     }
 
-    fn forget_audio(&mut self, session: SessionId) {
-        if let Some(n) = self.audio_of.get_mut(&session) {
-            *n -= 1;
-            if *n == 0 {
-                self.audio_of.remove(&session);
-            }
+    /// Drops the arrival order's stale entries once they outnumber the frames waiting
+    /// (so the order never holds more than about twice the audio).
+    fn sweep_stale_order(&mut self) {
+        if self.audio_order.len() <= 2 * self.audio_len + 64 {
+            return;
         }
+        let audio = &self.audio;
+        self.audio_order.retain(|(arrival, session)| {
+            audio.get(session).is_some_and(|frames| {
+                frames
+                    .binary_search_by_key(arrival, |(queued, _)| *queued)
+                    .is_ok()
+            })
+        });
     }
 }
 
@@ -347,7 +400,7 @@ impl WsBridge {
                     metrics.model_dropped(ModelDrop::Disconnected);
                     return;
                 }
-                if q.audio_of.get(&session).copied().unwrap_or(0) >= SESSION_AUDIO_QUEUE {
+                if q.audio_of(session) >= SESSION_AUDIO_QUEUE {
                     q.drop_oldest_audio(Some(session));
                     metrics.model_dropped(ModelDrop::QueueFull);
                 }
@@ -827,7 +880,7 @@ mod tests {
         }
         q.push(Outbound::Event(WireMessage::Text("e".into())));
         assert!(q.drop_oldest_audio(Some(1)));
-        assert_eq!(q.audio_of.get(&1), Some(&1));
+        assert_eq!(q.audio_of(1), 1);
         let order: Vec<String> = q
             .take_in_order()
             .iter()
@@ -839,7 +892,7 @@ mod tests {
             })
             .collect();
         assert_eq!(order, ["started 2", "audio 2 1", "audio 1 2", "event"]);
-        assert!(q.audio_of.is_empty());
+        assert!(q.audio.is_empty());
         assert_eq!(q.len(), 0);
         for n in 0..2u8 {
             q.push(Outbound::Audio(1, WireMessage::Binary(vec![n])));
@@ -847,7 +900,43 @@ mod tests {
         assert!(q.drop_oldest_audio(None));
         assert!(q.drop_oldest_audio(None));
         assert!(!q.drop_oldest_audio(None), "no audio left to drop");
-        assert!(q.audio_of.is_empty());
+        assert!(q.audio.is_empty());
+    }
+
+    #[test]
+    fn a_sessions_oldest_frame_is_dropped_without_walking_other_sessions_audio() {
+        let mut q = queue_with(&[1, 2]);
+        // A queue full of session 2's audio, then session 1's.
+        for n in 0..CONNECTION_QUEUE - 2 {
+            q.push(Outbound::Audio(2, WireMessage::Binary(vec![n as u8])));
+        }
+        for n in [10u8, 11] {
+            q.push(Outbound::Audio(1, WireMessage::Binary(vec![n])));
+        }
+        // Session 1's oldest is the front of its own queue.
+        assert_eq!(
+            q.audio[&1].front().map(|f| f.0),
+            Some(CONNECTION_QUEUE as u64 - 2)
+        );
+        assert!(q.drop_oldest_audio(Some(1)));
+        assert_eq!((q.audio_of(1), q.audio_of(2)), (1, CONNECTION_QUEUE - 2));
+        // Many such drops leave stale entries in the arrival order; they are swept.
+        for n in 0..10_000u32 {
+            q.push(Outbound::Audio(1, WireMessage::Binary(vec![n as u8])));
+            assert!(q.drop_oldest_audio(Some(1)));
+        }
+        assert!(
+            q.audio_order.len() <= 2 * q.len() + 64,
+            "{}",
+            q.audio_order.len()
+        );
+        // The order still gives the oldest overall, then everything in arrival order.
+        assert!(q.drop_oldest_audio(None));
+        assert_eq!(q.audio_of(2), CONNECTION_QUEUE - 3);
+        let out = q.take_in_order();
+        assert_eq!(out.len(), CONNECTION_QUEUE - 2);
+        assert!(matches!(&out[0], Outbound::Audio(2, WireMessage::Binary(b)) if b[0] == 1));
+        assert!(matches!(out.last(), Some(Outbound::Audio(1, _))));
     }
 
     #[test]
@@ -859,8 +948,9 @@ mod tests {
         q.push(Outbound::Audio(1, WireMessage::Binary(vec![7])));
         assert_eq!(q.len(), CONNECTION_QUEUE);
         // The oldest audio is at the front of its own queue, behind no event.
-        assert!(
-            matches!(q.audio.front(), Some((arrival, _)) if *arrival == CONNECTION_QUEUE as u64 - 1)
+        assert_eq!(
+            q.audio_order.front(),
+            Some(&(CONNECTION_QUEUE as u64 - 1, 1))
         );
         assert!(q.drop_oldest_audio(None));
         assert_eq!(q.control.len(), CONNECTION_QUEUE - 1, "no event dropped");
