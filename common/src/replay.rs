@@ -21,7 +21,8 @@
 //!   refused whatever its source: its own retransmission finds its flow and never gets
 //!   here (an earlier version let "the same flow" through by 16 bits of a flow hash, and
 //!   one replay in 65,536 got a second flow).
-//! - Each transaction has two candidate buckets (two keyed hashes): it is written into
+//! - Each transaction has two candidate buckets (from the low and high halves of its
+//!   keyed hash): it is written into
 //!   the first while that has two free slots or more, else into the emptier (two
 //!   choices where it matters: full buckets stay rare up to a full filter).
 //!   [`ReplayFilter::seen`] reads both; [`ReplayFilter::claim`] writes the transaction
@@ -118,7 +119,8 @@ impl ReplayFilter {
     /// The transaction's two candidate buckets and its fingerprint.
     fn buckets(&self, transaction_id: &[u8; 12]) -> ([&[AtomicU64]; 2], u64) {
         let hash = self.hasher.hash_one(transaction_id);
-        let other = self.hasher.hash_one((transaction_id, 2u8));
+        // The second bucket from the hash's upper half (the first takes its low bits).
+        let other = hash >> 32;
         let bucket = |h: u64| {
             let at = (h as usize & self.bucket_mask) * BUCKET;
             &self.slots[at..at + BUCKET]
