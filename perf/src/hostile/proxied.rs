@@ -121,6 +121,45 @@ fn sign_up_via_proxy(target: &Target, client_ip: IpAddr, proxy: SocketAddr) -> O
     Some(client)
 }
 
+/// One of [`SESSIONS`] signed-up sessions whose client talks through a proxy of the
+/// attacker's.
+struct ProxiedSession {
+    /// Its number, 0..[`SESSIONS`].
+    index: usize,
+    client: Client,
+    proxy: UdpSocket,
+    credentials: CheckCredentials,
+}
+
+/// Signs up [`SESSIONS`] sessions, eight from each address on /24s `first_net` and up
+/// (an address's unconnected-session cap), each client talking through a proxy of its
+/// own on its /24; a session whose sign-up was refused is left out.
+fn proxied_sessions(
+    target: &Target,
+    sources: Sources,
+    first_net: u8,
+) -> std::io::Result<Vec<ProxiedSession>> {
+    let mut sessions = Vec::new();
+    for index in 0..SESSIONS {
+        let net = first_net + (index / 8) as u8;
+        let proxy = socket_on(sources.attacker(net, 101 + (index % 8) as u8).into())?;
+        let client_ip = sources.attacker(net, 50).into();
+        let Some(client) = sign_up_via_proxy(target, client_ip, proxy.local_addr()?) else {
+            continue;
+        };
+        let Some(credentials) = CheckCredentials::of(&client) else {
+            continue;
+        };
+        sessions.push(ProxiedSession {
+            index,
+            client,
+            proxy,
+            credentials,
+        });
+    }
+    Ok(sessions)
+}
+
 /// A UDP socket bound on `ip`, non-blocking.
 fn socket_on(ip: IpAddr) -> std::io::Result<UdpSocket> {
     let socket = UdpSocket::bind((ip, 0))?;
@@ -178,31 +217,19 @@ pub(super) fn blind_proof(
 ) -> std::io::Result<AttackTally> {
     let start = Instant::now();
     let mut sessions = Vec::new();
-    for i in 0..SESSIONS {
-        let net = 96 + (i / 8) as u8;
-        let host = 1 + (i % 8) as u8;
-        let proxy = socket_on(sources.attacker(net, 100 + host).into())?;
-        let Some(client) = sign_up_via_proxy(
-            target,
-            sources.attacker(net, 50).into(),
-            proxy.local_addr()?,
-        ) else {
-            continue;
-        };
+    for session in proxied_sessions(target, sources, 96)? {
+        let i = session.index;
         let spoofed = (0..SPOOFED_PER_SESSION)
             .map(|s| {
                 let host = 1 + (i % 4) as u8 * SPOOFED_PER_SESSION + s;
                 socket_on(sources.attacker(98 + (i / 4) as u8, host).into())
             })
             .collect::<std::io::Result<Vec<_>>>()?;
-        let Some(credentials) = CheckCredentials::of(&client) else {
-            continue;
-        };
         sessions.push(BlindSession {
-            client,
-            proxy,
+            client: session.client,
+            proxy: session.proxy,
             spoofed,
-            credentials,
+            credentials: session.credentials,
             nominated_turn: None,
         });
     }
@@ -286,25 +313,17 @@ pub(super) fn path_steering(
 ) -> std::io::Result<AttackTally> {
     let start = Instant::now();
     let mut sessions = Vec::new();
-    for i in 0..SESSIONS {
-        let net = 110 + (i / 8) as u8;
-        let host = 1 + (i % 8) as u8;
-        let proxy = socket_on(sources.attacker(net, 100 + host).into())?;
-        let Some(client) = sign_up_via_proxy(
-            target,
-            sources.attacker(net, 50).into(),
-            proxy.local_addr()?,
-        ) else {
-            continue;
-        };
-        let Some(credentials) = CheckCredentials::of(&client) else {
-            continue;
-        };
+    for session in proxied_sessions(target, sources, 110)? {
+        let i = session.index;
         sessions.push(SteeringSession {
-            credentials,
-            victim: socket_on(sources.attacker(112 + (i / 8) as u8, host).into())?,
-            client,
-            proxy,
+            victim: socket_on(
+                sources
+                    .attacker(112 + (i / 8) as u8, 1 + (i % 8) as u8)
+                    .into(),
+            )?,
+            client: session.client,
+            proxy: session.proxy,
+            credentials: session.credentials,
             held: Vec::new(),
             hold_until: None,
             last_nomination: None,
