@@ -11,9 +11,10 @@ know about this project:
 - our workloads get Guaranteed QoS (requests equal limits, whole CPUs), readiness on
   /readyz and liveness on /healthz, a preStop wait, all capabilities dropped, and added
   back only what relay-afxdp needs (BPF, NET_ADMIN, NET_RAW), to relay-afxdp alone;
-- the hint-key and Redis-password Secrets are mounted readable by no one but their owner
-  and the pod's own group (fsGroup): the binaries refuse a secret file readable by others
-  or by another group;
+- the hint-key and Redis-password Secrets and Redis's TLS material are mounted readable
+  by no one but their owner and the pod's own group (fsGroup), in every pod (Redis's
+  too): the binaries refuse a secret file readable by others or by another group;
+- no file names one mapping key twice (kustomize refuses it; PyYAML keeps the last);
 - a relay that uses Redis is given its password (`--redis-password-file`), and the Redis
   of ours asks for one (`requirepass`): without it any pod that reaches Redis reads and
   writes every route;
@@ -67,6 +68,29 @@ AFXDP_CAPABILITIES = {"BPF", "NET_ADMIN", "NET_RAW"}
 NODE_AGENT_PORTS = {9100: "node_exporter", 10250: "the kubelet", 10256: "kube-proxy"}
 BYTES = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 10**6, "mb": 2**20, "g": 10**9, "gb": 2**30,
          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "t": 10**12}
+
+
+class DuplicateKey(Exception):
+    """A mapping names one key twice: kustomize refuses the file, PyYAML keeps the last."""
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                line = key_node.start_mark.line + 1
+                raise DuplicateKey(f"line {line}: key {key!r} given twice")
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
+def strict_load_all(text):
+    """Every document of `text`; DuplicateKey if a mapping names a key twice."""
+    return list(yaml.load_all(text, Loader=UniqueKeyLoader))
 
 
 def image_binary(image):
@@ -221,8 +245,30 @@ def check_media_ports(objects, problems):
                         )
 
 
+def check_secret_modes(where, container, pod, problems):
+    """Secret files (ours, and Redis's) readable by no one but their owner and the pod's
+    own group (fsGroup); our binaries refuse them otherwise."""
+    secrets = {
+        v["name"]: v["secret"]
+        for v in pod.get("volumes", [])
+        if "secret" in v
+    }
+    fs_group = pod.get("securityContext", {}).get("fsGroup")
+    for mount in container.get("volumeMounts", []):
+        secret = secrets.get(mount["name"])
+        if secret and secret.get("secretName") in SECRET_FILES:
+            what = SECRET_FILES[secret["secretName"]]
+            mode = secret.get("defaultMode", 0o644)
+            if mode & 0o007 or (mode & 0o070 and fs_group is None):
+                problems.append(
+                    f"{where}: {what} mounted with mode {mode:04o}: readable by others, or "
+                    "by a group not the pod's own (fsGroup); our binaries refuse such a file"
+                )
+
+
 def check_container(where, container, pod, flags, problems):
     check_host_ports(where, container, problems)
+    check_secret_modes(where, container, pod, problems)
     binary = image_binary(container.get("image", ""))
     if binary == "redis":
         check_redis(where, container, problems)
@@ -269,22 +315,6 @@ def check_container(where, container, pod, flags, problems):
     wanted = AFXDP_CAPABILITIES if binary == "relay-afxdp" else set()
     if added != wanted:
         problems.append(f"{where}: capabilities added {sorted(added)}, want {sorted(wanted)}")
-    secrets = {
-        v["name"]: v["secret"]
-        for v in pod.get("volumes", [])
-        if "secret" in v
-    }
-    fs_group = pod.get("securityContext", {}).get("fsGroup")
-    for mount in container.get("volumeMounts", []):
-        secret = secrets.get(mount["name"])
-        if secret and secret.get("secretName") in SECRET_FILES:
-            what = SECRET_FILES[secret["secretName"]]
-            mode = secret.get("defaultMode", 0o644)
-            if mode & 0o007 or (mode & 0o070 and fs_group is None):
-                problems.append(
-                    f"{where}: {what} mounted with mode {mode:04o}; the binaries refuse "
-                    "a secret file readable by others, or by a group not their own (fsGroup)"
-                )
     uses_redis = any(a.split("=", 1)[0] in REDIS_FLAGS for a in args_of(container))
     has_password = any(a.startswith("--redis-password-file") for a in args_of(container)) or (
         "UFRAG_REDIS_PASSWORD" in env
@@ -321,7 +351,12 @@ def main():
                 if not (target.is_file() or (target / "kustomization.yaml").is_file()):
                     problems.append(f"{where}: resource {resource} does not exist")
             continue
-        for doc in yaml.safe_load_all(path.read_text()):
+        try:
+            docs = strict_load_all(path.read_text())
+        except DuplicateKey as e:
+            problems.append(f"{where}: {e}")
+            continue
+        for doc in docs:
             if doc is None:
                 continue
             name = f"{where}: {doc.get('kind')}/{doc.get('metadata', {}).get('name')}"

@@ -151,6 +151,16 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "--redis-url=redis://",
     );
     edit(&dir.join("base/redis.yaml"), r#""--port", "0", "#, "");
+    edit(
+        &dir.join("base/redis.yaml"),
+        "secretName: redis-tls\n            defaultMode: 0440",
+        "secretName: redis-tls\n            defaultMode: 0444",
+    );
+    edit(
+        &dir.join("global/namespace.yaml"),
+        "  name: ufrag-global\n",
+        "  name: ufrag-global\n  name: ufrag-global\n",
+    );
     let out = check(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let said = String::from_utf8_lossy(&out.stdout);
@@ -172,6 +182,8 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "Redis asks for no password: give it requirepass",
         "talks to Redis in plain text (redis://redis.ufrag.svc.cluster.local:6379)",
         "Redis serves plain text: give it --tls-port and --port 0",
+        "Redis's TLS material mounted with mode 0444",
+        "global/namespace.yaml: line 5: key 'name' given twice",
         "ipBlock 10.0.0.0/16 leaves out part of RELAY_NET 10.0.0.0/8",
         "its workers bind UDP [41000, 41001, 41002], its pod declares [41000, 41001]",
         "lists UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
