@@ -31,8 +31,8 @@
 //!
 //! While the cache is asked, the datagram that asked waits (is *parked*) when the
 //! backend can send a copy of it later ([`Egress::bytes_of`]: sockets can, AF_XDP frames
-//! are rewritten in place and cannot): up to [`PARKED_DATAGRAMS`] per worker, each for
-//! at most [`PARK_WAIT`]. When the route comes back the parked datagrams are decided
+//! are rewritten in place and cannot): up to [`PARKED_DATAGRAMS`] per worker and
+//! [`PARKED_PER_FLOW`] per flow, each for at most [`PARK_WAIT`]. When the route comes back the parked datagrams are decided
 //! again and sent, so a relay restart costs a flow no packet beyond the ones sent while
 //! no process held the port; on a miss, a refused route or the deadline they are
 //! dropped as `no_flow_cache_lookup`. A parked datagram counts as in flight until then.
@@ -54,6 +54,9 @@ use crate::metrics::{CacheError, Direction, DropReason, Port, SharedCounters, Wo
 
 /// Datagrams one worker holds while the route cache is asked about their flows.
 pub const PARKED_DATAGRAMS: usize = 64;
+/// Datagrams parked for one flow at most: a burst beyond waits for nothing (dropped as
+/// `no_flow_cache_lookup`), so one flow cannot take every slot.
+pub const PARKED_PER_FLOW: usize = 4;
 /// The longest a datagram waits for the route cache (its command timeout).
 pub const PARK_WAIT: Duration = Duration::from_millis(250);
 /// The largest datagram that can be parked.
@@ -473,7 +476,7 @@ impl Executor {
                 Some(route) => RouteCacheRequest::Record { key, route },
                 None => RouteCacheRequest::Forget { key },
             };
-            self.ask_cache(egress, request);
+            let _ = self.ask_cache(egress, request);
         }
         let transmit = match verdict {
             Verdict::Forward {
@@ -484,7 +487,7 @@ impl Executor {
             } => {
                 if let Some(route) = record {
                     let key = FlowKey::new(header.client, header.vip);
-                    self.ask_cache(egress, RouteCacheRequest::Record { key, route });
+                    let _ = self.ask_cache(egress, RouteCacheRequest::Record { key, route });
                 }
                 // From a client, or framed by a global relay (`payload_at` > 0): either
                 // way the client's datagram goes in.
@@ -518,8 +521,9 @@ impl Executor {
                 // One question per flow at a time: the forwarder remembers one is out (or
                 // a datagram parked for this key means its lookup is on its way).
                 let asked = question_out || self.parked.iter().any(|slot| slot.key == Some(key));
-                if !asked {
-                    self.ask_cache(egress, RouteCacheRequest::Lookup { key });
+                if !asked && !self.ask_cache(egress, RouteCacheRequest::Lookup { key }) {
+                    // Not asked after all: the flow's next datagram may ask.
+                    self.forwarder.route_question_lost(&key);
                 }
                 let parked =
                     E::bytes_of(received).is_some_and(|data| self.park(key, data, bytes, now));
@@ -543,10 +547,13 @@ impl Executor {
         verdict
     }
 
-    fn ask_cache<E: Egress>(&mut self, egress: &mut E, request: RouteCacheRequest) {
-        if !egress.route_cache(request) {
+    /// Hands `request` to the egress; false (counted) if its queue is full.
+    fn ask_cache<E: Egress>(&mut self, egress: &mut E, request: RouteCacheRequest) -> bool {
+        let queued = egress.route_cache(request);
+        if !queued {
             self.counters.cache_failed(CacheError::RequestQueueFull, 1);
         }
+        queued
     }
 
     /// Has the egress send what it queued and settle every ticket it holds.
@@ -561,6 +568,11 @@ impl Executor {
     /// `key`; false when every slot is taken or it is too large (it is dropped then).
     fn park(&mut self, key: FlowKey, data: &[u8], counted: u32, now: Instant) -> bool {
         if data.len() > PARKED_BYTES {
+            return false;
+        }
+        // One flow (a spoofed one, say) may not take the slots restarts need for others.
+        let parked_for_key = self.parked.iter().filter(|s| s.key == Some(key)).count();
+        if parked_for_key >= PARKED_PER_FLOW {
             return false;
         }
         let Some(slot) = self.parked.iter_mut().find(|s| s.key.is_none()) else {

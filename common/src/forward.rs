@@ -1213,6 +1213,14 @@ impl Forwarder {
         Ok(verdict)
     }
 
+    /// The question about `key`'s route never left (the queue to the cache was full):
+    /// the flow's next datagram may ask again.
+    pub fn route_question_lost(&mut self, key: &FlowKey) {
+        if let Some(lookups) = &mut self.lookups {
+            lookups.forget(key);
+        }
+    }
+
     /// The route cache did not know `key`'s flow: it is not asked about again for a
     /// moment ([`crate::route_lookups::MISS_MEMORY`]).
     pub fn route_missing(&mut self, key: &FlowKey, now: Instant) {
@@ -1268,7 +1276,10 @@ impl Forwarder {
         match self.table.insert(key, state, now) {
             Ok(Inserted::Created | Inserted::Updated) => {
                 self.share(key, route, now);
-                if proven && let Some(mirror) = &mut self.mirror {
+                if !proven {
+                    // Over its prefix's cap: sheddable like any unproven flow.
+                    self.track_unproven(*key, seconds);
+                } else if let Some(mirror) = &mut self.mirror {
                     mirror.proven(key, route, now);
                 }
                 Ok(())

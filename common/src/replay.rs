@@ -12,35 +12,34 @@
 //!
 //! # Structure and concurrency
 //!
-//! - A fixed array of `AtomicU64`, sized at start from what the relay may admit in one
-//!   window (`workers × new_flows_per_worker × window`, a power of two, within
+//! - A fixed array of `AtomicU64`, sized at start from what the relay may admit in one window
+//!   (`workers × new_flows_per_worker × window`, a power of two, within
 //!   [`MIN_SLOTS`]..=[`MAX_SLOTS`]), in buckets of [`BUCKET`] slots (one cache line).
-//! - A slot holds a 48-bit fingerprint of the transaction id (a keyed hash: collisions
-//!   cannot be aimed at) and a 16-bit stamp (seconds, wrapping; the window is validated to
-//!   be well under 2^16 s). Zero is empty. A request whose transaction created a flow is
-//!   refused whatever its source: its own retransmission finds its flow and never gets
-//!   here (an earlier version let "the same flow" through by 16 bits of a flow hash, and
+//! - A slot holds a 48-bit fingerprint of the transaction id (a keyed hash: collisions cannot
+//!   be aimed at) and a 16-bit stamp (seconds, wrapping; the window is validated to be well
+//!   under 2^16 s; an entry stamped up to a minute ahead of a worker's clock, by a worker
+//!   that read the clock later, is fresh). Zero is empty. A request whose transaction created
+//!   a flow is refused whatever its source: its own retransmission finds its flow and never
+//!   gets here (an earlier version let "the same flow" through by 16 bits of a flow hash, and
 //!   one replay in 65,536 got a second flow).
-//! - Each transaction has two candidate buckets (from the low and high halves of its
-//!   keyed hash): it is written into
-//!   the first while that has two free slots or more, else into the emptier (two
-//!   choices where it matters: full buckets stay rare up to a full filter).
-//!   [`ReplayFilter::seen`] reads both; [`ReplayFilter::claim`] writes the transaction
-//!   into the first empty or stale slot of its bucket with a compare-and-swap, then
-//!   reads the rest of both: two workers claiming the same transaction at once race for
-//!   the same first free slot, and the loser finds the winner's entry. Had they chosen
-//!   different buckets (only when the first is crowded), whoever sees the other's entry
-//!   takes its own back (sequentially consistent, so at least one does): the copy is
-//!   admitted at most once, and if both see, neither is, until the client's
-//!   retransmission.
-//! - If every slot of both is fresh (the relay admitted more than the filter holds: at
-//!   the default rate and hint age, 6 workers or more admit more than [`MAX_SLOTS`]
-//!   hold, and only at their whole rate for a whole hint age), the oldest
-//!   entry is overwritten and counted (`ufrag_relay_replay_filter_overwrites_total`):
-//!   that transaction could then be replayed once more, making at most one more flow
-//!   within its session's cap, unproven. Refusing the new request instead would let a
-//!   flood of authentic first requests (anyone with sessions can make them) refuse every
-//!   new session for a whole hint age.
+//! - Each transaction has two candidate buckets (the second differs from the first by a mix
+//!   of its fingerprint, as in a cuckoo filter): it is written into the first while that has
+//!   two free slots or more, else into the emptier (two choices where it matters: full
+//!   buckets stay rare up to a full filter). [`ReplayFilter::seen`] reads both;
+//!   [`ReplayFilter::claim`] writes the transaction into the first empty or stale slot of its
+//!   bucket with a compare-and-swap, then reads the rest of both: two workers claiming the
+//!   same transaction at once race for the same first free slot, and the loser finds the
+//!   winner's entry. Had they chosen different buckets (only when the first is crowded),
+//!   whoever sees the other's entry takes its own back (sequentially consistent, so at least
+//!   one does): the copy is admitted at most once, and if both see, neither is, until the
+//!   client's retransmission.
+//! - If every slot of both is fresh (the relay admitted more than the filter holds: at the
+//!   default rate and hint age, 6 workers or more admit more than [`MAX_SLOTS`] hold, and
+//!   only at their whole rate for a whole hint age), the oldest entry is overwritten and
+//!   counted (`ufrag_relay_replay_filter_overwrites_total`): that transaction could then be
+//!   replayed once more, making at most one more flow within its session's cap, unproven.
+//!   Refusing the new request instead would let a flood of authentic first requests (anyone
+//!   with sessions can make them) refuse every new session for a whole hint age.
 //! - No lock, no allocation after construction, O([`BUCKET`]) per call.
 
 use core::hash::BuildHasher;
@@ -50,6 +49,9 @@ use std::time::{Duration, Instant};
 
 /// Slots per bucket: one 64-byte cache line.
 pub const BUCKET: usize = 8;
+/// How far ahead of a worker's clock another worker may stamp an entry (their batches
+/// read the clock at different moments) and have it still count as fresh.
+const AHEAD: Duration = Duration::from_secs(64);
 /// Free slots the first of a transaction's buckets keeps before the second is chosen.
 const SPARE: usize = 2;
 /// The smallest filter.
@@ -119,23 +121,30 @@ impl ReplayFilter {
     /// The transaction's two candidate buckets and its fingerprint.
     fn buckets(&self, transaction_id: &[u8; 12]) -> ([&[AtomicU64]; 2], u64) {
         let hash = self.hasher.hash_one(transaction_id);
-        // The second bucket from the hash's upper half (the first takes its low bits).
-        let other = hash >> 32;
-        let bucket = |h: u64| {
-            let at = (h as usize & self.bucket_mask) * BUCKET;
-            &self.slots[at..at + BUCKET]
-        };
         // The top 48 bits, never zero (zero marks an empty slot).
         let fingerprint = (hash >> STAMP_BITS).max(1);
-        ([bucket(hash), bucket(other)], fingerprint)
+        // The first bucket from the low bits; the second differs from it by a mix of the
+        // whole fingerprint (as in a cuckoo filter), so sharing a second bucket says
+        // nothing about two fingerprints' bits.
+        let first = hash as usize & self.bucket_mask;
+        let second = first
+            ^ (fingerprint.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize & self.bucket_mask;
+        let bucket = |index: usize| &self.slots[index * BUCKET..(index + 1) * BUCKET];
+        ([bucket(first), bucket(second)], fingerprint)
     }
 
     fn stamp(&self, now: Instant) -> u64 {
         now.saturating_duration_since(self.epoch).as_secs() & STAMP_MASK
     }
 
+    /// How old `entry` is at `now_stamp`; an entry stamped up to [`AHEAD`] ahead (by a
+    /// worker whose clock read a second later) is new, not a wrap old.
     fn age_s(&self, entry: u64, now_stamp: u64) -> u64 {
-        now_stamp.wrapping_sub(entry & STAMP_MASK) & STAMP_MASK
+        let age = now_stamp.wrapping_sub(entry & STAMP_MASK) & STAMP_MASK;
+        if age > STAMP_MASK - AHEAD.as_secs() {
+            return 0;
+        }
+        age
     }
 
     fn fresh(&self, entry: u64, now_stamp: u64) -> bool {
@@ -200,24 +209,51 @@ impl ReplayFilter {
             Some(slot) => Some(slot),
             None => self.claim_in(fuller, ours, fingerprint, now_stamp)?,
         };
-        let Some(mine) = claimed else {
+        let (mine, claim) = match claimed {
+            Some(slot) => (slot, Claimed::Recorded),
             // Both buckets are fresh and other transactions': the oldest entry goes.
-            let oldest = (emptier.iter().chain(fuller))
-                .max_by_key(|slot| self.age_s(slot.load(Ordering::Relaxed), now_stamp))
-                .expect("a bucket has slots");
-            oldest.store(ours, Ordering::SeqCst);
-            self.overwritten.fetch_add(1, Ordering::Relaxed);
-            return Ok(Claimed::Overwrote);
+            None => (
+                self.overwrite_oldest([emptier, fuller], ours, now_stamp)
+                    .ok_or(Replayed)?,
+                Claimed::Overwrote,
+            ),
         };
-        // Another worker may have claimed it in the other bucket at the same moment:
-        // whoever sees the other's entry takes its own back (both may).
+        // Another worker may have claimed it in the other bucket (or over another old
+        // entry) at the same moment: whoever sees the other's entry takes its own back
+        // (both may).
         if self.held_in(emptier, fingerprint, now_stamp, Some(mine))
             || self.held_in(fuller, fingerprint, now_stamp, Some(mine))
         {
             let _ = mine.compare_exchange(ours, 0, Ordering::SeqCst, Ordering::Relaxed);
             return Err(Replayed);
         }
-        Ok(Claimed::Recorded)
+        if claim == Claimed::Overwrote {
+            self.overwritten.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(claim)
+    }
+
+    /// Writes `ours` over the oldest entry of `buckets` with a compare-and-swap from what
+    /// was read (another worker writing there first makes it look again, a few times at
+    /// most): the slot, or `None` if the slots kept changing under it.
+    fn overwrite_oldest<'s>(
+        &self,
+        buckets: [&'s [AtomicU64]; 2],
+        ours: u64,
+        now_stamp: u64,
+    ) -> Option<&'s AtomicU64> {
+        for _ in 0..4 {
+            let (oldest, entry) = (buckets[0].iter().chain(buckets[1]))
+                .map(|slot| (slot, slot.load(Ordering::SeqCst)))
+                .max_by_key(|(_, entry)| self.age_s(*entry, now_stamp))?;
+            if oldest
+                .compare_exchange(entry, ours, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+            {
+                return Some(oldest);
+            }
+        }
+        None
     }
 
     /// Writes `ours` into the first empty or stale slot of `bucket` with a
@@ -382,6 +418,18 @@ mod tests {
             Err(Replayed),
             "the newest is remembered"
         );
+    }
+
+    #[test]
+    fn an_entry_stamped_a_second_ahead_of_a_workers_clock_is_fresh() {
+        let t0 = Instant::now();
+        let filter = ReplayFilter::new(2, 100, Duration::from_secs(60), t0);
+        // One worker's batch read the clock in second 10, another's in second 9.
+        let later = t0 + Duration::from_millis(10_100);
+        let earlier = t0 + Duration::from_millis(9_900);
+        assert_eq!(filter.claim(&txid(3), later), Ok(Claimed::Recorded));
+        assert_eq!(filter.seen(&txid(3), earlier), Err(Replayed));
+        assert_eq!(filter.claim(&txid(3), earlier), Err(Replayed));
     }
 
     #[test]

@@ -104,6 +104,14 @@ impl RouteLookups {
         self.remember(slot, tag, now_ms, MISS_MEMORY, false);
     }
 
+    /// Forgets that `key`'s flow was asked about (its question never left).
+    pub fn forget(&mut self, key: &FlowKey) {
+        let (slot, tag) = self.slot(key);
+        if self.asked[slot].tag == tag {
+            self.asked[slot] = Asked::default();
+        }
+    }
+
     /// Remembers in `slot` (a newer flow replaces an older one) the flow `tag` for `memory`.
     fn remember(&mut self, slot: usize, tag: u64, now_ms: u64, memory: Duration, pending: bool) {
         self.asked[slot] = Asked {

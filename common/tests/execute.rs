@@ -136,6 +136,42 @@ fn route_cache_requests_go_to_the_egress_and_refusals_are_cache_errors() {
     assert_eq!(r.counters().drops_of(DropReason::NoFlowCacheLookup), 2);
 }
 
+/// One flow parks at most `PARKED_PER_FLOW` datagrams: a burst (or a spoofed flow kept
+/// busy) cannot take the slots a restart needs for every other flow.
+#[test]
+fn one_flow_parks_a_few_datagrams_and_leaves_the_rest_of_the_slots() {
+    use ufrag_common::execute::PARKED_PER_FLOW;
+    let t0 = Instant::now();
+    let cached = ForwardPolicy {
+        route_cache: true,
+        ..policy()
+    };
+    let table = FlowTable::new(8, Duration::from_secs(30), t0).unwrap();
+    let mut executor = Executor::new(Forwarder::new(cached, table, t0));
+    let mut egress = ParkingEgress(PlannedEgress::logging());
+    for _ in 0..10 {
+        let d = executor.decide_client(&RTP, a(CLIENT), a(VIP), t0);
+        executor.carry_out(d, &RTP[..], &mut egress);
+    }
+    assert_eq!(egress.0.cache_requests.len(), 1, "one question");
+    assert_eq!(
+        executor.counters().in_flight(),
+        Some((PARKED_PER_FLOW as u64, (PARKED_PER_FLOW * RTP.len()) as u64))
+    );
+    assert_eq!(
+        executor.counters().drops_of(DropReason::NoFlowCacheLookup),
+        10 - PARKED_PER_FLOW as u64
+    );
+    // Another flow still parks.
+    let d = executor.decide_client(&RTP, a("198.51.100.8:1"), a(VIP), t0);
+    executor.carry_out(d, &RTP[..], &mut egress);
+    assert_eq!(egress.0.cache_requests.len(), 2);
+    assert_eq!(
+        executor.counters().in_flight().map(|(n, _)| n),
+        Some(PARKED_PER_FLOW as u64 + 1)
+    );
+}
+
 /// A backend that cannot keep a copy of a datagram (AF_XDP rewrites frames in place)
 /// drops each datagram of a flow without a route, and still asks the cache once per flow
 /// while a question is out: a burst of media from one source costs Redis one question.
