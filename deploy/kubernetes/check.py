@@ -323,8 +323,11 @@ def check_container(where, container, pod, flags, problems):
         problems.append(
             f"{where}: uses Redis without its password: give --redis-password-file"
         )
-    for arg in args_of(container):
+    args = args_of(container)
+    for at, arg in enumerate(args):
         flag, _, url = arg.partition("=")
+        if flag in REDIS_FLAGS and not url and at + 1 < len(args):
+            url = args[at + 1]  # `--redis-url URL`, two arguments
         if flag in REDIS_FLAGS and url and not url.startswith("rediss://"):
             problems.append(
                 f"{where}: talks to Redis in plain text ({url}): use a rediss:// URL "

@@ -152,6 +152,11 @@ fn the_checker_refuses_manifests_that_are_wrong() {
     );
     edit(&dir.join("base/redis.yaml"), r#""--port", "0", "#, "");
     edit(
+        &dir.join("overlays/afxdp/relay.yaml"),
+        "- --redis-url=rediss://redis.ufrag.svc.cluster.local:6379",
+        "- --redis-url\n            - redis://redis-split.ufrag.svc.cluster.local:6379",
+    );
+    edit(
         &dir.join("base/redis.yaml"),
         "secretName: redis-tls\n            defaultMode: 0440",
         "secretName: redis-tls\n            defaultMode: 0444",
@@ -182,6 +187,7 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "Redis asks for no password: give it requirepass",
         "talks to Redis in plain text (redis://redis.ufrag.svc.cluster.local:6379)",
         "Redis serves plain text: give it --tls-port and --port 0",
+        "talks to Redis in plain text (redis://redis-split.ufrag.svc.cluster.local:6379)",
         "Redis's TLS material mounted with mode 0444",
         "global/namespace.yaml: line 5: key 'name' given twice",
         "ipBlock 10.0.0.0/16 leaves out part of RELAY_NET 10.0.0.0/8",
