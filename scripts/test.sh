@@ -67,6 +67,9 @@ pip_venv() {
 }
 pip_venv interop-venv aiortc 1.16.0
 export UFRAG_AIORTC_PYTHON="$PWD/target/interop-venv/bin/python"
+# The model protocol page's Python (minting session tokens) runs with PyJWT from PyPI.
+pip_venv model-venv PyJWT 2.10.1
+export UFRAG_MODEL_PYTHON="$PWD/target/model-venv/bin/python"
 # The Kubernetes manifests are validated offline with kubernetes-validate from PyPI.
 pip_venv deploy-venv kubernetes-validate 1.37.0
 export UFRAG_K8S_PYTHON="$PWD/target/deploy-venv/bin/python"

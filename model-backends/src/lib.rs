@@ -12,7 +12,7 @@
 
 #![forbid(unsafe_code)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -25,7 +25,7 @@ use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, 
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use transceiver::bearer::BearerToken;
-use transceiver::model::{AudioFrame, ModelOutput, SessionId, ping_id};
+use transceiver::model::{AudioFrame, ModelOutput, SessionContext, SessionId, ping_id};
 use transceiver::model_wire::{self, PROTOCOL, ToBackend, WireMessage};
 
 pub mod ogg;
@@ -152,7 +152,15 @@ struct State {
     malformed: AtomicU64,
     /// Audio frames of its own it sent ([`Voice::Speaks`]).
     said: AtomicU64,
+    /// The context of each session started (not resumed), the latest
+    /// [`STARTED_KEPT`].
+    started: Mutex<VecDeque<(SessionId, SessionContext)>>,
+    /// `session.stats` reports received.
+    stats_reports: AtomicU64,
 }
+
+/// How many started sessions' contexts a backend keeps for [`Backend::started`].
+pub const STARTED_KEPT: usize = 1024;
 
 impl State {
     fn note(&self, line: String) {
@@ -224,6 +232,8 @@ impl Backend {
             refused: AtomicU64::new(0),
             malformed: AtomicU64::new(0),
             said: AtomicU64::new(0),
+            started: Mutex::new(VecDeque::new()),
+            stats_reports: AtomicU64::new(0),
         });
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -287,6 +297,18 @@ impl Backend {
     /// Messages from the transceiver it could not read.
     pub fn malformed(&self) -> u64 {
         self.state.malformed.load(Ordering::Relaxed)
+    }
+
+    /// The sessions started (not resumed) with what `session.started` said of each,
+    /// oldest first (the latest [`STARTED_KEPT`]).
+    pub fn started(&self) -> Vec<(SessionId, SessionContext)> {
+        let started = self.state.started.lock().unwrap_or_else(|e| e.into_inner());
+        started.iter().cloned().collect()
+    }
+
+    /// `session.stats` reports received, from every session.
+    pub fn stats_reports(&self) -> u64 {
+        self.state.stats_reports.load(Ordering::Relaxed)
     }
 
     /// Audio frames of its own it sent ([`Voice::Speaks`]).
@@ -522,7 +544,11 @@ fn answer(
                 vec![]
             }
         }
-        ToBackend::Started { session, resumed } => {
+        ToBackend::Started {
+            session,
+            resumed,
+            context,
+        } => {
             if voice == Voice::Speaks {
                 speakers.entry(session).or_default();
             }
@@ -531,7 +557,18 @@ fn answer(
                 return vec![];
             }
             state.note(format!("started {}", session_text(session)));
+            let mut started = state.started.lock().unwrap_or_else(|e| e.into_inner());
+            if started.len() == STARTED_KEPT {
+                started.pop_front();
+            }
+            started.push_back((session, context));
+            drop(started);
             vec![model_wire::event(session, r#"{"type":"session.created"}"#)]
+        }
+        ToBackend::Cleared { .. } | ToBackend::MarkPlayed { .. } => vec![],
+        ToBackend::Stats { .. } => {
+            state.stats_reports.fetch_add(1, Ordering::Relaxed);
+            vec![]
         }
         ToBackend::Ended { session, reason } => {
             state.note(format!("ended {} {reason}", session_text(session)));

@@ -17,7 +17,9 @@ use ufrag_common::frame::FrameError;
 use ufrag_common::label_enum;
 use ufrag_common::metrics::Exposition;
 
+use crate::model::SessionStats;
 use crate::model_wire::DecodeError;
+use crate::session_token::TokenRefusal;
 
 type Labels = Vec<(&'static str, &'static str)>;
 
@@ -149,7 +151,12 @@ label_enum! {
         /// The queue to a slow backend was full: the oldest audio frame went.
         QueueFull = "queue_full",
         /// The backend sent faster than the worker takes: the newest message went.
-        BackendFlood = "backend_flood"
+        BackendFlood = "backend_flood",
+        /// A session's playout buffer was full (`--playout-buffer` of speech ahead of
+        /// playback): the backend's newest audio frame went.
+        PlayoutFull = "playout_full",
+        /// A session had 64 marks waiting: the backend's newest mark went.
+        MarksFull = "marks_full"
     }
 }
 
@@ -195,6 +202,54 @@ pub struct TransceiverMetrics {
     model_connects: [Counter; 2],
     model_disconnects: Counter,
     model_connected: Gauge,
+    /// Indexed by [`TokenRefusal::index`].
+    session_token_refusals: Vec<Counter>,
+    session_tokens_accepted: Counter,
+    /// Each session's quality report ([`SessionStats`]), across sessions.
+    quality: QualityHistograms,
+}
+
+/// Histograms of the sessions' quality reports: one observation per session per stats
+/// interval.
+#[derive(Debug)]
+struct QualityHistograms {
+    rtt_seconds: Histogram,
+    loss_in_ratio: Histogram,
+    loss_out_ratio: Histogram,
+    jitter_seconds: Histogram,
+}
+
+impl QualityHistograms {
+    fn register(registry: &mut Registry) -> Self {
+        let loss = || Histogram::new([0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5]);
+        let quality = QualityHistograms {
+            rtt_seconds: Histogram::new([0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0]),
+            loss_in_ratio: loss(),
+            loss_out_ratio: loss(),
+            jitter_seconds: Histogram::new([0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16]),
+        };
+        registry.register(
+            "session_rtt_seconds",
+            "Sessions' round trip to the client (RTCP), one observation per session per stats interval.",
+            quality.rtt_seconds.clone(),
+        );
+        registry.register(
+            "session_loss_in_ratio",
+            "Share of a session's incoming audio lost on the way from the client (our RTCP receiver report), per session per stats interval.",
+            quality.loss_in_ratio.clone(),
+        );
+        registry.register(
+            "session_loss_out_ratio",
+            "Share of a session's outgoing audio the client reported lost, per session per stats interval.",
+            quality.loss_out_ratio.clone(),
+        );
+        registry.register(
+            "session_jitter_seconds",
+            "Interarrival jitter of a session's incoming audio (RFC 3550), per session per stats interval.",
+            quality.jitter_seconds.clone(),
+        );
+        quality
+    }
 }
 
 impl Default for TransceiverMetrics {
@@ -277,7 +332,7 @@ impl TransceiverMetrics {
         );
         registry.register(
             "echoed_audio_packets",
-            "Audio (RTP) packets the model sent back.",
+            "Audio frames from the model taken for playback (each played at real time).",
             audio_echoed.clone(),
         );
         registry.register(
@@ -380,6 +435,22 @@ impl TransceiverMetrics {
             "Workers connected to an external model backend now (`--model ws://…`).",
             model_connected.clone(),
         );
+        let session_token_refusals = Family::<Labels, Counter>::default();
+        registry.register(
+            "session_token_refusals",
+            "Session POSTs, PATCHes and DELETEs refused for their session token, by reason \
+             (401: missing, malformed, bad_signature, expired, not_yet_valid, \
+             lifetime_too_long, bad_claims; 403: wrong_audience, reused; 503: \
+             replay_memory_full).",
+            session_token_refusals.clone(),
+        );
+        let session_tokens_accepted = Counter::default();
+        registry.register(
+            "session_tokens_accepted",
+            "Session tokens that admitted a new session.",
+            session_tokens_accepted.clone(),
+        );
+        let quality = QualityHistograms::register(&mut registry);
         // One counter per label value, made once: counting never allocates.
         let by = |family: &Family<Labels, Counter>, name: &'static str, value: &'static str| {
             family.get_or_create(&vec![(name, value)]).clone()
@@ -431,7 +502,40 @@ impl TransceiverMetrics {
             model_connects: ["connected", "failed"].map(|r| by(&model_connects, "result", r)),
             model_disconnects,
             model_connected,
+            session_token_refusals: TokenRefusal::ALL
+                .iter()
+                .map(|r| by(&session_token_refusals, "reason", r.label()))
+                .collect(),
+            session_tokens_accepted,
+            quality,
         }
+    }
+
+    /// A session's quality report, into the histograms (figures it lacks are left out).
+    pub fn session_quality(&self, stats: &SessionStats) {
+        let quality = &self.quality;
+        if let Some(rtt) = stats.rtt {
+            quality.rtt_seconds.observe(rtt.as_secs_f64());
+        }
+        if let Some(loss) = stats.loss_in {
+            quality.loss_in_ratio.observe(f64::from(loss));
+        }
+        if let Some(loss) = stats.loss_out {
+            quality.loss_out_ratio.observe(f64::from(loss));
+        }
+        quality
+            .jitter_seconds
+            .observe(stats.jitter_in.as_secs_f64());
+    }
+
+    /// A request's session token was refused.
+    pub fn session_token_refused(&self, refusal: TokenRefusal) {
+        self.session_token_refusals[refusal.index()].inc();
+    }
+
+    /// A session token admitted a new session.
+    pub fn session_token_accepted(&self) {
+        self.session_tokens_accepted.inc();
     }
 
     /// A message to or from the model backend was not delivered.

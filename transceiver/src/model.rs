@@ -6,15 +6,22 @@
 //! and accepts [`ModelOutput`] messages back; nothing about ICE, DTLS, SRTP or SDP
 //! crosses the seam:
 //!
-//! - `SessionStarted { session }` when DTLS is up, `SessionEnded { session, reason }`
-//!   when the session is gone (DELETE, ICE/DTLS failure, idle timeout).
+//! - `SessionStarted { session, context }` when DTLS is up (the context: who the
+//!   session is for, from its token, the codec, and how the client connects), and
+//!   `SessionEnded { session, reason }` when the session is gone (DELETE, ICE/DTLS
+//!   failure, idle timeout).
 //! - `Audio { session, frame }`: one Opus packet as received, with its RTP sequence
 //!   number and 48 kHz timestamp ([`AudioFrame`]). The model answers with `Audio` frames
-//!   of its own (timestamps are the model's; the transceiver paces nothing).
+//!   of its own (timestamps are the model's; the session paces them at 20 ms).
+//! - `SessionStats { session, stats }` every stats interval: round trip, loss both ways,
+//!   jitter and bytes, from RTCP ([`SessionStats`]).
 //! - `Event { session, json }`: one text message of the data channel named `events`, as
 //!   JSON text; answers likewise go out on that channel.
-//!
 //! - `End { session }` (from the model only): end this session.
+//! - `Clear { session }` and `Mark { session, name }` (from the model): drop the audio not
+//!   yet played, or be told (`MarkPlayed`) when playback reaches this point. The session
+//!   plays the model's audio at real time from a bounded buffer ([`crate::playout`]), so
+//!   a model may send speech faster than real time; `AudioCleared` answers a clear.
 //!
 //! [`ModelBackend`] is the trait a backend implements: the echo model below (the
 //! default), and [`crate::model_bridge::WsBridge`], which carries the same messages over
@@ -40,13 +47,121 @@ pub struct AudioFrame {
     pub payload: Vec<u8>,
 }
 
-/// What the transceiver tells the model.
+/// Who a session is for, as the app's server said in the session token it minted
+/// ([`crate::session_token`]); empty for a session created without one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SessionClaims {
+    /// The user (`sub`).
+    pub subject: Option<String>,
+    /// The model or agent route the app chose (`route`).
+    pub route: Option<String>,
+    /// The app's own metadata (`metadata`: a JSON object).
+    pub metadata: Option<serde_json::Value>,
+}
+
+/// How a session's client reaches the transceiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientTransport {
+    /// UDP (through a relay, or directly).
+    Udp,
+    /// ICE-TCP through a relay's TCP VIP.
+    Tcp,
+}
+
+impl ClientTransport {
+    /// Its name in the protocol: `udp` or `tcp`.
+    pub fn label(self) -> &'static str {
+        match self {
+            ClientTransport::Udp => "udp",
+            ClientTransport::Tcp => "tcp",
+        }
+    }
+}
+
+/// What the model learns about a session when it starts.
 #[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionContext {
+    /// The session token's claims.
+    pub claims: SessionClaims,
+    /// The negotiated audio codec, as SDP names it (`opus/48000/2`).
+    pub codec: String,
+    /// The transport of the client's path when the session connected.
+    pub transport: ClientTransport,
+    /// The relay that path came through (the relay worker's internal address); `None` in
+    /// direct mode.
+    pub relay: Option<std::net::SocketAddr>,
+}
+
+impl SessionContext {
+    /// A session of a client with no token, over UDP, not through a relay (tests).
+    pub fn anonymous_udp() -> Self {
+        SessionContext {
+            claims: SessionClaims::default(),
+            codec: OPUS_CODEC.to_string(),
+            transport: ClientTransport::Udp,
+            relay: None,
+        }
+    }
+}
+
+/// A session's quality as its RTCP says it, every stats interval (`--session-stats-interval`,
+/// 5 s by default): what a model can adapt to, and what the metrics' histograms show
+/// across sessions.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionStats {
+    /// The round trip to the client, from RTCP, if one was measured.
+    pub rtt: Option<Duration>,
+    /// The share of the client's audio lost on its way in since the last report (our
+    /// receiver report's fraction lost).
+    pub loss_in: Option<f32>,
+    /// The share of our audio the client reported lost (its receiver reports).
+    pub loss_out: Option<f32>,
+    /// The interarrival jitter of the client's audio (RFC 3550), as of our last
+    /// receiver report.
+    pub jitter_in: Duration,
+    /// Audio packets received from the client, in all.
+    pub packets_in: u64,
+    /// Audio bytes received from the client, in all.
+    pub bytes_in: u64,
+    /// Bytes sent to the client, in all (every datagram of the session).
+    pub bytes_out: u64,
+}
+
+/// The one codec a session negotiates: Opus, 48 kHz, two channels in SDP.
+pub const OPUS_CODEC: &str = "opus/48000/2";
+
+/// What the transceiver tells the model.
+#[derive(Clone, Debug, PartialEq)]
 pub enum ModelInput {
     /// DTLS connected: media and events may flow.
     SessionStarted {
         /// The session.
         session: SessionId,
+        /// Who it is for and how its client connects.
+        context: Arc<SessionContext>,
+    },
+    /// The model's queued audio was dropped, as it asked ([`ModelOutput::Clear`]).
+    AudioCleared {
+        /// The session.
+        session: SessionId,
+        /// Frames that were waiting.
+        frames: u32,
+        /// Marks that will never be reached, oldest first.
+        marks: Vec<String>,
+    },
+    /// Playback reached a mark ([`ModelOutput::Mark`]).
+    MarkPlayed {
+        /// The session.
+        session: SessionId,
+        /// The mark's name.
+        name: String,
+    },
+    /// The session's quality over the last stats interval.
+    SessionStats {
+        /// The session.
+        session: SessionId,
+        /// Its figures.
+        stats: SessionStats,
     },
     /// The session is gone.
     SessionEnded {
@@ -93,6 +208,18 @@ pub enum ModelOutput {
         /// The session.
         session: SessionId,
     },
+    /// Drop the session's audio not yet played (barge-in: the user started speaking).
+    Clear {
+        /// The session.
+        session: SessionId,
+    },
+    /// Tell me when playback reaches the audio sent so far.
+    Mark {
+        /// The session.
+        session: SessionId,
+        /// The mark's name, as the model chose it.
+        name: String,
+    },
 }
 
 impl ModelOutput {
@@ -101,7 +228,9 @@ impl ModelOutput {
         match self {
             ModelOutput::Audio { session, .. }
             | ModelOutput::Event { session, .. }
-            | ModelOutput::End { session } => *session,
+            | ModelOutput::End { session }
+            | ModelOutput::Clear { session }
+            | ModelOutput::Mark { session, .. } => *session,
         }
     }
 }
@@ -176,7 +305,7 @@ pub fn ping_id(json: &str) -> Option<i64> {
 impl ModelBackend for EchoModel {
     fn handle(&mut self, now: Instant, input: ModelInput, out: &mut Vec<ModelOutput>) {
         match input {
-            ModelInput::SessionStarted { session } => out.push(ModelOutput::Event {
+            ModelInput::SessionStarted { session, .. } => out.push(ModelOutput::Event {
                 session,
                 json: r#"{"type":"session.created"}"#.to_string(),
             }),
@@ -198,6 +327,9 @@ impl ModelBackend for EchoModel {
             ModelInput::SessionEnded { session, .. } => {
                 self.pending.retain(|(_, s, _)| *s != session);
             }
+            ModelInput::SessionStats { .. }
+            | ModelInput::AudioCleared { .. }
+            | ModelInput::MarkPlayed { .. } => {}
         }
     }
 
@@ -272,7 +404,14 @@ mod tests {
         let t0 = Instant::now();
         let mut m = EchoModel::default();
         let mut out = vec![];
-        m.handle(t0, ModelInput::SessionStarted { session: 7 }, &mut out);
+        m.handle(
+            t0,
+            ModelInput::SessionStarted {
+                session: 7,
+                context: Arc::new(SessionContext::anonymous_udp()),
+            },
+            &mut out,
+        );
         m.handle(
             t0,
             ModelInput::Event {

@@ -62,7 +62,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::metrics::{ModelDrop, TransceiverMetrics};
-use crate::model::{ModelBackend, ModelInput, ModelLink, ModelOutput, SessionId};
+use crate::model::{ModelBackend, ModelInput, ModelLink, ModelOutput, SessionContext, SessionId};
 use crate::model_wire::{self, FromBackend, PROTOCOL, WireMessage};
 
 /// Audio frames one session may have waiting for the backend (1 s of 20 ms frames).
@@ -123,7 +123,7 @@ pub fn check_url(url: &str) -> Result<(), String> {
 /// A message waiting for the backend.
 #[derive(Debug)]
 enum Outbound {
-    Started(SessionId),
+    Started(SessionId, Arc<SessionContext>),
     Ended {
         session: SessionId,
         reason: &'static str,
@@ -153,7 +153,7 @@ struct Queue {
     /// The next arrival number.
     arrivals: u64,
     /// Sessions started at the worker and not ended: resumed after a reconnect.
-    live: HashSet<SessionId>,
+    live: HashMap<SessionId, Arc<SessionContext>>,
     /// Sessions the current connection was told of (their `session.started` sent or
     /// queued): only these get a `session.ended`.
     announced: HashSet<SessionId>,
@@ -382,11 +382,11 @@ impl WsBridge {
         let metrics = &self.shared.metrics;
         let mut q = self.shared.queue();
         match input {
-            ModelInput::SessionStarted { session } => {
-                q.live.insert(session);
+            ModelInput::SessionStarted { session, context } => {
+                q.live.insert(session, Arc::clone(&context));
                 if q.connected {
                     q.announced.insert(session);
-                    q.push(Outbound::Started(session));
+                    q.push(Outbound::Started(session, context));
                 }
             }
             ModelInput::SessionEnded { session, reason } => {
@@ -413,7 +413,10 @@ impl WsBridge {
                 }
                 q.push(Outbound::Audio(session, model_wire::audio(session, &frame)));
             }
-            ModelInput::Event { session, json } => {
+            ModelInput::Event { session, .. }
+            | ModelInput::SessionStats { session, .. }
+            | ModelInput::AudioCleared { session, .. }
+            | ModelInput::MarkPlayed { session, .. } => {
                 if !q.connected || !q.announced.contains(&session) {
                     metrics.model_dropped(ModelDrop::Disconnected);
                     return;
@@ -422,7 +425,7 @@ impl WsBridge {
                     metrics.model_dropped(ModelDrop::QueueFull);
                     return;
                 }
-                q.push(Outbound::Event(model_wire::event(session, &json)));
+                q.push(Outbound::Event(model_wire::encode(&input)));
             }
         }
     }
@@ -718,17 +721,18 @@ fn into_message(message: WireMessage) -> Message {
 /// Serves one connection until it fails or the bridge stops; `resumed`: the live
 /// sessions are announced again as resumed.
 async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
-    let live: Vec<SessionId> = {
+    let live: Vec<(SessionId, Arc<SessionContext>)> = {
         let mut q = shared.queue();
         q.connected = true;
         q.clear();
-        q.announced = q.live.clone();
-        q.live.iter().copied().collect()
+        q.announced = q.live.keys().copied().collect();
+        q.live.iter().map(|(s, c)| (*s, Arc::clone(c))).collect()
     };
     shared.set_connected(true);
     let mut ok = true;
-    for &session in &live {
-        let started = model_wire::session_started(session, resumed);
+    for (session, context) in &live {
+        let session = *session;
+        let started = model_wire::session_started(session, context, resumed);
         ok &= unless_stopped(shared, async { send(&mut ws, started).await.is_ok() }).await;
         if resumed {
             shared.to_worker(FromBackend::Output(ModelOutput::Event {
@@ -773,7 +777,7 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
         q.connected = false;
         q.clear();
         q.announced.clear();
-        q.live.iter().copied().collect()
+        q.live.keys().copied().collect()
     };
     shared.set_connected(false);
     if !shared.stop.load(Ordering::Relaxed) {
@@ -819,7 +823,9 @@ async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws) -> bool {
         }
         for message in batch {
             let wire = match message {
-                Outbound::Started(session) => model_wire::session_started(session, false),
+                Outbound::Started(session, context) => {
+                    model_wire::session_started(session, &context, false)
+                }
                 Outbound::Ended { session, reason } => {
                     model_wire::encode(&ModelInput::SessionEnded { session, reason })
                 }
@@ -866,7 +872,9 @@ mod tests {
             connected: true,
             ..Queue::default()
         };
-        q.live.extend(live);
+        let context = Arc::new(SessionContext::anonymous_udp());
+        q.live
+            .extend(live.iter().map(|&s| (s, Arc::clone(&context))));
         q.announced.extend(live);
         q
     }
@@ -874,7 +882,10 @@ mod tests {
     #[test]
     fn the_oldest_audio_goes_first_and_control_messages_stay() {
         let mut q = queue_with(&[1, 2]);
-        q.push(Outbound::Started(2));
+        q.push(Outbound::Started(
+            2,
+            Arc::new(SessionContext::anonymous_udp()),
+        ));
         for (session, n) in [(1, 0u8), (2, 1), (1, 2)] {
             q.push(Outbound::Audio(session, WireMessage::Binary(vec![n])));
         }
@@ -885,7 +896,7 @@ mod tests {
             .take_in_order()
             .iter()
             .map(|m| match m {
-                Outbound::Started(s) => format!("started {s}"),
+                Outbound::Started(s, _) => format!("started {s}"),
                 Outbound::Audio(s, WireMessage::Binary(b)) => format!("audio {s} {}", b[0]),
                 Outbound::Event(_) => "event".into(),
                 other => format!("{other:?}"),

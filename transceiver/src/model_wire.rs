@@ -2,44 +2,22 @@
 //! WebSocket connection to an external model backend. Encoding and decoding only; the
 //! connection is [`crate::model_bridge`]'s.
 //!
-//! # The connection
-//!
-//! The transceiver connects (one connection per worker, carrying all of that worker's
-//! sessions), asks for the WebSocket subprotocol [`PROTOCOL`], and sends a bearer token
-//! (`Authorization: Bearer …`) when it has one. Its first message is
-//! `{"type":"hello","protocol":"ufrag-model.v1","worker":N}`; the backend answers
-//! `{"type":"hello","protocol":"ufrag-model.v1"}` before anything else. Only then is the
-//! worker ready for sessions. A backend that answers another protocol is refused.
-//!
-//! # Messages
-//!
-//! Sessions are named by their id as the HTTP API shows it: 16 lowercase hex digits.
-//! Text messages are one JSON object each, with a `type`:
-//!
-//! | direction | `type` | fields |
-//! |---|---|---|
-//! | to the backend | `session.started` | `session`, `resumed` (true when sent again after a reconnect) |
-//! | to the backend | `session.ended` | `session`, `reason` (`deleted`, `ice_disconnected`, `idle`, `model_ended`, …) |
-//! | both ways | `event` | `session`, `data`: one text message of the `events` data channel |
-//! | from the backend | `session.end` | `session`, `reason`: end this session |
-//!
-//! Audio travels as binary messages, one Opus packet each, both ways:
-//!
-//! ```text
-//! byte 0      kind: 0x01 (audio)
-//! bytes 1..9  session id, big endian
-//! bytes 9..11 RTP sequence number, big endian
-//! bytes 11..15 RTP timestamp at 48 kHz, big endian
-//! bytes 15..  the Opus packet as received (at most 1,275 bytes)
-//! ```
-//!
-//! To the backend the sequence and timestamp are the client's; from the backend they
-//! are the backend's own (the transceiver paces nothing: it sends a frame when it
-//! arrives). Fields a version-1 peer does not know are ignored; a message it cannot
-//! read is refused with a [`DecodeError`], counted by its label, and the connection
-//! stays up.
+//! The specification is `docs/model-protocol.md` in the repository (written for backend
+//! authors in any language; a test below keeps it and this codec in step). In short: a
+//! `hello` each way on subprotocol [`PROTOCOL`]; JSON text messages `session.started`
+//! (with the session's context: the session token's claims, the codec, the client's
+//! transport and relay), `session.stats`, `session.ended`, `event` and, from the
+//! backend, `session.end`;
+//! audio as binary messages, [`AUDIO_KIND`] then the session id, the RTP sequence number
+//! and 48 kHz timestamp (big endian, [`AUDIO_HEADER_LEN`] bytes in all) and one Opus
+//! packet. Fields a version-1 peer does not know are ignored; a message it cannot read is
+//! refused with a [`DecodeError`], counted by its label, and the connection stays up.
 
-use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
+use crate::model::{
+    AudioFrame, ClientTransport, ModelInput, ModelOutput, OPUS_CODEC, SessionClaims,
+    SessionContext, SessionId, SessionStats,
+};
+use crate::playout::{MAX_MARK_LEN, MAX_MARKS};
 use ufrag_common::label_enum;
 
 /// The protocol's name and version: the WebSocket subprotocol, and the `hello`'s value.
@@ -103,6 +81,8 @@ label_enum! {
         BadReason = "bad_reason",
         /// A binary message shorter than the audio header, or of another kind.
         BadAudio = "bad_audio",
+        /// A mark's `name` that is empty, longer than 64 bytes or not `[A-Za-z0-9_.:-]`.
+        BadMark = "bad_mark",
         /// An Opus packet longer than [`MAX_OPUS_LEN`] or empty.
         AudioTooLarge = "audio_too_large",
     }
@@ -135,16 +115,114 @@ pub fn hello(worker: usize) -> WireMessage {
     )
 }
 
-/// `session.started` for `session` (`resumed`: sent again after a reconnect).
-pub fn session_started(session: SessionId, resumed: bool) -> WireMessage {
+/// `session.started` for `session` with its `context` (`resumed`: sent again after a
+/// reconnect).
+pub fn session_started(session: SessionId, context: &SessionContext, resumed: bool) -> WireMessage {
+    let claims = &context.claims;
     WireMessage::Text(
         serde_json::json!({
             "type": "session.started",
             "session": session_text(session),
             "resumed": resumed,
+            "subject": claims.subject,
+            "route": claims.route,
+            "metadata": claims.metadata,
+            "codec": context.codec,
+            "transport": context.transport.label(),
+            "relay": context.relay.map(|r| r.to_string()),
         })
         .to_string(),
     )
+}
+
+/// The context a `session.started` carries; an older transceiver's message, without
+/// these fields, reads as an anonymous Opus session over UDP.
+fn decode_context(
+    object: &serde_json::Map<String, serde_json::Value>,
+) -> Result<SessionContext, DecodeError> {
+    use serde_json::Value;
+    let text = |name: &str| match object.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(_) => Err(DecodeError::BadField),
+    };
+    let metadata = match object.get("metadata") {
+        None | Some(Value::Null) => None,
+        Some(value @ Value::Object(_)) => Some(value.clone()),
+        Some(_) => return Err(DecodeError::BadField),
+    };
+    let transport = match text("transport")?.as_deref() {
+        None | Some("udp") => ClientTransport::Udp,
+        Some("tcp") => ClientTransport::Tcp,
+        Some(_) => return Err(DecodeError::BadField),
+    };
+    let relay = match text("relay")? {
+        None => None,
+        Some(r) => Some(r.parse().map_err(|_| DecodeError::BadField)?),
+    };
+    Ok(SessionContext {
+        claims: SessionClaims {
+            subject: text("subject")?,
+            route: text("route")?,
+            metadata,
+        },
+        codec: text("codec")?.unwrap_or_else(|| OPUS_CODEC.to_string()),
+        transport,
+        relay,
+    })
+}
+
+/// `session.stats` for `session`.
+pub fn session_stats(session: SessionId, stats: &SessionStats) -> WireMessage {
+    let micros = |d: std::time::Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    WireMessage::Text(
+        serde_json::json!({
+            "type": "session.stats",
+            "session": session_text(session),
+            "rtt_us": stats.rtt.map(micros),
+            "loss_in": stats.loss_in,
+            "loss_out": stats.loss_out,
+            "jitter_in_us": micros(stats.jitter_in),
+            "packets_in": stats.packets_in,
+            "bytes_in": stats.bytes_in,
+            "bytes_out": stats.bytes_out,
+        })
+        .to_string(),
+    )
+}
+
+/// The figures of a `session.stats`.
+fn decode_stats(
+    object: &serde_json::Map<String, serde_json::Value>,
+) -> Result<SessionStats, DecodeError> {
+    use serde_json::Value;
+    let count = |name: &str| {
+        object
+            .get(name)
+            .and_then(Value::as_u64)
+            .ok_or(DecodeError::BadField)
+    };
+    // A share: a number from 0 to 1.
+    let share = |name: &str| match object.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(value) => match value.as_f64() {
+            Some(v) if (0.0..=1.0).contains(&v) => Ok(Some(v as f32)),
+            _ => Err(DecodeError::BadField),
+        },
+    };
+    let rtt = match object.get("rtt_us") {
+        None | Some(Value::Null) => None,
+        Some(value) => Some(value.as_u64().ok_or(DecodeError::BadField)?),
+    };
+    Ok(SessionStats {
+        rtt: rtt.map(std::time::Duration::from_micros),
+        loss_in: share("loss_in")?,
+        loss_out: share("loss_out")?,
+        jitter_in: std::time::Duration::from_micros(count("jitter_in_us")?),
+        packets_in: count("packets_in")?,
+        bytes_in: count("bytes_in")?,
+        bytes_out: count("bytes_out")?,
+    })
 }
 
 /// An audio message.
@@ -169,7 +247,9 @@ pub fn event(session: SessionId, data: &str) -> WireMessage {
 /// The message that carries `input` to the backend (`SessionStarted` as not resumed).
 pub fn encode(input: &ModelInput) -> WireMessage {
     match input {
-        ModelInput::SessionStarted { session } => session_started(*session, false),
+        ModelInput::SessionStarted { session, context } => {
+            session_started(*session, context, false)
+        }
         ModelInput::SessionEnded { session, reason } => WireMessage::Text(
             serde_json::json!({
                 "type": "session.ended",
@@ -180,11 +260,33 @@ pub fn encode(input: &ModelInput) -> WireMessage {
         ),
         ModelInput::Audio { session, frame } => audio(*session, frame),
         ModelInput::Event { session, json } => event(*session, json),
+        ModelInput::SessionStats { session, stats } => session_stats(*session, stats),
+        ModelInput::AudioCleared {
+            session,
+            frames,
+            marks,
+        } => WireMessage::Text(
+            serde_json::json!({
+                "type": "audio.cleared",
+                "session": session_text(*session),
+                "frames": frames,
+                "marks": marks,
+            })
+            .to_string(),
+        ),
+        ModelInput::MarkPlayed { session, name } => WireMessage::Text(
+            serde_json::json!({
+                "type": "audio.mark_played",
+                "session": session_text(*session),
+                "name": name,
+            })
+            .to_string(),
+        ),
     }
 }
 
 /// What the transceiver sent, decoded (the backend's side of the protocol).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum ToBackend {
     /// The transceiver's hello.
     Hello {
@@ -199,6 +301,31 @@ pub enum ToBackend {
         session: SessionId,
         /// Whether the session is older than this connection.
         resumed: bool,
+        /// Who it is for and how its client connects.
+        context: SessionContext,
+    },
+    /// A session's quality over the last stats interval.
+    Stats {
+        /// The session.
+        session: SessionId,
+        /// Its figures.
+        stats: SessionStats,
+    },
+    /// The session's queued audio was dropped, as the backend asked.
+    Cleared {
+        /// The session.
+        session: SessionId,
+        /// Frames that were waiting.
+        frames: u32,
+        /// Marks never to be reached.
+        marks: Vec<String>,
+    },
+    /// Playback reached a mark.
+    MarkPlayed {
+        /// The session.
+        session: SessionId,
+        /// The mark's name.
+        name: String,
     },
     /// A session ended.
     Ended {
@@ -241,6 +368,18 @@ pub fn encode_output(output: &ModelOutput, end_reason: &str) -> WireMessage {
             })
             .to_string(),
         ),
+        ModelOutput::Clear { session } => WireMessage::Text(
+            serde_json::json!({"type": "audio.clear", "session": session_text(*session)})
+                .to_string(),
+        ),
+        ModelOutput::Mark { session, name } => WireMessage::Text(
+            serde_json::json!({
+                "type": "audio.mark",
+                "session": session_text(*session),
+                "name": name,
+            })
+            .to_string(),
+        ),
     }
 }
 
@@ -270,6 +409,32 @@ pub fn decode_input(message: &WireMessage) -> Result<ToBackend, DecodeError> {
         Some("session.started") => Ok(ToBackend::Started {
             session: session()?,
             resumed: field("resumed")?.as_bool().ok_or(DecodeError::BadField)?,
+            context: decode_context(object)?,
+        }),
+        Some("audio.cleared") => {
+            let marks = field("marks")?.as_array().ok_or(DecodeError::BadField)?;
+            if marks.len() > MAX_MARKS {
+                return Err(DecodeError::BadField);
+            }
+            Ok(ToBackend::Cleared {
+                session: session()?,
+                frames: field("frames")?
+                    .as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or(DecodeError::BadField)?,
+                marks: marks
+                    .iter()
+                    .map(|m| m.as_str().map(str::to_string).ok_or(DecodeError::BadField))
+                    .collect::<Result<_, _>>()?,
+            })
+        }
+        Some("audio.mark_played") => Ok(ToBackend::MarkPlayed {
+            session: session()?,
+            name: string("name")?.to_string(),
+        }),
+        Some("session.stats") => Ok(ToBackend::Stats {
+            session: session()?,
+            stats: decode_stats(object)?,
         }),
         Some("session.ended") => Ok(ToBackend::Ended {
             session: session()?,
@@ -346,6 +511,25 @@ fn decode_text(text: &str) -> Result<FromBackend, DecodeError> {
                 json: data.to_string(),
             }))
         }
+        "audio.clear" => Ok(FromBackend::Output(ModelOutput::Clear {
+            session: parse_session(field("session")?)?,
+        })),
+        "audio.mark" => {
+            let session = parse_session(field("session")?)?;
+            let name = field("name")?;
+            let fits = !name.is_empty()
+                && name.len() <= MAX_MARK_LEN
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"_.:-".contains(&b));
+            if !fits {
+                return Err(DecodeError::BadMark);
+            }
+            Ok(FromBackend::Output(ModelOutput::Mark {
+                session,
+                name: name.to_string(),
+            }))
+        }
         "session.end" => {
             let session = parse_session(field("session")?)?;
             let reason = field("reason")?;
@@ -369,6 +553,7 @@ fn decode_text(text: &str) -> Result<FromBackend, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     fn text(s: &str) -> WireMessage {
         WireMessage::Text(s.to_string())
@@ -400,15 +585,199 @@ mod tests {
         );
     }
 
+    /// A stats report with every figure.
+    fn sample_stats() -> SessionStats {
+        SessionStats {
+            rtt: Some(std::time::Duration::from_micros(41_250)),
+            loss_in: Some(0.0390625),
+            loss_out: None,
+            jitter_in: std::time::Duration::from_micros(2_500),
+            packets_in: 250,
+            bytes_in: 20_000,
+            bytes_out: 31_000,
+        }
+    }
+
+    /// A session with every claim, over ICE-TCP through a relay.
+    fn claimed_tcp_context() -> SessionContext {
+        SessionContext {
+            claims: SessionClaims {
+                subject: Some("alice".into()),
+                route: Some("agent/v2".into()),
+                metadata: Some(serde_json::json!({"plan": "pro"})),
+            },
+            codec: OPUS_CODEC.into(),
+            transport: ClientTransport::Tcp,
+            relay: Some("10.0.0.7:3479".parse().unwrap()),
+        }
+    }
+
     #[test]
-    fn inputs_encode_as_the_module_doc_says() {
+    fn a_session_context_of_the_wrong_form_is_refused() {
+        for bad in [
+            r#""metadata":[1]"#,
+            r#""transport":"sctp""#,
+            r#""relay":"nowhere""#,
+            r#""subject":7"#,
+        ] {
+            let message = format!(
+                r#"{{"type":"session.started","session":"0000000000000005","resumed":false,{bad}}}"#
+            );
+            assert_eq!(
+                decode_input(&text(&message)),
+                Err(DecodeError::BadField),
+                "{bad}"
+            );
+        }
+    }
+
+    /// The specification, as a backend author reads it.
+    const SPECIFICATION: &str = include_str!("../../docs/model-protocol.md");
+
+    fn type_of(message: &WireMessage) -> String {
+        match message {
+            WireMessage::Text(t) => serde_json::from_str::<serde_json::Value>(t).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+            WireMessage::Binary(_) => panic!("text expected"),
+        }
+    }
+
+    #[test]
+    fn the_specification_and_the_codec_name_the_same_messages_fields_and_refusals() {
+        let context = claimed_tcp_context();
+        let started = session_started(1, &context, false);
+        let written: Vec<WireMessage> = vec![
+            hello(0),
+            backend_hello(),
+            started.clone(),
+            encode(&ModelInput::SessionEnded {
+                session: 1,
+                reason: "idle",
+            }),
+            event(1, "{}"),
+            encode_output(&ModelOutput::End { session: 1 }, "done"),
+            session_stats(1, &sample_stats()),
+            encode_output(&ModelOutput::Clear { session: 1 }, ""),
+            encode_output(
+                &ModelOutput::Mark {
+                    session: 1,
+                    name: "m".into(),
+                },
+                "",
+            ),
+            encode(&ModelInput::AudioCleared {
+                session: 1,
+                frames: 3,
+                marks: vec!["m".into()],
+            }),
+            encode(&ModelInput::MarkPlayed {
+                session: 1,
+                name: "m".into(),
+            }),
+        ];
+        let types: std::collections::BTreeSet<String> = written.iter().map(type_of).collect();
+        // Every type the codec writes has its row in the document's message table …
+        for kind in &types {
+            assert!(
+                SPECIFICATION.contains(&format!("| `{kind}` |")),
+                "`{kind}` is not in docs/model-protocol.md"
+            );
+        }
+        // … and every row of that table is a type the codec writes (and reads).
+        let table = SPECIFICATION
+            .split("## Messages")
+            .nth(1)
+            .and_then(|rest| rest.split("###").next())
+            .unwrap();
+        let directions = [
+            "| to the backend |",
+            "| from the backend |",
+            "| both ways |",
+        ];
+        let rows = table
+            .lines()
+            .filter(|l| directions.iter().any(|d| l.starts_with(d)));
+        for row in rows {
+            let kind = row.split('`').nth(1).unwrap();
+            assert!(
+                types.contains(kind),
+                "the document names `{kind}`; the codec does not"
+            );
+        }
+        // Every field of `session.started` is specified.
+        let WireMessage::Text(text) = &started else {
+            unreachable!()
+        };
+        let fields: serde_json::Value = serde_json::from_str(text).unwrap();
+        for field in fields.as_object().unwrap().keys().filter(|k| *k != "type") {
+            assert!(
+                SPECIFICATION.contains(&format!("| `{field}` |")),
+                "session.started's `{field}` is not in docs/model-protocol.md"
+            );
+        }
+        // Every field of `session.stats` too.
+        let WireMessage::Text(text) = session_stats(1, &sample_stats()) else {
+            unreachable!()
+        };
+        let fields: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for field in fields.as_object().unwrap().keys().filter(|k| *k != "type") {
+            assert!(
+                SPECIFICATION.contains(&format!("| `{field}` |")),
+                "session.stats's `{field}` is not in docs/model-protocol.md"
+            );
+        }
+        // Every refusal reason and end reason, and the limits.
+        for reason in DecodeError::ALL {
+            assert!(SPECIFICATION.contains(&format!("| `{}` |", reason.label())));
+        }
+        for reason in crate::metrics::EndReason::ALL {
+            assert!(SPECIFICATION.contains(&format!("| `{}` |", reason.label())));
+        }
+        assert!(SPECIFICATION.contains(&format!("`{PROTOCOL}`")));
+        assert!(SPECIFICATION.contains(&format!("{} KiB", MAX_EVENT_LEN / 1024)));
+        assert!(SPECIFICATION.contains(&format!("{} KiB", MAX_MESSAGE_LEN / 1024)));
+        assert!(SPECIFICATION.contains("1,275 bytes") && MAX_OPUS_LEN == 1275);
+        assert!(SPECIFICATION.contains(&format!("1 to {MAX_REASON_LEN} characters")));
+        assert!(SPECIFICATION.contains(&format!("bytes {AUDIO_HEADER_LEN}..")));
+        assert!(SPECIFICATION.contains(&format!("1 to {MAX_MARK_LEN} bytes")));
+        assert!(SPECIFICATION.contains(&format!("at most {MAX_MARKS} marks")));
+        let buffer = crate::playout::DEFAULT_BUFFER.as_secs();
+        assert!(SPECIFICATION.contains(&format!("`--playout-buffer`, {buffer} s")));
+        assert!(SPECIFICATION.contains(&format!(
+            "{} ms after the last one played",
+            crate::playout::MIN_GAP.as_millis()
+        )));
+    }
+
+    #[test]
+    fn inputs_encode_as_the_specification_says() {
         let as_json = |m: WireMessage| match m {
             WireMessage::Text(t) => serde_json::from_str::<serde_json::Value>(&t).unwrap(),
             WireMessage::Binary(_) => panic!("text expected"),
         };
         assert_eq!(
-            as_json(encode(&ModelInput::SessionStarted { session: 0x2a })),
-            serde_json::json!({"type":"session.started","session":"000000000000002a","resumed":false})
+            as_json(encode(&ModelInput::SessionStarted {
+                session: 0x2a,
+                context: Arc::new(SessionContext::anonymous_udp()),
+            })),
+            serde_json::json!({
+                "type":"session.started","session":"000000000000002a","resumed":false,
+                "subject":null,"route":null,"metadata":null,
+                "codec":"opus/48000/2","transport":"udp","relay":null,
+            })
+        );
+        assert_eq!(
+            as_json(encode(&ModelInput::SessionStarted {
+                session: 0x2a,
+                context: Arc::new(claimed_tcp_context()),
+            })),
+            serde_json::json!({
+                "type":"session.started","session":"000000000000002a","resumed":false,
+                "subject":"alice","route":"agent/v2","metadata":{"plan":"pro"},
+                "codec":"opus/48000/2","transport":"tcp","relay":"10.0.0.7:3479",
+            })
         );
         assert_eq!(
             as_json(encode(&ModelInput::SessionEnded {
@@ -461,25 +830,99 @@ mod tests {
     }
 
     #[test]
+    fn clears_and_marks_decode_and_a_bad_mark_is_refused() {
+        assert_eq!(
+            decode(&text(
+                r#"{"type":"audio.clear","session":"0000000000000003"}"#
+            )),
+            Ok(FromBackend::Output(ModelOutput::Clear { session: 3 }))
+        );
+        assert_eq!(
+            decode(&text(
+                r#"{"type":"audio.mark","session":"0000000000000003","name":"turn-7:end"}"#
+            )),
+            Ok(FromBackend::Output(ModelOutput::Mark {
+                session: 3,
+                name: "turn-7:end".into()
+            }))
+        );
+        let long = "m".repeat(MAX_MARK_LEN + 1);
+        for name in ["", "has space", "naïve", long.as_str()] {
+            let message = serde_json::json!({
+                "type": "audio.mark", "session": "0000000000000003", "name": name,
+            });
+            assert_eq!(
+                decode(&text(&message.to_string())),
+                Err(DecodeError::BadMark),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
     fn what_the_transceiver_encodes_a_backend_decodes() {
         let frame = AudioFrame {
             seq: 9,
             timestamp: 960,
             payload: vec![0xf8; 80],
         };
+        let context = claimed_tcp_context();
         let cases = [
             (
-                encode(&ModelInput::SessionStarted { session: 5 }),
+                encode(&ModelInput::SessionStarted {
+                    session: 5,
+                    context: Arc::new(context.clone()),
+                }),
                 ToBackend::Started {
                     session: 5,
                     resumed: false,
+                    context: context.clone(),
                 },
             ),
             (
-                session_started(5, true),
+                session_started(5, &SessionContext::anonymous_udp(), true),
                 ToBackend::Started {
                     session: 5,
                     resumed: true,
+                    context: SessionContext::anonymous_udp(),
+                },
+            ),
+            (
+                encode(&ModelInput::AudioCleared {
+                    session: 5,
+                    frames: 12,
+                    marks: vec!["sentence-2".into(), "sentence-3".into()],
+                }),
+                ToBackend::Cleared {
+                    session: 5,
+                    frames: 12,
+                    marks: vec!["sentence-2".into(), "sentence-3".into()],
+                },
+            ),
+            (
+                encode(&ModelInput::MarkPlayed {
+                    session: 5,
+                    name: "sentence-1".into(),
+                }),
+                ToBackend::MarkPlayed {
+                    session: 5,
+                    name: "sentence-1".into(),
+                },
+            ),
+            (
+                session_stats(5, &sample_stats()),
+                ToBackend::Stats {
+                    session: 5,
+                    stats: sample_stats(),
+                },
+            ),
+            (
+                // An older transceiver's message: no context fields.
+                text(r#"{"type":"session.started","session":"0000000000000005","resumed":false}"#),
+                ToBackend::Started {
+                    session: 5,
+                    resumed: false,
+                    context: SessionContext::anonymous_udp(),
                 },
             ),
             (

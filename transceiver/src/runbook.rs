@@ -10,6 +10,7 @@ use ufrag_common::runbook::{Cause, Entry};
 
 use crate::metrics::{DropReason, EndReason, HttpRefusal, ModelDrop};
 use crate::model_wire::DecodeError;
+use crate::session_token::TokenRefusal;
 
 const fn entry(cause: Cause, action: &'static str) -> Entry {
     Entry { cause, action }
@@ -171,8 +172,21 @@ pub const fn model_drop(reason: ModelDrop) -> Entry {
         ),
         BackendFlood => entry(
             Cause::Fault,
-            "The backend sends faster than the worker takes: its newest messages go. A \
-             backend pacing its audio at 20 ms never does this: look at the backend.",
+            "The backend sends faster than the worker takes: its newest messages go. \
+             Speech sent ahead of real time waits in the session's playout buffer, but \
+             thousands of messages at once are more than that: look at the backend.",
+        ),
+        PlayoutFull => entry(
+            Cause::Fault,
+            "The backend sent more speech ahead of playback than `--playout-buffer` holds \
+             (10 s): the newest frames were dropped, so the user hears a cut. Send speech \
+             at most that far ahead (an `audio.mark` says how far playback has come), or \
+             raise the buffer.",
+        ),
+        MarksFull => entry(
+            Cause::Fault,
+            "The backend set more than 64 marks ahead of playback: the newest was dropped \
+             and will never be reported. Mark sentences, not frames.",
         ),
     }
 }
@@ -187,9 +201,10 @@ pub const fn model_error(reason: DecodeError) -> Entry {
             | DecodeError::BadField
             | DecodeError::BadSession
             | DecodeError::BadReason
-            | DecodeError::BadAudio => {
+            | DecodeError::BadAudio
+            | DecodeError::BadMark => {
                 "The backend does not speak `ufrag-model.v1` as written in \
-                 `transceiver::model_wire`: fix the backend; the message was dropped and the \
+                 docs/model-protocol.md: fix the backend; the message was dropped and the \
                  connection kept."
             }
             DecodeError::EventTooLarge | DecodeError::AudioTooLarge => {
@@ -198,6 +213,58 @@ pub const fn model_error(reason: DecodeError) -> Entry {
             }
         },
     )
+}
+
+/// The runbook entry for a refused session token
+/// (`ufrag_transceiver_session_token_refusals_total`).
+pub const fn session_token_refusal(reason: TokenRefusal) -> Entry {
+    use TokenRefusal::*;
+    match reason {
+        Missing => entry(
+            Cause::Misconfiguration,
+            "A sign-up without `Authorization: Bearer`: the page did not get (or pass) a \
+             token from the app's server. Many from one address: a scanner.",
+        ),
+        Malformed | BadSignature => entry(
+            Cause::Hostile,
+            "A token this transceiver's key did not sign: forged, or minted with another \
+             key or algorithm. A rise right after a key change: the app's server and the \
+             transceivers disagree on the key (`--session-token-key-file`).",
+        ),
+        Expired | NotYetValid => entry(
+            Cause::Benign,
+            "A token used outside its life (the page waited, or retried late). Many: the \
+             clocks of the app's server and the transceivers disagree by more than 10 s \
+             (check NTP), or tokens are minted too long before use.",
+        ),
+        LifetimeTooLong => entry(
+            Cause::Misconfiguration,
+            "The app's server mints tokens that live longer than \
+             `--session-token-max-lifetime`: shorten their `exp`.",
+        ),
+        BadClaims => entry(
+            Cause::Misconfiguration,
+            "A claim over its limit (`sub` 256 bytes, `route` 64, `metadata` a 4 KiB \
+             object, `jti` 128): fix what the app's server puts in tokens.",
+        ),
+        WrongAudience => entry(
+            Cause::Misconfiguration,
+            "A token minted for another service: the app's server must set `aud` to this \
+             fleet's `--session-token-audience`.",
+        ),
+        Reused => entry(
+            Cause::Hostile,
+            "A single-use token presented again (a replay, or a page that retried a POST \
+             that had succeeded), or one without a `jti`. Pages should mint a new token \
+             per attempt.",
+        ),
+        ReplayMemoryFull => entry(
+            Cause::Overload,
+            "More unexpired single-use tokens than the transceiver remembers (262,144): \
+             sign-ups beyond about 437 a second at a 10-minute lifetime. Shorten the \
+             tokens' lifetime, or spread sign-ups over more transceivers.",
+        ),
+    }
 }
 
 /// One section of the page: a metric, its reasons' labels and docs, and their entries.
@@ -283,6 +350,15 @@ pub fn render() -> String {
         &HttpRefusal::ALL
             .iter()
             .map(|r| (r.label(), r.doc(), http_refusal(*r)))
+            .collect::<Vec<_>>(),
+    );
+    section(
+        &mut out,
+        "Transceiver: session tokens refused",
+        "ufrag_transceiver_session_token_refusals_total{reason}",
+        &TokenRefusal::ALL
+            .iter()
+            .map(|r| (r.label(), r.doc(), session_token_refusal(*r)))
             .collect::<Vec<_>>(),
     );
     section(
@@ -446,6 +522,21 @@ pub const ALERTS: &[Alert] = &[
                   start.",
         action: "503: the transceiver is full (`max_sessions_per_worker`) or draining: add \
                  transceivers. 500: a handler failed: save the log and report it.",
+    },
+    Alert {
+        name: "UfragSessionsLosingAudio",
+        expr: "sum by (instance) (rate(ufrag_transceiver_session_loss_in_ratio_count[10m])) > 0 \
+               and (1 - sum by (instance) (rate(ufrag_transceiver_session_loss_in_ratio_bucket{le=\"0.05\"}[10m])) \
+               / sum by (instance) (rate(ufrag_transceiver_session_loss_in_ratio_count[10m]))) > 0.1",
+        hold: "10m",
+        severity: "ticket",
+        summary: "Over a tenth of a transceiver's session reports show more than 5 % of the \
+                  users' audio lost on its way in: those sessions sound bad to the model.",
+        action: "The loss is on the way from the users to the transceiver. Lost at the \
+                 relays? Compare `ufrag_relay_dropped_datagrams_total` and the relays' \
+                 `Udp: RcvbufErrors` (netstat -su) over the same window. Lost on the internal \
+                 leg? The transceiver's own drops. Neither: the users' networks (a region, \
+                 an ISP, mobile clients), which `session.stats` tells the model per session.",
     },
 ];
 

@@ -26,6 +26,8 @@ use crate::client_address::TrustedProxies;
 use crate::metrics::TransceiverMetrics;
 use crate::model::{EchoModel, ModelBackend};
 use crate::model_bridge::{BridgeConfig, WsBridge};
+use crate::session::SessionTuning;
+use crate::session_token::{SessionTokens, TokenAlgorithm, TokenRules};
 use crate::signaling::{MAX_WORKERS, Signaling, SignalingLimits};
 use crate::worker::{Worker, WorkerConfig};
 
@@ -122,6 +124,15 @@ pub struct TransceiverOptions {
     /// connects in well under a second; one that cannot holds its slot this long).
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     pub connect_timeout: Duration,
+    /// How often each session tells the model its quality (`session.stats`: round trip,
+    /// loss both ways, jitter, bytes) and the metrics' histograms take it in.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    pub session_stats_interval: Duration,
+    /// How much of the model's speech each session holds ahead of playback (the model
+    /// may send faster than real time; the session plays it at 20 ms a frame). A frame
+    /// beyond is dropped and counted (`model_dropped_messages{reason="playout_full"}`).
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub playout_buffer: Duration,
     /// A session that receives nothing for this long ends (ICE consent).
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     pub idle_timeout: Duration,
@@ -159,6 +170,27 @@ pub struct TransceiverOptions {
     /// connection without a valid header is closed. Needs `--trusted-proxy`.
     #[arg(long)]
     pub proxy_protocol: bool,
+    /// Session tokens: `POST /v1/sessions` takes a short-lived JWT that the app's server
+    /// mints per user (its `sub`, `route` and `metadata` reach the model in
+    /// `session.started`). This file holds the key that verifies them: the shared secret
+    /// for HS256 (at least 32 bytes, mode 0600), the public key in PEM for ES256 or EdDSA.
+    /// The bearer token (UFRAG_TRANSCEIVER_TOKEN) still admits server-to-server calls.
+    #[arg(long, value_name = "FILE")]
+    pub session_token_key_file: Option<PathBuf>,
+    /// The algorithm session tokens are signed with; a token naming another is refused.
+    #[arg(long, value_enum, default_value_t = TokenAlgorithm::Hs256)]
+    pub session_token_algorithm: TokenAlgorithm,
+    /// The `aud` a session token must name.
+    #[arg(long, default_value = "ufrag-relay", value_name = "TEXT")]
+    pub session_token_audience: String,
+    /// The longest a session token may live (its `exp` from now, and from its `iat`);
+    /// at most 1h.
+    #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
+    pub session_token_max_lifetime: Duration,
+    /// Each session token creates one session: its `jti` is required and remembered
+    /// until it expires; a second POST with it gets 403.
+    #[arg(long)]
+    pub session_token_single_use: bool,
     /// Serve signaling on a non-loopback address without a bearer token (logged loudly).
     #[arg(long)]
     pub allow_unauthenticated: bool,
@@ -257,6 +289,18 @@ impl Transceiver {
                 "`requests_per_second_per_ip`: must be above 0".into(),
             ));
         }
+        if opts.playout_buffer < crate::playout::FRAME
+            || opts.playout_buffer > Duration::from_secs(60)
+        {
+            return Err(StartError::Config(
+                "`playout_buffer`: from 20ms to 60s".into(),
+            ));
+        }
+        if opts.session_stats_interval < Duration::from_secs(1) {
+            return Err(StartError::Config(
+                "`session_stats_interval`: at least 1s".into(),
+            ));
+        }
         if !opts.posts_per_second_per_ip.is_finite() || opts.posts_per_second_per_ip <= 0.0 {
             return Err(StartError::Config(
                 "`posts_per_second_per_ip`: must be above 0".into(),
@@ -270,11 +314,13 @@ impl Transceiver {
         let token = std::env::var("UFRAG_TRANSCEIVER_TOKEN")
             .ok()
             .filter(|t| !t.is_empty());
-        if token.is_none() && !opts.http_addr.ip().is_loopback() {
+        let session_tokens = session_tokens(opts)?;
+        if token.is_none() && session_tokens.is_none() && !opts.http_addr.ip().is_loopback() {
             if !opts.allow_unauthenticated {
                 return Err(StartError::Config(format!(
-                    "`http_addr`: {} is not loopback and no bearer token is set \
-                     (UFRAG_TRANSCEIVER_TOKEN); pass --allow-unauthenticated to serve anyone",
+                    "`http_addr`: {} is not loopback and neither a bearer token \
+                     (UFRAG_TRANSCEIVER_TOKEN) nor `session_token_key_file` is set; pass \
+                     --allow-unauthenticated to serve anyone",
                     opts.http_addr
                 )));
             }
@@ -324,6 +370,10 @@ impl Transceiver {
                 cluster: opts.cluster_id,
                 dtls_cert: dtls_cert.clone(),
                 max_sessions: opts.max_sessions_per_worker,
+                tuning: SessionTuning {
+                    stats_interval: opts.session_stats_interval,
+                    playout_buffer: opts.playout_buffer,
+                },
                 connect_timeout: opts.connect_timeout,
                 idle_timeout: opts.idle_timeout,
             };
@@ -378,6 +428,7 @@ impl Transceiver {
         let signaling = Arc::new(Signaling::new(
             handles,
             token,
+            session_tokens,
             Arc::clone(&metrics),
             SignalingLimits {
                 posts_per_second: opts.posts_per_second_per_ip,
@@ -475,6 +526,35 @@ fn model_bridge_config(opts: &TransceiverOptions) -> Result<Option<BridgeConfig>
         token,
         ca_pem,
     }))
+}
+
+/// The session-token verifier the options ask for, if any.
+fn session_tokens(opts: &TransceiverOptions) -> Result<Option<SessionTokens>, StartError> {
+    let Some(path) = &opts.session_token_key_file else {
+        if opts.session_token_single_use {
+            return Err(StartError::Config(
+                "`session_token_single_use`: needs `session_token_key_file`".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let field = "session_token_key_file";
+    let key = if opts.session_token_algorithm == TokenAlgorithm::Hs256 {
+        read_private(path, field)?
+    } else {
+        std::fs::read_to_string(path).map_err(|e| {
+            StartError::Config(format!("`{field}`: cannot read {}: {e}", path.display()))
+        })?
+    };
+    let rules = TokenRules {
+        algorithm: opts.session_token_algorithm,
+        audience: opts.session_token_audience.clone(),
+        max_lifetime_s: opts.session_token_max_lifetime.as_secs(),
+        single_use: opts.session_token_single_use,
+    };
+    SessionTokens::new(key.as_bytes(), rules)
+        .map(Some)
+        .map_err(|reason| StartError::Config(format!("`{field}`: {reason}")))
 }
 
 /// Reads a secret file that only its owner (and this process's group) may read.

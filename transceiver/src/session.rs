@@ -3,6 +3,7 @@
 //! timeout or the end. str0m's events become model inputs here; the worker only moves
 //! bytes and schedules wake-ups.
 
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -18,11 +19,16 @@ use ufrag_common::frame::Transport;
 use ufrag_common::stun::{METHOD_BINDING, StunClass, StunView, StunWriter, attr};
 
 use crate::error::SignalError;
-use crate::metrics::{DropReason, EndReason};
-use crate::model::{AudioFrame, ModelInput, ModelOutput, SessionId};
+use crate::metrics::{DropReason, EndReason, ModelDrop};
+use crate::model::{
+    AudioFrame, ClientTransport, ModelInput, ModelOutput, OPUS_CODEC, SessionClaims,
+    SessionContext, SessionId, SessionStats,
+};
 use crate::path_check::{Destination, HeldDatagram, PathCheck, Upkeep};
 use crate::per_address::Held;
+use crate::playout::Playout;
 use crate::session_table::ClientPath;
+use crate::session_token::Owner;
 
 /// ICE restarts one session may ask for at once ([`Session::take_restart`]).
 pub const RESTART_BURST: u32 = 3;
@@ -38,6 +44,8 @@ const PROBE_PRIORITY: u32 = 2_130_706_431;
 
 /// Name of the data channel the model talks on.
 pub const EVENTS_CHANNEL: &str = "events";
+/// How often a session reports its quality ([`ModelInput::SessionStats`]) by default.
+pub const STATS_INTERVAL: Duration = Duration::from_secs(5);
 /// The Opus payload type offered by browsers; used until media tells us otherwise.
 const OPUS_PT: u8 = 111;
 /// Audio packets str0m holds back behind a missing one before it hands on what follows.
@@ -154,6 +162,55 @@ pub struct Session {
     /// The client address's count of sessions waiting to connect, until this one does
     /// (or ends): signaling caps how many one address may park.
     waiting_to_connect: Option<Held>,
+    /// Who the session is for, from its session token (empty without one).
+    claims: SessionClaims,
+    /// Whom it belongs to: the owner of the session token that made it, if one did.
+    owner: Option<Owner>,
+    /// The last peer statistics (round trip, the client's reported loss, bytes sent):
+    /// joined with the audio's own in each [`ModelInput::SessionStats`].
+    peer_stats: Option<PeerFigures>,
+    /// The model's audio waiting to be played at real time.
+    playout: Playout,
+    /// What the session has to tell the model (a mark reached, a clear done), next out of
+    /// [`Session::poll_output`].
+    notes: VecDeque<ModelInput>,
+}
+
+/// How a session is run: set per transceiver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionTuning {
+    /// How often the session reports its quality ([`ModelInput::SessionStats`]).
+    pub stats_interval: Duration,
+    /// How much of the model's speech the session holds ahead of playback.
+    pub playout_buffer: Duration,
+}
+
+impl Default for SessionTuning {
+    fn default() -> Self {
+        SessionTuning {
+            stats_interval: STATS_INTERVAL,
+            playout_buffer: crate::playout::DEFAULT_BUFFER,
+        }
+    }
+}
+
+/// What became of something the model sent a session ([`Session::handle_model`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// An audio frame, queued for playback (or played at once).
+    AudioQueued,
+    /// An audio frame or a mark the session had no room for: dropped, counted.
+    Refused(ModelDrop),
+    /// Anything else (an event, a clear, a mark).
+    Done,
+}
+
+/// What a session keeps of str0m's peer statistics until the audio's arrive.
+#[derive(Clone, Copy, Debug)]
+struct PeerFigures {
+    rtt: Option<Duration>,
+    loss_out: Option<f32>,
+    bytes_out: u64,
 }
 
 /// The host candidates a session advertises: the relay's UDP VIP (or the worker itself
@@ -200,6 +257,21 @@ impl Session {
         dtls_cert: DtlsCert,
         now: Instant,
     ) -> Result<(Session, String), SignalError> {
+        let tuning = SessionTuning::default();
+        Self::accept_tuned(id, offer, local, advertise, dtls_cert, now, tuning)
+    }
+
+    /// [`Session::accept`] with `tuning`: how often it reports its quality, and how much
+    /// of the model's speech it holds ahead of playback.
+    pub fn accept_tuned(
+        id: SessionId,
+        offer: SdpOffer,
+        local: IceCreds,
+        advertise: impl Into<Advertised>,
+        dtls_cert: DtlsCert,
+        now: Instant,
+        tuning: SessionTuning,
+    ) -> Result<(Session, String), SignalError> {
         let advertise: Advertised = advertise.into();
         let local_password = local.pass.clone();
         let local_ufrag = local.ufrag.clone();
@@ -213,6 +285,7 @@ impl Session {
             .set_dtls_cert(dtls_cert)
             .set_reordering_size_audio(AUDIO_REORDER_PACKETS)
             .set_reordering_timeout_audio(Some(AUDIO_REORDER_WAIT))
+            .set_stats_interval(Some(tuning.stats_interval))
             .clear_codecs()
             .enable_opus(true, false)
             .build(now);
@@ -260,6 +333,11 @@ impl Session {
             paths: PathCheck::default(),
             restarts: (RESTART_BURST, now),
             waiting_to_connect: None,
+            claims: SessionClaims::default(),
+            owner: None,
+            peer_stats: None,
+            playout: Playout::new(tuning.playout_buffer),
+            notes: VecDeque::new(),
         };
         Ok((session, answer))
     }
@@ -489,25 +567,24 @@ impl Session {
 
     /// Time has passed: str0m's timers (ICE, DTLS retransmits, RTCP) run.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Frames due are written first: the timeout then sends them.
+        self.play_due(now);
         if self.rtc.handle_input(Input::Timeout(now)).is_err() {
             self.ended = Some(EndReason::RtcError);
         }
     }
 
-    /// Something the model sent this session: audio to play or an event to write.
-    /// Returns true if audio was written.
-    pub fn handle_model(&mut self, now: Instant, output: ModelOutput) -> bool {
-        match output {
-            ModelOutput::Audio { frame, .. } => {
-                let Some((mid, pt)) = self.audio else {
-                    return false;
-                };
-                let Some(writer) = self.rtc.writer(mid) else {
-                    return false;
-                };
-                let time = MediaTime::new(u64::from(frame.timestamp), Frequency::FORTY_EIGHT_KHZ);
-                writer.write(pt, now, time, frame.payload).is_ok()
-            }
+    /// Something the model sent this session: audio to play (queued, and played at
+    /// real time), an event to write, a clear or a mark.
+    pub fn handle_model(&mut self, now: Instant, output: ModelOutput) -> Applied {
+        let session = self.id;
+        let applied = match output {
+            // Before the client's audio track is known there is nowhere to play it.
+            ModelOutput::Audio { .. } if self.audio.is_none() => Applied::Done,
+            ModelOutput::Audio { frame, .. } => match self.playout.push(now, frame) {
+                Ok(()) => Applied::AudioQueued,
+                Err(_) => Applied::Refused(ModelDrop::PlayoutFull),
+            },
             ModelOutput::Event { json, .. } => {
                 match self.events.and_then(|cid| self.rtc.channel(cid)) {
                     Some(mut channel) => {
@@ -515,10 +592,42 @@ impl Session {
                     }
                     None => self.pending_events.push(json),
                 }
-                false
+                Applied::Done
             }
+            ModelOutput::Clear { .. } => {
+                let cleared = self.playout.clear();
+                self.notes.push_back(ModelInput::AudioCleared {
+                    session,
+                    frames: u32::try_from(cleared.frames).unwrap_or(u32::MAX),
+                    marks: cleared.marks,
+                });
+                Applied::Done
+            }
+            ModelOutput::Mark { name, .. } => match self.playout.mark(name) {
+                Ok(()) => Applied::Done,
+                Err(_) => Applied::Refused(ModelDrop::MarksFull),
+            },
             // The worker ends the session itself.
-            ModelOutput::End { .. } => false,
+            ModelOutput::End { .. } => Applied::Done,
+        };
+        self.play_due(now);
+        applied
+    }
+
+    /// Writes the model's frames due by `now`, and notes the marks they reach.
+    fn play_due(&mut self, now: Instant) {
+        while let Some(frame) = self.playout.due(now) {
+            if let Some((mid, pt)) = self.audio
+                && let Some(writer) = self.rtc.writer(mid)
+            {
+                let time = MediaTime::new(u64::from(frame.timestamp), Frequency::FORTY_EIGHT_KHZ);
+                let _ = writer.write(pt, now, time, frame.payload);
+            }
+        }
+        while let Some(name) = self.playout.reached_mark() {
+            let session = self.id;
+            self.notes
+                .push_back(ModelInput::MarkPlayed { session, name });
         }
     }
 
@@ -569,6 +678,43 @@ impl Session {
         api.set_remote_ice_credentials(remote);
     }
 
+    /// Records who the session is for (its session token's claims).
+    pub fn set_claims(&mut self, claims: SessionClaims) {
+        self.claims = claims;
+    }
+
+    /// Records whom the session belongs to (the owner of the token that made it).
+    pub fn set_owner(&mut self, owner: Owner) {
+        self.owner = Some(owner);
+    }
+
+    /// Whether `caller` may restart or end the session: the bearer token or an open
+    /// door (`None`) may act on any; a session token's owner only on its own.
+    pub fn belongs_to(&self, caller: Option<&Owner>) -> bool {
+        match caller {
+            None => true,
+            Some(caller) => self.owner.as_ref() == Some(caller),
+        }
+    }
+
+    /// What the model learns when the session starts: its claims, the codec, and the
+    /// transport and relay of the client's verified path (or of its last traffic).
+    pub fn context(&self) -> SessionContext {
+        let transport = self
+            .paths
+            .verified_over()
+            .map_or(self.last_transport, |(_, transport)| transport);
+        SessionContext {
+            claims: self.claims.clone(),
+            codec: OPUS_CODEC.to_string(),
+            transport: match transport {
+                Transport::Udp => ClientTransport::Udp,
+                Transport::Tcp => ClientTransport::Tcp,
+            },
+            relay: self.relay_for(transport),
+        }
+    }
+
     /// Counts this session against its client address's sessions waiting to connect
     /// until it connects or ends.
     pub fn hold_until_connected(&mut self, waiting: Held) {
@@ -604,6 +750,9 @@ impl Session {
             if let Some(reason) = self.ended {
                 return SessionOutput::Ended(reason);
             }
+            if let Some(note) = self.notes.pop_front() {
+                return SessionOutput::Model(note);
+            }
             let output = match self.rtc.poll_output() {
                 Ok(output) => output,
                 Err(e) => {
@@ -624,7 +773,8 @@ impl Session {
                         continue;
                     }
                     let upkeep = self.paths.next_upkeep().unwrap_or(t);
-                    return SessionOutput::Timeout(t.min(upkeep));
+                    let playout = self.playout.next_due().unwrap_or(t);
+                    return SessionOutput::Timeout(t.min(upkeep).min(playout));
                 }
                 Output::Event(event) => {
                     if let Some(out) = self.on_event(event) {
@@ -680,6 +830,35 @@ impl Session {
                 }
                 None
             }
+            // str0m reports the peer's figures, then each media's, every stats interval.
+            Event::PeerStats(peer) => {
+                self.peer_stats = Some(PeerFigures {
+                    rtt: peer.rtt,
+                    loss_out: peer.egress_loss_fraction,
+                    bytes_out: peer.peer_bytes_tx,
+                });
+                None
+            }
+            // Reported from connection on: the model hears of a session when it connects.
+            Event::MediaIngressStats(audio)
+                if self.connected && self.audio.is_some_and(|(mid, _)| mid == audio.mid) =>
+            {
+                let peer = self.peer_stats?;
+                let stats = SessionStats {
+                    rtt: peer.rtt.or(audio.rtt),
+                    loss_in: audio.loss,
+                    loss_out: peer.loss_out,
+                    // RTP timestamp units at 48 kHz: 1/48 ms each.
+                    jitter_in: Duration::from_micros(u64::from(audio.jitter) * 1000 / 48),
+                    packets_in: audio.packets,
+                    bytes_in: audio.bytes,
+                    bytes_out: peer.bytes_out,
+                };
+                Some(SessionOutput::Model(ModelInput::SessionStats {
+                    session,
+                    stats,
+                }))
+            }
             Event::ChannelData(d) if Some(d.id) == self.events && !d.binary => {
                 let json = String::from_utf8(d.data).ok()?;
                 Some(SessionOutput::Model(ModelInput::Event { session, json }))
@@ -727,6 +906,7 @@ mod tests {
     use str0m::media::{Direction, MediaKind};
 
     use super::*;
+    use crate::playout::FRAME;
 
     const CLIENT: SocketAddr = SocketAddr::new(
         std::net::IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 7)),
@@ -753,6 +933,12 @@ mod tests {
         seen: Vec<SessionOutput>,
         /// Drop the client's next RTP datagram (a packet lost on the way).
         lose_next_rtp: bool,
+        /// When the client got each audio frame from the session, and its RTP timestamp.
+        heard: Vec<(Instant, u64)>,
+        /// When the session sent each RTP datagram.
+        sent_audio: Vec<Instant>,
+        /// The longest step of time one round takes.
+        max_step: Duration,
     }
 
     /// A str0m client at [`CLIENT`] offering Opus and the `events` channel.
@@ -795,6 +981,9 @@ mod tests {
             now,
             seen: vec![],
             lose_next_rtp: false,
+            heard: vec![],
+            sent_audio: vec![],
+            max_step: Duration::from_millis(50),
         }
     }
 
@@ -803,14 +992,12 @@ mod tests {
         /// times.
         fn run(&mut self, rounds: usize) {
             for _ in 0..rounds {
-                let mut next = self.now + Duration::from_millis(50);
+                let mut next = self.now + self.max_step;
                 loop {
                     match self.client.poll_output().unwrap() {
                         Output::Transmit(t) => {
                             assert_eq!((t.source, t.destination), (CLIENT, VIP));
-                            let rtp = t.contents.first().is_some_and(|b| b & 0xc0 == 0x80)
-                                && !(192..=223).contains(&t.contents[1]);
-                            if rtp && std::mem::take(&mut self.lose_next_rtp) {
+                            if is_rtp(&t.contents) && std::mem::take(&mut self.lose_next_rtp) {
                                 continue;
                             }
                             self.session
@@ -821,6 +1008,9 @@ mod tests {
                             next = next.min(t);
                             break;
                         }
+                        Output::Event(Event::MediaData(d)) => {
+                            self.heard.push((self.now, d.time.numer()));
+                        }
                         Output::Event(_) => {}
                     }
                 }
@@ -828,6 +1018,9 @@ mod tests {
                     match self.session.poll_output() {
                         SessionOutput::Transmit(t) => {
                             assert_eq!((t.source, t.destination), (VIP, CLIENT));
+                            if is_rtp(&t.contents) {
+                                self.sent_audio.push(self.now);
+                            }
                             let receive =
                                 Receive::new(Protocol::Udp, VIP, CLIENT, &t.contents).unwrap();
                             self.client
@@ -932,6 +1125,167 @@ mod tests {
             }
         }
         assert_eq!(got.as_deref(), Some("{\"pong\":1}"));
+    }
+
+    #[test]
+    fn a_talking_session_reports_its_quality_every_stats_interval() {
+        let mut p = connected_pair();
+        let start = p.now;
+        let mut frame = 0;
+        while p.now < start + STATS_INTERVAL * 2 + Duration::from_millis(500) {
+            p.send_audio(frame);
+            frame += 1;
+            p.run(1);
+        }
+        let reports: Vec<&SessionStats> = p
+            .seen
+            .iter()
+            .filter_map(|o| match o {
+                SessionOutput::Model(ModelInput::SessionStats { session: 7, stats }) => Some(stats),
+                _ => None,
+            })
+            .collect();
+        // One a stats interval from the session's creation: at 5 s and at 10 s.
+        assert_eq!(reports.len(), 2, "{reports:?}");
+        let last = reports.last().unwrap();
+        assert!(last.packets_in > 0 && last.bytes_in > 0, "{last:?}");
+        assert!(last.bytes_out > 0, "{last:?}");
+        assert!(last.loss_in.is_none_or(|loss| loss == 0.0), "{last:?}");
+        assert!(last.jitter_in < Duration::from_millis(100), "{last:?}");
+        // What `session.started` would say of this session: UDP, through the relay.
+        let context = p.session.context();
+        assert_eq!(context.transport, ClientTransport::Udp);
+        assert_eq!(context.relay, Some(RELAY));
+        assert_eq!(context.codec, OPUS_CODEC);
+    }
+
+    /// A [`pair`] whose session has connected.
+    fn connected_pair() -> Pair {
+        let mut p = pair();
+        p.run(40);
+        assert!(p.connected());
+        p
+    }
+
+    /// Whether a datagram is RTP (not RTCP, STUN or DTLS).
+    fn is_rtp(datagram: &[u8]) -> bool {
+        datagram.first().is_some_and(|b| b & 0xc0 == 0x80)
+            && datagram.get(1).is_some_and(|pt| !(192..=223).contains(pt))
+    }
+
+    /// The model's frame `n` of a stream (20 ms each).
+    fn model_frame(n: u32) -> ModelOutput {
+        ModelOutput::Audio {
+            session: 7,
+            frame: AudioFrame {
+                seq: n as u16,
+                timestamp: 960 * n,
+                payload: vec![0xf8, 0xff, 0xfe],
+            },
+        }
+    }
+
+    #[test]
+    fn speech_sent_ten_times_faster_than_real_time_is_heard_at_real_time() {
+        let mut p = connected_pair();
+        // 5 s of speech (250 frames) arrives in 0.5 s: a frame every 2 ms.
+        p.max_step = Duration::from_millis(2);
+        let start = p.now;
+        for n in 0..250 {
+            let at = start + Duration::from_millis(2 * u64::from(n));
+            while p.now < at {
+                p.run(1);
+            }
+            assert_eq!(
+                p.session.handle_model(p.now, model_frame(n)),
+                Applied::AudioQueued
+            );
+        }
+        while p.now < start + Duration::from_secs(6) {
+            p.run(1);
+        }
+        assert_eq!(p.heard.len(), 250, "no loss");
+        let first_timestamp = p.heard[0].1;
+        for (i, (_, timestamp)) in p.heard.iter().enumerate() {
+            assert_eq!(timestamp - first_timestamp, 960 * i as u64, "in order");
+        }
+        // Sent at its slot: the first at once, the next the least gap later, then one
+        // every 20 ms from there, however the wake-ups fell.
+        assert_eq!(p.sent_audio.len(), 250);
+        let first = p.sent_audio[0];
+        for (i, at) in p.sent_audio.iter().enumerate().skip(1) {
+            let slot = first + crate::playout::MIN_GAP + FRAME * (i as u32 - 1);
+            let drift = if *at > slot { *at - slot } else { slot - *at };
+            assert!(
+                drift <= Duration::from_millis(2),
+                "frame {i} sent {drift:?} off its slot"
+            );
+        }
+    }
+
+    #[test]
+    fn a_clear_stops_queued_speech_at_once_and_a_mark_is_reported_when_played() {
+        let mut p = connected_pair();
+        for n in 0..100 {
+            p.session.handle_model(p.now, model_frame(n));
+        }
+        p.session.handle_model(
+            p.now,
+            ModelOutput::Mark {
+                session: 7,
+                name: "after-100".into(),
+            },
+        );
+        // Ten frames play; then the user speaks and the model clears.
+        let start = p.now;
+        while p.sent_audio.len() < 10 {
+            p.run(1);
+        }
+        let cleared_at = p.now;
+        p.session
+            .handle_model(cleared_at, ModelOutput::Clear { session: 7 });
+        while p.now < start + Duration::from_secs(3) {
+            p.run(1);
+        }
+        // Nothing queued is sent after the clear, and the client hears what was sent.
+        let after: Vec<_> = p.sent_audio.iter().filter(|at| **at > cleared_at).collect();
+        assert!(after.is_empty(), "sent after the clear: {after:?}");
+        assert_eq!(p.heard.len(), p.sent_audio.len());
+        let cleared = p.seen.iter().find_map(|o| match o {
+            SessionOutput::Model(ModelInput::AudioCleared { frames, marks, .. }) => {
+                Some((*frames, marks.clone()))
+            }
+            _ => None,
+        });
+        let (frames, marks) = cleared.expect("the model hears the clear was done");
+        assert_eq!(
+            frames as usize + p.heard.len(),
+            100,
+            "every frame heard or cleared"
+        );
+        assert_eq!(marks, ["after-100"], "the mark will never be reached");
+        assert!(
+            !p.seen
+                .iter()
+                .any(|o| matches!(o, SessionOutput::Model(ModelInput::MarkPlayed { .. }))),
+        );
+        // A mark after new speech is reported once that speech has played.
+        for n in 200..203 {
+            p.session.handle_model(p.now, model_frame(n));
+        }
+        p.session.handle_model(
+            p.now,
+            ModelOutput::Mark {
+                session: 7,
+                name: "answer".into(),
+            },
+        );
+        p.run(10);
+        let played = p.seen.iter().find_map(|o| match o {
+            SessionOutput::Model(ModelInput::MarkPlayed { name, .. }) => Some(name.clone()),
+            _ => None,
+        });
+        assert_eq!(played.as_deref(), Some("answer"));
     }
 
     #[test]
@@ -1075,9 +1429,7 @@ mod tests {
     /// ms) behind a gap; the session lets one frame wait.
     #[test]
     fn one_lost_audio_packet_holds_back_at_most_one_frame() {
-        let mut p = pair();
-        p.run(30);
-        assert!(p.connected());
+        let mut p = connected_pair();
         let mut frame = 0;
         let mut send = |p: &mut Pair, lose: bool| {
             p.lose_next_rtp = lose;

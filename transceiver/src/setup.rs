@@ -15,7 +15,7 @@ use ufrag_common::runtime::keys::SharedKeys;
 
 use crate::error::SignalError;
 use crate::model::SessionId;
-use crate::session::{Advertised, Session};
+use crate::session::{Advertised, Session, SessionTuning};
 
 /// Everything needed to set up sessions for one worker.
 #[derive(Debug, Clone)]
@@ -32,6 +32,8 @@ pub struct SessionMint {
     pub advertise: Advertised,
     /// The process's DTLS certificate.
     pub dtls_cert: DtlsCert,
+    /// How sessions are run (their quality reports, their playout buffer).
+    pub tuning: SessionTuning,
 }
 
 /// A session built by [`SessionMint::session`], ready for its worker.
@@ -93,13 +95,14 @@ impl SessionMint {
     ) -> Result<NewSession, SignalError> {
         let creds = self.credentials(random);
         let ufrag = creds.ufrag.clone();
-        let (session, answer) = Session::accept(
+        let (session, answer) = Session::accept_tuned(
             id,
             offer,
             creds,
             self.advertise,
             self.dtls_cert.clone(),
             now,
+            self.tuning,
         )?;
         Ok(NewSession {
             session,

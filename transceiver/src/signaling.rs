@@ -47,8 +47,9 @@ use crate::client_address::TrustedProxies;
 use crate::error::SignalError;
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::model::SessionId;
-use crate::per_address::{AddressRate, HeldPerAddress};
+use crate::per_address::{AddressRate, Held, HeldPerAddress};
 use crate::random::random_bytes;
+use crate::session_token::{self, SessionTokens, TokenRefusal, VerifiedToken};
 use crate::worker::{Command, RestartRefused, WorkerHandle};
 
 /// Largest accepted request body (an offer or a trickle fragment).
@@ -138,6 +139,8 @@ fn with_cors(r: SignalResponse) -> SignalResponse {
 pub struct Signaling {
     workers: Vec<WorkerHandle>,
     token: Option<BearerToken>,
+    /// Per-session credentials minted by the app's server ([`crate::session_token`]).
+    session_tokens: Option<SessionTokens>,
     metrics: Arc<TransceiverMetrics>,
     accepting: AtomicBool,
     http_alive: AtomicBool,
@@ -169,6 +172,17 @@ pub fn check_offer(body: &str) -> Result<SdpOffer, OfferRefusal> {
         )));
     }
     check_offer_content(body).map_err(OfferRefusal::Unusable)
+}
+
+/// Whether [`Signaling`] made the session it was asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placed {
+    /// The worker took it.
+    Created,
+    /// Surely not made: refused before or by the worker.
+    Refused,
+    /// The worker did not answer in time: it may yet take it.
+    Unknown,
 }
 
 /// Why an offer was refused, in one line.
@@ -239,6 +253,13 @@ fn parse_session_id(text: &str, workers: usize) -> Option<(SessionId, usize)> {
     (worker < workers).then_some((id, worker))
 }
 
+/// The wall clock in Unix seconds, as session tokens count time.
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 fn header_str<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
@@ -250,6 +271,7 @@ impl Signaling {
     pub fn new(
         workers: Vec<WorkerHandle>,
         token: Option<String>,
+        session_tokens: Option<SessionTokens>,
         metrics: Arc<TransceiverMetrics>,
         limits: SignalingLimits,
     ) -> Self {
@@ -257,6 +279,7 @@ impl Signaling {
         Signaling {
             workers,
             token: token.as_deref().map(BearerToken::new),
+            session_tokens,
             metrics,
             accepting: AtomicBool::new(true),
             http_alive: AtomicBool::new(true),
@@ -331,8 +354,43 @@ impl Signaling {
             .all(|w| w.load.alive.load(Ordering::Relaxed))
     }
 
-    fn authorized(&self, headers: &HeaderMap) -> bool {
-        self.token.is_none() || self.authenticated(headers)
+    /// Who may call: the server-to-server bearer token, or a session token that
+    /// verifies; anyone when neither is configured. `Ok(None)` for the bearer token or
+    /// an open door, `Ok(Some(token))` for a verified session token (not yet spent).
+    fn caller(&self, headers: &HeaderMap) -> Result<Option<VerifiedToken>, SignalResponse> {
+        if self.authenticated(headers) {
+            return Ok(None);
+        }
+        if let Some(tokens) = &self.session_tokens {
+            let verified = session_token::bearer(header_str(headers, "authorization"))
+                .ok_or(TokenRefusal::Missing)
+                .and_then(|token| tokens.verify(token, unix_now()));
+            return verified
+                .map(Some)
+                .map_err(|refusal| self.refuse_token(refusal));
+        }
+        if self.token.is_some() {
+            return Err(text(401, "missing or wrong bearer token"));
+        }
+        Ok(None)
+    }
+
+    /// The answer to a refused session token, counted by its reason.
+    fn refuse_token(&self, refusal: TokenRefusal) -> SignalResponse {
+        self.metrics.session_token_refused(refusal);
+        let response = text(refusal.status(), refusal.explain());
+        match refusal.status() {
+            401 if refusal == TokenRefusal::Missing => response.with("WWW-Authenticate", "Bearer"),
+            401 => response.with(
+                "WWW-Authenticate",
+                format!(
+                    "Bearer error=\"invalid_token\", error_description=\"{}\"",
+                    refusal.label()
+                ),
+            ),
+            503 => response.with("Retry-After", "1"),
+            _ => response,
+        }
     }
 
     /// Whether the request carries the configured bearer token (never, when none is).
@@ -393,9 +451,10 @@ impl Signaling {
     }
 
     fn create(&self, client: IpAddr, headers: &HeaderMap, body: &[u8]) -> SignalResponse {
-        if !self.authorized(headers) {
-            return text(401, "missing or wrong bearer token");
-        }
+        let token = match self.caller(headers) {
+            Ok(verified) => verified,
+            Err(refused) => return refused,
+        };
         if !self.post_rate.take(client, Instant::now()) {
             self.metrics.http_refused(HttpRefusal::PostRate);
             return text(429, "too many sessions from this address").with("Retry-After", "1");
@@ -420,7 +479,7 @@ impl Signaling {
             return text(503, "draining").with("Retry-After", "5");
         }
         // The least loaded live worker whose model can take it takes the session.
-        let Some((index, worker)) = self
+        let Some((index, _)) = self
             .workers
             .iter()
             .enumerate()
@@ -451,6 +510,39 @@ impl Signaling {
             };
             Some(waiting)
         };
+        // A single-use token is spent before the worker takes the session (two POSTs with
+        // one token cannot both make one), and given back when the session was surely
+        // not made (a bad offer, a full transceiver), so the page may try again.
+        let Some(tokens) = &self.session_tokens else {
+            return self.place(index, offer, waiting, None).0;
+        };
+        let Some(verified) = token else {
+            return self.place(index, offer, waiting, None).0;
+        };
+        if let Err(refusal) = tokens.spend(&verified, unix_now()) {
+            return self.refuse_token(refusal);
+        }
+        let (response, placed) = self.place(index, offer, waiting, Some(&verified));
+        match placed {
+            Placed::Created => self.metrics.session_token_accepted(),
+            Placed::Refused => tokens.unspend(&verified),
+            // The worker may yet make it: the token stays spent.
+            Placed::Unknown => {}
+        }
+        response
+    }
+
+    /// Builds the session for `offer` and hands it to worker `index`, for a caller with
+    /// `token` (its claims and owner go with the session): the answer, and whether the
+    /// session was made.
+    fn place(
+        &self,
+        index: usize,
+        offer: SdpOffer,
+        waiting: Option<Held>,
+        token: Option<&VerifiedToken>,
+    ) -> (SignalResponse, Placed) {
+        let worker = &self.workers[index];
         let id = session_id(index);
         // The costly part of a new session is built here, not on the worker.
         let new = match worker
@@ -461,36 +553,56 @@ impl Signaling {
                 if let Some(waiting) = waiting {
                     new.session.hold_until_connected(waiting);
                 }
+                if let Some(token) = token {
+                    new.session.set_claims(token.claims.clone());
+                    new.session.set_owner(token.owner);
+                }
                 Box::new(new)
             }
             Err(SignalError::BadOffer(reason)) => {
-                return text(400, reason.lines().next().unwrap_or("bad offer"));
+                let reason = reason.lines().next().unwrap_or("bad offer");
+                return (text(400, reason), Placed::Refused);
             }
             Err(SignalError::Full) => {
-                return text(503, "at capacity").with("Retry-After", "5");
+                return (
+                    text(503, "at capacity").with("Retry-After", "5"),
+                    Placed::Refused,
+                );
             }
         };
         let answer = new.answer.clone();
         let (tx, rx) = crossbeam_channel::bounded(1);
         let cmd = Command::Create { id, new, reply: tx };
         if worker.commands.try_send(cmd).is_err() || worker.waker.wake().is_err() {
-            return text(503, "worker busy").with("Retry-After", "1");
+            let busy = text(503, "worker busy").with("Retry-After", "1");
+            return (busy, Placed::Refused);
         }
         match rx.recv_timeout(WORKER_TIMEOUT) {
-            Ok(Ok(())) => SignalResponse::new(201, "application/sdp", answer)
-                .with("Location", format!("/v1/sessions/{id:016x}")),
-            Ok(Err(SignalError::BadOffer(reason))) => {
-                text(400, reason.lines().next().unwrap_or("bad offer"))
-            }
-            Ok(Err(SignalError::Full)) => text(503, "at capacity").with("Retry-After", "5"),
-            Err(_) => text(503, "worker did not answer").with("Retry-After", "1"),
+            Ok(Ok(())) => (
+                SignalResponse::new(201, "application/sdp", answer)
+                    .with("Location", format!("/v1/sessions/{id:016x}")),
+                Placed::Created,
+            ),
+            Ok(Err(SignalError::BadOffer(reason))) => (
+                text(400, reason.lines().next().unwrap_or("bad offer")),
+                Placed::Refused,
+            ),
+            Ok(Err(SignalError::Full)) => (
+                text(503, "at capacity").with("Retry-After", "5"),
+                Placed::Refused,
+            ),
+            Err(_) => (
+                text(503, "worker did not answer").with("Retry-After", "1"),
+                Placed::Unknown,
+            ),
         }
     }
 
     fn patch(&self, client: IpAddr, headers: &HeaderMap, id: &str, body: &[u8]) -> SignalResponse {
-        if !self.authorized(headers) {
-            return text(401, "missing or wrong bearer token");
-        }
+        let caller = match self.caller(headers) {
+            Ok(verified) => verified.map(|v| v.owner),
+            Err(refused) => return refused,
+        };
         let content_type = header_str(headers, "content-type").map(str::to_ascii_lowercase);
         if !content_type.is_some_and(|c| c.starts_with("application/trickle-ice-sdpfrag")) {
             return text(415, "Content-Type must be application/trickle-ice-sdpfrag");
@@ -514,6 +626,7 @@ impl Signaling {
         let (tx, rx) = crossbeam_channel::bounded(1);
         let cmd = Command::Restart {
             id,
+            caller,
             remote,
             random: random_bytes(),
             reply: tx,
@@ -541,9 +654,10 @@ impl Signaling {
     }
 
     fn delete(&self, headers: &HeaderMap, id: &str) -> SignalResponse {
-        if !self.authorized(headers) {
-            return text(401, "missing or wrong bearer token");
-        }
+        let caller = match self.caller(headers) {
+            Ok(verified) => verified.map(|v| v.owner),
+            Err(refused) => return refused,
+        };
         let Some((id, index)) = parse_session_id(id, self.workers.len()) else {
             return text(404, "no such session");
         };
@@ -551,7 +665,11 @@ impl Signaling {
         let (tx, rx) = crossbeam_channel::bounded(1);
         if worker
             .commands
-            .try_send(Command::Delete { id, reply: tx })
+            .try_send(Command::Delete {
+                id,
+                caller,
+                reply: tx,
+            })
             .is_err()
             || worker.waker.wake().is_err()
         {

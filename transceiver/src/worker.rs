@@ -39,8 +39,9 @@ use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
 use crate::model::{ModelBackend, ModelInput, ModelLink, ModelOutput, SessionId};
 use crate::path_check::{Destination, Upkeep};
 use crate::random::random_bytes;
-use crate::session::{Advertised, Session, SessionOutput, protocol_of};
+use crate::session::{Advertised, Applied, Session, SessionOutput, SessionTuning, protocol_of};
 use crate::session_table::{ClientPath, PathRefused, SessionTable, Unrouted};
+use crate::session_token::Owner;
 use crate::setup::{NewSession, SessionMint};
 
 const SOCKET: Token = Token(0);
@@ -97,6 +98,9 @@ pub enum Command {
     Restart {
         /// The session.
         id: SessionId,
+        /// Who asks: the owner of the session token presented (`None`: the bearer token,
+        /// or no authentication configured). Another owner's session is not found.
+        caller: Option<Owner>,
         /// The client's new ufrag and password.
         remote: IceCreds,
         /// Random bits for the new routing hint, if the old ufrag is no hint (a hint's
@@ -109,6 +113,8 @@ pub enum Command {
     Delete {
         /// The session.
         id: SessionId,
+        /// Who asks, as for [`Command::Restart`].
+        caller: Option<Owner>,
         /// Where the answer goes.
         reply: Sender<bool>,
     },
@@ -139,6 +145,8 @@ pub struct WorkerConfig {
     pub dtls_cert: DtlsCert,
     /// Sessions this worker may hold.
     pub max_sessions: usize,
+    /// How sessions are run (their quality reports, their playout buffer).
+    pub tuning: SessionTuning,
     /// A session that has not connected by then is ended.
     pub connect_timeout: Duration,
     /// A session that has received nothing for this long is ended.
@@ -251,6 +259,7 @@ impl Worker {
                 tcp: cfg.advertise_tcp.filter(|_| !cfg.direct),
             },
             dtls_cert: cfg.dtls_cert.clone(),
+            tuning: cfg.tuning,
         });
         let handle = WorkerHandle {
             commands: tx,
@@ -352,19 +361,34 @@ impl Worker {
                 }
                 Command::Restart {
                     id,
+                    caller,
                     remote,
                     random,
                     reply,
                 } => {
-                    let _ = reply.send(self.restart_ice(id, remote, random));
+                    let outcome = if self.belongs(id, caller.as_ref()) {
+                        self.restart_ice(id, remote, random)
+                    } else {
+                        Err(RestartRefused::NoSuchSession)
+                    };
+                    let _ = reply.send(outcome);
                 }
-                Command::Delete { id, reply } => {
-                    let existed = self.sessions.get_mut(id).is_some();
-                    self.end(id, EndReason::Deleted);
-                    let _ = reply.send(existed);
+                Command::Delete { id, caller, reply } => {
+                    let found = self.belongs(id, caller.as_ref());
+                    if found {
+                        self.end(id, EndReason::Deleted);
+                    }
+                    let _ = reply.send(found);
                 }
             }
         }
+    }
+
+    /// Whether session `id` exists and `caller` may act on it.
+    fn belongs(&mut self, id: SessionId, caller: Option<&Owner>) -> bool {
+        self.sessions
+            .get_mut(id)
+            .is_some_and(|session| session.belongs_to(caller))
     }
 
     /// An ICE restart of session `id`, if its budget allows one now: a new server ufrag
@@ -652,7 +676,12 @@ impl Worker {
                         self.transmit(relay, t.proto, path, false, &probe[..len]);
                     }
                 }
-                SessionOutput::Model(input) => self.model.handle(now, input, &mut self.outputs),
+                SessionOutput::Model(input) => {
+                    if let ModelInput::SessionStats { stats, .. } = &input {
+                        self.metrics.session_quality(stats);
+                    }
+                    self.model.handle(now, input, &mut self.outputs);
+                }
                 SessionOutput::Connected(after) => {
                     self.metrics.session_connected(after);
                     tracing::info!(
@@ -660,9 +689,13 @@ impl Worker {
                         setup_ms = after.as_secs_f64() * 1e3,
                         "session connected"
                     );
+                    let context = std::sync::Arc::new(session.context());
                     self.model.handle(
                         now,
-                        ModelInput::SessionStarted { session: id },
+                        ModelInput::SessionStarted {
+                            session: id,
+                            context,
+                        },
                         &mut self.outputs,
                     );
                 }
@@ -808,8 +841,10 @@ impl Worker {
                 let Some(session) = self.sessions.get_mut(id) else {
                     continue;
                 };
-                if session.handle_model(now, out) {
-                    self.metrics.audio_echoed();
+                match session.handle_model(now, out) {
+                    Applied::AudioQueued => self.metrics.audio_echoed(),
+                    Applied::Refused(drop) => self.metrics.model_dropped(drop),
+                    Applied::Done => {}
                 }
                 touched.push(id);
             }

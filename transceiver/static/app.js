@@ -7,11 +7,15 @@
 // DELETE, and POSTs the result (JSON, the fields of `result` below) to URL: how the
 // browser tests drive a real Chromium through this very page. `&end=none` leaves the
 // session running (no DELETE, no close) for a test that then closes the browser.
+// `&token=JWT` sends a session token (as the app's server would hand one to its page)
+// as `Authorization: Bearer` on the POST and the DELETE; a real page gets it from its
+// own server, never from its URL, which ends up in logs.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
 const PING_EVERY_MS = 50;
+const AUTH = params.has("token") ? { Authorization: `Bearer ${params.get("token")}` } : {};
 let session = null;
 
 function log(line) {
@@ -107,7 +111,7 @@ async function start() {
   t0 = performance.now();
   const response = await fetch("/v1/sessions", {
     method: "POST",
-    headers: { "Content-Type": "application/sdp" },
+    headers: { "Content-Type": "application/sdp", ...AUTH },
     body: pc.localDescription.sdp,
   });
   if (response.status !== 201) {
@@ -212,7 +216,7 @@ async function stop() {
   if (params.get("end") === "none") return result; // the test closes the browser itself
   // DELETE first: closing the peer connection first would end the session by its DTLS
   // close alert, and DELETE would find nothing (404).
-  result.delete_status = (await fetch(location, { method: "DELETE" })).status;
+  result.delete_status = (await fetch(location, { method: "DELETE", headers: AUTH })).status;
   stream.getTracks().forEach((t) => t.stop());
   pc.close();
   $("talk").textContent = "Talk";

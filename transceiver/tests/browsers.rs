@@ -6,7 +6,8 @@
 //!
 //! Chromium also talks to an external model backend (`--model ws://`): the reference
 //! echo (the pongs and the audio it gets back crossed the WebSocket bridge), and the
-//! speaking one (every packet it hears is the backend's own voice, none its own).
+//! speaking one (every packet it hears is the backend's own voice, none its own). With a
+//! session token from `ufrag-token`, the backend learns the token's claims.
 //!
 //! A page left open keeps its session alive past the idle timeout; a browser killed
 //! without a word ends it as `idle`.
@@ -179,10 +180,22 @@ impl<'a> SessionWatch<'a> {
 /// that DELETE ended it. The transceiver is returned for more checks.
 fn chromium_through_relay_mio(extra: &[&str]) -> (Value, Transceiver) {
     let relay = TestRelay::start(&[]);
+    let (result, xcvr) = chromium_through(&relay, extra, None);
+    (result, xcvr)
+}
+
+/// Chromium on the demo page through `relay` to a transceiver started with `extra`,
+/// presenting `token` as its session token when given.
+fn chromium_through(
+    relay: &TestRelay,
+    extra: &[&str],
+    token: Option<&str>,
+) -> (Value, Transceiver) {
     let xcvr = Transceiver::start(Some(relay.vip), extra);
     let report = ReportListener::bind(None, std::net::Ipv4Addr::LOCALHOST.into()).unwrap();
+    let token = token.map(|t| format!("&token={t}")).unwrap_or_default();
     let url = format!(
-        "http://{}/?auto={SECONDS}&report={}",
+        "http://{}/?auto={SECONDS}&report={}{token}",
         xcvr.http,
         report.url()
     );
@@ -227,6 +240,63 @@ fn chromium_talks_to_an_external_model_backend_through_relay_mio() {
         xcvr.metric("ufrag_transceiver_model_dropped_messages_total"),
         0.0
     );
+}
+
+/// The app's server mints a session token with `ufrag-token`; Chromium presents it, and
+/// the backend learns from `session.started` who the session is for (the token's claims),
+/// the codec, and how the client came (UDP, through which relay worker); then a
+/// `session.stats` a second from Chromium's RTCP.
+#[test]
+fn chromium_with_a_session_token_reaches_a_backend_that_learns_its_claims() {
+    let backend = model_backend(ufrag_model_backends::Voice::Echo);
+    let (secret, flags) = session_token_secret("chromium");
+    let token = mint_with_helper(
+        &secret,
+        &[
+            "--subject",
+            "user-42",
+            "--route",
+            "agent/support",
+            "--metadata",
+            r#"{"plan":"pro","locale":"en-GB"}"#,
+        ],
+    );
+    let mut extra: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let url = backend.url();
+    extra.extend(["--model", &url, "--session-stats-interval", "1s"]);
+    let relay = TestRelay::start(&[]);
+    let (result, xcvr) = chromium_through(&relay, &extra, Some(&token));
+    // Connected, talked, and the token vouched for the page's DELETE (204).
+    assert_talked(&result, "chromium with a session token");
+    let started = backend.started();
+    assert_eq!(started.len(), 1, "{started:?}");
+    let context = &started[0].1;
+    assert_eq!(context.claims.subject.as_deref(), Some("user-42"));
+    assert_eq!(context.claims.route.as_deref(), Some("agent/support"));
+    assert_eq!(
+        context.claims.metadata,
+        Some(serde_json::json!({"plan": "pro", "locale": "en-GB"}))
+    );
+    assert_eq!(context.codec, "opus/48000/2");
+    assert_eq!(context.transport, transceiver::model::ClientTransport::Udp);
+    assert_eq!(context.relay, Some(relay.internal), "{context:?}");
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_session_tokens_accepted_total"),
+        1.0
+    );
+    // Chromium's RTCP made quality reports: to the backend, and into the histograms.
+    let reports = backend.stats_reports();
+    assert!(
+        reports >= 2,
+        "{reports} session.stats reports in {SECONDS} s at 1 s"
+    );
+    // The histograms take each report before it crosses the WebSocket: at least as many.
+    let observed = xcvr.metric("ufrag_transceiver_session_jitter_seconds_count");
+    assert!(
+        observed >= reports as f64,
+        "{observed} observed, {reports} reported"
+    );
+    let _ = std::fs::remove_file(secret);
 }
 
 #[test]

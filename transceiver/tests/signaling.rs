@@ -1,4 +1,5 @@
-//! Signaling: each bad input gets its status code; CORS; capacity; bearer token; frames
+//! Signaling: each bad input gets its status code; CORS; capacity; bearer token; session
+//! tokens (each refusal's status and count, single use); frames
 //! from outside the relay networks are dropped and counted; the page's JavaScript parses.
 
 mod support;
@@ -185,6 +186,209 @@ fn a_configured_bearer_token_is_required() {
         .status,
         204
     );
+}
+
+/// Session tokens: the app's server mints one per user (here with `ufrag-token`, the
+/// documented helper); each bad token gets its documented status and reason, counted; a
+/// single-use token is spent only on a session made; a user acts only on their own
+/// sessions; and the server-to-server bearer token still works beside them.
+#[test]
+fn session_tokens_admit_their_user_once_and_each_refusal_is_counted() {
+    use transceiver::model::SessionClaims;
+    use transceiver::session_token::{TokenAlgorithm, TokenRequest, mint};
+    let (secret, flags) = session_token_secret("signaling");
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.extend(["--max-sessions-per-worker", "1"]);
+    let xcvr = Transceiver::start_with_env(
+        Some("127.0.0.1:3478".parse().unwrap()),
+        &flags,
+        &[("UFRAG_TRANSCEIVER_TOKEN", "s3cret")],
+    );
+    let client = new_client();
+    let post = |offer: &str, bearer: Option<&str>| {
+        let auth = bearer.map(|t| format!("Bearer {t}"));
+        let headers: Vec<(&str, &str)> =
+            auth.iter().map(|a| ("Authorization", a.as_str())).collect();
+        http_request(
+            xcvr.http,
+            "POST",
+            "/v1/sessions",
+            Some(("application/sdp", offer)),
+            &headers,
+        )
+        .unwrap()
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let key = std::fs::read(&secret).unwrap();
+    let minted = |audience: &str, issued_at_s: u64, key: &[u8]| {
+        let request = TokenRequest {
+            audience: audience.into(),
+            issued_at_s,
+            lifetime_s: 60,
+            id: format!("{audience}-{issued_at_s}"),
+            claims: SessionClaims::default(),
+        };
+        mint(TokenAlgorithm::Hs256, key, &request).unwrap()
+    };
+    let cases = [
+        (None, 401, "missing"),
+        (Some("not-a-token".to_string()), 401, "malformed"),
+        (
+            Some(minted(
+                TOKEN_AUDIENCE,
+                now,
+                b"some-other-secret-some-other-secret!",
+            )),
+            401,
+            "bad_signature",
+        ),
+        (
+            Some(minted(TOKEN_AUDIENCE, now - 3600, &key)),
+            401,
+            "expired",
+        ),
+        (
+            Some(minted("another-app", now, &key)),
+            403,
+            "wrong_audience",
+        ),
+    ];
+    for (token, status, reason) in &cases {
+        let refused = post(&client.offer, token.as_deref());
+        assert_eq!(refused.status, *status, "{reason}: {}", refused.body);
+        let www = refused.header("WWW-Authenticate").map(str::to_string);
+        match *status {
+            401 if *reason == "missing" => assert_eq!(www.as_deref(), Some("Bearer")),
+            401 => assert!(
+                www.as_deref()
+                    .is_some_and(|w| w.contains(&format!("error_description=\"{reason}\""))),
+                "{reason}: {www:?}"
+            ),
+            _ => assert_eq!(www, None, "{reason}"),
+        }
+    }
+
+    let token = mint_with_helper(&secret, &["--subject", "alice"]);
+    let bearer = format!("Bearer {token}");
+    let delete = |location: &str, authorization: &str| {
+        http_request(
+            xcvr.http,
+            "DELETE",
+            location,
+            None,
+            &[("Authorization", authorization)],
+        )
+        .unwrap()
+        .status
+    };
+    // An offer refused for its own fault does not spend a single-use token …
+    assert_eq!(post("this is not SDP", Some(&token)).status, 400);
+    // … nor does a transceiver too full to take the session (one session per worker,
+    // taken here by the app's server with the bearer token).
+    let server_session = post(&new_client().offer, Some("s3cret"));
+    assert_eq!(server_session.status, 201, "{}", server_session.body);
+    assert_eq!(post(&client.offer, Some(&token)).status, 503);
+    let server_location = server_session.header("Location").unwrap().to_string();
+    assert_eq!(delete(&server_location, "Bearer s3cret"), 204);
+    let admitted = post(&client.offer, Some(&token));
+    assert_eq!(admitted.status, 201, "{}", admitted.body);
+    let reused = post(&new_client().offer, Some(&token));
+    assert_eq!(
+        (reused.status, reused.body.trim()),
+        (403, "session token refused: already used")
+    );
+    // Another user's token finds no such session; alice's own (this one, or a fresh one
+    // once it expires) ends it.
+    let location = admitted.header("Location").unwrap().to_string();
+    let mallory = mint_with_helper(&secret, &["--subject", "mallory"]);
+    assert_eq!(delete(&location, &format!("Bearer {mallory}")), 404);
+    assert_eq!(delete(&location, &bearer), 204);
+
+    let counted = |reason: &str| {
+        xcvr.metric(&format!(
+            "ufrag_transceiver_session_token_refusals_total{{reason=\"{reason}\"}}"
+        ))
+    };
+    for (_, _, reason) in &cases {
+        assert_eq!(counted(reason), 1.0, "{reason}");
+    }
+    assert_eq!(counted("reused"), 1.0);
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_session_tokens_accepted_total"),
+        1.0
+    );
+    let _ = std::fs::remove_file(secret);
+}
+
+/// The Python that docs/model-protocol.md gives an app's server mints tokens the
+/// transceiver admits, with their claims: the page's example is run as written, with
+/// PyJWT from PyPI (`$UFRAG_MODEL_PYTHON` or `target/model-venv/bin/python`, made by
+/// scripts/test.sh; missing, the test fails saying so).
+#[test]
+fn the_documented_python_mints_tokens_the_transceiver_admits() {
+    use transceiver::session_token::{SessionTokens, TokenAlgorithm, TokenRules};
+    let python = std::env::var_os("UFRAG_MODEL_PYTHON").map_or_else(
+        || {
+            std::path::PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../target/model-venv/bin/python"
+            ))
+        },
+        std::path::PathBuf::from,
+    );
+    assert!(
+        python.is_file(),
+        "no PyJWT virtualenv at {}: scripts/test.sh creates it (python3 -m venv + pip install PyJWT)",
+        python.display()
+    );
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../docs/model-protocol.md"
+    ))
+    .unwrap();
+    let example = page
+        .split("```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a Python example in docs/model-protocol.md");
+    let secret = "a-shared-secret-of-at-least-32-bytes!";
+    let script = format!(
+        "{example}\nprint(session_token({secret:?}, \"py-user\", route=\"agent/py\", \
+         metadata={{\"plan\": \"pro\"}}))\n"
+    );
+    let out = std::process::Command::new(&python)
+        .args(["-c", &script])
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = String::from_utf8(out.stdout).unwrap();
+    let verifier = SessionTokens::new(
+        secret.as_bytes(),
+        TokenRules {
+            algorithm: TokenAlgorithm::Hs256,
+            audience: "ufrag-relay".into(),
+            max_lifetime_s: 600,
+            single_use: true,
+        },
+    )
+    .unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = verifier
+        .admit(token.trim(), now)
+        .expect("the token is admitted");
+    assert_eq!(claims.subject.as_deref(), Some("py-user"));
+    assert_eq!(claims.route.as_deref(), Some("agent/py"));
+    assert_eq!(claims.metadata, Some(serde_json::json!({"plan": "pro"})));
 }
 
 #[test]

@@ -7,7 +7,7 @@ use libfuzzer_sys::fuzz_target;
 use transceiver::model::{ModelInput, ModelOutput};
 use transceiver::model_wire::{
     FromBackend, ToBackend, WireMessage, decode, decode_input, encode, encode_output,
-    session_started,
+    session_started, session_stats,
 };
 
 fuzz_target!(|data: &[u8]| {
@@ -34,9 +34,12 @@ fuzz_target!(|data: &[u8]| {
         Ok(FromBackend::Hello { .. }) | Err(_) => {}
     }
     match decode_input(&message) {
-        Ok(ToBackend::Started { session, resumed }) => {
-            let again = session_started(session, resumed);
-            assert_eq!(decode_input(&again), Ok(ToBackend::Started { session, resumed }));
+        Ok(ToBackend::Started { session, resumed, context }) => {
+            let again = session_started(session, &context, resumed);
+            assert_eq!(
+                decode_input(&again),
+                Ok(ToBackend::Started { session, resumed, context })
+            );
         }
         Ok(ToBackend::Audio { session, frame }) => {
             let again = encode(&ModelInput::Audio { session, frame });
@@ -48,6 +51,28 @@ fuzz_target!(|data: &[u8]| {
                 json: data.clone(),
             });
             assert_eq!(decode_input(&again), Ok(ToBackend::Event { session, data }));
+        }
+        Ok(ToBackend::Stats { session, stats }) => {
+            let again = session_stats(session, &stats);
+            assert_eq!(decode_input(&again), Ok(ToBackend::Stats { session, stats }));
+        }
+        Ok(ToBackend::Cleared { session, frames, marks }) => {
+            let again = encode(&ModelInput::AudioCleared {
+                session,
+                frames,
+                marks: marks.clone(),
+            });
+            assert_eq!(
+                decode_input(&again),
+                Ok(ToBackend::Cleared { session, frames, marks })
+            );
+        }
+        Ok(ToBackend::MarkPlayed { session, name }) => {
+            let again = encode(&ModelInput::MarkPlayed {
+                session,
+                name: name.clone(),
+            });
+            assert_eq!(decode_input(&again), Ok(ToBackend::MarkPlayed { session, name }));
         }
         Ok(ToBackend::Hello { .. } | ToBackend::Ended { .. }) | Err(_) => {}
     }

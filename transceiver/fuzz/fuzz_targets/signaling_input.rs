@@ -27,6 +27,7 @@ fn mint() -> &'static SessionMint {
             tcp: Some("203.0.113.10:443".parse().unwrap()),
         },
         dtls_cert: process_certificate().unwrap(),
+        tuning: transceiver::session::SessionTuning::default(),
     })
 }
 

@@ -200,3 +200,49 @@ pub use testkit::webrtc_client::*;
 pub fn new_client() -> Client {
     Client::new_on(unique_ip())
 }
+
+/// The audience the session-token tests configure.
+pub const TOKEN_AUDIENCE: &str = "ufrag-test";
+
+/// A fresh HS256 secret for session tokens in a file of mode 0600 (unique per call), and
+/// the transceiver flags that verify tokens with it (single use, [`TOKEN_AUDIENCE`]).
+pub fn session_token_secret(tag: &str) -> (std::path::PathBuf, Vec<String>) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let path = std::env::temp_dir().join(format!(
+        "xcvr-token-{}-{tag}-{}",
+        std::process::id(),
+        unique_ip()
+    ));
+    let secret: [u8; 24] = transceiver::random::random_bytes();
+    let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&path, format!("{hex}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let flags = [
+        "--session-token-key-file",
+        path.to_str().unwrap(),
+        "--session-token-audience",
+        TOKEN_AUDIENCE,
+        "--session-token-single-use",
+    ]
+    .map(String::from)
+    .to_vec();
+    (path, flags)
+}
+
+/// A session token from the documented helper, `ufrag-token`, signed with `secret` for
+/// [`TOKEN_AUDIENCE`], with `args` added (`--subject`, `--metadata`, …).
+pub fn mint_with_helper(secret: &std::path::Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_ufrag-token"))
+        .arg("--key-file")
+        .arg(secret)
+        .args(["--audience", TOKEN_AUDIENCE])
+        .args(args)
+        .output()
+        .expect("ufrag-token runs");
+    assert!(
+        out.status.success(),
+        "ufrag-token: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
