@@ -106,6 +106,8 @@ label_enum! {
         PostRate = "post_rate",
         /// The client's address had its cap of sessions waiting to connect (429).
         UnconnectedCap = "unconnected_cap",
+        /// The session token's owner (its `sub`) had its cap of live sessions (429).
+        OwnerSessionCap = "owner_session_cap",
         /// The offer had more media sections or candidates than allowed (400).
         OfferLimits = "offer_limits",
         /// The body was larger than allowed (413).

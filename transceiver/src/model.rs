@@ -114,7 +114,9 @@ pub struct SessionStats {
     /// The share of the client's audio lost on its way in since the last report (our
     /// receiver report's fraction lost).
     pub loss_in: Option<f32>,
-    /// The share of our audio the client reported lost (its receiver reports).
+    /// The share of our audio the client reported lost over the last second (str0m's
+    /// egress loss, from transport-wide congestion control feedback); `None` when the
+    /// client sends none.
     pub loss_out: Option<f32>,
     /// The interarrival jitter of the client's audio (RFC 3550), as of our last
     /// receiver report.

@@ -6,8 +6,9 @@
 //! authors in any language; a test below keeps it and this codec in step). In short: a
 //! `hello` each way on subprotocol [`PROTOCOL`]; JSON text messages `session.started`
 //! (with the session's context: the session token's claims, the codec, the client's
-//! transport and relay), `session.stats`, `session.ended`, `event` and, from the
-//! backend, `session.end`;
+//! transport and relay), `session.stats`, `session.ended`, `event`, `audio.cleared`,
+//! `audio.mark_played` and, from the backend, `event`, `audio.clear`, `audio.mark` and
+//! `session.end`;
 //! audio as binary messages, [`AUDIO_KIND`] then the session id, the RTP sequence number
 //! and 48 kHz timestamp (big endian, [`AUDIO_HEADER_LEN`] bytes in all) and one Opus
 //! packet. Fields a version-1 peer does not know are ignored; a message it cannot read is

@@ -1,5 +1,6 @@
 //! What one client address may cost the signaling endpoint: what it holds at once (its
-//! connections, its sessions not yet connected) and its requests per second. An address
+//! connections, its sessions not yet connected) and its requests per second; and what
+//! one session-token owner holds at once (its sessions). An address
 //! is an IPv4 address or an IPv6 /64 (one subscriber's network: an attacker walking the
 //! host bits of one /64 is one address).
 //!
@@ -8,6 +9,7 @@
 //! spending refuses a new address rather than grow.
 
 use std::collections::HashMap;
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -64,59 +66,68 @@ impl AddressRate {
     }
 }
 
-/// Things (connections, sessions waiting to connect) held per client address, at most
-/// `cap` each.
+/// Things held per key, at most `cap` each: connections and sessions waiting to connect
+/// per client address ([`HeldPerAddress`]), sessions per session-token owner.
 #[derive(Debug)]
-pub struct HeldPerAddress {
+pub struct HeldPer<K: Hash + Eq + Copy> {
     cap: u32,
-    held: Mutex<HashMap<IpAddr, u32>>,
+    held: Mutex<HashMap<K, u32>>,
 }
 
-/// One thing counted against its address until this is dropped.
+/// Things held per client address.
+pub type HeldPerAddress = HeldPer<IpAddr>;
+
+/// One thing counted against its key until this is dropped.
 #[derive(Debug)]
-pub struct Held {
-    table: Arc<HeldPerAddress>,
-    group: IpAddr,
+pub struct Held<K: Hash + Eq + Copy = IpAddr> {
+    table: Arc<HeldPer<K>>,
+    key: K,
 }
 
-impl HeldPerAddress {
-    /// At most `cap` things per address.
+impl<K: Hash + Eq + Copy> HeldPer<K> {
+    /// At most `cap` things per key.
     pub fn new(cap: u32) -> Arc<Self> {
-        Arc::new(HeldPerAddress {
+        Arc::new(HeldPer {
             cap,
             held: Mutex::new(HashMap::new()),
         })
     }
 
-    /// Counts one more thing for `peer`, unless its address holds `cap` already.
-    pub fn open(self: &Arc<Self>, peer: IpAddr) -> Option<Held> {
-        let group = client_group(peer);
-        let mut held = self.held.lock().expect("held per address");
-        let count = held.entry(group).or_insert(0);
+    /// Counts one more thing for `key`, unless it holds `cap` already.
+    pub fn open_for(self: &Arc<Self>, key: K) -> Option<Held<K>> {
+        let mut held = self.held.lock().expect("held per key");
+        let count = held.entry(key).or_insert(0);
         if *count >= self.cap {
             return None;
         }
         *count += 1;
         Some(Held {
             table: Arc::clone(self),
-            group,
+            key,
         })
+    }
+}
+
+impl HeldPer<IpAddr> {
+    /// Counts one more thing for `peer`, unless its address holds `cap` already.
+    pub fn open(self: &Arc<Self>, peer: IpAddr) -> Option<Held> {
+        self.open_for(client_group(peer))
     }
 
     /// What `peer`'s address holds now.
     pub fn held_by(&self, peer: IpAddr) -> u32 {
-        let held = self.held.lock().expect("held per address");
+        let held = self.held.lock().expect("held per key");
         held.get(&client_group(peer)).copied().unwrap_or(0)
     }
 }
 
-impl Drop for Held {
+impl<K: Hash + Eq + Copy> Drop for Held<K> {
     fn drop(&mut self) {
-        let mut held = self.table.held.lock().expect("held per address");
-        if let Some(count) = held.get_mut(&self.group) {
+        let mut held = self.table.held.lock().expect("held per key");
+        if let Some(count) = held.get_mut(&self.key) {
             *count -= 1;
             if *count == 0 {
-                held.remove(&self.group);
+                held.remove(&self.key);
             }
         }
     }

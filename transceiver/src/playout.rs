@@ -4,7 +4,9 @@
 //! the first, so a late wake-up never adds up to drift. A frame that finds the queue
 //! empty plays at once unless the last one played less than [`MIN_GAP`] ago: a backend
 //! that paces itself (or the echo) gets its frames out as they come, give or take its
-//! own jitter, and no frame ever follows the last closer than [`MIN_GAP`]. `clear` drops
+//! own jitter (so one sending at up to 1.11× real time is not held back), and frames
+//! follow each other closer than [`MIN_GAP`] only when a late wake-up catches up one.
+//! `clear` drops
 //! everything queued (barge-in: the user started speaking); a mark is reported when
 //! playback reaches the point where it was set.
 //!

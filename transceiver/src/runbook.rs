@@ -94,6 +94,12 @@ pub const fn http_refusal(reason: HttpRefusal) -> Entry {
              flood, or more real clients than one transceiver holds. Add transceivers or \
              raise the cap.",
         ),
+        OwnerSessionCap => entry(
+            Cause::Hostile,
+            "One user (a session token's `sub`) asked for more live sessions than \
+             `--max-sessions-per-owner` (4): a token replayed, or a page that opens \
+             sessions and never ends them. A user who really needs more tabs: raise it.",
+        ),
         AddressConnectionCap | RequestRate | PostRate | UnconnectedCap => entry(
             Cause::Hostile,
             "One client address spent its share (connections, requests, session POSTs or \
@@ -225,7 +231,14 @@ pub const fn session_token_refusal(reason: TokenRefusal) -> Entry {
             "A sign-up without `Authorization: Bearer`: the page did not get (or pass) a \
              token from the app's server. Many from one address: a scanner.",
         ),
-        Malformed | BadSignature => entry(
+        Malformed => entry(
+            Cause::Hostile,
+            "A credential that is not a JWT (three base64url parts with JSON claims and an \
+             integer `exp`): a scanner, or, where the fleet's bearer token is also set, a \
+             server presenting a wrong bearer token (it lands here). Many from one of your \
+             own servers: check its UFRAG_TRANSCEIVER_TOKEN.",
+        ),
+        BadSignature => entry(
             Cause::Hostile,
             "A token this transceiver's key did not sign: forged, or minted with another \
              key or algorithm. A rise right after a key change: the app's server and the \
@@ -245,7 +258,8 @@ pub const fn session_token_refusal(reason: TokenRefusal) -> Entry {
         BadClaims => entry(
             Cause::Misconfiguration,
             "A claim over its limit (`sub` 256 bytes, `route` 64, `metadata` a 4 KiB \
-             object, `jti` 128): fix what the app's server puts in tokens.",
+             object, `jti` 128), or no `jti` with single use on: fix what the app's server \
+             puts in tokens.",
         ),
         WrongAudience => entry(
             Cause::Misconfiguration,
@@ -255,8 +269,8 @@ pub const fn session_token_refusal(reason: TokenRefusal) -> Entry {
         Reused => entry(
             Cause::Hostile,
             "A single-use token presented again (a replay, or a page that retried a POST \
-             that had succeeded), or one without a `jti`. Pages should mint a new token \
-             per attempt.",
+             that had succeeded, or that retried after a 503 `worker did not answer`). \
+             Pages should mint a new token per attempt.",
         ),
         ReplayMemoryFull => entry(
             Cause::Overload,

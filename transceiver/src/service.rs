@@ -187,6 +187,10 @@ pub struct TransceiverOptions {
     /// at most 1h.
     #[arg(long, default_value = "10m", value_parser = humantime::parse_duration)]
     pub session_token_max_lifetime: Duration,
+    /// Live sessions one session-token owner (its `sub`) may hold at once; a POST
+    /// beyond: 429 (`http_refusals{reason="owner_session_cap"}`).
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub max_sessions_per_owner: u32,
     /// Each session token creates one session: its `jti` is required and remembered
     /// until it expires; a second POST with it gets 403.
     #[arg(long)]
@@ -434,6 +438,7 @@ impl Transceiver {
                 posts_per_second: opts.posts_per_second_per_ip,
                 requests_per_second: opts.requests_per_second_per_ip,
                 unconnected: opts.max_unconnected_per_ip,
+                sessions_per_owner: opts.max_sessions_per_owner,
                 trusted_proxies,
                 proxy_protocol: opts.proxy_protocol,
             },

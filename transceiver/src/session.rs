@@ -164,8 +164,9 @@ pub struct Session {
     waiting_to_connect: Option<Held>,
     /// Who the session is for, from its session token (empty without one).
     claims: SessionClaims,
-    /// Whom it belongs to: the owner of the session token that made it, if one did.
-    owner: Option<Owner>,
+    /// Whom it belongs to: the owner of the session token that made it, if one did, and
+    /// its place in that owner's count of live sessions.
+    owner: Option<(Owner, Held<Owner>)>,
     /// The last peer statistics (round trip, the client's reported loss, bytes sent):
     /// joined with the audio's own in each [`ModelInput::SessionStats`].
     peer_stats: Option<PeerFigures>,
@@ -683,9 +684,10 @@ impl Session {
         self.claims = claims;
     }
 
-    /// Records whom the session belongs to (the owner of the token that made it).
-    pub fn set_owner(&mut self, owner: Owner) {
-        self.owner = Some(owner);
+    /// Records whom the session belongs to (the owner of the token that made it), and
+    /// holds its place in that owner's count of live sessions until it ends.
+    pub fn set_owner(&mut self, owner: Owner, slot: Held<Owner>) {
+        self.owner = Some((owner, slot));
     }
 
     /// Whether `caller` may restart or end the session: the bearer token or an open
@@ -693,7 +695,10 @@ impl Session {
     pub fn belongs_to(&self, caller: Option<&Owner>) -> bool {
         match caller {
             None => true,
-            Some(caller) => self.owner.as_ref() == Some(caller),
+            Some(caller) => self
+                .owner
+                .as_ref()
+                .is_some_and(|(owner, _)| owner == caller),
         }
     }
 

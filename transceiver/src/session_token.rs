@@ -15,7 +15,8 @@
 //! | `exp` at most the configured lifetime from now (and from `iat`, when present) | `lifetime_too_long` | 401 |
 //! | `sub` ≤ 256 bytes, `route` ≤ 64 of `[A-Za-z0-9_.:/-]`, `metadata` a JSON object ≤ 4 KiB, `jti` ≤ 128 bytes | `bad_claims` | 401 |
 //! | `aud` names this transceiver's audience | `wrong_audience` | 403 |
-//! | single use on: `jti` present and never accepted before (remembered until its `exp`) | `reused` | 403 |
+//! | single use on: `jti` present | `bad_claims` | 401 |
+//! | single use on: `jti` never accepted before by this process (remembered until its `exp`) | `reused` | 403 |
 //! | single use on: fewer than [`MAX_REMEMBERED`] unexpired tokens remembered | `replay_memory_full` | 503 |
 //!
 //! A 401 means "who you are is not established" (RFC 6750's `invalid_token`); a 403 means
@@ -67,11 +68,12 @@ label_enum! {
         NotYetValid = "not_yet_valid",
         /// `exp` is further away than the configured lifetime.
         LifetimeTooLong = "lifetime_too_long",
-        /// A claim over its limit or of the wrong form.
+        /// A claim over its limit, `metadata` not an object, or (with single use) no
+        /// `jti`.
         BadClaims = "bad_claims",
         /// `aud` does not name this transceiver's audience.
         WrongAudience = "wrong_audience",
-        /// A single-use token presented again (or one without a `jti`).
+        /// A single-use token presented again.
         Reused = "reused",
         /// Too many unexpired single-use tokens remembered to take another.
         ReplayMemoryFull = "replay_memory_full"
@@ -310,7 +312,8 @@ impl SessionTokens {
         if !self.rules.single_use {
             return Ok(());
         }
-        let jti = verified.jti.as_deref().ok_or(TokenRefusal::Reused)?;
+        // A single-use token without a jti is the minting server's mistake.
+        let jti = verified.jti.as_deref().ok_or(TokenRefusal::BadClaims)?;
         self.remember(jti, verified.exp, now_s)
     }
 
@@ -688,7 +691,7 @@ mod tests {
         assert_eq!(verifier.spend(&verified, NOW), Err(TokenRefusal::Reused));
         // Without a jti there is nothing to remember it by.
         let no_jti = mint(without("jti"));
-        assert_eq!(verifier.admit(&no_jti, NOW), Err(TokenRefusal::Reused));
+        assert_eq!(verifier.admit(&no_jti, NOW), Err(TokenRefusal::BadClaims));
         assert!(tokens(false).admit(&no_jti, NOW).is_ok());
         assert_eq!(verifier.remembered(), 2);
     }

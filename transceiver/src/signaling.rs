@@ -12,6 +12,9 @@
 //! | a wrong content type | `415` |
 //! | every worker full, draining, or no worker's model backend connected | `503` with `Retry-After` |
 //! | missing or wrong bearer token (when one is configured) | `401` |
+//! | a session token refused ([`crate::session_token`]): missing, malformed, badly signed, expired, not yet valid, living too long, bad claims / for another audience, reused / too many single-use tokens remembered | `401` with `WWW-Authenticate` / `403` / `503` (`session_token_refusals{reason}`) |
+//! | a session token's user (`sub`) holding `--max-sessions-per-owner` (4) live sessions | `429` (`owner_session_cap`) |
+//! | PATCH or DELETE of another session token user's session | `404` |
 //! | more session POSTs and PATCHes (each mints a ufrag) from one client address (IPv4, or IPv6 /64) than its rate allows | `429` with `Retry-After` |
 //! | a PATCH beyond its session's ICE-restart budget (3 at once, then one per 5 s) | `429` with `Retry-After: 5` |
 //! | more requests of any kind from one client address than its rate allows | `429` with `Retry-After`, before the body is read |
@@ -47,9 +50,9 @@ use crate::client_address::TrustedProxies;
 use crate::error::SignalError;
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
 use crate::model::SessionId;
-use crate::per_address::{AddressRate, Held, HeldPerAddress};
+use crate::per_address::{AddressRate, Held, HeldPer, HeldPerAddress};
 use crate::random::random_bytes;
-use crate::session_token::{self, SessionTokens, TokenRefusal, VerifiedToken};
+use crate::session_token::{self, Owner, SessionTokens, TokenRefusal, VerifiedToken};
 use crate::worker::{Command, RestartRefused, WorkerHandle};
 
 /// Largest accepted request body (an offer or a trickle fragment).
@@ -75,6 +78,8 @@ pub struct SignalingLimits {
     pub requests_per_second: f64,
     /// Sessions answered but not yet connected, at once.
     pub unconnected: u32,
+    /// Live sessions of one session-token owner, at once.
+    pub sessions_per_owner: u32,
     /// Proxies whose `X-Forwarded-For` (or PROXY protocol header) is believed.
     pub trusted_proxies: TrustedProxies,
     /// The trusted proxies' connections begin with a PROXY protocol v2 header
@@ -148,6 +153,8 @@ pub struct Signaling {
     request_rate: AddressRate,
     /// Sessions answered and not yet connected, per client address.
     unconnected: Arc<HeldPerAddress>,
+    /// Live sessions per session-token owner.
+    owned: Arc<HeldPer<Owner>>,
     trusted_proxies: TrustedProxies,
     proxy_protocol: bool,
 }
@@ -286,6 +293,7 @@ impl Signaling {
             post_rate: AddressRate::new(limits.posts_per_second),
             request_rate: AddressRate::new(limits.requests_per_second),
             unconnected: HeldPerAddress::new(limits.unconnected),
+            owned: HeldPer::new(limits.sessions_per_owner),
             trusted_proxies: limits.trusted_proxies,
             proxy_protocol: limits.proxy_protocol,
         }
@@ -522,7 +530,15 @@ impl Signaling {
         if let Err(refusal) = tokens.spend(&verified, unix_now()) {
             return self.refuse_token(refusal);
         }
-        let (response, placed) = self.place(index, offer, waiting, Some(&verified));
+        // Held by the session for its life: a token holder (or whoever replays a token)
+        // cannot fill the transceiver in one user's name.
+        let Some(slot) = self.owned.open_for(verified.owner) else {
+            tokens.unspend(&verified);
+            self.metrics.http_refused(HttpRefusal::OwnerSessionCap);
+            let refused = text(429, "too many live sessions for this user");
+            return refused.with("Retry-After", "5");
+        };
+        let (response, placed) = self.place(index, offer, waiting, Some((&verified, slot)));
         match placed {
             Placed::Created => self.metrics.session_token_accepted(),
             Placed::Refused => tokens.unspend(&verified),
@@ -540,7 +556,7 @@ impl Signaling {
         index: usize,
         offer: SdpOffer,
         waiting: Option<Held>,
-        token: Option<&VerifiedToken>,
+        token: Option<(&VerifiedToken, Held<Owner>)>,
     ) -> (SignalResponse, Placed) {
         let worker = &self.workers[index];
         let id = session_id(index);
@@ -553,9 +569,9 @@ impl Signaling {
                 if let Some(waiting) = waiting {
                     new.session.hold_until_connected(waiting);
                 }
-                if let Some(token) = token {
+                if let Some((token, slot)) = token {
                     new.session.set_claims(token.claims.clone());
-                    new.session.set_owner(token.owner);
+                    new.session.set_owner(token.owner, slot);
                 }
                 Box::new(new)
             }

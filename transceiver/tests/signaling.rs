@@ -198,7 +198,12 @@ fn session_tokens_admit_their_user_once_and_each_refusal_is_counted() {
     use transceiver::session_token::{TokenAlgorithm, TokenRequest, mint};
     let (secret, flags) = session_token_secret("signaling");
     let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    flags.extend(["--max-sessions-per-worker", "1"]);
+    flags.extend([
+        "--max-sessions-per-worker",
+        "1",
+        "--max-sessions-per-owner",
+        "1",
+    ]);
     let xcvr = Transceiver::start_with_env(
         Some("127.0.0.1:3478".parse().unwrap()),
         &flags,
@@ -305,7 +310,16 @@ fn session_tokens_admit_their_user_once_and_each_refusal_is_counted() {
     let location = admitted.header("Location").unwrap().to_string();
     let mallory = mint_with_helper(&secret, &["--subject", "mallory"]);
     assert_eq!(delete(&location, &format!("Bearer {mallory}")), 404);
+    // One live session per user here: alice's second token waits for her first to end.
+    let second = mint_with_helper(&secret, &["--subject", "alice"]);
+    let capped = post(&new_client().offer, Some(&second));
+    assert_eq!(
+        (capped.status, capped.body.trim()),
+        (429, "too many live sessions for this user")
+    );
     assert_eq!(delete(&location, &bearer), 204);
+    let after_end = post(&new_client().offer, Some(&second));
+    assert_eq!(after_end.status, 201, "{}", after_end.body);
 
     let counted = |reason: &str| {
         xcvr.metric(&format!(
@@ -317,8 +331,12 @@ fn session_tokens_admit_their_user_once_and_each_refusal_is_counted() {
     }
     assert_eq!(counted("reused"), 1.0);
     assert_eq!(
-        xcvr.metric("ufrag_transceiver_session_tokens_accepted_total"),
+        xcvr.metric("ufrag_transceiver_http_refusals_total{reason=\"owner_session_cap\"}"),
         1.0
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_session_tokens_accepted_total"),
+        2.0
     );
     let _ = std::fs::remove_file(secret);
 }
