@@ -714,3 +714,20 @@ impl TransceiverMetrics {
         format.encode(&self.registry)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_protocol_document_names_every_end_reason() {
+        let specification = include_str!("../../docs/model-protocol.md");
+        for reason in EndReason::ALL {
+            let row = format!("| `{}` |", reason.label());
+            assert!(
+                specification.contains(&row),
+                "{row} is not in docs/model-protocol.md"
+            );
+        }
+    }
+}
