@@ -29,10 +29,13 @@ impl BearerToken {
 
     /// Whether an `Authorization` header's value (if any) presents the token.
     pub fn authorizes(&self, authorization: Option<&str>) -> bool {
-        authorization
-            .and_then(|value| value.strip_prefix("Bearer "))
-            .is_some_and(|presented| self.matches(presented))
+        presented(authorization).is_some_and(|presented| self.matches(presented))
     }
+}
+
+/// What an `Authorization` header's value (if any) presents after `Bearer `, as written.
+pub fn presented(authorization: Option<&str>) -> Option<&str> {
+    authorization.and_then(|value| value.strip_prefix("Bearer "))
 }
 
 impl std::fmt::Debug for BearerToken {

@@ -1178,6 +1178,18 @@ mod tests {
             && datagram.get(1).is_some_and(|pt| !(192..=223).contains(pt))
     }
 
+    /// The model says `frames` (its frames by number), then sets a mark `name`.
+    fn speak_then_mark(p: &mut Pair, frames: std::ops::Range<u32>, name: &str) {
+        for n in frames {
+            p.session.handle_model(p.now, model_frame(n));
+        }
+        let mark = ModelOutput::Mark {
+            session: 7,
+            name: name.into(),
+        };
+        p.session.handle_model(p.now, mark);
+    }
+
     /// The model's frame `n` of a stream (20 ms each).
     fn model_frame(n: u32) -> ModelOutput {
         ModelOutput::Audio {
@@ -1231,16 +1243,7 @@ mod tests {
     #[test]
     fn a_clear_stops_queued_speech_at_once_and_a_mark_is_reported_when_played() {
         let mut p = connected_pair();
-        for n in 0..100 {
-            p.session.handle_model(p.now, model_frame(n));
-        }
-        p.session.handle_model(
-            p.now,
-            ModelOutput::Mark {
-                session: 7,
-                name: "after-100".into(),
-            },
-        );
+        speak_then_mark(&mut p, 0..100, "after-100");
         // Ten frames play; then the user speaks and the model clears.
         let start = p.now;
         while p.sent_audio.len() < 10 {
@@ -1275,16 +1278,7 @@ mod tests {
                 .any(|o| matches!(o, SessionOutput::Model(ModelInput::MarkPlayed { .. }))),
         );
         // A mark after new speech is reported once that speech has played.
-        for n in 200..203 {
-            p.session.handle_model(p.now, model_frame(n));
-        }
-        p.session.handle_model(
-            p.now,
-            ModelOutput::Mark {
-                session: 7,
-                name: "answer".into(),
-            },
-        );
+        speak_then_mark(&mut p, 200..203, "answer");
         p.run(10);
         let played = p.seen.iter().find_map(|o| match o {
             SessionOutput::Model(ModelInput::MarkPlayed { name, .. }) => Some(name.clone()),

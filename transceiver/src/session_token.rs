@@ -482,8 +482,7 @@ pub fn mint(
 
 /// What a valid `Authorization` header presents as a bearer credential, if anything.
 pub fn bearer(authorization: Option<&str>) -> Option<&str> {
-    authorization
-        .and_then(|value| value.strip_prefix("Bearer "))
+    crate::bearer::presented(authorization)
         .map(str::trim)
         .filter(|token| !token.is_empty())
 }
