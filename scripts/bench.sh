@@ -28,6 +28,7 @@
 # last only when every step passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/build-deps.sh
 full=
 case "${1:-}" in
   --full) full=1 ;;

@@ -15,6 +15,7 @@
 # the script ends.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/build-deps.sh
 
 missing=()
 for tool in podman buildah runc; do

@@ -14,6 +14,7 @@
 # Installs valgrind and iai-callgrind-runner when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/build-deps.sh
 if ! command -v valgrind >/dev/null; then
   echo "== installing valgrind"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null

@@ -5,6 +5,7 @@
 # Fails when the block fails (the session's echo check, the metrics grep) or is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+scripts/build-deps.sh
 block=$(mktemp)
 trap 'rm -f "$block"' EXIT
 awk '/^<!-- quickstart -->$/ {on = 1; next} /^<!-- \/quickstart -->$/ {on = 0} on' README.md |

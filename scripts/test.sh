@@ -8,6 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+scripts/build-deps.sh
+
 # The route-cache tests run a real redis-server.
 if ! command -v redis-server >/dev/null; then
   echo "== installing redis-server"
@@ -67,8 +69,10 @@ pip_venv() {
 }
 pip_venv interop-venv aiortc 1.16.0
 export UFRAG_AIORTC_PYTHON="$PWD/target/interop-venv/bin/python"
-# The model protocol page's Python (minting session tokens) runs with PyJWT from PyPI.
+# The model protocol page's Python (minting session tokens) runs with PyJWT from PyPI, and
+# the Python reference backend (examples/python-backend) with its pinned websockets.
 pip_venv model-venv PyJWT 2.10.1
+pip_venv model-venv websockets "$(sed -n 's/^websockets==//p' examples/python-backend/requirements.txt)"
 export UFRAG_MODEL_PYTHON="$PWD/target/model-venv/bin/python"
 # The Kubernetes manifests are validated offline with kubernetes-validate from PyPI.
 pip_venv deploy-venv kubernetes-validate 1.37.0

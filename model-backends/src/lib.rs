@@ -27,6 +27,7 @@ use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use transceiver::bearer::BearerToken;
 use transceiver::model::{AudioFrame, ModelOutput, SessionContext, SessionId, ping_id};
 use transceiver::model_wire::{self, PROTOCOL, ToBackend, WireMessage};
+use transceiver::pcm::AudioFormat;
 
 pub mod ogg;
 
@@ -83,6 +84,10 @@ pub struct Options {
     /// A connection's TLS and WebSocket handshakes must be done within this, or it is
     /// closed and counted as refused.
     pub handshake_timeout: std::time::Duration,
+    /// The audio its hello chooses ([`Voice::Echo`] only: [`Voice::Speaks`] says Opus
+    /// packets, so it always chooses Opus). With PCM the echo plays back the PCM it got,
+    /// which the transceiver encodes again.
+    pub audio: AudioFormat,
 }
 
 /// Connections a backend keeps open at once by default: a transceiver opens one per
@@ -136,6 +141,7 @@ impl Options {
             tls: None,
             max_connections: MAX_CONNECTIONS,
             handshake_timeout: HANDSHAKE_TIMEOUT,
+            audio: AudioFormat::Opus,
         }
     }
 }
@@ -454,7 +460,7 @@ where
                     Message::Close(_) => return,
                     _ => continue,
                 };
-                for answer in answer(state, options.voice, &mut speakers, &wire) {
+                for answer in answer(state, options, &mut speakers, &wire) {
                     if ws.feed(into_message(answer)).await.is_err() {
                         return;
                     }
@@ -523,14 +529,23 @@ fn speak(state: &State, speakers: &mut HashMap<SessionId, Speaker>) -> Vec<WireM
     out
 }
 
+/// The audio a backend with `options` chooses in its hello.
+fn chosen_audio(options: &Options) -> AudioFormat {
+    match options.voice {
+        Voice::Echo => options.audio,
+        Voice::Speaks => AudioFormat::Opus,
+    }
+}
+
 /// What the backend answers to one message from the transceiver.
 fn answer(
     state: &State,
-    voice: Voice,
+    options: &Options,
     speakers: &mut HashMap<SessionId, Speaker>,
     message: &WireMessage,
 ) -> Vec<WireMessage> {
-    let Ok(input) = model_wire::decode_input(message) else {
+    let voice = options.voice;
+    let Ok(input) = model_wire::decode_input_with(message, chosen_audio(options)) else {
         state.malformed.fetch_add(1, Ordering::Relaxed);
         return vec![];
     };
@@ -539,7 +554,7 @@ fn answer(
         ToBackend::Hello { protocol, worker } => {
             state.note(format!("hello worker={worker}"));
             if protocol == PROTOCOL {
-                vec![model_wire::backend_hello()]
+                vec![model_wire::backend_hello(chosen_audio(options))]
             } else {
                 vec![]
             }

@@ -16,7 +16,9 @@
 //! `session`}; `setup` → `session`; `session` → {`sdp`, `path_check`, `session_table`,
 //! `playout`};
 //! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`,
-//! `client_address`, `bearer`, `session_token` (→ `model`);
+//! `client_address`, `bearer`, `session_token` (→ `model`); `model_bridge` →
+//! {`model_wire`, `pcm`}, `model_wire` → `pcm` → `model` (PCM16 audio for a backend
+//! that asks for it);
 //! `cli` → {`service`, `config_file`}; `runbook` → {`metrics`, `model_wire`,
 //! `session_token`}.
 #![forbid(unsafe_code)]
@@ -33,6 +35,7 @@ pub mod model_bridge;
 pub mod model_wire;
 pub mod page;
 pub mod path_check;
+pub mod pcm;
 pub mod per_address;
 pub mod playout;
 pub mod proxy_protocol;

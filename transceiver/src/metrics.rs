@@ -158,7 +158,10 @@ label_enum! {
         /// playback): the backend's newest audio frame went.
         PlayoutFull = "playout_full",
         /// A session had 64 marks waiting: the backend's newest mark went.
-        MarksFull = "marks_full"
+        MarksFull = "marks_full",
+        /// PCM mode: libopus could not decode a client's packet or encode the backend's
+        /// PCM; the frame went.
+        CodecError = "codec_error"
     }
 }
 

@@ -36,6 +36,9 @@ use std::time::{Duration, Instant};
 /// A session's id as the HTTP API shows it (16 hex characters).
 pub type SessionId = u64;
 
+/// The largest Opus packet (RFC 6716 §3.4).
+pub const MAX_OPUS_LEN: usize = 1275;
+
 /// One audio packet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AudioFrame {

@@ -38,6 +38,16 @@
 //! - **A malformed message**: refused and counted by its [`crate::model_wire::DecodeError`] label
 //!   (`ufrag_transceiver_model_refused_messages_total`); the connection stays up.
 //!
+//! # PCM audio
+//!
+//! A backend whose hello chose PCM16 ([`crate::pcm::AudioFormat`]) gets each client packet
+//! decoded on the bridge thread, and its PCM is cut into 20 ms frames and encoded there
+//! before the worker sees it: the worker and the session play Opus either way, and the
+//! codecs' CPU is spent off the media loop. Each session's decoder and encoder are made
+//! when it is announced to the backend and dropped with its end
+//! ([`crate::pcm::PcmSessions`]); a packet libopus cannot decode is dropped
+//! (`reason="codec_error"`).
+//!
 //! # The backend down, and back
 //!
 //! The bridge connects at start and is not ready until the backend answered the hello:
@@ -62,8 +72,11 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::metrics::{ModelDrop, TransceiverMetrics};
-use crate::model::{ModelBackend, ModelInput, ModelLink, ModelOutput, SessionContext, SessionId};
+use crate::model::{
+    AudioFrame, ModelBackend, ModelInput, ModelLink, ModelOutput, SessionContext, SessionId,
+};
 use crate::model_wire::{self, FromBackend, PROTOCOL, WireMessage};
+use crate::pcm::{AudioFormat, PcmSessions};
 
 /// Audio frames one session may have waiting for the backend (1 s of 20 ms frames).
 pub const SESSION_AUDIO_QUEUE: usize = 50;
@@ -128,7 +141,7 @@ enum Outbound {
         session: SessionId,
         reason: &'static str,
     },
-    Audio(SessionId, WireMessage),
+    Audio(SessionId, AudioFrame),
     Event(WireMessage),
 }
 
@@ -143,7 +156,7 @@ struct Queue {
     /// Control messages and events, with their arrival numbers.
     control: VecDeque<(u64, Outbound)>,
     /// Each session's audio frames, oldest first, with their arrival numbers.
-    audio: HashMap<SessionId, VecDeque<(u64, WireMessage)>>,
+    audio: HashMap<SessionId, VecDeque<(u64, AudioFrame)>>,
     /// Every audio frame's arrival number and session, oldest first. An entry whose frame
     /// has left its session's queue is stale and skipped; stale entries are swept out
     /// once they outnumber the frames waiting.
@@ -198,7 +211,7 @@ impl Queue {
 
     /// Takes `session`'s oldest frame if it arrived as `arrival` (else that entry of the
     /// arrival order is stale).
-    fn take_audio_if(&mut self, session: SessionId, arrival: u64) -> Option<WireMessage> {
+    fn take_audio_if(&mut self, session: SessionId, arrival: u64) -> Option<AudioFrame> {
         let frames = self.audio.get_mut(&session)?;
         if frames.front().is_none_or(|(first, _)| *first != arrival) {
             return None;
@@ -411,7 +424,7 @@ impl WsBridge {
                     }
                     metrics.model_dropped(ModelDrop::QueueFull);
                 }
-                q.push(Outbound::Audio(session, model_wire::audio(session, &frame)));
+                q.push(Outbound::Audio(session, frame));
             }
             ModelInput::Event { session, .. }
             | ModelInput::SessionStats { session, .. }
@@ -520,15 +533,16 @@ fn run_bridge(shared: &Arc<Shared>, config: &BridgeConfig, worker: usize) {
         let mut ever_connected = false;
         while !shared.stop.load(Ordering::Relaxed) {
             match connect(config, connector.clone(), worker).await {
-                Ok(ws) => {
+                Ok((ws, audio)) => {
                     shared.metrics.model_connect(true);
+                    let audio_label = audio.label();
                     if ever_connected {
-                        tracing::info!(worker, "model backend reconnected");
+                        tracing::info!(worker, audio = audio_label, "model backend reconnected");
                     } else {
-                        tracing::info!(worker, url = %config.url, "model backend connected");
+                        tracing::info!(worker, url = %config.url, audio = audio_label, "model backend connected");
                     }
                     failures = 0;
-                    serve(shared, ws, ever_connected).await;
+                    serve(shared, ws, ever_connected, audio).await;
                     ever_connected = true;
                     if shared.stop.load(Ordering::Relaxed) {
                         break;
@@ -600,7 +614,7 @@ async fn connect(
     config: &BridgeConfig,
     connector: Option<tokio_tungstenite::Connector>,
     worker: usize,
-) -> Result<Ws, String> {
+) -> Result<(Ws, AudioFormat), String> {
     let mut request = config
         .url
         .as_str()
@@ -639,10 +653,16 @@ async fn connect(
             match ws.next().await {
                 Some(Ok(Message::Text(text))) => {
                     return match model_wire::decode(&WireMessage::Text(text.to_string())) {
-                        Ok(FromBackend::Hello { protocol }) if protocol == PROTOCOL => Ok(ws),
-                        Ok(FromBackend::Hello { protocol }) => {
+                        Ok(FromBackend::Hello { protocol, audio }) if protocol == PROTOCOL => {
+                            Ok((ws, audio))
+                        }
+                        Ok(FromBackend::Hello { protocol, .. }) => {
                             Err(format!("the backend speaks `{protocol}`, not `{PROTOCOL}`"))
                         }
+                        Err(model_wire::DecodeError::UnknownAudioFormat) => Err(format!(
+                            "the backend's hello asks for audio other than {}",
+                            AudioFormat::OFFERED.map(AudioFormat::label).join(", ")
+                        )),
                         _ => Err("the backend's first message is not a hello".into()),
                     };
                 }
@@ -718,9 +738,10 @@ fn into_message(message: WireMessage) -> Message {
     }
 }
 
-/// Serves one connection until it fails or the bridge stops; `resumed`: the live
-/// sessions are announced again as resumed.
-async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
+/// Serves one connection, whose backend chose `audio`, until it fails or the bridge
+/// stops; `resumed`: the live sessions are announced again as resumed.
+async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool, audio: AudioFormat) {
+    let mut pcm = PcmSessions::for_format(audio);
     let live: Vec<(SessionId, Arc<SessionContext>)> = {
         let mut q = shared.queue();
         q.connected = true;
@@ -732,6 +753,7 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
     let mut ok = true;
     for (session, context) in &live {
         let session = *session;
+        start_pcm(shared, pcm.as_mut(), session);
         let started = model_wire::session_started(session, context, resumed);
         ok &= unless_stopped(shared, async { send(&mut ws, started).await.is_ok() }).await;
         if resumed {
@@ -745,16 +767,16 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
     while ok && !shared.stop.load(Ordering::Relaxed) {
         tokio::select! {
             () = shared.notify.notified() => {
-                ok = unless_stopped(shared, send_queued(shared, &mut ws)).await;
+                ok = unless_stopped(shared, send_queued(shared, &mut ws, pcm.as_mut())).await;
             }
             incoming = ws.next() => {
                 ok = match incoming {
                     Some(Ok(Message::Text(text))) => {
-                        receive(shared, &WireMessage::Text(text.to_string()));
+                        receive(shared, &WireMessage::Text(text.to_string()), pcm.as_mut());
                         true
                     }
                     Some(Ok(Message::Binary(bytes))) => {
-                        receive(shared, &WireMessage::Binary(bytes.to_vec()));
+                        receive(shared, &WireMessage::Binary(bytes.to_vec()), pcm.as_mut());
                         true
                     }
                     Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => true,
@@ -770,7 +792,8 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool) {
     }
     if ok && shared.stop.load(Ordering::Relaxed) {
         // The worker's last pass ended its sessions: the backend hears of it, if it reads.
-        let _ = tokio::time::timeout(SHUTDOWN_WRITE, send_queued(shared, &mut ws)).await;
+        let _ =
+            tokio::time::timeout(SHUTDOWN_WRITE, send_queued(shared, &mut ws, pcm.as_mut())).await;
     }
     let live: Vec<SessionId> = {
         let mut q = shared.queue();
@@ -813,8 +836,9 @@ async fn stopping(shared: &Shared) {
     }
 }
 
-/// Sends everything queued, then flushes: false when the connection failed.
-async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws) -> bool {
+/// Sends everything queued, then flushes: false when the connection failed. With `pcm`,
+/// each client packet goes as the PCM it decodes to.
+async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws, mut pcm: Option<&mut PcmSessions>) -> bool {
     loop {
         shared.bridge_woken.swap(false, Ordering::AcqRel);
         let batch: Vec<Outbound> = shared.queue().take_in_order();
@@ -824,12 +848,32 @@ async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws) -> bool {
         for message in batch {
             let wire = match message {
                 Outbound::Started(session, context) => {
+                    start_pcm(shared, pcm.as_deref_mut(), session);
                     model_wire::session_started(session, &context, false)
                 }
                 Outbound::Ended { session, reason } => {
+                    if let Some(pcm) = pcm.as_deref_mut() {
+                        pcm.end(session);
+                    }
                     model_wire::encode(&ModelInput::SessionEnded { session, reason })
                 }
-                Outbound::Audio(_, wire) | Outbound::Event(wire) => wire,
+                Outbound::Audio(session, frame) => match pcm.as_deref_mut() {
+                    None => model_wire::audio(session, &frame),
+                    Some(pcm) => match pcm.get(session).map(|s| s.decode(&frame.payload)) {
+                        Some(Ok(samples)) => {
+                            model_wire::pcm_audio(session, frame.seq, frame.timestamp, samples)
+                        }
+                        Some(Err(_)) => {
+                            shared.metrics.model_dropped(ModelDrop::CodecError);
+                            continue;
+                        }
+                        None => {
+                            shared.metrics.model_dropped(ModelDrop::Disconnected);
+                            continue;
+                        }
+                    },
+                },
+                Outbound::Event(wire) => wire,
             };
             if send(ws, wire).await.is_err() {
                 return false;
@@ -838,12 +882,59 @@ async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws) -> bool {
     }
 }
 
-fn receive(shared: &Arc<Shared>, message: &WireMessage) {
-    match model_wire::decode(message) {
-        Ok(FromBackend::Hello { .. }) => {}
-        Ok(decoded) => shared.to_worker(decoded),
-        Err(e) => shared.metrics.model_error(e),
+/// Makes `session`'s PCM conversion, if the connection speaks PCM; a conversion libopus
+/// cannot make leaves the session's audio dropped and counted as it comes.
+fn start_pcm(shared: &Shared, pcm: Option<&mut PcmSessions>, session: SessionId) {
+    if let Some(Err(e)) = pcm.map(|pcm| pcm.start(session)) {
+        shared.metrics.model_dropped(ModelDrop::CodecError);
+        tracing::warn!(session = format!("{session:016x}"), error = %e, "no PCM conversion");
     }
+}
+
+/// Hands what the backend sent to the worker. With `pcm`, its audio is cut into 20 ms
+/// frames and encoded first; a clear drops the samples short of a frame, and a mark
+/// sends them first, padded, so it falls after everything sent before it.
+fn receive(shared: &Arc<Shared>, message: &WireMessage, pcm: Option<&mut PcmSessions>) {
+    let audio = pcm.as_ref().map_or(AudioFormat::Opus, |p| p.format());
+    let decoded = match model_wire::decode_with(message, audio) {
+        Ok(FromBackend::Hello { .. }) => return,
+        Ok(decoded) => decoded,
+        Err(e) => return shared.metrics.model_error(e),
+    };
+    let Some(pcm) = pcm else {
+        return shared.to_worker(decoded);
+    };
+    let session = match &decoded {
+        FromBackend::Output(
+            ModelOutput::Audio { session, .. }
+            | ModelOutput::Clear { session }
+            | ModelOutput::Mark { session, .. },
+        ) => *session,
+        _ => return shared.to_worker(decoded),
+    };
+    let Some(converter) = pcm.get(session) else {
+        // A session this connection was not told of, or one that ended.
+        return shared.metrics.model_dropped(ModelDrop::Disconnected);
+    };
+    let mut emit =
+        |frame| shared.to_worker(FromBackend::Output(ModelOutput::Audio { session, frame }));
+    let converted = match &decoded {
+        FromBackend::Output(ModelOutput::Audio { frame, .. }) => {
+            if converter.encode(&frame.payload, &mut emit).is_err() {
+                shared.metrics.model_dropped(ModelDrop::CodecError);
+            }
+            return; // its frames went to the worker as each was encoded
+        }
+        FromBackend::Output(ModelOutput::Clear { .. }) => {
+            converter.clear();
+            Ok(())
+        }
+        _ => converter.flush(&mut emit),
+    };
+    if converted.is_err() {
+        shared.metrics.model_dropped(ModelDrop::CodecError);
+    }
+    shared.to_worker(decoded);
 }
 
 #[cfg(test)]
@@ -867,6 +958,15 @@ mod tests {
         assert!(check_url("model").is_err());
     }
 
+    /// An audio frame whose payload is `n`.
+    fn frame(n: u8) -> AudioFrame {
+        AudioFrame {
+            seq: 0,
+            timestamp: 0,
+            payload: vec![n],
+        }
+    }
+
     fn queue_with(live: &[SessionId]) -> Queue {
         let mut q = Queue {
             connected: true,
@@ -887,7 +987,7 @@ mod tests {
             Arc::new(SessionContext::anonymous_udp()),
         ));
         for (session, n) in [(1, 0u8), (2, 1), (1, 2)] {
-            q.push(Outbound::Audio(session, WireMessage::Binary(vec![n])));
+            q.push(Outbound::Audio(session, frame(n)));
         }
         q.push(Outbound::Event(WireMessage::Text("e".into())));
         assert!(q.drop_oldest_audio(Some(1)));
@@ -897,7 +997,7 @@ mod tests {
             .iter()
             .map(|m| match m {
                 Outbound::Started(s, _) => format!("started {s}"),
-                Outbound::Audio(s, WireMessage::Binary(b)) => format!("audio {s} {}", b[0]),
+                Outbound::Audio(s, f) => format!("audio {s} {}", f.payload[0]),
                 Outbound::Event(_) => "event".into(),
                 other => format!("{other:?}"),
             })
@@ -906,7 +1006,7 @@ mod tests {
         assert!(q.audio.is_empty());
         assert_eq!(q.len(), 0);
         for n in 0..2u8 {
-            q.push(Outbound::Audio(1, WireMessage::Binary(vec![n])));
+            q.push(Outbound::Audio(1, frame(n)));
         }
         assert!(q.drop_oldest_audio(None));
         assert!(q.drop_oldest_audio(None));
@@ -919,10 +1019,10 @@ mod tests {
         let mut q = queue_with(&[1, 2]);
         // A queue full of session 2's audio, then session 1's.
         for n in 0..CONNECTION_QUEUE - 2 {
-            q.push(Outbound::Audio(2, WireMessage::Binary(vec![n as u8])));
+            q.push(Outbound::Audio(2, frame(n as u8)));
         }
         for n in [10u8, 11] {
-            q.push(Outbound::Audio(1, WireMessage::Binary(vec![n])));
+            q.push(Outbound::Audio(1, frame(n)));
         }
         // Session 1's oldest is the front of its own queue.
         assert_eq!(
@@ -933,7 +1033,7 @@ mod tests {
         assert_eq!((q.audio_of(1), q.audio_of(2)), (1, CONNECTION_QUEUE - 2));
         // Many such drops leave stale entries in the arrival order; they are swept.
         for n in 0..10_000u32 {
-            q.push(Outbound::Audio(1, WireMessage::Binary(vec![n as u8])));
+            q.push(Outbound::Audio(1, frame(n as u8)));
             assert!(q.drop_oldest_audio(Some(1)));
         }
         assert!(
@@ -946,7 +1046,7 @@ mod tests {
         assert_eq!(q.audio_of(2), CONNECTION_QUEUE - 3);
         let out = q.take_in_order();
         assert_eq!(out.len(), CONNECTION_QUEUE - 2);
-        assert!(matches!(&out[0], Outbound::Audio(2, WireMessage::Binary(b)) if b[0] == 1));
+        assert!(matches!(&out[0], Outbound::Audio(2, f) if f.payload[0] == 1));
         assert!(matches!(out.last(), Some(Outbound::Audio(1, _))));
     }
 
@@ -956,7 +1056,7 @@ mod tests {
         for _ in 0..CONNECTION_QUEUE - 1 {
             q.push(Outbound::Event(WireMessage::Text("e".into())));
         }
-        q.push(Outbound::Audio(1, WireMessage::Binary(vec![7])));
+        q.push(Outbound::Audio(1, frame(7)));
         assert_eq!(q.len(), CONNECTION_QUEUE);
         // The oldest audio is at the front of its own queue, behind no event.
         assert_eq!(

@@ -11,13 +11,17 @@
 //! `session.end`;
 //! audio as binary messages, [`AUDIO_KIND`] then the session id, the RTP sequence number
 //! and 48 kHz timestamp (big endian, [`AUDIO_HEADER_LEN`] bytes in all) and one Opus
-//! packet. Fields a version-1 peer does not know are ignored; a message it cannot read is
-//! refused with a [`DecodeError`], counted by its label, and the connection stays up.
+//! packet, or, for a backend whose hello chose PCM ([`AudioFormat`]), 16-bit
+//! little-endian samples. Fields a version-1 peer does not know are ignored; a message it
+//! cannot read is refused with a [`DecodeError`], counted by its label, and the
+//! connection stays up.
 
+pub use crate::model::MAX_OPUS_LEN;
 use crate::model::{
     AudioFrame, ClientTransport, ModelInput, ModelOutput, OPUS_CODEC, SessionClaims,
     SessionContext, SessionId, SessionStats,
 };
+use crate::pcm::AudioFormat;
 use crate::playout::{MAX_MARK_LEN, MAX_MARKS};
 use ufrag_common::label_enum;
 
@@ -25,10 +29,8 @@ use ufrag_common::label_enum;
 pub const PROTOCOL: &str = "ufrag-model.v1";
 /// The first byte of an audio message.
 pub const AUDIO_KIND: u8 = 0x01;
-/// The bytes before the Opus packet in an audio message.
+/// The bytes before the audio (an Opus packet, or PCM) in an audio message.
 pub const AUDIO_HEADER_LEN: usize = 15;
-/// The largest Opus packet (RFC 6716 §3.4).
-pub const MAX_OPUS_LEN: usize = 1275;
 /// The longest `events` message either side may send.
 pub const MAX_EVENT_LEN: usize = 16 * 1024;
 /// The longest message the transceiver reads from a backend (a longer one closes the
@@ -53,6 +55,8 @@ pub enum FromBackend {
     Hello {
         /// The protocol it speaks.
         protocol: String,
+        /// The audio it chose of those offered (Opus when it names none).
+        audio: AudioFormat,
     },
     /// Audio or an event for a session.
     Output(ModelOutput),
@@ -86,6 +90,10 @@ label_enum! {
         BadMark = "bad_mark",
         /// An Opus packet longer than [`MAX_OPUS_LEN`] or empty.
         AudioTooLarge = "audio_too_large",
+        /// PCM audio (a backend that chose it) that is empty or of an odd number of bytes.
+        BadPcm = "bad_pcm",
+        /// A hello whose `audio` is not one of the formats offered.
+        UnknownAudioFormat = "unknown_audio_format",
     }
 }
 
@@ -109,10 +117,17 @@ fn parse_session(text: &str) -> Result<SessionId, DecodeError> {
     SessionId::from_str_radix(text, 16).map_err(|_| DecodeError::BadSession)
 }
 
-/// The transceiver's hello for worker `worker`.
+/// The transceiver's hello for worker `worker`, offering every [`AudioFormat`].
 pub fn hello(worker: usize) -> WireMessage {
+    let offered: Vec<&str> = AudioFormat::OFFERED.iter().map(|f| f.label()).collect();
     WireMessage::Text(
-        serde_json::json!({"type": "hello", "protocol": PROTOCOL, "worker": worker}).to_string(),
+        serde_json::json!({
+            "type": "hello",
+            "protocol": PROTOCOL,
+            "worker": worker,
+            "audio": offered,
+        })
+        .to_string(),
     )
 }
 
@@ -224,6 +239,20 @@ fn decode_stats(
         bytes_in: count("bytes_in")?,
         bytes_out: count("bytes_out")?,
     })
+}
+
+/// A PCM audio message: the header of the client's packet `seq`/`timestamp`, then
+/// `samples` little-endian.
+pub fn pcm_audio(session: SessionId, seq: u16, timestamp: u32, samples: &[i16]) -> WireMessage {
+    let mut bytes = Vec::with_capacity(AUDIO_HEADER_LEN + 2 * samples.len());
+    bytes.push(AUDIO_KIND);
+    bytes.extend_from_slice(&session.to_be_bytes());
+    bytes.extend_from_slice(&seq.to_be_bytes());
+    bytes.extend_from_slice(&timestamp.to_be_bytes());
+    for sample in samples {
+        bytes.extend_from_slice(&sample.to_le_bytes());
+    }
+    WireMessage::Binary(bytes)
 }
 
 /// An audio message.
@@ -351,9 +380,12 @@ pub enum ToBackend {
     },
 }
 
-/// A backend's hello.
-pub fn backend_hello() -> WireMessage {
-    WireMessage::Text(serde_json::json!({"type": "hello", "protocol": PROTOCOL}).to_string())
+/// A backend's hello, choosing `audio`.
+pub fn backend_hello(audio: AudioFormat) -> WireMessage {
+    WireMessage::Text(
+        serde_json::json!({"type": "hello", "protocol": PROTOCOL, "audio": audio.label()})
+            .to_string(),
+    )
 }
 
 /// The message that carries a backend's `output` to the transceiver.
@@ -384,11 +416,19 @@ pub fn encode_output(output: &ModelOutput, end_reason: &str) -> WireMessage {
     }
 }
 
-/// Decodes one message from the transceiver (what a backend does).
+/// Decodes one message from the transceiver (what a backend that speaks Opus does).
 pub fn decode_input(message: &WireMessage) -> Result<ToBackend, DecodeError> {
+    decode_input_with(message, AudioFormat::Opus)
+}
+
+/// Decodes one message from the transceiver, for a backend whose hello chose `audio`.
+pub fn decode_input_with(
+    message: &WireMessage,
+    audio: AudioFormat,
+) -> Result<ToBackend, DecodeError> {
     let text = match message {
         WireMessage::Binary(bytes) => {
-            return match decode_audio(bytes)? {
+            return match decode_audio(bytes, audio)? {
                 FromBackend::Output(ModelOutput::Audio { session, frame }) => {
                     Ok(ToBackend::Audio { session, frame })
                 }
@@ -455,15 +495,20 @@ pub fn decode_input(message: &WireMessage) -> Result<ToBackend, DecodeError> {
     }
 }
 
-/// Decodes one message from a backend.
+/// Decodes one message from a backend that speaks Opus.
 pub fn decode(message: &WireMessage) -> Result<FromBackend, DecodeError> {
+    decode_with(message, AudioFormat::Opus)
+}
+
+/// Decodes one message from a backend whose hello chose `audio`.
+pub fn decode_with(message: &WireMessage, audio: AudioFormat) -> Result<FromBackend, DecodeError> {
     match message {
-        WireMessage::Binary(bytes) => decode_audio(bytes),
+        WireMessage::Binary(bytes) => decode_audio(bytes, audio),
         WireMessage::Text(text) => decode_text(text),
     }
 }
 
-fn decode_audio(bytes: &[u8]) -> Result<FromBackend, DecodeError> {
+fn decode_audio(bytes: &[u8], audio: AudioFormat) -> Result<FromBackend, DecodeError> {
     let (header, payload) = bytes
         .split_first_chunk::<AUDIO_HEADER_LEN>()
         .ok_or(DecodeError::BadAudio)?;
@@ -471,8 +516,14 @@ fn decode_audio(bytes: &[u8]) -> Result<FromBackend, DecodeError> {
     if kind != AUDIO_KIND {
         return Err(DecodeError::BadAudio);
     }
-    if payload.is_empty() || payload.len() > MAX_OPUS_LEN {
-        return Err(DecodeError::AudioTooLarge);
+    match audio {
+        AudioFormat::Opus if payload.is_empty() || payload.len() > MAX_OPUS_LEN => {
+            return Err(DecodeError::AudioTooLarge);
+        }
+        AudioFormat::Pcm16(_) if payload.is_empty() || payload.len() % 2 != 0 => {
+            return Err(DecodeError::BadPcm);
+        }
+        _ => {}
     }
     Ok(FromBackend::Output(ModelOutput::Audio {
         session: SessionId::from_be_bytes([s0, s1, s2, s3, s4, s5, s6, s7]),
@@ -500,6 +551,13 @@ fn decode_text(text: &str) -> Result<FromBackend, DecodeError> {
     match kind {
         "hello" => Ok(FromBackend::Hello {
             protocol: field("protocol")?.chars().take(64).collect(),
+            audio: match object.get("audio") {
+                None | Some(serde_json::Value::Null) => AudioFormat::Opus,
+                Some(serde_json::Value::String(label)) => {
+                    AudioFormat::parse(label).ok_or(DecodeError::UnknownAudioFormat)?
+                }
+                Some(_) => return Err(DecodeError::UnknownAudioFormat),
+            },
         }),
         "event" => {
             let session = parse_session(field("session")?)?;
@@ -651,7 +709,7 @@ mod tests {
         let started = session_started(1, &context, false);
         let written: Vec<WireMessage> = vec![
             hello(0),
-            backend_hello(),
+            backend_hello(AudioFormat::Opus),
             started.clone(),
             encode(&ModelInput::SessionEnded {
                 session: 1,
@@ -729,6 +787,13 @@ mod tests {
                 "session.stats's `{field}` is not in docs/model-protocol.md"
             );
         }
+        // Every audio format offered.
+        for format in AudioFormat::OFFERED {
+            assert!(
+                SPECIFICATION.contains(&format!("`{}`", format.label())),
+                "{format:?}"
+            );
+        }
         // Every refusal reason, and the limits (the end reasons: `metrics`' tests).
         for reason in DecodeError::ALL {
             assert!(SPECIFICATION.contains(&format!("| `{}` |", reason.label())));
@@ -793,7 +858,10 @@ mod tests {
         );
         assert_eq!(
             as_json(hello(3)),
-            serde_json::json!({"type":"hello","protocol":PROTOCOL,"worker":3})
+            serde_json::json!({
+                "type":"hello","protocol":PROTOCOL,"worker":3,
+                "audio":["opus","pcm16/16000","pcm16/24000","pcm16/48000"],
+            })
         );
     }
 
@@ -804,7 +872,8 @@ mod tests {
                 r#"{"type":"hello","protocol":"ufrag-model.v1","model":"x"}"#
             )),
             Ok(FromBackend::Hello {
-                protocol: PROTOCOL.into()
+                protocol: PROTOCOL.into(),
+                audio: AudioFormat::Opus,
             })
         );
         assert_eq!(
@@ -970,11 +1039,72 @@ mod tests {
             })
         );
         assert_eq!(
-            decode(&backend_hello()),
+            decode(&backend_hello(AudioFormat::Opus)),
             Ok(FromBackend::Hello {
-                protocol: PROTOCOL.into()
+                protocol: PROTOCOL.into(),
+                audio: AudioFormat::Opus,
             })
         );
+    }
+
+    /// A backend chooses its audio in its hello; a format not offered is refused by name.
+    #[test]
+    fn a_backend_hello_chooses_the_audio_format_and_an_unoffered_one_is_refused() {
+        for format in AudioFormat::OFFERED {
+            assert_eq!(
+                decode(&backend_hello(format)),
+                Ok(FromBackend::Hello {
+                    protocol: PROTOCOL.into(),
+                    audio: format
+                })
+            );
+        }
+        for bad in [r#""pcm16/8000""#, r#""mulaw""#, "16000", r#"["opus"]"#] {
+            let hello = format!(r#"{{"type":"hello","protocol":"{PROTOCOL}","audio":{bad}}}"#);
+            assert_eq!(
+                decode(&text(&hello)),
+                Err(DecodeError::UnknownAudioFormat),
+                "{bad}"
+            );
+        }
+    }
+
+    /// PCM from the transceiver: the client packet's header, then the samples
+    /// little-endian; from a PCM backend, any even number of bytes, not only a frame.
+    #[test]
+    fn pcm_audio_is_the_same_header_then_little_endian_samples() {
+        let WireMessage::Binary(bytes) = pcm_audio(2, 0x0102, 0x0a0b_0c0d, &[1, -2, 0x1234]) else {
+            panic!("audio is binary");
+        };
+        assert_eq!(
+            bytes,
+            [
+                1, 0, 0, 0, 0, 0, 0, 0, 2, 1, 2, 0x0a, 0x0b, 0x0c, 0x0d, 1, 0, 0xfe, 0xff, 0x34,
+                0x12
+            ]
+        );
+        let pcm = AudioFormat::Pcm16(crate::pcm::PcmRate::Khz16);
+        let mut long = bytes[..AUDIO_HEADER_LEN].to_vec();
+        long.resize(AUDIO_HEADER_LEN + 2 * 4000, 7);
+        for ok in [bytes.clone(), long] {
+            assert!(
+                matches!(
+                    decode_with(&WireMessage::Binary(ok.clone()), pcm),
+                    Ok(FromBackend::Output(ModelOutput::Audio { session: 2, frame }))
+                        if frame.payload == ok[AUDIO_HEADER_LEN..]
+                ),
+                "{} bytes",
+                ok.len()
+            );
+        }
+        for bad in [&bytes[..AUDIO_HEADER_LEN], &bytes[..AUDIO_HEADER_LEN + 3]] {
+            assert_eq!(
+                decode_with(&WireMessage::Binary(bad.to_vec()), pcm),
+                Err(DecodeError::BadPcm),
+                "{} bytes",
+                bad.len()
+            );
+        }
     }
 
     #[test]

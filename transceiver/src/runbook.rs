@@ -194,6 +194,13 @@ pub const fn model_drop(reason: ModelDrop) -> Entry {
             "The backend set more than 64 marks ahead of playback: the newest was dropped \
              and will never be reported. Mark sentences, not frames.",
         ),
+        CodecError => entry(
+            Cause::Fault,
+            "A backend speaking PCM: libopus could not decode a client's audio packet (a \
+             broken or hostile client), or could not encode the backend's PCM. The frame \
+             was dropped; the session lives. A steady rate from one client is that \
+             client's doing.",
+        ),
     }
 }
 
@@ -208,7 +215,9 @@ pub const fn model_error(reason: DecodeError) -> Entry {
             | DecodeError::BadSession
             | DecodeError::BadReason
             | DecodeError::BadAudio
-            | DecodeError::BadMark => {
+            | DecodeError::BadMark
+            | DecodeError::BadPcm
+            | DecodeError::UnknownAudioFormat => {
                 "The backend does not speak `ufrag-model.v1` as written in \
                  docs/model-protocol.md: fix the backend; the message was dropped and the \
                  connection kept."

@@ -145,13 +145,16 @@ function timeFirstFrame(receiver, onFirst) {
 // Reads getStats(): packets, levels, the selected path, and the first echoed packet.
 async function readStats(pc) {
   const report = await pc.getStats();
-  const out = { sent: 0, received: 0, micLevel: 0, echoLevel: 0, path: null };
+  const out = { sent: 0, received: 0, micLevel: 0, echoLevel: 0, energyIn: 0, secondsIn: 0, path: null };
   const byId = new Map();
   report.forEach((s) => byId.set(s.id, s));
   report.forEach((s) => {
     if (s.type === "inbound-rtp" && s.kind === "audio") {
       out.received = s.packetsReceived;
       out.echoLevel = s.audioLevel || 0;
+      // What the page played of the server's audio: the sum of level² × seconds.
+      out.energyIn = s.totalAudioEnergy || 0;
+      out.secondsIn = s.totalSamplesDuration || 0;
     }
     if (s.type === "outbound-rtp" && s.kind === "audio") out.sent = s.packetsSent;
     if (s.type === "media-source" && s.kind === "audio") out.micLevel = s.audioLevel || 0;
@@ -211,6 +214,8 @@ async function stop() {
     audio_sent: after.sent,
     audio_received: before.received,
     audio_received_later: after.received,
+    audio_energy_in: before.energyIn,
+    audio_seconds_in: before.secondsIn,
     path: after.path,
   });
   if (params.get("end") === "none") return result; // the test closes the browser itself

@@ -7,7 +7,8 @@
 //! Chromium also talks to an external model backend (`--model ws://`): the reference
 //! echo (the pongs and the audio it gets back crossed the WebSocket bridge), and the
 //! speaking one (every packet it hears is the backend's own voice, none its own). With a
-//! session token from `ufrag-token`, the backend learns the token's claims.
+//! session token from `ufrag-token`, the backend learns the token's claims. The Python
+//! reference backend, in PCM16, is heard, and its `audio.clear` stops its speech.
 //!
 //! A page left open keeps its session alive past the idle timeout; a browser killed
 //! without a word ends it as `idle`.
@@ -314,6 +315,78 @@ fn chromium_hears_a_speaking_backend_s_own_voice_through_relay_mio() {
         received <= said && received * 10 >= said * 8,
         "the browser received {received} packets; the backend said {said}: {result}"
     );
+}
+
+/// The Python reference backend (`examples/python-backend`, on PyPI's websockets) in
+/// PCM16 at 24 kHz, speaking 8 s of a tone at once and clearing it 1.5 s later
+/// (barge-in): Chromium hears it (the energy of the page's inbound audio, which carries
+/// only the backend's voice: it never plays the page's audio back), the backend hears
+/// the page's microphone as 480-sample frames and gets its `session.stats`, and the clear
+/// stops the speech within one frame: the page received the frames played before the
+/// clear (said − cleared), give or take one 20 ms frame, and none of those cleared.
+#[test]
+fn chromium_hears_the_python_backend_in_pcm16_and_a_clear_stops_its_speech() {
+    let mut backend = PythonBackend::start(&[
+        "--audio",
+        "pcm16/24000",
+        "--speak",
+        "8",
+        "--clear-after",
+        "1.5",
+    ]);
+    let url = backend.url.clone();
+    let (result, xcvr) =
+        chromium_through_relay_mio(&["--model", &url, "--session-stats-interval", "1s"]);
+    // Connected, every ping answered by the Python backend, DELETE.
+    assert_talked(&result, "chromium via the Python backend");
+    let ended = backend.wait_for("ended", Duration::from_secs(10));
+    let said = ended["said_frames"].as_u64().unwrap();
+    let cleared = ended["cleared_frames"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("audio.cleared answered the clear: {ended}"));
+    assert_eq!(said, 400, "8 s of 20 ms frames");
+    assert!(
+        cleared > 0 && cleared < said,
+        "speech was queued when cleared: {ended}"
+    );
+    let played = said - cleared;
+    let received = result["audio_received"].as_u64().unwrap();
+    assert!(
+        received.abs_diff(played) <= 1,
+        "the page received {received} frames; {played} were played before the clear \
+         ({said} said, {cleared} cleared): {result}"
+    );
+    let cleared_line = &backend.events("cleared")[0];
+    assert_eq!(
+        cleared_line["marks"],
+        serde_json::json!(["said"]),
+        "the mark after the speech will never be reached"
+    );
+    // The page played the backend's tone: level² × seconds of its inbound audio.
+    let energy = result["audio_energy_in"].as_f64().unwrap();
+    let tone_seconds = played as f64 * 0.02;
+    assert!(
+        energy > 0.01 * tone_seconds,
+        "inbound energy {energy} over {tone_seconds} s of tone: {result}"
+    );
+    assert!(
+        ended["heard_frames"].as_u64().unwrap() > 0,
+        "the backend heard the page: {ended}"
+    );
+    assert_eq!(
+        ended["heard_sizes"],
+        serde_json::json!([480]),
+        "20 ms at 24 kHz"
+    );
+    assert!(
+        !backend.events("stats").is_empty(),
+        "session.stats reached the backend"
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_model_dropped_messages_total{reason=\"codec_error\"}"),
+        0.0
+    );
+    eprintln!("chromium via the Python backend: {result}; {ended}");
 }
 
 /// The page talks for twice the idle timeout (media and consent checks keep the session

@@ -589,3 +589,70 @@ fn a_backend_closes_connections_beyond_its_cap_and_those_that_never_handshake() 
         backend.refused() == 3 && backend.open_connections() == 0
     });
 }
+
+/// Sign changes per second of `samples` at `rate` Hz, halved: a pure tone's frequency.
+fn tone_hz(samples: &[i16], rate: u32) -> f64 {
+    let changes = samples
+        .windows(2)
+        .filter(|w| (w[0] < 0) != (w[1] < 0))
+        .count();
+    changes as f64 * f64::from(rate) / samples.len() as f64 / 2.0
+}
+
+/// The Python reference backend (`examples/python-backend`, on PyPI's websockets) chooses
+/// PCM16 at 16 kHz in its hello: it hears the client's Opus as 320-sample frames, its
+/// second of a 440 Hz tone, sent at once in 100 ms chunks, reaches the client as 50 Opus
+/// frames that decode to that tone, and its mark is reached after the last of them.
+#[test]
+fn a_python_backend_in_pcm16_hears_the_client_and_is_heard_as_opus() {
+    use transceiver::pcm::{PcmRate, SessionPcm};
+    let mut backend = PythonBackend::start(&["--audio", "pcm16/16000", "--speak", "1"]);
+    let relay = TestRelay::start(&[]);
+    let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url]);
+    let hello = backend.wait_for("hello", BRIDGE_WAIT);
+    assert_eq!(hello["audio"], "pcm16/16000");
+    let mut client = new_client();
+    assert_eq!(client.signal(xcvr.http).status, 201);
+    step_until(&mut client, "connected, events open", |c| {
+        c.connected_at.is_some() && c.channel_open
+    });
+    assert_eq!(backend.wait_for("said", BRIDGE_WAIT)["frames"], 50);
+    // The client talks meanwhile (a second of 20 ms frames), and hears the tone.
+    talk(&mut client, 50);
+    step_until(&mut client, "the backend's second of speech", |c| {
+        c.audio_received >= 50
+    });
+    assert_eq!(backend.wait_for("mark_played", BRIDGE_WAIT)["name"], "said");
+    assert_eq!(client.audio_received, 50, "one Opus frame per 20 ms of PCM");
+    let mut listener = SessionPcm::new(PcmRate::Khz48).unwrap();
+    let mut heard = Vec::new();
+    for packet in &client.audio_payloads {
+        let samples = listener
+            .decode(packet)
+            .expect("the transceiver's Opus decodes");
+        assert_eq!(samples.len(), 960, "20 ms at 48 kHz");
+        heard.extend_from_slice(samples);
+    }
+    // The codec's lookahead delays the start: judge the second half.
+    let hz = tone_hz(&heard[heard.len() / 2..], 48_000);
+    assert!((430.0..450.0).contains(&hz), "the client heard {hz} Hz");
+    delete(&xcvr, &client);
+    let ended = backend.wait_for("ended", BRIDGE_WAIT);
+    assert!(
+        ended["heard_frames"].as_u64().unwrap() >= 45,
+        "the backend heard the client's second: {ended}"
+    );
+    assert_eq!(
+        ended["heard_sizes"],
+        serde_json::json!([320]),
+        "20 ms at 16 kHz"
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_model_dropped_messages_total{reason=\"codec_error\"}"),
+        0.0
+    );
+    assert_eq!(
+        xcvr.metric("ufrag_transceiver_model_refused_messages_total"),
+        0.0
+    );
+}

@@ -348,20 +348,7 @@ fn session_tokens_admit_their_user_once_and_each_refusal_is_counted() {
 #[test]
 fn the_documented_python_mints_tokens_the_transceiver_admits() {
     use transceiver::session_token::{SessionTokens, TokenAlgorithm, TokenRules};
-    let python = std::env::var_os("UFRAG_MODEL_PYTHON").map_or_else(
-        || {
-            std::path::PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../target/model-venv/bin/python"
-            ))
-        },
-        std::path::PathBuf::from,
-    );
-    assert!(
-        python.is_file(),
-        "no PyJWT virtualenv at {}: scripts/test.sh creates it (python3 -m venv + pip install PyJWT)",
-        python.display()
-    );
+    let python = model_python();
     let page = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../docs/model-protocol.md"

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+use transceiver::pcm::AudioFormat;
 use ufrag_model_backends::{Options, TlsIdentity};
 
 /// The reference echo model backend: plays each user's audio back, answers `ping` events
@@ -26,6 +27,17 @@ struct Cli {
     /// The certificate's private key (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// The audio its hello chooses: opus, pcm16/16000, pcm16/24000 or pcm16/48000 (with
+    /// PCM it plays back the PCM it gets, and the transceiver encodes it again).
+    #[arg(long, default_value = "opus", value_parser = parse_audio)]
+    audio: AudioFormat,
+}
+
+fn parse_audio(label: &str) -> Result<AudioFormat, String> {
+    AudioFormat::parse(label).ok_or_else(|| {
+        let offered: Vec<&str> = AudioFormat::OFFERED.map(AudioFormat::label).to_vec();
+        format!("one of {}", offered.join(", "))
+    })
 }
 
 fn main() -> ExitCode {
@@ -42,6 +54,7 @@ fn main() -> ExitCode {
     };
     let options = Options {
         tls,
+        audio: cli.audio,
         ..Options::echo()
     };
     ufrag_model_backends::serve_until_killed("model-echo", cli.listen, options)

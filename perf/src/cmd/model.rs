@@ -6,7 +6,10 @@
 //! worker holds, and where the time goes. `--baseline` adds another build of the
 //! transceiver over the bridge to the same rounds, so a change is shown beside the old.
 //! `--bundles` asks the same of the internal leg instead: the built-in echo behind
-//! relay-mio, single frames against bundles both ways.
+//! relay-mio, single frames against bundles both ways. `--pcm FORMAT` prices PCM16 audio
+//! against Opus passthrough: the echo over the bridge twice, one backend choosing Opus,
+//! the other PCM (the transceiver decodes and encodes every frame), and what the codec
+//! adds to the audio's path (its time per frame, the encoder's lookahead).
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
@@ -19,6 +22,8 @@ use super::children::{
     SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, TransceiverChild, loopback_ip, sibling_binary,
     start_relay_with, start_transceiver, start_transceiver_from, write_report,
 };
+use transceiver::pcm::AudioFormat;
+
 use crate::cpu::cpu_seconds;
 use crate::sessions::{LoadPlan, Talkers, load_step, setup_times};
 use crate::stats::{Interval, median_interval};
@@ -33,16 +38,19 @@ enum Question {
     Bridge,
     /// Behind relay-mio: single frames against bundles both ways (the built-in echo).
     Bundles,
+    /// Over the bridge: PCM16 in this format against Opus passthrough.
+    Pcm(AudioFormat),
 }
 
 impl Question {
     /// The subject's sessions per core over the reference's that the goal asks for: the
     /// bridge should keep 80 % of the built-in's; bundles should give 120 % of single
-    /// frames'.
-    fn goal_ratio(self) -> f64 {
+    /// frames'. PCM has no goal: the report prices it.
+    fn goal_ratio(self) -> Option<f64> {
         match self {
-            Question::Bridge => 0.8,
-            Question::Bundles => 1.2,
+            Question::Bridge => Some(0.8),
+            Question::Bundles => Some(1.2),
+            Question::Pcm(_) => None,
         }
     }
 
@@ -51,6 +59,7 @@ impl Question {
         match self {
             Question::Bridge => ("Over the bridge", "the built-in's"),
             Question::Bundles => ("With bundles both ways", "single frames'"),
+            Question::Pcm(_) => ("With PCM16", "Opus passthrough's"),
         }
     }
 }
@@ -91,9 +100,23 @@ pub struct Options {
     /// sends single frames, the other bundles both ways (`--bundle-to` on both).
     #[arg(long, conflicts_with = "baseline")]
     pub bundles: bool,
+    /// PCM16 against Opus passthrough instead: the echo over the bridge twice, one
+    /// `model-echo` choosing Opus, the other this format (`pcm16/16000`, `pcm16/24000` or
+    /// `pcm16/48000`), so the transceiver decodes every client packet and encodes every
+    /// frame it plays; and the codec's time per frame.
+    #[arg(long, conflicts_with_all = ["baseline", "bundles"], value_parser = parse_pcm)]
+    pub pcm: Option<AudioFormat>,
     /// Where to write the Markdown report (JSON beside it).
     #[arg(long, default_value = "target/perf/model.md")]
     pub out: PathBuf,
+}
+
+/// A PCM format for `--pcm`.
+fn parse_pcm(label: &str) -> Result<AudioFormat, String> {
+    match AudioFormat::parse(label) {
+        Some(format @ AudioFormat::Pcm16(_)) => Ok(format),
+        _ => Err("pcm16/16000, pcm16/24000 or pcm16/48000".into()),
+    }
 }
 
 /// One setup: its name and its transceiver's signaling address.
@@ -102,18 +125,19 @@ struct Setup {
     http: SocketAddr,
     /// Its media socket (clients, in direct mode; the relay's frames, behind one).
     media: SocketAddr,
-    /// Its model runs over the bridge (`model-echo`'s CPU is its).
-    bridged: bool,
+    /// Its model runs over the bridge to this `model-echo` (whose CPU is its).
+    backend_pid: Option<u32>,
     child: TransceiverChild,
     /// The relay in front of it (`--bundles`) and its metrics address, stopped with it.
     relay: Option<(super::children::RelayChild, SocketAddr)>,
 }
 
-/// The reference backend, started next to `ufrag-perf` (killed on drop).
-fn start_model_echo(listen: SocketAddr) -> OwnedChild {
+/// The reference backend choosing `audio`, started next to `ufrag-perf` (killed on
+/// drop).
+fn start_model_echo(listen: SocketAddr, audio: AudioFormat) -> OwnedChild {
     let mut command = Command::new(sibling_binary("model-echo", "ufrag-model-backends"));
     command
-        .args(["--listen", &listen.to_string()])
+        .args(["--listen", &listen.to_string(), "--audio", audio.label()])
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let child = OwnedChild::spawn(&mut command).expect("model-echo starts");
@@ -143,8 +167,10 @@ fn rotated(setups: usize, round: usize) -> Vec<usize> {
 
 /// The pairs compared, `(subject, reference, what the difference is called)`.
 fn comparisons(question: Question, setups: usize) -> Vec<(usize, usize, &'static str)> {
-    if question == Question::Bundles {
-        return vec![(1, 0, "bundles against single frames")];
+    match question {
+        Question::Bundles => return vec![(1, 0, "bundles against single frames")],
+        Question::Pcm(_) => return vec![(1, 0, "PCM16 against Opus passthrough")],
+        Question::Bridge => {}
     }
     let mut pairs = vec![(1, 0, "the bridge against the built-in")];
     if setups > 2 {
@@ -158,13 +184,18 @@ fn comparisons(question: Question, setups: usize) -> Vec<(usize, usize, &'static
 /// of a core) of the transceiver (all threads) and of the backend.
 fn load(
     setup: &Setup,
-    backend_pid: u32,
     ips: &[Ipv4Addr],
     sessions: usize,
     talk: Duration,
 ) -> (crate::sessions::LoadStep, f64, f64) {
     let pid = setup.child.0.id();
-    let counters = || [cpu_seconds(pid, None), cpu_seconds(backend_pid, None)];
+    let backend = setup.backend_pid;
+    let counters = || {
+        [
+            cpu_seconds(pid, None),
+            backend.map_or(0.0, |pid| cpu_seconds(pid, None)),
+        ]
+    };
     let plan = LoadPlan {
         sessions,
         talk,
@@ -179,7 +210,7 @@ fn load(
 
 /// The backend's CPU cell: a dash for the built-in echo, which has none.
 fn backend_cell(setup: &Setup, cpu_percent: f64) -> String {
-    if !setup.bridged {
+    if setup.backend_pid.is_none() {
         "–".into()
     } else {
         format!("{cpu_percent:.0} %")
@@ -269,15 +300,23 @@ pub fn run(options: Options) -> i32 {
         return 2;
     }
     let backend_addr = SocketAddr::from((loopback_ip(90), 9000));
-    let model = start_model_echo(backend_addr);
-    let question = if options.bundles {
-        Question::Bundles
-    } else {
-        Question::Bridge
+    let model = start_model_echo(backend_addr, AudioFormat::Opus);
+    let question = match (options.bundles, options.pcm) {
+        (true, _) => Question::Bundles,
+        (false, Some(format)) => Question::Pcm(format),
+        (false, None) => Question::Bridge,
     };
+    // The PCM backend, beside the Opus one.
+    let pcm_addr = SocketAddr::from((loopback_ip(90), 9001));
+    let pcm_model = options.pcm.map(|format| start_model_echo(pcm_addr, format));
     let setups = match question {
-        Question::Bridge => bridge_setups(&options, backend_addr),
+        Question::Bridge => bridge_setups(&options, backend_addr, model.id()),
         Question::Bundles => bundle_setups(),
+        Question::Pcm(format) => pcm_setups(
+            format,
+            (backend_addr, model.id()),
+            (pcm_addr, pcm_model.as_ref().map_or(0, |m| m.id())),
+        ),
     };
     let n = setups.len();
 
@@ -292,6 +331,19 @@ pub fn run(options: Options) -> i32 {
              clients on CPU {SESSIONS_CLIENT_CPU}. Every comparison runs the setups in the same \
              rounds, the order rotating.\n",
             if n > 2 { "s" } else { "" }
+        ),
+        Question::Pcm(format) => format!(
+            "# The model seam: PCM16 against Opus passthrough\n\n\
+             Command: `{command}`\n\n\
+             Two transceivers in direct mode, each with one worker pinned to CPU \
+             {TRANSCEIVER_CPU}, each sending every message over one WebSocket to its own \
+             `model-echo` on loopback (its bridge thread unpinned), which echoes it back. One \
+             backend's hello chooses `opus`: the client's packets pass through untouched. The \
+             other's chooses `{}`: the bridge thread decodes every client packet to PCM and \
+             encodes every 20 ms of the PCM echoed back (libopus, 32 kbit/s). str0m clients on \
+             CPU {SESSIONS_CLIENT_CPU}. Every comparison runs the setups in the same rounds, the \
+             order rotating.\n",
+            format.label()
         ),
         Question::Bundles => format!(
             "# The internal leg: single frames against bundles both ways\n\n\
@@ -310,12 +362,15 @@ pub fn run(options: Options) -> i32 {
     if options.rounds > 0 {
         report.push_str(&latency_rounds(question, &setups, &options, &mut failures));
     }
+    if let Question::Pcm(format) = question {
+        report.push_str(&codec_cost(format));
+    }
     let ips: Vec<Ipv4Addr> = (110..120).map(loopback_ip).collect();
     if options.cost_rounds > 0 {
-        report.push_str(&cost_rounds(question, &setups, model.id(), &ips, &options));
+        report.push_str(&cost_rounds(question, &setups, &ips, &options));
     }
     if options.steps.iter().any(|&s| s > 0) {
-        report.push_str(&largest_load(&setups, model.id(), &ips, &options));
+        report.push_str(&largest_load(&setups, &ips, &options));
     }
     if options.profile_at > 0 {
         report.push_str(&profiles(&setups, &ips, options.profile_at, options.talk));
@@ -325,6 +380,7 @@ pub fn run(options: Options) -> i32 {
     }
     drop(setups);
     drop(model);
+    drop(pcm_model);
     write_report(
         &options.out,
         &report,
@@ -337,8 +393,9 @@ pub fn run(options: Options) -> i32 {
 }
 
 /// The model seam's setups: the built-in echo and the echo over the bridge to
-/// `backend`, in direct mode, and `--baseline`'s build (checked to exist) over the bridge.
-fn bridge_setups(options: &Options, backend: SocketAddr) -> Vec<Setup> {
+/// `backend` (process `backend_pid`), in direct mode, and `--baseline`'s build (checked
+/// to exist) over the bridge.
+fn bridge_setups(options: &Options, backend: SocketAddr, backend_pid: u32) -> Vec<Setup> {
     let url = format!("ws://{backend}/");
     let this_build = sibling_binary("transceiver", "transceiver");
     let mut plans: Vec<(String, PathBuf, bool)> = vec![
@@ -368,12 +425,104 @@ fn bridge_setups(options: &Options, backend: SocketAddr) -> Vec<Setup> {
                 name,
                 http,
                 media,
-                bridged,
+                backend_pid: bridged.then_some(backend_pid),
                 child: start_transceiver_from(&binary, http, media, None, &extra),
                 relay: None,
             }
         })
         .collect()
+}
+
+/// PCM's setups: the echo over the bridge to the Opus backend, then to the `format`
+/// backend; each backend is `(address, process)`.
+fn pcm_setups(format: AudioFormat, opus: (SocketAddr, u32), pcm: (SocketAddr, u32)) -> Vec<Setup> {
+    let binary = sibling_binary("transceiver", "transceiver");
+    [
+        ("echo over the bridge, Opus passthrough".to_string(), opus),
+        (format!("echo over the bridge, `{}`", format.label()), pcm),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (name, (backend, pid)))| {
+        let ip = loopback_ip(96 + i as u8);
+        let http = SocketAddr::from((ip, 8080));
+        let media = SocketAddr::from((ip, 41_000));
+        let url = format!("ws://{backend}/");
+        Setup {
+            name,
+            http,
+            media,
+            backend_pid: Some(pid),
+            child: start_transceiver_from(&binary, http, media, None, &["--model", &url]),
+            relay: None,
+        }
+    })
+    .collect()
+}
+
+/// Frames converted each way to time the codec.
+const CODEC_FRAMES: usize = 2_000;
+/// Batches of [`CODEC_FRAMES`]: each gives one time per frame; the report gives their
+/// median with an interval.
+const CODEC_BATCHES: usize = 11;
+
+/// What PCM adds to the audio's path in the transceiver, apart from the bridge both modes
+/// share: the time libopus takes to decode a client's 20 ms packet and to encode 20 ms
+/// of the backend's PCM (on this thread, unpinned), and the encoder's lookahead, which
+/// every frame waits for.
+fn codec_cost(format: AudioFormat) -> String {
+    use transceiver::pcm::SessionPcm;
+    let AudioFormat::Pcm16(rate) = format else {
+        return String::new();
+    };
+    let tone: Vec<u8> = (0..rate.hz() as usize)
+        .flat_map(|i| {
+            let phase = 2.0 * std::f64::consts::PI * 440.0 * i as f64 / f64::from(rate.hz());
+            ((phase.sin() * 8000.0) as i16).to_le_bytes()
+        })
+        .collect();
+    let (Ok(mut speaker), Ok(mut listener)) = (SessionPcm::new(rate), SessionPcm::new(rate)) else {
+        return "\n## What PCM adds to the audio's path\n\n- failed: libopus made no codec\n"
+            .into();
+    };
+    let mut packets = Vec::new();
+    let _ = speaker.encode(&tone, &mut |f| packets.push(f.payload));
+    let frame_bytes = 2 * rate.frame_samples();
+    let (mut encode_us, mut decode_us) = (Vec::new(), Vec::new());
+    for _ in 0..CODEC_BATCHES {
+        let started = std::time::Instant::now();
+        for frame in tone.chunks_exact(frame_bytes).cycle().take(CODEC_FRAMES) {
+            let _ = speaker.encode(frame, &mut |f| {
+                std::hint::black_box(f);
+            });
+        }
+        encode_us.push(started.elapsed().as_secs_f64() * 1e6 / CODEC_FRAMES as f64);
+        let started = std::time::Instant::now();
+        for packet in packets.iter().cycle().take(CODEC_FRAMES) {
+            let _ = std::hint::black_box(listener.decode(packet));
+        }
+        decode_us.push(started.elapsed().as_secs_f64() * 1e6 / CODEC_FRAMES as f64);
+    }
+    let lookahead = speaker
+        .lookahead_ms()
+        .map_or("–".into(), |ms| format!("{ms:.1} ms"));
+    format!(
+        "\n## What PCM adds to the audio's path\n\n\
+         Beyond the bridge both setups share, each client packet is decoded and each 20 ms of \
+         the backend's PCM encoded on the bridge thread: timed here over {CODEC_BATCHES} \
+         batches of {CODEC_FRAMES} frames of a 440 Hz tone at {} Hz (median µs per frame \
+         [distribution-free interval, ≥ {:.0} % confidence]; this thread, unpinned). The \
+         encoder also holds each frame for its lookahead before the first packet carries it \
+         (libopus's own figure).\n\n\
+         | step | µs per 20 ms frame |\n|---|---:|\n\
+         | decode a client packet to PCM | {} |\n\
+         | encode 20 ms of PCM to Opus | {} |\n\
+         | the encoder's lookahead | {lookahead} |\n",
+        rate.hz(),
+        CONFIDENCE * 100.0,
+        interval_with(median_interval(&decode_us, CONFIDENCE), 1),
+        interval_with(median_interval(&encode_us, CONFIDENCE), 1),
+    )
 }
 
 /// The internal leg's setups: the built-in echo behind relay-mio, single frames, then
@@ -400,7 +549,7 @@ fn bundle_setups() -> Vec<Setup> {
                 name: format!("behind relay-mio, {name}"),
                 http,
                 media,
-                bridged: false,
+                backend_pid: None,
                 child: start_transceiver(http, media, Some(vip), &extra),
                 relay: Some((relay, metrics)),
             }
@@ -491,6 +640,11 @@ fn latency_rounds(
                  load where a batch seldom holds two frames for one peer: the difference is \
                  what bundles add at low load."
             }
+            Question::Pcm(_) => {
+                "An `events` message takes the bridge's path in both setups but not the \
+                 codec's: the difference shows that the two bridges are alike; what the codec \
+                 adds to audio is the next section."
+            }
         }
     );
     let _ = writeln!(
@@ -534,6 +688,7 @@ fn latency_rounds(
     let verdict = match question {
         Question::Bridge => bridge_latency_verdict(p99_change),
         Question::Bundles => bundles_latency_verdict(p99_change),
+        Question::Pcm(_) => pcm_events_verdict(p99_change),
     };
     let _ = writeln!(out, "\n{verdict}\n");
     for f in failures.iter() {
@@ -545,8 +700,19 @@ fn latency_rounds(
 /// The verdict on the subject's sessions per core over the reference's, against the
 /// question's goal.
 fn ratio_verdict(question: Question, interval: Option<Interval>) -> String {
-    let goal = question.goal_ratio() * 100.0;
     let (subject, reference) = question.words();
+    let Some(goal) = question.goal_ratio().map(|g| g * 100.0) else {
+        return match interval {
+            Some(i) => format!(
+                "{subject} one core carries {:.0} % of {reference} sessions (interval \
+                 {:.0}–{:.0} %).",
+                i.median * 100.0,
+                i.low * 100.0,
+                i.high * 100.0
+            ),
+            None => "No round was priced for both setups.".into(),
+        };
+    };
     let carries = |i: Interval| {
         format!(
             "{subject} one core carries {:.0} % of {reference} sessions (interval {:.0}–{:.0} %)",
@@ -591,6 +757,19 @@ fn bridge_latency_verdict(added_p99: Option<Interval>) -> String {
     }
 }
 
+/// The events round trip with PCM against Opus: the same path, so no difference is
+/// expected.
+fn pcm_events_verdict(change_p99: Option<Interval>) -> String {
+    match change_p99 {
+        Some(i) => format!(
+            "With PCM the p99 round trip of an `events` message changes by [{:.3}, {:.3}] ms \
+             (the codec is not on its path).",
+            i.low, i.high
+        ),
+        None => "No rounds completed.".into(),
+    }
+}
+
 /// What bundles change in the p99 round trip, against the goal of no added latency.
 fn bundles_latency_verdict(change_p99: Option<Interval>) -> String {
     match change_p99 {
@@ -617,7 +796,6 @@ fn bundles_latency_verdict(change_p99: Option<Interval>) -> String {
 fn cost_rounds(
     question: Question,
     setups: &[Setup],
-    backend_pid: u32,
     ips: &[Ipv4Addr],
     options: &Options,
 ) -> String {
@@ -635,7 +813,7 @@ fn cost_rounds(
                 round + 1,
                 setup.name
             );
-            let (step, cpu, backend) = load(setup, backend_pid, ips, sessions, options.talk);
+            let (step, cpu, backend) = load(setup, ips, sessions, options.talk);
             let ok = held(&step) && cpu > 0.0;
             per_core[at].push(ok.then(|| sessions as f64 / (cpu / 100.0)));
             let backend = backend_cell(setup, backend);
@@ -706,7 +884,7 @@ fn cost_rounds(
 
 /// The largest load one worker holds: one run of `--steps`, every setup at each step
 /// (the order rotating), until each loses 1 %.
-fn largest_load(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &Options) -> String {
+fn largest_load(setups: &[Setup], ips: &[Ipv4Addr], options: &Options) -> String {
     use std::fmt::Write as _;
     let n = setups.len();
     let mut out = format!(
@@ -727,7 +905,7 @@ fn largest_load(setups: &[Setup], backend_pid: u32, ips: &[Ipv4Addr], options: &
             }
             let setup = &setups[at];
             eprintln!("largest load: {sessions} sessions, {}…", setup.name);
-            let (step, cpu, backend) = load(setup, backend_pid, ips, sessions, options.talk);
+            let (step, cpu, backend) = load(setup, ips, sessions, options.talk);
             let backend = backend_cell(setup, backend);
             let _ = writeln!(
                 out,

@@ -6,9 +6,10 @@
 use libfuzzer_sys::fuzz_target;
 use transceiver::model::{ModelInput, ModelOutput};
 use transceiver::model_wire::{
-    FromBackend, ToBackend, WireMessage, decode, decode_input, encode, encode_output,
-    session_started, session_stats,
+    FromBackend, ToBackend, WireMessage, decode, decode_input, decode_with, encode,
+    encode_output, session_started, session_stats,
 };
+use transceiver::pcm::{AudioFormat, PcmRate};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, body)) = data.split_first() else {
@@ -32,6 +33,12 @@ fuzz_target!(|data: &[u8]| {
             assert_eq!(decode(&again), Ok(FromBackend::EndSession { session, reason }));
         }
         Ok(FromBackend::Hello { .. }) | Err(_) => {}
+    }
+    // From a backend that chose PCM: audio of any even length, nothing panics.
+    if let Ok(FromBackend::Output(ModelOutput::Audio { frame, .. })) =
+        decode_with(&message, AudioFormat::Pcm16(PcmRate::Khz16))
+    {
+        assert!(!frame.payload.is_empty() && frame.payload.len() % 2 == 0);
     }
     match decode_input(&message) {
         Ok(ToBackend::Started { session, resumed, context }) => {

@@ -246,3 +246,105 @@ pub fn mint_with_helper(secret: &std::path::Path, args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
+
+/// The Python of the model virtualenv (PyJWT and websockets from PyPI, made by
+/// `scripts/test.sh`): `$UFRAG_MODEL_PYTHON` or `target/model-venv/bin/python`. Missing,
+/// the test fails saying so; it never skips.
+pub fn model_python() -> std::path::PathBuf {
+    let python = std::env::var_os("UFRAG_MODEL_PYTHON").map_or_else(
+        || {
+            std::path::PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../target/model-venv/bin/python"
+            ))
+        },
+        std::path::PathBuf::from,
+    );
+    assert!(
+        python.is_file(),
+        "no model virtualenv at {}: scripts/test.sh creates it (python3 -m venv + pip install \
+         PyJWT and examples/python-backend/requirements.txt)",
+        python.display()
+    );
+    python
+}
+
+/// The Python reference backend (`examples/python-backend/backend.py`, on PyPI's
+/// websockets) on a fresh loopback address, its JSON lines collected as they come.
+pub struct PythonBackend {
+    child: OwnedChild,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+    /// Its `ws://` URL.
+    pub url: String,
+}
+
+impl PythonBackend {
+    /// Starts it with `args` (beside `--listen`) and waits for it to listen.
+    pub fn start(args: &[&str]) -> PythonBackend {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../examples/python-backend/backend.py"
+        );
+        let mut child = OwnedChild::spawn(
+            Command::new(model_python())
+                .arg(script)
+                .args(["--listen", &format!("{}:0", unique_ip())])
+                .args(args)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped()),
+        )
+        .expect("the Python backend starts");
+        let stdout = child.stdout.take().expect("piped");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let collected = std::sync::Arc::clone(&lines);
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({"event": "unparsed", "line": line}));
+                collected.lock().unwrap().push(value);
+            }
+        });
+        let mut backend = PythonBackend {
+            child,
+            lines,
+            url: String::new(),
+        };
+        let listening = backend.wait_for("listening", std::time::Duration::from_secs(30));
+        backend.url = listening["url"].as_str().expect("a url").to_string();
+        backend
+    }
+
+    /// Every line of event `kind` so far.
+    pub fn events(&self, kind: &str) -> Vec<serde_json::Value> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter(|l| l["event"] == kind)
+            .cloned()
+            .collect()
+    }
+
+    /// The first line of event `kind`, waiting up to `wait` for it (the backend exiting
+    /// first fails, with what it wrote to stderr).
+    pub fn wait_for(&mut self, kind: &str, wait: std::time::Duration) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            if let Some(line) = self.events(kind).into_iter().next() {
+                return line;
+            }
+            if let Some(exit) = self.child.exit_report() {
+                panic!("the Python backend exited before `{kind}`: {exit}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no `{kind}` from the Python backend within {wait:?}: {:?}",
+                self.lines.lock().unwrap()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
