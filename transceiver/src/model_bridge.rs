@@ -38,6 +38,14 @@
 //! - **A malformed message**: refused and counted by its [`crate::model_wire::DecodeError`] label
 //!   (`ufrag_transceiver_model_refused_messages_total`); the connection stays up.
 //!
+//! # Reading while writing
+//!
+//! Every write to the backend reads the backend while it waits. A backend that answers
+//! what it reads (an echo, a speaking model) blocks on its own writes once we stop
+//! reading; were our writes to wait without reading, both sides would wait on full
+//! buffers for ever, and every frame after that would be dropped as `queue_full`. PCM's
+//! larger messages fill both directions at a few hundred sessions.
+//!
 //! # PCM audio
 //!
 //! A backend whose hello chose PCM16 ([`crate::pcm::AudioFormat`]) gets each client packet
@@ -582,6 +590,10 @@ fn rand_unit() -> f64 {
 
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+/// The connection's writing half.
+type WsSink = futures_util::stream::SplitSink<Ws, Message>;
+/// The connection's reading half.
+type WsStream = futures_util::stream::SplitStream<Ws>;
 
 fn tls_connector(config: &BridgeConfig) -> Result<Option<tokio_tungstenite::Connector>, String> {
     if !config.url.starts_with("wss://") {
@@ -723,12 +735,68 @@ async fn open_tcp(
     Err(last)
 }
 
-/// Queues `message` on the connection; a flush sends it.
-async fn send(
-    ws: &mut Ws,
-    message: WireMessage,
-) -> Result<(), tokio_tungstenite::tungstenite::Error> {
-    ws.feed(into_message(message)).await
+/// A write on the connection.
+enum Write {
+    /// Queue a message; a flush sends it.
+    Feed(WireMessage),
+    /// Send what is queued.
+    Flush,
+    /// Close the connection.
+    Close,
+}
+
+/// Does `write` while reading the backend: a write that waits for the kernel's buffer
+/// waits for the backend to read, and a backend that answers what it reads (an echo)
+/// waits for us to read in turn; reading meanwhile keeps both moving. False when the
+/// write failed or the connection ended.
+async fn write_while_reading(
+    shared: &Arc<Shared>,
+    sink: &mut WsSink,
+    stream: &mut WsStream,
+    mut pcm: Option<&mut PcmSessions>,
+    write: Write,
+) -> bool {
+    let mut writing = std::pin::pin!(async {
+        match write {
+            Write::Feed(message) => sink.feed(into_message(message)).await,
+            Write::Flush => sink.flush().await,
+            Write::Close => sink.close().await,
+        }
+    });
+    loop {
+        tokio::select! {
+            done = &mut writing => return done.is_ok(),
+            incoming = stream.next() => {
+                if !read(shared, incoming, pcm.as_deref_mut()) {
+                    return false;
+                }
+            }
+        }
+    }
+}
+
+/// Takes one message from the backend: false when the connection ended.
+fn read(
+    shared: &Arc<Shared>,
+    incoming: Option<Result<Message, tokio_tungstenite::tungstenite::Error>>,
+    pcm: Option<&mut PcmSessions>,
+) -> bool {
+    match incoming {
+        Some(Ok(Message::Text(text))) => {
+            receive(shared, &WireMessage::Text(text.to_string()), pcm);
+            true
+        }
+        Some(Ok(Message::Binary(bytes))) => {
+            receive(shared, &WireMessage::Binary(bytes.to_vec()), pcm);
+            true
+        }
+        Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => true,
+        Some(Ok(Message::Close(_))) | None => false,
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "model backend connection failed");
+            false
+        }
+    }
 }
 
 fn into_message(message: WireMessage) -> Message {
@@ -740,7 +808,9 @@ fn into_message(message: WireMessage) -> Message {
 
 /// Serves one connection, whose backend chose `audio`, until it fails or the bridge
 /// stops; `resumed`: the live sessions are announced again as resumed.
-async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool, audio: AudioFormat) {
+async fn serve(shared: &Arc<Shared>, ws: Ws, resumed: bool, audio: AudioFormat) {
+    let (mut sink, mut stream) = ws.split();
+    let (sink, stream) = (&mut sink, &mut stream);
     let mut pcm = PcmSessions::for_format(audio);
     let live: Vec<(SessionId, Arc<SessionContext>)> = {
         let mut q = shared.queue();
@@ -754,8 +824,12 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool, audio: AudioForm
     for (session, context) in &live {
         let session = *session;
         start_pcm(shared, pcm.as_mut(), session);
-        let started = model_wire::session_started(session, context, resumed);
-        ok &= unless_stopped(shared, async { send(&mut ws, started).await.is_ok() }).await;
+        let started = Write::Feed(model_wire::session_started(session, context, resumed));
+        ok &= unless_stopped(
+            shared,
+            write_while_reading(shared, sink, stream, pcm.as_mut(), started),
+        )
+        .await;
         if resumed {
             shared.to_worker(FromBackend::Output(ModelOutput::Event {
                 session,
@@ -763,37 +837,24 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool, audio: AudioForm
             }));
         }
     }
-    ok &= unless_stopped(shared, async { ws.flush().await.is_ok() }).await;
+    ok &= unless_stopped(
+        shared,
+        write_while_reading(shared, sink, stream, pcm.as_mut(), Write::Flush),
+    )
+    .await;
     while ok && !shared.stop.load(Ordering::Relaxed) {
         tokio::select! {
             () = shared.notify.notified() => {
-                ok = unless_stopped(shared, send_queued(shared, &mut ws, pcm.as_mut())).await;
+                ok = unless_stopped(shared, send_queued(shared, sink, stream, pcm.as_mut())).await;
             }
-            incoming = ws.next() => {
-                ok = match incoming {
-                    Some(Ok(Message::Text(text))) => {
-                        receive(shared, &WireMessage::Text(text.to_string()), pcm.as_mut());
-                        true
-                    }
-                    Some(Ok(Message::Binary(bytes))) => {
-                        receive(shared, &WireMessage::Binary(bytes.to_vec()), pcm.as_mut());
-                        true
-                    }
-                    Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => true,
-                    Some(Ok(Message::Close(_))) | None => false,
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "model backend connection failed");
-                        false
-                    }
-                };
-            }
+            incoming = stream.next() => ok = read(shared, incoming, pcm.as_mut()),
             () = tokio::time::sleep(STOP_CHECK) => {}
         }
     }
     if ok && shared.stop.load(Ordering::Relaxed) {
         // The worker's last pass ended its sessions: the backend hears of it, if it reads.
-        let _ =
-            tokio::time::timeout(SHUTDOWN_WRITE, send_queued(shared, &mut ws, pcm.as_mut())).await;
+        let last = send_queued(shared, sink, stream, pcm.as_mut());
+        let _ = tokio::time::timeout(SHUTDOWN_WRITE, last).await;
     }
     let live: Vec<SessionId> = {
         let mut q = shared.queue();
@@ -812,7 +873,8 @@ async fn serve(shared: &Arc<Shared>, mut ws: Ws, resumed: bool, audio: AudioForm
             }));
         }
     } else {
-        let _ = tokio::time::timeout(SHUTDOWN_WRITE, ws.close(None)).await;
+        let close = write_while_reading(shared, sink, stream, pcm.as_mut(), Write::Close);
+        let _ = tokio::time::timeout(SHUTDOWN_WRITE, close).await;
     }
 }
 
@@ -836,50 +898,58 @@ async fn stopping(shared: &Shared) {
     }
 }
 
-/// Sends everything queued, then flushes: false when the connection failed. With `pcm`,
+/// Sends what is queued, then flushes: false when the connection failed. With `pcm`,
 /// each client packet goes as the PCM it decodes to.
-async fn send_queued(shared: &Arc<Shared>, ws: &mut Ws, mut pcm: Option<&mut PcmSessions>) -> bool {
-    loop {
-        shared.bridge_woken.swap(false, Ordering::AcqRel);
-        let batch: Vec<Outbound> = shared.queue().take_in_order();
-        if batch.is_empty() {
-            return ws.flush().await.is_ok();
-        }
-        for message in batch {
-            let wire = match message {
-                Outbound::Started(session, context) => {
-                    start_pcm(shared, pcm.as_deref_mut(), session);
-                    model_wire::session_started(session, &context, false)
-                }
-                Outbound::Ended { session, reason } => {
-                    if let Some(pcm) = pcm.as_deref_mut() {
-                        pcm.end(session);
-                    }
-                    model_wire::encode(&ModelInput::SessionEnded { session, reason })
-                }
-                Outbound::Audio(session, frame) => match pcm.as_deref_mut() {
-                    None => model_wire::audio(session, &frame),
-                    Some(pcm) => match pcm.get(session).map(|s| s.decode(&frame.payload)) {
-                        Some(Ok(samples)) => {
-                            model_wire::pcm_audio(session, frame.seq, frame.timestamp, samples)
-                        }
-                        Some(Err(_)) => {
-                            shared.metrics.model_dropped(ModelDrop::CodecError);
-                            continue;
-                        }
-                        None => {
-                            shared.metrics.model_dropped(ModelDrop::Disconnected);
-                            continue;
-                        }
-                    },
-                },
-                Outbound::Event(wire) => wire,
-            };
-            if send(ws, wire).await.is_err() {
-                return false;
+///
+/// Every write reads the backend while it waits ([`write_while_reading`]). One batch per
+/// call, flushed: what the worker queues meanwhile notifies the bridge again. A bridge
+/// that cannot keep up (PCM's codec on a busy host) then sheds the oldest audio at the
+/// bounded queue, counted, where draining until empty would never flush while the worker
+/// kept it busy.
+async fn send_queued(
+    shared: &Arc<Shared>,
+    sink: &mut WsSink,
+    stream: &mut WsStream,
+    mut pcm: Option<&mut PcmSessions>,
+) -> bool {
+    shared.bridge_woken.swap(false, Ordering::AcqRel);
+    let batch: Vec<Outbound> = shared.queue().take_in_order();
+    for message in batch {
+        let wire = match message {
+            Outbound::Started(session, context) => {
+                start_pcm(shared, pcm.as_deref_mut(), session);
+                model_wire::session_started(session, &context, false)
             }
+            Outbound::Ended { session, reason } => {
+                if let Some(pcm) = pcm.as_deref_mut() {
+                    pcm.end(session);
+                }
+                model_wire::encode(&ModelInput::SessionEnded { session, reason })
+            }
+            Outbound::Audio(session, frame) => match pcm.as_deref_mut() {
+                None => model_wire::audio(session, &frame),
+                Some(pcm) => match pcm.get(session).map(|s| s.decode(&frame.payload)) {
+                    Some(Ok(samples)) => {
+                        model_wire::pcm_audio(session, frame.seq, frame.timestamp, samples)
+                    }
+                    Some(Err(_)) => {
+                        shared.metrics.model_dropped(ModelDrop::CodecError);
+                        continue;
+                    }
+                    None => {
+                        shared.metrics.model_dropped(ModelDrop::Disconnected);
+                        continue;
+                    }
+                },
+            },
+            Outbound::Event(wire) => wire,
+        };
+        let write = Write::Feed(wire);
+        if !write_while_reading(shared, sink, stream, pcm.as_deref_mut(), write).await {
+            return false;
         }
     }
+    write_while_reading(shared, sink, stream, pcm, Write::Flush).await
 }
 
 /// Makes `session`'s PCM conversion, if the connection speaks PCM; a conversion libopus

@@ -517,7 +517,7 @@ fn codec_cost(format: AudioFormat) -> String {
          | step | µs per 20 ms frame |\n|---|---:|\n\
          | decode a client packet to PCM | {} |\n\
          | encode 20 ms of PCM to Opus | {} |\n\
-         | the encoder's lookahead | {lookahead} |\n",
+         | the encoder's lookahead | {lookahead} |\n\n",
         rate.hz(),
         CONFIDENCE * 100.0,
         interval_with(median_interval(&decode_us, CONFIDENCE), 1),
