@@ -161,7 +161,10 @@ label_enum! {
         MarksFull = "marks_full",
         /// PCM mode: libopus could not decode a client's packet or encode the backend's
         /// PCM; the frame went.
-        CodecError = "codec_error"
+        CodecError = "codec_error",
+        /// PCM mode: the backend sent audio, a mark or a clear for a session its
+        /// connection was not told of, or one that ended; it went.
+        UnknownSession = "unknown_session"
     }
 }
 

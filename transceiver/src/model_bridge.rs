@@ -539,6 +539,8 @@ fn run_bridge(shared: &Arc<Shared>, config: &BridgeConfig, worker: usize) {
     runtime.block_on(async {
         let mut failures: u32 = 0;
         let mut ever_connected = false;
+        // Kept across connections, so a resumed session's frames go on numbering.
+        let mut pcm: Option<PcmSessions> = None;
         while !shared.stop.load(Ordering::Relaxed) {
             match connect(config, connector.clone(), worker).await {
                 Ok((ws, audio)) => {
@@ -550,7 +552,7 @@ fn run_bridge(shared: &Arc<Shared>, config: &BridgeConfig, worker: usize) {
                         tracing::info!(worker, url = %config.url, audio = audio_label, "model backend connected");
                     }
                     failures = 0;
-                    serve(shared, ws, ever_connected, audio).await;
+                    serve(shared, ws, ever_connected, audio, &mut pcm).await;
                     ever_connected = true;
                     if shared.stop.load(Ordering::Relaxed) {
                         break;
@@ -807,11 +809,21 @@ fn into_message(message: WireMessage) -> Message {
 }
 
 /// Serves one connection, whose backend chose `audio`, until it fails or the bridge
-/// stops; `resumed`: the live sessions are announced again as resumed.
-async fn serve(shared: &Arc<Shared>, ws: Ws, resumed: bool, audio: AudioFormat) {
+/// stops; `resumed`: the live sessions are announced again as resumed. `pcm`: the
+/// sessions' conversions from the last connection, kept (for the live sessions) if this
+/// one chose the same format.
+async fn serve(
+    shared: &Arc<Shared>,
+    ws: Ws,
+    resumed: bool,
+    audio: AudioFormat,
+    pcm: &mut Option<PcmSessions>,
+) {
     let (mut sink, mut stream) = ws.split();
     let (sink, stream) = (&mut sink, &mut stream);
-    let mut pcm = PcmSessions::for_format(audio);
+    if pcm.as_ref().map(PcmSessions::format) != Some(audio) {
+        *pcm = PcmSessions::for_format(audio);
+    }
     let live: Vec<(SessionId, Arc<SessionContext>)> = {
         let mut q = shared.queue();
         q.connected = true;
@@ -819,17 +831,24 @@ async fn serve(shared: &Arc<Shared>, ws: Ws, resumed: bool, audio: AudioFormat) 
         q.announced = q.live.keys().copied().collect();
         q.live.iter().map(|(s, c)| (*s, Arc::clone(c))).collect()
     };
+    if let Some(pcm) = pcm.as_mut() {
+        let keep: HashSet<SessionId> = live.iter().map(|(s, _)| *s).collect();
+        pcm.retain(|session| keep.contains(&session));
+    }
     shared.set_connected(true);
     let mut ok = true;
     for (session, context) in &live {
         let session = *session;
         start_pcm(shared, pcm.as_mut(), session);
         let started = Write::Feed(model_wire::session_started(session, context, resumed));
-        ok &= unless_stopped(
+        ok = unless_stopped(
             shared,
             write_while_reading(shared, sink, stream, pcm.as_mut(), started),
         )
         .await;
+        if !ok {
+            break;
+        }
         if resumed {
             shared.to_worker(FromBackend::Output(ModelOutput::Event {
                 session,
@@ -837,11 +856,12 @@ async fn serve(shared: &Arc<Shared>, ws: Ws, resumed: bool, audio: AudioFormat) 
             }));
         }
     }
-    ok &= unless_stopped(
-        shared,
-        write_while_reading(shared, sink, stream, pcm.as_mut(), Write::Flush),
-    )
-    .await;
+    ok = ok
+        && unless_stopped(
+            shared,
+            write_while_reading(shared, sink, stream, pcm.as_mut(), Write::Flush),
+        )
+        .await;
     while ok && !shared.stop.load(Ordering::Relaxed) {
         tokio::select! {
             () = shared.notify.notified() => {
@@ -937,7 +957,8 @@ async fn send_queued(
                         continue;
                     }
                     None => {
-                        shared.metrics.model_dropped(ModelDrop::Disconnected);
+                        // Its conversion could not be made (counted then): counted again.
+                        shared.metrics.model_dropped(ModelDrop::CodecError);
                         continue;
                     }
                 },
@@ -984,21 +1005,23 @@ fn receive(shared: &Arc<Shared>, message: &WireMessage, pcm: Option<&mut PcmSess
     };
     let Some(converter) = pcm.get(session) else {
         // A session this connection was not told of, or one that ended.
-        return shared.metrics.model_dropped(ModelDrop::Disconnected);
+        return shared.metrics.model_dropped(ModelDrop::UnknownSession);
     };
     let mut emit =
         |frame| shared.to_worker(FromBackend::Output(ModelOutput::Audio { session, frame }));
     let converted = match &decoded {
         FromBackend::Output(ModelOutput::Audio { frame, .. }) => {
+            // Encoding costs what sending costs many times over: not for frames the
+            // worker would drop.
+            if shared.inbound_tx.is_full() {
+                return shared.metrics.model_dropped(ModelDrop::BackendFlood);
+            }
             if converter.encode(&frame.payload, &mut emit).is_err() {
                 shared.metrics.model_dropped(ModelDrop::CodecError);
             }
             return; // its frames went to the worker as each was encoded
         }
-        FromBackend::Output(ModelOutput::Clear { .. }) => {
-            converter.clear();
-            Ok(())
-        }
+        FromBackend::Output(ModelOutput::Clear { .. }) => converter.clear(),
         _ => converter.flush(&mut emit),
     };
     if converted.is_err() {

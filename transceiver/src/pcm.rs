@@ -122,6 +122,12 @@ pub struct SessionPcm {
     pending_len: usize,
     /// The last frame encoded.
     encoded: Box<[u8]>,
+    /// The encoder's lookahead, in samples: how long it holds audio before a packet
+    /// carries it.
+    lookahead: usize,
+    /// The encoder still holds some of the backend's audio (the last frame encoded ended
+    /// less than a lookahead of silence after it).
+    speech_held: bool,
     /// The sequence number and RTP timestamp of the next frame encoded.
     seq: u16,
     timestamp: u32,
@@ -144,6 +150,7 @@ impl SessionPcm {
             opus::Encoder::new(rate.hz(), opus::Channels::Mono, opus::Application::Voip)?;
         encoder.set_bitrate(opus::Bitrate::Bits(ENCODE_BITRATE))?;
         let longest = MAX_PACKET_SAMPLES_48K * rate.hz() as usize / 48_000;
+        let lookahead = usize::try_from(encoder.get_lookahead()?).unwrap_or(0);
         Ok(SessionPcm {
             rate,
             decoder,
@@ -152,6 +159,8 @@ impl SessionPcm {
             pending: vec![0; rate.frame_samples()].into_boxed_slice(),
             pending_len: 0,
             encoded: vec![0; MAX_OPUS_LEN].into_boxed_slice(),
+            lookahead,
+            speech_held: false,
             seq: 0,
             timestamp: 0,
         })
@@ -178,31 +187,44 @@ impl SessionPcm {
             self.pending_len += 1;
             if self.pending_len == self.pending.len() {
                 self.encode_pending(emit)?;
+                self.speech_held = true;
             }
         }
         Ok(())
     }
 
-    /// Encodes what waits, padded with silence to a whole frame (so a mark set now falls
-    /// after every sample the backend sent before it).
+    /// Sends every sample the backend sent so far, so that a mark set now falls after
+    /// them: what waits, padded with silence to a whole frame, and, while the encoder
+    /// still holds some of the backend's audio (its lookahead), one frame of silence
+    /// more to push it out.
     pub fn flush(&mut self, emit: &mut impl FnMut(AudioFrame)) -> Result<(), CodecError> {
-        if self.pending_len == 0 {
-            return Ok(());
+        if self.pending_len > 0 {
+            let padding = self.pending.len() - self.pending_len;
+            self.pending[self.pending_len..].fill(0);
+            self.encode_pending(emit)?;
+            self.speech_held = padding < self.lookahead;
         }
-        self.pending[self.pending_len..].fill(0);
-        self.encode_pending(emit)
+        if self.speech_held {
+            self.pending.fill(0);
+            self.encode_pending(emit)?;
+            self.speech_held = false;
+        }
+        Ok(())
     }
 
     /// How long the encoder holds audio before a packet carries it (libopus's lookahead),
     /// in milliseconds.
-    pub fn lookahead_ms(&mut self) -> Option<f64> {
-        let samples = self.encoder.get_lookahead().ok()?;
-        Some(f64::from(samples) * 1000.0 / f64::from(self.rate.hz()))
+    pub fn lookahead_ms(&self) -> f64 {
+        self.lookahead as f64 * 1000.0 / f64::from(self.rate.hz())
     }
 
-    /// Drops what waits (the backend cleared its audio).
-    pub fn clear(&mut self) {
+    /// Drops what waits, in this buffer and in the encoder's lookahead (the backend
+    /// cleared its audio: none of it may play after the next speech begins).
+    pub fn clear(&mut self) -> Result<(), CodecError> {
         self.pending_len = 0;
+        self.speech_held = false;
+        self.encoder.reset_state()?;
+        Ok(())
     }
 
     fn encode_pending(&mut self, emit: &mut impl FnMut(AudioFrame)) -> Result<(), CodecError> {
@@ -256,6 +278,12 @@ impl PcmSessions {
     /// A session's end was sent: its conversion goes.
     pub fn end(&mut self, session: SessionId) {
         self.sessions.remove(&session);
+    }
+
+    /// Keeps the conversions of the sessions `live` holds, and drops the rest (sessions
+    /// that ended while no connection was up).
+    pub fn retain(&mut self, live: impl Fn(SessionId) -> bool) {
+        self.sessions.retain(|session, _| live(*session));
     }
 
     /// A live session's conversion.
@@ -377,12 +405,50 @@ mod tests {
         speaker.flush(&mut |f| frames.push(f)).unwrap();
         assert_eq!(frames.len(), 1, "nothing waits: nothing more");
         speaker.encode(&half, &mut |f| frames.push(f)).unwrap();
-        speaker.clear();
+        speaker.clear().unwrap();
         speaker.encode(&half, &mut |f| frames.push(f)).unwrap();
         assert_eq!(frames.len(), 1, "the cleared half is gone: one half waits");
         speaker.encode(&half, &mut |f| frames.push(f)).unwrap();
         assert_eq!(frames.len(), 2);
         assert_eq!(frames[1].seq, 1, "numbering goes on across a clear");
+    }
+
+    /// Speech that ends on a frame's edge is still in the encoder's lookahead: a flush
+    /// sends one frame of silence more, which carries the speech's last milliseconds;
+    /// once they are out, another flush sends nothing.
+    #[test]
+    fn a_flush_pushes_the_speech_the_encoder_holds_out() {
+        let rate = PcmRate::Khz48;
+        let mut speaker = SessionPcm::new(rate).unwrap();
+        assert!(
+            (2.0..20.0).contains(&speaker.lookahead_ms()),
+            "{}",
+            speaker.lookahead_ms()
+        );
+        let mut frames = Vec::new();
+        speaker
+            .encode(&tone(rate, 440.0, 0.1), &mut |f| frames.push(f))
+            .unwrap();
+        assert_eq!(frames.len(), 5);
+        speaker.flush(&mut |f| frames.push(f)).unwrap();
+        assert_eq!(
+            frames.len(),
+            6,
+            "one frame of silence carries the lookahead out"
+        );
+        speaker.flush(&mut |f| frames.push(f)).unwrap();
+        assert_eq!(frames.len(), 6, "nothing held: nothing more");
+        let mut listener = SessionPcm::new(rate).unwrap();
+        let mut last = Vec::new();
+        for frame in &frames {
+            last = listener.decode(&frame.payload).unwrap().to_vec();
+        }
+        let held = (speaker.lookahead_ms() * 48.0) as usize;
+        assert!(
+            rms(&last[..held]) > 1000.0,
+            "the extra frame begins with the tone's end: {}",
+            rms(&last[..held])
+        );
     }
 
     #[test]

@@ -194,6 +194,12 @@ pub const fn model_drop(reason: ModelDrop) -> Entry {
             "The backend set more than 64 marks ahead of playback: the newest was dropped \
              and will never be reported. Mark sentences, not frames.",
         ),
+        UnknownSession => entry(
+            Cause::Fault,
+            "A backend speaking PCM named a session it was not told of, or one that had \
+             ended: its audio, mark or clear was dropped. A few at a session's end are a \
+             race; a steady rate is a backend keeping sessions it should have let go.",
+        ),
         CodecError => entry(
             Cause::Fault,
             "A backend speaking PCM: libopus could not decode a client's audio packet (a \

@@ -344,7 +344,6 @@ fn chromium_hears_the_python_backend_in_pcm16_and_a_clear_stops_its_speech() {
     let cleared = ended["cleared_frames"]
         .as_u64()
         .unwrap_or_else(|| panic!("audio.cleared answered the clear: {ended}"));
-    assert_eq!(said, 400, "8 s of 20 ms frames");
     assert!(
         cleared > 0 && cleared < said,
         "speech was queued when cleared: {ended}"

@@ -600,13 +600,14 @@ fn tone_hz(samples: &[i16], rate: u32) -> f64 {
 }
 
 /// The Python reference backend (`examples/python-backend`, on PyPI's websockets) chooses
-/// PCM16 at 16 kHz in its hello: it hears the client's Opus as 320-sample frames, its
-/// second of a 440 Hz tone, sent at once in 100 ms chunks, reaches the client as 50 Opus
-/// frames that decode to that tone, and its mark is reached after the last of them.
+/// PCM16 at 16 kHz in its hello: it hears the client's Opus as 320-sample frames, and its
+/// 1.01 s of a 440 Hz tone, sent at once in 100 ms chunks, reaches the client as 51 Opus
+/// frames (the last half a frame padded when the mark after it flushes it) that decode to
+/// that tone, and the mark is reached.
 #[test]
 fn a_python_backend_in_pcm16_hears_the_client_and_is_heard_as_opus() {
     use transceiver::pcm::{PcmRate, SessionPcm};
-    let mut backend = PythonBackend::start(&["--audio", "pcm16/16000", "--speak", "1"]);
+    let mut backend = PythonBackend::start(&["--audio", "pcm16/16000", "--speak", "1.01"]);
     let relay = TestRelay::start(&[]);
     let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url]);
     let hello = backend.wait_for("hello", BRIDGE_WAIT);
@@ -616,14 +617,14 @@ fn a_python_backend_in_pcm16_hears_the_client_and_is_heard_as_opus() {
     step_until(&mut client, "connected, events open", |c| {
         c.connected_at.is_some() && c.channel_open
     });
-    assert_eq!(backend.wait_for("said", BRIDGE_WAIT)["frames"], 50);
+    assert_eq!(backend.wait_for("said", BRIDGE_WAIT)["frames"], 51);
     // The client talks meanwhile (a second of 20 ms frames), and hears the tone.
     talk(&mut client, 50);
-    step_until(&mut client, "the backend's second of speech", |c| {
-        c.audio_received >= 50
+    step_until(&mut client, "the backend's speech", |c| {
+        c.audio_received >= 51
     });
     assert_eq!(backend.wait_for("mark_played", BRIDGE_WAIT)["name"], "said");
-    assert_eq!(client.audio_received, 50, "one Opus frame per 20 ms of PCM");
+    assert_eq!(client.audio_received, 51, "one Opus frame per 20 ms of PCM");
     let mut listener = SessionPcm::new(PcmRate::Khz48).unwrap();
     let mut heard = Vec::new();
     for packet in &client.audio_payloads {

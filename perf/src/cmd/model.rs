@@ -503,9 +503,7 @@ fn codec_cost(format: AudioFormat) -> String {
         }
         decode_us.push(started.elapsed().as_secs_f64() * 1e6 / CODEC_FRAMES as f64);
     }
-    let lookahead = speaker
-        .lookahead_ms()
-        .map_or("–".into(), |ms| format!("{ms:.1} ms"));
+    let lookahead = format!("{:.1} ms", speaker.lookahead_ms());
     format!(
         "\n## What PCM adds to the audio's path\n\n\
          Beyond the bridge both setups share, each client packet is decoded and each 20 ms of \
