@@ -302,35 +302,36 @@ impl PcmSessions {
     }
 }
 
+/// `seconds` of a sine at `hz` and `level` of full scale (0 to 1), at `rate`, as
+/// little-endian samples: the signal the tests and `ufrag-perf model` encode.
+pub fn tone(rate: PcmRate, hz: f64, seconds: f64, level: f64) -> Vec<u8> {
+    let n = (f64::from(rate.hz()) * seconds) as usize;
+    (0..n)
+        .flat_map(|i| {
+            let t = i as f64 / f64::from(rate.hz());
+            let v = level * f64::from(i16::MAX) * (2.0 * std::f64::consts::PI * hz * t).sin();
+            (v as i16).to_le_bytes()
+        })
+        .collect()
+}
+
+/// The frequency of a pure tone in `samples` at `rate_hz`: its sign changes per second,
+/// halved.
+pub fn tone_hz(samples: &[i16], rate_hz: u32) -> f64 {
+    let changes = samples
+        .windows(2)
+        .filter(|w| (w[0] < 0) != (w[1] < 0))
+        .count();
+    changes as f64 * f64::from(rate_hz) / samples.len().max(1) as f64 / 2.0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// `seconds` of a sine at `hz` and amplitude 0.3, at `rate`, as little-endian bytes.
-    fn tone(rate: PcmRate, hz: f64, seconds: f64) -> Vec<u8> {
-        let n = (f64::from(rate.hz()) * seconds) as usize;
-        (0..n)
-            .flat_map(|i| {
-                let t = i as f64 / f64::from(rate.hz());
-                let v = (0.3 * f64::from(i16::MAX) * (2.0 * std::f64::consts::PI * hz * t).sin())
-                    as i16;
-                v.to_le_bytes()
-            })
-            .collect()
-    }
-
     fn rms(samples: &[i16]) -> f64 {
         let sum: f64 = samples.iter().map(|&s| f64::from(s) * f64::from(s)).sum();
         (sum / samples.len().max(1) as f64).sqrt()
-    }
-
-    /// Sign changes per second: twice the frequency of a pure tone.
-    fn crossings_per_second(samples: &[i16], rate: PcmRate) -> f64 {
-        let changes = samples
-            .windows(2)
-            .filter(|w| (w[0] < 0) != (w[1] < 0))
-            .count();
-        changes as f64 * f64::from(rate.hz()) / samples.len() as f64
     }
 
     #[test]
@@ -359,7 +360,7 @@ mod tests {
     #[test]
     fn pcm_in_chunks_of_any_length_becomes_whole_frames_that_decode_to_the_same_tone() {
         for rate in [PcmRate::Khz16, PcmRate::Khz24, PcmRate::Khz48] {
-            let sent = tone(rate, 440.0, 1.0);
+            let sent = tone(rate, 440.0, 1.0, 0.3);
             let mut speaker = SessionPcm::new(rate).unwrap();
             let mut frames = Vec::new();
             let chunk = 2 * rate.frame_samples() * 7 / 20;
@@ -387,7 +388,7 @@ mod tests {
                 .collect();
             let level = rms(tail) / rms(&sent_samples);
             assert!((0.8..1.2).contains(&level), "{rate:?}: level {level}");
-            let hz = crossings_per_second(tail, rate) / 2.0;
+            let hz = tone_hz(tail, rate.hz());
             assert!((430.0..450.0).contains(&hz), "{rate:?}: {hz} Hz");
         }
     }
@@ -397,7 +398,7 @@ mod tests {
         let rate = PcmRate::Khz16;
         let mut speaker = SessionPcm::new(rate).unwrap();
         let mut frames = Vec::new();
-        let half = tone(rate, 300.0, 0.01);
+        let half = tone(rate, 300.0, 0.01, 0.3);
         speaker.encode(&half, &mut |f| frames.push(f)).unwrap();
         assert!(frames.is_empty(), "half a frame waits");
         speaker.flush(&mut |f| frames.push(f)).unwrap();
@@ -427,7 +428,7 @@ mod tests {
         );
         let mut frames = Vec::new();
         speaker
-            .encode(&tone(rate, 440.0, 0.1), &mut |f| frames.push(f))
+            .encode(&tone(rate, 440.0, 0.1, 0.3), &mut |f| frames.push(f))
             .unwrap();
         assert_eq!(frames.len(), 5);
         speaker.flush(&mut |f| frames.push(f)).unwrap();
@@ -461,7 +462,9 @@ mod tests {
         let mut speaker = SessionPcm::new(PcmRate::Khz48).unwrap();
         let mut frames = Vec::new();
         speaker
-            .encode(&tone(PcmRate::Khz48, 440.0, 0.02), &mut |f| frames.push(f))
+            .encode(&tone(PcmRate::Khz48, 440.0, 0.02, 0.3), &mut |f| {
+                frames.push(f)
+            })
             .unwrap();
         assert_eq!(listener.decode(&frames[0].payload).unwrap().len(), 960);
     }

@@ -590,15 +590,6 @@ fn a_backend_closes_connections_beyond_its_cap_and_those_that_never_handshake() 
     });
 }
 
-/// Sign changes per second of `samples` at `rate` Hz, halved: a pure tone's frequency.
-fn tone_hz(samples: &[i16], rate: u32) -> f64 {
-    let changes = samples
-        .windows(2)
-        .filter(|w| (w[0] < 0) != (w[1] < 0))
-        .count();
-    changes as f64 * f64::from(rate) / samples.len() as f64 / 2.0
-}
-
 /// The Python reference backend (`examples/python-backend`, on PyPI's websockets) chooses
 /// PCM16 at 16 kHz in its hello: it hears the client's Opus as 320-sample frames, and its
 /// 1.01 s of a 440 Hz tone, sent at once in 100 ms chunks, reaches the client as 51 Opus
@@ -606,7 +597,7 @@ fn tone_hz(samples: &[i16], rate: u32) -> f64 {
 /// that tone, and the mark is reached.
 #[test]
 fn a_python_backend_in_pcm16_hears_the_client_and_is_heard_as_opus() {
-    use transceiver::pcm::{PcmRate, SessionPcm};
+    use transceiver::pcm::{PcmRate, SessionPcm, tone_hz};
     let mut backend = PythonBackend::start(&["--audio", "pcm16/16000", "--speak", "1.01"]);
     let relay = TestRelay::start(&[]);
     let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url]);

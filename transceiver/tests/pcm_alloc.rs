@@ -5,7 +5,7 @@
 //! libopus's own state is made when the session starts and lives in C.
 
 use testkit::alloc::{self, CountingAllocator};
-use transceiver::pcm::{PcmRate, SessionPcm};
+use transceiver::pcm::{PcmRate, SessionPcm, tone};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -19,12 +19,7 @@ fn converting_a_frame_allocates_only_the_frame_s_own_bytes() {
     for rate in [PcmRate::Khz16, PcmRate::Khz24, PcmRate::Khz48] {
         // Setup may allocate: the sessions, one second of a tone, its Opus frames.
         let samples = rate.frame_samples();
-        let tone: Vec<u8> = (0..rate.hz() as usize)
-            .flat_map(|i| {
-                let phase = 2.0 * std::f64::consts::PI * 440.0 * i as f64 / f64::from(rate.hz());
-                ((phase.sin() * 8000.0) as i16).to_le_bytes()
-            })
-            .collect();
+        let tone = tone(rate, 440.0, 1.0, 8000.0 / 32767.0);
         let mut speaker = SessionPcm::new(rate).unwrap();
         let mut listener = SessionPcm::new(rate).unwrap();
         let mut packets = Vec::with_capacity(50);

@@ -475,12 +475,7 @@ fn codec_cost(format: AudioFormat) -> String {
     let AudioFormat::Pcm16(rate) = format else {
         return String::new();
     };
-    let tone: Vec<u8> = (0..rate.hz() as usize)
-        .flat_map(|i| {
-            let phase = 2.0 * std::f64::consts::PI * 440.0 * i as f64 / f64::from(rate.hz());
-            ((phase.sin() * 8000.0) as i16).to_le_bytes()
-        })
-        .collect();
+    let tone = transceiver::pcm::tone(rate, 440.0, 1.0, 8000.0 / 32767.0);
     let (Ok(mut speaker), Ok(mut listener)) = (SessionPcm::new(rate), SessionPcm::new(rate)) else {
         return "\n## What PCM adds to the audio's path\n\n- failed: libopus made no codec\n"
             .into();
