@@ -38,6 +38,16 @@ pub fn machine(tools_cpu: usize, forwarder_cpu: usize) -> Value {
     let wake = |a, b| {
         crate::wake::round_trip(a, b, crate::wake::ROUND_TRIPS).map_or(Value::Null, |w| w.json())
     };
+    let mut record = host();
+    record["wake_up_round_trip"] = json!({
+        "cross_core": wake(tools_cpu, forwarder_cpu),
+        "same_core": wake(tools_cpu, tools_cpu),
+    });
+    record
+}
+
+/// The machine this process runs on: CPU model, online CPUs, kernel, governor.
+pub fn host() -> Value {
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo
         .lines()
@@ -50,10 +60,6 @@ pub fn machine(tools_cpu: usize, forwarder_cpu: usize) -> Value {
         "vcpus": cpu_count(&read("/sys/devices/system/cpu/online")),
         "kernel": read("/proc/sys/kernel/osrelease"),
         "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
-        "wake_up_round_trip": {
-            "cross_core": wake(tools_cpu, forwarder_cpu),
-            "same_core": wake(tools_cpu, tools_cpu),
-        },
     })
 }
 
@@ -169,13 +175,13 @@ pub fn markdown(env: &Value) -> String {
     out
 }
 
-/// The number of CPUs in a kernel CPU list such as `0-1,4`.
 /// The host's online CPUs (not this process's affinity: perf pins itself to the tools'
 /// core).
 pub fn online_cpus() -> usize {
     cpu_count(&read("/sys/devices/system/cpu/online")).max(1)
 }
 
+/// The number of CPUs in a kernel CPU list such as `0-1,4`.
 fn cpu_count(list: &str) -> usize {
     list.trim()
         .split(',')

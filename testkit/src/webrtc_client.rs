@@ -18,7 +18,7 @@ use str0m::change::{SdpAnswer, SdpPendingOffer};
 use str0m::channel::ChannelId;
 use str0m::media::{Direction, Frequency, MediaKind, MediaTime, Mid, Pt};
 use str0m::net::{Protocol, Receive, TcpType};
-use str0m::{Candidate, Event, Input, Output, Rtc};
+use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc};
 
 /// How long `run_until` waits.
 pub const WAIT: Duration = Duration::from_secs(15);
@@ -66,6 +66,11 @@ pub struct Client {
     /// The longest time between two RTP datagrams arriving at the socket: the gap on the
     /// wire, before any buffering.
     pub longest_rtp_gap: Duration,
+    /// The lowest and the highest RTP sequence number of the audio received: with
+    /// [`Client::audio_received`], the packets lost on the way to this client.
+    pub audio_seq: Option<(u64, u64)>,
+    /// ICE reported the connection disconnected (consent or the path lost).
+    pub disconnected: bool,
     /// Audio packets sent.
     pub audio_sent: usize,
     /// STUN datagrams sent (connectivity and consent checks).
@@ -248,6 +253,8 @@ impl Client {
             longest_audio_gap: Duration::ZERO,
             last_rtp_at: None,
             longest_rtp_gap: Duration::ZERO,
+            audio_seq: None,
+            disconnected: false,
             audio_sent: 0,
             stun_sent: 0,
             next_timeout: now,
@@ -299,16 +306,27 @@ impl Client {
     /// Applies the response to the offer's POST (made by the caller, e.g. from another
     /// network namespace): on 201 the answer is accepted and the Location kept.
     pub fn apply_answer(&mut self, r: &HttpResponse) {
-        if r.status == 201 {
-            let answer = SdpAnswer::from_sdp_string(&r.body).expect("answer parses");
-            let pending = self.pending.take().expect("signal is called once");
-            self.rtc
-                .sdp_api()
-                .accept_answer(pending, answer)
-                .expect("answer accepted");
-            self.location = r.header("Location").map(str::to_string);
-            self.answer = Some(r.body.clone());
+        self.try_apply_answer(r).expect("the answer is accepted");
+    }
+
+    /// [`Client::apply_answer`] for a server that may answer badly: an answer str0m
+    /// cannot take is an error, not a panic.
+    pub fn try_apply_answer(&mut self, r: &HttpResponse) -> Result<(), String> {
+        if r.status != 201 {
+            return Ok(());
         }
+        let answer = SdpAnswer::from_sdp_string(&r.body).map_err(|e| e.to_string())?;
+        let pending = self
+            .pending
+            .take()
+            .ok_or("the offer was answered already")?;
+        self.rtc
+            .sdp_api()
+            .accept_answer(pending, answer)
+            .map_err(|e| e.to_string())?;
+        self.location = r.header("Location").map(str::to_string);
+        self.answer = Some(r.body.clone());
+        Ok(())
     }
 
     /// When str0m next wants [`Client::step`] called without new input.
@@ -397,6 +415,9 @@ impl Client {
     fn on_event(&mut self, event: Event) {
         match event {
             Event::Connected => self.connected_at = Some(Instant::now()),
+            Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
+                self.disconnected = true;
+            }
             Event::ChannelOpen(id, _) if id == self.channel => self.channel_open = true,
             Event::ChannelData(d) if !d.binary => {
                 self.messages
@@ -405,6 +426,11 @@ impl Client {
             Event::MediaData(data) => {
                 let now = Instant::now();
                 self.audio_received += 1;
+                let (low, high) = (**data.seq_range.start(), **data.seq_range.end());
+                self.audio_seq = Some(match self.audio_seq {
+                    Some((first, last)) => (first.min(low), last.max(high)),
+                    None => (low, high),
+                });
                 if self.audio_payloads.len() < KEPT_PAYLOADS {
                     self.audio_payloads.push(data.data.to_vec());
                 }

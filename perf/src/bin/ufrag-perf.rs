@@ -50,6 +50,10 @@ enum Cmd {
     Sink(cmd::lab::SinkOptions),
     /// One WebRTC session against a running deployment's signaling endpoint.
     Session(cmd::tools::SessionOptions),
+    /// Load-test a running deployment: N str0m sessions sign up at a rate on its sessions
+    /// URL, connect through its relay and talk; setup times, failures by reason, audio
+    /// and pong loss, round trips, and the server's /metrics deltas.
+    Load(cmd::load::Options),
     /// Testbed tool: echo every relay frame back to its sender (a fake transceiver).
     #[command(hide = true)]
     FakeTransceiver(cmd::tools::FakeTransceiverOptions),
@@ -72,6 +76,7 @@ fn main() {
         Cmd::Gen(options) => cmd::lab::generate(options),
         Cmd::Sink(options) => cmd::lab::sink(options),
         Cmd::Session(options) => cmd::tools::session(options),
+        Cmd::Load(options) => cmd::load::run(options),
         Cmd::FakeTransceiver(options) => cmd::tools::fake_transceiver(options),
         Cmd::RelayProbe(options) => cmd::tools::relay_probe(options),
     };

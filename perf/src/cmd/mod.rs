@@ -5,6 +5,7 @@ pub mod children;
 pub mod diff;
 pub mod gate;
 pub mod lab;
+pub mod load;
 pub mod loopback;
 pub mod model;
 pub mod resilience;

@@ -78,7 +78,7 @@ pub fn session(options: SessionOptions) -> i32 {
 }
 
 /// The bearer token from `file` (refused when others may read it) or the environment.
-fn bearer_token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
+pub(crate) fn bearer_token(file: Option<&std::path::Path>) -> Result<Option<String>, String> {
     use std::os::unix::fs::PermissionsExt as _;
     let env = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     let Some(path) = file else { return Ok(env) };

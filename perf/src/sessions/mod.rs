@@ -15,6 +15,7 @@ use testkit::http::request as http_request;
 use testkit::webrtc_client::{Client, RecordedDatagram};
 
 pub mod failed_rows;
+pub mod load_test;
 mod tcp;
 
 pub use failed_rows::{FailedRow, failed_rows};
