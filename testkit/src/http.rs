@@ -14,6 +14,12 @@ use crate::netns::in_netns;
 const CONNECT_WAIT: Duration = Duration::from_millis(500);
 /// How long the whole answer may take (WHIP answers wait for ICE gathering).
 const READ_WAIT: Duration = Duration::from_secs(10);
+/// How long a connection attempt to a deployment (over a real network) may take: longer
+/// than the kernel's first SYN retransmission (1 s), so one lost SYN is not a failure.
+const DEPLOYMENT_CONNECT_WAIT: Duration = Duration::from_secs(3);
+/// The largest answer read (a busy server's Prometheus exposition fits); a larger one
+/// is no answer.
+const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// An HTTP response.
 #[derive(Debug)]
@@ -167,7 +173,7 @@ pub fn request_to(
         .collect();
     let stream = addrs
         .iter()
-        .find_map(|addr| TcpStream::connect_timeout(addr, CONNECT_WAIT).ok())
+        .find_map(|addr| TcpStream::connect_timeout(addr, DEPLOYMENT_CONNECT_WAIT).ok())
         .ok_or_else(|| format!("{endpoint}: nothing answers at {addrs:?}"))?;
     stream
         .set_read_timeout(Some(READ_WAIT))
@@ -243,13 +249,24 @@ fn exchange(
     }
     s.write_all(req.as_bytes()).ok()?;
     s.flush().ok()?;
+    // Bounded in size and in time: a server that drips its answer (each read within the
+    // socket's timeout) is cut off at the deadline.
+    let deadline = Instant::now() + READ_WAIT;
     let mut raw = Vec::new();
-    match s.read_to_end(&mut raw) {
-        Ok(_) => {}
-        // A TLS server that closes without close_notify: the answer is whole when HTTP
-        // says so (`Connection: close`, and the length the parse checks).
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => {}
-        Err(_) => return None,
+    let mut chunk = [0u8; 16 * 1024];
+    loop {
+        if Instant::now() > deadline || raw.len() > MAX_ANSWER_BYTES {
+            return None;
+        }
+        match s.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            // A TLS server that closes without close_notify: the answer is whole when
+            // HTTP says so (`Connection: close`, and the length the parse checks).
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !raw.is_empty() => break,
+            Err(_) => return None,
+        }
     }
     parse_response(&String::from_utf8_lossy(&raw))
 }

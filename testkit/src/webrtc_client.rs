@@ -66,11 +66,15 @@ pub struct Client {
     /// The longest time between two RTP datagrams arriving at the socket: the gap on the
     /// wire, before any buffering.
     pub longest_rtp_gap: Duration,
-    /// The lowest and the highest RTP sequence number of the audio received: with
-    /// [`Client::audio_received`], the packets lost on the way to this client.
-    pub audio_seq: Option<(u64, u64)>,
-    /// ICE reported the connection disconnected (consent or the path lost).
-    pub disconnected: bool,
+    /// Audio packets missing from the RTP sequence numbers received: each gap between a
+    /// packet and the highest one before it (a jump of more than [`MAX_SEQ_GAP`] is a
+    /// new sequence, not loss).
+    pub audio_gaps: u64,
+    /// The highest RTP sequence number of the audio received.
+    last_audio_seq: Option<u64>,
+    /// Since when ICE has reported the connection disconnected (consent or the path
+    /// lost); cleared when it connects again.
+    pub disconnected_since: Option<Instant>,
     /// Audio packets sent.
     pub audio_sent: usize,
     /// STUN datagrams sent (connectivity and consent checks).
@@ -166,6 +170,22 @@ pub struct RecordedDatagram {
     pub audio: bool,
 }
 
+/// The largest jump in RTP sequence numbers counted as loss; a larger one starts a new
+/// sequence (a new stream, or a sender that skipped ahead).
+pub const MAX_SEQ_GAP: u64 = 1000;
+
+/// Packets `low..=high` arrived after the highest one so far, `last`: how many are
+/// missing between them, and the new highest. A late (reordered) or repeated packet
+/// misses nothing; a jump beyond [`MAX_SEQ_GAP`] restarts the count.
+pub fn sequence_gap(last: Option<u64>, low: u64, high: u64) -> (u64, u64) {
+    match last {
+        None => (0, high),
+        Some(last) if low > last && low - last <= MAX_SEQ_GAP => (low - last - 1, high),
+        Some(last) if low > last => (0, high),
+        Some(last) => (0, last.max(high)),
+    }
+}
+
 /// RTP, not RTCP (RFC 5761: RTCP packet types 192–223 in the second byte).
 fn is_rtp(datagram: &[u8]) -> bool {
     datagram.len() >= 12 && datagram[0] & 0xc0 == 0x80 && !(192..=223).contains(&datagram[1])
@@ -253,8 +273,9 @@ impl Client {
             longest_audio_gap: Duration::ZERO,
             last_rtp_at: None,
             longest_rtp_gap: Duration::ZERO,
-            audio_seq: None,
-            disconnected: false,
+            audio_gaps: 0,
+            last_audio_seq: None,
+            disconnected_since: None,
             audio_sent: 0,
             stun_sent: 0,
             next_timeout: now,
@@ -337,16 +358,33 @@ impl Client {
     /// Drains outputs, then reads whatever arrived (non-blocking, until the socket would
     /// block). Returns when idle.
     pub fn step(&mut self) {
+        self.step_bounded(usize::MAX);
+    }
+
+    /// [`Client::step`] reading at most `reads` datagrams: a peer that floods this client
+    /// cannot keep it from returning. True when it stopped at `reads` (more may wait: a
+    /// caller on edge-triggered readiness steps it again).
+    pub fn step_bounded(&mut self, reads: usize) -> bool {
         let now = Instant::now();
         if now >= self.next_timeout {
             let _ = self.rtc.handle_input(Input::Timeout(now));
         }
         self.drain();
         if self.tcp.is_some() {
-            return self.step_tcp();
+            self.step_tcp();
+            return false;
         }
+        self.read_udp(reads)
+    }
+
+    /// Reads up to `reads` datagrams into str0m (until the socket would block); true
+    /// when it stopped at `reads`.
+    fn read_udp(&mut self, reads: usize) -> bool {
         let mut buf = [0u8; 2048];
-        while let Ok((n, source)) = self.socket.recv_from(&mut buf) {
+        for _ in 0..reads {
+            let Ok((n, source)) = self.socket.recv_from(&mut buf) else {
+                return false;
+            };
             if is_rtp(&buf[..n]) {
                 let now = Instant::now();
                 if let Some(last) = self.last_rtp_at.replace(now) {
@@ -359,6 +397,7 @@ impl Client {
             let _ = self.rtc.handle_input(Input::Receive(Instant::now(), r));
             self.drain();
         }
+        true
     }
 
     /// [`Client::step`]'s reads for a client over TCP: each whole message to str0m.
@@ -415,9 +454,15 @@ impl Client {
     fn on_event(&mut self, event: Event) {
         match event {
             Event::Connected => self.connected_at = Some(Instant::now()),
-            Event::IceConnectionStateChange(IceConnectionState::Disconnected) => {
-                self.disconnected = true;
-            }
+            Event::IceConnectionStateChange(state) => match state {
+                IceConnectionState::Disconnected => {
+                    self.disconnected_since.get_or_insert_with(Instant::now);
+                }
+                IceConnectionState::Connected | IceConnectionState::Completed => {
+                    self.disconnected_since = None;
+                }
+                _ => {}
+            },
             Event::ChannelOpen(id, _) if id == self.channel => self.channel_open = true,
             Event::ChannelData(d) if !d.binary => {
                 self.messages
@@ -427,10 +472,9 @@ impl Client {
                 let now = Instant::now();
                 self.audio_received += 1;
                 let (low, high) = (**data.seq_range.start(), **data.seq_range.end());
-                self.audio_seq = Some(match self.audio_seq {
-                    Some((first, last)) => (first.min(low), last.max(high)),
-                    None => (low, high),
-                });
+                let (gap, highest) = sequence_gap(self.last_audio_seq, low, high);
+                self.audio_gaps += gap;
+                self.last_audio_seq = Some(highest);
                 if self.audio_payloads.len() < KEPT_PAYLOADS {
                     self.audio_payloads.push(data.data.to_vec());
                 }
@@ -713,4 +757,36 @@ pub fn offer_without_audio() -> String {
         .expect("a new channel always makes an offer")
         .0
         .to_sdp_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sequence_gaps_count_missing_packets_not_reordering_or_new_streams() {
+        assert_eq!(sequence_gap(None, 500, 500), (0, 500), "the first packet");
+        assert_eq!(sequence_gap(Some(500), 501, 501), (0, 501), "the next one");
+        assert_eq!(
+            sequence_gap(Some(501), 505, 505),
+            (3, 505),
+            "502-504 missing"
+        );
+        assert_eq!(
+            sequence_gap(Some(505), 503, 503),
+            (0, 505),
+            "late: already counted"
+        );
+        assert_eq!(sequence_gap(Some(505), 505, 505), (0, 505), "a repeat");
+        assert_eq!(
+            sequence_gap(Some(505), 506, 508),
+            (0, 508),
+            "a frame of three"
+        );
+        assert_eq!(
+            sequence_gap(Some(508), 508 + MAX_SEQ_GAP + 1, 508 + MAX_SEQ_GAP + 1),
+            (0, 508 + MAX_SEQ_GAP + 1),
+            "a jump is a new sequence"
+        );
+    }
 }

@@ -1,17 +1,21 @@
 //! `ufrag-perf load`'s engine: str0m clients that sign up with a deployment's signaling
-//! endpoint at a steady rate, connect through its relay, talk (an Opus frame every 20 ms,
-//! a ping every second over `events`) until the whole load has been held together for
-//! the planned time, and are then deleted; what each session saw, step by step.
+//! endpoint at a steady rate, connect through its relay, and talk (an Opus frame every
+//! 20 ms, a ping every second over `events`); once every session is talking (or has
+//! failed) the hold begins, and when it has lasted the planned time they stop and are
+//! deleted. What each session saw, step by step.
 //!
-//! The sign-ups run on a few threads of their own (an HTTPS round trip must not hold up
-//! the clients' audio); the clients run on driver threads, each one mio poll over its
-//! clients' sockets and their str0m timeouts, as [`super::ClientGroup`] does.
+//! The sign-ups run on threads of their own (an HTTPS round trip must not hold up the
+//! clients' audio); the clients run on driver threads, each one mio poll over its
+//! clients' sockets and their str0m timeouts, sessions joining as they are signed up.
+//! Everything is bounded in time: an HTTP answer by its deadline, a session's setup by
+//! the connect timeout, its talk by the hold, a flood of datagrams by the reads one step
+//! takes.
 
 use std::collections::VecDeque;
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, UdpSocket};
 use std::os::fd::AsRawFd as _;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
@@ -21,18 +25,25 @@ use testkit::webrtc_client::Client;
 use transceiver::model::SessionClaims;
 use transceiver::session_token::{self, TokenAlgorithm, TokenRequest};
 
-/// Threads that make the sign-up and delete requests.
-const SIGNUP_THREADS: usize = 4;
-/// How long a session's last echoes and pongs may take once it stops talking.
-const SETTLE: Duration = Duration::from_secs(1);
-/// One Opus frame every 20 ms.
-const FRAME: Duration = Duration::from_millis(20);
+use super::{AUDIO_INTERVAL, AUDIO_PHASES};
+
+/// Sign-up threads at most: each makes one request at a time.
+const MAX_SIGNUP_THREADS: usize = 16;
+/// How long a session keeps listening for its last echoes and pongs once it stops.
+const LISTEN_AFTER_TALK: Duration = Duration::from_secs(1);
 /// The longest a driver thread sleeps without looking at its clients.
 const LONGEST_SLEEP: Duration = Duration::from_millis(5);
 /// A session that talked this long and heard no audio back failed ([`Failure::Silent`]).
 const SILENT_AFTER: Duration = Duration::from_secs(1);
+/// How long ICE may stay disconnected before the session has failed (consent
+/// freshness allows brief losses).
+const DISCONNECTED_FOR: Duration = Duration::from_secs(2);
+/// Datagrams one step of a client reads at most (a flood cannot stall its thread).
+const READS_PER_STEP: usize = 256;
 /// How long a minted session token lives.
 const MINTED_LIFETIME_S: u64 = 300;
+/// Sockets and descriptors the tester holds beside one per session.
+pub const SPARE_FILES: u64 = 128;
 
 /// Where the sessions sign up: `POST {path}` on `endpoint`.
 #[derive(Clone, Debug)]
@@ -128,7 +139,7 @@ pub struct Plan {
     pub sessions: usize,
     /// Sign-ups per second.
     pub rate: f64,
-    /// How long every session is held together once the last one has signed up.
+    /// How long every session talks together once the last one has started talking.
     pub hold: Duration,
     /// Driver threads the clients are spread over.
     pub threads: usize,
@@ -150,11 +161,23 @@ impl Plan {
     pub fn ramp(&self) -> Duration {
         self.due(self.sessions.saturating_sub(1))
     }
+
+    /// Threads that make the sign-up requests: enough for the rate when an answer takes
+    /// up to half a second.
+    pub fn signup_threads(&self) -> usize {
+        ((self.rate * 0.5).ceil() as usize)
+            .clamp(2, MAX_SIGNUP_THREADS)
+            .min(self.sessions.max(1))
+    }
 }
 
 /// Why a session did not get through its life.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Failure {
+    /// The tester could not mint its token (the error says why).
+    Token(String),
+    /// The tester could not open or watch its socket (the error says why).
+    Local(String),
     /// Signaling answered the POST with this status and reason.
     Refused {
         /// The status.
@@ -164,13 +187,15 @@ pub enum Failure {
     },
     /// Signaling did not answer the POST (the error says why).
     Unanswered(String),
+    /// A 201 without a `Location` (the session cannot be deleted).
+    NoLocation,
     /// A 201 whose answer str0m could not take.
     BadAnswer,
     /// ICE and DTLS did not connect within the connect timeout.
     NotConnected,
     /// Connected, but the `events` channel did not open within the connect timeout.
     NoChannel,
-    /// ICE reported the connection lost while the session talked.
+    /// ICE stayed disconnected for more than 2 s while the session talked.
     Disconnected,
     /// The session talked and heard no audio back.
     Silent,
@@ -180,8 +205,11 @@ impl Failure {
     /// The reason as the report groups it.
     pub fn label(&self) -> String {
         match self {
+            Failure::Token(why) => format!("the tester could not mint a token: {why}"),
+            Failure::Local(why) => format!("the tester could not open a client: {why}"),
             Failure::Refused { status, reason } => format!("POST answered {status}: {reason}"),
             Failure::Unanswered(why) => format!("POST not answered: {why}"),
+            Failure::NoLocation => "a 201 without a Location".into(),
             Failure::BadAnswer => "the answer's SDP was not usable".into(),
             Failure::NotConnected => "ICE + DTLS did not connect".into(),
             Failure::NoChannel => "the events channel did not open".into(),
@@ -191,39 +219,41 @@ impl Failure {
     }
 }
 
-/// What one session saw. Times are from just before its POST.
+/// What one session saw. Setup times are from just before its POST.
 #[derive(Clone, Debug, Default)]
 pub struct SessionRecord {
     /// Its place in the sign-up order.
     pub index: usize,
     /// How late its sign-up started against its due time (the tester's own lag).
     pub lateness: Duration,
-    /// POST → the answer.
+    /// POST → the answer (DNS, TCP and TLS included).
     pub answered: Option<Duration>,
     /// POST → ICE and DTLS connected.
     pub connected: Option<Duration>,
     /// POST → the `events` channel open.
     pub channel_open: Option<Duration>,
-    /// POST → the first audio packet back.
+    /// POST → the first audio packet back (audio starts when the channel opens).
     pub first_audio: Option<Duration>,
+    /// When it started talking, from the start of the run.
+    pub talk_from: Option<Duration>,
     /// Audio frames it sent.
     pub audio_sent: usize,
+    /// Frames it did not send because its thread was late by more than a frame.
+    pub late_frames: u64,
     /// Audio packets it received.
     pub audio_received: usize,
-    /// Audio packets the server numbered between the first and the last received.
-    pub audio_expected: u64,
+    /// Audio packets missing from the sequence numbers it received.
+    pub audio_gaps: u64,
     /// Pings it sent.
     pub pings: usize,
     /// The round trip of each ping answered.
     pub rtts: Vec<Duration>,
     /// Why it failed, if it did.
     pub failure: Option<Failure>,
-    /// The DELETE's status (0: not answered), for a session that was made.
-    pub deleted: Option<u16>,
-    /// Its `Location`.
+    /// Its `Location`, when signaling created it.
     pub location: Option<String>,
-    /// Its `Authorization` (a minted token deletes its own session).
-    authorization: Option<String>,
+    /// The DELETE's status (0: not answered), for a session that was created.
+    pub deleted: Option<u16>,
 }
 
 /// What a run saw.
@@ -233,21 +263,49 @@ pub struct Outcome {
     pub sessions: Vec<SessionRecord>,
     /// CPU seconds each driver thread used, and the wall time it ran.
     pub drivers: Vec<(f64, Duration)>,
-    /// From the first sign-up to the last session's end.
+    /// When the hold began (every session talking or failed), from the start.
+    pub hold_started: Option<Duration>,
+    /// From the first sign-up to the last session's end (the deletes apart).
     pub elapsed: Duration,
+    /// How long the deletes took.
+    pub deleting: Duration,
 }
 
-/// Counts the progress bar shows.
+/// What the run has done so far, for the progress bar and the caller's readings.
 #[derive(Debug, Default)]
 pub struct Progress {
     /// Sessions whose POST was made.
     pub signed_up: AtomicUsize,
-    /// Sessions connected with the channel open.
+    /// Sessions talking now.
     pub talking: AtomicUsize,
     /// Sessions failed.
     pub failed: AtomicUsize,
     /// Sessions finished (either way).
     pub finished: AtomicUsize,
+    /// Sessions that started talking or failed before they could.
+    settled: AtomicUsize,
+    /// When the last of them settled: the hold begins.
+    hold_started: OnceLock<Instant>,
+}
+
+impl Progress {
+    /// One more session talks, or failed before it could; the last one starts the hold.
+    fn settle_one(&self, plan: &Plan) {
+        if self.settled.fetch_add(1, Ordering::Relaxed) + 1 == plan.sessions {
+            let _ = self.hold_started.set(Instant::now());
+        }
+    }
+
+    /// When the hold began, once it has.
+    pub fn hold_started(&self) -> Option<Instant> {
+        self.hold_started.get().copied()
+    }
+
+    /// One more session failed and is over.
+    fn fail_one(&self) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
+        self.finished.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// One session on its way: the client and what it saw so far.
@@ -255,13 +313,24 @@ struct Live {
     record: SessionRecord,
     client: Client,
     posted: Instant,
-    /// When it started talking (channel open), and its next frame and ping.
+    /// When it started talking (its channel open), and its next frame and ping.
     talk_from: Option<Instant>,
     next_frame: Instant,
     next_ping: Instant,
-    next_ping_id: u32,
-    pending_pings: VecDeque<(u32, Instant)>,
+    next_ping_id: u64,
+    pending_pings: VecDeque<(u64, Instant)>,
     finished: bool,
+}
+
+/// What [`Live::advance`] did to a session.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Change {
+    /// Nothing the run counts.
+    None,
+    /// It started talking.
+    Talking,
+    /// It is over (its record says whether it failed).
+    Finished,
 }
 
 impl Live {
@@ -279,127 +348,154 @@ impl Live {
         }
     }
 
-    /// When this session next needs the driver, short of its socket.
-    fn next_wake(&self, talk_until: Instant) -> Instant {
+    /// When this session next needs its driver, short of its socket.
+    fn next_wake(&self, talk_until: Option<Instant>) -> Instant {
         let next = self.client.next_timeout();
-        match self.talk_from {
-            Some(_) if self.next_frame < talk_until => {
-                next.min(self.next_frame).min(self.next_ping)
-            }
-            Some(_) => next.min(talk_until + SETTLE),
+        match (self.talk_from, talk_until) {
+            (Some(_), Some(end)) if self.next_frame >= end => next.min(end + LISTEN_AFTER_TALK),
+            (Some(_), _) => next.min(self.next_frame).min(self.next_ping),
             // Its connect deadline is checked at every wake (at most LONGEST_SLEEP apart).
-            None => next,
+            (None, _) => next,
         }
     }
 
     /// Moves the session on at `now`: reads its messages, starts its talk, sends what is
-    /// due, and decides whether it failed or is over. True when it finished now.
-    fn advance(&mut self, now: Instant, plan: &Plan, talk_until: Instant) -> bool {
+    /// due, and decides whether it failed or is over. `talk_until` is the hold's end
+    /// once the hold has begun.
+    fn advance(
+        &mut self,
+        now: Instant,
+        plan: &Plan,
+        talk_until: Option<Instant>,
+        start: Instant,
+    ) -> Change {
         if self.finished {
-            return false;
+            return Change::None;
         }
-        self.read_messages(now);
+        self.read_pongs(now);
         let c = &self.client;
-        let since_post = now - self.posted;
         if let Some(t) = c.connected_at {
             self.record.connected.get_or_insert(t - self.posted);
         }
         if let Some(t) = c.first_audio_at {
             self.record.first_audio.get_or_insert(t - self.posted);
         }
+        let since_post = now - self.posted;
         let failure = match (c.connected_at, self.talk_from) {
             (None, _) if since_post > plan.connect_timeout => Some(Failure::NotConnected),
             (Some(t), None) if !c.channel_open && now - t > plan.connect_timeout => {
                 Some(Failure::NoChannel)
             }
-            (Some(_), Some(_)) if c.disconnected => Some(Failure::Disconnected),
+            (Some(_), Some(_))
+                if c.disconnected_since
+                    .is_some_and(|t| now - t > DISCONNECTED_FOR) =>
+            {
+                Some(Failure::Disconnected)
+            }
             _ => None,
         };
         if let Some(failure) = failure {
-            return self.finish(Some(failure));
+            self.finish(Some(failure));
+            return Change::Finished;
         }
-        if c.channel_open && self.talk_from.is_none() {
+        if self.talk_from.is_none() {
+            if !c.channel_open {
+                return Change::None;
+            }
             self.record.channel_open = Some(since_post);
+            self.record.talk_from = Some(now - start);
             self.talk_from = Some(now);
             // Sessions spread their frames over the 20 ms, as independent talkers do.
-            let phase = FRAME / 20 * (self.record.index % 20) as u32;
-            self.next_frame = now + phase;
+            let phase = AUDIO_INTERVAL / AUDIO_PHASES as u32;
+            self.next_frame = now + phase * (self.record.index % AUDIO_PHASES) as u32;
             self.next_ping = now;
+            return Change::Talking;
         }
-        let Some(talk_from) = self.talk_from else {
-            return false;
-        };
-        if now < talk_until {
-            if now >= self.next_frame {
-                self.client.send_audio();
-                // A driver that fell behind skips frames instead of sending a burst.
-                self.next_frame += FRAME;
-                if self.next_frame < now {
-                    self.next_frame = now + FRAME;
-                }
-            }
-            if now >= self.next_ping {
-                let id = self.next_ping_id;
-                self.next_ping_id += 1;
-                if self
-                    .client
-                    .send_text(&format!(r#"{{"type":"ping","id":{id}}}"#))
-                {
-                    self.pending_pings.push_back((id, now));
-                    self.record.pings += 1;
-                }
-                self.next_ping += plan.ping_every;
-            }
-            return false;
+        let end = talk_until.unwrap_or(now + AUDIO_INTERVAL);
+        if now < end {
+            self.talk_now(now, plan);
+            return Change::None;
         }
-        if now < talk_until + SETTLE {
-            return false;
+        if now < end + LISTEN_AFTER_TALK {
+            return Change::None;
         }
-        let talked = talk_until.saturating_duration_since(talk_from);
+        let talked = end.saturating_duration_since(self.talk_from.unwrap_or(end));
         let silent = talked >= SILENT_AFTER && self.client.audio_received == 0;
-        self.finish(silent.then_some(Failure::Silent))
+        self.finish(silent.then_some(Failure::Silent));
+        Change::Finished
     }
 
-    /// Takes the pongs among the messages that arrived.
-    fn read_messages(&mut self, now: Instant) {
-        for message in std::mem::take(&mut self.client.messages) {
-            let Ok(value) = serde_json::from_str::<serde_json::Value>(&message) else {
-                continue;
-            };
-            if value["type"] != "pong" {
-                continue;
+    /// Sends the frame and the ping that are due.
+    fn talk_now(&mut self, now: Instant, plan: &Plan) {
+        if now >= self.next_frame {
+            self.client.send_audio();
+            self.next_frame += AUDIO_INTERVAL;
+            // A driver that fell behind skips the frames it missed rather than send a
+            // burst, and counts them.
+            if self.next_frame < now {
+                let behind = (now - self.next_frame).as_nanos() / AUDIO_INTERVAL.as_nanos();
+                self.record.late_frames += behind as u64 + 1;
+                self.next_frame += AUDIO_INTERVAL * (behind as u32 + 1);
             }
-            let Some(id) = value["id"].as_u64() else {
+        }
+        if now >= self.next_ping {
+            let id = self.next_ping_id;
+            self.next_ping_id += 1;
+            if self
+                .client
+                .send_text(&format!(r#"{{"type":"ping","id":{id}}}"#))
+            {
+                self.pending_pings.push_back((id, now));
+                self.record.pings += 1;
+            }
+            self.next_ping += plan.ping_every;
+        }
+    }
+
+    /// Takes the pongs among the messages that arrived (the rest are dropped).
+    fn read_pongs(&mut self, now: Instant) {
+        for message in std::mem::take(&mut self.client.messages) {
+            let Some(id) = pong_id(&message) else {
                 continue;
             };
-            if let Some(at) = self
-                .pending_pings
-                .iter()
-                .position(|(p, _)| u64::from(*p) == id)
+            if let Some(at) = self.pending_pings.iter().position(|(p, _)| *p == id)
+                && let Some((_, sent)) = self.pending_pings.remove(at)
             {
-                let (_, sent) = self.pending_pings.remove(at).unwrap_or((0, now));
                 self.record.rtts.push(now - sent);
             }
         }
     }
 
-    fn finish(&mut self, failure: Option<Failure>) -> bool {
+    fn finish(&mut self, failure: Option<Failure>) {
         let c = &self.client;
         self.record.audio_sent = c.audio_sent;
         self.record.audio_received = c.audio_received;
-        self.record.audio_expected = c.audio_seq.map_or(0, |(first, last)| last - first + 1);
+        self.record.audio_gaps = c.audio_gaps;
         self.record.failure = failure;
         self.finished = true;
-        true
     }
+}
+
+/// The id of a pong (`{"type":"pong","id":N}`, whatever else it carries), if `message`
+/// is one.
+fn pong_id(message: &str) -> Option<u64> {
+    let value: serde_json::Value = serde_json::from_str(message).ok()?;
+    (value["type"] == "pong").then(|| value["id"].as_u64())?
+}
+
+/// A client on a socket of `local`; an error (out of descriptors, say) in one line.
+fn new_client(local: Ipv4Addr) -> Result<Client, String> {
+    let socket = UdpSocket::bind((local, 0)).map_err(|e| format!("bind {local}: {e}"))?;
+    Ok(Client::with_socket(socket))
 }
 
 /// One session end to end, before the load: signs up, connects, is answered one ping,
 /// is deleted. An error says in one line what a user must fix.
 pub fn pilot(target: &Target, credentials: &Credentials, plan: &Plan) -> Result<Pilot, String> {
     // The pilot is a user of its own, after the load's (a minted token per session).
-    let authorization = credentials.authorization(plan.sessions)?;
-    let mut client = Client::new_on(plan.local);
+    let pilot_index = plan.sessions;
+    let authorization = credentials.authorization(pilot_index)?;
+    let mut client = new_client(plan.local)?;
     let posted = Instant::now();
     let url = target.url();
     let offer = client.offer().to_string();
@@ -414,10 +510,17 @@ pub fn pilot(target: &Target, credentials: &Credentials, plan: &Plan) -> Result<
     let reason = first_line(&answer.body);
     match answer.status {
         201 => {}
-        404 | 405 => {
+        404 | 405 if target.path != "/v1/sessions" => {
             return Err(format!(
                 "POST {url} answered {}: no sessions endpoint at {} (it is /v1/sessions)",
                 answer.status, target.path
+            ));
+        }
+        401 | 403 if authorization.is_none() => {
+            return Err(format!(
+                "POST {url} answered {}: a token is required ({reason}); give \
+                 --token-file, UFRAG_TRANSCEIVER_TOKEN or --mint-key-file",
+                answer.status
             ));
         }
         401 | 403 => {
@@ -429,42 +532,51 @@ pub fn pilot(target: &Target, credentials: &Credentials, plan: &Plan) -> Result<
         status => return Err(format!("POST {url} answered {status}: {reason}")),
     }
     let answered = posted.elapsed();
-    client
-        .try_apply_answer(&answer)
-        .map_err(|e| format!("POST {url}: the answer's SDP is not usable: {e}"))?;
-    let location = client.location.clone();
-    let delete = |client: &Client| {
-        if let Some(location) = &client.location {
+    let location = answer.header("Location").map(str::to_string);
+    let delete = || {
+        if let Some(location) = &location {
             let _ = target.request("DELETE", location, None, authorization.as_deref());
         }
     };
+    if let Err(e) = client.try_apply_answer(&answer) {
+        delete();
+        return Err(format!("POST {url}: the answer's SDP is not usable: {e}"));
+    }
+    if location.is_none() {
+        return Err(format!("POST {url} answered 201 without a Location"));
+    }
     let relay = relay_candidates(&answer.body);
     let deadline = Instant::now() + plan.connect_timeout;
     let reached = step_until(&mut client, deadline, |c| {
         c.connected_at.is_some() && c.channel_open
     });
     if !reached {
-        delete(&client);
-        let what = if client.connected_at.is_none() {
-            "ICE and DTLS did not connect"
-        } else {
-            "the events channel did not open"
-        };
-        return Err(format!(
-            "the session was answered, but {what} within {:?}: the relay at {relay} is \
-             unreachable from {}",
-            plan.connect_timeout, plan.local
-        ));
+        delete();
+        return Err(match client.connected_at {
+            None => format!(
+                "the session was answered, but ICE and DTLS did not connect within {:?}: \
+                 the relay at {relay} is unreachable from {}",
+                plan.connect_timeout, plan.local
+            ),
+            Some(_) => format!(
+                "the session connected through {relay}, but its events channel did not \
+                 open within {:?}",
+                plan.connect_timeout
+            ),
+        });
     }
     let connected = posted.elapsed();
-    let pong = r#"{"type":"pong","id":0}"#;
     let ping_sent = Instant::now();
+    let mut ponged = false;
     let answered_ping = client.send_text(r#"{"type":"ping","id":0}"#)
         && step_until(&mut client, ping_sent + plan.connect_timeout, |c| {
-            c.messages.iter().any(|m| m == pong)
+            ponged |= std::mem::take(&mut c.messages)
+                .iter()
+                .any(|m| pong_id(m) == Some(0));
+            ponged
         });
     let rtt = ping_sent.elapsed();
-    delete(&client);
+    delete();
     if !answered_ping {
         return Err(format!(
             "the session connected through {relay}, but no pong came back within {:?}",
@@ -476,7 +588,6 @@ pub fn pilot(target: &Target, credentials: &Credentials, plan: &Plan) -> Result<
         connected,
         rtt,
         relay,
-        location,
     })
 }
 
@@ -491,8 +602,6 @@ pub struct Pilot {
     pub rtt: Duration,
     /// The relay's candidates in the answer.
     pub relay: String,
-    /// Its `Location`.
-    pub location: Option<String>,
 }
 
 /// The answer's candidates' addresses (`ADDR:PORT/proto`), for a message.
@@ -513,15 +622,20 @@ fn relay_candidates(sdp: &str) -> String {
     }
 }
 
+/// A server's message as a report shows it: its first line, at most 160 characters.
 fn first_line(text: &str) -> String {
     let line = text.lines().next().unwrap_or("").trim();
     line.chars().take(160).collect()
 }
 
 /// Steps `client` (sleeping a millisecond between steps) until `done` or `deadline`.
-fn step_until(client: &mut Client, deadline: Instant, done: impl Fn(&Client) -> bool) -> bool {
+fn step_until(
+    client: &mut Client,
+    deadline: Instant,
+    mut done: impl FnMut(&mut Client) -> bool,
+) -> bool {
     loop {
-        client.step();
+        client.step_bounded(READS_PER_STEP);
         if done(client) {
             return true;
         }
@@ -539,8 +653,9 @@ struct SignedUp {
     posted: Instant,
 }
 
-/// Runs the load: `plan.sessions` sign-ups at `plan.rate`, every session held until the
-/// last has been up for `plan.hold`, then each deleted (at the same rate).
+/// Runs the load: `plan.sessions` sign-ups at `plan.rate`; once every session talks (or
+/// failed before it could) they talk on together for `plan.hold`; then each is deleted
+/// (at the same rate).
 pub fn run(
     target: &Target,
     credentials: &Credentials,
@@ -548,8 +663,6 @@ pub fn run(
     progress: &Progress,
 ) -> Outcome {
     let start = Instant::now();
-    let talk_until =
-        start + plan.ramp() + plan.connect_timeout.min(Duration::from_secs(2)) + plan.hold;
     let threads = plan.threads.max(1);
     let (senders, receivers): (Vec<_>, Vec<_>) = (0..threads)
         .map(|_| crossbeam_channel::unbounded::<SignedUp>())
@@ -563,11 +676,11 @@ pub fn run(
             .map(|(i, inbox)| {
                 std::thread::Builder::new()
                     .name(format!("load-driver-{i}"))
-                    .spawn_scoped(scope, move || drive(inbox, plan, talk_until, progress))
+                    .spawn_scoped(scope, move || drive(inbox, plan, progress, start))
                     .expect("a driver thread starts")
             })
             .collect();
-        let signups: Vec<_> = (0..SIGNUP_THREADS.min(plan.sessions.max(1)))
+        let signups: Vec<_> = (0..plan.signup_threads())
             .map(|i| {
                 let (senders, refused, next) = (senders.clone(), &refused, &next);
                 std::thread::Builder::new()
@@ -589,8 +702,8 @@ pub fn run(
                                     let _ = senders[index % senders.len()].send(up);
                                 }
                                 Err(record) => {
-                                    progress.failed.fetch_add(1, Ordering::Relaxed);
-                                    progress.finished.fetch_add(1, Ordering::Relaxed);
+                                    progress.fail_one();
+                                    progress.settle_one(plan);
                                     refused
                                         .lock()
                                         .unwrap_or_else(|e| e.into_inner())
@@ -619,16 +732,19 @@ pub fn run(
     let mut sessions: Vec<SessionRecord> = driven;
     sessions.extend(refused.into_inner().unwrap_or_else(|e| e.into_inner()));
     sessions.sort_by_key(|r| r.index);
-    delete_all(target, plan, &mut sessions);
+    let deleting = Instant::now();
+    delete_all(target, credentials, plan, &mut sessions);
     Outcome {
         sessions,
         drivers,
+        hold_started: progress.hold_started().map(|t| t - start),
         elapsed,
+        deleting: deleting.elapsed(),
     }
 }
 
 /// POSTs session `index`'s offer: the client on its way to a driver, or the record of
-/// why signaling would not have it.
+/// why it cannot go on.
 fn sign_up(
     target: &Target,
     credentials: &Credentials,
@@ -641,14 +757,18 @@ fn sign_up(
         lateness,
         ..SessionRecord::default()
     };
+    let refuse = |mut record: SessionRecord, failure| {
+        record.failure = Some(failure);
+        Err(Box::new(record))
+    };
     let authorization = match credentials.authorization(index) {
         Ok(a) => a,
-        Err(e) => {
-            record.failure = Some(Failure::Unanswered(format!("cannot mint a token: {e}")));
-            return Err(Box::new(record));
-        }
+        Err(e) => return refuse(record, Failure::Token(e)),
     };
-    let mut client = Client::new_on(plan.local);
+    let mut client = match new_client(plan.local) {
+        Ok(c) => c,
+        Err(e) => return refuse(record, Failure::Local(e)),
+    };
     let offer = client.offer().to_string();
     let posted = Instant::now();
     let answer = target.request(
@@ -657,25 +777,22 @@ fn sign_up(
         Some(("application/sdp", &offer)),
         authorization.as_deref(),
     );
-    record.authorization = authorization;
-    match answer {
-        Err(e) => record.failure = Some(Failure::Unanswered(e)),
+    let answer = match answer {
+        Err(e) => return refuse(record, Failure::Unanswered(e)),
         Ok(a) if a.status != 201 => {
-            record.failure = Some(Failure::Refused {
-                status: a.status,
-                reason: first_line(&a.body),
-            });
+            let (status, reason) = (a.status, first_line(&a.body));
+            return refuse(record, Failure::Refused { status, reason });
         }
-        Ok(a) => {
-            record.answered = Some(posted.elapsed());
-            if client.try_apply_answer(&a).is_err() {
-                record.failure = Some(Failure::BadAnswer);
-            }
-            record.location = client.location.clone();
-        }
+        Ok(a) => a,
+    };
+    record.answered = Some(posted.elapsed());
+    // Kept from any 201, so a session made with an unusable answer is still deleted.
+    record.location = answer.header("Location").map(str::to_string);
+    if record.location.is_none() {
+        return refuse(record, Failure::NoLocation);
     }
-    if record.failure.is_some() {
-        return Err(Box::new(record));
+    if client.try_apply_answer(&answer).is_err() {
+        return refuse(record, Failure::BadAnswer);
     }
     Ok(SignedUp {
         record,
@@ -689,13 +806,15 @@ fn sign_up(
 fn drive(
     inbox: crossbeam_channel::Receiver<SignedUp>,
     plan: &Plan,
-    talk_until: Instant,
     progress: &Progress,
+    start: Instant,
 ) -> (Vec<SessionRecord>, (f64, Duration)) {
     let (cpu_before, wall_before) = (crate::cpu::thread_cpu_seconds(), Instant::now());
     let mut poll = Poll::new().expect("epoll");
     let mut events = Events::with_capacity(1024);
     let mut live: Vec<Live> = Vec::new();
+    // Sessions that stopped at their read cap: stepped again without waiting.
+    let mut unread: Vec<usize> = Vec::new();
     let mut inbox_open = true;
     let mut unfinished = 0usize;
     while inbox_open || unfinished > 0 {
@@ -704,18 +823,19 @@ fn drive(
                 Ok(up) => {
                     let token = Token(live.len());
                     let fd = up.client.socket.as_raw_fd();
-                    if poll
-                        .registry()
-                        .register(&mut SourceFd(&fd), token, Interest::READABLE)
-                        .is_err()
-                    {
-                        crate::say!(
-                            "load: cannot watch a client's socket; session {} dropped",
-                            up.record.index
-                        );
+                    let watched =
+                        poll.registry()
+                            .register(&mut SourceFd(&fd), token, Interest::READABLE);
+                    let mut session = Live::new(up.record, up.client, up.posted);
+                    match watched {
+                        Ok(()) => unfinished += 1,
+                        Err(e) => {
+                            session.finish(Some(Failure::Local(format!("epoll: {e}"))));
+                            progress.fail_one();
+                            progress.settle_one(plan);
+                        }
                     }
-                    live.push(Live::new(up.record, up.client, up.posted));
-                    unfinished += 1;
+                    live.push(session);
                 }
                 Err(crossbeam_channel::TryRecvError::Empty) => break,
                 Err(crossbeam_channel::TryRecvError::Disconnected) => {
@@ -724,39 +844,58 @@ fn drive(
                 }
             }
         }
+        let talk_until = progress.hold_started().map(|t| t + plan.hold);
         let now = Instant::now();
-        let wake = live
-            .iter()
-            .filter(|s| !s.finished)
-            .map(|s| s.next_wake(talk_until))
-            .fold(now + LONGEST_SLEEP, Instant::min);
+        let wake = match unread.is_empty() {
+            true => live
+                .iter()
+                .filter(|s| !s.finished)
+                .map(|s| s.next_wake(talk_until))
+                .fold(now + LONGEST_SLEEP, Instant::min),
+            false => now,
+        };
         let _ = poll.poll(&mut events, Some(wake.saturating_duration_since(now)));
-        for event in &events {
-            if let Some(session) = live.get_mut(event.token().0).filter(|s| !s.finished) {
-                session.client.step();
+        let ready = events.iter().map(|e| e.token().0);
+        for i in std::mem::take(&mut unread).into_iter().chain(ready) {
+            if let Some(session) = live.get_mut(i).filter(|s| !s.finished)
+                && session.client.step_bounded(READS_PER_STEP)
+            {
+                unread.push(i);
             }
         }
         let now = Instant::now();
         for session in live.iter_mut().filter(|s| !s.finished) {
             if session.client.next_timeout() <= now {
-                session.client.step();
+                session.client.step_bounded(READS_PER_STEP);
             }
             let was_talking = session.talk_from.is_some();
-            if session.advance(now, plan, talk_until) {
-                unfinished -= 1;
-                progress.finished.fetch_add(1, Ordering::Relaxed);
-                if session.record.failure.is_some() {
-                    progress.failed.fetch_add(1, Ordering::Relaxed);
+            match session.advance(now, plan, talk_until, start) {
+                Change::None => {}
+                Change::Talking => {
+                    progress.talking.fetch_add(1, Ordering::Relaxed);
+                    progress.settle_one(plan);
                 }
-                if was_talking {
-                    progress.talking.fetch_sub(1, Ordering::Relaxed);
+                Change::Finished => {
+                    unfinished -= 1;
+                    progress.finished.fetch_add(1, Ordering::Relaxed);
+                    match (was_talking, session.record.failure.is_some()) {
+                        (true, failed) => {
+                            progress.talking.fetch_sub(1, Ordering::Relaxed);
+                            if failed {
+                                progress.failed.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
+                        (false, _) => {
+                            progress.failed.fetch_add(1, Ordering::Relaxed);
+                            progress.settle_one(plan);
+                        }
+                    }
+                    let fd = session.client.socket.as_raw_fd();
+                    let _ = poll.registry().deregister(&mut SourceFd(&fd));
                 }
-                let fd = session.client.socket.as_raw_fd();
-                let _ = poll.registry().deregister(&mut SourceFd(&fd));
-            } else if !was_talking && session.talk_from.is_some() {
-                progress.talking.fetch_add(1, Ordering::Relaxed);
             }
         }
+        unread.retain(|&i| live.get(i).is_some_and(|s| !s.finished));
     }
     let used = (
         crate::cpu::thread_cpu_seconds() - cpu_before,
@@ -765,30 +904,38 @@ fn drive(
     (live.into_iter().map(|s| s.record).collect(), used)
 }
 
-/// Deletes every session that was made, at the sign-up rate over the sign-up threads
-/// (a deployment's per-address request rate holds for deletes too).
-fn delete_all(target: &Target, plan: &Plan, sessions: &mut [SessionRecord]) {
+/// Deletes every session that was created, at the sign-up rate over the sign-up
+/// threads (a deployment's per-address request rate holds for deletes too), each with
+/// a token of its own user minted now (one minted at sign-up may have expired).
+fn delete_all(
+    target: &Target,
+    credentials: &Credentials,
+    plan: &Plan,
+    sessions: &mut [SessionRecord],
+) {
     let start = Instant::now();
-    let made: Vec<usize> = (0..sessions.len())
+    let created: Vec<usize> = (0..sessions.len())
         .filter(|&i| sessions[i].location.is_some())
         .collect();
     let next = AtomicUsize::new(0);
     let statuses: Mutex<Vec<(usize, u16)>> = Mutex::new(Vec::new());
     let shared: &[SessionRecord] = sessions;
     std::thread::scope(|scope| {
-        for _ in 0..SIGNUP_THREADS {
+        for _ in 0..plan.signup_threads() {
             scope.spawn(|| {
                 loop {
                     let n = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&i) = made.get(n) else { return };
+                    let Some(&i) = created.get(n) else { return };
                     let due = start + plan.due(n);
                     if let Some(wait) = due.checked_duration_since(Instant::now()) {
                         std::thread::sleep(wait);
                     }
                     let record = &shared[i];
                     let location = record.location.as_deref().unwrap_or_default();
-                    let status = target
-                        .request("DELETE", location, None, record.authorization.as_deref())
+                    let status = credentials
+                        .authorization(record.index)
+                        .map_err(|e| e.to_string())
+                        .and_then(|a| target.request("DELETE", location, None, a.as_deref()))
                         .map_or(0, |r| r.status);
                     statuses
                         .lock()

@@ -246,10 +246,10 @@ pub(crate) struct ClientGroup {
 /// How long after the talk the last echoes may arrive.
 const SETTLE: Duration = Duration::from_millis(500);
 /// One Opus packet per client every 20 ms.
-const AUDIO_INTERVAL: Duration = Duration::from_millis(20);
+pub(crate) const AUDIO_INTERVAL: Duration = Duration::from_millis(20);
 /// The number of evenly spaced instants within [`AUDIO_INTERVAL`] at which the clients of
 /// a group send their audio (client *i* at phase *i* mod 20, so 1 ms apart).
-const AUDIO_PHASES: usize = 20;
+pub(crate) const AUDIO_PHASES: usize = 20;
 
 impl ClientGroup {
     pub(crate) fn new(clients: Vec<Client>) -> std::io::Result<ClientGroup> {
