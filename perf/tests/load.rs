@@ -161,7 +161,11 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
     // Every session talked: the echo returned its audio and every ping was answered.
     let sent = json["audio"]["sent"].as_u64().unwrap();
     let received = json["audio"]["received"].as_u64().unwrap();
-    assert!(sent > 0 && received > 0 && received <= sent, "{report}");
+    assert!(received > 0 && received <= sent, "{report}");
+    // Every session talked through the whole hold (2 s: 100 frames each, sent or
+    // counted as skipped); three quarters of that leaves room for a slow host's wake-ups.
+    let skipped = json["audio"]["skipped_by_the_tester"].as_u64().unwrap();
+    assert!(sent + skipped >= 6 * 75, "{report}");
     assert_eq!(
         json["audio"]["sequence_gaps"], 0,
         "loopback loses nothing: {report}"
@@ -231,7 +235,6 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
         &std::fs::read_to_string(minted_out.with_extension("json")).unwrap_or_default(),
     )
     .unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&key_dir);
     let stderr = String::from_utf8_lossy(&minted.stderr);
     assert_eq!(minted.status.code(), Some(0), "{stderr}\n{json:#}");
     assert_eq!(json["sessions"]["completed"], 6, "{json:#}");
@@ -251,6 +254,67 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
         accepted, 6.0,
         "every session signed up with its own token: {json:#}"
     );
+
+    // One session token for all: the deployment holds one user to 4 live sessions, so
+    // 2 of 6 are refused; the others still talk through the hold, and the run exits 1.
+    let one_user = {
+        let key = std::fs::read(&signing_key).unwrap();
+        let request = transceiver::session_token::TokenRequest {
+            audience: "ufrag-relay".into(),
+            issued_at_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs(),
+            lifetime_s: 300,
+            id: "one-user-token".into(),
+            claims: transceiver::model::SessionClaims {
+                subject: Some("one-user".into()),
+                ..Default::default()
+            },
+        };
+        let hs256 = transceiver::session_token::TokenAlgorithm::Hs256;
+        transceiver::session_token::mint(hs256, &key, &request).unwrap()
+    };
+    let (user_dir, user_token) = scratch("one-user", &one_user);
+    let capped_out = user_dir.join("capped.md");
+    let capped_out_arg = capped_out.to_str().unwrap();
+    let capped = load(
+        &url,
+        &user_token,
+        deployment.ip,
+        &[
+            "--sessions",
+            "6",
+            "--rate",
+            "10",
+            "--duration",
+            "1s",
+            "--out",
+            capped_out_arg,
+        ],
+    );
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(capped_out.with_extension("json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&user_dir);
+    let _ = std::fs::remove_dir_all(&key_dir);
+    let stderr = String::from_utf8_lossy(&capped.stderr);
+    assert_eq!(capped.status.code(), Some(1), "{stderr}\n{json:#}");
+    assert!(
+        stderr.contains("ufrag-perf load: 2 of 6 sessions failed"),
+        "{stderr}"
+    );
+    assert_eq!(
+        json["failures"],
+        serde_json::json!([{
+            "reason": "POST answered 429: too many live sessions for this user",
+            "sessions": 2
+        }]),
+        "{json:#}"
+    );
+    assert_eq!(json["sessions"]["completed"], 4, "{json:#}");
+    assert!(json["hold_started_seconds"].as_f64().is_some(), "{json:#}");
 }
 
 #[test]

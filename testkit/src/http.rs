@@ -175,9 +175,11 @@ pub fn request_to(
         .iter()
         .find_map(|addr| TcpStream::connect_timeout(addr, DEPLOYMENT_CONNECT_WAIT).ok())
         .ok_or_else(|| format!("{endpoint}: nothing answers at {addrs:?}"))?;
-    stream
-        .set_read_timeout(Some(READ_WAIT))
-        .map_err(|e| e.to_string())?;
+    // One deadline for the whole exchange, TLS handshake included.
+    let stream = DeadlineStream {
+        stream,
+        deadline: Instant::now() + READ_WAIT,
+    };
     let host = match (endpoint.host.contains(':'), endpoint.port) {
         (true, port) => format!("[{}]:{port}", endpoint.host),
         (false, port) => format!("{}:{port}", endpoint.host),
@@ -195,6 +197,45 @@ pub fn request_to(
     answer.ok_or_else(|| {
         format!("{endpoint}: {method} {path}: no HTTP answer (TLS or the connection failed)")
     })
+}
+
+/// A connection whose every read and write waits at most until one deadline: a server
+/// that drips its TLS handshake or its answer cannot hold the caller past it.
+struct DeadlineStream {
+    stream: TcpStream,
+    deadline: Instant,
+}
+
+impl DeadlineStream {
+    /// The time left, set as the socket's timeout for `io`; an error once it is spent.
+    fn arm(
+        &self,
+        set: impl Fn(&TcpStream, Option<Duration>) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        set(&self.stream, Some(left))
+    }
+}
+
+impl Read for DeadlineStream {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.arm(TcpStream::set_read_timeout)?;
+        self.stream.read(buf)
+    }
+}
+
+impl Write for DeadlineStream {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.arm(TcpStream::set_write_timeout)?;
+        self.stream.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.stream.flush()
+    }
 }
 
 /// [`request`] from the local address `source` (a loopback address other than

@@ -261,14 +261,25 @@ pub struct SessionRecord {
 pub struct Outcome {
     /// Every session, in sign-up order.
     pub sessions: Vec<SessionRecord>,
-    /// CPU seconds each driver thread used, and the wall time it ran.
-    pub drivers: Vec<(f64, Duration)>,
+    /// What each client thread cost.
+    pub drivers: Vec<DriverLoad>,
     /// When the hold began (every session talking or failed), from the start.
     pub hold_started: Option<Duration>,
     /// From the first sign-up to the last session's end (the deletes apart).
     pub elapsed: Duration,
     /// How long the deletes took.
     pub deleting: Duration,
+}
+
+/// What one client thread cost.
+#[derive(Clone, Copy, Debug)]
+pub struct DriverLoad {
+    /// CPU seconds over its whole life.
+    pub cpu_seconds: f64,
+    /// Its whole life.
+    pub wall: Duration,
+    /// The share of a core it was busy over the hold, when it saw the whole hold.
+    pub hold_busy: Option<f64>,
 }
 
 /// What the run has done so far, for the progress bar and the caller's readings.
@@ -316,6 +327,8 @@ struct Live {
     /// When it started talking (its channel open), and its next frame and ping.
     talk_from: Option<Instant>,
     next_frame: Instant,
+    /// Added once after the first frame: this session's place within the 20 ms.
+    phase: Duration,
     next_ping: Instant,
     next_ping_id: u64,
     pending_pings: VecDeque<(u64, Instant)>,
@@ -341,6 +354,7 @@ impl Live {
             posted,
             talk_from: None,
             next_frame: posted,
+            phase: Duration::ZERO,
             next_ping: posted,
             next_ping_id: 0,
             pending_pings: VecDeque::new(),
@@ -352,7 +366,10 @@ impl Live {
     fn next_wake(&self, talk_until: Option<Instant>) -> Instant {
         let next = self.client.next_timeout();
         match (self.talk_from, talk_until) {
-            (Some(_), Some(end)) if self.next_frame >= end => next.min(end + LISTEN_AFTER_TALK),
+            // Past the end nothing more is sent, whatever was due.
+            (Some(_), Some(end)) if self.next_frame >= end || Instant::now() >= end => {
+                next.min(end + LISTEN_AFTER_TALK)
+            }
             (Some(_), _) => next.min(self.next_frame).min(self.next_ping),
             // Its connect deadline is checked at every wake (at most LONGEST_SLEEP apart).
             (None, _) => next,
@@ -405,10 +422,13 @@ impl Live {
             self.record.channel_open = Some(since_post);
             self.record.talk_from = Some(now - start);
             self.talk_from = Some(now);
-            // Sessions spread their frames over the 20 ms, as independent talkers do.
+            // The first frame goes at once (the first audio back times the server, not
+            // the tester); the later ones spread over the 20 ms, as independent talkers'.
             let phase = AUDIO_INTERVAL / AUDIO_PHASES as u32;
-            self.next_frame = now + phase * (self.record.index % AUDIO_PHASES) as u32;
+            self.phase = phase * (self.record.index % AUDIO_PHASES) as u32;
+            self.next_frame = now;
             self.next_ping = now;
+            self.talk_now(now, plan);
             return Change::Talking;
         }
         let end = talk_until.unwrap_or(now + AUDIO_INTERVAL);
@@ -429,7 +449,7 @@ impl Live {
     fn talk_now(&mut self, now: Instant, plan: &Plan) {
         if now >= self.next_frame {
             self.client.send_audio();
-            self.next_frame += AUDIO_INTERVAL;
+            self.next_frame += AUDIO_INTERVAL + std::mem::take(&mut self.phase);
             // A driver that fell behind skips the frames it missed rather than send a
             // burst, and counts them.
             if self.next_frame < now {
@@ -697,18 +717,28 @@ pub fn run(
                             }
                             let lateness = Instant::now().saturating_duration_since(due);
                             progress.signed_up.fetch_add(1, Ordering::Relaxed);
-                            match sign_up(target, credentials, plan, index, lateness) {
-                                Ok(up) => {
-                                    let _ = senders[index % senders.len()].send(up);
-                                }
-                                Err(record) => {
-                                    progress.fail_one();
-                                    progress.settle_one(plan);
-                                    refused
-                                        .lock()
-                                        .unwrap_or_else(|e| e.into_inner())
-                                        .push(*record);
-                                }
+                            let lost = match sign_up(target, credentials, plan, index, lateness) {
+                                Ok(up) => match senders[index % senders.len()].send(up) {
+                                    Ok(()) => None,
+                                    // Its driver is gone (it panicked): the session still
+                                    // settles, so the others' hold begins and ends.
+                                    Err(crossbeam_channel::SendError(up)) => {
+                                        let mut record = up.record;
+                                        record.failure = Some(Failure::Local(
+                                            "its client thread stopped".into(),
+                                        ));
+                                        Some(record)
+                                    }
+                                },
+                                Err(record) => Some(*record),
+                            };
+                            if let Some(record) = lost {
+                                progress.fail_one();
+                                progress.settle_one(plan);
+                                refused
+                                    .lock()
+                                    .unwrap_or_else(|e| e.into_inner())
+                                    .push(record);
                             }
                         }
                     })
@@ -808,8 +838,11 @@ fn drive(
     plan: &Plan,
     progress: &Progress,
     start: Instant,
-) -> (Vec<SessionRecord>, (f64, Duration)) {
+) -> (Vec<SessionRecord>, DriverLoad) {
     let (cpu_before, wall_before) = (crate::cpu::thread_cpu_seconds(), Instant::now());
+    // This thread's CPU when it first saw the hold, and its share of a core over it.
+    let mut hold_began: Option<(f64, Instant)> = None;
+    let mut hold_busy: Option<f64> = None;
     let mut poll = Poll::new().expect("epoll");
     let mut events = Events::with_capacity(1024);
     let mut live: Vec<Live> = Vec::new();
@@ -846,6 +879,14 @@ fn drive(
         }
         let talk_until = progress.hold_started().map(|t| t + plan.hold);
         let now = Instant::now();
+        if let Some(end) = talk_until {
+            let (cpu, since) =
+                *hold_began.get_or_insert_with(|| (crate::cpu::thread_cpu_seconds(), now));
+            if now >= end && hold_busy.is_none() {
+                let wall = (now - since).as_secs_f64().max(1e-9);
+                hold_busy = Some((crate::cpu::thread_cpu_seconds() - cpu) / wall);
+            }
+        }
         let wake = match unread.is_empty() {
             true => live
                 .iter()
@@ -864,9 +905,9 @@ fn drive(
             }
         }
         let now = Instant::now();
-        for session in live.iter_mut().filter(|s| !s.finished) {
-            if session.client.next_timeout() <= now {
-                session.client.step_bounded(READS_PER_STEP);
+        for (i, session) in live.iter_mut().enumerate().filter(|(_, s)| !s.finished) {
+            if session.client.next_timeout() <= now && session.client.step_bounded(READS_PER_STEP) {
+                unread.push(i);
             }
             let was_talking = session.talk_from.is_some();
             match session.advance(now, plan, talk_until, start) {
@@ -895,12 +936,15 @@ fn drive(
                 }
             }
         }
+        unread.sort_unstable();
+        unread.dedup();
         unread.retain(|&i| live.get(i).is_some_and(|s| !s.finished));
     }
-    let used = (
-        crate::cpu::thread_cpu_seconds() - cpu_before,
-        wall_before.elapsed(),
-    );
+    let used = DriverLoad {
+        cpu_seconds: crate::cpu::thread_cpu_seconds() - cpu_before,
+        wall: wall_before.elapsed(),
+        hold_busy,
+    };
     (live.into_iter().map(|s| s.record).collect(), used)
 }
 

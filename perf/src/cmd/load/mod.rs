@@ -22,10 +22,11 @@ use scrape::{Scrape, ScrapeTarget};
 
 /// Load-test a running deployment: `--sessions` str0m clients sign up at `--rate` per
 /// second on its sessions URL, connect through its relay, and talk (an Opus frame every
-/// 20 ms, a ping every second over `events`); once every one talks (or has failed), they
-/// talk on together for `--duration`; then each is deleted. A pilot session goes first: a mistyped URL, a
-/// refused token or an unreachable relay stops the run with one line (exit 2). Exits 1
-/// when a session of the load failed, 0 when every one got through.
+/// 20 ms, a ping every second over `events`); once every one talks (or has failed),
+/// they talk on together for `--duration`; then each is deleted. A pilot session goes
+/// first: a mistyped URL, a refused token or an unreachable relay stops the run with
+/// one line (exit 2). Exits 1 when a session failed or one that completed was not
+/// deleted, 0 when every one got through.
 ///
 /// The token comes from --token-file or UFRAG_TRANSCEIVER_TOKEN (the same for every
 /// session), or is minted per session with --mint-key-file (a user of its own each).
@@ -86,6 +87,12 @@ const PING_EVERY: Duration = Duration::from_secs(1);
 const RATES: std::ops::RangeInclusive<f64> = 0.01..=10_000.0;
 /// The most sessions one run makes.
 const MAX_SESSIONS: usize = 100_000;
+/// The most client threads.
+const MAX_THREADS: usize = 64;
+/// The longest hold.
+const MAX_HOLD: Duration = Duration::from_secs(24 * 3600);
+/// The longest connect timeout.
+const MAX_CONNECT_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Runs it; the process's exit code.
 pub fn run(options: Options) -> i32 {
@@ -124,24 +131,40 @@ pub fn run(options: Options) -> i32 {
         hold_cpu: during.hold_cpu,
         readings: (before, during.metrics, after),
     };
-    super::children::write_report(
-        &options.out,
-        &report.markdown(),
-        Some(serde_json::to_string_pretty(&report.json()).unwrap_or_default()),
-    );
-    let failed = outcome
-        .sessions
-        .iter()
-        .filter(|s| s.failure.is_some())
-        .count();
-    if failed > 0 {
+    let markdown = report.markdown();
+    print!("{markdown}");
+    let json = serde_json::to_string_pretty(&report.json()).unwrap_or_default();
+    let written = std::fs::write(&options.out, markdown)
+        .and_then(|()| std::fs::write(options.out.with_extension("json"), json));
+    if let Err(e) = written {
         eprintln!(
-            "ufrag-perf load: {failed} of {} sessions failed (report: {})",
-            plan.sessions,
+            "ufrag-perf load: cannot write the report to {}: {e}",
             options.out.display()
         );
+        return 2;
     }
-    i32::from(failed > 0)
+    eprintln!("report: {}", options.out.display());
+    let sessions = &outcome.sessions;
+    let failed = sessions.iter().filter(|s| s.failure.is_some()).count();
+    // A session that got through but was not deleted may still hold the deployment.
+    let undeleted = sessions
+        .iter()
+        .filter(|s| s.failure.is_none() && s.deleted != Some(204))
+        .count();
+    let shown = options.out.display();
+    if failed > 0 {
+        eprintln!(
+            "ufrag-perf load: {failed} of {} sessions failed (report: {shown})",
+            plan.sessions
+        );
+    }
+    if undeleted > 0 {
+        eprintln!(
+            "ufrag-perf load: {undeleted} sessions that completed were not deleted (no 204; \
+             report: {shown})"
+        );
+    }
+    i32::from(failed + undeleted > 0)
 }
 
 /// The target, the credentials and the plan from the options; an error is one line.
@@ -178,15 +201,36 @@ fn prepare(options: &Options) -> Result<(Target, Credentials, Plan), String> {
         Some(ip) => ip,
         None => local_address_toward(&endpoint)?,
     };
+    if local.is_unspecified() || local.is_multicast() || local.is_broadcast() {
+        return Err(format!(
+            "--local {local}: the clients need a unicast address of this host"
+        ));
+    }
     check_open_files(options.sessions)?;
+    if options.duration > MAX_HOLD {
+        return Err(format!("--duration is at most {MAX_HOLD:?}"));
+    }
+    if options.connect_timeout.is_zero() || options.connect_timeout > MAX_CONNECT_TIMEOUT {
+        return Err(format!(
+            "--connect-timeout must be above 0 and at most {MAX_CONNECT_TIMEOUT:?}"
+        ));
+    }
     // A report that cannot be written is said now, not after the load.
+    if options.out.is_dir() {
+        return Err(format!(
+            "--out {}: a directory; name a file",
+            options.out.display()
+        ));
+    }
     if let Some(dir) = options.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("--out {}: {e}", dir.display()))?;
     }
     let threads = options
         .threads
-        .unwrap_or_else(|| crate::environment::online_cpus().min(4))
-        .max(1);
+        .unwrap_or_else(|| crate::environment::online_cpus().min(4));
+    if !(1..=MAX_THREADS).contains(&threads) {
+        return Err(format!("--threads must be 1 to {MAX_THREADS}"));
+    }
     let plan = Plan {
         sessions: options.sessions,
         rate: options.rate,
@@ -285,6 +329,7 @@ fn run_with_progress(
     let mut during = DuringHold::default();
     let outcome = std::thread::scope(|scope| {
         let load = scope.spawn(|| load_test::run(target, credentials, plan, &progress));
+        let mut mid_hold = None;
         let phase = crate::progress::Phase::start("sessions", plan.sessions);
         let mut last_line = Instant::now();
         let mut hold_began: Option<(Instant, crate::cpu::Snapshot, f64)> = None;
@@ -311,8 +356,9 @@ fn run_with_progress(
             let (began, snapshot, cpu) =
                 hold_began.get_or_insert_with(|| (started, crate::cpu::Snapshot::now(), own_cpu()));
             let into_hold = began.elapsed();
-            if during.metrics.is_none() && into_hold >= plan.hold / 2 {
-                during.metrics = Some(scrape::read_all(scrapes));
+            // On a thread of its own: a slow endpoint must not delay the hold's readings.
+            if mid_hold.is_none() && into_hold >= plan.hold / 2 {
+                mid_hold = Some(scope.spawn(|| scrape::read_all(scrapes)));
             }
             if during.hold_cpu.is_none() && into_hold >= plan.hold {
                 let spent = snapshot.until(&crate::cpu::Snapshot::now());
@@ -323,6 +369,7 @@ fn run_with_progress(
                 });
             }
         }
+        during.metrics = mid_hold.and_then(|reading| reading.join().ok());
         load.join().expect("the load runs")
     });
     (outcome, during)

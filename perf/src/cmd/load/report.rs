@@ -171,10 +171,20 @@ impl Report<'_> {
         sessions.flat_map(|s| s.rtts.iter().copied()).collect()
     }
 
+    /// Each client thread's share of a core over its whole life.
     fn thread_busy(&self) -> Vec<f64> {
         let drivers = self.outcome.drivers.iter();
         drivers
-            .map(|(cpu, wall)| cpu / wall.as_secs_f64().max(1e-9))
+            .map(|d| d.cpu_seconds / d.wall.as_secs_f64().max(1e-9))
+            .collect()
+    }
+
+    /// Each client thread's share of a core over the hold (over its life when it did
+    /// not see the whole hold).
+    fn thread_busy_in_hold(&self) -> Vec<f64> {
+        let drivers = self.outcome.drivers.iter().zip(self.thread_busy());
+        drivers
+            .map(|(d, life)| d.hold_busy.unwrap_or(life))
             .collect()
     }
 
@@ -278,8 +288,8 @@ impl Report<'_> {
         let _ = writeln!(
             out,
             "\n## Setup time (ms from just before the POST)\n\n\
-             Over the sessions that reached each step (of {}); with fewer than 100, p99 is \
-             the max.\n\n\
+             Over the sessions that reached each step (of {}); with 50 or fewer, p99 is the \
+             max.\n\n\
              | step | sessions | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|",
             plan.sessions
         );
@@ -337,13 +347,21 @@ impl Report<'_> {
 
     fn tester_markdown(&self, out: &mut String, t: &Totals) {
         out.push_str("\n## The tester\n\n");
-        let busy = self.thread_busy();
-        let busy_text: Vec<String> = busy.iter().map(|b| format!("{:.0} %", b * 100.0)).collect();
+        let busy = self.thread_busy_in_hold();
+        let percent = |shares: &[f64]| -> String {
+            let text: Vec<String> = shares
+                .iter()
+                .map(|b| format!("{:.0} %", b * 100.0))
+                .collect();
+            text.join(", ")
+        };
         let _ = writeln!(
             out,
-            "- Client threads: {}, busy {} of a core each over the run.",
+            "- Client threads: {}, busy {} of a core each over the hold ({} over the whole \
+             run).",
             busy.len(),
-            busy_text.join(", ")
+            percent(&busy),
+            percent(&self.thread_busy())
         );
         if let Some(cpu) = self.hold_cpu {
             let _ = writeln!(
@@ -541,6 +559,7 @@ impl Report<'_> {
             },
             "tester": {
                 "client_thread_busy": self.thread_busy(),
+                "client_thread_busy_in_hold": self.thread_busy_in_hold(),
                 "hold_cpu": self.hold_cpu.map(|c| json!({
                     "tester_cores": c.tester_cores,
                     "host_busy": c.host_busy,
