@@ -63,6 +63,29 @@ use crate::hint::HintKeys;
 /// The environment variable that may hold the hint keys.
 pub const HINT_KEYS_ENV: &str = "UFRAG_RELAY_HINT_KEYS";
 
+/// Set to `1`, lets a binary run with an example secret (a hint key such as the tests',
+/// a placeholder token): the tests and the benchmarks' own testbeds set it, a deployment
+/// never does.
+pub const ALLOW_EXAMPLE_SECRETS_ENV: &str = "UFRAG_ALLOW_EXAMPLE_SECRETS";
+
+/// Refuses hint keys whose secret is an example's ([`crate::hint::is_example_secret`])
+/// unless `allowed`: ICE passwords derive from the key, so anyone who has read the
+/// example could forge connectivity checks for every session.
+pub fn refuse_example_keys(keys: &HintKeys, allowed: bool) -> Result<(), ConfigError> {
+    match keys.example_key() {
+        Some(id) if !allowed => Err(bad(
+            "hint_keys",
+            format!(
+                "key {id} is an example secret (counting or repeated bytes, as the \
+                 repository's test key): anyone could forge ICE checks with it; make one with \
+                 `head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \\n'` \
+                 ({ALLOW_EXAMPLE_SECRETS_ENV}=1 lets tests use it)"
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 const DEFAULT_FLOWS_PER_WORKER: usize = 262_144;
 /// The shortest `hint_max_age`: a client needs a few seconds between the answer and its
 /// first check.

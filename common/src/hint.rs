@@ -191,6 +191,21 @@ pub struct HintKey {
     /// per flow, and the keys sit in every forwarder's policy, where its state would
     /// otherwise add some 200 bytes per key next to what each datagram reads.
     route: Box<HmacSha256>,
+    /// The secret is an example's ([`is_example_secret`]): for tests, never a deployment.
+    example: bool,
+}
+
+/// A secret of the kind examples and tests write (the repository's own test key is bytes
+/// 0, 1, 2, …; others repeat one byte): guessable by anyone, so a deployment must never
+/// run with one.
+pub fn is_example_secret(secret: &[u8]) -> bool {
+    let first = secret.first().copied().unwrap_or(0);
+    let counting = secret
+        .iter()
+        .enumerate()
+        .all(|(i, b)| usize::from(*b) == usize::from(first) + i);
+    let repeated = secret.iter().all(|b| *b == first);
+    counting || repeated
 }
 
 impl core::fmt::Debug for HintKey {
@@ -222,12 +237,18 @@ impl HintKey {
             mac: derive(secret, b"ufrag-relay/v1/hint-mac"),
             pwd: derive(secret, b"ufrag-relay/v1/ice-pwd"),
             route: Box::new(derive(secret, b"ufrag-relay/v1/route-cache")),
+            example: is_example_secret(secret),
         })
     }
 
     /// The key id carried in hints made with this key.
     pub fn id(&self) -> u8 {
         self.id
+    }
+
+    /// Its secret is an example's ([`is_example_secret`]).
+    pub fn is_example(&self) -> bool {
+        self.example
     }
 }
 
@@ -343,6 +364,14 @@ impl HintKeys {
     /// The id of the previous key, which still verifies, if there is one.
     pub fn previous_id(&self) -> Option<u8> {
         self.previous.as_ref().map(HintKey::id)
+    }
+
+    /// The id of a key whose secret is an example's, if one is.
+    pub fn example_key(&self) -> Option<u8> {
+        std::iter::once(&self.current)
+            .chain(self.previous.as_ref())
+            .find(|k| k.example)
+            .map(HintKey::id)
     }
 
     fn by_id(&self, id: u8) -> Option<&HintKey> {

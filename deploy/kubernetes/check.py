@@ -38,6 +38,9 @@ know about this project:
 - the transceiver's media ports, one per worker from `--bind`'s port (`--workers`), are
   each declared by its pod, listed by every Service that selects it with UDP ports, and
   admitted by every NetworkPolicy that selects it.
+- no Secret holds an example secret: a hint key of counting or repeated bytes (the
+  tests' key is 00 01 02 …: anyone could forge ICE checks with it) or a `REPLACE-ME`
+  placeholder. The binaries refuse them too; the manifests ship no Secret at all.
 
 Prints one line per problem and exits 1 if there is any, else prints a summary and exits 0.
 
@@ -45,6 +48,7 @@ Prints one line per problem and exits 1 if there is any, else prints a summary a
 """
 
 import argparse
+import base64
 import ipaddress
 import pathlib
 import re
@@ -266,6 +270,46 @@ def check_secret_modes(where, container, pod, problems):
                 )
 
 
+def is_example_secret(secret):
+    """Counting or repeated bytes: the kind of secret examples and tests write (the
+    binaries' own rule, `ufrag_common::hint::is_example_secret`)."""
+    first = secret[0] if secret else 0
+    counting = all(b == first + i for i, b in enumerate(secret))
+    repeated = all(b == first for b in secret)
+    return counting or repeated
+
+
+def example_secrets_in(value):
+    """Why a Secret's value is an example's, if it is: a placeholder, or a hint key line
+    (`<id>:<hex>`) with an example secret."""
+    if value.strip().startswith("REPLACE-ME"):
+        return "a REPLACE-ME placeholder"
+    for line in value.splitlines():
+        key = line.split("#", 1)[0].strip()
+        match = re.fullmatch(r"(\d+)\s*:\s*([0-9a-fA-F]+)", key)
+        if match and len(match.group(2)) % 2 == 0:
+            if is_example_secret(bytes.fromhex(match.group(2))):
+                return f"hint key {match.group(1)} is an example secret (counting or repeated bytes)"
+    return None
+
+
+def check_secret(name, doc, problems):
+    """A Secret in the manifests must not carry an example secret."""
+    values = dict(doc.get("stringData") or {})
+    for key, encoded in (doc.get("data") or {}).items():
+        try:
+            values[key] = base64.b64decode(encoded).decode("utf-8", "replace")
+        except ValueError:
+            continue
+    for key, value in values.items():
+        why = example_secrets_in(str(value))
+        if why:
+            problems.append(
+                f"{name}: {key}: {why}; create the Secret with `kubectl create secret` and "
+                "`openssl rand -hex 32` instead (see base/kustomization.yaml)"
+            )
+
+
 def check_container(where, container, pod, flags, problems):
     check_host_ports(where, container, problems)
     check_secret_modes(where, container, pod, problems)
@@ -393,6 +437,8 @@ def main():
                                 f"{name}: ipBlock {cidr} leaves out part of RELAY_NET {net}, "
                                 "the relays the transceiver accepts"
                             )
+        if kind == "Secret":
+            check_secret(name, doc, problems)
         if kind == "Service" and doc["spec"].get("type") == "LoadBalancer":
             if doc["spec"].get("externalTrafficPolicy") != "Local":
                 problems.append(f"{name}: a LoadBalancer must keep the client's address (Local)")

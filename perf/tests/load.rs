@@ -38,6 +38,7 @@ impl Deployment {
                 .args(["--allow-transceiver-net", "127.0.0.0/8", "--workers", "1"])
                 .args(["--metrics-addr", &relay_metrics.to_string()])
                 .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+                .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null());
             let mut child = OwnedChild::spawn(&mut cmd).expect("relay-mio starts");
@@ -52,6 +53,7 @@ impl Deployment {
             .args(["--advertise", &vip.to_string()])
             .args(["--allow-relay-net", "127.0.0.0/8"])
             .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .env("UFRAG_TRANSCEIVER_TOKEN", TOKEN)
             .stdout(Stdio::null());
         if let Some(key) = session_token_key {

@@ -141,6 +141,7 @@ fn a_session_by_host_name_over_https_with_the_bearer_token() {
             "--direct",
         ])
         .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env("UFRAG_TRANSCEIVER_TOKEN", TOKEN)
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -140,6 +140,7 @@ fn fewer_workers_than_rx_queues_is_refused() {
         .args(["--allow-transceiver-net", "10.77.0.0/24"])
         .args(["--workers", "1", "--cpus", "0"])
         .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -188,6 +189,7 @@ fn ice_tcp_bundles_and_gso_are_refused_with_the_deployment_that_serves_them() {
             .args(["--allow-transceiver-net", "10.77.0.0/24"])
             .args(["--workers", "1", "--cpus", "0"])
             .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -28,6 +28,7 @@ fn start_relay() -> (OwnedChild, SocketAddr) {
         .args(["--allow-transceiver-net", "127.0.0.0/8"])
         .args(["--workers", "1", "--metrics-addr", &metrics.to_string()])
         .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut relay = OwnedChild::spawn(&mut command).expect("relay-mio starts");

@@ -47,6 +47,7 @@ fn without_a_cpu_list_the_worker_is_pinned_inside_the_affinity_mask() {
         .args(["--allow-transceiver-net", "127.0.0.0/8"])
         .args(["--workers", "1", "--metrics-addr", &metrics.to_string()])
         .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut relay = OwnedChild::spawn(&mut command).expect("taskset and relay-mio start");

@@ -547,7 +547,8 @@ fn the_redis_password_comes_from_a_file_or_the_environment_never_both() {
         .args(["--allow-transceiver-net", "127.0.0.0/8", "--print-config"])
         .args(["--redis-url", "redis://127.0.0.1:6379"])
         .args(flags)
-        .env("UFRAG_RELAY_HINT_KEYS", KEYS);
+        .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1");
         match env_password {
             Some(p) => cmd.env("UFRAG_REDIS_PASSWORD", p),
             None => cmd.env_remove("UFRAG_REDIS_PASSWORD"),

@@ -428,6 +428,7 @@ pub mod tools {
             .args(["--workers", "1", "--cpus", cpu, "--metrics-addr", METRICS])
             .args(extra)
             .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         let mut child = OwnedChild::spawn(&mut command).expect("relay starts");
@@ -528,6 +529,7 @@ pub mod tools {
             .args(["--allow-relay-net", "10.77.0.0/24"])
             .args(extra)
             .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = OwnedChild::spawn(&mut command).expect("transceiver starts");

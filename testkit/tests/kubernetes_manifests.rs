@@ -166,6 +166,18 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "  name: ufrag-global\n",
         "  name: ufrag-global\n  name: ufrag-global\n",
     );
+    // Example Secrets added back: the tests' hint key, and a placeholder token.
+    std::fs::write(
+        dir.join("base/example-secrets.yaml"),
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: hint-keys\nstringData:\n  \
+             hint.keys: |\n    {}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  \
+             name: signaling-token\ndata:\n  token: {}\n",
+            testkit::keys::KEYS,
+            "UkVQTEFDRS1NRS13aXRoLWEtbG9uZy1yYW5kb20tdG9rZW4=",
+        ),
+    )
+    .unwrap();
     let out = check(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let said = String::from_utf8_lossy(&out.stdout);
@@ -194,6 +206,8 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "its workers bind UDP [41000, 41001, 41002], its pod declares [41000, 41001]",
         "lists UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
         "admits UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
+        "Secret/hint-keys: hint.keys: hint key 1 is an example secret",
+        "Secret/signaling-token: token: a REPLACE-ME placeholder",
     ] {
         assert!(said.contains(problem), "`{problem}` in:\n{said}");
     }

@@ -7,7 +7,10 @@ use std::process::ExitCode;
 use crate::config_file::{config_path, effective_config, file_as_flags};
 use crate::service::{CONFIG_ENV, StartError, Transceiver, TransceiverOptions};
 use clap::{CommandFactory as _, FromArgMatches as _};
-use ufrag_common::config::{HINT_KEYS_ENV, load_hint_keys};
+use ufrag_common::config::{
+    ALLOW_EXAMPLE_SECRETS_ENV, ConfigError, HINT_KEYS_ENV, load_hint_keys, refuse_example_keys,
+};
+use ufrag_common::runtime::lifecycle::example_secrets_allowed;
 use ufrag_common::runtime::lifecycle::{init_logging, report_fatal, serve, usage_error};
 
 const NAME: &str = "transceiver";
@@ -25,7 +28,11 @@ pub fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let env_keys = std::env::var(HINT_KEYS_ENV).ok();
-    let keys = match load_hint_keys(opts.hint_keys_file.as_deref(), env_keys.as_deref()) {
+    let allowed = example_secrets_allowed();
+    let keys = load_hint_keys(opts.hint_keys_file.as_deref(), env_keys.as_deref())
+        .and_then(|keys| refuse_example_keys(&keys, allowed).map(|()| keys))
+        .and_then(|keys| refuse_placeholder_token(allowed).map(|()| keys));
+    let keys = match keys {
         Ok(keys) => keys,
         Err(e) => {
             report_fatal(NAME, &e);
@@ -94,4 +101,24 @@ fn config_error(args: &[OsString], path: &OsString, reason: &str) -> ExitCode {
     );
     let error = clap::Error::raw(clap::error::ErrorKind::ValueValidation, error);
     usage_error(NAME, args, error)
+}
+
+/// The placeholder the example manifests once shipped for the bearer token: a token that
+/// starts with it was never replaced.
+const PLACEHOLDER_TOKEN: &str = "REPLACE-ME";
+
+/// Refuses a bearer token (UFRAG_TRANSCEIVER_TOKEN) that is still a placeholder, unless
+/// `allowed`.
+fn refuse_placeholder_token(allowed: bool) -> Result<(), ConfigError> {
+    let token = std::env::var("UFRAG_TRANSCEIVER_TOKEN").unwrap_or_default();
+    if allowed || !token.starts_with(PLACEHOLDER_TOKEN) {
+        return Ok(());
+    }
+    Err(ConfigError {
+        field: "UFRAG_TRANSCEIVER_TOKEN".into(),
+        reason: format!(
+            "the bearer token is the example's placeholder ({PLACEHOLDER_TOKEN}…): make one \
+             with `openssl rand -hex 32` ({ALLOW_EXAMPLE_SECRETS_ENV}=1 lets tests use it)"
+        ),
+    })
 }

@@ -539,6 +539,7 @@ fn browser_in_testbed(engine: Engine, setup: BrowserBed) -> BedOutcome {
             "10.77.0.0/24",
         ])
         .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     if setup.ice_tcp {

@@ -20,6 +20,7 @@ fn run(args: &[&str], config: Option<&Path>) -> Output {
     }
     cmd.args(args)
         .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env_remove("UFRAG_TRANSCEIVER_CONFIG")
         .output()
         .unwrap()
@@ -196,4 +197,40 @@ fn the_demo_page_can_be_switched_off() {
     )
     .unwrap();
     assert_eq!(post.status, 400, "signaling still answers");
+}
+
+#[test]
+fn example_secrets_are_refused_unless_a_test_allows_them() {
+    let base = ["--bind", "127.0.0.1:0", "--direct"];
+    let start = |keys: &str, token: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_transceiver"));
+        cmd.args(base)
+            .env("UFRAG_RELAY_HINT_KEYS", keys)
+            .env_remove("UFRAG_ALLOW_EXAMPLE_SECRETS")
+            .env_remove("UFRAG_TRANSCEIVER_CONFIG");
+        match token {
+            Some(token) => cmd.env("UFRAG_TRANSCEIVER_TOKEN", token),
+            None => cmd.env_remove("UFRAG_TRANSCEIVER_TOKEN"),
+        };
+        cmd.output().unwrap()
+    };
+    // The tests' own key (counting bytes), and any key of one repeated byte.
+    for keys in [KEYS.to_string(), format!("3:{}", "22".repeat(32))] {
+        let out = start(&keys, None);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{keys}: {stderr}");
+        assert!(
+            stderr.contains("`hint_keys`") && stderr.contains("is an example secret"),
+            "{stderr}"
+        );
+    }
+    // A key of its own, but the example manifests' placeholder token.
+    let own = "1:5f1e0c9a7b3d2e4f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7";
+    let out = start(own, Some("REPLACE-ME-with-a-long-random-token"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("`UFRAG_TRANSCEIVER_TOKEN`") && stderr.contains("placeholder"),
+        "{stderr}"
+    );
 }

@@ -306,6 +306,7 @@ fn a_non_loopback_address_without_a_token_is_refused_unless_allowed() {
             "--direct",
         ])
         .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env_remove("UFRAG_TRANSCEIVER_TOKEN")
         .output()
         .unwrap();
@@ -376,6 +377,7 @@ fn workers_run_on_the_cpus_listed_and_a_bad_list_is_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_transceiver"))
         .args(["--bind", "127.0.0.1:0", "--direct", "--cpus", "0,,1"])
         .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));

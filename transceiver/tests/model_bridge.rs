@@ -525,6 +525,7 @@ fn bad_model_options_exit_2_naming_the_field() {
             .args(["--direct", "--bind", "127.0.0.1:0"])
             .args(&args)
             .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&output.stderr);

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::config::load_hint_keys;
+use crate::config::{load_hint_keys, refuse_example_keys};
 use crate::hint::HintKeys;
 
 /// How often the key file is looked at for a change.
@@ -101,13 +101,16 @@ pub struct KeyWatch {
 impl KeyWatch {
     /// Publishes `keys`, loaded from `file`, and reloads `file` on SIGHUP and when it
     /// changes; `on_reload` hears of each reload, with the new keys or `None` when the
-    /// file was refused. Without a file (keys from the environment) nothing can change:
+    /// file was refused. A reload that brings an example secret is refused when `keys`
+    /// had none (a process allowed to start with one, a test's, may reload them). Without a file (keys from the environment) nothing can change:
     /// SIGHUP is still taken, so that it does not end the process, and logged.
     pub fn start(
         file: Option<&Path>,
         keys: HintKeys,
         on_reload: impl Fn(Option<&HintKeys>) + Send + 'static,
     ) -> io::Result<KeyWatch> {
+        let examples_allowed =
+            keys.example_key().is_some() || super::lifecycle::example_secrets_allowed();
         let shared = SharedKeys::fixed(keys);
         let hangup = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;
@@ -116,6 +119,7 @@ impl KeyWatch {
             shared: shared.clone(),
             hangup,
             on_reload: Box::new(on_reload),
+            examples_allowed,
         };
         let thread = std::thread::Builder::new()
             .name("hint-keys".into())
@@ -147,6 +151,8 @@ struct Watched {
     shared: SharedKeys,
     hangup: Arc<AtomicBool>,
     on_reload: OnReload,
+    /// Whether a reload may bring an example secret ([`KeyWatch::start`]).
+    examples_allowed: bool,
 }
 
 /// Told of each reload: the new keys, or `None` when the file was refused.
@@ -181,7 +187,9 @@ impl Watched {
     }
 
     fn reload(&self, file: &Path) {
-        match load_hint_keys(Some(file), None) {
+        let loaded = load_hint_keys(Some(file), None)
+            .and_then(|keys| refuse_example_keys(&keys, self.examples_allowed).map(|()| keys));
+        match loaded {
             Ok(keys) => {
                 tracing::info!(
                     file = %file.display(),
@@ -227,5 +235,36 @@ mod tests {
         assert_eq!(shared.current().current().id(), 2);
         // A reader made after the change starts from it.
         assert!(shared.reader().changed().is_none());
+    }
+
+    #[test]
+    fn a_reload_that_brings_an_example_key_is_refused_when_the_start_had_none() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = std::env::temp_dir().join(format!("ufrag-keywatch-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("hint.keys");
+        let write = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        let real = "1:5f1e0c9a7b3d2e4f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7\n";
+        write(real);
+        let started = load_hint_keys(Some(&file), None).unwrap();
+        let (told, heard) = std::sync::mpsc::channel();
+        let watch = KeyWatch::start(Some(&file), started, move |keys| {
+            let _ = told.send(keys.map(HintKeys::previous_id));
+        })
+        .unwrap();
+        // The tests' key, rotated in: refused, the real key stays in use.
+        write(&format!(
+            "2:{}\n{real}",
+            "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f"
+        ));
+        // SIGHUP asks for the reload whether or not the watcher saw the file before.
+        signal_hook::low_level::raise(signal_hook::consts::SIGHUP).unwrap();
+        let said = heard.recv_timeout(std::time::Duration::from_secs(10));
+        drop(watch);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(said, Ok(None), "the reload was refused");
     }
 }

@@ -11,7 +11,10 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::{HINT_KEYS_ENV, LogFormat, RelayArgs, RelayConfig};
+use crate::config::{
+    ALLOW_EXAMPLE_SECRETS_ENV, HINT_KEYS_ENV, LogFormat, RelayArgs, RelayConfig,
+    refuse_example_keys,
+};
 use crate::metrics::RelayMetrics;
 use crate::runtime::cache::{CacheClient, RouteCache, WakeFn};
 use crate::runtime::http::HttpEndpoints;
@@ -397,10 +400,20 @@ pub fn allowed_cpus() -> Vec<usize> {
 /// variable; on error prints it and returns exit code 2.
 pub fn load_config(name: &str, args: &RelayArgs) -> Result<RelayConfig, std::process::ExitCode> {
     let env_keys = std::env::var(HINT_KEYS_ENV).ok();
-    RelayConfig::load(args, env_keys.as_deref(), &allowed_cpus()).map_err(|e| {
-        report_fatal(name, &e);
-        std::process::ExitCode::from(2)
-    })
+    RelayConfig::load(args, env_keys.as_deref(), &allowed_cpus())
+        .and_then(|config| {
+            refuse_example_keys(&config.hint_keys, example_secrets_allowed())?;
+            Ok(config)
+        })
+        .map_err(|e| {
+            report_fatal(name, &e);
+            std::process::ExitCode::from(2)
+        })
+}
+
+/// Whether this process may run with example secrets ([`ALLOW_EXAMPLE_SECRETS_ENV`]).
+pub fn example_secrets_allowed() -> bool {
+    std::env::var(ALLOW_EXAMPLE_SECRETS_ENV).is_ok_and(|v| v == "1")
 }
 
 #[cfg(test)]

@@ -114,6 +114,7 @@ pub fn start_relay_as_deployed(
         ])
         .args(extra)
         .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
     let mut child = RelayChild(OwnedChild::spawn(&mut command).expect("relay-mio starts"));
@@ -206,6 +207,7 @@ fn spawn_transceiver(
     };
     cmd.args(extra);
     cmd.env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
     let mut child = TransceiverChild(OwnedChild::spawn(&mut cmd).expect("transceiver starts"));

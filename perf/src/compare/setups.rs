@@ -537,6 +537,7 @@ impl Setup {
         command
             .args(flags)
             .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null());
         // Its stderr goes to an unlinked file, read only if it exits early: a pipe

@@ -539,6 +539,16 @@ pub fn a_bad_config_exits_non_zero_naming_the_field(b: &Backend) {
     let stderr = refused_config(b, "127.0.0.1:3478", &[], None);
     assert!(stderr.contains("`hint_keys_file`"), "{stderr}");
 
+    // The tests' own key (counting bytes) or one repeated byte: anyone could forge ICE
+    // checks with it, so only a test may start with it.
+    for example in [keys.clone(), format!("2:{}", "22".repeat(32))] {
+        let stderr = refused_config_as(b, "127.0.0.1:3478", &[], Some(&example), false);
+        assert!(
+            stderr.contains("`hint_keys`") && stderr.contains("is an example secret"),
+            "{stderr}"
+        );
+    }
+
     // A wildcard VIP cannot work (the frame carries the VIP, replies leave from it).
     let stderr = refused_config(b, "0.0.0.0:3478", &[], Some(&keys));
     assert!(
@@ -596,6 +606,7 @@ pub fn the_example_config_loads_and_prints_back_to_itself(b: &Backend) {
             .arg("--print-config")
             .args(extra)
             .env("UFRAG_RELAY_HINT_KEYS", &keys)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -642,6 +653,18 @@ pub fn the_example_config_loads_and_prints_back_to_itself(b: &Backend) {
 /// and the hint keys (none when `None`); asserts that it refuses to start with exit
 /// code 2 and returns its stderr.
 fn refused_config(b: &Backend, vip: &str, extra: &[&str], hint_keys: Option<&str>) -> String {
+    refused_config_as(b, vip, extra, hint_keys, true)
+}
+
+/// [`refused_config`], with the tests' permission for example secrets only when
+/// `allow_examples`.
+fn refused_config_as(
+    b: &Backend,
+    vip: &str,
+    extra: &[&str],
+    hint_keys: Option<&str>,
+    allow_examples: bool,
+) -> String {
     let mut cmd = std::process::Command::new(&b.binary);
     cmd.args(b.outside_testbed_args())
         .args([
@@ -653,6 +676,10 @@ fn refused_config(b: &Backend, vip: &str, extra: &[&str], hint_keys: Option<&str
             "127.0.0.0/8",
         ])
         .args(extra);
+    match allow_examples {
+        true => cmd.env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1"),
+        false => cmd.env_remove("UFRAG_ALLOW_EXAMPLE_SECRETS"),
+    };
     match hint_keys {
         Some(keys) => cmd.env("UFRAG_RELAY_HINT_KEYS", keys),
         None => cmd.env_remove("UFRAG_RELAY_HINT_KEYS"),

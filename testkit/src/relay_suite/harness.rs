@@ -222,6 +222,7 @@ impl RelayProcess {
         command
             .args(&args)
             .env("UFRAG_RELAY_HINT_KEYS", KEYS)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .env("RUST_LOG", "info")
             .envs(setup.env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())

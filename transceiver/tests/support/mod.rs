@@ -138,6 +138,8 @@ impl Transceiver {
         cmd.args(extra);
         cmd.envs(env.iter().copied());
         let log = std::env::temp_dir().join(format!("xcvr-{}-{ip}.log", std::process::id()));
+        // The test keys are example secrets, which only a test may run with.
+        cmd.env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1");
         if extra.contains(&"--hint-keys-file") {
             cmd.env_remove("UFRAG_RELAY_HINT_KEYS");
         } else {
