@@ -14,7 +14,7 @@ if ! [ -s "$block" ]; then
   echo "!! README.md has no quick start block between <!-- quickstart --> markers" >&2
   exit 1
 fi
-for port in 3478 8080 9000 9100 40000 41000; do
+for port in 3478 8080 9000 9590 40000 41000; do
   if ss -Hlnu "sport = :$port" | grep -q . || ss -Hlnt "sport = :$port" | grep -q .; then
     echo "!! port $port is taken on this host; the quick start needs it" >&2
     exit 1

@@ -26,7 +26,7 @@
 //! # or the master Redis Sentinels name, found again after a failover:
 //! # redis_sentinels = ["redis://10.0.0.9:26379"]
 //! # redis_sentinel_master = "ufrag-routes"
-//! metrics_addr = "127.0.0.1:9100"
+//! metrics_addr = "127.0.0.1:9590"
 //! max_flows_per_session = 8               # live flows one session may hold per worker
 //! new_flows_per_prefix = 200              # new flows per second from one source prefix
 //! rate_limit_prefix_v4 = 24               # how sources are grouped for that rate
@@ -99,7 +99,9 @@ const DEFAULT_TCP_ACCEPTS_PER_PREFIX: u32 = 8;
 const DEFAULT_TCP_ACCEPTS_PER_WORKER: u32 = 1000;
 const MAX_TCP_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(60);
 const DEFAULT_DRAIN_TIME: Duration = Duration::from_secs(5);
-const DEFAULT_METRICS_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9100);
+/// The metrics listener's default: the manifests' port (not 9100, node_exporter's, which
+/// a node agent holds on every node), on loopback: a private address.
+const DEFAULT_METRICS_ADDR: SocketAddr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 9590);
 const MIN_IDLE_TIMEOUT: Duration = Duration::from_millis(100);
 const MAX_IDLE_TIMEOUT: Duration = Duration::from_secs(3600);
 const MAX_DRAIN_TIME: Duration = Duration::from_secs(600);
@@ -266,7 +268,7 @@ pub struct RelayArgs {
     /// The client certificate's private key (PEM, mode 0600).
     #[arg(long, value_name = "FILE")]
     pub redis_client_key_file: Option<PathBuf>,
-    /// Where /metrics, /healthz and /readyz listen.
+    /// Where /metrics, /healthz and /readyz listen (default 127.0.0.1:9590).
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_addr: Option<SocketAddr>,
     /// Print the effective configuration (the file, the flags and the defaults, as a config

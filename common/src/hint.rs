@@ -191,21 +191,29 @@ pub struct HintKey {
     /// per flow, and the keys sit in every forwarder's policy, where its state would
     /// otherwise add some 200 bytes per key next to what each datagram reads.
     route: Box<HmacSha256>,
-    /// The secret is an example's ([`is_example_secret`]): for tests, never a deployment.
+    /// The secret is guessable ([`is_example_secret`]): for tests, never a deployment.
     example: bool,
 }
 
-/// A secret of the kind examples and tests write (the repository's own test key is bytes
-/// 0, 1, 2, …; others repeat one byte): guessable by anyone, so a deployment must never
-/// run with one.
+/// A secret that is guessable rather than random: what examples, tests and people write.
+/// Bytes in a fixed step (the repository's test key is 0, 1, 2, …; a repeated byte, a
+/// countdown), fewer than 8 distinct byte values, or printable text only (a passphrase,
+/// or hex digits pasted as text). A random secret is any of these with odds below 2⁻²³
+/// at the 16-byte minimum and 2⁻⁴⁶ at 32 bytes. A deployment must never run with one:
+/// ICE passwords derive from the key.
 pub fn is_example_secret(secret: &[u8]) -> bool {
-    let first = secret.first().copied().unwrap_or(0);
-    let counting = secret
-        .iter()
-        .enumerate()
-        .all(|(i, b)| usize::from(*b) == usize::from(first) + i);
-    let repeated = secret.iter().all(|b| *b == first);
-    counting || repeated
+    let step = match secret {
+        [a, b, ..] => b.wrapping_sub(*a),
+        _ => 0,
+    };
+    let stepped = secret.windows(2).all(|w| w[1].wrapping_sub(w[0]) == step);
+    let mut seen = [false; 256];
+    for b in secret {
+        seen[usize::from(*b)] = true;
+    }
+    let few_values = seen.iter().filter(|s| **s).count() < 8;
+    let text = secret.iter().all(|b| (0x20..=0x7e).contains(b));
+    stepped || few_values || text
 }
 
 impl core::fmt::Debug for HintKey {

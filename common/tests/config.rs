@@ -52,7 +52,7 @@ fn minimal_file_gets_the_documented_defaults() {
     assert_eq!(c.drain_time, Duration::from_secs(5));
     assert_eq!(c.flows_per_worker, 262_144);
     assert_eq!(c.route_store, None);
-    assert_eq!(c.metrics_addr, "127.0.0.1:9100".parse().unwrap());
+    assert_eq!(c.metrics_addr, "127.0.0.1:9590".parse().unwrap());
     assert_eq!(c.hint_keys.current().id(), 1);
     assert_eq!(c.poll, PollMode::Wakeup, "workers sleep when idle");
 }

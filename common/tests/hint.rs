@@ -358,25 +358,39 @@ proptest! {
     }
 }
 
+/// A random secret, read from the kernel: no key a test publishes can be a real one.
+fn random_secret() -> Vec<u8> {
+    use std::io::Read as _;
+    let mut secret = vec![0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut secret))
+        .unwrap();
+    secret
+}
+
 #[test]
-fn example_secrets_are_told_from_real_ones() {
+fn example_secrets_are_told_from_random_ones() {
     use ufrag_common::hint::is_example_secret;
     let counting: Vec<u8> = (0u8..32).collect();
-    let from_seven: Vec<u8> = (7u8..39).collect();
-    assert!(is_example_secret(&counting), "the tests' own key");
-    assert!(is_example_secret(&from_seven));
-    assert!(is_example_secret(&[0x22; 32]));
-    assert!(is_example_secret(&[0; 16]));
-    let real = [
-        0x5f, 0x1e, 0x0c, 0x9a, 0x7b, 0x3d, 0x2e, 0x4f, 0x60, 0x71, 0x82, 0x93, 0xa4, 0xb5, 0xc6,
-        0xd7, 0xe8, 0xf9, 0x0a, 0x1b, 0x2c, 0x3d, 0x4e, 0x5f, 0x60, 0x71, 0x82, 0x93, 0xa4, 0xb5,
-        0xc6, 0xd7,
-    ];
-    assert!(!is_example_secret(&real));
-    let keys = HintKeys::parse(
-        "2:5f1e0c9a7b3d2e4f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7\n\
-         1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n",
-    )
+    let countdown: Vec<u8> = (0u8..32).map(|i| 200 - 3 * i).collect();
+    for (what, secret) in [
+        ("the tests' own key", counting.as_slice()),
+        ("a countdown in steps of 3", &countdown),
+        ("one repeated byte", &[0x22; 32]),
+        ("four byte values", &[1, 2, 3, 4].repeat(8)),
+        ("a passphrase", SECRET_A),
+        ("another", SECRET_B),
+    ] {
+        assert!(is_example_secret(secret), "{what}");
+    }
+    for _ in 0..100 {
+        let secret = random_secret();
+        assert!(!is_example_secret(&secret), "{secret:02x?}");
+    }
+    let hex: String = random_secret().iter().map(|b| format!("{b:02x}")).collect();
+    let keys = HintKeys::parse(&format!(
+        "2:{hex}\n1:000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f\n"
+    ))
     .unwrap();
     assert_eq!(keys.example_key(), Some(1), "a previous key counts too");
 }

@@ -38,9 +38,11 @@ know about this project:
 - the transceiver's media ports, one per worker from `--bind`'s port (`--workers`), are
   each declared by its pod, listed by every Service that selects it with UDP ports, and
   admitted by every NetworkPolicy that selects it.
-- no Secret holds an example secret: a hint key of counting or repeated bytes (the
-  tests' key is 00 01 02 …: anyone could forge ICE checks with it) or a `REPLACE-ME`
-  placeholder. The binaries refuse them too; the manifests ship no Secret at all.
+- no Secret, secretGenerator literal or container env holds an example secret: a hint
+  key of guessable bytes (the tests' key is 00 01 02 …: anyone could forge ICE checks
+  with it) or a `REPLACE-ME` placeholder (the binaries refuse such a key and token
+  too; a placeholder Redis password only this check catches), and no container sets
+  UFRAG_ALLOW_EXAMPLE_SECRETS, the tests' switch; the manifests ship no Secret at all.
 
 Prints one line per problem and exits 1 if there is any, else prints a summary and exits 0.
 
@@ -271,26 +273,53 @@ def check_secret_modes(where, container, pod, problems):
 
 
 def is_example_secret(secret):
-    """Counting or repeated bytes: the kind of secret examples and tests write (the
-    binaries' own rule, `ufrag_common::hint::is_example_secret`)."""
-    first = secret[0] if secret else 0
-    counting = all(b == first + i for i, b in enumerate(secret))
-    repeated = all(b == first for b in secret)
-    return counting or repeated
+    """Guessable rather than random (the binaries' own rule,
+    `ufrag_common::hint::is_example_secret`): bytes in a fixed step (the tests' key
+    00 01 02 …, a repeated byte), fewer than 8 distinct values, or printable text only."""
+    step = (secret[1] - secret[0]) % 256 if len(secret) > 1 else 0
+    stepped = all((b - a) % 256 == step for a, b in zip(secret, secret[1:]))
+    few_values = len(set(secret)) < 8
+    text = all(0x20 <= b <= 0x7E for b in secret)
+    return stepped or few_values or text
 
 
 def example_secrets_in(value):
-    """Why a Secret's value is an example's, if it is: a placeholder, or a hint key line
-    (`<id>:<hex>`) with an example secret."""
-    if value.strip().startswith("REPLACE-ME"):
+    """Why a secret's value is an example's, if it is: a placeholder, or a hint key line
+    (`<id>:<hex>`) with a guessable secret."""
+    if value.strip().upper().startswith("REPLACE-ME"):
         return "a REPLACE-ME placeholder"
-    for line in value.splitlines():
+    for line in re.split(r"[\n,]", value):
         key = line.split("#", 1)[0].strip()
         match = re.fullmatch(r"(\d+)\s*:\s*([0-9a-fA-F]+)", key)
         if match and len(match.group(2)) % 2 == 0:
             if is_example_secret(bytes.fromhex(match.group(2))):
-                return f"hint key {match.group(1)} is an example secret (counting or repeated bytes)"
+                return f"hint key {match.group(1)} is an example secret (guessable bytes)"
     return None
+
+
+def check_env_secrets(where, container, problems):
+    """No container is allowed example secrets, nor given one in its env."""
+    for var in container.get("env", []):
+        if var.get("name") == "UFRAG_ALLOW_EXAMPLE_SECRETS":
+            problems.append(
+                f"{where}: sets UFRAG_ALLOW_EXAMPLE_SECRETS, which only tests may: it lets "
+                "an example hint key or token through"
+            )
+        why = example_secrets_in(str(var.get("value", "")))
+        if why:
+            problems.append(f"{where}: env {var.get('name')}: {why}")
+
+
+def check_secret_generator(where, kustomization, problems):
+    """A kustomization's secretGenerator literals must not carry an example secret."""
+    for generator in kustomization.get("secretGenerator", []) or []:
+        for literal in generator.get("literals", []) or []:
+            key, _, value = str(literal).partition("=")
+            why = example_secrets_in(value)
+            if why:
+                problems.append(
+                    f"{where}: secretGenerator {generator.get('name')}: {key}: {why}"
+                )
 
 
 def check_secret(name, doc, problems):
@@ -313,6 +342,7 @@ def check_secret(name, doc, problems):
 def check_container(where, container, pod, flags, problems):
     check_host_ports(where, container, problems)
     check_secret_modes(where, container, pod, problems)
+    check_env_secrets(where, container, problems)
     binary = image_binary(container.get("image", ""))
     if binary == "redis":
         check_redis(where, container, problems)
@@ -393,7 +423,9 @@ def main():
     for path in sorted(args.directory.rglob("*.yaml")):
         where = path.relative_to(args.directory)
         if path.name == "kustomization.yaml":
-            for resource in yaml.safe_load(path.read_text()).get("resources", []):
+            kustomization = yaml.safe_load(path.read_text())
+            check_secret_generator(where, kustomization, problems)
+            for resource in kustomization.get("resources", []):
                 target = path.parent / resource
                 if not (target.is_file() or (target / "kustomization.yaml").is_file()):
                     problems.append(f"{where}: resource {resource} does not exist")

@@ -21,11 +21,11 @@ use ufrag_common::runtime::lifecycle::{
 /// variable, as `<id>:<hex secret>`, current key first.
 ///
 /// Example:
-///   UFRAG_RELAY_HINT_KEYS=1:000102030405060708090a0b0c0d0e0f \
+///   UFRAG_RELAY_HINT_KEYS=1:$(openssl rand -hex 32) \
 ///   relay-mio --vip 203.0.113.10:3478 --internal-addr 10.0.0.5:40000 \
 ///             --allow-transceiver-net 10.0.0.0/8
 ///
-/// Then: GET /metrics, /healthz, /readyz on --metrics-addr (default 127.0.0.1:9100).
+/// Then: GET /metrics, /healthz, /readyz on --metrics-addr (default 127.0.0.1:9590).
 /// SIGTERM: /readyz turns 503, existing flows keep forwarding for --drain-time, exit 0.
 #[derive(Debug, clap::Parser)]
 #[command(name = "relay-mio", version, verbatim_doc_comment)]

@@ -178,6 +178,18 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         ),
     )
     .unwrap();
+    edit(
+        &transceiver,
+        "          env:\n",
+        "          env:\n            - name: UFRAG_ALLOW_EXAMPLE_SECRETS\n              value: \"1\"\n",
+    );
+    edit(
+        &dir.join("overlays/hostnetwork/kustomization.yaml"),
+        "images:",
+        "secretGenerator:\n  - name: hint-keys\n    literals:\n      \
+         - hint.keys=1:2222222222222222222222222222222222222222222222222222222222222222\n\
+         images:",
+    );
     let out = check(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let said = String::from_utf8_lossy(&out.stdout);
@@ -206,8 +218,10 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "its workers bind UDP [41000, 41001, 41002], its pod declares [41000, 41001]",
         "lists UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
         "admits UDP [41000, 41001], the workers bind [41000, 41001, 41002]",
-        "Secret/hint-keys: hint.keys: hint key 1 is an example secret",
+        "Secret/hint-keys: hint.keys: hint key 1 is an example secret (guessable bytes)",
         "Secret/signaling-token: token: a REPLACE-ME placeholder",
+        "sets UFRAG_ALLOW_EXAMPLE_SECRETS, which only tests may",
+        "secretGenerator hint-keys: hint.keys: hint key 1 is an example secret",
     ] {
         assert!(said.contains(problem), "`{problem}` in:\n{said}");
     }

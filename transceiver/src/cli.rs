@@ -104,21 +104,36 @@ fn config_error(args: &[OsString], path: &OsString, reason: &str) -> ExitCode {
 }
 
 /// The placeholder the example manifests once shipped for the bearer token: a token that
-/// starts with it was never replaced.
+/// starts with it (in any case) was never replaced.
 const PLACEHOLDER_TOKEN: &str = "REPLACE-ME";
+/// The shortest bearer token taken: `openssl rand -hex 32` gives 64 characters.
+const MIN_TOKEN_LEN: usize = 32;
 
-/// Refuses a bearer token (UFRAG_TRANSCEIVER_TOKEN) that is still a placeholder, unless
-/// `allowed`.
+/// Refuses a bearer token (UFRAG_TRANSCEIVER_TOKEN) that is still a placeholder or too
+/// short to be random, unless `allowed`.
 fn refuse_placeholder_token(allowed: bool) -> Result<(), ConfigError> {
     let token = std::env::var("UFRAG_TRANSCEIVER_TOKEN").unwrap_or_default();
-    if allowed || !token.starts_with(PLACEHOLDER_TOKEN) {
+    let placeholder = token
+        .get(..PLACEHOLDER_TOKEN.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(PLACEHOLDER_TOKEN));
+    let reason = if token.is_empty() || allowed {
         return Ok(());
-    }
+    } else if placeholder {
+        format!("the bearer token is the example's placeholder ({PLACEHOLDER_TOKEN}…)")
+    } else if token.len() < MIN_TOKEN_LEN {
+        format!(
+            "the bearer token has {} characters; a token must have at least \
+             {MIN_TOKEN_LEN} characters",
+            token.len()
+        )
+    } else {
+        return Ok(());
+    };
     Err(ConfigError {
         field: "UFRAG_TRANSCEIVER_TOKEN".into(),
         reason: format!(
-            "the bearer token is the example's placeholder ({PLACEHOLDER_TOKEN}…): make one \
-             with `openssl rand -hex 32` ({ALLOW_EXAMPLE_SECRETS_ENV}=1 lets tests use it)"
+            "{reason}: make one with `openssl rand -hex 32` ({ALLOW_EXAMPLE_SECRETS_ENV}=1 \
+             lets tests use another)"
         ),
     })
 }

@@ -225,12 +225,30 @@ fn example_secrets_are_refused_unless_a_test_allows_them() {
         );
     }
     // A key of its own, but the example manifests' placeholder token.
-    let own = "1:5f1e0c9a7b3d2e4f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7";
-    let out = start(own, Some("REPLACE-ME-with-a-long-random-token"));
+    // A random key (none a test writes down can be a real one).
+    let mut secret = [0u8; 32];
+    std::io::Read::read_exact(
+        &mut std::fs::File::open("/dev/urandom").unwrap(),
+        &mut secret,
+    )
+    .unwrap();
+    let own = format!(
+        "1:{}",
+        secret
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    let out = start(&own, Some("REPLACE-ME-with-a-long-random-token"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
         stderr.contains("`UFRAG_TRANSCEIVER_TOKEN`") && stderr.contains("placeholder"),
         "{stderr}"
     );
+    // A token too short to be random.
+    let out = start(&own, Some("s3cret-token"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("at least 32 characters"), "{stderr}");
 }

@@ -247,8 +247,16 @@ mod tests {
             std::fs::write(&file, text).unwrap();
             std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
         };
-        let real = "1:5f1e0c9a7b3d2e4f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7\n";
-        write(real);
+        // A random key (none a test writes down can be a real one).
+        let mut secret = [0u8; 32];
+        std::io::Read::read_exact(
+            &mut std::fs::File::open("/dev/urandom").unwrap(),
+            &mut secret,
+        )
+        .unwrap();
+        let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
+        let real = format!("1:{hex}\n");
+        write(&real);
         let started = load_hint_keys(Some(&file), None).unwrap();
         let (told, heard) = std::sync::mpsc::channel();
         let watch = KeyWatch::start(Some(&file), started, move |keys| {
