@@ -112,6 +112,51 @@ fn one_line_error(run: &Output, what: &str) {
     assert!(stderr.contains(what), "{what} in: {stderr}");
 }
 
+/// Six sessions signing up at 10 a second, then talking together for `hold`, with
+/// `credential` and `extra` flags: the run's output, and its report in Markdown and JSON.
+fn six_sessions(
+    url: &str,
+    credential: (&str, &Path),
+    local: Ipv4Addr,
+    hold: &str,
+    out: &Path,
+    extra: &[&str],
+) -> (Output, String, serde_json::Value) {
+    let out_arg = out.to_str().unwrap();
+    let plan = [
+        "--sessions",
+        "6",
+        "--rate",
+        "10",
+        "--duration",
+        hold,
+        "--out",
+        out_arg,
+    ];
+    let run = load_with(url, credential, local, &[&plan[..], extra].concat());
+    let report = std::fs::read_to_string(out).unwrap_or_default();
+    let json = std::fs::read_to_string(out.with_extension("json")).unwrap_or_default();
+    (run, report, serde_json::from_str(&json).unwrap_or_default())
+}
+
+/// The series of a report's reading `scrape` whose names start with `name`.
+fn series(json: &serde_json::Value, scrape: usize, name: &str) -> Vec<serde_json::Value> {
+    let changes = json["metrics"][scrape]["changes"].as_array().cloned();
+    changes
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|c| c["series"].as_str().is_some_and(|s| s.starts_with(name)))
+        .collect()
+}
+
+/// How much those series changed over the load, together.
+fn change(json: &serde_json::Value, scrape: usize, name: &str) -> f64 {
+    series(json, scrape, name)
+        .iter()
+        .map(|c| c["after"].as_f64().unwrap() - c["before"].as_f64().unwrap())
+        .sum()
+}
+
 #[test]
 fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took() {
     let (dir, token_file) = scratch("ok", TOKEN);
@@ -120,28 +165,9 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
     let out = dir.join("load.md");
     let url = format!("http://{}/v1/sessions", deployment.signaling);
     let relay_metrics = format!("http://{}/metrics", deployment.relay_metrics);
-    let run = load(
-        &url,
-        &token_file,
-        deployment.ip,
-        &[
-            "--sessions",
-            "6",
-            "--rate",
-            "10",
-            "--duration",
-            "2s",
-            "--metrics",
-            &relay_metrics,
-            "--out",
-            out.to_str().unwrap(),
-        ],
-    );
-    let report = std::fs::read_to_string(&out).unwrap_or_default();
-    let json: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.with_extension("json")).unwrap_or_default(),
-    )
-    .unwrap_or_default();
+    let metrics = ["--metrics", relay_metrics.as_str()];
+    let bearer = ("--token-file", token_file.as_path());
+    let (run, report, json) = six_sessions(&url, bearer, deployment.ip, "2s", &out, &metrics);
     let _ = std::fs::remove_dir_all(&dir);
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert_eq!(run.status.code(), Some(0), "{stderr}\n{report}");
@@ -183,31 +209,17 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
     );
     // The servers' own counts of what the load did (the pilot's before the first
     // reading), and the six sessions live together in the middle of the hold.
-    let series = |scrape: usize, name: &str| -> Vec<serde_json::Value> {
-        let changes = json["metrics"][scrape]["changes"].as_array().cloned();
-        changes
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|c| c["series"].as_str().is_some_and(|s| s.starts_with(name)))
-            .collect()
-    };
-    let change = |scrape: usize, name: &str| -> f64 {
-        series(scrape, name)
-            .iter()
-            .map(|c| c["after"].as_f64().unwrap() - c["before"].as_f64().unwrap())
-            .sum()
-    };
     assert_eq!(
-        change(0, "ufrag_transceiver_sessions_created_total"),
+        change(&json, 0, "ufrag_transceiver_sessions_created_total"),
         6.0,
         "{report}"
     );
-    let active = series(0, "ufrag_transceiver_sessions_active");
+    let active = series(&json, 0, "ufrag_transceiver_sessions_active");
     assert_eq!(active.len(), 1, "{report}");
     assert_eq!(active[0]["during"].as_f64(), Some(6.0), "{report}");
     // (The relay publishes its workers' counters a moment late: the pilot's flow may
     // land after the first reading.)
-    let flows = change(1, "ufrag_relay_flows_created_total");
+    let flows = change(&json, 1, "ufrag_relay_flows_created_total");
     assert!((6.0..=7.0).contains(&flows), "{report}");
     assert!(
         report.contains("## Failures by reason\n\nNone."),
@@ -218,25 +230,8 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
     // Tokens minted per session, as the app's server mints them: each its own user, so
     // the deployment's per-user cap (4 live sessions) does not hold the load back.
     let minted_out = key_dir.join("minted.md");
-    let minted = load_with(
-        &url,
-        ("--mint-key-file", &signing_key),
-        deployment.ip,
-        &[
-            "--sessions",
-            "6",
-            "--rate",
-            "10",
-            "--duration",
-            "1s",
-            "--out",
-            minted_out.to_str().unwrap(),
-        ],
-    );
-    let json: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(minted_out.with_extension("json")).unwrap_or_default(),
-    )
-    .unwrap_or_default();
+    let mint = ("--mint-key-file", signing_key.as_path());
+    let (minted, _, json) = six_sessions(&url, mint, deployment.ip, "1s", &minted_out, &[]);
     let stderr = String::from_utf8_lossy(&minted.stderr);
     assert_eq!(minted.status.code(), Some(0), "{stderr}\n{json:#}");
     assert_eq!(json["sessions"]["completed"], 6, "{json:#}");
@@ -245,13 +240,7 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
         serde_json::json!([{"status": "204", "sessions": 6}]),
         "{json:#}"
     );
-    let accepted: f64 = json["metrics"][0]["changes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|c| c["series"] == "ufrag_transceiver_session_tokens_accepted_total")
-        .map(|c| c["after"].as_f64().unwrap() - c["before"].as_f64().unwrap())
-        .sum();
+    let accepted = change(&json, 0, "ufrag_transceiver_session_tokens_accepted_total");
     assert_eq!(
         accepted, 6.0,
         "every session signed up with its own token: {json:#}"
@@ -279,26 +268,8 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
     };
     let (user_dir, user_token) = scratch("one-user", &one_user);
     let capped_out = user_dir.join("capped.md");
-    let capped_out_arg = capped_out.to_str().unwrap();
-    let capped = load(
-        &url,
-        &user_token,
-        deployment.ip,
-        &[
-            "--sessions",
-            "6",
-            "--rate",
-            "10",
-            "--duration",
-            "1s",
-            "--out",
-            capped_out_arg,
-        ],
-    );
-    let json: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(capped_out.with_extension("json")).unwrap_or_default(),
-    )
-    .unwrap_or_default();
+    let one_token = ("--token-file", user_token.as_path());
+    let (capped, _, json) = six_sessions(&url, one_token, deployment.ip, "1s", &capped_out, &[]);
     let _ = std::fs::remove_dir_all(&user_dir);
     let _ = std::fs::remove_dir_all(&key_dir);
     let stderr = String::from_utf8_lossy(&capped.stderr);
