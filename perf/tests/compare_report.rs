@@ -85,12 +85,23 @@ fn compare(args: &[&str], max_pps: &str) -> Written {
 /// The first `{name}` in `text`: a format placeholder that was never filled.
 fn unfilled_placeholder(text: &str) -> Option<&str> {
     text.match_indices('{').find_map(|(at, _)| {
+        // A profile's Rust symbols carry `{{closure}}`: written so, not a placeholder.
+        if text[..at].ends_with('{') || text[at + 1..].starts_with('{') {
+            return None;
+        }
         let rest = &text[at + 1..];
         let end = rest.find('}')?;
         let name = &rest[..end];
         (!name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
             .then(|| &text[at..at + end + 2])
     })
+}
+
+#[test]
+fn a_placeholder_is_found_and_a_closure_symbol_is_not() {
+    assert_eq!(unfilled_placeholder("a {rate_pps} b"), Some("{rate_pps}"));
+    let profile = "| 0.7 % | `transceiver::model_bridge::serve::{{closure}}::{{closure}}` |";
+    assert_eq!(unfilled_placeholder(profile), None);
 }
 
 #[test]
