@@ -161,10 +161,14 @@ impl Drop for RedisServer {
     }
 }
 
-/// A fresh directory of this process for the server `kind` on `addr`.
+/// A fresh directory of this process for the server `kind` on `addr`, its own even when
+/// servers of parallel tests share an address (each in its testbed's namespace): one
+/// test's cleanup must never remove the directory another's server is starting in.
 fn private_dir(kind: &str, addr: SocketAddr) -> std::path::PathBuf {
+    static STARTED: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!(
-        "{kind}-{}-{}-{}",
+        "{kind}-{}-{}-{}-{n}",
         std::process::id(),
         addr.ip(),
         addr.port()
