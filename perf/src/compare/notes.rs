@@ -27,9 +27,11 @@ pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String
          same for every row, not fractions of each row's saturation. Around each trial every CPU \
          of the machine is counted (busy = wall − idle − iowait − steal, softirq included), \
          whatever it ran for: the generator, the bridge, the relay, the sink; idle time is read \
-         in {}. In each round a straight line is fitted through each setup's trials (cores busy \
-         against packets per second that arrived, at least {} loads): its slope is the marginal \
-         µs per packet, its intercept the cores held at no load. The direct path's line in the \
+         in {}. In each round a robust straight line (Theil–Sen: the median of the slopes between \
+         every two trials, so one trial a kernel thread disturbed does not tilt it) is fitted \
+         through each setup's trials (cores busy against packets per second that arrived, at \
+         least {} loads): its slope is the marginal µs per packet, its intercept the cores held \
+         at no load. The direct path's line in the \
          same round (the null row: the same tools, no relay) is subtracted, so what remains is \
          what the setup added. A load a setup lost more than 0.5 % at is left out of its line and \
          of every line it is compared with in that round. Ratios are taken per round, over the \
