@@ -44,9 +44,19 @@ know about this project:
   too; a placeholder Redis password only this check catches), and no container sets
   UFRAG_ALLOW_EXAMPLE_SECRETS, the tests' switch; the manifests ship no Secret at all.
 
+With --monitoring DIR (deploy/monitoring), what a stock kube-prometheus-stack needs to pick
+the monitoring up:
+
+- its kustomization labels every object with `release` (the chart's default PodMonitor and
+  PrometheusRule selectors), in one `labels` entry a team edits;
+- the PodMonitor's namespaceSelector names every namespace a workload it selects runs in
+  (the cluster's and the global relay tier's), and each such pod declares its port;
+- every alert's runbook_url is an absolute https link to a docs/runbook.md section, and the
+  kustomization rewrites the PrometheusRule's links from its one `runbook-base` setting.
+
 Prints one line per problem and exits 1 if there is any, else prints a summary and exits 0.
 
-  check.py deploy/kubernetes --binary relay-mio=target/debug/relay-mio ...
+  check.py deploy/kubernetes --monitoring deploy/monitoring --binary relay-mio=... ...
 """
 
 import argparse
@@ -409,17 +419,90 @@ def check_container(where, container, pod, flags, problems):
             )
 
 
+def namespace_of(path, root):
+    """The namespace the nearest kustomization at or above `path`'s directory sets."""
+    directory = path.parent
+    while True:
+        kustomization = directory / "kustomization.yaml"
+        if kustomization.is_file():
+            namespace = (yaml.safe_load(kustomization.read_text()) or {}).get("namespace")
+            if namespace:
+                return namespace
+        if directory == root or directory == directory.parent:
+            return "default"
+        directory = directory.parent
+
+
+def check_monitoring(monitoring, workloads, problems):
+    """`monitoring` (deploy/monitoring) against the workloads (namespace, pod labels, port
+    names) of the manifests: what a stock kube-prometheus-stack needs to pick it up."""
+    kustomization = yaml.safe_load((monitoring / "kustomization.yaml").read_text())
+    where = monitoring.name + "/kustomization.yaml"
+    labels = {}
+    for entry in kustomization.get("labels", []):
+        if entry.get("includeSelectors"):
+            problems.append(f"{where}: labels must not reach selectors (includeSelectors)")
+        labels.update(entry.get("pairs", {}))
+    if "release" not in labels:
+        problems.append(
+            f"{where}: no `release` label: a stock kube-prometheus-stack selects PodMonitors "
+            "and PrometheusRules by it"
+        )
+    rewrites_links = any(
+        "runbook_url" in path
+        for replacement in kustomization.get("replacements", [])
+        for target in replacement.get("targets", [])
+        if target.get("select", {}).get("kind") == "PrometheusRule"
+        for path in target.get("fieldPaths", [])
+    )
+    if not rewrites_links:
+        problems.append(f"{where}: no replacement sets the PrometheusRule's runbook_url base")
+    for path in sorted(monitoring.glob("*.yaml")):
+        if path.name == "kustomization.yaml" or path.name.endswith(".test.yaml"):
+            continue
+        for doc in strict_load_all(path.read_text()):
+            if not doc:
+                continue
+            groups = doc.get("groups") or doc.get("spec", {}).get("groups", [])
+            for rule in (r for g in groups for r in g.get("rules", [])):
+                url = rule.get("annotations", {}).get("runbook_url", "")
+                if "alert" in rule and not re.fullmatch(r"https://[^#\s]+/runbook\.md#[a-z0-9-]+", url):
+                    problems.append(
+                        f"{monitoring.name}/{path.name}: {rule['alert']}: runbook_url {url!r} "
+                        "is not an absolute https link to a runbook.md section"
+                    )
+            if doc.get("kind") != "PodMonitor":
+                continue
+            selector = doc["spec"]["selector"].get("matchLabels", {})
+            watched = set(doc["spec"].get("namespaceSelector", {}).get("matchNames", []))
+            ports = {e.get("port") for e in doc["spec"].get("podMetricsEndpoints", [])}
+            for name, namespace, pod_labels, pod_ports in workloads:
+                if not all(pod_labels.get(k) == v for k, v in selector.items()):
+                    continue
+                if namespace not in watched:
+                    problems.append(
+                        f"{monitoring.name}/{path.name}: PodMonitor never scrapes {name}: its "
+                        f"namespace {namespace} is not in namespaceSelector.matchNames"
+                    )
+                if not ports & pod_ports:
+                    problems.append(
+                        f"{monitoring.name}/{path.name}: {name} declares none of the "
+                        f"PodMonitor's ports {sorted(ports)}"
+                    )
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("directory", type=pathlib.Path)
     parser.add_argument("--binary", action="append", default=[], metavar="NAME=PATH")
+    parser.add_argument("--monitoring", type=pathlib.Path, metavar="DIR")
     args = parser.parse_args()
     flags = {}
     for spec in args.binary:
         name, path = spec.split("=", 1)
         flags[name] = flags_of(path)
 
-    problems, objects = [], []
+    problems, objects, namespaces = [], [], {}
     for path in sorted(args.directory.rglob("*.yaml")):
         where = path.relative_to(args.directory)
         if path.name == "kustomization.yaml":
@@ -444,6 +527,9 @@ def main():
             except kubernetes_validate.ValidationError as e:
                 problems.append(f"{name}: {e.message} (at {'/'.join(map(str, e.path))})")
             objects.append((name, doc))
+            namespaces[name] = doc.get("metadata", {}).get("namespace") or namespace_of(
+                path, args.directory
+            )
 
     budgets = [
         doc["spec"]["selector"]["matchLabels"]
@@ -490,6 +576,26 @@ def main():
 
     check_media_ports(objects, problems)
     check_images_mapped(args.directory, problems)
+    if args.monitoring:
+        workloads = [
+            (
+                name,
+                namespaces[name],
+                doc["spec"]["template"]["metadata"].get("labels", {}),
+                {
+                    port.get("name")
+                    for c in doc["spec"]["template"]["spec"]["containers"]
+                    for port in c.get("ports", [])
+                },
+            )
+            for name, doc in objects
+            if doc.get("kind") in ("Deployment", "DaemonSet", "StatefulSet")
+            and any(
+                image_binary(c.get("image", "")) in OUR_IMAGES
+                for c in doc["spec"]["template"]["spec"]["containers"]
+            )
+        ]
+        check_monitoring(args.monitoring, workloads, problems)
     for problem in problems:
         print(problem)
     if problems:

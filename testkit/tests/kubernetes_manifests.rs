@@ -18,8 +18,9 @@ fn workspace() -> PathBuf {
         .to_path_buf()
 }
 
-/// Runs the checker on `dir` with our three binaries' `--help`.
-fn check(dir: &Path) -> Output {
+/// Runs the checker on `dir` and the monitoring in `monitoring`, with our three binaries'
+/// `--help`.
+fn check(dir: &Path, monitoring: &Path) -> Output {
     let python = std::env::var_os("UFRAG_K8S_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace().join("target/deploy-venv/bin/python"));
@@ -31,7 +32,9 @@ fn check(dir: &Path) -> Output {
     let mut command = Command::new(python);
     command
         .arg(workspace().join("deploy/kubernetes/check.py"))
-        .arg(dir);
+        .arg(dir)
+        .arg("--monitoring")
+        .arg(monitoring);
     for name in ["relay-mio", "relay-afxdp", "transceiver"] {
         command
             .arg("--binary")
@@ -62,7 +65,10 @@ fn edit(file: &Path, old: &str, new: &str) {
 
 #[test]
 fn the_manifests_are_valid_and_consistent_with_the_binaries() {
-    let out = check(&workspace().join("deploy/kubernetes"));
+    let out = check(
+        &workspace().join("deploy/kubernetes"),
+        &workspace().join("deploy/monitoring"),
+    );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -80,6 +86,25 @@ fn the_checker_refuses_manifests_that_are_wrong() {
     let dir = std::env::temp_dir().join(format!("ufrag-k8s-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     copy_tree(&workspace().join("deploy/kubernetes"), &dir);
+    let monitoring = std::env::temp_dir().join(format!("ufrag-monitoring-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&monitoring);
+    copy_tree(&workspace().join("deploy/monitoring"), &monitoring);
+    // Monitoring a stock kube-prometheus-stack would not pick up, or only in part.
+    edit(
+        &monitoring.join("podmonitor.yaml"),
+        "      - ufrag-global\n",
+        "",
+    );
+    edit(
+        &monitoring.join("kustomization.yaml"),
+        "      release: kube-prometheus-stack",
+        "      team: voice",
+    );
+    edit(
+        &monitoring.join("alerts.yaml"),
+        "runbook_url: https://example.invalid/ufrag-relay/docs/runbook.md#ufragrelaynotready",
+        "runbook_url: docs/runbook.md#ufragrelaynotready",
+    );
     let transceiver = dir.join("base/transceiver.yaml");
     edit(&transceiver, "--workers=2", "--wrokers=2");
     edit(&transceiver, "--drain-time=30s", "--workers=3");
@@ -190,8 +215,9 @@ fn the_checker_refuses_manifests_that_are_wrong() {
          - hint.keys=1:2222222222222222222222222222222222222222222222222222222222222222\n\
          images:",
     );
-    let out = check(&dir);
+    let out = check(&dir, &monitoring);
     let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(&monitoring);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{said}");
     for problem in [
@@ -222,6 +248,11 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "Secret/signaling-token: token: a REPLACE-ME placeholder",
         "sets UFRAG_ALLOW_EXAMPLE_SECRETS, which only tests may",
         "secretGenerator hint-keys: hint.keys: hint key 1 is an example secret",
+        "PodMonitor never scrapes global/relay.yaml: DaemonSet/global-relay: its namespace \
+         ufrag-global is not in namespaceSelector.matchNames",
+        "no `release` label: a stock kube-prometheus-stack selects PodMonitors",
+        "alerts.yaml: UfragRelayNotReady: runbook_url 'docs/runbook.md#ufragrelaynotready' is \
+         not an absolute https link",
     ] {
         assert!(said.contains(problem), "`{problem}` in:\n{said}");
     }

@@ -569,25 +569,38 @@ pub const ALERTS: &[Alert] = &[
     },
 ];
 
+/// Where the generated rules point each alert's `runbook_url` (before its `#anchor`):
+/// `docs/runbook.md` as published. `deploy/monitoring`'s kustomization replaces it with its
+/// one `runbook-base` setting, so a team points the links at its own copy (its fork on its
+/// Git host, its wiki) in one place.
+pub const RUNBOOK_BASE: &str = "https://example.invalid/ufrag-relay/docs/runbook.md";
+
+/// An alert's runbook link: [`RUNBOOK_BASE`] and the anchor of its section.
+pub fn runbook_url(alert: &Alert) -> String {
+    format!("{RUNBOOK_BASE}#{}", alert.name.to_lowercase())
+}
+
 /// `deploy/monitoring/alerts.yaml`: the Prometheus rule file of [`ALERTS`], each with its
 /// severity, summary and runbook link.
 pub fn render_alert_rules() -> String {
     let mut out = String::from(
         "# Generated from transceiver::runbook::ALERTS by `UFRAG_WRITE_RUNBOOK=1 cargo test -p \
-         transceiver --test runbook`;\n# tested by alerts.test.yaml (`promtool test rules`). \
-         Each runbook_url is relative to the repository.\ngroups:\n  - name: ufrag-relay\n    rules:\n",
+         transceiver --test runbook`;\n# tested by alerts.test.yaml (`promtool test rules`). Each \
+         runbook_url links a section of\n# docs/runbook.md under one base: point it at your copy \
+         (the Operator's prometheus-rule.yaml\n# takes it from `runbook-base` in \
+         deploy/monitoring/kustomization.yaml).\ngroups:\n  - name: ufrag-relay\n    rules:\n",
     );
     for alert in ALERTS {
         out.push_str(&format!(
             "      - alert: {}\n        expr: {}\n        for: {}\n        labels:\n          \
              severity: {}\n        annotations:\n          summary: {}\n          \
-             runbook_url: docs/runbook.md#{}\n",
+             runbook_url: {}\n",
             alert.name,
             yaml_string(alert.expr),
             alert.hold,
             alert.severity,
             yaml_string(alert.summary),
-            alert.name.to_lowercase(),
+            runbook_url(alert),
         ));
     }
     out

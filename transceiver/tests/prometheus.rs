@@ -1,7 +1,12 @@
-//! The monitoring against the real thing: Debian's Prometheus scrapes a live relay-mio
-//! (in this process) and two transceivers (children) every second, with the alert rules
-//! of `deploy/monitoring/alerts.yaml`, after one session through the relay. Every query
-//! of the Grafana dashboard (`deploy/monitoring/dashboard.json`) returns data, and a
+//! The monitoring against the real thing: Debian's Prometheus scrapes both relay tiers
+//! (a global relay and the cluster relay behind it, in this process) and two
+//! transceivers (children) every second, with the alert rules of
+//! `deploy/monitoring/alerts.yaml`, after one session through both relays. Each target
+//! carries the `namespace` label the Prometheus Operator gives a pod of the shipped
+//! manifests (`ufrag`, the global tier `ufrag-global`; which namespaces the shipped
+//! PodMonitor watches is `deploy/kubernetes/check.py --monitoring`'s to check). Every query
+//! of the Grafana dashboard (`deploy/monitoring/dashboard.json`) returns data with its
+//! variables at "All", and every relay query returns data for each tier alone; a
 //! transceiver whose worker dies fires `UfragTransceiverWorkerFailed` and
 //! `UfragTransceiverNotReady` for it alone. The rules' holds (`for:`) are cut to 2 s in
 //! the copy Prometheus loads here; `promtool test rules` covers the holds themselves.
@@ -35,8 +40,9 @@ fn repository(path: &str) -> PathBuf {
 }
 
 impl Prometheus {
-    /// Scrapes `targets` (job name, address) every second with the shipped alert rules.
-    fn start(targets: &[(&str, SocketAddr)]) -> Prometheus {
+    /// Scrapes `targets` (job name, namespace, address) every second with the shipped
+    /// alert rules.
+    fn start(targets: &[(&str, &str, SocketAddr)]) -> Prometheus {
         let ip = unique_ip();
         let addr = SocketAddr::from((ip, free_tcp_port(ip)));
         let dir =
@@ -56,9 +62,10 @@ impl Prometheus {
         let mut config = String::from(
             "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nrule_files:\n  - rules.yaml\nscrape_configs:\n",
         );
-        for (job, target) in targets {
+        for (job, namespace, target) in targets {
             config.push_str(&format!(
-                "  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n"
+                "  - job_name: {job}\n    static_configs:\n      - targets: ['{target}']\n        \
+                 labels:\n          namespace: {namespace}\n"
             ));
         }
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
@@ -141,7 +148,8 @@ fn wait_for(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
     }
 }
 
-/// Every PromQL expression of the shipped dashboard.
+/// Every PromQL expression of the shipped dashboard, as written (with `$cluster` and
+/// `$namespace`).
 fn dashboard_queries() -> Vec<String> {
     let text = std::fs::read_to_string(repository("deploy/monitoring/dashboard.json")).unwrap();
     let dashboard: serde_json::Value = serde_json::from_str(&text).unwrap();
@@ -154,49 +162,109 @@ fn dashboard_queries() -> Vec<String> {
         .collect()
 }
 
+/// `query` with the dashboard's variables set: `$cluster` to every cluster (the scrapes
+/// here carry no cluster label, as a single Prometheus's do not) and `$namespace` to the
+/// regular expression `namespace`.
+fn with_variables(query: &str, namespace: &str) -> String {
+    query
+        .replace("$cluster", ".*")
+        .replace("$namespace", namespace)
+}
+
+/// Polls `query` for up to 15 s; whether it returned data.
+fn returns_data(prometheus: &Prometheus, query: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while prometheus.query(query).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    !prometheus.query(query).is_empty()
+}
+
 #[test]
 fn a_real_prometheus_answers_every_dashboard_query_and_fires_on_a_dead_worker() {
-    let relay = TestRelay::start(&[]);
-    let healthy = Transceiver::start(Some(relay.vip), &[]);
+    // The cluster's relay takes frames only from the global relay, which forwards every
+    // flow whose hint names cluster 1 to it.
+    let (global_ip, cluster_ip) = (unique_ip(), unique_ip());
+    let relay = TestRelay::start_on(
+        cluster_ip,
+        &[
+            "--cluster-id",
+            "1",
+            "--allow-global-relay-net",
+            &format!("{global_ip}/32"),
+        ],
+    );
+    let global = TestRelay::start_on(
+        global_ip,
+        &[
+            "--cluster-id",
+            "0",
+            "--cluster-relay",
+            &format!("1={}", relay.internal),
+        ],
+    );
+    let healthy = Transceiver::start(Some(global.vip), &["--cluster-id", "1"]);
     let mut broken = Transceiver::spawn(
-        Some(relay.vip),
-        &["--workers", "2"],
+        Some(global.vip),
+        &["--workers", "2", "--cluster-id", "1"],
         &[("UFRAG_TRANSCEIVER_FAULT", "panic-worker-0")],
     );
-    // A little load: one session through the relay, talked to and ended.
+    // A little load: one session through both relays, talked to and ended.
     let mut client = new_client();
     assert_eq!(client.signal(healthy.http).status, 201);
-    let client = converse_with_echo(client, "through the relay", 10, 8);
+    let client = converse_with_echo(client, "through the global and the cluster relay", 10, 8);
     let location = client.location.clone().expect("a Location");
     let deleted = http_request(healthy.http, "DELETE", &location, None, &[]).unwrap();
     assert_eq!(deleted.status, 204);
 
     let prometheus = Prometheus::start(&[
-        ("relay", relay.metrics),
-        ("transceiver", healthy.http),
-        ("transceiver-broken", broken.http),
+        ("relay", "ufrag", relay.metrics),
+        ("global-relay", "ufrag-global", global.metrics),
+        ("transceiver", "ufrag", healthy.http),
+        ("transceiver-broken", "ufrag", broken.http),
     ]);
-    wait_for("three targets up", 30, || {
+    wait_for("four targets up", 30, || {
         prometheus
             .query("sum(up)")
             .first()
             .and_then(|r| r["value"][1].as_str().map(str::to_string))
-            == Some("3".to_string())
+            == Some("4".to_string())
     });
-    // Every dashboard query returns data once two scrapes make rates.
+    // Every dashboard query returns data once two scrapes make rates: with its variables
+    // at "All", and each relay query for each tier alone.
+    let queries = dashboard_queries();
+    assert!(
+        queries
+            .iter()
+            .all(|q| q.contains("namespace=~\"$namespace\"") && q.contains("cluster=~\"$cluster\"")),
+        "every dashboard query is filtered by the cluster and namespace variables: {queries:#?}"
+    );
     let mut empty = Vec::new();
-    for query in dashboard_queries() {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while prometheus.query(&query).is_empty() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(250));
+    for query in &queries {
+        let mut namespaces = vec![".*"];
+        if query.contains("ufrag_relay_") {
+            namespaces.extend(["ufrag", "ufrag-global"]);
         }
-        if prometheus.query(&query).is_empty() {
-            empty.push(query);
+        for namespace in namespaces {
+            let query = with_variables(query, namespace);
+            if !returns_data(&prometheus, &query) {
+                empty.push(query);
+            }
         }
     }
     assert!(
         empty.is_empty(),
         "dashboard queries with no data: {empty:#?}"
+    );
+    // The global tier is told apart: its relay's flows are its own.
+    let global_flows = prometheus.query(&with_variables(
+        "sum(ufrag_relay_flows_created_total{namespace=~\"$namespace\"})",
+        "ufrag-global",
+    ));
+    assert_eq!(
+        global_flows.first().and_then(|r| r["value"][1].as_str()),
+        Some("1"),
+        "the global relay made the client's one flow: {global_flows:?}"
     );
 
     // The dead worker: both alerts fire for the broken transceiver, none for the healthy.
@@ -222,7 +290,8 @@ fn a_real_prometheus_answers_every_dashboard_query_and_fires_on_a_dead_worker() 
         !firing
             .iter()
             .any(|(_, instance)| *instance == healthy_instance
-                || *instance == relay.metrics.to_string()),
+                || *instance == relay.metrics.to_string()
+                || *instance == global.metrics.to_string()),
         "only the broken transceiver alerts: {firing:?}"
     );
     broken.child.stop();

@@ -73,6 +73,41 @@ fn every_reason_has_a_row_with_its_meaning_and_an_action() {
     }
 }
 
+#[test]
+fn every_runbook_link_is_absolute_and_lands_on_its_alerts_heading() {
+    use transceiver::runbook::{ALERTS, RUNBOOK_BASE, runbook_url};
+    let page = transceiver::runbook::render();
+    let rules = transceiver::runbook::render_alert_rules();
+    for alert in ALERTS {
+        let url = runbook_url(alert);
+        let (base, anchor) = url.split_once('#').expect("an anchor");
+        assert_eq!(base, RUNBOOK_BASE);
+        assert!(
+            base.starts_with("https://") && base.ends_with("/runbook.md"),
+            "{url}"
+        );
+        // GitHub and GitLab make a heading's anchor of its text in lower case.
+        assert!(
+            page.lines().any(|l| l
+                .strip_prefix("### ")
+                .is_some_and(|h| h.to_lowercase() == anchor)),
+            "{url}: no heading `{anchor}` in docs/runbook.md"
+        );
+        assert!(
+            rules.contains(&format!("runbook_url: {url}\n")),
+            "{url} in alerts.yaml"
+        );
+    }
+    // The kustomization's one setting starts from the same base, so the Operator's rules
+    // and alerts.yaml point at the same page until a team changes it.
+    let kustomization =
+        std::fs::read_to_string(repository("deploy/monitoring/kustomization.yaml")).unwrap();
+    assert!(
+        kustomization.contains(&format!("- runbook-base={RUNBOOK_BASE}\n")),
+        "deploy/monitoring/kustomization.yaml sets runbook-base={RUNBOOK_BASE}"
+    );
+}
+
 fn promtool(args: &[&str]) -> String {
     let out = Command::new("promtool")
         .args(args)
