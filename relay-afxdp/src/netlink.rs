@@ -29,7 +29,9 @@ const RTA_OIF: u16 = 4;
 const RTA_GATEWAY: u16 = 5;
 const RTA_TABLE: u16 = 15;
 const RT_TABLE_MAIN: u32 = 254;
+const RT_TABLE_LOCAL: u32 = 255;
 const RTN_UNICAST: u8 = 1;
+const RTN_LOCAL: u8 = 2;
 const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 /// Neighbour states whose link-layer address is usable: REACHABLE, STALE, DELAY, PROBE,
@@ -58,6 +60,15 @@ pub struct Route {
     /// The gateway, or `None` for a network on the link.
     pub gateway: Option<IpAddr>,
     /// The outgoing interface.
+    pub ifindex: u32,
+}
+
+/// An address of this host and the interface that holds it: the local table's route to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LocalAddress {
+    /// The address.
+    pub ip: IpAddr,
+    /// The interface it is on.
     pub ifindex: u32,
 }
 
@@ -100,6 +111,16 @@ impl RouteSocket {
         let mut out = vec![];
         self.dump(RTM_GETROUTE, RTM_NEWROUTE, |body| {
             out.extend(parse_route(body))
+        })?;
+        Ok(out)
+    }
+
+    /// Every address of this host with the interface that holds it (the local table's
+    /// `RTN_LOCAL` routes), of every family.
+    pub fn local_addresses(&mut self) -> io::Result<Vec<LocalAddress>> {
+        let mut out = vec![];
+        self.dump(RTM_GETROUTE, RTM_NEWROUTE, |body| {
+            out.extend(parse_local_address(body))
         })?;
         Ok(out)
     }
@@ -285,42 +306,80 @@ fn parse_neighbour(body: &[u8]) -> Option<Neighbour> {
     })
 }
 
-/// A `RTM_NEWROUTE` body: the route if it is a unicast IPv4/IPv6 route of the main table
-/// with one outgoing interface (multipath routes are not followed).
-fn parse_route(body: &[u8]) -> Option<Route> {
+/// What a `RTM_NEWROUTE` body says, for IPv4 and IPv6 routes.
+struct RouteFields {
+    family: u8,
+    prefix_len: u8,
+    kind: u8,
+    table: u32,
+    dst: Option<IpAddr>,
+    gateway: Option<IpAddr>,
+    ifindex: Option<u32>,
+}
+
+/// The fields of a `RTM_NEWROUTE` body; `None` for another family or a short body.
+fn route_fields(body: &[u8]) -> Option<RouteFields> {
     let head = body.get(..BODY_LEN)?;
-    let (family, prefix_len) = (head[0], head[1]);
-    if head[7] != RTN_UNICAST || !matches!(family, AF_INET | AF_INET6) {
+    let family = head[0];
+    if !matches!(family, AF_INET | AF_INET6) {
         return None;
     }
-    let mut table = u32::from(head[4]);
-    let (mut dst, mut gateway, mut ifindex) = (None, None, None);
+    let mut fields = RouteFields {
+        family,
+        prefix_len: head[1],
+        kind: head[7],
+        table: u32::from(head[4]),
+        dst: None,
+        gateway: None,
+        ifindex: None,
+    };
     for (kind, payload) in attributes(body) {
         match kind {
-            RTA_DST => dst = ip_from(family, payload),
-            RTA_GATEWAY => gateway = ip_from(family, payload),
-            RTA_OIF => ifindex = payload.try_into().ok().map(u32::from_ne_bytes),
+            RTA_DST => fields.dst = ip_from(family, payload),
+            RTA_GATEWAY => fields.gateway = ip_from(family, payload),
+            RTA_OIF => fields.ifindex = payload.try_into().ok().map(u32::from_ne_bytes),
             RTA_TABLE => {
                 if let Ok(t) = payload.try_into() {
-                    table = u32::from_ne_bytes(t);
+                    fields.table = u32::from_ne_bytes(t);
                 }
             }
             _ => {}
         }
     }
-    if table != RT_TABLE_MAIN {
+    Some(fields)
+}
+
+/// A `RTM_NEWROUTE` body: the route if it is a unicast IPv4/IPv6 route of the main table
+/// with one outgoing interface (multipath routes are not followed).
+fn parse_route(body: &[u8]) -> Option<Route> {
+    let f = route_fields(body)?;
+    if f.kind != RTN_UNICAST || f.table != RT_TABLE_MAIN {
         return None;
     }
-    let unspecified = if family == AF_INET {
+    let unspecified = if f.family == AF_INET {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
     } else {
         IpAddr::V6(Ipv6Addr::UNSPECIFIED)
     };
     Some(Route {
-        dst: dst.unwrap_or(unspecified),
-        prefix_len,
-        gateway,
-        ifindex: ifindex?,
+        dst: f.dst.unwrap_or(unspecified),
+        prefix_len: f.prefix_len,
+        gateway: f.gateway,
+        ifindex: f.ifindex?,
+    })
+}
+
+/// A `RTM_NEWROUTE` body: the host address it names if it is a local-table `RTN_LOCAL`
+/// route to one address (what the kernel adds for each address an interface holds).
+fn parse_local_address(body: &[u8]) -> Option<LocalAddress> {
+    let f = route_fields(body)?;
+    let host_bits = if f.family == AF_INET { 32 } else { 128 };
+    if f.kind != RTN_LOCAL || f.table != RT_TABLE_LOCAL || f.prefix_len != host_bits {
+        return None;
+    }
+    Some(LocalAddress {
+        ip: f.dst?,
+        ifindex: f.ifindex?,
     })
 }
 
@@ -514,11 +573,54 @@ mod tests {
     }
 
     #[test]
+    fn local_addresses_come_from_the_local_table_only() {
+        let mut local = rtmsg(AF_INET, 32, 255, RTN_LOCAL);
+        local.extend(attr(RTA_DST, &[10, 77, 0, 2]));
+        local.extend(attr(RTA_OIF, &7u32.to_ne_bytes()));
+        let mut local6 = rtmsg(AF_INET6, 128, 255, RTN_LOCAL);
+        local6.extend(attr(
+            RTA_DST,
+            &"fd77::2".parse::<Ipv6Addr>().unwrap().octets(),
+        ));
+        local6.extend(attr(RTA_OIF, &7u32.to_ne_bytes()));
+        // The main table's route to the network, and a local route without an interface.
+        let mut on_link = rtmsg(AF_INET, 24, 254, RTN_UNICAST);
+        on_link.extend(attr(RTA_DST, &[10, 77, 0, 0]));
+        on_link.extend(attr(RTA_OIF, &7u32.to_ne_bytes()));
+        let mut no_oif = rtmsg(AF_INET, 32, 255, RTN_LOCAL);
+        no_oif.extend(attr(RTA_DST, &[10, 77, 0, 9]));
+        let found: Vec<LocalAddress> = [local, local6, on_link, no_oif]
+            .iter()
+            .filter_map(|b| parse_local_address(b))
+            .collect();
+        assert_eq!(
+            found,
+            vec![
+                LocalAddress {
+                    ip: Ipv4Addr::new(10, 77, 0, 2).into(),
+                    ifindex: 7
+                },
+                LocalAddress {
+                    ip: "fd77::2".parse().unwrap(),
+                    ifindex: 7
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn the_kernel_answers_both_dumps() {
         // Readable without privilege; loopback always has a route in the local table and
         // the call must simply succeed and parse.
         let mut s = RouteSocket::open().unwrap();
         s.neighbours().unwrap();
         s.routes().unwrap();
+        let local = s.local_addresses().unwrap();
+        assert!(
+            local
+                .iter()
+                .any(|a| a.ip == IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            "127.0.0.1 is on loopback: {local:?}"
+        );
     }
 }

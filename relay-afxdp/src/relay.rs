@@ -58,8 +58,11 @@ pub enum XskLayer {
 /// The options relay-afxdp adds to the relay's own.
 #[derive(Clone, Debug, clap::Args)]
 pub struct AfXdpOptions {
-    /// The interface carrying the VIPs and the internal address.
-    #[arg(long, value_name = "IFNAME")]
+    /// The interface carrying the VIPs and the internal address; `auto`: the one that
+    /// holds the internal address (on a node's own network, its NIC), so a DaemonSet
+    /// names no interface. A VIP held on loopback (direct server return) arrives on
+    /// another interface than it is held on: name that one.
+    #[arg(long, value_name = "IFNAME|auto")]
     pub interface: String,
     /// XDP attach mode.
     #[arg(long, value_enum, default_value_t = AttachMode::Skb)]
@@ -111,6 +114,48 @@ impl std::error::Error for StartError {}
 
 fn system(what: impl std::fmt::Display) -> impl FnOnce(io::Error) -> StartError {
     move |e| StartError::System(io::Error::new(e.kind(), format!("{what}: {e}")))
+}
+
+/// `--interface`'s name, or for `auto` the interface that holds `internal` (the local
+/// table's route to it): refused when none does, or when it is loopback.
+fn interface_name(given: &str, internal: std::net::IpAddr) -> Result<String, StartError> {
+    if given != "auto" {
+        return Ok(given.to_string());
+    }
+    let addresses = crate::netlink::RouteSocket::open()
+        .and_then(|mut s| s.local_addresses())
+        .map_err(system("reading this host's addresses"))?;
+    let index = addresses
+        .iter()
+        .find(|a| a.ip == internal)
+        .map(|a| a.ifindex)
+        .ok_or_else(|| {
+            StartError::Config(format!(
+                "`interface` auto: no interface holds the internal address {internal}"
+            ))
+        })?;
+    let name = interface_with_index(index).ok_or_else(|| {
+        StartError::Config(format!("`interface` auto: no interface has index {index}"))
+    })?;
+    if name == "lo" {
+        return Err(StartError::Config(format!(
+            "`interface` auto: the internal address {internal} is on lo; name the interface \
+             the relay's traffic arrives on"
+        )));
+    }
+    Ok(name)
+}
+
+/// The name of the interface with index `index`, from sysfs.
+fn interface_with_index(index: u32) -> Option<String> {
+    std::fs::read_dir("/sys/class/net")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let found = std::fs::read_to_string(entry.path().join("ifindex")).ok()?;
+            (found.trim().parse::<u32>().ok()? == index)
+                .then(|| entry.file_name().to_string_lossy().into_owned())
+        })
 }
 
 /// What the interface offers, read from sysfs.
@@ -280,6 +325,10 @@ impl Relay {
         options: &AfXdpOptions,
         open: fn(u32, u32, XskConfig) -> io::Result<S>,
     ) -> Result<Running, StartError> {
+        let options = &AfXdpOptions {
+            interface: interface_name(&options.interface, config.worker_internal_addr(0).ip())?,
+            ..options.clone()
+        };
         let interface = Interface::read(&options.interface)?;
         validate(config, options, interface.rx_queues)?;
         let internals: Vec<_> = (0..config.workers())

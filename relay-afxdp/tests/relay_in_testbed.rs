@@ -4,7 +4,9 @@
 //! skb and native XDP mode, in wakeup and busy-poll mode, over IPv4 and IPv6 (next hops
 //! from the kernel's ARP and neighbour-discovery tables alike). Ping (ARP + ICMP) to the
 //! relay's address keeps working; metrics come from the same `/metrics` as relay-mio's;
-//! SIGKILL leaves no XDP program behind.
+//! SIGKILL leaves no XDP program behind. The skb-mode relays find their interface
+//! themselves (`--interface auto`: the one holding the internal address), as a
+//! DaemonSet's do; the native-mode ones are told it.
 
 use std::time::{Duration, Instant};
 
@@ -14,10 +16,13 @@ use testkit::testbed::tools::{
     wait_until_no_xdp,
 };
 
-fn run(xdp_mode: &str, poll: &str, ipv6: bool) {
+fn run(xdp_mode: &str, poll: &str, ipv6: bool, interface: Interface) {
     require_root();
     let bed = Testbed::up().unwrap();
-    let ifname = bed.relay.ifname.clone();
+    let ifname = match interface {
+        Interface::Named => bed.relay.ifname.clone(),
+        Interface::Auto => "auto".to_string(),
+    };
     let relay_ip = bed.relay.ip(ipv6).to_string();
     let mut relay = start_relay_in(
         &bed,
@@ -97,24 +102,67 @@ fn run(xdp_mode: &str, poll: &str, ipv6: bool) {
     wait_until_no_xdp(&bed, "XDP program left attached after SIGKILL");
 }
 
+/// How the relay is told its interface.
+enum Interface {
+    /// `--interface <the relay's veth>`.
+    Named,
+    /// `--interface auto`.
+    Auto,
+}
+
 #[test]
 fn forwards_a_flow_both_ways_in_skb_mode_with_wakeups() {
-    run("skb", "wakeup", false);
+    run("skb", "wakeup", false, Interface::Auto);
 }
 
 #[test]
 fn forwards_a_flow_both_ways_in_native_mode_with_busy_polling() {
-    run("native", "busy", false);
+    run("native", "busy", false, Interface::Named);
 }
 
 #[test]
 fn forwards_an_ipv6_flow_both_ways_in_skb_mode() {
-    run("skb", "wakeup", true);
+    run("skb", "wakeup", true, Interface::Auto);
 }
 
 #[test]
 fn forwards_an_ipv6_flow_both_ways_in_native_mode() {
-    run("native", "busy", true);
+    run("native", "busy", true, Interface::Named);
+}
+
+/// `--interface auto` that cannot choose is refused at start (exit 2, saying why), and
+/// attaches nothing: no interface holds the internal address, or loopback does (a VIP
+/// on loopback arrives on another interface, which must be named).
+#[test]
+fn interface_auto_is_refused_where_it_cannot_choose() {
+    require_root();
+    let bed = Testbed::up().unwrap();
+    let binary = testkit::cargo_build::bin("relay-afxdp");
+    for (internal, why) in [
+        (
+            "10.77.0.99",
+            "no interface holds the internal address 10.77.0.99",
+        ),
+        ("127.0.0.1", "the internal address 127.0.0.1 is on lo"),
+    ] {
+        let out = bed
+            .relay
+            .command("timeout")
+            .args(["10", binary.to_str().unwrap()])
+            .args(["--interface", "auto"])
+            .args(["--vip", &format!("{}:3478", bed.relay.addr)])
+            .args(["--internal-addr", &format!("{internal}:40000")])
+            .args(["--allow-transceiver-net", "10.77.0.0/24"])
+            .args(["--workers", "1", "--cpus", "0"])
+            .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{internal}: {stderr}");
+        assert!(stderr.contains(why), "{internal}: `{why}` in {stderr}");
+    }
+    wait_until_no_xdp(&bed, "a refused relay left its program attached");
 }
 
 /// A relay with fewer workers than its interface has RX queues would leave the flows the
