@@ -51,7 +51,8 @@ the monitoring up:
   PrometheusRule selectors), in one `labels` entry a team edits;
 - the PodMonitor's namespaceSelector names every namespace a workload it selects runs in
   (the cluster's and the global relay tier's), and each such pod declares its port;
-- every alert's runbook_url is an absolute https link to a docs/runbook.md section, and the
+- every workload of ours is selected by a PodMonitor;
+- every alert's runbook_url is an absolute https link to a runbook section, and the
   kustomization rewrites the PrometheusRule's links from its one `runbook-base` setting.
 
 Prints one line per problem and exits 1 if there is any, else prints a summary and exits 0.
@@ -457,6 +458,7 @@ def check_monitoring(monitoring, workloads, problems):
     )
     if not rewrites_links:
         problems.append(f"{where}: no replacement sets the PrometheusRule's runbook_url base")
+    monitors = []
     for path in sorted(monitoring.glob("*.yaml")):
         if path.name == "kustomization.yaml" or path.name.endswith(".test.yaml"):
             continue
@@ -466,18 +468,18 @@ def check_monitoring(monitoring, workloads, problems):
             groups = doc.get("groups") or doc.get("spec", {}).get("groups", [])
             for rule in (r for g in groups for r in g.get("rules", [])):
                 url = rule.get("annotations", {}).get("runbook_url", "")
-                if "alert" in rule and not re.fullmatch(r"https://[^#\s]+/runbook\.md#[a-z0-9-]+", url):
+                if "alert" in rule and not re.fullmatch(r"https://[^#\s]+#[a-z0-9-]+", url):
                     problems.append(
                         f"{monitoring.name}/{path.name}: {rule['alert']}: runbook_url {url!r} "
-                        "is not an absolute https link to a runbook.md section"
+                        "is not an absolute https link to a runbook section"
                     )
             if doc.get("kind") != "PodMonitor":
                 continue
-            selector = doc["spec"]["selector"].get("matchLabels", {})
+            monitors.append(doc)
             watched = set(doc["spec"].get("namespaceSelector", {}).get("matchNames", []))
             ports = {e.get("port") for e in doc["spec"].get("podMetricsEndpoints", [])}
             for name, namespace, pod_labels, pod_ports in workloads:
-                if not all(pod_labels.get(k) == v for k, v in selector.items()):
+                if not selects(doc["spec"]["selector"].get("matchLabels", {}), pod_labels):
                     continue
                 if namespace not in watched:
                     problems.append(
@@ -489,6 +491,11 @@ def check_monitoring(monitoring, workloads, problems):
                         f"{monitoring.name}/{path.name}: {name} declares none of the "
                         f"PodMonitor's ports {sorted(ports)}"
                     )
+    for name, _, pod_labels, _ in workloads:
+        if not any(
+            selects(m["spec"]["selector"].get("matchLabels", {}), pod_labels) for m in monitors
+        ):
+            problems.append(f"{monitoring.name}: no PodMonitor selects {name}: it is never scraped")
 
 
 def main():

@@ -16,8 +16,9 @@
 //! (SIGTERM: `/readyz` turns 503 while it still forwards), the router withdraws it as a
 //! balancer's health check or a BGP speaker would, and every client keeps talking: relay B
 //! restores A's flows from Redis at their next datagram. A is restarted and put back;
-//! the flows that hash to it again are restored there. No datagram of any phase is lost
-//! and every answer reaches its client from the VIP. Needs root (CI runs as root).
+//! the flows that hash to it again are restored there. No datagram of any phase is lost,
+//! every answer reaches its client from the VIP, and the router forwards the clients'
+//! datagrams only (its forwarding counter), never an answer. Needs root (CI runs as root).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -70,7 +71,7 @@ impl Relay {
             .args(["--allow-transceiver-net", "10.77.0.0/24"])
             .args(["--metrics-addr", &METRICS.to_string()])
             .args(["--redis-url", &redis.url()])
-            .args(["--drain-time", "3s"])
+            .args(["--drain-time", "5s"])
             .env("UFRAG_RELAY_HINT_KEYS", KEYS)
             .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .stdout(Stdio::null())
@@ -117,7 +118,7 @@ impl Relay {
     }
 
     fn wait_exit(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(15);
         while self.child.try_wait().expect("try_wait").is_none() {
             assert!(Instant::now() < deadline, "the drained relay exits");
             std::thread::sleep(Duration::from_millis(50));
@@ -131,6 +132,30 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
         assert!(Instant::now() < deadline, "waited 10 s for {what}");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// How many datagrams the router has forwarded (`Ip: ForwDatagrams` of its namespace).
+fn forwarded_by(router: &str) -> u64 {
+    let out = Command::new("ip")
+        .args(["netns", "exec", router, "cat", "/proc/net/snmp"])
+        .output()
+        .expect("ip runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut ip_lines = text.lines().filter(|l| l.starts_with("Ip: "));
+    let (names, values) = (
+        ip_lines.next().expect("Ip names"),
+        ip_lines.next().expect("Ip values"),
+    );
+    let column = names
+        .split_whitespace()
+        .position(|n| n == "ForwDatagrams")
+        .expect("an ForwDatagrams column");
+    values
+        .split_whitespace()
+        .nth(column)
+        .expect("a value")
+        .parse()
+        .expect("a number")
 }
 
 /// The router's route to the VIP: ECMP over `next_hops`.
@@ -262,8 +287,19 @@ fn with_ecmp_and_the_vip_on_loopback_clients_keep_talking_while_a_relay_drains_a
             .recv_frame()
             .expect("the Binding Request reaches the transceiver");
     }
+    let forwarded = forwarded_by(&router);
     let first = every_client_sends(&clients, &transceiver, &rtp(1));
+    assert_eq!(
+        forwarded_by(&router) - forwarded,
+        CLIENTS as u64,
+        "the router forwarded each client's datagram to a relay"
+    );
     every_client_is_answered(&clients, &transceiver, &first, 2);
+    assert_eq!(
+        forwarded_by(&router) - forwarded,
+        CLIENTS as u64,
+        "the answers went straight to the clients, never back through the router"
+    );
     let on = flows_per_relay(&first);
     assert_eq!(
         on.len(),
@@ -300,6 +336,11 @@ fn with_ecmp_and_the_vip_on_loopback_clients_keep_talking_while_a_relay_drains_a
         on_a as f64,
         &format!("relay B restored each of A's {on_a} flows from Redis"),
     );
+    relay_a.expect_metric(
+        "ufrag_relay_dropped_datagrams_total",
+        0.0,
+        "the drained relay A dropped nothing",
+    );
     relay_a.wait_exit();
 
     // A restarts with an empty table and is put back: the flows that hash to it again
@@ -318,7 +359,7 @@ fn with_ecmp_and_the_vip_on_loopback_clients_keep_talking_while_a_relay_drains_a
         on_a as f64,
         &format!("the restarted relay A restored its {on_a} flows from Redis"),
     );
-    for (relay, name) in [(&relay_a, "A"), (&relay_b, "B")] {
+    for (relay, name) in [(&relay_a, "the restarted A"), (&relay_b, "B")] {
         relay.expect_metric(
             "ufrag_relay_dropped_datagrams_total",
             0.0,

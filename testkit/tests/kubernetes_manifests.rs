@@ -100,6 +100,12 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "      release: kube-prometheus-stack",
         "      team: voice",
     );
+    // A relay whose pods lost the label the PodMonitor selects by.
+    edit(
+        &dir.join("overlays/loadbalancer/relay.yaml"),
+        "        app.kubernetes.io/part-of: ufrag-relay",
+        "        app.kubernetes.io/component: relay",
+    );
     edit(
         &monitoring.join("alerts.yaml"),
         "runbook_url: https://example.invalid/ufrag-relay/docs/runbook.md#ufragrelaynotready",
@@ -251,6 +257,7 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "PodMonitor never scrapes global/relay.yaml: DaemonSet/global-relay: its namespace \
          ufrag-global is not in namespaceSelector.matchNames",
         "no `release` label: a stock kube-prometheus-stack selects PodMonitors",
+        "no PodMonitor selects overlays/loadbalancer/relay.yaml:",
         "alerts.yaml: UfragRelayNotReady: runbook_url 'docs/runbook.md#ufragrelaynotready' is \
          not an absolute https link",
     ] {

@@ -42,8 +42,9 @@ impl Line {
 /// Why not least squares: a trial that a kernel thread or a timer disturbs carries tens
 /// of milliseconds of busy time that are not the setup's, and with five loads one such
 /// trial tilts a least-squares line by itself (its breakdown point is 0). Here it moves
-/// four of the ten pairwise slopes and so not their median (the breakdown point is 29 %),
-/// while on a clean round both lines agree. Cheap rows suffer most: the fast path's
+/// four of the ten pairwise slopes, which can push their median only to the edge of the
+/// six clean ones (the breakdown point is 29 %); on points exactly on a line both fits
+/// agree. Cheap rows suffer most: the fast path's
 /// marginal cost is under a microsecond per packet, a few tens of milliseconds across the
 /// loads, the size of one disturbed trial.
 pub fn fit(points: &[(f64, f64)]) -> Option<Line> {
@@ -52,8 +53,13 @@ pub fn fit(points: &[(f64, f64)]) -> Option<Line> {
         return None;
     }
     let mean_x = points.iter().map(|p| p.0).sum::<f64>() / n as f64;
-    // Rates within 1 % of their mean of each other give no slope worth the name.
+    // Rates within 1 % of their mean of each other give no slope worth the name: the
+    // spread of the rates as a whole, and each pair's.
     let apart = 0.01 * mean_x;
+    let sxx: f64 = points.iter().map(|p| (p.0 - mean_x).powi(2)).sum();
+    if sxx <= apart.powi(2) * n as f64 {
+        return None;
+    }
     let mut slopes = Vec::with_capacity(n * (n - 1) / 2);
     for (i, a) in points.iter().enumerate() {
         for b in &points[i + 1..] {
@@ -204,6 +210,10 @@ mod tests {
         assert!(fit(&[(1e4, 0.1), (2e4, 0.2), (3e4, 0.3)]).is_none());
         assert!(fit(&[(1e4, 0.1); 4]).is_none());
         assert!(fit(&[]).is_none());
+        // Three at one rate and one 2 % off: each pair with the fourth is 2 % apart, but
+        // the rates as a whole spread less than 1 % of their mean.
+        let huddled = [(1e4, 0.1), (1e4, 0.1), (1e4, 0.1), (1.02e4, 0.11)];
+        assert!(fit(&huddled).is_none());
     }
 
     #[test]
