@@ -130,6 +130,30 @@ fn forwards_an_ipv6_flow_both_ways_in_native_mode() {
     run("native", "busy", true, Interface::Named);
 }
 
+/// Starts relay-afxdp on the testbed's relay host with one worker and `extra` flags, as a
+/// refused start would be (stopped after 10 s if it is not refused): its output.
+fn start_expecting_refusal(
+    bed: &Testbed,
+    interface: &str,
+    internal: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let binary = testkit::cargo_build::bin("relay-afxdp");
+    bed.relay
+        .command("timeout")
+        .args(["10", binary.to_str().unwrap()])
+        .args(["--interface", interface])
+        .args(["--vip", &format!("{}:3478", bed.relay.addr)])
+        .args(extra)
+        .args(["--internal-addr", &format!("{internal}:40000")])
+        .args(["--allow-transceiver-net", "10.77.0.0/24"])
+        .args(["--workers", "1", "--cpus", "0"])
+        .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
+        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
+        .output()
+        .unwrap()
+}
+
 /// `--interface auto` that cannot choose is refused at start (exit 2, saying why), and
 /// attaches nothing: no interface holds the internal address, or loopback does (a VIP
 /// on loopback arrives on another interface, which must be named).
@@ -137,7 +161,6 @@ fn forwards_an_ipv6_flow_both_ways_in_native_mode() {
 fn interface_auto_is_refused_where_it_cannot_choose() {
     require_root();
     let bed = Testbed::up().unwrap();
-    let binary = testkit::cargo_build::bin("relay-afxdp");
     for (internal, why) in [
         (
             "10.77.0.99",
@@ -145,19 +168,7 @@ fn interface_auto_is_refused_where_it_cannot_choose() {
         ),
         ("127.0.0.1", "the internal address 127.0.0.1 is on lo"),
     ] {
-        let out = bed
-            .relay
-            .command("timeout")
-            .args(["10", binary.to_str().unwrap()])
-            .args(["--interface", "auto"])
-            .args(["--vip", &format!("{}:3478", bed.relay.addr)])
-            .args(["--internal-addr", &format!("{internal}:40000")])
-            .args(["--allow-transceiver-net", "10.77.0.0/24"])
-            .args(["--workers", "1", "--cpus", "0"])
-            .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
-            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
-            .output()
-            .unwrap();
+        let out = start_expecting_refusal(&bed, "auto", internal, &[]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{internal}: {stderr}");
         assert!(stderr.contains(why), "{internal}: `{why}` in {stderr}");
@@ -177,20 +188,8 @@ fn fewer_workers_than_rx_queues_is_refused() {
         ..Default::default()
     })
     .unwrap();
-    let binary = testkit::cargo_build::bin("relay-afxdp");
-    let out = bed
-        .relay
-        .command("timeout")
-        .args(["10", binary.to_str().unwrap()])
-        .args(["--interface", &bed.relay.ifname])
-        .args(["--vip", &format!("{}:3478", bed.relay.addr)])
-        .args(["--internal-addr", &format!("{}:40000", bed.relay.addr)])
-        .args(["--allow-transceiver-net", "10.77.0.0/24"])
-        .args(["--workers", "1", "--cpus", "0"])
-        .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
-        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
-        .output()
-        .unwrap();
+    let internal = bed.relay.addr.to_string();
+    let out = start_expecting_refusal(&bed, &bed.relay.ifname, &internal, &[]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "1 worker on 2 queues: {stderr}");
     assert!(
@@ -207,7 +206,6 @@ fn fewer_workers_than_rx_queues_is_refused() {
 fn ice_tcp_bundles_and_gso_are_refused_with_the_deployment_that_serves_them() {
     require_root();
     let bed = Testbed::up().unwrap();
-    let binary = testkit::cargo_build::bin("relay-afxdp");
     let refusals = [
         (
             vec!["--tcp-vip".to_string(), format!("{}:4443", bed.relay.addr)],
@@ -226,20 +224,9 @@ fn ice_tcp_bundles_and_gso_are_refused_with_the_deployment_that_serves_them() {
         ),
     ];
     for (flag, says) in refusals {
-        let out = bed
-            .relay
-            .command("timeout")
-            .args(["10", binary.to_str().unwrap()])
-            .args(["--interface", &bed.relay.ifname])
-            .args(["--vip", &format!("{}:3478", bed.relay.addr)])
-            .args(&flag)
-            .args(["--internal-addr", &format!("{}:40000", bed.relay.addr)])
-            .args(["--allow-transceiver-net", "10.77.0.0/24"])
-            .args(["--workers", "1", "--cpus", "0"])
-            .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
-            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
-            .output()
-            .unwrap();
+        let internal = bed.relay.addr.to_string();
+        let flag_args: Vec<&str> = flag.iter().map(String::as_str).collect();
+        let out = start_expecting_refusal(&bed, &bed.relay.ifname, &internal, &flag_args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{flag:?}: {stderr}");
         assert!(

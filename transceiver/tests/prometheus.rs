@@ -182,27 +182,7 @@ fn returns_data(prometheus: &Prometheus, query: &str) -> bool {
 
 #[test]
 fn a_real_prometheus_answers_every_dashboard_query_and_fires_on_a_dead_worker() {
-    // The cluster's relay takes frames only from the global relay, which forwards every
-    // flow whose hint names cluster 1 to it.
-    let (global_ip, cluster_ip) = (unique_ip(), unique_ip());
-    let relay = TestRelay::start_on(
-        cluster_ip,
-        &[
-            "--cluster-id",
-            "1",
-            "--allow-global-relay-net",
-            &format!("{global_ip}/32"),
-        ],
-    );
-    let global = TestRelay::start_on(
-        global_ip,
-        &[
-            "--cluster-id",
-            "0",
-            "--cluster-relay",
-            &format!("1={}", relay.internal),
-        ],
-    );
+    let (relay, global) = TestRelay::global_and_cluster();
     let healthy = Transceiver::start(Some(global.vip), &["--cluster-id", "1"]);
     let mut broken = Transceiver::spawn(
         Some(global.vip),

@@ -341,25 +341,7 @@ fn json_logs_name_each_session_by_id_and_server_ufrag() {
 /// leave from the global VIP.
 #[test]
 fn a_session_through_the_global_relay_and_a_cluster_relay_is_echoed() {
-    let (global_ip, cluster_ip) = (unique_ip(), unique_ip());
-    let cluster = TestRelay::start_on(
-        cluster_ip,
-        &[
-            "--cluster-id",
-            "1",
-            "--allow-global-relay-net",
-            &format!("{global_ip}/32"),
-        ],
-    );
-    let global = TestRelay::start_on(
-        global_ip,
-        &[
-            "--cluster-id",
-            "0",
-            "--cluster-relay",
-            &format!("1={}", cluster.internal),
-        ],
-    );
+    let (cluster, global) = TestRelay::global_and_cluster();
     let xcvr = Transceiver::start(Some(global.vip), &["--cluster-id", "1"]);
     let mut client = new_client();
     assert_eq!(client.signal(xcvr.http).status, 201);

@@ -25,6 +25,32 @@ pub struct TestRelay {
 }
 
 impl TestRelay {
+    /// The global relay tier in front of cluster 1's relay: the cluster's relay takes
+    /// frames only from the global relay, which forwards every flow whose hint names
+    /// cluster 1 to it. (cluster relay, global relay)
+    pub fn global_and_cluster() -> (TestRelay, TestRelay) {
+        let (global_ip, cluster_ip) = (unique_ip(), unique_ip());
+        let cluster = TestRelay::start_on(
+            cluster_ip,
+            &[
+                "--cluster-id",
+                "1",
+                "--allow-global-relay-net",
+                &format!("{global_ip}/32"),
+            ],
+        );
+        let global = TestRelay::start_on(
+            global_ip,
+            &[
+                "--cluster-id",
+                "0",
+                "--cluster-relay",
+                &format!("1={}", cluster.internal),
+            ],
+        );
+        (cluster, global)
+    }
+
     pub fn start(extra: &[&str]) -> TestRelay {
         let ip = unique_ip();
         Self::start_on(ip, extra)
