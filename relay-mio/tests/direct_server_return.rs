@@ -101,10 +101,7 @@ impl Relay {
     /// Waits (workers publish their counters every few ms) until `name` sums to `want`;
     /// fails with what it read, saying `why`.
     fn expect_metric(&self, name: &str, want: f64, why: &str) {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while self.metric(name) != want && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        settles_within(10, || self.metric(name) == want);
         assert_eq!(self.metric(name), want, "{why}: {name}");
     }
 
@@ -118,20 +115,25 @@ impl Relay {
     }
 
     fn wait_exit(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while self.child.try_wait().expect("try_wait").is_none() {
-            assert!(Instant::now() < deadline, "the drained relay exits");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let exited = settles_within(15, || self.child.try_wait().expect("try_wait").is_some());
+        assert!(exited, "the drained relay exits");
     }
 }
 
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
+/// Polls `done` every 50 ms for up to `seconds`; whether it came true.
+fn settles_within(seconds: u64, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
     while !done() {
-        assert!(Instant::now() < deadline, "waited 10 s for {what}");
+        if Instant::now() >= deadline {
+            return false;
+        }
         std::thread::sleep(Duration::from_millis(50));
     }
+    true
+}
+
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    assert!(settles_within(10, done), "waited 10 s for {what}");
 }
 
 /// How many datagrams the router has forwarded (`Ip: ForwDatagrams` of its namespace).
