@@ -1,0 +1,193 @@
+//! Which span of fixed loads gives the steadiest per-round ratio: re-fits the rounds of
+//! one `ufrag-perf compare` report, run with many loads, through subsets of those loads
+//! (the same trials each time) and prints, per pair of rows, the median per-round ratio
+//! and its spread. The evidence behind the default `--loads`:
+//!
+//! ```sh
+//! cargo run --release -p ufrag-perf --example load_range -- docs/results/compare-load-range.json
+//! ```
+
+#![forbid(unsafe_code)]
+
+use perf::compare::cost::LOSSY;
+use perf::compare::marginal::{MIN_LOADS, fit};
+use perf::stats::median;
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+
+/// The pairs whose ratio the verdict reads on the testbed: the best bypass rows against
+/// the cheapest socket relay, and that relay against plain relay-mio.
+const PAIRS: [(&str, &str); 3] = [
+    ("afxdp-fast-native", "mio-bundles"),
+    ("afxdp-fast-skb", "mio-bundles"),
+    ("mio-bundles", "mio"),
+];
+
+/// One setup's trials in one round as (pps that arrived, cores busy), `None` where the
+/// setup lost more than [`LOSSY`] of the load.
+type Points = Vec<Option<(f64, f64)>>;
+
+fn main() {
+    let Some(path) = std::env::args().nth(1) else {
+        eprintln!(
+            "usage: load_range REPORT.json (a `ufrag-perf compare` report with 8 or more loads)"
+        );
+        std::process::exit(2);
+    };
+    if let Err(why) = run(&path) {
+        eprintln!("load_range: {path}: {why}");
+        std::process::exit(1);
+    }
+}
+
+fn run(path: &str) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let report: Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let cost = &report["cost"];
+    let loads: Vec<u64> = cost["loads_pps"]
+        .as_array()
+        .ok_or("no cost.loads_pps")?
+        .iter()
+        .filter_map(Value::as_u64)
+        .collect();
+    if loads.len() < 2 * MIN_LOADS {
+        return Err(format!(
+            "{} loads: at least {} are needed to split them",
+            loads.len(),
+            2 * MIN_LOADS
+        ));
+    }
+    let null = cost["null_row"].as_str().ok_or("no cost.null_row")?;
+    let null_outliers: BTreeSet<u64> = cost["null_outliers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|o| o["round"].as_u64())
+        .collect();
+    let trials = passed_trials(cost, &null_outliers)?;
+    println!("| pair | loads (pps) | rounds | median ratio | interquartile range | MAD ÷ median |");
+    println!("|---|---|---:|---:|---|---:|");
+    for (row, other) in PAIRS {
+        for (name, which) in subsets(&loads) {
+            let ratios = ratios(&trials, row, other, null, &which);
+            let Some(centre) = median(&ratios) else {
+                continue;
+            };
+            let deviations: Vec<f64> = ratios.iter().map(|r| (r - centre).abs()).collect();
+            let mad = median(&deviations).unwrap_or(f64::NAN);
+            let (low, high) = quartiles(&ratios);
+            println!(
+                "| {row} ÷ {other} | {name} | {} | {centre:.3} | {low:.3}–{high:.3} | {:.2} |",
+                ratios.len(),
+                mad / centre
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Every sample the host gate passed, by (round, setup), leaving out the rounds whose
+/// null row was an outlier (the report leaves them out of every ratio too).
+fn passed_trials(
+    cost: &Value,
+    null_outliers: &BTreeSet<u64>,
+) -> Result<HashMap<(u64, String), Points>, String> {
+    let samples = cost["samples"].as_array().ok_or("no cost.samples")?;
+    let mut trials = HashMap::new();
+    for sample in samples {
+        let disturbed = sample["disturbances"]
+            .as_array()
+            .is_some_and(|d| !d.is_empty());
+        let round = sample["round"].as_u64().ok_or("a sample without a round")?;
+        if disturbed || null_outliers.contains(&round) {
+            continue;
+        }
+        let setup = sample["setup"].as_str().ok_or("a sample without a setup")?;
+        let points = sample["loads"]
+            .as_array()
+            .ok_or("a sample without loads")?
+            .iter()
+            .map(point)
+            .collect();
+        trials.insert((round, setup.to_string()), points);
+    }
+    Ok(trials)
+}
+
+/// A trial as (pps that arrived, cores busy), `None` when it lost more than [`LOSSY`].
+fn point(trial: &Value) -> Option<(f64, f64)> {
+    let sent = trial["sent"].as_f64()?;
+    let received = trial["received"].as_f64()?;
+    let wall = trial["wall_seconds"].as_f64()?;
+    let busy = trial["busy_seconds"].as_f64()?;
+    let carried = received > 0.0 && wall > 0.0 && (sent - received) / sent.max(1.0) <= LOSSY;
+    carried.then(|| (received / wall, busy / wall))
+}
+
+/// The subsets compared, each as a name and the indices of its loads: the lower half,
+/// the upper half (the same spread, higher), every other load up to the top (twice the
+/// lower half's spread, as many loads) and all of them.
+fn subsets(loads: &[u64]) -> Vec<(String, Vec<usize>)> {
+    let n = loads.len();
+    let half = n / 2;
+    let named = |which: Vec<usize>| {
+        let pps: Vec<String> = which.iter().map(|&i| loads[i].to_string()).collect();
+        (pps.join(", "), which)
+    };
+    let mut every_other: Vec<usize> = (0..n).rev().step_by(2).collect();
+    every_other.reverse();
+    vec![
+        named((0..half).collect()),
+        named((n - half..n).collect()),
+        named(every_other),
+        named((0..n).collect()),
+    ]
+}
+
+/// `row`'s marginal cost over `other`'s, both net of `null`, in every round where all
+/// three passed, through the loads of `which` that all three carried.
+fn ratios(
+    trials: &HashMap<(u64, String), Points>,
+    row: &str,
+    other: &str,
+    null: &str,
+    which: &[usize],
+) -> Vec<f64> {
+    let rounds: BTreeSet<u64> = trials.keys().map(|k| k.0).collect();
+    rounds
+        .into_iter()
+        .filter_map(|round| {
+            let get = |setup: &str| trials.get(&(round, setup.to_string()));
+            let (a, b, n) = (get(row)?, get(other)?, get(null)?);
+            let carried: Vec<usize> = which
+                .iter()
+                .copied()
+                .filter(|&i| {
+                    [a, b, n]
+                        .iter()
+                        .all(|p| p.get(i).copied().flatten().is_some())
+                })
+                .collect();
+            let slope = |p: &Points| -> Option<f64> {
+                let points: Vec<(f64, f64)> = carried.iter().filter_map(|&i| p[i]).collect();
+                Some(fit(&points)?.us_per_packet)
+            };
+            let null_slope = slope(n)?;
+            let (mine, theirs) = (slope(a)? - null_slope, slope(b)? - null_slope);
+            (theirs > 0.0).then(|| mine / theirs)
+        })
+        .collect()
+}
+
+/// The first and third quartiles (linear between order statistics).
+fn quartiles(values: &[f64]) -> (f64, f64) {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        let x = q * (sorted.len() - 1) as f64;
+        let (i, frac) = (x.floor() as usize, x.fract());
+        let next = sorted[(i + 1).min(sorted.len() - 1)];
+        sorted[i] + frac * (next - sorted[i])
+    };
+    (at(0.25), at(0.75))
+}
