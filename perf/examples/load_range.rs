@@ -50,9 +50,9 @@ fn run(path: &str) -> Result<(), String> {
         .iter()
         .filter_map(Value::as_u64)
         .collect();
-    if loads.len() < 2 * MIN_LOADS {
+    if loads.len() < 2 * MIN_LOADS || loads.len() % 2 == 1 {
         return Err(format!(
-            "{} loads: at least {} are needed to split them",
+            "{} loads: an even number, at least {}, is needed to split them in halves",
             loads.len(),
             2 * MIN_LOADS
         ));
@@ -64,12 +64,14 @@ fn run(path: &str) -> Result<(), String> {
         .flatten()
         .filter_map(|o| o["round"].as_u64())
         .collect();
-    let trials = passed_trials(cost, &null_outliers)?;
-    println!("| pair | loads (pps) | rounds | median ratio | interquartile range | MAD ÷ median |");
-    println!("|---|---|---:|---:|---|---:|");
+    let trials = passed_trials(cost, &loads, &null_outliers)?;
+    println!(
+        "| pair | loads (pps) | rounds | rounds without a ratio | median ratio | interquartile range | MAD ÷ median (unscaled) |"
+    );
+    println!("|---|---|---:|---:|---:|---|---:|");
     for (row, other) in PAIRS {
         for (name, which) in subsets(&loads) {
-            let ratios = ratios(&trials, row, other, null, &which);
+            let (ratios, without) = ratios(&trials, row, other, null, &which);
             let Some(centre) = median(&ratios) else {
                 continue;
             };
@@ -77,7 +79,7 @@ fn run(path: &str) -> Result<(), String> {
             let mad = median(&deviations).unwrap_or(f64::NAN);
             let (low, high) = quartiles(&ratios);
             println!(
-                "| {row} ÷ {other} | {name} | {} | {centre:.3} | {low:.3}–{high:.3} | {:.2} |",
+                "| {row} ÷ {other} | {name} | {} | {without} | {centre:.3} | {low:.3}–{high:.3} | {:.2} |",
                 ratios.len(),
                 mad / centre
             );
@@ -87,9 +89,12 @@ fn run(path: &str) -> Result<(), String> {
 }
 
 /// Every sample the host gate passed, by (round, setup), leaving out the rounds whose
-/// null row was an outlier (the report leaves them out of every ratio too).
+/// null row was an outlier at any load (the report leaves them out of every ratio too,
+/// whichever loads a ratio goes through). A sample's trials must be the report's loads,
+/// in order.
 fn passed_trials(
     cost: &Value,
+    loads: &[u64],
     null_outliers: &BTreeSet<u64>,
 ) -> Result<HashMap<(u64, String), Points>, String> {
     let samples = cost["samples"].as_array().ok_or("no cost.samples")?;
@@ -103,12 +108,17 @@ fn passed_trials(
             continue;
         }
         let setup = sample["setup"].as_str().ok_or("a sample without a setup")?;
-        let points = sample["loads"]
-            .as_array()
-            .ok_or("a sample without loads")?
+        let sample_loads = sample["loads"].as_array().ok_or("a sample without loads")?;
+        let offered: Vec<u64> = sample_loads
             .iter()
-            .map(point)
+            .filter_map(|t| t["offered_pps"].as_u64())
             .collect();
+        if offered != loads {
+            return Err(format!(
+                "round {round}, {setup}: trials at {offered:?} pps, not the report's {loads:?}"
+            ));
+        }
+        let points = sample_loads.iter().map(point).collect();
         trials.insert((round, setup.to_string()), points);
     }
     Ok(trials)
@@ -125,8 +135,8 @@ fn point(trial: &Value) -> Option<(f64, f64)> {
 }
 
 /// The subsets compared, each as a name and the indices of its loads: the lower half,
-/// the upper half (the same spread, higher), every other load up to the top (twice the
-/// lower half's spread, as many loads) and all of them.
+/// the upper half (the same spread, higher), every other load up to the top (as many
+/// loads as a half, over nearly twice its spread) and all of them.
 fn subsets(loads: &[u64]) -> Vec<(String, Vec<usize>)> {
     let n = loads.len();
     let half = n / 2;
@@ -145,38 +155,50 @@ fn subsets(loads: &[u64]) -> Vec<(String, Vec<usize>)> {
 }
 
 /// `row`'s marginal cost over `other`'s, both net of `null`, in every round where all
-/// three passed, through the loads of `which` that all three carried.
+/// three passed, through the loads of `which` that all three carried; and how many of
+/// those rounds gave no ratio (fewer than [`MIN_LOADS`] loads carried, or `other` no
+/// dearer than the null row).
 fn ratios(
     trials: &HashMap<(u64, String), Points>,
     row: &str,
     other: &str,
     null: &str,
     which: &[usize],
-) -> Vec<f64> {
+) -> (Vec<f64>, usize) {
     let rounds: BTreeSet<u64> = trials.keys().map(|k| k.0).collect();
-    rounds
-        .into_iter()
-        .filter_map(|round| {
-            let get = |setup: &str| trials.get(&(round, setup.to_string()));
-            let (a, b, n) = (get(row)?, get(other)?, get(null)?);
-            let carried: Vec<usize> = which
+    let (mut found, mut without) = (vec![], 0);
+    for round in rounds {
+        let get = |setup: &str| trials.get(&(round, setup.to_string()));
+        let (Some(a), Some(b), Some(n)) = (get(row), get(other), get(null)) else {
+            continue;
+        };
+        match ratio_through(a, b, n, which) {
+            Some(ratio) => found.push(ratio),
+            None => without += 1,
+        }
+    }
+    (found, without)
+}
+
+/// One round's ratio of `a`'s net marginal cost to `b`'s, net of `n`, through the loads
+/// of `which` that all three carried.
+fn ratio_through(a: &Points, b: &Points, n: &Points, which: &[usize]) -> Option<f64> {
+    let carried: Vec<usize> = which
+        .iter()
+        .copied()
+        .filter(|&i| {
+            [a, b, n]
                 .iter()
-                .copied()
-                .filter(|&i| {
-                    [a, b, n]
-                        .iter()
-                        .all(|p| p.get(i).copied().flatten().is_some())
-                })
-                .collect();
-            let slope = |p: &Points| -> Option<f64> {
-                let points: Vec<(f64, f64)> = carried.iter().filter_map(|&i| p[i]).collect();
-                Some(fit(&points)?.us_per_packet)
-            };
-            let null_slope = slope(n)?;
-            let (mine, theirs) = (slope(a)? - null_slope, slope(b)? - null_slope);
-            (theirs > 0.0).then(|| mine / theirs)
+                .all(|p| p.get(i).copied().flatten().is_some())
         })
-        .collect()
+        .collect();
+    let slope = |p: &Points| -> Option<f64> {
+        let points: Vec<(f64, f64)> = carried.iter().filter_map(|&i| p[i]).collect();
+        Some(fit(&points)?.us_per_packet)
+    };
+    let null_slope = slope(n)?;
+    let (mine, theirs) = (slope(a)? - null_slope, slope(b)? - null_slope);
+    (theirs > 0.0).then(|| mine / theirs)
 }
 
 /// The first and third quartiles (linear between order statistics).
