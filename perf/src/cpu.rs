@@ -249,20 +249,26 @@ impl Snapshot {
     /// read the same CPUs: each CPU's own wall time between its two readings less its
     /// idle time.
     fn busy_by_idle_clocks(&self, later: &Snapshot) -> Option<f64> {
+        Some(self.busy_by_cpu(later)?.iter().map(|(_, busy)| busy).sum())
+    }
+
+    /// Each CPU's busy seconds from `self` until `later` by its idle clock, by CPU
+    /// number (`None` when either snapshot could not read every CPU's idle clock).
+    pub fn busy_by_cpu(&self, later: &Snapshot) -> Option<Vec<(usize, f64)>> {
         let (a, b) = (self.idle_ns.as_ref()?, later.idle_ns.as_ref()?);
         if a.len() != b.len() || a.iter().zip(b).any(|(x, y)| x.cpu != y.cpu) {
             return None;
         }
-        let busy_ns: i64 = a
-            .iter()
-            .zip(b)
-            .map(|(x, y)| {
-                let wall = y.now_ns.saturating_sub(x.now_ns) as i64;
-                let idle = y.idle_ns.saturating_sub(x.idle_ns) as i64;
-                (wall - idle).max(0)
-            })
-            .sum();
-        Some(busy_ns as f64 / 1e9)
+        Some(
+            a.iter()
+                .zip(b)
+                .map(|(x, y)| {
+                    let wall = y.now_ns.saturating_sub(x.now_ns);
+                    let idle = y.idle_ns.saturating_sub(x.idle_ns);
+                    (x.cpu, wall.saturating_sub(idle) as f64 / 1e9)
+                })
+                .collect(),
+        )
     }
 
     /// What was spent from `self` until `later`.

@@ -4,6 +4,7 @@
 //! busiest symbols, each thread's share and the share spent in the kernel, for the
 //! appendices of `ufrag-perf compare`'s and `ufrag-perf model`'s reports.
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -34,6 +35,31 @@ pub struct Hot {
     pub kernel: bool,
 }
 
+/// The functions an idle CPU's task (`swapper/N`) waits in: a sample there is idle
+/// time, not work (interrupts and softirqs that ran on an idle CPU sample elsewhere).
+const IDLE_LOOP: [&str; 13] = [
+    "pv_native_safe_halt",
+    "native_safe_halt",
+    "default_idle",
+    "default_idle_call",
+    "arch_cpu_idle",
+    "cpuidle_enter_state",
+    "cpuidle_enter",
+    "cpuidle_idle_call",
+    "call_cpuidle",
+    "do_idle",
+    "acpi_idle_do_entry",
+    "intel_idle",
+    "poll_idle",
+];
+
+impl Hot {
+    /// Whether this is the idle task waiting for work.
+    fn idle_loop(&self) -> bool {
+        self.comm.starts_with("swapper") && IDLE_LOOP.contains(&self.symbol.as_str())
+    }
+}
+
 /// A core's profile over one trial.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Profile {
@@ -62,9 +88,14 @@ pub struct ThreadShare {
     pub kernel_samples: u64,
 }
 
+/// The CPU seconds `samples` stand for.
+pub fn samples_seconds(samples: u64) -> f64 {
+    samples as f64 * f64::from(PERIOD_NS) / 1e9
+}
+
 /// Percent of one core that `samples` are over `seconds`.
 pub fn core_percent(samples: u64, seconds: f64) -> f64 {
-    samples as f64 * f64::from(PERIOD_NS) / 1e9 / seconds * 100.0
+    samples_seconds(samples) / seconds * 100.0
 }
 
 /// A running `perf record`: started with its events and target, stopped with
@@ -135,17 +166,23 @@ impl Recording {
     /// Starts sampling `cpu` into a file under `dir`; `None` when Linux perf is missing
     /// or will not start.
     pub fn start(cpu: usize, dir: &Path, name: &str) -> Option<Recording> {
-        Self::start_on(["-C", &cpu.to_string()], dir, name)
+        Self::start_on(&["-C", &cpu.to_string()], dir, name)
+    }
+
+    /// Starts sampling every CPU of the machine.
+    pub fn start_machine(dir: &Path, name: &str) -> Option<Recording> {
+        Self::start_on(&["-a"], dir, name)
     }
 
     /// Starts sampling every thread of process `pid`, wherever it runs.
     pub fn start_process(pid: u32, dir: &Path, name: &str) -> Option<Recording> {
-        Self::start_on(["-p", &pid.to_string()], dir, name)
+        Self::start_on(&["-p", &pid.to_string()], dir, name)
     }
 
-    fn start_on(target: [&str; 2], dir: &Path, name: &str) -> Option<Recording> {
+    fn start_on(target: &[&str], dir: &Path, name: &str) -> Option<Recording> {
         let period = PERIOD_NS.to_string();
-        let args = ["-e", "cpu-clock", "-c", &period, target[0], target[1]];
+        let mut args = vec!["-e", "cpu-clock", "-c", &period];
+        args.extend_from_slice(target);
         Some(Recording {
             record: PerfRecord::start(&args, dir, name)?,
         })
@@ -154,23 +191,75 @@ impl Recording {
     /// Stops the recording and reduces it.
     pub fn finish(mut self) -> Option<Profile> {
         let (data, seconds) = self.record.stop();
-        let out = Command::new(LINUX_PERF)
-            .args(["report", "--stdio", "--no-children", "-q", "-n", "-t", "|"])
-            .args(["--sort", "comm,dso,sym", "-i"])
-            .arg(data)
-            .stderr(Stdio::null())
-            .output()
-            .ok()?;
+        let text = report(data, "comm,dso,sym")?;
         Some(Profile {
             seconds,
-            ..parse_report(&String::from_utf8_lossy(&out.stdout))
+            ..parse_report(&text)
         })
     }
+
+    /// Stops the recording and reduces it CPU by CPU (for [`Recording::start_machine`]):
+    /// each CPU's profile, by CPU number.
+    pub fn finish_by_cpu(mut self) -> Option<Vec<(usize, Profile)>> {
+        let (data, seconds) = self.record.stop();
+        let text = report(data, "cpu,comm,dso,sym")?;
+        Some(
+            split_by_cpu(&text)
+                .into_iter()
+                .map(|(cpu, lines)| {
+                    let profile = Profile {
+                        seconds,
+                        ..parse_report(&lines)
+                    };
+                    (cpu, profile)
+                })
+                .collect(),
+        )
+    }
+}
+
+/// `perf report`'s lines for `data`, sorted by `keys`, one per entry, fields split by `|`.
+fn report(data: &Path, keys: &str) -> Option<String> {
+    let out = Command::new(LINUX_PERF)
+        .args(["report", "--stdio", "--no-children", "-q", "-n", "-t", "|"])
+        .args(["--sort", keys, "-i"])
+        .arg(data)
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `perf report --sort cpu,comm,dso,sym` lines (` 1.50% | 3 |001|comm|dso|[k] sym`)
+/// grouped by CPU, each group as `--sort comm,dso,sym` lines, by CPU number.
+fn split_by_cpu(text: &str) -> Vec<(usize, String)> {
+    let mut by_cpu: Vec<(usize, String)> = vec![];
+    for line in text.lines() {
+        let mut fields = line.splitn(4, '|');
+        let (Some(percent), Some(samples), Some(cpu), Some(rest)) =
+            (fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let Ok(cpu) = cpu.trim().parse::<usize>() else {
+            continue;
+        };
+        let at = match by_cpu.iter().position(|(c, _)| *c == cpu) {
+            Some(at) => at,
+            None => {
+                by_cpu.push((cpu, String::new()));
+                by_cpu.len() - 1
+            }
+        };
+        let _ = writeln!(by_cpu[at].1, "{percent}|{samples}|{rest}");
+    }
+    by_cpu.sort_by_key(|(cpu, _)| *cpu);
+    by_cpu
 }
 
 /// Reduces `perf report -q -n -t '|' --sort comm,dso,sym` output (one line per symbol:
 /// ` 12.50% | 25   |comm|dso|[k] symbol`) to the top symbols, each thread's share and
-/// the kernel's.
+/// the kernel's, all as shares of the busy samples: the idle loop's are left out.
 pub fn parse_report(text: &str) -> Profile {
     let mut all: Vec<Hot> = text
         .lines()
@@ -191,7 +280,13 @@ pub fn parse_report(text: &str) -> Profile {
                 kernel: kind == "[k]",
             })
         })
+        .filter(|hot| !hot.idle_loop())
         .collect();
+    // perf's percentages count the idle loop's samples; these are of the busy ones.
+    let busy: u64 = all.iter().map(|h| h.samples).sum();
+    for hot in &mut all {
+        hot.percent = hot.samples as f64 * 100.0 / busy.max(1) as f64;
+    }
     all.sort_by(|a, b| b.percent.total_cmp(&a.percent));
     let kernel_percent = all.iter().filter(|h| h.kernel).map(|h| h.percent).sum();
     let mut threads: Vec<ThreadShare> = vec![];
@@ -235,7 +330,6 @@ pub fn markdown(setup: &str, rate_pps: u64, profile: &Profile) -> String {
 /// A process's profile (Markdown): each thread's CPU (percent of one core over the
 /// recording) and share, then the busiest symbols.
 pub fn process_markdown(title: &str, profile: &Profile) -> String {
-    use std::fmt::Write as _;
     let mut out = format!(
         "\n### {title}\n\nIn the kernel: {:.0} % of the process's busy samples.\n\n\
          | thread | CPU (% of a core) | of which in the kernel | share of the samples |\n\
@@ -258,7 +352,6 @@ pub fn process_markdown(title: &str, profile: &Profile) -> String {
 }
 
 fn symbols_table(profile: &Profile) -> String {
-    use std::fmt::Write as _;
     let mut out = String::from("| share | thread | where | function |\n|---:|---|---|---|\n");
     for h in &profile.top {
         let symbol: String = h.symbol.chars().take(90).collect();
@@ -279,34 +372,56 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_report_gives_the_top_symbols_and_the_kernel_share() {
-        let text = " 40.00% | 4000   |relay-w0|[kernel.kallsyms]|[k] __udp4_lib_rcv\n\
-                     10.00% | 1000   |relay-w0|relay-mio|[.] ufrag_common::forward::Forwarder::from_client\n\
+    fn a_machine_report_splits_by_cpu() {
+        let text = " 30.00% | 600 |001|relay-fp|[kernel.kallsyms]|[k] do_xdp_generic\n\
+                    10.00% | 200 |000|load|perf|[.] send\n\
+                    5.00% | 100 |000|swapper|[kernel.kallsyms]|[k] handle_softirqs\n\
+                    no cpu here\n";
+        let split = split_by_cpu(text);
+        assert_eq!(split.len(), 2);
+        assert_eq!(split[0].0, 0, "by CPU number");
+        let cpu0 = parse_report(&split[0].1);
+        assert_eq!(cpu0.threads.len(), 2);
+        assert_eq!(cpu0.threads[0].comm, "load");
+        assert_eq!(cpu0.threads[0].samples, 200);
+        let cpu1 = parse_report(&split[1].1);
+        assert_eq!(cpu1.top[0].symbol, "do_xdp_generic");
+        assert_eq!(cpu1.kernel_percent, 100.0);
+    }
+
+    #[test]
+    fn a_report_gives_the_top_symbols_and_the_kernel_share_of_the_busy_samples() {
+        // perf's own percentages count the idle loop (here 50 % of all samples).
+        let text = " 25.00% | 5000   |relay-w0|[kernel.kallsyms]|[k] __udp4_lib_rcv\n\
+                     5.00% | 1000   |relay-w0|relay-mio|[.] ufrag_common::forward::Forwarder::from_client\n\
                      \n\
                      garbage\n\
-                     30.00% | 3000   |ksoftirqd/1|[kernel.kallsyms]|[k] veth_xdp_rcv\n";
+                     50.00% | 10000 |swapper|[kernel.kallsyms]|[k] pv_native_safe_halt\n\
+                     20.00% | 4000   |ksoftirqd/1|[kernel.kallsyms]|[k] veth_xdp_rcv\n";
         let p = Profile {
             seconds: 2.0,
             ..parse_report(text)
         };
-        assert_eq!(p.kernel_percent, 70.0);
-        assert_eq!(p.top.len(), 3);
+        assert_eq!(p.kernel_percent, 90.0, "of the 10,000 busy samples");
+        assert_eq!(p.top.len(), 3, "the idle loop is not work");
         assert_eq!(p.top[0].symbol, "__udp4_lib_rcv");
+        assert_eq!(p.top[0].percent, 50.0);
         assert_eq!(p.top[1].comm, "ksoftirqd/1", "busiest first");
         assert!(!p.top[2].kernel);
         assert_eq!(p.top[2].dso, "relay-mio");
         let relay = &p.threads[0];
-        assert_eq!((relay.comm.as_str(), relay.percent), ("relay-w0", 50.0));
-        assert_eq!(relay.kernel_percent, 40.0);
+        assert_eq!((relay.comm.as_str(), relay.percent), ("relay-w0", 60.0));
+        assert_eq!(relay.kernel_percent, 50.0);
         assert_eq!(p.threads[1].comm, "ksoftirqd/1");
+        assert_eq!(p.threads.len(), 2);
         let by_thread = process_markdown("one process", &p);
-        // 5,000 samples of 0.5 ms over 2 s: 125 % of a core, 100 % in the kernel.
+        // 6,000 samples of 0.5 ms over 2 s: 150 % of a core, 125 % in the kernel.
         assert!(
-            by_thread.contains("| relay-w0 | 125.0 % | 100.0 % | 50.0 % |"),
+            by_thread.contains("| relay-w0 | 150.0 % | 125.0 % | 60.0 % |"),
             "{by_thread}"
         );
         let md = markdown("relay-mio", 50_000, &p);
-        assert!(md.contains("In the kernel: 70 %"), "{md}");
+        assert!(md.contains("In the kernel: 90 %"), "{md}");
         assert!(md.contains(
             "| 10.0 % | relay-w0 | relay-mio | `ufrag_common::forward::Forwarder::from_client` |"
         ));

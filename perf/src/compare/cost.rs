@@ -20,6 +20,13 @@ pub const CONFIDENCE: f64 = 0.95;
 /// A load lost more than this share: left out of every line that load would enter.
 pub const LOSSY: f64 = 0.005;
 
+/// A load the generator sent more than this share slower than offered: left out like a
+/// lost one. The generator sends a fixed count of datagrams, so when the setup and the
+/// tools together want more than the host's cores the trial stretches instead of
+/// losing: the setup then ran at a rate nobody offered, past the host's ceiling, where
+/// deeper batches make each packet cheaper.
+pub const SHORTFALL: f64 = 0.05;
+
 /// A null-row trial this many scaled MADs from the null row's median at its load marks
 /// its round as disturbed: the null row is subtracted from every row, so one slow null
 /// trial would move every row of its round.
@@ -38,6 +45,28 @@ pub struct LoadTrial {
     pub busy: f64,
     /// Wall seconds of the trial.
     pub wall: f64,
+    /// The rate the generator achieved, pps (`None` in a report that did not record it).
+    pub sent_pps: Option<u64>,
+}
+
+/// Why a load's trial does not enter a line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NotCarried {
+    /// Nothing arrived, or more than [`LOSSY`] was lost.
+    Lost,
+    /// The generator sent more than [`SHORTFALL`] slower than offered: the host's cores
+    /// were the limit.
+    Stretched,
+}
+
+impl NotCarried {
+    /// As a phrase for the report.
+    pub fn label(self) -> &'static str {
+        match self {
+            NotCarried::Lost => "lost",
+            NotCarried::Stretched => "stretched",
+        }
+    }
 }
 
 impl LoadTrial {
@@ -49,9 +78,30 @@ impl LoadTrial {
         self.sent.saturating_sub(self.received) as f64 / self.sent as f64
     }
 
-    /// Busy µs per packet that arrived (`None` when none did or too many were lost).
+    /// Why this trial does not enter a line, or `None` when the setup carried its load:
+    /// something arrived, at most [`LOSSY`] was lost and the generator kept within
+    /// [`SHORTFALL`] of the offered rate.
+    pub fn not_carried(&self) -> Option<NotCarried> {
+        if self.received == 0 || self.loss() > LOSSY {
+            return Some(NotCarried::Lost);
+        }
+        let stretched = self
+            .sent_pps
+            .is_some_and(|sent| (sent as f64) < (1.0 - SHORTFALL) * self.offered_pps as f64);
+        stretched.then_some(NotCarried::Stretched)
+    }
+
+    /// Busy µs per packet that arrived (`None` when the load was not carried).
     pub fn us_per_packet(&self) -> Option<f64> {
-        (self.received > 0 && self.loss() <= LOSSY).then(|| self.busy * 1e6 / self.received as f64)
+        self.not_carried()
+            .is_none()
+            .then(|| self.busy * 1e6 / self.received as f64)
+    }
+
+    /// The trial as a point of a line: (packets per second that arrived, cores busy);
+    /// `None` for a trial of no length.
+    pub fn point(&self) -> Option<(f64, f64)> {
+        (self.wall > 0.0).then(|| (self.received as f64 / self.wall, self.busy / self.wall))
     }
 }
 
@@ -369,6 +419,7 @@ mod tests {
             received: pps - lost,
             busy: us * (pps - lost) as f64 / 1e6,
             wall: 1.0,
+            sent_pps: None,
         }
     }
 
@@ -387,6 +438,69 @@ mod tests {
         let mut lossy = row.clone();
         lossy.loads[3] = trial(50_000, 9.0, 20_000); // 40 % lost
         assert_eq!(net_costs(&lossy, &null)[3], None);
+    }
+
+    #[test]
+    fn a_trial_is_carried_only_when_little_was_lost_and_the_generator_kept_pace() {
+        let kept = trial(50_000, 9.0, 0);
+        assert_eq!(kept.not_carried(), None, "no rate recorded: judged on loss");
+        let pace = |sent_pps| LoadTrial {
+            sent_pps: Some(sent_pps),
+            ..kept
+        };
+        assert_eq!(pace(48_000).not_carried(), None, "4 % slow is within pace");
+        assert_eq!(pace(47_000).not_carried(), Some(NotCarried::Stretched));
+        assert_eq!(pace(47_000).us_per_packet(), None);
+        assert_eq!(
+            trial(50_000, 9.0, 300).not_carried(),
+            Some(NotCarried::Lost)
+        );
+        assert_eq!(
+            trial(50_000, 9.0, 250).not_carried(),
+            None,
+            "0.5 % lost is kept"
+        );
+        let nothing = LoadTrial {
+            received: 0,
+            ..kept
+        };
+        assert_eq!(nothing.not_carried(), Some(NotCarried::Lost));
+    }
+
+    #[test]
+    fn a_load_one_row_stretched_leaves_both_rows_lines_in_that_round() {
+        // Five loads; relay-mio reaches the host's ceiling at the top one: the trial
+        // stretches and, batching deeper, costs 5 µs a packet instead of 9. Left in, it
+        // would pull relay-mio's slope down and the ratio up.
+        let loads = [10_000, 20_000, 35_000, 50_000, 65_000];
+        let row = |setup: &str, us: f64, stretched_top: bool| Sample {
+            loads: loads
+                .iter()
+                .map(|&pps| {
+                    let top = stretched_top && pps == 65_000;
+                    LoadTrial {
+                        sent_pps: Some(if top { 52_000 } else { pps }),
+                        ..trial(pps, if top { 5.0 } else { us }, 0)
+                    }
+                })
+                .collect(),
+            ..Sample::for_tests(setup, 1, true)
+        };
+        let samples = vec![
+            row("direct", 1.0, false),
+            row("mio", 9.0, true),
+            row("afxdp", 5.0, false),
+        ];
+        let analysis = Analysis::new(&samples, "direct");
+        let ratios = analysis.ratios("afxdp", "mio");
+        assert_eq!(ratios.len(), 1);
+        assert!((ratios[0].1 - 0.5).abs() < 1e-9, "{ratios:?}");
+        let mio = analysis.row("mio", "mio");
+        assert_eq!(
+            mio.by_round[0].1.loads, 4,
+            "the stretched load is not in its line"
+        );
+        assert!((mio.marginal.unwrap().median - 8.0).abs() < 1e-9);
     }
 
     #[test]

@@ -185,6 +185,7 @@ mod tests {
             received,
             busy: 0.1,
             wall: 1.0,
+            sent_pps: None,
         };
         Sample {
             loads: vec![trial],

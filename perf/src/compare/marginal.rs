@@ -5,7 +5,7 @@
 //! it to the packets, more at low loads than at high). Both are taken net of the null
 //! row's line over the same loads. Pure: trials in, lines out.
 
-use super::cost::{LoadTrial, Sample};
+use super::cost::Sample;
 use crate::stats::median;
 
 /// The fewest loads a line is fitted through: two points always fit a line exactly, so
@@ -77,13 +77,8 @@ pub fn fit(points: &[(f64, f64)]) -> Option<Line> {
     })
 }
 
-/// A trial as a point: packets per second that arrived, and cores busy.
-fn point(trial: &LoadTrial) -> Option<(f64, f64)> {
-    (trial.wall > 0.0).then(|| (trial.received as f64 / trial.wall, trial.busy / trial.wall))
-}
-
-/// Which of `samples`' loads every one of them carried (lost no more than
-/// [`super::cost::LOSSY`]): a load lost by one is left out of all, so lines compared
+/// Which of `samples`' loads every one of them carried
+/// ([`super::cost::LoadTrial::not_carried`]): a load one did not carry is left out of all, so lines compared
 /// with each other go through the same loads.
 pub fn carried_by_all(samples: &[&Sample]) -> Vec<bool> {
     let loads = samples.iter().map(|s| s.loads.len()).min().unwrap_or(0);
@@ -99,7 +94,7 @@ fn line_over(sample: &Sample, mask: &[bool]) -> Option<Line> {
         .iter()
         .zip(mask)
         .filter(|(_, keep)| **keep)
-        .filter_map(|(t, _)| point(t))
+        .filter_map(|(t, _)| t.point())
         .collect();
     fit(&points)
 }
@@ -125,6 +120,7 @@ pub fn ratio_in_round(row: &Sample, other: &Sample, null: &Sample) -> Option<f64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compare::cost::LoadTrial;
 
     /// A one-second trial at `pps` on a setup holding `fixed` cores and costing `us` per
     /// packet, losing `lost`.
@@ -136,6 +132,7 @@ mod tests {
             received,
             busy: fixed + us * received as f64 / 1e6,
             wall: 1.0,
+            sent_pps: None,
         }
     }
 

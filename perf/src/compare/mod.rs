@@ -24,6 +24,7 @@ pub mod cost;
 pub mod fast_path;
 pub mod lab;
 pub mod latency;
+pub mod machine_profile;
 pub mod marginal;
 pub mod max_rate;
 pub mod notes;
@@ -75,21 +76,24 @@ pub fn run(options: &Options) -> i32 {
     let bench = &*bed;
     starts_once(bench.relay(), &mut setups, &mut left_out);
     // The report so far, rewritten as rounds and phases finish.
-    let write =
-        |samples: &[cost::Sample], searched: &search_phase::Searched, partial: Option<String>| {
-            report::write(
-                options,
-                &report::Measured {
-                    setups: &setups,
-                    left_out: &left_out,
-                    samples,
-                    searched,
-                    seed,
-                    environment: &environment,
-                    partial,
-                },
-            )
-        };
+    let write = |samples: &[cost::Sample],
+                 machine: &[machine_profile::MachineProfile],
+                 searched: &search_phase::Searched,
+                 partial: Option<String>| {
+        report::write(
+            options,
+            &report::Measured {
+                setups: &setups,
+                left_out: &left_out,
+                samples,
+                machine,
+                searched,
+                seed,
+                environment: &environment,
+                partial,
+            },
+        )
+    };
     let not_searched = search_phase::Searched::default();
     let search_left = if options.no_search {
         ""
@@ -122,7 +126,7 @@ pub fn run(options: &Options) -> i32 {
                         most.to_string()
                     };
                     let progress = format!("{done} of {of} rounds done{search_left}");
-                    if let Err(e) = write(samples, &not_searched, Some(progress)) {
+                    if let Err(e) = write(samples, &[], &not_searched, Some(progress)) {
                         crate::say!("perf compare: writing the partial report: {e}");
                     }
                 },
@@ -146,6 +150,13 @@ pub fn run(options: &Options) -> i32 {
     } else {
         vec![]
     };
+    // Where each row's cost lands, on the testbed (a lab's relay host is another machine).
+    let machine = if samples.is_empty() || options.lab.lab.is_some() {
+        vec![]
+    } else {
+        let dir = options.out.parent().unwrap_or(std::path::Path::new("."));
+        machine_profile::run(bench, &setups, &options.loads, options.search.size, dir)
+    };
     let searched = if options.no_search {
         search_phase::Searched::default()
     } else {
@@ -162,14 +173,14 @@ pub fn run(options: &Options) -> i32 {
             &mut |searched, done, steps| {
                 let progress =
                     format!("{rounds_done}the maximum-rate search: {done} of {steps} setups done");
-                if let Err(e) = write(&samples, searched, Some(progress)) {
+                if let Err(e) = write(&samples, &machine, searched, Some(progress)) {
                     crate::say!("perf compare: writing the partial report: {e}");
                 }
             },
         )
     };
     drop(bed);
-    let written = write(&samples, &searched, None);
+    let written = write(&samples, &machine, &searched, None);
     match written {
         Ok(()) => 0,
         Err(e) => {

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::bench::{PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SOCKET_FLOWS};
-use super::cost::{RowCost, Sample, sessions_per_core};
+use super::cost::{NotCarried, RowCost, Sample, sessions_per_core};
 use super::options::{Direction, GeneratorKind, Options};
 use super::setups::name_of;
 use crate::load::LOAD_CPU;
@@ -33,8 +33,10 @@ pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String
          least {} loads): its slope is the marginal µs per packet, its intercept the cores held \
          at no load. The direct path's line in the \
          same round (the null row: the same tools, no relay) is subtracted, so what remains is \
-         what the setup added. A load a setup lost more than 0.5 % at is left out of its line and \
-         of every line it is compared with in that round. Ratios are taken per round, over the \
+         what the setup added. A load a setup did not carry (it lost more than {:.1} %, or the \
+         generator sent more than {:.0} % slower than offered because the host's cores were \
+         the limit, so the trial stretched) is left out of its line and of every line it is \
+         compared with in that round. Ratios are taken per round, over the \
          loads both rows carried, and the verdict reads the interval of those ratios.\n",
         options.rounds,
         options.flows,
@@ -42,7 +44,53 @@ pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String
         options.trial,
         precision,
         super::marginal::MIN_LOADS,
+        super::cost::LOSSY * 100.0,
+        super::cost::SHORTFALL * 100.0,
     )
+}
+
+/// The loads each setup did not carry, with why and in how many of the rounds the host
+/// gate passed: a row whose top load is listed here has its line, and every ratio it
+/// enters, drawn through the loads below it.
+pub fn loads_not_carried(samples: &[Sample]) -> String {
+    // (setup, load, why) → rounds.
+    let mut counted: Vec<((String, u64, NotCarried), usize)> = vec![];
+    for s in samples.iter().filter(|s| s.clean()) {
+        for t in &s.loads {
+            let Some(why) = t.not_carried() else {
+                continue;
+            };
+            let key = (s.setup.clone(), t.offered_pps, why);
+            match counted.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += 1,
+                None => counted.push((key, 1)),
+            }
+        }
+    }
+    if counted.is_empty() {
+        return "\nEvery setup carried every load in every round the host gate kept.\n".into();
+    }
+    let mut out = format!(
+        "\nLoads not carried (in rounds the host gate kept), each left out of that round's \
+         lines for the setup and whatever it is compared with: *lost* is more than {:.1} % \
+         lost, *stretched* is the generator sending more than {:.0} % slower than offered \
+         (the host's cores were the limit).\n\n",
+        super::cost::LOSSY * 100.0,
+        super::cost::SHORTFALL * 100.0,
+    );
+    for ((setup, load, why), rounds) in counted {
+        let kept = samples
+            .iter()
+            .filter(|s| s.setup == setup && s.clean())
+            .count();
+        let _ = writeln!(
+            out,
+            "- {} at {load} pps: {} in {rounds} of {kept} rounds.",
+            name_of(&setup),
+            why.label()
+        );
+    }
+    out
 }
 
 /// The host gate: what it reads and the thresholds.

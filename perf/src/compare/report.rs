@@ -23,6 +23,8 @@ pub struct Measured<'a> {
     pub left_out: &'a [(String, String)],
     /// The fixed-load rounds' samples.
     pub samples: &'a [Sample],
+    /// Each setup's whole machine over one profiled trial (empty when not profiled).
+    pub machine: &'a [super::machine_profile::MachineProfile],
     /// The search phase.
     pub searched: &'a Searched,
     /// The rounds' seed.
@@ -262,7 +264,8 @@ fn fast_path_against_reference(analysis: &Analysis<'_>, setups: &[&Setup]) -> St
         "\n### The fast path against the in-kernel reference\n\nMarginal cost over the \
          in-kernel XDP rewrite relay's, per round (median [interval, its coverage]). A \
          fast path within 1.2× of it does what the kernel alone does; past that, *Where \
-         the time goes* profiles the row's core.\n\n| fast-path row | ratio to the reference | \
+         the whole machine's time goes* shows on which CPU and in which functions the \
+         difference lands.\n\n| fast-path row | ratio to the reference | \
          coverage | rounds | within 1.2× |\n|---|---:|---:|---:|---|\n",
     );
     for row in fast {
@@ -398,7 +401,8 @@ fn cost_json(
             })),
             "loads": s.loads.iter().map(|t| serde_json::json!({
                 "offered_pps": t.offered_pps, "sent": t.sent, "received": t.received,
-                "busy_seconds": t.busy, "wall_seconds": t.wall,
+                "busy_seconds": t.busy, "wall_seconds": t.wall, "sent_pps": t.sent_pps,
+                "not_carried": t.not_carried().map(super::cost::NotCarried::label),
             })).collect::<Vec<_>>(),
             "latency": s.latency.iter().map(crate::lab::protocol::trial_json).collect::<Vec<_>>(),
             "fast_path": super::fast_path::json(s),
@@ -455,6 +459,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     } else {
         md.push_str(&super::verdict::markdown(&verdict, name_of, &host));
         md.push_str(&notes::row_summary(&rows, BASELINE));
+        md.push_str(&notes::loads_not_carried(m.samples));
         md.push_str(&cost_table(
             &rows,
             &options.loads,
@@ -467,6 +472,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&bypass_against_sockets(&analysis, &bypass, &sockets));
         md.push_str(&fast_path_against_reference(&analysis, m.setups));
+        md.push_str(&super::machine_profile::markdown(m.machine));
         md.push_str(&per_round_table(&rows, rounds_run));
         md.push_str(&pairs_table(&analysis, &options.versus));
         md.push_str(&super::fast_path::markdown(m.samples, options.flows));
@@ -594,6 +600,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     json["max_rate"] = super::max_rate::json(&rates, &fraction_latency, interval_json);
     json["cost"]["latency_loads_pps"] = serde_json::json!(options.latency_loads);
     json["cost"]["latency"] = super::latency::json(&latency_rows, interval_json);
+    json["cost"]["machine_profiles"] = super::machine_profile::json(m.machine);
     json["cost"]["pairs"] = options
         .versus
         .iter()

@@ -212,6 +212,7 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
             received: t.received,
             busy,
             wall: spent.wall,
+            sent_pps: Some(t.sent_pps),
         });
     }
     let during = window.until(&Snapshot::now());
