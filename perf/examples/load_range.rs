@@ -9,8 +9,8 @@
 
 #![forbid(unsafe_code)]
 
-use perf::compare::cost::LoadTrial;
-use perf::compare::marginal::{MIN_LOADS, fit};
+use perf::compare::cost::{LoadTrial, Sample};
+use perf::compare::marginal::{MIN_LOADS, ratio_in_round};
 use perf::stats::median;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
@@ -22,10 +22,6 @@ const PAIRS: [(&str, &str); 3] = [
     ("afxdp-fast-skb", "mio-bundles"),
     ("mio-bundles", "mio"),
 ];
-
-/// One setup's trials in one round as (pps that arrived, cores busy), `None` where the
-/// setup did not carry the load ([`LoadTrial::not_carried`]).
-type Points = Vec<Option<(f64, f64)>>;
 
 fn main() {
     let Some(path) = std::env::args().nth(1) else {
@@ -65,6 +61,16 @@ fn run(path: &str) -> Result<(), String> {
         .filter_map(|o| o["round"].as_u64())
         .collect();
     let trials = passed_trials(cost, &loads, &null_outliers)?;
+    if !trials
+        .values()
+        .flat_map(|s| &s.loads)
+        .all(|t| t.sent_pps.is_some())
+    {
+        eprintln!(
+            "load_range: this report does not record the generator's rate (sent_pps): its \
+             trials are judged on loss alone"
+        );
+    }
     println!(
         "| pair | loads (pps) | rounds | rounds without a ratio | median ratio | interquartile range | MAD ÷ median (unscaled) |"
     );
@@ -96,7 +102,7 @@ fn passed_trials(
     cost: &Value,
     loads: &[u64],
     null_outliers: &BTreeSet<u64>,
-) -> Result<HashMap<(u64, String), Points>, String> {
+) -> Result<HashMap<(u64, String), Sample>, String> {
     let samples = cost["samples"].as_array().ok_or("no cost.samples")?;
     let mut trials = HashMap::new();
     for sample in samples {
@@ -109,38 +115,44 @@ fn passed_trials(
         }
         let setup = sample["setup"].as_str().ok_or("a sample without a setup")?;
         let sample_loads = sample["loads"].as_array().ok_or("a sample without loads")?;
-        let offered: Vec<u64> = sample_loads
+        let load_trials: Vec<LoadTrial> = sample_loads
             .iter()
-            .filter_map(|t| t["offered_pps"].as_u64())
-            .collect();
+            .map(load_trial)
+            .collect::<Option<_>>()
+            .ok_or_else(|| format!("round {round}, {setup}: a trial without its counts"))?;
+        let offered: Vec<u64> = load_trials.iter().map(|t| t.offered_pps).collect();
         if offered != loads {
             return Err(format!(
                 "round {round}, {setup}: trials at {offered:?} pps, not the report's {loads:?}"
             ));
         }
-        let points = sample_loads.iter().map(point).collect();
-        trials.insert((round, setup.to_string()), points);
+        let sample = Sample {
+            setup: setup.to_string(),
+            round: round as usize,
+            position: sample["position"].as_u64().unwrap_or(0) as usize,
+            loads: load_trials,
+            latency: vec![],
+            disturbances: vec![],
+            reading: None,
+            fast_path: None,
+            outside: None,
+        };
+        trials.insert((round, setup.to_string()), sample);
     }
     Ok(trials)
 }
 
-/// A trial as (pps that arrived, cores busy), `None` when the setup did not carry it, by
-/// the crate's own rule (a report from before the generator's rate was recorded is judged
-/// on loss alone).
-fn point(trial: &Value) -> Option<(f64, f64)> {
-    let trial = LoadTrial {
+/// A trial as the report's JSON records it (`sent_pps` absent in reports made before it
+/// was recorded).
+fn load_trial(trial: &Value) -> Option<LoadTrial> {
+    Some(LoadTrial {
         offered_pps: trial["offered_pps"].as_u64()?,
         sent: trial["sent"].as_u64()?,
         received: trial["received"].as_u64()?,
         busy: trial["busy_seconds"].as_f64()?,
         wall: trial["wall_seconds"].as_f64()?,
         sent_pps: trial["sent_pps"].as_u64(),
-    };
-    trial
-        .not_carried()
-        .is_none()
-        .then(|| trial.point())
-        .flatten()
+    })
 }
 
 /// The subsets compared, each as a name and the indices of its loads: the lower half,
@@ -164,16 +176,18 @@ fn subsets(loads: &[u64]) -> Vec<(String, Vec<usize>)> {
 }
 
 /// `row`'s marginal cost over `other`'s, both net of `null`, in every round where all
-/// three passed, through the loads of `which` that all three carried; and how many of
-/// those rounds gave no ratio (fewer than [`MIN_LOADS`] loads carried, or `other` no
-/// dearer than the null row).
+/// three passed, through exactly the loads of `which` (the crate's
+/// [`ratio_in_round`]); and how many of those rounds gave no ratio (one of the three did
+/// not carry one of the loads, or `other` was no dearer than the null row).
 fn ratios(
-    trials: &HashMap<(u64, String), Points>,
+    trials: &HashMap<(u64, String), Sample>,
     row: &str,
     other: &str,
     null: &str,
     which: &[usize],
 ) -> (Vec<f64>, usize) {
+    let loads = trials.values().map(|s| s.loads.len()).max().unwrap_or(0);
+    let mask: Vec<bool> = (0..loads).map(|i| which.contains(&i)).collect();
     let rounds: BTreeSet<u64> = trials.keys().map(|k| k.0).collect();
     let (mut found, mut without) = (vec![], 0);
     for round in rounds {
@@ -181,33 +195,12 @@ fn ratios(
         let (Some(a), Some(b), Some(n)) = (get(row), get(other), get(null)) else {
             continue;
         };
-        match ratio_through(a, b, n, which) {
+        match ratio_in_round(a, b, n, &mask) {
             Some(ratio) => found.push(ratio),
             None => without += 1,
         }
     }
     (found, without)
-}
-
-/// One round's ratio of `a`'s net marginal cost to `b`'s, net of `n`, through the loads
-/// of `which` that all three carried.
-fn ratio_through(a: &Points, b: &Points, n: &Points, which: &[usize]) -> Option<f64> {
-    let carried: Vec<usize> = which
-        .iter()
-        .copied()
-        .filter(|&i| {
-            [a, b, n]
-                .iter()
-                .all(|p| p.get(i).copied().flatten().is_some())
-        })
-        .collect();
-    let slope = |p: &Points| -> Option<f64> {
-        let points: Vec<(f64, f64)> = carried.iter().filter_map(|&i| p[i]).collect();
-        Some(fit(&points)?.us_per_packet)
-    };
-    let null_slope = slope(n)?;
-    let (mine, theirs) = (slope(a)? - null_slope, slope(b)? - null_slope);
-    (theirs > 0.0).then(|| mine / theirs)
 }
 
 /// The first and third quartiles (linear between order statistics).

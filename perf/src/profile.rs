@@ -1,8 +1,9 @@
-//! Where a forwarder's core (or a process) spends its time: `perf record` (Linux perf,
-//! Debian's `linux-perf`, sampling the CPU clock: no hardware counters needed) on the
-//! forwarder's core or on every thread of one process while a trial runs, reduced to the
-//! busiest symbols, each thread's share and the share spent in the kernel, for the
-//! appendices of `ufrag-perf compare`'s and `ufrag-perf model`'s reports.
+//! Where a core, the whole machine or a process spends its time: `perf record` (Linux
+//! perf, Debian's `linux-perf`, sampling the CPU clock: no hardware counters needed) on
+//! the forwarder's core, on every CPU, or on every thread of one process while a trial
+//! runs, reduced to the busiest symbols, each thread's share and the share spent in the
+//! kernel (all of busy samples: the idle loop's are counted apart), for the appendices of
+//! `ufrag-perf compare`'s and `ufrag-perf model`'s reports.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -35,28 +36,46 @@ pub struct Hot {
     pub kernel: bool,
 }
 
-/// The functions an idle CPU's task (`swapper/N`) waits in: a sample there is idle
-/// time, not work (interrupts and softirqs that ran on an idle CPU sample elsewhere).
-const IDLE_LOOP: [&str; 13] = [
+/// The functions an idle CPU's task (`swapper/N`) waits in, across the kernel's idle
+/// drivers (halt, mwait, ACPI, haltpoll, polling) and governors: a sample there is idle
+/// time, not work. Interrupts and softirqs that ran on an idle CPU sample in their own
+/// functions (`handle_softirqs`, …) and stay work.
+const IDLE_LOOP: [&str; 27] = [
     "pv_native_safe_halt",
     "native_safe_halt",
+    "acpi_safe_halt",
     "default_idle",
     "default_idle_call",
+    "default_enter_idle",
     "arch_cpu_idle",
+    "amd_e400_idle",
+    "mwait_idle",
+    "io_idle",
+    "cpu_idle_poll",
     "cpuidle_enter_state",
     "cpuidle_enter",
     "cpuidle_idle_call",
     "call_cpuidle",
     "do_idle",
+    "acpi_idle_enter",
     "acpi_idle_do_entry",
+    "acpi_processor_ffh_cstate_enter",
     "intel_idle",
+    "intel_idle_irq",
+    "intel_idle_ibrs",
+    "intel_idle_xstate",
     "poll_idle",
+    "menu_select",
+    "teo_select",
+    "haltpoll_select",
 ];
 
 impl Hot {
-    /// Whether this is the idle task waiting for work.
+    /// Whether this is the idle task waiting for work (a compiler's suffix, such as
+    /// `.isra.0`, ignored).
     fn idle_loop(&self) -> bool {
-        self.comm.starts_with("swapper") && IDLE_LOOP.contains(&self.symbol.as_str())
+        let name = self.symbol.split('.').next().unwrap_or_default();
+        self.comm.starts_with("swapper") && IDLE_LOOP.contains(&name)
     }
 }
 
@@ -71,6 +90,21 @@ pub struct Profile {
     pub threads: Vec<ThreadShare>,
     /// How long the recording ran, in seconds.
     pub seconds: f64,
+    /// Samples in the idle loop, left out of every share.
+    pub idle_samples: u64,
+}
+
+impl Profile {
+    /// Samples of work (the idle loop's left out).
+    pub fn busy_samples(&self) -> u64 {
+        self.threads.iter().map(|t| t.samples).sum()
+    }
+
+    /// The share of all samples that were work: how busy the sampled CPUs were.
+    pub fn busy_share(&self) -> f64 {
+        let busy = self.busy_samples();
+        busy as f64 / (busy + self.idle_samples).max(1) as f64
+    }
 }
 
 /// One thread's share of a profile.
@@ -155,11 +189,14 @@ impl Drop for PerfRecord {
     }
 }
 
-/// A running CPU-clock sampling of one core or one process; [`Recording::finish`] stops
-/// it and reduces it.
+/// A running CPU-clock sampling of one core, every CPU or one process;
+/// [`Recording::stop`] stops it (so a measured window can end there), and
+/// [`Recording::finish`] stops it if need be and reduces it.
 #[derive(Debug)]
 pub struct Recording {
     record: PerfRecord,
+    /// Seconds recorded, once stopped.
+    seconds: Option<f64>,
 }
 
 impl Recording {
@@ -185,13 +222,27 @@ impl Recording {
         args.extend_from_slice(target);
         Some(Recording {
             record: PerfRecord::start(&args, dir, name)?,
+            seconds: None,
         })
+    }
+
+    /// Stops sampling now; the data waits for [`Recording::finish`].
+    pub fn stop(&mut self) {
+        if self.seconds.is_none() {
+            self.seconds = Some(self.record.stop().1);
+        }
+    }
+
+    /// Stops if need be: the data file and the seconds recorded.
+    fn stopped(&mut self) -> (PathBuf, f64) {
+        self.stop();
+        (self.record.data.clone(), self.seconds.unwrap_or(0.0))
     }
 
     /// Stops the recording and reduces it.
     pub fn finish(mut self) -> Option<Profile> {
-        let (data, seconds) = self.record.stop();
-        let text = report(data, "comm,dso,sym")?;
+        let (data, seconds) = self.stopped();
+        let text = perf_report_lines(&data, "comm,dso,sym")?;
         Some(Profile {
             seconds,
             ..parse_report(&text)
@@ -201,8 +252,8 @@ impl Recording {
     /// Stops the recording and reduces it CPU by CPU (for [`Recording::start_machine`]):
     /// each CPU's profile, by CPU number.
     pub fn finish_by_cpu(mut self) -> Option<Vec<(usize, Profile)>> {
-        let (data, seconds) = self.record.stop();
-        let text = report(data, "cpu,comm,dso,sym")?;
+        let (data, seconds) = self.stopped();
+        let text = perf_report_lines(&data, "cpu,comm,dso,sym")?;
         Some(
             split_by_cpu(&text)
                 .into_iter()
@@ -218,8 +269,10 @@ impl Recording {
     }
 }
 
-/// `perf report`'s lines for `data`, sorted by `keys`, one per entry, fields split by `|`.
-fn report(data: &Path, keys: &str) -> Option<String> {
+/// `perf report`'s lines for `data`, sorted by `keys`, one per entry, fields split by
+/// `|`; `None` when perf failed or found no samples (so a broken recording is not read
+/// as an idle one).
+fn perf_report_lines(data: &Path, keys: &str) -> Option<String> {
     let out = Command::new(LINUX_PERF)
         .args(["report", "--stdio", "--no-children", "-q", "-n", "-t", "|"])
         .args(["--sort", keys, "-i"])
@@ -227,7 +280,8 @@ fn report(data: &Path, keys: &str) -> Option<String> {
         .stderr(Stdio::null())
         .output()
         .ok()?;
-    Some(String::from_utf8_lossy(&out.stdout).into_owned())
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.success() && !text.trim().is_empty()).then_some(text)
 }
 
 /// `perf report --sort cpu,comm,dso,sym` lines (` 1.50% | 3 |001|comm|dso|[k] sym`)
@@ -280,8 +334,13 @@ pub fn parse_report(text: &str) -> Profile {
                 kernel: kind == "[k]",
             })
         })
-        .filter(|hot| !hot.idle_loop())
         .collect();
+    let idle_samples = all
+        .iter()
+        .filter(|h| h.idle_loop())
+        .map(|h| h.samples)
+        .sum();
+    all.retain(|hot| !hot.idle_loop());
     // perf's percentages count the idle loop's samples; these are of the busy ones.
     let busy: u64 = all.iter().map(|h| h.samples).sum();
     for hot in &mut all {
@@ -315,13 +374,16 @@ pub fn parse_report(text: &str) -> Profile {
         kernel_percent,
         threads,
         seconds: 0.0,
+        idle_samples,
     }
 }
 
 /// The appendix section of one setup's profile (Markdown).
 pub fn markdown(setup: &str, rate_pps: u64, profile: &Profile) -> String {
     format!(
-        "\n### {setup} at {rate_pps} pps\n\nIn the kernel: {:.0} % of the core's busy samples.\n\n{}",
+        "\n### {setup} at {rate_pps} pps\n\nThe core was busy in {:.0} % of its samples; in the \
+         kernel: {:.0} % of the busy ones.\n\n{}",
+        profile.busy_share() * 100.0,
         profile.kernel_percent,
         symbols_table(profile)
     )
@@ -351,7 +413,8 @@ pub fn process_markdown(title: &str, profile: &Profile) -> String {
     out
 }
 
-fn symbols_table(profile: &Profile) -> String {
+/// The busiest functions as a Markdown table, each as a share of the busy samples.
+pub fn symbols_table(profile: &Profile) -> String {
     let mut out = String::from("| share | thread | where | function |\n|---:|---|---|---|\n");
     for h in &profile.top {
         let symbol: String = h.symbol.chars().take(90).collect();
@@ -370,6 +433,32 @@ fn symbols_table(profile: &Profile) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_idle_loop_is_known_by_its_functions_in_the_idle_task_only() {
+        let hot = |comm: &str, symbol: &str| Hot {
+            percent: 1.0,
+            samples: 1,
+            comm: comm.into(),
+            dso: "[kernel.kallsyms]".into(),
+            symbol: symbol.into(),
+            kernel: true,
+        };
+        assert!(hot("swapper", "pv_native_safe_halt").idle_loop());
+        assert!(
+            hot("swapper", "intel_idle.constprop.0").idle_loop(),
+            "suffix"
+        );
+        assert!(hot("swapper", "acpi_processor_ffh_cstate_enter").idle_loop());
+        assert!(
+            !hot("swapper", "handle_softirqs").idle_loop(),
+            "work on an idle CPU"
+        );
+        assert!(
+            !hot("relay-w0", "default_idle").idle_loop(),
+            "not the idle task"
+        );
+    }
 
     #[test]
     fn a_machine_report_splits_by_cpu() {
@@ -421,7 +510,10 @@ mod tests {
             "{by_thread}"
         );
         let md = markdown("relay-mio", 50_000, &p);
-        assert!(md.contains("In the kernel: 90 %"), "{md}");
+        assert!(
+            md.contains("busy in 50 % of its samples; in the kernel: 90 % of the busy ones"),
+            "{md}"
+        );
         assert!(md.contains(
             "| 10.0 % | relay-w0 | relay-mio | `ufrag_common::forward::Forwarder::from_client` |"
         ));

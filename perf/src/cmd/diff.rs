@@ -162,7 +162,7 @@ pub struct Row {
     pub name: String,
     /// The report's marginal µs per packet.
     pub marginal: Option<Interval>,
-    /// The report's ratio to the baseline row (per round, over the loads both carried).
+    /// The report's ratio to the baseline row (per round, through the loads both rows keep).
     pub ratio_to_baseline: Option<Interval>,
     /// Each kept round's marginal µs per packet, by round.
     pub by_round: Vec<(u64, f64)>,

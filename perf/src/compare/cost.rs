@@ -20,13 +20,6 @@ pub const CONFIDENCE: f64 = 0.95;
 /// A load lost more than this share: left out of every line that load would enter.
 pub const LOSSY: f64 = 0.005;
 
-/// A load the generator sent more than this share slower than offered: left out like a
-/// lost one. The generator sends a fixed count of datagrams, so when the setup and the
-/// tools together want more than the host's cores the trial stretches instead of
-/// losing: the setup then ran at a rate nobody offered, past the host's ceiling, where
-/// deeper batches make each packet cheaper.
-pub const SHORTFALL: f64 = 0.05;
-
 /// A null-row trial this many scaled MADs from the null row's median at its load marks
 /// its round as disturbed: the null row is subtracted from every row, so one slow null
 /// trial would move every row of its round.
@@ -54,8 +47,11 @@ pub struct LoadTrial {
 pub enum NotCarried {
     /// Nothing arrived, or more than [`LOSSY`] was lost.
     Lost,
-    /// The generator sent more than [`SHORTFALL`] slower than offered: the host's cores
-    /// were the limit.
+    /// The generator could not keep pace: it sent more than [`crate::load::SHORTFALL`]
+    /// slower than offered. It sends a fixed count, so the trial stretched instead of
+    /// losing, and the setup ran at a rate nobody offered (on a host whose cores the tools
+    /// share, a setup past its ceiling slows the generator; past the ceiling deeper
+    /// batches make each packet cheaper).
     Stretched,
 }
 
@@ -80,14 +76,14 @@ impl LoadTrial {
 
     /// Why this trial does not enter a line, or `None` when the setup carried its load:
     /// something arrived, at most [`LOSSY`] was lost and the generator kept within
-    /// [`SHORTFALL`] of the offered rate.
+    /// [`crate::load::SHORTFALL`] of the offered rate.
     pub fn not_carried(&self) -> Option<NotCarried> {
         if self.received == 0 || self.loss() > LOSSY {
             return Some(NotCarried::Lost);
         }
-        let stretched = self
-            .sent_pps
-            .is_some_and(|sent| (sent as f64) < (1.0 - SHORTFALL) * self.offered_pps as f64);
+        let stretched = self.sent_pps.is_some_and(|sent| {
+            (sent as f64) < (1.0 - crate::load::SHORTFALL) * self.offered_pps as f64
+        });
         stretched.then_some(NotCarried::Stretched)
     }
 
@@ -158,13 +154,26 @@ impl Sample {
 }
 
 /// µs per packet at each load with `null`'s cost at the same load subtracted: `None` for
-/// a load the row or the null row lost at.
+/// a load the row or the null row did not carry.
 pub fn net_costs(row: &Sample, null: &Sample) -> Vec<Option<f64>> {
     row.loads
         .iter()
         .zip(&null.loads)
         .map(|(r, n)| Some(r.us_per_packet()? - n.us_per_packet()?))
         .collect()
+}
+
+/// A load a setup did not carry in some of its rounds ([`Analysis::misses`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Miss {
+    /// The load, pps.
+    pub load: u64,
+    /// Why.
+    pub why: NotCarried,
+    /// In how many rounds.
+    pub rounds: usize,
+    /// Whether the load is still in the setup's set: then those rounds give it no line.
+    pub in_set: bool,
 }
 
 /// A row's figures over the rounds kept for it.
@@ -178,11 +187,13 @@ pub struct RowCost {
     pub marginal: Option<Interval>,
     /// Net cores held at zero load: the intercept of its line less the null row's.
     pub fixed_cores: Option<Interval>,
-    /// Its marginal cost over relay-mio's in the same round, over the loads both carried.
+    /// Its marginal cost over relay-mio's in the same round, through the loads both
+    /// rows' sets keep.
     pub ratio_to_baseline: Option<Interval>,
     /// Whether the per-round marginal costs split into two groups.
     pub bimodal: bool,
-    /// Rounds kept (its sample and the null row's passed the gate, and a line fitted).
+    /// Rounds kept (its sample and the null row's passed the gate, both carried every load
+    /// of its set, and a line fitted).
     pub rounds_kept: usize,
     /// Rounds it ran in.
     pub rounds_run: usize,
@@ -190,6 +201,8 @@ pub struct RowCost {
     pub by_position: Vec<(usize, f64)>,
     /// Every kept round's net line, by round.
     pub by_round: Vec<(usize, Line)>,
+    /// The loads its lines go through ([`Analysis::load_set`]), by load.
+    pub load_set: Vec<bool>,
 }
 
 impl RowCost {
@@ -292,15 +305,81 @@ impl<'a> Analysis<'a> {
         found
     }
 
+    /// The loads `setup`'s lines go through in every round of the run: those it and the
+    /// null row both carried in more than half of the rounds where both passed the gate.
+    /// Fixed for the run, so every round's line measures the same span; a round that did
+    /// not carry one of them gives the row no line. (Dropping each round's own misses
+    /// instead would mix lines over different spans, chosen by how each round went.)
+    pub fn load_set(&self, setup: &str) -> Vec<bool> {
+        let mut carried: Vec<usize> = vec![];
+        let mut rounds = 0;
+        for round in self.rounds() {
+            let (Some(sample), Some(null)) = (self.passed(round, setup), self.null_in(round))
+            else {
+                continue;
+            };
+            rounds += 1;
+            let now = marginal::carried_by_all(&[sample, null]);
+            carried.resize(carried.len().max(now.len()), 0);
+            for (count, yes) in carried.iter_mut().zip(now) {
+                *count += usize::from(yes);
+            }
+        }
+        carried.iter().map(|&n| 2 * n > rounds).collect()
+    }
+
+    /// The loads `setup` did not carry in the rounds where it and the null row passed
+    /// the gate (by load, then why), and how many such rounds there were.
+    pub fn misses(&self, setup: &str) -> (Vec<Miss>, usize) {
+        let load_set = self.load_set(setup);
+        let mut misses: Vec<Miss> = vec![];
+        let mut rounds = 0;
+        for round in self.rounds() {
+            let (Some(sample), Some(_)) = (self.passed(round, setup), self.null_in(round)) else {
+                continue;
+            };
+            rounds += 1;
+            for (i, trial) in sample.loads.iter().enumerate() {
+                let Some(why) = trial.not_carried() else {
+                    continue;
+                };
+                match misses
+                    .iter_mut()
+                    .find(|m| m.load == trial.offered_pps && m.why == why)
+                {
+                    Some(m) => m.rounds += 1,
+                    None => misses.push(Miss {
+                        load: trial.offered_pps,
+                        why,
+                        rounds: 1,
+                        in_set: load_set.get(i).copied().unwrap_or(false),
+                    }),
+                }
+            }
+        }
+        misses.sort_by_key(|m| (m.load, m.why.label()));
+        (misses, rounds)
+    }
+
+    /// The loads a pair's ratios go through: those both rows' sets keep.
+    pub fn pair_load_set(&self, row: &str, other: &str) -> Vec<bool> {
+        self.load_set(row)
+            .iter()
+            .zip(self.load_set(other))
+            .map(|(a, b)| *a && b)
+            .collect()
+    }
+
     /// `row`'s marginal cost over `other`'s in each round where both and the null row
-    /// count, over the loads all three carried.
+    /// count, through the pair's loads ([`Analysis::pair_load_set`]).
     pub fn ratios(&self, row: &str, other: &str) -> Vec<(usize, f64)> {
+        let loads = self.pair_load_set(row, other);
         self.rounds()
             .into_iter()
             .filter_map(|round| {
                 let null = self.null_in(round)?;
                 let (a, b) = (self.passed(round, row)?, self.passed(round, other)?);
-                Some((round, marginal::ratio_in_round(a, b, null)?))
+                Some((round, marginal::ratio_in_round(a, b, null, &loads)?))
             })
             .collect()
     }
@@ -333,6 +412,7 @@ impl<'a> Analysis<'a> {
             .map(|s| s.loads.len())
             .max()
             .unwrap_or(0);
+        let load_set = self.load_set(setup);
         let mut per_load: Vec<Vec<f64>> = vec![vec![]; loads];
         let (mut by_round, mut positions) = (vec![], vec![]);
         let mut rounds_run = 0;
@@ -345,11 +425,17 @@ impl<'a> Analysis<'a> {
             else {
                 continue;
             };
-            let Some(line) = marginal::net_line(sample, null, &[]) else {
+            let Some(line) = marginal::net_line(sample, null, &load_set) else {
                 continue;
             };
-            for (all, now) in per_load.iter_mut().zip(net_costs(sample, null)) {
-                all.extend(now);
+            for ((all, now), keep) in per_load
+                .iter_mut()
+                .zip(net_costs(sample, null))
+                .zip(&load_set)
+            {
+                if *keep {
+                    all.extend(now);
+                }
             }
             by_round.push((round, line));
             positions.push((sample.position, line.us_per_packet));
@@ -384,6 +470,7 @@ impl<'a> Analysis<'a> {
                 })
                 .collect(),
             by_round,
+            load_set,
         }
     }
 
@@ -467,40 +554,79 @@ mod tests {
         assert_eq!(nothing.not_carried(), Some(NotCarried::Lost));
     }
 
-    #[test]
-    fn a_load_one_row_stretched_leaves_both_rows_lines_in_that_round() {
-        // Five loads; relay-mio reaches the host's ceiling at the top one: the trial
-        // stretches and, batching deeper, costs 5 µs a packet instead of 9. Left in, it
-        // would pull relay-mio's slope down and the ratio up.
+    /// Six rounds over five loads: direct at 1 µs, relay-mio at 9, afxdp at 5 per
+    /// packet; in the rounds `stretched`, relay-mio reaches the host's ceiling at the top
+    /// load: the trial stretches to 1.25 s and, batching deeper, costs 5 µs a packet.
+    fn stretched_runs(stretched: &[usize]) -> Vec<Sample> {
         let loads = [10_000, 20_000, 35_000, 50_000, 65_000];
-        let row = |setup: &str, us: f64, stretched_top: bool| Sample {
+        let row = |setup: &str, round: usize, us: f64, at_ceiling: bool| Sample {
             loads: loads
                 .iter()
                 .map(|&pps| {
-                    let top = stretched_top && pps == 65_000;
+                    let top = at_ceiling && pps == 65_000;
                     LoadTrial {
                         sent_pps: Some(if top { 52_000 } else { pps }),
+                        wall: if top { 1.25 } else { 1.0 },
                         ..trial(pps, if top { 5.0 } else { us }, 0)
                     }
                 })
                 .collect(),
-            ..Sample::for_tests(setup, 1, true)
+            ..Sample::for_tests(setup, round, true)
         };
-        let samples = vec![
-            row("direct", 1.0, false),
-            row("mio", 9.0, true),
-            row("afxdp", 5.0, false),
-        ];
+        (1..=6)
+            .flat_map(|round| {
+                [
+                    row("direct", round, 1.0, false),
+                    row("mio", round, 9.0, stretched.contains(&round)),
+                    row("afxdp", round, 5.0, false),
+                ]
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_load_a_row_mostly_stretched_leaves_its_lines_in_every_round() {
+        let samples = stretched_runs(&[1, 2, 3, 4]);
         let analysis = Analysis::new(&samples, "direct");
+        assert_eq!(analysis.load_set("mio"), [true, true, true, true, false]);
+        assert_eq!(analysis.load_set("afxdp"), [true; 5]);
         let ratios = analysis.ratios("afxdp", "mio");
-        assert_eq!(ratios.len(), 1);
-        assert!((ratios[0].1 - 0.5).abs() < 1e-9, "{ratios:?}");
-        let mio = analysis.row("mio", "mio");
         assert_eq!(
-            mio.by_round[0].1.loads, 4,
-            "the stretched load is not in its line"
+            ratios.len(),
+            6,
+            "every round, through the four loads both keep"
         );
+        assert!(
+            ratios.iter().all(|r| (r.1 - 0.5).abs() < 1e-9),
+            "{ratios:?}"
+        );
+        let mio = analysis.row("mio", "mio");
+        assert_eq!(mio.rounds_kept, 6);
+        assert!(mio.by_round.iter().all(|(_, line)| line.loads == 4));
         assert!((mio.marginal.unwrap().median - 8.0).abs() < 1e-9);
+        assert!(
+            mio.per_load[4].is_none(),
+            "no figure at a load out of its set"
+        );
+    }
+
+    #[test]
+    fn a_round_that_stretched_a_load_of_the_set_gives_that_row_no_line() {
+        // Only round 2 stretched: the set keeps the top load, and round 2, which did
+        // not carry it, is left out rather than fitted through fewer loads.
+        let samples = stretched_runs(&[2]);
+        let analysis = Analysis::new(&samples, "direct");
+        assert_eq!(analysis.load_set("mio"), [true; 5]);
+        let rounds: Vec<usize> = analysis
+            .ratios("afxdp", "mio")
+            .iter()
+            .map(|r| r.0)
+            .collect();
+        assert_eq!(rounds, [1, 3, 4, 5, 6]);
+        let mio = analysis.row("mio", "mio");
+        assert_eq!((mio.rounds_kept, mio.rounds_run), (5, 6));
+        assert!(mio.by_round.iter().all(|(_, line)| line.loads == 5));
+        assert_eq!(analysis.row("afxdp", "mio").rounds_kept, 6);
     }
 
     #[test]

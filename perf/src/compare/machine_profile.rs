@@ -11,36 +11,38 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::bed::Bed;
+use super::cost::LoadTrial;
 use super::setups::{Setup, name_of};
 use crate::cpu::Snapshot;
-use crate::profile::{Profile, Recording};
+use crate::profile::{Profile, Recording, samples_seconds, symbols_table};
 
 /// The profiled trial's length: two seconds give each CPU about 4,000 samples.
 pub const TRIAL: Duration = Duration::from_secs(2);
 
-/// Threads listed per setup.
+/// Threads listed per CPU.
 const THREADS: usize = 6;
-
-/// Functions listed per setup.
-const FUNCTIONS: usize = 8;
 
 /// One CPU over the profiled trial.
 #[derive(Clone, Debug)]
 pub struct CpuTime {
     /// The CPU.
     pub cpu: usize,
-    /// Its busy seconds by its idle clock: the measure the rounds count.
+    /// Its busy seconds by its idle clock (the clock the rounds read; perf's own
+    /// sampling interrupts are in it).
     pub busy: f64,
-    /// Its samples, the idle loop left out: how that busy time divides.
+    /// Its samples, the idle loop counted apart: how that busy time divides.
     pub profile: Profile,
 }
 
-impl CpuTime {
-    /// The share of this CPU's busy samples that `samples` are.
-    fn share(&self, samples: u64) -> f64 {
-        let busy: u64 = self.profile.threads.iter().map(|t| t.samples).sum();
-        samples as f64 / busy.max(1) as f64
-    }
+/// One thread's part of one CPU, per datagram.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ThreadCost {
+    /// The thread's name.
+    pub name: String,
+    /// µs of the CPU per datagram.
+    pub us: f64,
+    /// Of which in the kernel.
+    pub kernel_us: f64,
 }
 
 /// One setup's machine over the profiled trial.
@@ -48,110 +50,159 @@ impl CpuTime {
 pub struct MachineProfile {
     /// The setup's key.
     pub setup: String,
-    /// The offered load, pps.
-    pub rate_pps: u64,
-    /// Datagrams that reached the sink.
-    pub received: u64,
+    /// The profiled trial, as the rounds count one (busy: every CPU's).
+    pub trial: LoadTrial,
+    /// Seconds the hypervisor stole over the window, every CPU.
+    pub steal: f64,
     /// Each CPU, by number.
     pub cpus: Vec<CpuTime>,
+    /// CPUs perf sampled that the idle clocks did not read (not shown).
+    pub unmatched: Vec<usize>,
 }
 
 impl MachineProfile {
-    /// `seconds` of CPU time per datagram that arrived, µs.
-    fn per_datagram(&self, seconds: f64) -> f64 {
-        seconds * 1e6 / self.received.max(1) as f64
+    /// `seconds` of CPU time per datagram that arrived, µs (`None` when none did).
+    fn per_datagram(&self, seconds: f64) -> Option<f64> {
+        (self.trial.received > 0).then(|| seconds * 1e6 / self.trial.received as f64)
     }
 
-    /// `cpu`'s threads, busiest first, each as its name and its µs per datagram and
-    /// those in the kernel: its share of the CPU's samples times the CPU's busy time.
-    fn threads(&self, cpu: &CpuTime) -> Vec<(String, f64, f64)> {
-        let us = self.per_datagram(cpu.busy);
+    /// `cpu`'s threads, busiest first, each its share of the CPU's busy samples times
+    /// the CPU's busy time.
+    fn threads(&self, cpu: &CpuTime) -> Vec<ThreadCost> {
+        let Some(us) = self.per_datagram(cpu.busy) else {
+            return vec![];
+        };
         cpu.profile
             .threads
             .iter()
-            .map(|t| {
-                (
-                    t.comm.clone(),
-                    cpu.share(t.samples) * us,
-                    cpu.share(t.kernel_samples) * us,
-                )
+            .map(|t| ThreadCost {
+                name: t.comm.clone(),
+                us: t.percent / 100.0 * us,
+                kernel_us: t.kernel_percent / 100.0 * us,
             })
             .collect()
     }
 }
 
-/// The load profiled: the middle of the fixed loads, one every setup carries in the
-/// rounds of a sound run.
+/// Every setup's profile, and the setups that could not be profiled, with why.
+#[derive(Clone, Debug, Default)]
+pub struct Profiled {
+    /// The setups profiled, in the run's order.
+    pub rows: Vec<MachineProfile>,
+    /// The setups not profiled, with why.
+    pub skipped: Vec<(String, String)>,
+}
+
+/// The load profiled: the middle of the fixed loads by value.
 pub fn rate(loads: &[u64]) -> Option<u64> {
-    loads.get(loads.len() / 2).copied()
+    let mut sorted = loads.to_vec();
+    sorted.sort_unstable();
+    sorted.get(sorted.len() / 2).copied()
+}
+
+/// Pairs each CPU's idle-clock busy time with its samples: the CPUs, and those perf
+/// sampled that the idle clocks did not read. A CPU perf has no samples of shows its
+/// busy time undivided.
+pub fn match_cpus(
+    busy: Vec<(usize, f64)>,
+    mut sampled: Vec<(usize, Profile)>,
+) -> (Vec<CpuTime>, Vec<usize>) {
+    let cpus = busy
+        .into_iter()
+        .map(|(cpu, busy)| CpuTime {
+            cpu,
+            busy,
+            profile: sampled
+                .iter()
+                .position(|(c, _)| *c == cpu)
+                .map(|at| sampled.remove(at).1)
+                .unwrap_or_default(),
+        })
+        .collect();
+    (cpus, sampled.into_iter().map(|(cpu, _)| cpu).collect())
 }
 
 /// Profiles each of `setups` at the middle of `loads` (datagrams of `size` bytes),
-/// keeping perf's data under `dir` only while it is read. Empty without Linux perf.
+/// keeping perf's data under `dir` only while it is read.
 pub fn run(
     bench: &dyn Bed,
     setups: &[&'static Setup],
     loads: &[u64],
     size: usize,
     dir: &Path,
-) -> Vec<MachineProfile> {
+) -> Profiled {
+    let mut profiled = Profiled::default();
     let Some(rate) = rate(loads) else {
-        return vec![];
+        return profiled;
     };
-    if !Path::new(crate::profile::LINUX_PERF).exists() {
-        crate::say!(
-            "perf compare: no machine profiles: {} missing",
-            crate::profile::LINUX_PERF
-        );
-        return vec![];
-    }
-    let mut profiles = vec![];
     for setup in setups {
-        crate::say!("profile: {} at {rate} pps, every CPU", setup.name);
-        // The run's preflight started every setup once: one that fails now cannot go on.
-        let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
-        let mut load = bench.fixed_load(setup, size);
-        let _ = load.trial(rate, Duration::from_millis(200));
-        let Some(recording) = Recording::start_machine(dir, "compare-machine") else {
-            break;
-        };
-        let before = Snapshot::now();
-        let trial = load.trial(rate, TRIAL);
-        let after = Snapshot::now();
-        let by_cpu = recording.finish_by_cpu();
-        drop(load);
-        drop(running);
-        let (Some(mut by_cpu), Some(busy)) = (by_cpu, before.busy_by_cpu(&after)) else {
-            continue;
-        };
-        let cpus = busy
-            .into_iter()
-            .map(|(cpu, busy)| CpuTime {
-                cpu,
-                busy,
-                profile: by_cpu
-                    .iter()
-                    .position(|(c, _)| *c == cpu)
-                    .map(|at| by_cpu.swap_remove(at).1)
-                    .unwrap_or_default(),
-            })
-            .collect();
-        profiles.push(MachineProfile {
-            setup: setup.key.to_string(),
-            rate_pps: rate,
-            received: trial.received,
-            cpus,
-        });
+        match profile_one(bench, setup, rate, size, dir) {
+            Ok(row) => profiled.rows.push(row),
+            Err(why) => {
+                crate::say!("  not profiled: {why}");
+                profiled.skipped.push((setup.key.to_string(), why));
+            }
+        }
     }
-    profiles
+    profiled
 }
 
-/// `threads` (name, µs per datagram, in the kernel) as "name 1.23", the first `n`.
-fn busiest(threads: &[(String, f64, f64)], n: usize) -> String {
+/// One setup's machine over one trial at `rate`.
+fn profile_one(
+    bench: &dyn Bed,
+    setup: &Setup,
+    rate: u64,
+    size: usize,
+    dir: &Path,
+) -> Result<MachineProfile, String> {
+    crate::say!("profile: {} at {rate} pps, every CPU", setup.name);
+    let running = setup.start(bench.relay())?;
+    let mut load = bench.fixed_load(setup, size);
+    let _ = load.trial(rate, Duration::from_millis(200));
+    // The busy time and the samples cover one window: perf's start and stop included.
+    let before = Snapshot::now();
+    let mut recording = Recording::start_machine(dir, "compare-machine")
+        .ok_or_else(|| format!("{} did not start", crate::profile::LINUX_PERF))?;
+    let trial = load.trial(rate, TRIAL);
+    recording.stop();
+    let after = Snapshot::now();
+    drop(load);
+    drop(running);
+    let spent = before.until(&after);
+    let busy = before
+        .busy_by_cpu(&after)
+        .ok_or("the CPUs' idle clocks could not be read")?;
+    let sampled = recording
+        .finish_by_cpu()
+        .ok_or("perf recorded no samples")?;
+    let (cpus, unmatched) = match_cpus(busy, sampled);
+    Ok(MachineProfile {
+        setup: setup.key.to_string(),
+        trial: LoadTrial {
+            offered_pps: rate,
+            sent: trial.sent,
+            received: trial.received,
+            busy: spent.busy,
+            wall: spent.wall,
+            sent_pps: Some(trial.sent_pps),
+        },
+        steal: spent.steal,
+        cpus,
+        unmatched,
+    })
+}
+
+/// `us` to two decimals, "–" for none.
+fn us_label(us: Option<f64>) -> String {
+    us.map_or("–".into(), |us| format!("{us:.2}"))
+}
+
+/// `threads` as "name 1.23", the first `n`.
+fn busiest(threads: &[ThreadCost], n: usize) -> String {
     let named: Vec<String> = threads
         .iter()
         .take(n)
-        .map(|(name, us, _)| format!("{name} {us:.2}"))
+        .map(|t| format!("{} {:.2}", t.name, t.us))
         .collect();
     if named.is_empty() {
         "–".into()
@@ -160,112 +211,159 @@ fn busiest(threads: &[(String, f64, f64)], n: usize) -> String {
     }
 }
 
+/// What was wrong with a profiled trial, if anything, as a clause.
+fn caveat(p: &MachineProfile) -> String {
+    let mut out = vec![];
+    if let Some(why) = p.trial.not_carried() {
+        out.push(format!(
+            "the load was not carried ({}: sent {} at {} pps, received {})",
+            why.label(),
+            p.trial.sent,
+            p.trial.sent_pps.unwrap_or(0),
+            p.trial.received
+        ));
+    }
+    let cpus = p.cpus.len().max(1) as f64;
+    if p.steal > 0.01 * p.trial.wall * cpus {
+        out.push(format!(
+            "the hypervisor stole {:.0} ms, counted as busy",
+            p.steal * 1e3
+        ));
+    }
+    if !p.unmatched.is_empty() {
+        out.push(format!(
+            "CPUs {:?} were sampled but their idle clocks not read: not shown",
+            p.unmatched
+        ));
+    }
+    out.join("; ")
+}
+
 /// The report's section: per setup, each CPU's busy µs per datagram and its busiest
 /// threads, then each CPU's threads and functions.
-pub fn markdown(profiles: &[MachineProfile]) -> String {
-    let Some(first) = profiles.first() else {
-        return String::new();
+pub fn markdown(profiled: &Profiled) -> String {
+    let mut out = String::new();
+    let Some(first) = profiled.rows.first() else {
+        for (setup, why) in &profiled.skipped {
+            let _ = writeln!(out, "\n{} was not profiled: {why}.", name_of(setup));
+        }
+        return out;
     };
     let cpus: Vec<usize> = first.cpus.iter().map(|c| c.cpu).collect();
-    let mut out = format!(
+    let _ = write!(
+        out,
         "\n### Where the whole machine's time goes, at {} pps\n\nAfter the rounds, each \
          setup once more, offered {} pps by the rounds' generator for {:?}, every CPU \
          sampled by Linux perf (a sample each 0.5 ms of CPU time; the idle loop left out). \
-         Each CPU's busy time is its idle clock's (what the rounds count), in µs per \
-         datagram that arrived; a thread's is its share of that CPU's samples times that. \
-         The tools are included: the direct path's row is what they cost. One trial, not \
-         the rounds: it shows where a row's cost lands, it does not measure the cost. A \
-         softirq's work is charged to whichever thread it interrupted (`swapper`: an idle \
-         CPU).\n\n| setup | whole machine |{}\n|---|---:|{}\n",
-        first.rate_pps,
-        first.rate_pps,
+         Each CPU's busy time is its idle clock's, the clock the rounds read, over the \
+         window perf ran (its own start, stop and sampling interrupts are in it), in µs per \
+         datagram that arrived; a thread's is its share of that CPU's busy samples times \
+         that. The tools are included: the direct path's row is what they cost. One trial, \
+         not the rounds, and a few thousand samples per CPU (a 5 % share is good to about a \
+         point): it shows where a row's cost at this load lands, fixed cost included; it \
+         does not measure the cost. A softirq's work is charged to whichever thread it \
+         interrupted (`swapper`: an idle CPU).\n\n| setup | whole machine |{}\n|---|---:|{}\n",
+        first.trial.offered_pps,
+        first.trial.offered_pps,
         TRIAL,
         cpus.iter()
             .map(|c| format!(" CPU {c} | CPU {c}'s busiest threads |"))
             .collect::<String>(),
         "---:|---|".repeat(cpus.len()),
     );
-    for p in profiles {
+    for p in &profiled.rows {
         let total: f64 = p.cpus.iter().map(|c| c.busy).sum();
         let per_cpu: String = p
             .cpus
             .iter()
             .map(|c| {
                 format!(
-                    " {:.2} | {} |",
-                    p.per_datagram(c.busy),
+                    " {} | {} |",
+                    us_label(p.per_datagram(c.busy)),
                     busiest(&p.threads(c), 3)
                 )
             })
             .collect();
         let _ = writeln!(
             out,
-            "| {} | {:.2} |{per_cpu}",
+            "| {} | {} |{per_cpu}",
             name_of(&p.setup),
-            p.per_datagram(total),
+            us_label(p.per_datagram(total)),
         );
     }
-    for p in profiles {
+    for (setup, why) in &profiled.skipped {
+        let _ = writeln!(out, "\n{} was not profiled: {why}.", name_of(setup));
+    }
+    for p in &profiled.rows {
         let _ = writeln!(
             out,
-            "\n#### {}: the whole machine at {} pps ({} datagrams arrived)",
+            "\n#### {}: the whole machine at {} pps ({} of {} datagrams arrived)",
             name_of(&p.setup),
-            p.rate_pps,
-            p.received
+            p.trial.offered_pps,
+            p.trial.received,
+            p.trial.sent
         );
+        let trouble = caveat(p);
+        if !trouble.is_empty() {
+            let _ = writeln!(out, "\n**Read with care**: {trouble}.");
+        }
         for c in &p.cpus {
-            let _ = write!(
+            let sampled = samples_seconds(c.profile.busy_samples());
+            let _ = writeln!(
                 out,
-                "\nCPU {}: {:.2} µs per datagram, {:.0} % of it in the kernel.\n\n\
-                 | thread | µs per datagram | of which in the kernel |\n|---|---:|---:|\n",
+                "\nCPU {}: {} µs per datagram ({:.0} ms busy by its idle clock, {:.0} ms in {} \
+                 busy samples), {:.0} % of it in the kernel.{}\n\n\
+                 | thread | µs per datagram | of which in the kernel |\n|---|---:|---:|",
                 c.cpu,
-                p.per_datagram(c.busy),
-                c.profile.kernel_percent
+                us_label(p.per_datagram(c.busy)),
+                c.busy * 1e3,
+                sampled * 1e3,
+                c.profile.busy_samples(),
+                c.profile.kernel_percent,
+                if (sampled - c.busy).abs() > 0.25 * c.busy.max(sampled) {
+                    " The samples and the idle clock disagree by more than a quarter \
+                     (sampling a CPU that sleeps and wakes often is uneven on a VM): take the \
+                     split below as rough."
+                } else {
+                    ""
+                }
             );
-            for (name, us, kernel) in p.threads(c).iter().take(THREADS) {
-                let _ = writeln!(out, "| {name} | {us:.2} | {kernel:.2} |");
+            for t in p.threads(c).iter().take(THREADS) {
+                let _ = writeln!(out, "| {} | {:.2} | {:.2} |", t.name, t.us, t.kernel_us);
             }
-            out.push_str(
-                "\n| share of the CPU's busy samples | thread | where | function |\n|---:|---|---|---|\n",
-            );
-            for h in c.profile.top.iter().take(FUNCTIONS) {
-                let symbol: String = h.symbol.chars().take(90).collect();
-                let _ = writeln!(
-                    out,
-                    "| {:.1} % | {} | {} | `{}` |",
-                    h.percent,
-                    h.comm,
-                    if h.kernel { "kernel" } else { &h.dso },
-                    symbol.replace('|', "\\|")
-                );
-            }
+            out.push('\n');
+            out.push_str(&symbols_table(&c.profile));
         }
     }
     out
 }
 
-/// For the JSON report: each setup's µs per datagram by CPU, and by thread on each.
-pub fn json(profiles: &[MachineProfile]) -> serde_json::Value {
-    serde_json::Value::Array(
-        profiles
-            .iter()
-            .map(|p| {
-                serde_json::json!({
-                    "setup": p.setup,
-                    "rate_pps": p.rate_pps,
-                    "received": p.received,
-                    "cpus": p.cpus.iter().map(|c| serde_json::json!({
-                        "cpu": c.cpu,
-                        "us_per_datagram": p.per_datagram(c.busy),
-                        "kernel_percent": c.profile.kernel_percent,
-                        "threads": p.threads(c).iter().take(THREADS).map(|(name, us, kernel)| {
-                            serde_json::json!({"thread": name, "us": us, "kernel_us": kernel})
-                        }).collect::<Vec<_>>(),
-                    })).collect::<Vec<_>>(),
-                })
-            })
-            .collect(),
-    )
+/// For the JSON report: each setup's trial, and µs per datagram by CPU and by thread.
+pub fn json(profiled: &Profiled) -> serde_json::Value {
+    serde_json::json!({
+        "rows": profiled.rows.iter().map(|p| serde_json::json!({
+            "setup": p.setup,
+            "rate_pps": p.trial.offered_pps,
+            "sent": p.trial.sent,
+            "sent_pps": p.trial.sent_pps,
+            "received": p.trial.received,
+            "not_carried": p.trial.not_carried().map(super::cost::NotCarried::label),
+            "steal_seconds": p.steal,
+            "cpus": p.cpus.iter().map(|c| serde_json::json!({
+                "cpu": c.cpu,
+                "busy_seconds": c.busy,
+                "busy_samples": c.profile.busy_samples(),
+                "us_per_datagram": p.per_datagram(c.busy),
+                "kernel_percent": c.profile.kernel_percent,
+                "threads": p.threads(c).iter().take(THREADS).map(|t| serde_json::json!({
+                    "thread": t.name, "us": t.us, "kernel_us": t.kernel_us,
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+        "skipped": profiled.skipped.iter().map(|(setup, why)| serde_json::json!({
+            "setup": setup, "why": why,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 #[cfg(test)]
@@ -274,39 +372,65 @@ mod tests {
     use crate::profile::parse_report;
 
     #[test]
-    fn the_middle_load_is_profiled() {
+    fn the_middle_load_by_value_is_profiled() {
         assert_eq!(
             rate(&[20_000, 40_000, 60_000, 80_000, 100_000]),
             Some(60_000)
         );
-        assert_eq!(rate(&[10_000, 20_000]), Some(20_000));
+        assert_eq!(
+            rate(&[100_000, 20_000, 60_000, 40_000, 80_000]),
+            Some(60_000)
+        );
         assert_eq!(rate(&[]), None);
     }
 
     #[test]
-    fn each_cpus_busy_time_is_divided_among_its_threads_by_their_samples() {
-        let cpu0 = " 30.00% | 300 |load|perf|[.] perf::load::send\n\
-                    10.00% | 100 |swapper|[kernel.kallsyms]|[k] handle_softirqs\n\
-                    60.00% | 600 |swapper|[kernel.kallsyms]|[k] pv_native_safe_halt\n";
-        let cpu1 = " 80.00% | 800 |relay-fp|[kernel.kallsyms]|[k] do_xdp_generic\n";
-        let p = MachineProfile {
+    fn cpus_are_matched_by_number_and_the_unmatched_named() {
+        let (cpus, unmatched) = match_cpus(
+            vec![(0, 0.4), (1, 0.2)],
+            vec![(1, parse_report(CPU1)), (7, Profile::default())],
+        );
+        assert_eq!(cpus.len(), 2);
+        assert_eq!(cpus[1].cpu, 1);
+        assert_eq!(cpus[1].profile.threads[0].comm, "relay-fp");
+        assert!(cpus[0].profile.threads.is_empty(), "no samples: undivided");
+        assert_eq!(unmatched, [7]);
+    }
+
+    const CPU0: &str = " 30.00% | 300 |load|perf|[.] perf::load::send\n\
+                        10.00% | 100 |swapper|[kernel.kallsyms]|[k] handle_softirqs\n\
+                        60.00% | 600 |swapper|[kernel.kallsyms]|[k] pv_native_safe_halt\n";
+    const CPU1: &str = " 80.00% | 800 |relay-fp|[kernel.kallsyms]|[k] do_xdp_generic\n";
+
+    fn profiled(received: u64) -> MachineProfile {
+        let (cpus, unmatched) = match_cpus(
+            vec![(0, 0.4), (1, 0.2)],
+            vec![(0, parse_report(CPU0)), (1, parse_report(CPU1))],
+        );
+        MachineProfile {
             setup: "afxdp-fast-skb".into(),
-            rate_pps: 60_000,
-            received: 100_000,
-            cpus: vec![
-                CpuTime {
-                    cpu: 0,
-                    busy: 0.4,
-                    profile: parse_report(cpu0),
-                },
-                CpuTime {
-                    cpu: 1,
-                    busy: 0.2,
-                    profile: parse_report(cpu1),
-                },
-            ],
+            trial: LoadTrial {
+                offered_pps: 50_000,
+                sent: 100_000,
+                received,
+                busy: 0.6,
+                wall: 2.1,
+                sent_pps: Some(50_000),
+            },
+            steal: 0.0,
+            cpus,
+            unmatched,
+        }
+    }
+
+    #[test]
+    fn each_cpus_busy_time_is_divided_among_its_threads_by_their_samples() {
+        let p = profiled(100_000);
+        let all = Profiled {
+            rows: vec![p.clone()],
+            skipped: vec![("nginx".into(), "did not start".into())],
         };
-        let md = markdown(std::slice::from_ref(&p));
+        let md = markdown(&all);
         // CPU 0: 0.4 s over 100,000 datagrams is 4 µs, three quarters of its busy
         // samples the generator's (the idle loop is not work).
         assert!(
@@ -316,9 +440,38 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("| swapper | 1.00 | 1.00 |"), "{md}");
+        assert!(
+            md.contains("(400 ms busy by its idle clock, 200 ms in 400 busy samples)"),
+            "{md}"
+        );
         assert!(!md.contains("pv_native_safe_halt"), "{md}");
-        let json = json(&[p]);
-        assert_eq!(json[0]["cpus"][0]["threads"][0]["us"], 3.0);
-        assert_eq!(json[0]["cpus"][1]["us_per_datagram"], 2.0);
+        assert!(!md.contains("Read with care"), "{md}");
+        // CPU 0: 400 ms by the clock, 200 ms sampled; CPU 1: 200 against 400.
+        assert_eq!(
+            md.matches("disagree by more than a quarter").count(),
+            2,
+            "{md}"
+        );
+        assert!(md.contains("was not profiled: did not start"), "{md}");
+        let json = json(&all);
+        assert_eq!(json["rows"][0]["cpus"][0]["threads"][0]["us"], 3.0);
+        assert_eq!(json["rows"][0]["cpus"][1]["us_per_datagram"], 2.0);
+        assert_eq!(json["skipped"][0]["why"], "did not start");
+    }
+
+    #[test]
+    fn a_trial_that_carried_nothing_shows_no_figure_and_says_why() {
+        let md = markdown(&Profiled {
+            rows: vec![profiled(0)],
+            skipped: vec![],
+        });
+        assert!(
+            md.contains("| relay-afxdp fast path skb | – | – | – | – | – |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("**Read with care**: the load was not carried (lost"),
+            "{md}"
+        );
     }
 }

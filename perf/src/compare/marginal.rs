@@ -78,42 +78,56 @@ pub fn fit(points: &[(f64, f64)]) -> Option<Line> {
 }
 
 /// Which of `samples`' loads every one of them carried
-/// ([`super::cost::LoadTrial::not_carried`]): a load one did not carry is left out of all, so lines compared
-/// with each other go through the same loads.
+/// ([`super::cost::LoadTrial::not_carried`]) in their round.
 pub fn carried_by_all(samples: &[&Sample]) -> Vec<bool> {
     let loads = samples.iter().map(|s| s.loads.len()).min().unwrap_or(0);
     (0..loads)
-        .map(|i| samples.iter().all(|s| s.loads[i].us_per_packet().is_some()))
+        .map(|i| samples.iter().all(|s| s.loads[i].not_carried().is_none()))
         .collect()
 }
 
-/// `sample`'s line through the loads `mask` keeps.
-fn line_over(sample: &Sample, mask: &[bool]) -> Option<Line> {
+/// Whether `sample` carried every load `loads` keeps.
+fn carried_all(sample: &Sample, loads: &[bool]) -> bool {
+    loads
+        .iter()
+        .enumerate()
+        .filter(|(_, keep)| **keep)
+        .all(|(i, _)| {
+            sample
+                .loads
+                .get(i)
+                .is_some_and(|t| t.not_carried().is_none())
+        })
+}
+
+/// `sample`'s line through the loads `loads` keeps.
+fn line_over(sample: &Sample, loads: &[bool]) -> Option<Line> {
     let points: Vec<(f64, f64)> = sample
         .loads
         .iter()
-        .zip(mask)
+        .zip(loads)
         .filter(|(_, keep)| **keep)
         .filter_map(|(t, _)| t.point())
         .collect();
     fit(&points)
 }
 
-/// `row`'s line net of `null`'s, both through the loads that `row`, `null` and every one
-/// of `also` carried (`also`: the rows it will be compared with in this round).
-pub fn net_line(row: &Sample, null: &Sample, also: &[&Sample]) -> Option<Line> {
-    let mut all = vec![row, null];
-    all.extend_from_slice(also);
-    let mask = carried_by_all(&all);
-    Some(line_over(row, &mask)?.less(&line_over(null, &mask)?))
+/// `row`'s line net of `null`'s, both through exactly the loads `loads` keeps (the run's
+/// set for this row or pair, [`super::cost::Analysis::load_set`]): `None` when either did
+/// not carry one of them, so every round's line for a row measures the same thing.
+pub fn net_line(row: &Sample, null: &Sample, loads: &[bool]) -> Option<Line> {
+    if !carried_all(row, loads) || !carried_all(null, loads) {
+        return None;
+    }
+    Some(line_over(row, loads)?.less(&line_over(null, loads)?))
 }
 
 /// `row`'s marginal cost over `other`'s in one round, both net of `null` and through the
-/// same loads; `None` when fewer than [`MIN_LOADS`] loads were carried by all three, or
-/// `other`'s net marginal cost is not above zero.
-pub fn ratio_in_round(row: &Sample, other: &Sample, null: &Sample) -> Option<f64> {
-    let mine = net_line(row, null, &[other])?;
-    let theirs = net_line(other, null, &[row])?;
+/// loads `loads` keeps; `None` when one of the three did not carry one of them, fewer
+/// than [`MIN_LOADS`] are kept, or `other`'s net marginal cost is not above zero.
+pub fn ratio_in_round(row: &Sample, other: &Sample, null: &Sample, loads: &[bool]) -> Option<f64> {
+    let mine = net_line(row, null, loads)?;
+    let theirs = net_line(other, null, loads)?;
     (theirs.us_per_packet > 0.0).then(|| mine.us_per_packet / theirs.us_per_packet)
 }
 
@@ -220,29 +234,34 @@ mod tests {
         // per packet at 10k than at 100k; the line tells the two costs apart.
         let busy = sample("afxdp-busy", 1.0, 2.0);
         let null = sample("direct", 0.02, 1.0);
-        let line = net_line(&busy, &null, &[]).unwrap();
+        let line = net_line(&busy, &null, &[true; 4]).unwrap();
         assert!((line.fixed_cores - 0.98).abs() < 1e-9, "{line:?}");
         assert!((line.us_per_packet - 1.0).abs() < 1e-9, "{line:?}");
     }
 
     #[test]
-    fn a_load_lost_by_either_row_is_left_out_of_both_lines() {
+    fn a_line_goes_through_exactly_the_loads_it_is_given() {
         let mut row = sample("naive", 0.0, 9.0);
         let other = sample("mio", 0.0, 5.0);
         let null = sample("direct", 0.0, 1.0);
-        assert!((ratio_in_round(&row, &other, &null).unwrap() - 2.0).abs() < 1e-9);
-        // The row loses 40 % at 50k: three loads are left, too few for a line.
+        let all = [true; 4];
+        assert!((ratio_in_round(&row, &other, &null, &all).unwrap() - 2.0).abs() < 1e-9);
+        // The row loses 40 % at 50k.
         row.loads[3] = trial(50_000, 0.0, 9.0, 20_000);
         assert_eq!(
             carried_by_all(&[&row, &other, &null]),
             vec![true, true, true, false]
         );
-        assert!(ratio_in_round(&row, &other, &null).is_none());
         assert!(
-            net_line(&other, &null, &[&row]).is_none(),
-            "the other row's line goes through the same three loads"
+            ratio_in_round(&row, &other, &null, &all).is_none(),
+            "a load of the set not carried: no ratio this round, not a line through fewer"
         );
-        assert!(net_line(&other, &null, &[]).is_some(), "alone it has four");
+        assert!(net_line(&row, &null, &all).is_none());
+        assert!(net_line(&other, &null, &all).is_some());
+        assert!(
+            net_line(&other, &null, &[true, true, true, false]).is_none(),
+            "three loads are too few for a line"
+        );
     }
 
     #[test]
@@ -250,6 +269,6 @@ mod tests {
         let row = sample("mio", 0.0, 5.0);
         let free = sample("xdp", 0.0, 1.0);
         let null = sample("direct", 0.0, 1.0);
-        assert!(ratio_in_round(&row, &free, &null).is_none());
+        assert!(ratio_in_round(&row, &free, &null, &[true; 4]).is_none());
     }
 }

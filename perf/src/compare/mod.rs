@@ -8,7 +8,8 @@
 //!    ([`cost`]); the host gate ([`crate::host_gate`]) leaves out trials taken while the
 //!    host misbehaved; medians with distribution-free intervals and a verdict that is
 //!    said only when its interval clears it ([`verdict`]); with `--latency-loads`, each
-//!    setup's latency at low loads in the same rounds ([`latency`]).
+//!    setup's latency at low loads in the same rounds ([`latency`]). After the rounds,
+//!    each setup once more with every CPU profiled at one load ([`machine_profile`]).
 //! 2. **The maximum rate and the latency under it** (co-primary, [`search_phase`],
 //!    [`max_rate`]): CSIT-style NDR and PDR searches in interleaved rounds, a final trial
 //!    at each row's median PDR, the latency at fractions of each search's PDR, and a
@@ -77,7 +78,7 @@ pub fn run(options: &Options) -> i32 {
     starts_once(bench.relay(), &mut setups, &mut left_out);
     // The report so far, rewritten as rounds and phases finish.
     let write = |samples: &[cost::Sample],
-                 machine: &[machine_profile::MachineProfile],
+                 machine: &machine_profile::Profiled,
                  searched: &search_phase::Searched,
                  partial: Option<String>| {
         report::write(
@@ -95,6 +96,7 @@ pub fn run(options: &Options) -> i32 {
         )
     };
     let not_searched = search_phase::Searched::default();
+    let not_profiled = machine_profile::Profiled::default();
     let search_left = if options.no_search {
         ""
     } else {
@@ -126,7 +128,7 @@ pub fn run(options: &Options) -> i32 {
                         most.to_string()
                     };
                     let progress = format!("{done} of {of} rounds done{search_left}");
-                    if let Err(e) = write(samples, &[], &not_searched, Some(progress)) {
+                    if let Err(e) = write(samples, &not_profiled, &not_searched, Some(progress)) {
                         crate::say!("perf compare: writing the partial report: {e}");
                     }
                 },
@@ -152,7 +154,7 @@ pub fn run(options: &Options) -> i32 {
     };
     // Where each row's cost lands, on the testbed (a lab's relay host is another machine).
     let machine = if samples.is_empty() || options.lab.lab.is_some() {
-        vec![]
+        machine_profile::Profiled::default()
     } else {
         let dir = options.out.parent().unwrap_or(std::path::Path::new("."));
         machine_profile::run(bench, &setups, &options.loads, options.search.size, dir)
@@ -236,7 +238,7 @@ fn preflight(
         ));
     }
     setups.retain(|s| !missing.iter().any(|(key, _)| *key == s.key));
-    if !options.no_search && !std::path::Path::new(crate::profile::LINUX_PERF).exists() {
+    if !std::path::Path::new(crate::profile::LINUX_PERF).exists() {
         eprintln!(
             "!! no profiles: {} missing (apt-get install linux-perf)",
             crate::profile::LINUX_PERF

@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 use super::bench::{PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SOCKET_FLOWS};
-use super::cost::{NotCarried, RowCost, Sample, sessions_per_core};
+use super::cost::{Analysis, RowCost, Sample, sessions_per_core};
 use super::options::{Direction, GeneratorKind, Options};
 use super::setups::name_of;
 use crate::load::LOAD_CPU;
@@ -33,11 +33,11 @@ pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String
          least {} loads): its slope is the marginal µs per packet, its intercept the cores held \
          at no load. The direct path's line in the \
          same round (the null row: the same tools, no relay) is subtracted, so what remains is \
-         what the setup added. A load a setup did not carry (it lost more than {:.1} %, or the \
-         generator sent more than {:.0} % slower than offered because the host's cores were \
-         the limit, so the trial stretched) is left out of its line and of every line it is \
-         compared with in that round. Ratios are taken per round, over the \
-         loads both rows carried, and the verdict reads the interval of those ratios.\n",
+         what the setup added. Each setup's lines go through one set of loads for the whole \
+         run: those it carried (lost at most {:.1} %, and the generator kept within {:.0} % \
+         of the offered rate) in more than half of its rounds; a round that did not carry \
+         one of them gives it no line. Ratios are taken per round, through the loads both \
+         rows' sets keep, and the verdict reads the interval of those ratios.\n",
         options.rounds,
         options.flows,
         loads.join(", "),
@@ -45,52 +45,47 @@ pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String
         precision,
         super::marginal::MIN_LOADS,
         super::cost::LOSSY * 100.0,
-        super::cost::SHORTFALL * 100.0,
+        crate::load::SHORTFALL * 100.0,
     )
 }
 
-/// The loads each setup did not carry, with why and in how many of the rounds the host
-/// gate passed: a row whose top load is listed here has its line, and every ratio it
-/// enters, drawn through the loads below it.
-pub fn loads_not_carried(samples: &[Sample]) -> String {
-    // (setup, load, why) → rounds.
-    let mut counted: Vec<((String, u64, NotCarried), usize)> = vec![];
-    for s in samples.iter().filter(|s| s.clean()) {
-        for t in &s.loads {
-            let Some(why) = t.not_carried() else {
-                continue;
-            };
-            let key = (s.setup.clone(), t.offered_pps, why);
-            match counted.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, n)) => *n += 1,
-                None => counted.push((key, 1)),
-            }
+/// The loads each setup did not carry, with why and in how many of its rounds, and what
+/// that did to its lines: a load missed in most rounds leaves the setup's set (its lines,
+/// and every ratio it enters, go through the others in every round); one missed in a few
+/// stays, and those rounds give it no line.
+pub fn loads_not_carried(analysis: &Analysis<'_>, setups: &[&str]) -> String {
+    let mut listed = String::new();
+    for setup in setups {
+        let (misses, rounds) = analysis.misses(setup);
+        for m in misses {
+            let _ = writeln!(
+                listed,
+                "- {} at {} pps: {} in {} of {rounds} rounds; {}.",
+                name_of(setup),
+                m.load,
+                m.why.label(),
+                m.rounds,
+                if m.in_set {
+                    "those rounds give it no line"
+                } else {
+                    "left out of its lines in every round"
+                }
+            );
         }
     }
-    if counted.is_empty() {
-        return "\nEvery setup carried every load in every round the host gate kept.\n".into();
+    if listed.is_empty() {
+        return "\nEvery setup carried every load in every round the gate kept.\n".into();
     }
-    let mut out = format!(
-        "\nLoads not carried (in rounds the host gate kept), each left out of that round's \
-         lines for the setup and whatever it is compared with: *lost* is more than {:.1} % \
-         lost, *stretched* is the generator sending more than {:.0} % slower than offered \
-         (the host's cores were the limit).\n\n",
+    format!(
+        "\nLoads not carried, in the rounds where the setup and the null row passed the gate \
+         (*lost*: more than {:.1} % lost; *stretched*: the generator could not keep pace, \
+         sending more than {:.0} % slower than offered, so the setup ran at a rate nobody \
+         offered). Each setup's lines go through one set of loads for the whole run, those \
+         it carried in more than half of its rounds, so every round measures the same span; \
+         a ratio goes through the loads both rows' sets keep.\n\n{listed}",
         super::cost::LOSSY * 100.0,
-        super::cost::SHORTFALL * 100.0,
-    );
-    for ((setup, load, why), rounds) in counted {
-        let kept = samples
-            .iter()
-            .filter(|s| s.setup == setup && s.clean())
-            .count();
-        let _ = writeln!(
-            out,
-            "- {} at {load} pps: {} in {rounds} of {kept} rounds.",
-            name_of(&setup),
-            why.label()
-        );
-    }
-    out
+        crate::load::SHORTFALL * 100.0,
+    )
 }
 
 /// The host gate: what it reads and the thresholds.
@@ -183,7 +178,8 @@ pub fn row_summary(rows: &[RowCost], baseline: &str) -> String {
         let (Some(marginal), Some(fixed)) = (r.marginal, r.fixed_cores) else {
             let _ = writeln!(
                 out,
-                "- {}: no round kept (host gate, loss, or fewer than {} loads carried).",
+                "- {}: no round kept (host gate, a load of its set not carried, or fewer than {} \
+                 loads in its set).",
                 name_of(&r.setup),
                 super::marginal::MIN_LOADS
             );

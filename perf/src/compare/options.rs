@@ -81,7 +81,8 @@ pub struct Options {
     /// The seed of the rounds' random orders (default: from the clock; the report says it).
     #[arg(long)]
     pub seed: Option<u64>,
-    /// Skip the maximum-rate search, latency trial and profile.
+    /// Skip the maximum-rate search and its latency trials and forwarder-core profiles
+    /// (the rounds and the whole machine's profile after them still run).
     #[arg(long)]
     pub no_search: bool,
     /// Maximum-rate searches per setup, in interleaved rounds (every setup once per round,

@@ -24,7 +24,7 @@ pub struct Measured<'a> {
     /// The fixed-load rounds' samples.
     pub samples: &'a [Sample],
     /// Each setup's whole machine over one profiled trial (empty when not profiled).
-    pub machine: &'a [super::machine_profile::MachineProfile],
+    pub machine: &'a super::machine_profile::Profiled,
     /// The search phase.
     pub searched: &'a Searched,
     /// The rounds' seed.
@@ -184,7 +184,7 @@ fn pairs_table(analysis: &Analysis<'_>, pairs: &[(String, String)]) -> String {
     }
     let mut out = String::from(
         "\n### Pairs, per round\n\nThe first row's marginal cost over the second's in each \
-         round both were kept, over the loads both carried: median [interval, its coverage].\n\n\
+         round both were kept, through the loads both rows' sets keep: median [interval, its coverage].\n\n\
          | setup | against | ratio | coverage | rounds |\n|---|---|---:|---:|---:|\n",
     );
     for (a, b) in pairs {
@@ -247,7 +247,11 @@ fn bypass_against_sockets(analysis: &Analysis<'_>, bypass: &[&str], sockets: &[&
 
 /// Each fast-path row against the in-kernel reference it imitates, per round: the
 /// issue a fast path answers is whether it comes close to what the kernel alone costs.
-fn fast_path_against_reference(analysis: &Analysis<'_>, setups: &[&Setup]) -> String {
+fn fast_path_against_reference(
+    analysis: &Analysis<'_>,
+    setups: &[&Setup],
+    profiled: bool,
+) -> String {
     const REFERENCE: &str = "xdp-relay";
     if !setups.iter().any(|s| s.key == REFERENCE) {
         return String::new();
@@ -260,13 +264,17 @@ fn fast_path_against_reference(analysis: &Analysis<'_>, setups: &[&Setup]) -> St
     if fast.is_empty() {
         return String::new();
     }
-    let mut out = String::from(
+    let mut out = format!(
         "\n### The fast path against the in-kernel reference\n\nMarginal cost over the \
          in-kernel XDP rewrite relay's, per round (median [interval, its coverage]). A \
-         fast path within 1.2× of it does what the kernel alone does; past that, *Where \
-         the whole machine's time goes* shows on which CPU and in which functions the \
-         difference lands.\n\n| fast-path row | ratio to the reference | \
-         coverage | rounds | within 1.2× |\n|---|---:|---:|---:|---|\n",
+         fast path within 1.2× of it does what the kernel alone does{}.\n\n| fast-path row | \
+         ratio to the reference | coverage | rounds | within 1.2× |\n|---|---:|---:|---:|---|\n",
+        if profiled {
+            "; past that, *Where the whole machine's time goes* shows on which CPU and in \
+             which functions each row's cost at one load lands"
+        } else {
+            " (no machine profile in this run to say where a gap lands)"
+        }
     );
     for row in fast {
         let ratio = analysis.pair_ratio(row, REFERENCE);
@@ -459,7 +467,8 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     } else {
         md.push_str(&super::verdict::markdown(&verdict, name_of, &host));
         md.push_str(&notes::row_summary(&rows, BASELINE));
-        md.push_str(&notes::loads_not_carried(m.samples));
+        let keys: Vec<&str> = rows.iter().map(|r| r.setup.as_str()).collect();
+        md.push_str(&notes::loads_not_carried(&analysis, &keys));
         md.push_str(&cost_table(
             &rows,
             &options.loads,
@@ -471,7 +480,11 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         ));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&bypass_against_sockets(&analysis, &bypass, &sockets));
-        md.push_str(&fast_path_against_reference(&analysis, m.setups));
+        md.push_str(&fast_path_against_reference(
+            &analysis,
+            m.setups,
+            !m.machine.rows.is_empty(),
+        ));
         md.push_str(&super::machine_profile::markdown(m.machine));
         md.push_str(&per_round_table(&rows, rounds_run));
         md.push_str(&pairs_table(&analysis, &options.versus));
@@ -551,8 +564,8 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         let _ = writeln!(
             md,
             "\n## Where the time goes\n\nCPU {} (the forwarder's core) sampled by Linux perf over one \
-             more trial per setup at 70 % of its maximum: the busiest functions, in percent of the \
-             core's busy samples. `native_write_msr` is RPS's inter-processor interrupt, a \
+             more trial per setup at 70 % of its maximum: how busy the core was, and the busiest \
+             functions in percent of its busy samples (the idle loop left out). `native_write_msr` is RPS's inter-processor interrupt, a \
              hypervisor exit on this VM. Then, for each setup that forwards in a process of \
              its own, the same core traced (system calls, context switches, softirqs) over a \
              trial at 50k pps, its time split by leg: each system call charged to the side its \

@@ -199,21 +199,28 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
         let spent = before.until(&Snapshot::now());
         let strangers = census.until(&crate::outside::Census::take(std::process::id()));
         let busy = (spent.busy - strangers.seconds).max(0.0);
-        crate::say!(
-            "  {rate:>6} pps: received {:>7} of {:>7}, {:.2} µs per packet (whole machine)",
-            t.received,
-            t.sent,
-            busy * 1e6 / t.received.max(1) as f64
-        );
-        outside.add(&strangers, &spent);
-        trials.push(LoadTrial {
+        let trial = LoadTrial {
             offered_pps: rate,
             sent: t.sent,
             received: t.received,
             busy,
             wall: spent.wall,
             sent_pps: Some(t.sent_pps),
-        });
+        };
+        crate::say!(
+            "  {rate:>6} pps: sent {:>7} at {:>6} pps, received {:>7}, {:.2} µs per packet \
+             (whole machine){}",
+            t.sent,
+            t.sent_pps,
+            t.received,
+            busy * 1e6 / t.received.max(1) as f64,
+            trial.not_carried().map_or(String::new(), |why| format!(
+                ": not carried, {}",
+                why.label()
+            ))
+        );
+        outside.add(&strangers, &spent);
+        trials.push(trial);
     }
     let during = window.until(&Snapshot::now());
     let carried = fast_path::read(bench.relay(), setup)

@@ -135,7 +135,7 @@ pub fn judge(candidates: &[Candidate], threshold: f64, rounds_run: usize, looks:
         .min_by(|a, b| worst(&a.1).1.median.total_cmp(&worst(&b.1).1.median))
     else {
         return Verdict::Withheld(
-            "no round kept a relay-afxdp row beside every socket relay (host gate or loss)".into(),
+            "no round kept a relay-afxdp row beside every socket relay (host gate, or loads not carried)".into(),
         );
     };
     let (against, ratio) = worst(intervals);

@@ -37,6 +37,10 @@ pub const DATAGRAM_LEN: usize = 200;
 /// Loss above this fraction fails a trial.
 pub const LOSS_FREE: f64 = 0.001;
 
+/// A trial whose generator sent more than this share slower than offered did not offer
+/// its load ([`Trial::generator_bound`]): the generator could not keep pace.
+pub const SHORTFALL: f64 = 0.05;
+
 /// A UDP socket bound to `addr` in namespace `ns` (`None`: this one), with the relay's
 /// large buffers.
 pub fn bind_in(ns: Option<&str>, addr: SocketAddr) -> std::io::Result<UdpSocket> {

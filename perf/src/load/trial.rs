@@ -3,7 +3,7 @@
 
 use hdrhistogram::Histogram;
 
-use super::LOSS_FREE;
+use super::{LOSS_FREE, SHORTFALL};
 
 /// The outcome of one trial.
 #[derive(Clone, Copy, Debug)]
@@ -118,10 +118,11 @@ impl Trial {
         self.loss() < LOSS_FREE
     }
 
-    /// True when the generator fell short of the target rate by more than 5 %: then the
-    /// generator, not the system under test, was the limit.
+    /// True when the generator fell short of the target rate by more than
+    /// [`SHORTFALL`]: the load was not offered (the generator's own core, or the host's
+    /// cores shared with the system under test, were the limit).
     pub fn generator_bound(&self) -> bool {
-        (self.sent_pps as f64) < 0.95 * self.offered_pps as f64
+        (self.sent_pps as f64) < (1.0 - SHORTFALL) * self.offered_pps as f64
     }
 }
 
