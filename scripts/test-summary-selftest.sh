@@ -44,6 +44,11 @@ failures:
 test result: FAILED. 4 passed; 1 failed; 0 ignored; 0 measured; 0 filtered out; finished in 2.00s
 LOG
 expect "a clean run" 0 "tests: 15 passed, 0 failed, 1 skipped; suites failed: 0" "$dir/clean"
+cat "$dir/clean" >"$dir/skipped-at-run-time"
+echo ".!! SKIPPED at run time: xdp_tools::generated: this kernel refuses live frames" \
+  >>"$dir/skipped-at-run-time"
+expect "a test that skipped at run time" 0 \
+  "tests: 14 passed, 0 failed, 2 skipped; suites failed: 0" "$dir/skipped-at-run-time"
 expect "a failed test among passing binaries" 1 \
   "tests: 19 passed, 1 failed, 1 skipped; suites failed: 0" "$dir/one-failed"
 expect "a suite that failed before any test ran" 1 \

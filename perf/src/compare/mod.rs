@@ -47,8 +47,12 @@ pub fn run(options: &Options) -> i32 {
         eprintln!("perf compare: {e}");
         return 2;
     }
+    let mut options = options.clone();
+    let generator_note = refused_generator(&mut options);
+    let options = &options;
     let client_addresses = options.flows.div_ceil(bench::PORTS_PER_CLIENT_ADDR);
     let (mut setups, mut left_out) = options.setups(client_addresses);
+    left_out.extend(generator_note);
     if let Err(e) = preflight(options, &mut setups, &mut left_out) {
         eprintln!("perf compare: {e}");
         return 2;
@@ -157,7 +161,9 @@ pub fn run(options: &Options) -> i32 {
         machine_profile::Profiled::default()
     } else {
         let dir = options.out.parent().unwrap_or(std::path::Path::new("."));
-        machine_profile::run(bench, &setups, &options.loads, options.search.size, dir)
+        machine_profile::Plan::new(&options.loads, options.trial, options.search.size)
+            .map(|plan| machine_profile::run(bench, &setups, &plan, dir))
+            .unwrap_or_default()
     };
     let searched = if options.no_search {
         search_phase::Searched::default()
@@ -239,6 +245,7 @@ fn preflight(
     }
     setups.retain(|s| !missing.iter().any(|(key, _)| *key == s.key));
     if !std::path::Path::new(crate::profile::LINUX_PERF).exists() {
+        // The rounds' machine profile and the search's core profiles need it.
         eprintln!(
             "!! no profiles: {} missing (apt-get install linux-perf)",
             crate::profile::LINUX_PERF
@@ -249,6 +256,24 @@ fn preflight(
 
 /// This kernel's release if it is older than `(major, minor)` (an unreadable release is
 /// taken as new enough: the first trial then names what fails).
+/// When the search would use the live-frames generator and this kernel refuses it, the
+/// sockets generator instead, said loudly and noted in the report.
+fn refused_generator(options: &mut Options) -> Option<(String, String)> {
+    if options.no_search
+        || options.generator != GeneratorKind::LiveFrames
+        || options.lab.lab.is_some()
+    {
+        return None;
+    }
+    let why = crate::xdp::live_frames_refused()?;
+    eprintln!("!! {why}: the maximum-rate search uses the sockets generator instead");
+    options.generator = GeneratorKind::Sockets;
+    Some((
+        "the live-frames generator".into(),
+        format!("{why}; the search used the sockets generator, whose own ceiling is lower"),
+    ))
+}
+
 fn kernel_older_than(wanted: (u32, u32)) -> Option<String> {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
     let release = release.trim().to_string();

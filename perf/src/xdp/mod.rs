@@ -22,7 +22,10 @@ mod tools;
 pub use programs::{
     Counted, NEVER_SAMPLED, Rewrite, generator_program, relay_program, sink_program,
 };
-pub use tools::{Conversation, PeerPass, Sender, XdpGenerator, XdpLoad, XdpRelay, XdpSink};
+pub use tools::{
+    Conversation, PeerPass, Sender, XdpGenerator, XdpLoad, XdpRelay, XdpSink, live_frames_refused,
+    skip_without_live_frames,
+};
 
 use std::io;
 use std::net::{SocketAddr, SocketAddrV4};

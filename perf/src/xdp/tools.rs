@@ -210,6 +210,37 @@ impl XdpGenerator {
     }
 }
 
+/// Why this kernel refuses `BPF_PROG_RUN` with live frames, the generator's mechanism,
+/// if it does: some answer EPERM to every caller (a kernel locked down by its
+/// configuration, for one). One run of a program that drops its frame, on loopback:
+/// nothing is transmitted. Only a refusal counts; another error is the generator's to
+/// report when it runs.
+pub fn live_frames_refused() -> Option<String> {
+    let mut drop_all = ufrag_bpf::asm::Asm::default();
+    drop_all.mov_imm(0, 1); // r0 = XDP_DROP
+    drop_all.exit();
+    let prog = bpf::prog_load_xdp(&drop_all.finish(), "perf_probe").ok()?;
+    let loopback = 1;
+    match bpf::prog_run_live(&prog, &[0u8; 64], loopback, 0, 1, 1) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Some(format!(
+            "this kernel refuses BPF_PROG_RUN with live frames ({e})"
+        )),
+        _ => None,
+    }
+}
+
+/// For a test that needs the live-frames generator: `true` (and a loud line, which
+/// `scripts/test-summary.sh` counts as skipped, not passed) when the kernel refuses it.
+/// Written straight to stderr, past the test harness's capture.
+pub fn skip_without_live_frames(test: &str) -> bool {
+    let Some(why) = live_frames_refused() else {
+        return false;
+    };
+    use std::io::Write as _;
+    let _ = writeln!(io::stderr(), "!! SKIPPED at run time: {test}: {why}");
+    true
+}
+
 /// A counting sink in XDP on one interface.
 #[derive(Debug)]
 pub struct XdpSink {
