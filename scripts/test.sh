@@ -34,6 +34,12 @@ if ! command -v ethtool >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ethtool >/dev/null
 fi
 
+# perf compare profiles every CPU with Linux perf after its rounds (and tests that it did).
+if [ ! -x /usr/bin/perf ]; then
+  echo "== installing linux-perf"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq linux-perf >/dev/null
+fi
+
 # perf's BPF load tools are tested against the kernel's own NAT (nftables).
 if ! command -v nft >/dev/null; then
   echo "== installing nftables"

@@ -122,6 +122,13 @@ pub struct ThreadShare {
     pub kernel_samples: u64,
 }
 
+/// `CLOCK_MONOTONIC` now, in seconds: the clock [`Recording::start_machine`] stamps
+/// its samples with.
+pub fn monotonic_seconds() -> f64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_or(0.0, |t| t.tv_sec() as f64 + t.tv_nsec() as f64 / 1e9)
+}
+
 /// The CPU seconds `samples` stand for.
 pub fn samples_seconds(samples: u64) -> f64 {
     samples as f64 * f64::from(PERIOD_NS) / 1e9
@@ -206,9 +213,11 @@ impl Recording {
         Self::start_on(&["-C", &cpu.to_string()], dir, name)
     }
 
-    /// Starts sampling every CPU of the machine.
+    /// Starts sampling every CPU of the machine, time-stamping samples with
+    /// `CLOCK_MONOTONIC` ([`monotonic_seconds`]), so [`Recording::finish_by_cpu`] can
+    /// keep only a window's.
     pub fn start_machine(dir: &Path, name: &str) -> Option<Recording> {
-        Self::start_on(&["-a"], dir, name)
+        Self::start_on(&["-a", "-k", "CLOCK_MONOTONIC"], dir, name)
     }
 
     /// Starts sampling every thread of process `pid`, wherever it runs.
@@ -242,18 +251,21 @@ impl Recording {
     /// Stops the recording and reduces it.
     pub fn finish(mut self) -> Option<Profile> {
         let (data, seconds) = self.stopped();
-        let text = perf_report_lines(&data, "comm,dso,sym")?;
+        let text = perf_report_lines(&data, "comm,dso,sym", &[])?;
         Some(Profile {
             seconds,
             ..parse_report(&text)
         })
     }
 
-    /// Stops the recording and reduces it CPU by CPU (for [`Recording::start_machine`]):
-    /// each CPU's profile, by CPU number.
-    pub fn finish_by_cpu(mut self) -> Option<Vec<(usize, Profile)>> {
-        let (data, seconds) = self.stopped();
-        let text = perf_report_lines(&data, "cpu,comm,dso,sym")?;
+    /// Stops the recording and reduces the samples taken between `window`'s two
+    /// [`monotonic_seconds`] readings CPU by CPU (for [`Recording::start_machine`]): each
+    /// CPU's profile, by CPU number.
+    pub fn finish_by_cpu(mut self, window: (f64, f64)) -> Option<Vec<(usize, Profile)>> {
+        let (data, _) = self.stopped();
+        let seconds = window.1 - window.0;
+        let time = format!("--time={:.6},{:.6}", window.0, window.1);
+        let text = perf_report_lines(&data, "cpu,comm,dso,sym", &[&time])?;
         Some(
             split_by_cpu(&text)
                 .into_iter()
@@ -269,12 +281,13 @@ impl Recording {
     }
 }
 
-/// `perf report`'s lines for `data`, sorted by `keys`, one per entry, fields split by
-/// `|`; `None` when perf failed or found no samples (so a broken recording is not read
-/// as an idle one).
-fn perf_report_lines(data: &Path, keys: &str) -> Option<String> {
+/// `perf report`'s lines for `data` (with `extra` options), sorted by `keys`, one per
+/// entry, fields split by `|`; `None` when perf failed or found no samples (so a broken
+/// recording is not read as an idle one).
+fn perf_report_lines(data: &Path, keys: &str, extra: &[&str]) -> Option<String> {
     let out = Command::new(LINUX_PERF)
         .args(["report", "--stdio", "--no-children", "-q", "-n", "-t", "|"])
+        .args(extra)
         .args(["--sort", keys, "-i"])
         .arg(data)
         .stderr(Stdio::null())

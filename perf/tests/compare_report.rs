@@ -306,6 +306,39 @@ fn a_compare_prices_the_fast_path_against_the_in_kernel_reference() {
         row["max_loss_free_pps"]["median"].as_f64() > Some(0.0),
         "the fast path had a loss-free trial: {row}"
     );
+    // After the rounds, each setup once more at the middle load with every CPU profiled:
+    // where the fast path's cost lands beside the reference's.
+    // scripts/test.sh installs Linux perf: without it this check fails, it does not skip.
+    let machine = &json["cost"]["machine_profiles"];
+    assert!(
+        std::path::Path::new("/usr/bin/perf").exists(),
+        "Linux perf is needed (apt-get install linux-perf; scripts/test.sh installs it): {machine}"
+    );
+    let rows = machine["rows"].as_array().unwrap();
+    let setups: Vec<&str> = rows.iter().filter_map(|r| r["setup"].as_str()).collect();
+    assert_eq!(
+        setups.len(),
+        4,
+        "every setup profiled, none skipped: {machine}"
+    );
+    for r in rows {
+        assert_eq!(r["rate_pps"], 15000, "the middle load: {r}");
+        assert!(r["received"].as_u64() > Some(0), "{r}");
+        let cpus = r["cpus"].as_array().unwrap();
+        assert!(cpus.len() >= 2, "every CPU: {r}");
+        assert!(
+            cpus.iter().any(|c| c["busy_samples"].as_u64() > Some(0)),
+            "perf sampled work: {r}"
+        );
+    }
+    assert!(
+        report.contains("### Where the whole machine's time goes, at 15000 pps"),
+        "{report}"
+    );
+    assert!(
+        report.contains("#### relay-afxdp fast path native: the whole machine at 15000 pps"),
+        "{report}"
+    );
 }
 
 /// Our AF_XDP layer and the `xdp` crate's under the same worker, searched in interleaved

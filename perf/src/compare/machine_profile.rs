@@ -14,10 +14,7 @@ use super::bed::Bed;
 use super::cost::LoadTrial;
 use super::setups::{Setup, name_of};
 use crate::cpu::Snapshot;
-use crate::profile::{Profile, Recording, samples_seconds, symbols_table};
-
-/// The profiled trial's length: two seconds give each CPU about 4,000 samples.
-pub const TRIAL: Duration = Duration::from_secs(2);
+use crate::profile::{Profile, Recording, monotonic_seconds, samples_seconds, symbols_table};
 
 /// Threads listed per CPU.
 const THREADS: usize = 6;
@@ -91,9 +88,12 @@ pub struct Profiled {
     pub rows: Vec<MachineProfile>,
     /// The setups not profiled, with why.
     pub skipped: Vec<(String, String)>,
+    /// Why no setup was profiled, when the run could not profile at all.
+    pub not_run: Option<String>,
 }
 
-/// The load profiled: the middle of the fixed loads by value.
+/// The load profiled: the middle of the fixed loads by value (of an even number, the
+/// upper of the two middle ones).
 pub fn rate(loads: &[u64]) -> Option<u64> {
     let mut sorted = loads.to_vec();
     sorted.sort_unstable();
@@ -122,21 +122,44 @@ pub fn match_cpus(
     (cpus, sampled.into_iter().map(|(cpu, _)| cpu).collect())
 }
 
-/// Profiles each of `setups` at the middle of `loads` (datagrams of `size` bytes),
-/// keeping perf's data under `dir` only while it is read.
-pub fn run(
-    bench: &dyn Bed,
-    setups: &[&'static Setup],
-    loads: &[u64],
-    size: usize,
-    dir: &Path,
-) -> Profiled {
+/// How each setup is profiled.
+#[derive(Clone, Copy, Debug)]
+pub struct Plan {
+    /// The load, pps.
+    pub rate: u64,
+    /// The profiled trial's length (twice a cost trial: the default 1 s trials give
+    /// each CPU about 4,000 samples).
+    pub trial: Duration,
+    /// UDP payload bytes.
+    pub size: usize,
+}
+
+impl Plan {
+    /// At the middle of `loads`, twice `trial` long; `None` without loads.
+    pub fn new(loads: &[u64], trial: Duration, size: usize) -> Option<Plan> {
+        Some(Plan {
+            rate: rate(loads)?,
+            trial: trial * 2,
+            size,
+        })
+    }
+}
+
+/// Profiles each of `setups` by `plan`, keeping perf's data under `dir` only while it
+/// is read; without Linux perf, says so once and profiles none.
+pub fn run(bench: &dyn Bed, setups: &[&'static Setup], plan: &Plan, dir: &Path) -> Profiled {
     let mut profiled = Profiled::default();
-    let Some(rate) = rate(loads) else {
+    if !Path::new(crate::profile::LINUX_PERF).exists() {
+        let why = format!(
+            "{} missing (apt-get install linux-perf)",
+            crate::profile::LINUX_PERF
+        );
+        crate::say!("perf compare: no machine profiles: {why}");
+        profiled.not_run = Some(why);
         return profiled;
-    };
+    }
     for setup in setups {
-        match profile_one(bench, setup, rate, size, dir) {
+        match profile_one(bench, setup, plan, dir) {
             Ok(row) => profiled.rows.push(row),
             Err(why) => {
                 crate::say!("  not profiled: {why}");
@@ -147,25 +170,26 @@ pub fn run(
     profiled
 }
 
-/// One setup's machine over one trial at `rate`.
+/// One setup's machine over one trial by `plan`.
 fn profile_one(
     bench: &dyn Bed,
     setup: &Setup,
-    rate: u64,
-    size: usize,
+    plan: &Plan,
     dir: &Path,
 ) -> Result<MachineProfile, String> {
+    let rate = plan.rate;
     crate::say!("profile: {} at {rate} pps, every CPU", setup.name);
     let running = setup.start(bench.relay())?;
-    let mut load = bench.fixed_load(setup, size);
+    let mut load = bench.fixed_load(setup, plan.size);
     let _ = load.trial(rate, Duration::from_millis(200));
-    // The busy time and the samples cover one window: perf's start and stop included.
-    let before = Snapshot::now();
     let mut recording = Recording::start_machine(dir, "compare-machine")
         .ok_or_else(|| format!("{} did not start", crate::profile::LINUX_PERF))?;
-    let trial = load.trial(rate, TRIAL);
+    // The busy time and the samples cover the trial alone: perf's start and stop, and
+    // its reduction, lie outside.
+    let (before, from) = (Snapshot::now(), monotonic_seconds());
+    let trial = load.trial(rate, plan.trial);
+    let (after, to) = (Snapshot::now(), monotonic_seconds());
     recording.stop();
-    let after = Snapshot::now();
     drop(load);
     drop(running);
     let spent = before.until(&after);
@@ -173,8 +197,8 @@ fn profile_one(
         .busy_by_cpu(&after)
         .ok_or("the CPUs' idle clocks could not be read")?;
     let sampled = recording
-        .finish_by_cpu()
-        .ok_or("perf recorded no samples")?;
+        .finish_by_cpu((from, to))
+        .ok_or("perf recorded no samples in the trial")?;
     let (cpus, unmatched) = match_cpus(busy, sampled);
     Ok(MachineProfile {
         setup: setup.key.to_string(),
@@ -243,6 +267,9 @@ fn caveat(p: &MachineProfile) -> String {
 /// threads, then each CPU's threads and functions.
 pub fn markdown(profiled: &Profiled) -> String {
     let mut out = String::new();
+    if let Some(why) = &profiled.not_run {
+        let _ = writeln!(out, "\nNo machine profile in this run: {why}.");
+    }
     let Some(first) = profiled.rows.first() else {
         for (setup, why) in &profiled.skipped {
             let _ = writeln!(out, "\n{} was not profiled: {why}.", name_of(setup));
@@ -253,19 +280,21 @@ pub fn markdown(profiled: &Profiled) -> String {
     let _ = write!(
         out,
         "\n### Where the whole machine's time goes, at {} pps\n\nAfter the rounds, each \
-         setup once more, offered {} pps by the rounds' generator for {:?}, every CPU \
-         sampled by Linux perf (a sample each 0.5 ms of CPU time; the idle loop left out). \
-         Each CPU's busy time is its idle clock's, the clock the rounds read, over the \
-         window perf ran (its own start, stop and sampling interrupts are in it), in µs per \
-         datagram that arrived; a thread's is its share of that CPU's busy samples times \
-         that. The tools are included: the direct path's row is what they cost. One trial, \
-         not the rounds, and a few thousand samples per CPU (a 5 % share is good to about a \
-         point): it shows where a row's cost at this load lands, fixed cost included; it \
-         does not measure the cost. A softirq's work is charged to whichever thread it \
-         interrupted (`swapper`: an idle CPU).\n\n| setup | whole machine |{}\n|---|---:|{}\n",
+         setup once more, offered {} pps by the rounds' generator over a {:.1} s trial (twice \
+         a cost trial, its settling included), every CPU sampled by Linux perf (a sample \
+         each 0.5 ms of CPU time, kept only within the trial; the idle loop left out). Each \
+         CPU's busy time is its idle clock's over the trial, the clock the rounds read \
+         (perf's sampling interrupts are in it), in µs per datagram that arrived; a thread's \
+         is its share of that CPU's busy samples times that. The tools are included, and \
+         nothing outside the experiment is taken off: the direct path's row is the tools \
+         and the machine's own. One trial, not the rounds: it shows where a row's cost at \
+         this load lands, fixed cost included; it does not measure the cost. Each CPU's \
+         busy samples are counted beside it (a share from n samples is good to about \
+         ±1/√n). A softirq's work is charged to whichever thread it interrupted \
+         (`swapper`: an idle CPU).\n\n| setup | whole machine |{}\n|---|---:|{}\n",
         first.trial.offered_pps,
         first.trial.offered_pps,
-        TRIAL,
+        first.trial.wall,
         cpus.iter()
             .map(|c| format!(" CPU {c} | CPU {c}'s busiest threads |"))
             .collect::<String>(),
@@ -312,14 +341,18 @@ pub fn markdown(profiled: &Profiled) -> String {
             let _ = writeln!(
                 out,
                 "\nCPU {}: {} µs per datagram ({:.0} ms busy by its idle clock, {:.0} ms in {} \
-                 busy samples), {:.0} % of it in the kernel.{}\n\n\
+                 busy samples), {} of it in the kernel.{}\n\n\
                  | thread | µs per datagram | of which in the kernel |\n|---|---:|---:|",
                 c.cpu,
                 us_label(p.per_datagram(c.busy)),
                 c.busy * 1e3,
                 sampled * 1e3,
                 c.profile.busy_samples(),
-                c.profile.kernel_percent,
+                if c.profile.busy_samples() == 0 {
+                    "–".to_string()
+                } else {
+                    format!("{:.0} %", c.profile.kernel_percent)
+                },
                 if (sampled - c.busy).abs() > 0.25 * c.busy.max(sampled) {
                     " The samples and the idle clock disagree by more than a quarter \
                      (sampling a CPU that sleeps and wakes often is uneven on a VM): take the \
@@ -363,6 +396,7 @@ pub fn json(profiled: &Profiled) -> serde_json::Value {
         "skipped": profiled.skipped.iter().map(|(setup, why)| serde_json::json!({
             "setup": setup, "why": why,
         })).collect::<Vec<_>>(),
+        "not_run": profiled.not_run,
     })
 }
 
@@ -429,6 +463,7 @@ mod tests {
         let all = Profiled {
             rows: vec![p.clone()],
             skipped: vec![("nginx".into(), "did not start".into())],
+            not_run: None,
         };
         let md = markdown(&all);
         // CPU 0: 0.4 s over 100,000 datagrams is 4 µs, three quarters of its busy
@@ -460,10 +495,24 @@ mod tests {
     }
 
     #[test]
+    fn a_run_that_could_not_profile_says_why() {
+        let none = Profiled {
+            not_run: Some("/usr/bin/perf missing".into()),
+            ..Profiled::default()
+        };
+        assert_eq!(
+            markdown(&none),
+            "\nNo machine profile in this run: /usr/bin/perf missing.\n"
+        );
+        assert_eq!(json(&none)["not_run"], "/usr/bin/perf missing");
+    }
+
+    #[test]
     fn a_trial_that_carried_nothing_shows_no_figure_and_says_why() {
         let md = markdown(&Profiled {
             rows: vec![profiled(0)],
             skipped: vec![],
+            not_run: None,
         });
         assert!(
             md.contains("| relay-afxdp fast path skb | – | – | – | – | – |"),

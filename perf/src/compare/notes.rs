@@ -354,7 +354,7 @@ pub fn anomalies(rows: &[RowCost]) -> String {
              veth path into the bridge; before, only the rewrite paid for it.",
             reference.median,
             afxdp_best.map_or(String::new(), |b| format!(
-                " against relay-afxdp's best {b:.2}: the rewrite is {}",
+                " against relay-afxdp's best worker row's {b:.2}: the rewrite is {}",
                 if reference.median <= b {
                     "the cheaper, as it should be (it does the same work without leaving the kernel)"
                 } else {
