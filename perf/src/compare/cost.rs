@@ -81,9 +81,9 @@ impl LoadTrial {
         if self.received == 0 || self.loss() > LOSSY {
             return Some(NotCarried::Lost);
         }
-        let stretched = self.sent_pps.is_some_and(|sent| {
-            (sent as f64) < (1.0 - crate::load::SHORTFALL) * self.offered_pps as f64
-        });
+        let stretched = self
+            .sent_pps
+            .is_some_and(|sent| crate::load::fell_short(sent, self.offered_pps));
         stretched.then_some(NotCarried::Stretched)
     }
 

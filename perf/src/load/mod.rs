@@ -41,6 +41,12 @@ pub const LOSS_FREE: f64 = 0.001;
 /// its load ([`Trial::generator_bound`]): the generator could not keep pace.
 pub const SHORTFALL: f64 = 0.05;
 
+/// Whether a generator that sent at `sent_pps` fell more than [`SHORTFALL`] short of
+/// `offered_pps`.
+pub fn fell_short(sent_pps: u64, offered_pps: u64) -> bool {
+    (sent_pps as f64) < (1.0 - SHORTFALL) * offered_pps as f64
+}
+
 /// A UDP socket bound to `addr` in namespace `ns` (`None`: this one), with the relay's
 /// large buffers.
 pub fn bind_in(ns: Option<&str>, addr: SocketAddr) -> std::io::Result<UdpSocket> {

@@ -3,7 +3,7 @@
 
 use hdrhistogram::Histogram;
 
-use super::{LOSS_FREE, SHORTFALL};
+use super::LOSS_FREE;
 
 /// The outcome of one trial.
 #[derive(Clone, Copy, Debug)]
@@ -119,10 +119,10 @@ impl Trial {
     }
 
     /// True when the generator fell short of the target rate by more than
-    /// [`SHORTFALL`]: the load was not offered (the generator's own core, or the host's
+    /// [`super::SHORTFALL`]: the load was not offered (the generator's own core, or the host's
     /// cores shared with the system under test, were the limit).
     pub fn generator_bound(&self) -> bool {
-        (self.sent_pps as f64) < (1.0 - SHORTFALL) * self.offered_pps as f64
+        super::fell_short(self.sent_pps, self.offered_pps)
     }
 }
 
