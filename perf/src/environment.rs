@@ -99,10 +99,11 @@ pub fn record(
         "af_xdp": "copy mode (veth has no zero-copy); native XDP on veth copies each skb into an xdp_buff",
         "placement": placement.notes,
         "tools": {
+            "fixed_loads": "sendmmsg from the client's sockets, paced in 0.5 ms slices (the cost rounds)",
             "generator": if live_frames {
-                "BPF_PROG_RUN live frames (XDP_TX on the client's veth), paced in the program"
+                "BPF_PROG_RUN live frames (XDP_TX on the client's veth), paced in the program (the maximum-rate search)"
             } else {
-                "sendmmsg from 32 client sockets"
+                "sendmmsg from the client's sockets (the maximum-rate search)"
             },
             "sink": "XDP per-CPU counter on the transceiver's veth, 1 in 8 passed to a socket for latency",
             "nginx": first_line_of("nginx", &["-v"]),

@@ -228,6 +228,76 @@ fn the_committed_report_against_itself_is_no_change_and_with_a_row_made_costlier
     );
 }
 
+/// Two committed runs of the same command on the same host, made back to back: diff
+/// must not call that a change.
+#[test]
+fn two_committed_runs_of_one_command_are_no_change() {
+    let results = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results");
+    let out = perf(&[
+        Path::new("diff"),
+        &results.join("compare.json"),
+        &results.join("compare-run2.json"),
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains(" 0 costlier,"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
+/// relay-mio made 50 % costlier in every round: against itself (the default anchor) no
+/// row can show it, and every other row looks cheaper; anchored on nftables (the
+/// kernel's forwarding, which no commit of ours changes) it is flagged.
+#[test]
+fn a_costlier_relay_mio_shows_only_against_an_anchor_it_does_not_move() {
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results/compare.json");
+    let mut costlier: Value =
+        serde_json::from_str(&std::fs::read_to_string(&committed).expect("the committed report"))
+            .expect("JSON");
+    let rows = costlier["cost"]["rows"].as_array_mut().expect("rows");
+    let mio = rows
+        .iter_mut()
+        .find(|r| r["setup"] == "mio")
+        .expect("relay-mio's row");
+    for round in mio["by_round"].as_array_mut().expect("by_round") {
+        let us = round["marginal_us_per_packet"].as_f64().unwrap();
+        round["marginal_us_per_packet"] = serde_json::json!(us * 1.5);
+    }
+    let dir = scratch("anchor");
+    let changed = write(&dir, "mio-costlier.json", &costlier);
+    let blind = perf(&[Path::new("diff"), &committed, &changed]);
+    assert_eq!(blind.status.code(), Some(0), "{}", text(&blind.stdout));
+    assert!(
+        text(&blind.stdout).contains(" 0 costlier,"),
+        "{}",
+        text(&blind.stdout)
+    );
+    let anchored = perf(&[
+        Path::new("diff"),
+        &committed,
+        &changed,
+        Path::new("--anchor"),
+        Path::new("nftables"),
+    ]);
+    let said = text(&anchored.stdout);
+    assert_eq!(anchored.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("## Ratios to nftables DNAT+SNAT (kernel)"),
+        "{said}"
+    );
+    assert!(said.contains("costlier beyond 10 %: relay-mio"), "{said}");
+    let missing = perf(&[
+        Path::new("diff"),
+        &committed,
+        &changed,
+        Path::new("--anchor"),
+        Path::new("no-such-row"),
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(text(&missing.stderr).contains("no row no-such-row to anchor the ratios to"));
+}
+
 #[test]
 fn runs_that_agree_exit_zero_and_a_changed_verdict_exits_one() {
     let dir = scratch("runs");

@@ -48,6 +48,12 @@ pub struct Options {
     /// flag one by chance.
     #[arg(long, default_value_t = 0.95)]
     pub confidence: f64,
+    /// The row every other is taken in ratio to, in both reports: by default each
+    /// report's baseline (relay-mio), which then cannot itself be seen to move, and a
+    /// change shared by it and a row cancels. Name a row no commit of the project changes
+    /// (`nftables`, the kernel's own forwarding) to gate relay-mio too.
+    #[arg(long, value_name = "SETUP")]
+    pub anchor: Option<String>,
 }
 
 /// Runs it; the process's exit code.
@@ -69,6 +75,7 @@ pub fn run(options: Options) -> i32 {
         (&b.0, &b.1),
         options.tolerance,
         options.confidence,
+        options.anchor.as_deref(),
     );
     if code == EXIT_BAD_INPUT {
         eprintln!("{text}");
@@ -107,18 +114,30 @@ pub fn read_json(path: &Path) -> Result<Value, String> {
 
 /// Diffs two reports given as (label, JSON): the exit code and what to print (the table
 /// and the closing line; for code 2, the reason).
+/// `anchor` names the row the ratios are taken to, in place of each report's baseline.
 pub fn diff_values(
     a: (&str, &Value),
     b: (&str, &Value),
     tolerance: f64,
     confidence: f64,
+    anchor: Option<&str>,
 ) -> (i32, String) {
-    let parsed = Report::from_json(a.1)
-        .map_err(|why| format!("diff: {}: {why}", a.0))
-        .and_then(|ra| {
-            let rb = Report::from_json(b.1).map_err(|why| format!("diff: {}: {why}", b.0))?;
-            diff(&ra, &rb, tolerance, confidence).map_err(|why| format!("diff: {why}"))
-        });
+    let read = |(label, json): (&str, &Value)| {
+        let mut report = Report::from_json(json).map_err(|why| format!("diff: {label}: {why}"))?;
+        if let Some(anchor) = anchor {
+            if report.row(anchor).is_none() {
+                return Err(format!(
+                    "diff: {label}: no row {anchor} to anchor the ratios to"
+                ));
+            }
+            report.baseline = anchor.to_string();
+        }
+        Ok(report)
+    };
+    let parsed = read(a).and_then(|ra| {
+        let rb = read(b)?;
+        diff(&ra, &rb, tolerance, confidence).map_err(|why| format!("diff: {why}"))
+    });
     match parsed {
         Ok(d) => (d.exit_code(), d.markdown(a.0, b.0)),
         Err(why) => (EXIT_BAD_INPUT, why),
@@ -782,7 +801,7 @@ pub(crate) mod tests {
     const ROWS: [(&str, f64); 2] = [("mio-bundles", 0.75), ("afxdp-skb-wakeup", 0.9)];
 
     fn diffed(a: &Value, b: &Value) -> (i32, String) {
-        diff_values(("a.json", a), ("b.json", b), 0.10, 0.95)
+        diff_values(("a.json", a), ("b.json", b), 0.10, 0.95, None)
     }
 
     #[test]

@@ -18,8 +18,8 @@ use crate::stats::{Interval, median};
 /// of the headline ratio and of each row's ratio to relay-mio beside each run's own
 /// interval, where they disagree, and whether the runs pass the check (headline
 /// medians within ±10 % of their median, each run's interval holding the others'
-/// medians). Exits 0 when all runs agree on the verdict's kind, 1 when they do not, 2 when
-/// a report cannot be read or has no per-round data.
+/// medians). Exits 0 when all runs agree on the verdict's kind and pass both checks, 1
+/// when they do not, 2 when a report cannot be read or has no per-round data.
 #[derive(Debug, clap::Args)]
 pub struct Options {
     /// The reports' JSON (`compare --out X.md` writes `X.json`; `X.md` is read as `X.json`),
@@ -226,9 +226,10 @@ impl Runs {
         counted
     }
 
-    /// 0 when every run gave the same verdict kind, else 1.
+    /// 0 when every run gave the same verdict kind, the headline medians lie within the
+    /// tolerance and each run's interval holds the others' medians; else 1.
     pub fn exit_code(&self) -> i32 {
-        if self.outcomes().len() == 1 {
+        if self.outcomes().len() == 1 && self.medians_close.pass && self.intervals_hold.pass {
             EXIT_UNCHANGED
         } else {
             EXIT_MOVED
@@ -534,8 +535,9 @@ mod tests {
             report(1.0, &ROWS, &NOISE, "inconclusive", (0.85, 0.70, 0.95)),
         ];
         let (code, text) = runs_of(&runs);
-        // The kinds agree, so the exit code does; the check says where the spread is.
-        assert_eq!(code, EXIT_UNCHANGED, "{text}");
+        // The kinds agree, but the runs do not repeat: the check fails the exit code and
+        // says where the spread is.
+        assert_eq!(code, EXIT_MOVED, "{text}");
         assert!(text.contains("other runs' medians: **FAIL**"), "{text}");
         assert!(
             text.contains(
@@ -548,7 +550,8 @@ mod tests {
             report(1.0, &ROWS, &NOISE, "inconclusive", (0.85, 0.55, 0.95)),
             report(1.0, &ROWS, &NOISE, "inconclusive", (0.86, 0.55, 0.95)),
         ];
-        let (_, text) = runs_of(&medians_far);
+        let (code, text) = runs_of(&medians_far);
+        assert_eq!(code, EXIT_MOVED, "{text}");
         assert!(
             text.contains("within ±10 % of their median: **FAIL**"),
             "{text}"

@@ -60,8 +60,9 @@ pub enum Verdict {
     Judged {
         /// Warranted, not warranted or inconclusive.
         outcome: Outcome,
-        /// The bypass row chosen: the one whose highest median ratio to a socket row is
-        /// lowest.
+        /// The bypass row chosen: when warranted, the cheapest row (its highest median
+        /// ratio to a socket row lowest) among those that warrant it; otherwise the
+        /// cheapest row.
         setup: String,
         /// The socket row it saves least against (the best socket relay, for it).
         against: String,
@@ -95,7 +96,10 @@ pub fn each_confidence(candidates: usize, sockets: usize, looks: usize) -> f64 {
 /// lies below `1 − threshold` (it beats the best of them, whichever that is); **not
 /// warranted** when every bypass row's interval against some socket row lies above it;
 /// **inconclusive** otherwise. Every interval is taken at [`each_confidence`], so the
-/// whole family, and so the statement made, holds at [`FAMILY_CONFIDENCE`].
+/// whole family, and so the statement made, holds at [`FAMILY_CONFIDENCE`]. A row decides
+/// "warranted" or "not warranted" only when each of its intervals rests on at least
+/// [`MIN_KEPT_ROUNDS`] kept rounds and reaches that confidence; the verdict is withheld
+/// when the cheapest row does not, unless another row warrants bypass by the rule.
 pub fn judge(candidates: &[Candidate], threshold: f64, rounds_run: usize, looks: usize) -> Verdict {
     let sockets = candidates
         .iter()
@@ -130,9 +134,25 @@ pub fn judge(candidates: &[Candidate], threshold: f64, rounds_run: usize, looks:
             .expect("a candidate is judged against at least one socket row");
         (socket.to_string(), *i)
     };
-    let Some((chosen, intervals)) = judged
+    let by_worst_median = |a: &&(&Candidate, Vec<(&str, Interval)>),
+                           b: &&(&Candidate, Vec<(&str, Interval)>)| {
+        worst(&a.1).1.median.total_cmp(&worst(&b.1).1.median)
+    };
+    // A row may decide the outcome only on intervals that meet the rule: enough kept
+    // rounds, and each interval at its share of the error rate.
+    let meets_rule = |intervals: &[(&str, Interval)]| {
+        intervals
+            .iter()
+            .all(|(_, i)| i.samples >= MIN_KEPT_ROUNDS && i.confidence >= each)
+    };
+    let clears = |intervals: &[(&str, Interval)]| intervals.iter().all(|(_, i)| i.high < bound);
+    // Warranted: the cheapest row that meets the rule and beats every socket row by the
+    // threshold, quoted as that row.
+    let warranted = judged
         .iter()
-        .min_by(|a, b| worst(&a.1).1.median.total_cmp(&worst(&b.1).1.median))
+        .filter(|(_, intervals)| meets_rule(intervals) && clears(intervals))
+        .min_by(by_worst_median);
+    let Some((chosen, intervals)) = warranted.or_else(|| judged.iter().min_by(by_worst_median))
     else {
         return Verdict::Withheld(
             "no round kept a relay-afxdp row beside every socket relay (host gate, or loads not carried)".into(),
@@ -161,14 +181,13 @@ pub fn judge(candidates: &[Candidate], threshold: f64, rounds_run: usize, looks:
             }
         ));
     }
-    let warranted = judged
-        .iter()
-        .any(|(_, intervals)| intervals.iter().all(|(_, i)| i.high < bound));
+    // Not warranted: every bypass row, each on intervals that meet the rule, falls short
+    // of the threshold against some socket row.
     let not_warranted = judged.len() == candidates.len()
-        && judged
-            .iter()
-            .all(|(_, intervals)| intervals.iter().any(|(_, i)| i.low > bound));
-    let outcome = if warranted {
+        && judged.iter().all(|(_, intervals)| {
+            meets_rule(intervals) && intervals.iter().any(|(_, i)| i.low > bound)
+        });
+    let outcome = if warranted.is_some() {
         Outcome::Warranted
     } else if not_warranted {
         Outcome::NotWarranted
@@ -550,6 +569,30 @@ mod tests {
         let v = judge(&[both], 1.0 / 3.0, 10, 1);
         assert_eq!(v.kind(), "warranted");
         assert!((v.ratio().unwrap().median - 0.6).abs() < 1e-12);
+    }
+
+    #[test]
+    fn only_a_row_that_meets_the_rule_decides_and_it_is_the_row_quoted() {
+        // The cheapest median comes from a row with five kept rounds: it may not decide.
+        // The other row's ten rounds lie wholly below the bound: warranted, quoted as it.
+        let thin = candidate("thin", &[0.2; 5]);
+        let tight = candidate("tight", &around(0.5, 0.05));
+        let v = judge(&[thin.clone(), tight], 1.0 / 3.0, 10, 1);
+        assert_eq!(v.kind(), "warranted", "{v:?}");
+        assert!(
+            matches!(&v, Verdict::Judged { setup, .. } if setup == "tight"),
+            "{v:?}"
+        );
+        // With the other row across the bound, nothing that meets the rule clears it, and
+        // the cheapest row cannot be quoted: withheld, naming it.
+        let across = candidate("across", &around(0.66, 0.1));
+        let v = judge(&[thin, across], 1.0 / 3.0, 10, 1);
+        assert_eq!(v.kind(), "withheld", "{v:?}");
+        assert!(v.sentence(str::to_string, "h").contains("for thin"));
+        // A thin row cannot make it "not warranted" either.
+        let far = candidate("far", &around(0.9, 0.02));
+        let v = judge(&[candidate("thin", &[0.95; 5]), far], 1.0 / 3.0, 10, 1);
+        assert_ne!(v.kind(), "not_warranted", "{v:?}");
     }
 
     #[test]

@@ -555,4 +555,11 @@ mod tests {
         let v = verdict(&[row("bare mmsg forwarder", 100_000, 5.0, false)]);
         assert!(v.contains("relay-mio was not measured"), "{v}");
     }
+
+    #[test]
+    fn without_a_search_it_says_none_ran_not_that_relay_mio_was_missing() {
+        let v = verdict(&[]);
+        assert!(v.contains("No maximum-rate search ran"), "{v}");
+        assert!(!v.contains("relay-mio was not measured"), "{v}");
+    }
 }

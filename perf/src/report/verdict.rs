@@ -54,6 +54,10 @@ fn layer_verdicts(rows: &[Row]) -> String {
 /// forwarder µs per packet), and each against the alternatives a user would pick.
 pub fn verdict(rows: &[Row]) -> String {
     let mut out = String::from("## At the maximum rate\n\n");
+    if rows.is_empty() {
+        out.push_str("No maximum-rate search ran (`--no-search`, or no round of searches): no verdict at the maximum rate.\n");
+        return out;
+    }
     verdict_against_relay_mio(rows, &mut out);
     out.push_str(&layer_verdicts(rows));
     out
