@@ -2,7 +2,8 @@
 # Container images of relay-mio, relay-afxdp and the transceiver, built offline from the
 # workspace (no registry pull): each is FROM scratch with the release binary, the shared
 # libraries it links (found with ldd), glibc's NSS modules for name lookups (a Redis URL
-# may name a host), /etc/passwd and /etc/nsswitch.conf; it runs as uid 65532. Built with
+# may name a host), their licence notices and ours (/usr/share/doc/ufrag-relay),
+# /etc/passwd and /etc/nsswitch.conf; it runs as uid 65532. Built with
 # Debian's buildah, run with Debian's podman. Then one real session goes through them: a
 # relay container, a transceiver container (host network, loopback addresses of this
 # run's own, the hint keys mounted read-only), and `ufrag-perf session` (a str0m client) on the
@@ -27,6 +28,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${missing[@]}" >/dev/null
 fi
 
+source scripts/lib/notices.sh
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 echo "== release binaries"
 # The README's quick start builds exactly this set (CI runs it next, on this build);
@@ -47,9 +49,13 @@ for binary in relay-mio relay-afxdp transceiver; do
   rm -rf "$root"
   mkdir -p "$root/usr/local/bin" "$root/etc"
   cp "target/release/$binary" "$root/usr/local/bin/"
-  for lib in $(libraries "target/release/$binary" | sort -u); do
+  libs=$(libraries "target/release/$binary" | sort -u)
+  for lib in $libs; do
     cp --parents -L "$lib" "$root/"
   done
+  # shellcheck disable=SC2086 # one library a word
+  copy_notices "$root/usr/share/doc/ufrag-relay/system-libraries" $libs
+  cp LICENSE-MIT LICENSE-APACHE "$root/usr/share/doc/ufrag-relay/"
   printf 'root:x:0:0:root:/:/nonexistent\nnonroot:x:65532:65532:nonroot:/:/nonexistent\n' >"$root/etc/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' >"$root/etc/group"
   printf 'hosts: files dns\n' >"$root/etc/nsswitch.conf"
@@ -69,13 +75,10 @@ if [ "${1:-}" = "--build" ]; then
   exit 0
 fi
 
-# runc and cgroupfs: they work where crun refuses a hybrid cgroup hierarchy. Limits are
-# set explicitly: podman's defaults are higher than this host's hard limits, and the
-# container's init may not raise them (no CAP_SYS_RESOURCE here); a relay needs a few
-# thousand files and a few dozen threads.
-run=(podman --runtime "$(command -v runc)" --cgroup-manager cgroupfs)
-files=$(ulimit -Hn)
-limits=(--ulimit "nofile=$files:$files" --ulimit "nproc=4096:4096")
+# runc, cgroupfs and explicit limits: scripts/lib/podman.sh says why.
+source scripts/lib/podman.sh
+run=("${podman_run[@]}")
+limits=("${podman_limits[@]}")
 tag=$$
 net=$((RANDOM % 200 + 20))
 relay_ip=127.91.$net.1

@@ -10,7 +10,14 @@ know about this project:
   binaries given with --binary NAME=PATH), and every `$(VAR)` it uses is set in its env;
 - our workloads get Guaranteed QoS (requests equal limits, whole CPUs), readiness on
   /readyz and liveness on /healthz, a preStop wait, all capabilities dropped, and added
-  back only what relay-afxdp needs (BPF, NET_ADMIN, NET_RAW), to relay-afxdp alone;
+  back only what relay-afxdp needs (BPF, IPC_LOCK, NET_ADMIN, NET_RAW, PERFMON), to
+  relay-afxdp alone;
+- no container (init containers too) is privileged or may escalate; a container that
+  adds capabilities runs as uid 0 (Kubernetes sets no ambient capabilities: another uid
+  loses them at exec), one of ours that adds none does not, and none runs as uid 0 under
+  runAsNonRoot;
+- relay-afxdp needs no step on the node: it finds its interface (`--interface=auto`) and
+  sets its queue count (`--set-queues`) itself;
 - the hint-key and Redis-password Secrets and Redis's TLS material are mounted readable
   by no one but their owner and the pod's own group (fsGroup), in every pod (Redis's
   too): the binaries refuse a secret file readable by others or by another group;
@@ -81,7 +88,9 @@ SECRET_FILES = {
 }
 # The flags that point a relay at Redis.
 REDIS_FLAGS = ("--redis-url", "--redis-cluster-node", "--redis-sentinel")
-AFXDP_CAPABILITIES = {"BPF", "NET_ADMIN", "NET_RAW"}
+AFXDP_CAPABILITIES = {"BPF", "IPC_LOCK", "NET_ADMIN", "NET_RAW", "PERFMON"}
+# The USER of the images scripts/images.sh builds.
+IMAGE_USER = 65532
 NODE_AGENT_PORTS = {9100: "node_exporter", 10250: "the kubelet", 10256: "kube-proxy"}
 BYTES = {"": 1, "b": 1, "k": 1000, "kb": 1024, "m": 10**6, "mb": 2**20, "g": 10**9, "gb": 2**30,
          "ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "t": 10**12}
@@ -350,6 +359,61 @@ def check_secret(name, doc, problems):
             )
 
 
+def run_as_user(container, pod):
+    """The uid a container runs as: its own securityContext's, else the pod's, else the
+    USER of our images (65532); None for another image that says nothing."""
+    for context in (container.get("securityContext", {}), pod.get("securityContext", {})):
+        if "runAsUser" in context:
+            return context["runAsUser"]
+    return IMAGE_USER if image_binary(container.get("image", "")) in OUR_IMAGES else None
+
+
+def check_privileges(where, container, pod, problems):
+    """Added capabilities work for uid 0 only: Kubernetes sets no ambient capabilities, so
+    a process of another uid loses them at exec and fails where it needs them. Uid 0 is
+    then held to those capabilities; uid 0 with none added is root for nothing. Checked
+    for init containers too, whatever their image."""
+    context = container.get("securityContext", {})
+    added = set(context.get("capabilities", {}).get("add", []))
+    if context.get("privileged"):
+        problems.append(f"{where}: privileged: every capability and device of the node; "
+                        "add only the capabilities it needs")
+    if context.get("allowPrivilegeEscalation") is not False:
+        problems.append(f"{where}: allowPrivilegeEscalation is not false")
+    uid = run_as_user(container, pod)
+    if added and uid != 0:
+        problems.append(
+            f"{where}: adds {sorted(added)} but runs as uid {uid if uid is not None else 'of its image'}: "
+            "Kubernetes gives added capabilities to uid 0 only (without ambient capabilities "
+            "they are lost at exec); set runAsUser: 0 beside them"
+        )
+    if uid == 0 and not added and image_binary(container.get("image", "")) in OUR_IMAGES:
+        problems.append(f"{where}: runs as uid 0 with no capability added: run as 65532")
+    non_root = next((c["runAsNonRoot"] for c in (context, pod.get("securityContext", {}))
+                     if "runAsNonRoot" in c), False)
+    if uid == 0 and non_root:
+        problems.append(f"{where}: runAsNonRoot with uid 0: the kubelet refuses to start it")
+
+
+def check_afxdp_node_steps(where, args, problems):
+    """relay-afxdp on a DaemonSet needs no step on the node: it finds its interface
+    (`--interface=auto`: the one holding the node's address, whatever the NIC's name)
+    and gives it one RX queue per worker (`--set-queues`) itself."""
+    interface = next((a.split("=", 1)[1] for a in args if a.startswith("--interface=")), "")
+    if "--interface" in args[:-1]:
+        interface = args[args.index("--interface") + 1]  # `--interface auto`, two arguments
+    if interface != "auto":
+        problems.append(
+            f"{where}: --interface={interface} names an interface every node must have: "
+            "pass --interface=auto (the one holding the node's address)"
+        )
+    if "--set-queues" not in args:
+        problems.append(
+            f"{where}: without --set-queues every node needs `ethtool -L` by hand to have "
+            "one RX queue per worker: pass --set-queues"
+        )
+
+
 def check_container(where, container, pod, flags, problems):
     check_host_ports(where, container, problems)
     check_secret_modes(where, container, pod, problems)
@@ -400,6 +464,9 @@ def check_container(where, container, pod, flags, problems):
     wanted = AFXDP_CAPABILITIES if binary == "relay-afxdp" else set()
     if added != wanted:
         problems.append(f"{where}: capabilities added {sorted(added)}, want {sorted(wanted)}")
+    check_privileges(where, container, pod, problems)
+    if binary == "relay-afxdp":
+        check_afxdp_node_steps(where, args, problems)
     uses_redis = any(a.split("=", 1)[0] in REDIS_FLAGS for a in args_of(container))
     has_password = any(a.startswith("--redis-password-file") for a in args_of(container)) or (
         "UFRAG_REDIS_PASSWORD" in env
@@ -570,6 +637,8 @@ def main():
         if kind not in ("Deployment", "DaemonSet", "StatefulSet"):
             continue
         pod = doc["spec"]["template"]["spec"]
+        for container in pod.get("initContainers", []):
+            check_privileges(f"{name} (init {container['name']})", container, pod, problems)
         if not any(image_binary(c.get("image", "")) in OUR_IMAGES for c in pod["containers"]):
             for container in pod["containers"]:
                 check_container(f"{name} ({container['name']})", container, pod, flags, problems)

@@ -21,7 +21,7 @@ use ufrag_common::runtime::lifecycle::{
 /// IPv4 and IPv6 on the AF_XDP data path; next hops from the kernel's routing and
 /// neighbour tables.
 #[derive(Debug, clap::Parser)]
-#[command(name = "relay-afxdp", version, verbatim_doc_comment)]
+#[command(name = "relay-afxdp", version = ufrag_version::VERSION, verbatim_doc_comment)]
 struct Cli {
     #[command(flatten)]
     relay: RelayArgs,

@@ -6,10 +6,12 @@
 //! link ([`steering`]); one AF_XDP socket per RX queue with its own UMEM ([`xsk`], on the
 //! pure ring arithmetic of [`ring`]; or, to compare, on the `xdp` crate: [`xsk_crate`]); in-place UDP frame rewriting with full checksums
 //! ([`packet`]); next hops from the kernel's neighbour and routing tables over rtnetlink
-//! ([`netlink`], [`neighbours`]); and the per-queue forwarding loop ([`worker`]).
+//! ([`netlink`], [`neighbours`]); the interface's queue count over ethtool netlink
+//! ([`channels`]); and the per-queue forwarding loop ([`worker`]).
 //! Unsafe code lives only in `xsk` and `xsk_crate` (and in `ufrag_bpf::sys`).
 #![deny(unsafe_code)]
 
+pub mod channels;
 pub mod cli;
 pub mod fast_path;
 pub mod neighbours;

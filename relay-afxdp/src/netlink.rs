@@ -210,7 +210,7 @@ fn dump_request(kind: u16, seq: u32) -> [u8; NLMSG_HDR_LEN + BODY_LEN] {
 
 /// Whether a dump continues in the next read.
 #[derive(Debug, PartialEq, Eq)]
-enum Walk {
+pub(crate) enum Walk {
     More,
     Done,
 }
@@ -218,7 +218,12 @@ enum Walk {
 /// Walks the messages in one read: calls `each` with the body of every `reply` message of
 /// sequence `seq`; stops at `NLMSG_DONE`; turns `NLMSG_ERROR` into an error. Messages of
 /// other sequences (a late answer to an earlier request) are skipped.
-fn walk(mut data: &[u8], seq: u32, reply: u16, each: &mut impl FnMut(&[u8])) -> io::Result<Walk> {
+pub(crate) fn walk(
+    mut data: &[u8],
+    seq: u32,
+    reply: u16,
+    each: &mut impl FnMut(&[u8]),
+) -> io::Result<Walk> {
     while data.len() >= NLMSG_HDR_LEN {
         let len = u32_at(data, 0) as usize;
         if len < NLMSG_HDR_LEN || len > data.len() {
@@ -247,7 +252,8 @@ fn walk(mut data: &[u8], seq: u32, reply: u16, each: &mut impl FnMut(&[u8])) -> 
     Ok(Walk::More)
 }
 
-fn align(len: usize) -> usize {
+/// A netlink length rounded up to the 4-byte alignment of messages and attributes.
+pub(crate) fn align(len: usize) -> usize {
     (len + 3) & !3
 }
 
@@ -255,9 +261,9 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_ne_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
-/// The attributes after a 12-byte body: (type, payload) pairs; a malformed one ends them.
-fn attributes(body: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    let mut rest = body.get(BODY_LEN..).unwrap_or(&[]);
+/// The attributes in `data`: (type, payload) pairs; a malformed one ends them.
+pub(crate) fn attributes(data: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    let mut rest = data;
     std::iter::from_fn(move || {
         if rest.len() < 4 {
             return None;
@@ -291,7 +297,7 @@ fn parse_neighbour(body: &[u8]) -> Option<Neighbour> {
         return None;
     }
     let (mut ip, mut mac) = (None, None);
-    for (kind, payload) in attributes(body) {
+    for (kind, payload) in attributes(body.get(BODY_LEN..).unwrap_or(&[])) {
         match kind {
             NDA_DST => ip = ip_from(family, payload),
             NDA_LLADDR => mac = <[u8; 6]>::try_from(payload).ok(),
@@ -333,7 +339,7 @@ fn route_fields(body: &[u8]) -> Option<RouteFields> {
         gateway: None,
         ifindex: None,
     };
-    for (kind, payload) in attributes(body) {
+    for (kind, payload) in attributes(body.get(BODY_LEN..).unwrap_or(&[])) {
         match kind {
             RTA_DST => fields.dst = ip_from(family, payload),
             RTA_GATEWAY => fields.gateway = ip_from(family, payload),

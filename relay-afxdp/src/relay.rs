@@ -16,6 +16,7 @@ use ufrag_common::returns::SharedReturns;
 use ufrag_common::runtime::cache::{CacheClient, WakeFn};
 use ufrag_common::runtime::lifecycle::{RelayWorker, Running};
 
+use crate::channels::{QueuesSet, SetQueuesError};
 use crate::fast_path::{FastPathMaps, FastPathWriter};
 use crate::neighbours::Neighbours;
 use crate::steering::{AttachMode, Steering};
@@ -64,6 +65,13 @@ pub struct AfXdpOptions {
     /// another interface than it is held on: name that one.
     #[arg(long, value_name = "IFNAME|auto")]
     pub interface: String,
+    /// Before attaching, give the interface one RX queue per worker (what `ethtool -L
+    /// IFNAME combined N` does, over ethtool's netlink; needs CAP_NET_ADMIN, which
+    /// attaching XDP needs too), so that a node needs no step of its own. Nothing is sent
+    /// to the driver when the count is already right; some drivers reset the link when it
+    /// is not. A driver that cannot have that many queues is refused at start.
+    #[arg(long)]
+    pub set_queues: bool,
     /// XDP attach mode.
     #[arg(long, value_enum, default_value_t = AttachMode::Skb)]
     pub xdp_mode: AttachMode,
@@ -239,8 +247,8 @@ fn validate(
         return Err(StartError::Config(format!(
             "`workers`: {w} workers but {i} has {rx_queues} RX queues, and the flows the NIC \
              puts on queues {w}..{last} would reach no worker; run one worker per queue \
-             (--workers {rx_queues} with as many CPUs) or give {i} {w} queue(s) (ethtool -L {i} \
-             combined {w})",
+             (--workers {rx_queues} with as many CPUs) or give {i} {w} queue(s) (--set-queues, \
+             or ethtool -L {i} combined {w})",
             w = config.workers(),
             i = options.interface,
             last = rx_queues - 1,
@@ -307,6 +315,39 @@ impl<S: UmemSocket + 'static> RelayWorker for AfXdpWorker<S> {
 #[derive(Debug)]
 pub struct Relay;
 
+/// `--set-queues`: gives `ifname` one RX queue per worker (it has `has`), and logs what
+/// it did.
+fn set_queues(ifname: &str, workers: usize, has: usize) -> Result<(), StartError> {
+    let queues = u32::try_from(workers).unwrap_or(u32::MAX);
+    let has = u32::try_from(has).unwrap_or(u32::MAX);
+    match crate::channels::set_rx_queues(ifname, queues, has) {
+        Ok(QueuesSet::Unchanged) => {
+            tracing::info!(
+                interface = ifname,
+                queues,
+                "RX queues already one per worker"
+            );
+            Ok(())
+        }
+        Ok(QueuesSet::Changed { before }) => {
+            tracing::info!(
+                interface = ifname,
+                queues,
+                before = before.rx_queues(),
+                "RX queues set to one per worker"
+            );
+            Ok(())
+        }
+        Err(SetQueuesError::Unfit(why)) => Err(StartError::Config(format!(
+            "`set_queues`: {why}; run as many workers as it can have queues"
+        ))),
+        Err(SetQueuesError::Kernel(e)) => Err(system(format!(
+            "`set_queues`: setting {ifname}'s RX queues to {queues} (needs CAP_NET_ADMIN; the \
+             driver may refuse while RSS rules or the indirection table use the queues above)"
+        ))(e)),
+    }
+}
+
 impl Relay {
     /// Validates the options against the interface, loads the XDP program, opens and
     /// registers one AF_XDP socket per worker, attaches the program, and starts the
@@ -329,7 +370,14 @@ impl Relay {
             interface: interface_name(&options.interface, config.worker_internal_addr(0).ip())?,
             ..options.clone()
         };
-        let interface = Interface::read(&options.interface)?;
+        let mut interface = Interface::read(&options.interface)?;
+        if options.set_queues {
+            // Everything else is checked first, as if the queues were right: a start that
+            // would be refused anyway does not reconfigure the NIC.
+            validate(config, options, config.workers())?;
+            set_queues(&options.interface, config.workers(), interface.rx_queues)?;
+            interface = Interface::read(&options.interface)?;
+        }
         validate(config, options, interface.rx_queues)?;
         let internals: Vec<_> = (0..config.workers())
             .map(|i| config.worker_internal_addr(i))

@@ -384,7 +384,23 @@ impl XdpSocket {
             flags: 0,
             tx_metadata_len: 0,
         };
-        setsockopt(fd.as_raw_fd(), libc::XDP_UMEM_REG, &reg)?;
+        setsockopt(fd.as_raw_fd(), libc::XDP_UMEM_REG, &reg).map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOBUFS) {
+                // The kernel charges a UMEM to the user's locked memory unless the process
+                // holds CAP_IPC_LOCK.
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "registering a {} MiB UMEM: {e}: over the locked-memory limit \
+                         (RLIMIT_MEMLOCK, shared by every process of this uid); grant \
+                         CAP_IPC_LOCK or raise the limit",
+                        len >> 20
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
         for opt in [
             libc::XDP_UMEM_FILL_RING,
             libc::XDP_UMEM_COMPLETION_RING,

@@ -236,3 +236,79 @@ fn ice_tcp_bundles_and_gso_are_refused_with_the_deployment_that_serves_them() {
         wait_until_no_xdp(&bed, "a refused relay left its program attached");
     }
 }
+
+/// The RX queues of the relay's interface, as the relay's namespace sees them in sysfs.
+fn rx_queues(bed: &Testbed) -> usize {
+    let out = bed
+        .relay
+        .command("ls")
+        .arg(format!("/sys/class/net/{}/queues", bed.relay.ifname))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .filter(|q| q.starts_with("rx-"))
+        .count()
+}
+
+/// `--set-queues` gives the interface one RX queue per worker before attaching, with
+/// only the capabilities the AF_XDP overlay's pod has (uid 0 with every capability but
+/// BPF, IPC_LOCK, NET_ADMIN, NET_RAW and PERFMON dropped, no new privileges: `setpriv`
+/// does what the container runtime does), and the relay forwards; started again, it
+/// changes nothing. (Without PERFMON the verifier refuses the steering program's packet
+/// pointer arithmetic, as it would an unprivileged user's.)
+#[test]
+fn set_queues_gives_one_queue_per_worker_with_only_the_pods_capabilities() {
+    require_root();
+    let bed = Testbed::up_with(testkit::testbed::TestbedOptions {
+        queues: 2,
+        ..Default::default()
+    })
+    .unwrap();
+    assert_eq!(
+        rx_queues(&bed),
+        2,
+        "the testbed's relay interface has 2 queues"
+    );
+    let pod = [
+        "setpriv",
+        "--bounding-set=-all,+bpf,+ipc_lock,+net_admin,+net_raw,+perfmon",
+        "--inh-caps=-all",
+        "--no-new-privs",
+        "--",
+    ];
+    let ifname = bed.relay.ifname.clone();
+    let flags = ["--interface", &ifname, "--set-queues"];
+    let mut logs = vec![];
+    for start in ["first", "second"] {
+        let mut relay = testkit::testbed::tools::start_relay_under(
+            &bed,
+            false,
+            &pod,
+            "relay-afxdp",
+            "1",
+            &flags,
+        );
+        let said = probe_through_relay_in(&bed, false, 50);
+        let _ = relay.kill();
+        let _ = relay.wait();
+        let mut stderr = String::new();
+        if let Some(mut pipe) = relay.stderr.take() {
+            let _ = std::io::Read::read_to_string(&mut pipe, &mut stderr);
+        }
+        assert_eq!(said, "received 50/50", "{start} start: {stderr}");
+        assert_eq!(rx_queues(&bed), 1, "{start} start: {stderr}");
+        logs.push(stderr);
+        wait_until_no_xdp(&bed, "XDP program left attached after SIGKILL");
+    }
+    assert!(
+        logs[0].contains("RX queues set to one per worker"),
+        "first start: {}",
+        logs[0]
+    );
+    assert!(
+        logs[1].contains("RX queues already one per worker"),
+        "second start: {}",
+        logs[1]
+    );
+}

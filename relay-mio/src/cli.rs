@@ -28,7 +28,7 @@ use ufrag_common::runtime::lifecycle::{
 /// Then: GET /metrics, /healthz, /readyz on --metrics-addr (default 127.0.0.1:9590).
 /// SIGTERM: /readyz turns 503, existing flows keep forwarding for --drain-time, exit 0.
 #[derive(Debug, clap::Parser)]
-#[command(name = "relay-mio", version, verbatim_doc_comment)]
+#[command(name = "relay-mio", version = ufrag_version::VERSION, verbatim_doc_comment)]
 struct Cli {
     #[command(flatten)]
     relay: RelayArgs,

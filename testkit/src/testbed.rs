@@ -412,10 +412,33 @@ pub mod tools {
         cpu: &str,
         extra: &[&str],
     ) -> OwnedChild {
+        start_relay_under(bed, ipv6, &[], binary, cpu, extra)
+    }
+
+    /// Like [`start_relay_in`], the relay started by `wrapper` (a command and its
+    /// arguments, the relay's command line after them: `setpriv …` to start it with a
+    /// pod's capabilities).
+    pub fn start_relay_under(
+        bed: &Testbed,
+        ipv6: bool,
+        wrapper: &[&str],
+        binary: &str,
+        cpu: &str,
+        extra: &[&str],
+    ) -> OwnedChild {
         let vip = vip(bed, ipv6).to_string();
         let internal = SocketAddr::new(bed.relay.ip(ipv6), 40000).to_string();
         let transceiver_net = if ipv6 { "fd77::/64" } else { "10.77.0.0/24" };
-        let mut command = bed.relay.command(bin(binary).to_str().expect("UTF-8 path"));
+        let binary_path = bin(binary);
+        let binary_path = binary_path.to_str().expect("UTF-8 path");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = bed.relay.command(program);
+                c.args(args).arg(binary_path);
+                c
+            }
+            None => bed.relay.command(binary_path),
+        };
         command
             .args([
                 "--vip",

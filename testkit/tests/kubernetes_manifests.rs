@@ -128,8 +128,8 @@ fn the_checker_refuses_manifests_that_are_wrong() {
     );
     edit(
         &dir.join("overlays/afxdp/relay.yaml"),
-        r#"add: ["BPF", "NET_ADMIN", "NET_RAW"]"#,
-        r#"add: ["BPF", "NET_ADMIN", "NET_RAW", "SYS_ADMIN"]"#,
+        r#"add: ["BPF", "IPC_LOCK", "NET_ADMIN", "NET_RAW", "PERFMON"]"#,
+        r#"add: ["BPF", "IPC_LOCK", "NET_ADMIN", "NET_RAW", "PERFMON", "SYS_ADMIN"]"#,
     );
     edit(
         &dir.join("overlays/loadbalancer/relay.yaml"),
@@ -221,6 +221,35 @@ fn the_checker_refuses_manifests_that_are_wrong() {
          - hint.keys=1:2222222222222222222222222222222222222222222222222222222222222222\n\
          images:",
     );
+    // Privileges: capabilities that uid 65532 would lose at exec, root for nothing, a
+    // privileged container; and relay-afxdp needing a step on every node.
+    let afxdp = dir.join("overlays/afxdp/relay.yaml");
+    edit(
+        &afxdp,
+        "            runAsUser: 0\n            runAsGroup: 0\n",
+        "",
+    );
+    edit(&afxdp, "- --interface=auto", "- --interface=eth0");
+    edit(&afxdp, "            - --set-queues\n", "");
+    edit(
+        &dir.join("overlays/loadbalancer/relay.yaml"),
+        "runAsUser: 65532",
+        "runAsUser: 0",
+    );
+    edit(
+        &dir.join("global/relay.yaml"),
+        "            allowPrivilegeEscalation: false\n",
+        "            privileged: true\n",
+    );
+    // The issue's first design: an init container running ethtool, privileged.
+    edit(
+        &dir.join("overlays/hostnetwork/relay.yaml"),
+        "      containers:\n",
+        "      initContainers:\n        - name: queues\n          image: debian:12\n          \
+         command: [\"ethtool\", \"-L\", \"eth0\", \"combined\", \"2\"]\n          \
+         securityContext:\n            privileged: true\n            capabilities:\n              \
+         add: [\"NET_ADMIN\"]\n      containers:\n",
+    );
     let out = check(&dir, &monitoring);
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&monitoring);
@@ -232,7 +261,7 @@ fn the_checker_refuses_manifests_that_are_wrong() {
         "the demo page on the public signaling port",
         "hint keys mounted with mode 0444",
         "terminationGracePeriod",
-        "want ['BPF', 'NET_ADMIN', 'NET_RAW']",
+        "want ['BPF', 'IPC_LOCK', 'NET_ADMIN', 'NET_RAW', 'PERFMON']",
         "must keep the client's address",
         "hostPort 9100 is node_exporter's on every node",
         "native XDP without --bind-mode copies every frame",
@@ -258,6 +287,14 @@ fn the_checker_refuses_manifests_that_are_wrong() {
          ufrag-global is not in namespaceSelector.matchNames",
         "no `release` label: a stock kube-prometheus-stack selects PodMonitors",
         "no PodMonitor selects overlays/loadbalancer/relay.yaml:",
+        "but runs as uid 65532: Kubernetes gives added capabilities to uid 0 only",
+        "runs as uid 0 with no capability added",
+        "privileged: every capability and device of the node",
+        "DaemonSet/relay (init queues): adds ['NET_ADMIN'] but runs as uid 65532",
+        "DaemonSet/relay (init queues): privileged",
+        "allowPrivilegeEscalation is not false",
+        "--interface=eth0 names an interface every node must have",
+        "without --set-queues every node needs `ethtool -L` by hand",
         "alerts.yaml: UfragRelayNotReady: runbook_url 'docs/runbook.md#ufragrelaynotready' is \
          not an absolute https link",
     ] {

@@ -42,7 +42,7 @@ use crate::worker::{Worker, WorkerConfig};
 /// UFRAG_TRANSCEIVER_TOKEN; required when --http-addr is not a loopback address, unless
 /// --allow-unauthenticated says otherwise.
 #[derive(Debug, Clone, clap::Parser)]
-#[command(name = "transceiver", version, verbatim_doc_comment)]
+#[command(name = "transceiver", version = ufrag_version::VERSION, verbatim_doc_comment)]
 pub struct TransceiverOptions {
     /// TOML config file: its keys are these flags' long names, `-` written `_`
     /// (e.g. `http_addr = "0.0.0.0:8080"`); a flag on the command line replaces its key.

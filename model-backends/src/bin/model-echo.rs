@@ -16,7 +16,7 @@ use ufrag_model_backends::{Options, TlsIdentity};
 /// Point a transceiver at it with `--model ws://LISTEN/`. When UFRAG_MODEL_TOKEN is set, a
 /// transceiver must send it as its bearer token (the transceiver reads the same variable).
 #[derive(Debug, Parser)]
-#[command(name = "model-echo", version)]
+#[command(name = "model-echo", version = ufrag_version::VERSION)]
 struct Cli {
     /// Where to listen for transceivers.
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "IP:PORT")]

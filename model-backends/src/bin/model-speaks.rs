@@ -16,7 +16,7 @@ use ufrag_model_backends::{Options, Voice};
 /// Point a transceiver at it with `--model ws://LISTEN/`. When UFRAG_MODEL_TOKEN is set, a
 /// transceiver must send it as its bearer token.
 #[derive(Debug, Parser)]
-#[command(name = "model-speaks", version)]
+#[command(name = "model-speaks", version = ufrag_version::VERSION)]
 struct Cli {
     /// Where to listen for transceivers.
     #[arg(long, default_value = "127.0.0.1:9000", value_name = "IP:PORT")]

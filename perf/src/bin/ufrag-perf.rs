@@ -5,7 +5,7 @@ use clap::{Parser, Subcommand};
 use perf::cmd;
 
 #[derive(Debug, Parser)]
-#[command(name = "ufrag-perf", version, about = "ufrag-relay benchmarks")]
+#[command(name = "ufrag-perf", version = ufrag_version::VERSION, about = "ufrag-relay benchmarks")]
 struct Cli {
     #[command(subcommand)]
     command: Cmd,

@@ -19,7 +19,7 @@ use transceiver::session_token::{self, TokenAlgorithm, TokenRequest};
 /// e.g. `openssl genpkey -algorithm ed25519 -out private.pem`); the transceivers hold the
 /// public key (`openssl pkey -in private.pem -pubout -out public.pem`).
 #[derive(Debug, clap::Parser)]
-#[command(name = "ufrag-token", version, verbatim_doc_comment)]
+#[command(name = "ufrag-token", version = ufrag_version::VERSION, verbatim_doc_comment)]
 struct Options {
     /// The signing key: the HS256 secret, or the private key in PKCS#8 PEM.
     #[arg(long, value_name = "FILE")]
