@@ -76,8 +76,8 @@ copy_notices "dist/$name/system-libraries" $(for b in "${binaries[@]}"; do
 done | sort -u)
 opus=$(for b in "${binaries[@]}"; do
   case "$(ldd "dist/$name/bin/$b")" in *libopus*) echo "$b" ;; esac
-done | xargs)
-printf 'These binaries need glibc %s or later (x86_64); %s need libopus 0 too.\nsystem-libraries/ holds the licence notices of the libraries they link.\n' \
+done | paste -sd, | sed 's/,/, /g')
+printf 'These binaries need glibc %s or later (x86_64), and libopus 0 for: %s.\nsystem-libraries/ holds the licence notices of the libraries they link.\n' \
   "${glibc#GLIBC_}" "${opus:-none}" >"dist/$name/REQUIREMENTS"
 echo "   all need ${glibc/_/ } or later"
 
