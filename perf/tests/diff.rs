@@ -195,28 +195,38 @@ fn an_old_report_or_a_missing_file_exits_two() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// The committed report's JSON.
+fn committed_report() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results/compare.json")
+}
+
+/// The report at `path` with row `setup` made `factor` times costlier in every round.
+fn with_row_costlier(path: &Path, setup: &str, factor: f64) -> Value {
+    let mut json: Value =
+        serde_json::from_str(&std::fs::read_to_string(path).expect("the committed report"))
+            .expect("JSON");
+    let rows = json["cost"]["rows"].as_array_mut().expect("rows");
+    let row = rows
+        .iter_mut()
+        .find(|r| r["setup"] == setup)
+        .unwrap_or_else(|| panic!("{} has a row {setup}", path.display()));
+    for round in row["by_round"].as_array_mut().expect("by_round") {
+        let us = round["marginal_us_per_packet"].as_f64().unwrap();
+        round["marginal_us_per_packet"] = serde_json::json!(us * factor);
+    }
+    json
+}
+
 /// The committed reports: diffed against themselves they must show no change, unless they
 /// were made before per-round data was recorded, which diff must then say.
 #[test]
 fn the_committed_report_against_itself_is_no_change_and_with_a_row_made_costlier_fails() {
-    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results/compare.json");
-    let json: Value =
-        serde_json::from_str(&std::fs::read_to_string(&committed).expect("the committed report"))
-            .expect("JSON");
+    let committed = committed_report();
     let out = perf(&[Path::new("diff"), &committed, &committed]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
     assert!(text(&out.stdout).contains(" 0 costlier, 0 cheaper;"));
     // relay-mio with bundles made 30 % costlier in every round of a copy.
-    let mut costlier = json;
-    let rows = costlier["cost"]["rows"].as_array_mut().expect("rows");
-    let bundles = rows
-        .iter_mut()
-        .find(|r| r["setup"] == "mio-bundles")
-        .expect("the committed report has relay-mio with bundles");
-    for round in bundles["by_round"].as_array_mut().expect("by_round") {
-        let us = round["marginal_us_per_packet"].as_f64().unwrap();
-        round["marginal_us_per_packet"] = serde_json::json!(us * 1.3);
-    }
+    let costlier = with_row_costlier(&committed, "mio-bundles", 1.3);
     let dir = scratch("committed");
     let changed = write(&dir, "costlier.json", &costlier);
     let out = perf(&[Path::new("diff"), &committed, &changed]);
@@ -251,19 +261,8 @@ fn two_committed_runs_of_one_command_are_no_change() {
 /// kernel's forwarding, which no commit of ours changes) it is flagged.
 #[test]
 fn a_costlier_relay_mio_shows_only_against_an_anchor_it_does_not_move() {
-    let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/results/compare.json");
-    let mut costlier: Value =
-        serde_json::from_str(&std::fs::read_to_string(&committed).expect("the committed report"))
-            .expect("JSON");
-    let rows = costlier["cost"]["rows"].as_array_mut().expect("rows");
-    let mio = rows
-        .iter_mut()
-        .find(|r| r["setup"] == "mio")
-        .expect("relay-mio's row");
-    for round in mio["by_round"].as_array_mut().expect("by_round") {
-        let us = round["marginal_us_per_packet"].as_f64().unwrap();
-        round["marginal_us_per_packet"] = serde_json::json!(us * 1.5);
-    }
+    let committed = committed_report();
+    let costlier = with_row_costlier(&committed, "mio", 1.5);
     let dir = scratch("anchor");
     let changed = write(&dir, "mio-costlier.json", &costlier);
     let blind = perf(&[Path::new("diff"), &committed, &changed]);
