@@ -20,7 +20,6 @@
 # release is of a commit. Runs as root (podman).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/lib/podman.sh
 source scripts/lib/notices.sh
 
 fail() {
@@ -46,6 +45,8 @@ fi
 stamp="$version (commit $commit)"
 
 scripts/images.sh
+# After images.sh, which installs podman and runc where they are missing.
+source scripts/lib/podman.sh
 
 # What a user installs: the relays, the transceiver and its token tool, the model
 # servers, and ufrag-perf (the session smoke test and load test of a deployment).

@@ -60,11 +60,13 @@ pub enum Verdict {
     Judged {
         /// Warranted, not warranted or inconclusive.
         outcome: Outcome,
-        /// The bypass row chosen: when warranted, the cheapest row (its highest median
-        /// ratio to a socket row lowest) among those that warrant it; otherwise the
-        /// cheapest row.
+        /// The bypass row chosen: the cheapest (its highest median ratio to a socket row
+        /// lowest) among those that warrant bypass; for "not warranted" the cheapest row;
+        /// for "inconclusive" the cheapest that may still warrant it.
         setup: String,
-        /// The socket row it saves least against (the best socket relay, for it).
+        /// The socket row whose interval decides: the highest upper end (the least saving
+        /// it shows) for "warranted" and "inconclusive", the highest lower end for "not
+        /// warranted".
         against: String,
         /// Its per-round ratio to that socket row, at `confidence`.
         ratio: Interval,
@@ -99,7 +101,8 @@ pub fn each_confidence(candidates: usize, sockets: usize, looks: usize) -> f64 {
 /// whole family, and so the statement made, holds at [`FAMILY_CONFIDENCE`]. A row decides
 /// "warranted" or "not warranted" only when each of its intervals rests on at least
 /// [`MIN_KEPT_ROUNDS`] kept rounds and reaches that confidence; the verdict is withheld
-/// when the cheapest row does not, unless another row warrants bypass by the rule.
+/// when the cheapest row does not (unless another row warrants bypass by the rule), and
+/// when every row that meets the rule falls short but another does not meet it.
 pub fn judge(candidates: &[Candidate], threshold: f64, rounds_run: usize, looks: usize) -> Verdict {
     let sockets = candidates
         .iter()
@@ -127,16 +130,17 @@ pub fn judge(candidates: &[Candidate], threshold: f64, rounds_run: usize, looks:
             judged.push((c, intervals));
         }
     }
-    let worst = |intervals: &[(&str, Interval)]| -> (String, Interval) {
-        let (socket, i) = intervals
+    // A row's cost: its highest median ratio to a socket row (what it saves against the
+    // best socket relay, for it).
+    let worst_median = |intervals: &[(&str, Interval)]| {
+        intervals
             .iter()
-            .max_by(|a, b| a.1.median.total_cmp(&b.1.median))
-            .expect("a candidate is judged against at least one socket row");
-        (socket.to_string(), *i)
+            .map(|(_, i)| i.median)
+            .fold(f64::NEG_INFINITY, f64::max)
     };
     let by_worst_median = |a: &&(&Candidate, Vec<(&str, Interval)>),
                            b: &&(&Candidate, Vec<(&str, Interval)>)| {
-        worst(&a.1).1.median.total_cmp(&worst(&b.1).1.median)
+        worst_median(&a.1).total_cmp(&worst_median(&b.1))
     };
     // A row may decide the outcome only on intervals that meet the rule: enough kept
     // rounds, and each interval at its share of the error rate.
@@ -152,25 +156,55 @@ pub fn judge(candidates: &[Candidate], threshold: f64, rounds_run: usize, looks:
         .iter()
         .filter(|(_, intervals)| meets_rule(intervals) && clears(intervals))
         .min_by(by_worst_median);
-    let Some((chosen, intervals)) = warranted.or_else(|| judged.iter().min_by(by_worst_median))
-    else {
+    // The interval quoted: for "warranted" the one whose upper end is highest (the least
+    // saving it shows), for "not warranted" the one whose lower end is highest (the one
+    // that lies above the bound), for "inconclusive" the one whose upper end is highest
+    // (it holds the bound).
+    let quoted = |intervals: &[(&str, Interval)], by_low: bool| -> (String, Interval) {
+        let (socket, i) = intervals
+            .iter()
+            .max_by(|a, b| {
+                let end = |i: &Interval| if by_low { i.low } else { i.high };
+                end(&a.1).total_cmp(&end(&b.1))
+            })
+            .expect("a candidate is judged against at least one socket row");
+        (socket.to_string(), *i)
+    };
+    let judged_as =
+        |outcome: Outcome, chosen: &Candidate, against: String, ratio: Interval| Verdict::Judged {
+            outcome,
+            setup: chosen.setup.clone(),
+            against,
+            ratio,
+            threshold,
+            candidates: candidates.len(),
+            sockets,
+            looks: looks.max(1),
+            rounds_needed: (outcome == Outcome::Inconclusive)
+                .then(|| samples_to_clear(&ratio, bound))
+                .flatten(),
+        };
+    if let Some((chosen, intervals)) = warranted {
+        let (against, ratio) = quoted(intervals, false);
+        return judged_as(Outcome::Warranted, chosen, against, ratio);
+    }
+    let Some((cheapest, intervals)) = judged.iter().min_by(by_worst_median) else {
         return Verdict::Withheld(
             "no round kept a relay-afxdp row beside every socket relay (host gate, or loads not carried)".into(),
         );
     };
-    let (against, ratio) = worst(intervals);
     let fewest = intervals.iter().map(|i| i.1.samples).min().unwrap_or(0);
     if fewest < MIN_KEPT_ROUNDS {
         return Verdict::Withheld(format!(
             "{fewest} of {rounds_run} rounds kept for {} beside every socket relay, at least {MIN_KEPT_ROUNDS} needed (the host gate's record below says why any were left out)",
-            chosen.setup
+            cheapest.setup
         ));
     }
     if let Some((socket, short)) = intervals.iter().find(|i| i.1.confidence < each) {
         return Verdict::Withheld(format!(
             "{} kept rounds of {} beside {socket} give an interval of at most {:.1} % coverage; the verdict's intervals need {:.2} % (95 % divided among {} bypass rows × {sockets} socket rows{}): more rounds (`--rounds`)",
             short.samples,
-            chosen.setup,
+            cheapest.setup,
             short.confidence * 100.0,
             each * 100.0,
             candidates.len(),
@@ -181,32 +215,42 @@ pub fn judge(candidates: &[Candidate], threshold: f64, rounds_run: usize, looks:
             }
         ));
     }
+    let above = |intervals: &[(&str, Interval)]| intervals.iter().any(|(_, i)| i.low > bound);
     // Not warranted: every bypass row, each on intervals that meet the rule, falls short
     // of the threshold against some socket row.
     let not_warranted = judged.len() == candidates.len()
-        && judged.iter().all(|(_, intervals)| {
-            meets_rule(intervals) && intervals.iter().any(|(_, i)| i.low > bound)
-        });
-    let outcome = if warranted.is_some() {
-        Outcome::Warranted
-    } else if not_warranted {
-        Outcome::NotWarranted
-    } else {
-        Outcome::Inconclusive
-    };
-    Verdict::Judged {
-        outcome,
-        setup: chosen.setup.clone(),
-        against,
-        ratio,
-        threshold,
-        candidates: candidates.len(),
-        sockets,
-        looks: looks.max(1),
-        rounds_needed: (outcome == Outcome::Inconclusive)
-            .then(|| samples_to_clear(&ratio, bound))
-            .flatten(),
+        && judged
+            .iter()
+            .all(|(_, intervals)| meets_rule(intervals) && above(intervals));
+    if not_warranted {
+        let (against, ratio) = quoted(intervals, true);
+        return judged_as(Outcome::NotWarranted, cheapest, against, ratio);
     }
+    // Inconclusive: the cheapest row that meets the rule and may still clear the bound.
+    if let Some((open, intervals)) = judged
+        .iter()
+        .filter(|(_, intervals)| meets_rule(intervals) && !above(intervals))
+        .min_by(by_worst_median)
+    {
+        let (against, ratio) = quoted(intervals, false);
+        return judged_as(Outcome::Inconclusive, open, against, ratio);
+    }
+    // Every row that meets the rule falls short; what keeps the verdict open is a row that
+    // does not meet it, or was not judged beside every socket relay.
+    let open: Vec<&str> = candidates
+        .iter()
+        .filter(|c| {
+            judged
+                .iter()
+                .find(|(j, _)| j.setup == c.setup)
+                .is_none_or(|(_, intervals)| !meets_rule(intervals))
+        })
+        .map(|c| c.setup.as_str())
+        .collect();
+    Verdict::Withheld(format!(
+        "every bypass row with rounds enough falls short of the threshold, but {} has too few kept rounds beside every socket relay to say whether it would: more rounds (`--rounds`)",
+        open.join(", ")
+    ))
 }
 
 /// Whether two rows are as cheap as each other, by two one-sided tests at `alpha` each:
@@ -589,10 +633,45 @@ mod tests {
         let v = judge(&[thin, across], 1.0 / 3.0, 10, 1);
         assert_eq!(v.kind(), "withheld", "{v:?}");
         assert!(v.sentence(str::to_string, "h").contains("for thin"));
-        // A thin row cannot make it "not warranted" either.
+        // A thin row cannot make it "not warranted" either, nor may the other row's
+        // interval, wholly above the bound, be quoted as inconclusive: withheld, naming
+        // the row that keeps the question open.
         let far = candidate("far", &around(0.9, 0.02));
         let v = judge(&[candidate("thin", &[0.95; 5]), far], 1.0 / 3.0, 10, 1);
-        assert_ne!(v.kind(), "not_warranted", "{v:?}");
+        assert_eq!(v.kind(), "withheld", "{v:?}");
+        let s = v.sentence(str::to_string, "h");
+        assert!(s.contains("but thin has too few kept rounds"), "{s}");
+    }
+
+    #[test]
+    fn the_interval_quoted_is_the_one_that_decides() {
+        // Against mio the median is higher but the interval narrow and below the bound;
+        // against bundles the median is lower but the interval holds the bound. The
+        // verdict is inconclusive and must quote the interval that holds the bound.
+        let c = Candidate {
+            setup: "afxdp".into(),
+            against: vec![
+                (
+                    "mio".into(),
+                    (1..=10).map(|r| (r, 0.62 + 0.001 * r as f64)).collect(),
+                ),
+                (
+                    "mio-bundles".into(),
+                    (1..=10).map(|r| (r, 0.35 + 0.05 * r as f64)).collect(),
+                ),
+            ],
+        };
+        let v = judge(&[c], 1.0 / 3.0, 10, 1);
+        assert_eq!(v.kind(), "inconclusive", "{v:?}");
+        assert!(
+            matches!(&v, Verdict::Judged { against, .. } if against == "mio-bundles"),
+            "{v:?}"
+        );
+        let ratio = v.ratio().unwrap();
+        assert!(
+            ratio.low <= 2.0 / 3.0 && ratio.high >= 2.0 / 3.0,
+            "{ratio:?}"
+        );
     }
 
     #[test]
