@@ -10,12 +10,10 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::netlink::{Walk, align, attributes, walk};
+use crate::netlink::{NLM_F_REQUEST, NLMSG_HDR_LEN, Walk, align, attributes, walk};
 
-const NLMSG_HDR_LEN: usize = 16;
 /// `struct genlmsghdr`: command, version, two reserved bytes.
 const GENL_HDR_LEN: usize = 4;
-const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_ACK: u16 = 0x4;
 const NLA_F_NESTED: u16 = 0x8000;
 /// The generic netlink controller, which names families' ids (`GENL_ID_CTRL`).

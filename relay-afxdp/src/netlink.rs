@@ -11,10 +11,12 @@ use std::time::Duration;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-const NLMSG_HDR_LEN: usize = 16;
+/// A netlink message header's length.
+pub(crate) const NLMSG_HDR_LEN: usize = 16;
 const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
-const NLM_F_REQUEST: u16 = 0x1;
+/// A request's flag.
+pub(crate) const NLM_F_REQUEST: u16 = 0x1;
 const NLM_F_DUMP: u16 = 0x300;
 const RTM_NEWROUTE: u16 = 24;
 const RTM_GETROUTE: u16 = 26;
