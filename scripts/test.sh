@@ -111,6 +111,10 @@ suite "the closing summary fails on a failure (self-check)" scripts/test-summary
 # a case a backend cannot run is reported as ignored with its reason ("!! SKIPPED").
 # --no-fail-fast: a failing test binary does not keep the others from running.
 suite "cargo test (workspace, locked)" cargo test --workspace --locked --no-fail-fast
+# The workspace run above builds ufrag-common with `runtime` (the binaries unify it in);
+# the sans-IO core must build and pass its own tests without it.
+suite "ufrag-common without the runtime feature (the sans-IO core alone)" \
+  cargo test --locked -p ufrag-common
 suite "criterion benches in test mode (each runs once)" \
   cargo test --locked -p ufrag-common --bench hot_path
 suite "every bench builds" cargo build --locked --workspace --benches

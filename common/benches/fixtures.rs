@@ -40,7 +40,11 @@ pub(crate) fn first_packet() -> FirstPacket {
         cluster: 1,
         transceiver: "10.0.0.2:40000".parse().unwrap(),
     };
-    let ufrag = keys.mint(&hint, [1, 2, 3, 4, 5]);
+    let ufrag = keys.encode(
+        &hint,
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+        [1, 2, 3, 4, 5],
+    );
     let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     let mut buf = [0u8; 512];
     let len = stun::write_binding_request(
@@ -144,7 +148,12 @@ pub(crate) fn fresh_forwarder(
 ) -> (ufrag_common::forward::Forwarder, Vec<u8>, Instant) {
     let t0 = Instant::now();
     let table = FlowTable::new(1024, IDLE, t0).unwrap();
-    let forwarder = ufrag_common::forward::Forwarder::new(policy(cluster_id), table, t0);
+    let forwarder = ufrag_common::forward::Forwarder::new(
+        policy(cluster_id),
+        table,
+        t0,
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+    );
     (forwarder, first_packet().request, t0)
 }
 

@@ -39,9 +39,9 @@ use core::net::{IpAddr, SocketAddr};
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use crate::metrics::DropReason;
+use crate::reasons::DropReason;
 use crate::replay::{Claimed, ReplayFilter};
 
 /// Authentication attempts allowed per new flow allowed, per prefix and per worker:
@@ -298,6 +298,7 @@ impl Admission {
         flow_capacity: usize,
         replays: Option<Arc<ReplayFilter>>,
         now: Instant,
+        now_unix_s: u32,
     ) -> Self {
         let replays = replays.unwrap_or_else(|| {
             Arc::new(ReplayFilter::new(
@@ -307,9 +308,6 @@ impl Admission {
                 now,
             ))
         });
-        let started_unix_s = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |since| since.as_secs());
         Admission {
             policy,
             hasher: RandomState::new(),
@@ -332,7 +330,7 @@ impl Admission {
             ),
             replays,
             started: now,
-            started_unix_s,
+            started_unix_s: u64::from(now_unix_s),
             replay_overwrites: 0,
         }
     }
@@ -444,6 +442,9 @@ impl Admission {
 mod tests {
     use super::*;
 
+    /// The wall clock when each test's admission starts: the tests judge hints against it.
+    const T0_UNIX_S: u32 = 1_800_000_000;
+
     fn request<'t>(session: u64, source: &str, txid: &'t [u8; 12]) -> FlowRequest<'t> {
         FlowRequest {
             session: SessionTag(session),
@@ -465,7 +466,7 @@ mod tests {
             max_flows_per_session: 3,
             ..AdmissionPolicy::default()
         };
-        let mut a = Admission::new(policy, 64, None, now);
+        let mut a = Admission::new(policy, 64, None, now, T0_UNIX_S);
         for i in 0..3u8 {
             let txid = [i; 12];
             admit(&mut a, &request(7, "198.51.100.1:1000", &txid), now).unwrap();
@@ -484,7 +485,7 @@ mod tests {
     #[test]
     fn a_transaction_that_created_a_flow_creates_no_other_within_the_window() {
         let now = Instant::now();
-        let mut a = Admission::new(AdmissionPolicy::default(), 64, None, now);
+        let mut a = Admission::new(AdmissionPolicy::default(), 64, None, now, T0_UNIX_S);
         let txid = [1; 12];
         admit(&mut a, &request(7, "198.51.100.1:1000", &txid), now).unwrap();
         let replay = request(7, "203.0.113.9:4000", &txid);
@@ -497,24 +498,24 @@ mod tests {
     #[test]
     fn a_hint_makes_flows_from_its_minting_until_its_max_age_and_not_before_the_skew() {
         let t0 = Instant::now();
-        let a = Admission::new(AdmissionPolicy::default(), 64, None, t0);
-        let now_s = crate::hint::unix_seconds(SystemTime::now());
+        let now_s = T0_UNIX_S;
+        let a = Admission::new(AdmissionPolicy::default(), 64, None, t0, now_s);
         let max_age_s = AdmissionPolicy::default().hint_max_age.as_secs() as u32;
         let skew_s = HINT_CLOCK_SKEW.as_secs() as u32;
         assert_eq!(a.check_hint_age(now_s, t0), Ok(()));
-        // A few seconds of slack either way for the clock read in `new`.
-        assert_eq!(a.check_hint_age(now_s - max_age_s + 5, t0), Ok(()));
-        assert_eq!(a.check_hint_age(now_s + skew_s - 5, t0), Ok(()));
+        // Both bounds are inclusive, to the second.
+        assert_eq!(a.check_hint_age(now_s - max_age_s, t0), Ok(()));
+        assert_eq!(a.check_hint_age(now_s + skew_s, t0), Ok(()));
         assert_eq!(
-            a.check_hint_age(now_s - max_age_s - 5, t0),
+            a.check_hint_age(now_s - max_age_s - 1, t0),
             Err(DropReason::HintExpired)
         );
         assert_eq!(
-            a.check_hint_age(now_s + skew_s + 5, t0),
+            a.check_hint_age(now_s + skew_s + 1, t0),
             Err(DropReason::HintExpired)
         );
         // The same hint, judged later by the relay's monotonic clock, expires.
-        let later = t0 + AdmissionPolicy::default().hint_max_age + Duration::from_secs(5);
+        let later = t0 + AdmissionPolicy::default().hint_max_age + Duration::from_secs(1);
         assert_eq!(a.check_hint_age(now_s, later), Err(DropReason::HintExpired));
     }
 
@@ -526,7 +527,7 @@ mod tests {
             new_flows_per_prefix: 10,
             ..AdmissionPolicy::default()
         };
-        let mut a = Admission::new(policy, 1024, None, now);
+        let mut a = Admission::new(policy, 1024, None, now, T0_UNIX_S);
         let txid = |i: u32| {
             let mut t = [0u8; 12];
             t[..4].copy_from_slice(&i.to_be_bytes());
@@ -561,7 +562,7 @@ mod tests {
             new_flows_per_prefix: 2,
             ..AdmissionPolicy::default()
         };
-        let mut a = Admission::new(policy, 64, None, now);
+        let mut a = Admission::new(policy, 64, None, now, T0_UNIX_S);
         let same_56 = ["[2001:db8:0:ab01::1]:1", "[2001:db8:0:abff::2]:2"];
         for (i, s) in same_56.iter().enumerate() {
             let t = [i as u8; 12];
@@ -628,7 +629,7 @@ mod tests {
             new_flows_per_worker: 5,
             ..AdmissionPolicy::default()
         };
-        let mut a = Admission::new(policy, 64, None, now);
+        let mut a = Admission::new(policy, 64, None, now, T0_UNIX_S);
         let results: Vec<_> = (0..6u8)
             .map(|i| {
                 let source = format!("10.{i}.0.1:1");

@@ -51,14 +51,17 @@
 use core::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ipnet::IpNet;
 use serde::Deserialize;
 
 use crate::admission::AdmissionPolicy;
 use crate::flow::MAX_CAPACITY;
+use crate::forward::ForwardPolicy;
 use crate::hint::HintKeys;
+use crate::replay::ReplayFilter;
 
 /// The environment variable that may hold the hint keys.
 pub const HINT_KEYS_ENV: &str = "UFRAG_RELAY_HINT_KEYS";
@@ -128,6 +131,19 @@ fn bad(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
         field: field.into(),
         reason: reason.into(),
     }
+}
+
+/// What resolving a configuration reads from the host it runs on: the files its settings
+/// name and the environment variables that may carry its secrets. The configuration is
+/// decided here, without I/O; the runtime's `runtime::host::Host` reads the process's
+/// real files and environment, and a test gives what it needs.
+pub trait ConfigSources {
+    /// The contents of the file at `path`, which the setting `field` names. A `secret`
+    /// file that others may read is refused; every error names `field`.
+    fn read_file(&self, field: &str, path: &Path, secret: bool) -> Result<Vec<u8>, ConfigError>;
+
+    /// The value of the environment variable `name`; `None` when it is unset or empty.
+    fn env_var(&self, name: &str) -> Option<String>;
 }
 
 /// A `--cluster-relay ID=IP:PORT` entry.
@@ -503,36 +519,67 @@ impl RelayConfig {
     }
 
     /// Loads the file named by `args.config` (if any), applies the flags, reads the hint
-    /// keys from their file or from `env_keys` (the value of [`HINT_KEYS_ENV`]), and
-    /// validates. `allowed_cpus` is the default CPU list when none is given (the process's
-    /// affinity mask: [`crate::runtime::lifecycle::allowed_cpus`]). Reading
-    /// files is the runtime's job: without the `runtime` feature, use
-    /// [`RelayConfig::from_toml`].
-    #[cfg(feature = "runtime")]
+    /// keys from their file or from [`HINT_KEYS_ENV`], and validates. Every file and
+    /// environment variable is read through `sources` (the process's own:
+    /// `runtime::host::Host`). `allowed_cpus` is the default CPU list when none is given
+    /// (the process's affinity mask).
     pub fn load(
         args: &RelayArgs,
-        env_keys: Option<&str>,
+        sources: &dyn ConfigSources,
         allowed_cpus: &[usize],
     ) -> Result<Self, ConfigError> {
         let file = match &args.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .map_err(|e| bad("config", format!("cannot read {}: {e}", path.display())))?;
+                let bytes = sources.read_file("config", path, false)?;
+                let text = String::from_utf8(bytes)
+                    .map_err(|_| bad("config", format!("{}: not UTF-8", path.display())))?;
                 Self::parse_file(&text)?
             }
             None => FileConfig::default(),
         };
-        Self::resolve(file, args, env_keys, allowed_cpus)
+        Self::resolve(file, args, sources, allowed_cpus)
     }
 
     /// Like [`RelayConfig::load`], with the config file's text given directly.
     pub fn from_toml(
         text: &str,
         args: &RelayArgs,
-        env_keys: Option<&str>,
+        sources: &dyn ConfigSources,
         allowed_cpus: &[usize],
     ) -> Result<Self, ConfigError> {
-        Self::resolve(Self::parse_file(text)?, args, env_keys, allowed_cpus)
+        Self::resolve(Self::parse_file(text)?, args, sources, allowed_cpus)
+    }
+
+    /// What one worker's forwarder applies: this configuration's networks, keys and
+    /// limits, with a replay filter of the forwarder's own (one worker).
+    pub fn forward_policy(&self) -> ForwardPolicy {
+        ForwardPolicy {
+            vips: self.vips.clone(),
+            allowed_transceiver_networks: self.allowed_transceiver_networks.clone(),
+            global_relay_networks: self.global_relay_networks.clone(),
+            cluster_id: self.cluster_id,
+            clusters: self.clusters.clone(),
+            hint_keys: self.hint_keys.clone(),
+            route_cache: self.route_store.is_some(),
+            admission: self.admission,
+            shared_replays: None,
+        }
+    }
+
+    /// What every worker of one relay applies: [`RelayConfig::forward_policy`] with one
+    /// replay filter for all of them (UDP and TCP), sized for their admission rate over
+    /// the window, started at `now`.
+    pub fn shared_forward_policy(&self, now: Instant) -> ForwardPolicy {
+        let admission = self.admission;
+        ForwardPolicy {
+            shared_replays: Some(Arc::new(ReplayFilter::new(
+                self.workers(),
+                admission.new_flows_per_worker,
+                admission.replay_window(),
+                now,
+            ))),
+            ..self.forward_policy()
+        }
     }
 
     /// The effective configuration as a config file (`--print-config`): every key, the
@@ -623,7 +670,7 @@ impl RelayConfig {
     fn resolve(
         file: FileConfig,
         args: &RelayArgs,
-        env_keys: Option<&str>,
+        sources: &dyn ConfigSources,
         allowed_cpus: &[usize],
     ) -> Result<Self, ConfigError> {
         fn pick<T>(flag: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
@@ -636,7 +683,7 @@ impl RelayConfig {
 
         let admission = admission_policy(&file, args)?;
         let tcp = tcp_policy(&file, args)?;
-        let redis_access = redis_access(&file, args, env_redis_password())?;
+        let redis_access = redis_access(&file, args, sources)?;
 
         let vips = pick(args.vips.clone(), file.vips);
         // An ICE-TCP-only relay (beside relay-afxdp, which leaves TCP to the kernel)
@@ -729,7 +776,7 @@ impl RelayConfig {
         }
 
         let keys_file = args.hint_keys_file.clone().or(file.hint_keys_file);
-        let hint_keys = load_hint_keys(keys_file.as_deref(), env_keys)?;
+        let hint_keys = load_hint_keys(keys_file.as_deref(), sources)?;
 
         let cluster_id = args.cluster_id.or(file.cluster_id).unwrap_or(0);
         let clusters = if args.cluster_relays.is_empty() {
@@ -968,13 +1015,6 @@ impl RouteStore {
 /// The environment variable that may hold the Redis password.
 pub const REDIS_PASSWORD_ENV: &str = "UFRAG_REDIS_PASSWORD";
 
-/// The Redis password from the environment, if set and not empty.
-fn env_redis_password() -> Option<String> {
-    std::env::var(REDIS_PASSWORD_ENV)
-        .ok()
-        .filter(|p| !p.is_empty())
-}
-
 /// A PEM file read at start: where it came from (for `--print-config`) and its bytes.
 #[derive(Clone, PartialEq, Eq)]
 pub struct PemFile {
@@ -1026,13 +1066,14 @@ impl RedisAccess {
     }
 }
 
-/// The route cache's Redis access from the flags, the file and `env_password` (the value
-/// of [`REDIS_PASSWORD_ENV`]).
+/// The route cache's Redis access from the flags, the file and [`REDIS_PASSWORD_ENV`],
+/// its files read through `sources`.
 fn redis_access(
     file: &FileConfig,
     args: &RelayArgs,
-    env_password: Option<String>,
+    sources: &dyn ConfigSources,
 ) -> Result<RedisAccess, ConfigError> {
+    let env_password = sources.env_var(REDIS_PASSWORD_ENV);
     let path = |flag: &Option<PathBuf>, key: &Option<PathBuf>| flag.clone().or(key.clone());
     let password_file = path(&args.redis_password_file, &file.redis_password_file);
     let password = match (&password_file, env_password) {
@@ -1043,7 +1084,7 @@ fn redis_access(
             ));
         }
         (Some(path), None) => {
-            let text = read_secret_file("redis_password_file", path)?;
+            let text = read_text(sources, "redis_password_file", path, true)?;
             let password = text.trim_end_matches(['\r', '\n']).to_string();
             if password.is_empty() {
                 return Err(bad(
@@ -1057,12 +1098,7 @@ fn redis_access(
     };
     let pem = |field: &str, path: Option<PathBuf>, secret: bool| -> Result<_, ConfigError> {
         let Some(path) = path else { return Ok(None) };
-        let pem = if secret {
-            read_secret_file(field, &path)?.into_bytes()
-        } else {
-            std::fs::read(&path)
-                .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))?
-        };
+        let pem = sources.read_file(field, &path, secret)?;
         if !pem.windows(11).any(|w| w == b"-----BEGIN ") {
             return Err(bad(field, format!("{}: not PEM", path.display())));
         }
@@ -1331,28 +1367,23 @@ fn duration_field(
     }
 }
 
-/// Loads the hint keys from exactly one of a key file (mode 0600) or the text of
-/// [`HINT_KEYS_ENV`]: shared by the relays and the transceiver. Without the `runtime`
-/// feature no file is read: a key file is refused, and keys come from the text alone.
+/// Loads the hint keys from exactly one of a key file (a secret: mode 0600) or the text of
+/// [`HINT_KEYS_ENV`], both read through `sources`: shared by the relays and the
+/// transceiver.
 pub fn load_hint_keys(
     file: Option<&Path>,
-    env_keys: Option<&str>,
+    sources: &dyn ConfigSources,
 ) -> Result<HintKeys, ConfigError> {
-    match (file, env_keys) {
+    match (file, sources.env_var(HINT_KEYS_ENV)) {
         (Some(_), Some(_)) => Err(bad(
             "hint_keys_file",
             format!("both a key file and {HINT_KEYS_ENV} are set; use one"),
         )),
-        #[cfg(feature = "runtime")]
-        (Some(path), None) => load_key_file(path),
-        #[cfg(not(feature = "runtime"))]
-        (Some(path), None) => Err(bad(
-            "hint_keys_file",
-            format!(
-                "{}: key files are read only with ufrag-common's `runtime` feature",
-                path.display()
-            ),
-        )),
+        (Some(path), None) => {
+            let field = "hint_keys_file";
+            let text = read_text(sources, field, path, true)?;
+            HintKeys::parse(&text).map_err(|e| bad(field, format!("{}: {e}", path.display())))
+        }
         (None, Some(text)) => {
             HintKeys::parse(&text.replace(',', "\n")).map_err(|e| bad(HINT_KEYS_ENV, e.to_string()))
         }
@@ -1363,47 +1394,15 @@ pub fn load_hint_keys(
     }
 }
 
-#[cfg(feature = "runtime")]
-fn load_key_file(path: &Path) -> Result<HintKeys, ConfigError> {
-    let field = "hint_keys_file";
-    let text = read_secret_file(field, path)?;
-    HintKeys::parse(&text).map_err(|e| bad(field, format!("{}: {e}", path.display())))
-}
-
-/// Reads a file that holds a secret (`field` names it), refused when others may read it.
-#[cfg(feature = "runtime")]
-fn read_secret_file(field: &str, path: &Path) -> Result<String, ConfigError> {
-    use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
-    let meta = std::fs::metadata(path)
-        .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))?;
-    let mode = meta.permissions().mode() & 0o777;
-    // Group access is allowed to this process's own group only: that is how a non-root
-    // container reads a Kubernetes Secret (owned by root, group fsGroup, mode 0440).
-    let own_group = meta.gid() == rustix::process::getegid().as_raw();
-    if mode & 0o007 != 0 || (mode & 0o070 != 0 && !own_group) {
-        return Err(bad(
-            field,
-            format!(
-                "{} has mode {mode:04o}: it must not be readable by others, nor by a group \
-                 other than this process's own (chmod 600)",
-                path.display()
-            ),
-        ));
-    }
-    std::fs::read_to_string(path)
-        .map_err(|e| bad(field, format!("cannot read {}: {e}", path.display())))
-}
-
-/// Without the `runtime` feature, secret files are not read.
-#[cfg(not(feature = "runtime"))]
-fn read_secret_file(field: &str, path: &Path) -> Result<String, ConfigError> {
-    Err(bad(
-        field,
-        format!(
-            "{}: secret files are read only with ufrag-common's `runtime` feature",
-            path.display()
-        ),
-    ))
+/// The file `field` names, read through `sources`, as text.
+fn read_text(
+    sources: &dyn ConfigSources,
+    field: &str,
+    path: &Path,
+    secret: bool,
+) -> Result<String, ConfigError> {
+    String::from_utf8(sources.read_file(field, path, secret)?)
+        .map_err(|_| bad(field, format!("{}: not UTF-8", path.display())))
 }
 
 /// Parses a CPU list such as `"0-3,6"` into sorted, distinct CPU numbers.

@@ -50,7 +50,8 @@ use crate::bundle::Bundle;
 use crate::flow::FlowKey;
 use crate::forward::{Forwarder, RestoreRefused, Route, Verdict};
 use crate::frame::{FrameHeader, MAX_HEADER_LEN};
-use crate::metrics::{CacheError, Direction, DropReason, Port, SharedCounters, WorkerCounters};
+use crate::metrics::{SharedCounters, WorkerCounters};
+use crate::reasons::{CacheError, Direction, DropReason, Port};
 
 /// Datagrams one worker holds while the route cache is asked about their flows.
 pub const PARKED_DATAGRAMS: usize = 64;
@@ -311,7 +312,7 @@ impl Decision {
 /// use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Tally, Transmit};
 /// use ufrag_common::forward::Forwarder;
 /// use ufrag_common::frame::MAX_HEADER_LEN;
-/// use ufrag_common::metrics::DropReason;
+/// use ufrag_common::reasons::DropReason;
 ///
 /// struct OneSocket(UdpSocket);
 ///
@@ -343,7 +344,7 @@ impl Decision {
 ///
 /// fn serve(forwarder: Forwarder, socket: UdpSocket) -> std::io::Result<()> {
 ///     let vip = socket.local_addr()?;
-///     let mut executor = Executor::new(forwarder);
+///     let mut executor = Executor::new(forwarder, Instant::now());
 ///     let mut egress = OneSocket(socket.try_clone()?);
 ///     let mut buf = [0u8; 2048];
 ///     loop {
@@ -363,16 +364,15 @@ pub struct Executor {
 }
 
 impl Executor {
-    /// An executor around a worker's forwarder.
-    pub fn new(forwarder: Forwarder) -> Self {
-        let started = Instant::now();
+    /// An executor around a worker's forwarder, started at `now`.
+    pub fn new(forwarder: Forwarder, now: Instant) -> Self {
         Executor {
             forwarder,
             counters: WorkerCounters::default(),
             parked: (0..PARKED_DATAGRAMS)
                 .map(|_| ParkedSlot {
                     key: None,
-                    since: started,
+                    since: now,
                     counted: 0,
                     len: 0,
                     data: Box::new([0; PARKED_BYTES]),

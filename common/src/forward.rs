@@ -57,8 +57,8 @@
 //! the defaults, 262,144 flows and 5,000 per second); a session's path proves itself in a
 //! few round trips, a spoofer's blind traffic never does. (Protecting young unproven flows
 //! instead, and refusing newcomers while they are young, let an attacker that refills the
-//! table faster than that age keep every newcomer out: `perf resilience` measured 0 of 10
-//! sessions connecting against a 128-flow table.) Hints expire for new flows, so ufrags
+//! table faster than that age keep every newcomer out, as `ufrag-perf resilience` showed
+//! against a small table.) Hints expire for new flows, so ufrags
 //! collected from past sessions buy nothing. What many sessions or spoofed sources can
 //! cost is bounded by the prefix and worker rates.
 //!
@@ -109,13 +109,12 @@ use std::time::{Duration, Instant};
 use ipnet::IpNet;
 
 use crate::admission::{Admission, AdmissionPolicy, FlowRequest, SessionTag};
-use crate::config::RelayConfig;
 use crate::demux::DatagramKind;
 use crate::flow::{FlowKey, FlowTable, InsertError, Inserted};
 use crate::frame::{FrameHeader, Transport};
 use crate::hint::{HintKeys, HintShape};
-use crate::metrics::DropReason;
 use crate::proven_prefixes::ProvenPrefixes;
+use crate::reasons::DropReason;
 use crate::replay::ReplayFilter;
 use crate::returns::{SharedReturn, SharedReturns};
 use crate::route_lookups::{Lookup, RouteLookups};
@@ -293,39 +292,6 @@ pub struct ForwardPolicy {
     pub shared_replays: Option<Arc<ReplayFilter>>,
 }
 
-impl From<&RelayConfig> for ForwardPolicy {
-    fn from(c: &RelayConfig) -> Self {
-        ForwardPolicy {
-            vips: c.vips.clone(),
-            allowed_transceiver_networks: c.allowed_transceiver_networks.clone(),
-            global_relay_networks: c.global_relay_networks.clone(),
-            cluster_id: c.cluster_id,
-            clusters: c.clusters.clone(),
-            hint_keys: c.hint_keys.clone(),
-            route_cache: c.route_store.is_some(),
-            admission: c.admission,
-            shared_replays: None,
-        }
-    }
-}
-
-impl ForwardPolicy {
-    /// The policy every worker of one relay shares: `config`'s, with one replay filter
-    /// for all of them (UDP and TCP), sized for their admission rate over the window.
-    pub fn for_workers(config: &RelayConfig, now: Instant) -> Self {
-        let admission = config.admission;
-        ForwardPolicy {
-            shared_replays: Some(Arc::new(ReplayFilter::new(
-                config.workers(),
-                admission.new_flows_per_worker,
-                admission.replay_window(),
-                now,
-            ))),
-            ..ForwardPolicy::from(config)
-        }
-    }
-}
-
 fn contains(networks: &[IpNet], addr: SocketAddr) -> bool {
     let ip = addr.ip().to_canonical();
     networks.iter().any(|n| n.contains(&ip))
@@ -358,7 +324,7 @@ fn contains(networks: &[IpNet], addr: SocketAddr) -> bool {
 /// };
 /// let now = Instant::now();
 /// let table = FlowTable::new(65_536, Duration::from_secs(30), now)?;
-/// let mut forwarder = Forwarder::new(policy, table, now);
+/// let mut forwarder = Forwarder::new(policy, table, now, ufrag_common::hint::unix_seconds(std::time::SystemTime::now()));
 ///
 /// let datagram = [0u8; 20]; // as received from the client
 /// let verdict = forwarder.from_client(
@@ -443,8 +409,14 @@ pub enum RestoreRefused {
 }
 
 impl Forwarder {
-    /// A forwarder with its own flow table, started at `now`.
-    pub fn new(policy: ForwardPolicy, table: FlowTable<FlowState>, now: Instant) -> Self {
+    /// A forwarder with its own flow table, started at `now`, when the wall clock read
+    /// `now_unix_s` (seconds since the Unix epoch: what a hint's age is judged against).
+    pub fn new(
+        policy: ForwardPolicy,
+        table: FlowTable<FlowState>,
+        now: Instant,
+        now_unix_s: u32,
+    ) -> Self {
         let refresh_every_s = u32::try_from(table.idle_timeout().as_secs() / 3)
             .unwrap_or(u32::MAX)
             .max(1);
@@ -453,6 +425,7 @@ impl Forwarder {
             table.capacity(),
             policy.shared_replays.clone(),
             now,
+            now_unix_s,
         );
         let table_capacity = table.capacity();
         let unproven = VecDeque::with_capacity(table_capacity);

@@ -435,12 +435,6 @@ impl HintKeys {
         out
     }
 
-    /// Writes the hint for `hint`, minted now by the wall clock: what a transceiver hands
-    /// out.
-    pub fn mint(&self, hint: &RoutingHint, random: [u8; RANDOM_LEN]) -> HintUfrag {
-        self.encode(hint, unix_seconds(std::time::SystemTime::now()), random)
-    }
-
     /// Decodes and authenticates a server ufrag, then checks that its transceiver address
     /// lies in `allowed`. Errors are checked in this order: length, alphabet, version, key
     /// id, MAC, destination. No allocation; the MAC comparison is constant time.

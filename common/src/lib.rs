@@ -18,11 +18,14 @@
 //!   (relay-afxdp: a transceiver's reply may reach any worker).
 //! - [`execute`]: carrying a decision out through a backend's egress, and counting every
 //!   datagram exactly once.
-//! - [`config`]: the relay configuration (TOML + flags) and its validation.
-//! - [`metrics`]: metric names, drop reasons and their Prometheus exposition.
+//! - [`config`]: the relay configuration (TOML + flags) and its validation; the files
+//!   and variables it names are read through [`config::ConfigSources`].
+//! - [`reasons`]: why a datagram was dropped, a cache lookup failed or a connection
+//!   closed, each with its stable metric label.
+//! - [`metrics`]: the counters each worker keeps and the metric families they form.
 //! - [`runbook`]: what an operator does about each drop and close reason.
 //! - `runtime` (feature `runtime`): the I/O parts both relay binaries share: Redis route
-//!   cache, HTTP endpoints, signals and drain, CPU pinning.
+//!   cache, HTTP endpoints and the `/metrics` exposition, signals and drain, CPU pinning.
 //!
 //! Per-packet paths (classify, parse, verify, look up) never allocate, never panic on any
 //! input and take time as an argument; tests assert all three.
@@ -40,6 +43,7 @@ pub mod hint;
 pub mod ice_chars;
 pub mod metrics;
 pub mod proven_prefixes;
+pub mod reasons;
 pub mod replay;
 pub mod returns;
 pub mod rfc4571;

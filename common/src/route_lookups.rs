@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::admission::{ArrivalRates, RateSpent};
 use crate::flow::FlowKey;
-use crate::metrics::DropReason;
+use crate::reasons::DropReason;
 
 /// Route-cache lookups per second from one source prefix (and its burst): a relay
 /// restart behind a corporate NAT restores this many of its users' flows a second; the

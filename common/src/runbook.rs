@@ -5,7 +5,7 @@
 //! (`transceiver::runbook`) and each reason's own documentation, and a test fails when
 //! the committed page differs from what the code says.
 
-use crate::metrics::{CacheError, DropReason, TcpCloseReason};
+use crate::reasons::{CacheError, DropReason, TcpCloseReason};
 
 /// Where a count under a reason usually comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,15 +1,22 @@
-//! Relay configuration: file + flags precedence, and one error per bad field, each naming
-//! the field.
+//! Relay configuration: file + flags precedence, one error per bad field, each naming
+//! the field, and every file and variable read through the host it is given.
 
 #[cfg(feature = "runtime")]
 use std::io::Write as _;
+#[cfg(feature = "runtime")]
 use std::os::unix::fs::PermissionsExt as _;
 use std::time::Duration;
 
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+
 use clap::Parser;
 use ufrag_common::config::{
-    ConfigError, PollMode, RelayArgs, RelayConfig, RouteStore, parse_cpu_list,
+    ConfigError, ConfigSources, HINT_KEYS_ENV, PollMode, RelayArgs, RelayConfig, RouteStore,
+    parse_cpu_list,
 };
+#[cfg(feature = "runtime")]
+use ufrag_common::runtime::host::Host;
 
 const KEYS: &str = "1:30313233343536373839616263646566";
 
@@ -31,8 +38,51 @@ internal_addr = "127.0.0.1:40000"
 allowed_transceiver_networks = ["10.0.0.0/8"]
 "#;
 
+/// A host of the test's own: the given environment, and files held in memory; every read
+/// is recorded as (field, path, secret).
+#[derive(Default)]
+struct Given {
+    env: Vec<(&'static str, String)>,
+    files: Vec<(PathBuf, Vec<u8>)>,
+    reads: RefCell<Vec<(String, PathBuf, bool)>>,
+}
+
+impl Given {
+    fn keys(keys: &str) -> Self {
+        Given {
+            env: vec![(HINT_KEYS_ENV, keys.to_string())],
+            ..Given::default()
+        }
+    }
+}
+
+impl ConfigSources for Given {
+    fn read_file(&self, field: &str, path: &Path, secret: bool) -> Result<Vec<u8>, ConfigError> {
+        self.reads
+            .borrow_mut()
+            .push((field.to_string(), path.to_path_buf(), secret));
+        let file = self.files.iter().find(|(held, _)| held == path);
+        file.map(|(_, bytes)| bytes.clone()).ok_or(ConfigError {
+            field: field.to_string(),
+            reason: format!("cannot read {}: no such file", path.display()),
+        })
+    }
+
+    fn env_var(&self, name: &str) -> Option<String> {
+        let value = self.env.iter().find(|(given, _)| *given == name);
+        value.map(|(_, value)| value.clone())
+    }
+}
+
+/// The configuration `toml` and `flags` make, with [`KEYS`] in the environment and
+/// files read from the file system (through the runtime's host) when the test build has
+/// the `runtime` feature, from nowhere otherwise.
 fn load(toml: &str, flags: &[&str]) -> Result<RelayConfig, ConfigError> {
-    RelayConfig::from_toml(toml, &args(flags), Some(KEYS), &[0, 1])
+    #[cfg(feature = "runtime")]
+    let sources = Host::files_only().with_env(HINT_KEYS_ENV, KEYS);
+    #[cfg(not(feature = "runtime"))]
+    let sources = Given::keys(KEYS);
+    RelayConfig::from_toml(toml, &args(flags), &sources, &[0, 1])
 }
 
 fn field_of(toml: &str, flags: &[&str]) -> String {
@@ -304,14 +354,25 @@ fn each_bad_field_is_named() {
 fn without_a_cpu_list_the_workers_take_the_cpus_the_process_may_run_on() {
     // A pod given cores 4 and 6 by the static CPU manager: one worker on each, not on
     // CPUs 0 and 1 (outside its cpuset, where pinning fails and they would run unpinned).
-    let config = RelayConfig::from_toml(MINIMAL, &args(&[]), Some(KEYS), &[4, 6]).unwrap();
+    let config = RelayConfig::from_toml(MINIMAL, &args(&[]), &Given::keys(KEYS), &[4, 6]).unwrap();
     assert_eq!(config.worker_cpus, vec![4, 6]);
-    let one = RelayConfig::from_toml(MINIMAL, &args(&["--workers", "1"]), Some(KEYS), &[4, 6]);
+    let one = RelayConfig::from_toml(
+        MINIMAL,
+        &args(&["--workers", "1"]),
+        &Given::keys(KEYS),
+        &[4, 6],
+    );
     assert_eq!(one.unwrap().worker_cpus, vec![4]);
-    let listed = RelayConfig::from_toml(MINIMAL, &args(&["--cpus", "1"]), Some(KEYS), &[4, 6]);
+    let listed = RelayConfig::from_toml(
+        MINIMAL,
+        &args(&["--cpus", "1"]),
+        &Given::keys(KEYS),
+        &[4, 6],
+    );
     assert_eq!(listed.unwrap().worker_cpus, vec![1], "a list given wins");
 }
 
+#[cfg(feature = "runtime")]
 /// A file of this test run, written with `mode`.
 fn scratch_file(name: &str, text: &str, mode: u32) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("ufrag-cfg-redis-{}", std::process::id()));
@@ -363,6 +424,7 @@ fn tls_to_redis_is_accepted_and_a_password_never_rides_in_a_url() {
     }
 }
 
+#[cfg(feature = "runtime")]
 /// A private Redis password file: its path, and the path as text.
 fn redis_password_file() -> (std::path::PathBuf, String) {
     let path = scratch_file("redis.password", "s3cret-pw\n", 0o600);
@@ -370,6 +432,7 @@ fn redis_password_file() -> (std::path::PathBuf, String) {
     (path, text)
 }
 
+#[cfg(feature = "runtime")]
 /// The flags that point the relay's Redis at password file `path`.
 fn password_flags(path: &str) -> [&str; 4] {
     [
@@ -380,21 +443,65 @@ fn password_flags(path: &str) -> [&str; 4] {
     ]
 }
 
-// Secret files are read by the `runtime` feature (every binary has it; the workspace
-// test run unifies it in); without it the test below shows the refusal instead.
-#[cfg(not(feature = "runtime"))]
 #[test]
-fn without_the_runtime_feature_a_secret_file_is_refused_by_name() {
-    let (_path, p) = redis_password_file();
-    let flags = password_flags(&p);
-    let error = load(MINIMAL, &flags).unwrap_err();
-    assert_eq!(error.field, "redis_password_file");
-    assert!(
-        error
-            .reason
-            .contains("read only with ufrag-common's `runtime` feature"),
-        "{error:?}"
+fn every_file_is_read_through_the_sources_and_secrets_are_marked_secret() {
+    let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec();
+    let key = b"-----BEGIN PRIVATE KEY-----\nMC4\n-----END PRIVATE KEY-----\n".to_vec();
+    let file = |path: &str, bytes: &[u8]| (PathBuf::from(path), bytes.to_vec());
+    let given = Given {
+        files: vec![
+            file("/cfg/relay.toml", MINIMAL.as_bytes()),
+            file("/cfg/hint.keys", format!("{KEYS}\n").as_bytes()),
+            file("/cfg/redis.password", b"s3cret-pw\n"),
+            file("/cfg/ca.pem", &pem),
+            file("/cfg/client.pem", &pem),
+            file("/cfg/client.key", &key),
+        ],
+        ..Given::default()
+    };
+    let flags = [
+        "--config",
+        "/cfg/relay.toml",
+        "--hint-keys-file",
+        "/cfg/hint.keys",
+        "--redis-url",
+        "rediss://cache:6380",
+        "--redis-password-file",
+        "/cfg/redis.password",
+        "--redis-ca-file",
+        "/cfg/ca.pem",
+        "--redis-client-cert-file",
+        "/cfg/client.pem",
+        "--redis-client-key-file",
+        "/cfg/client.key",
+    ];
+    let config = RelayConfig::load(&args(&flags), &given, &[0]).unwrap();
+    assert_eq!(config.hint_keys.current().id(), 1);
+    assert_eq!(config.redis_access.password.as_deref(), Some("s3cret-pw"));
+    assert_eq!(config.redis_access.ca.as_ref().unwrap().pem, pem);
+    let mut reads = given.reads.take();
+    reads.sort();
+    let read =
+        |field: &str, path: &str, secret: bool| (field.to_string(), PathBuf::from(path), secret);
+    assert_eq!(
+        reads,
+        vec![
+            read("config", "/cfg/relay.toml", false),
+            read("hint_keys_file", "/cfg/hint.keys", true),
+            read("redis_ca_file", "/cfg/ca.pem", false),
+            read("redis_client_cert_file", "/cfg/client.pem", false),
+            read("redis_client_key_file", "/cfg/client.key", true),
+            read("redis_password_file", "/cfg/redis.password", true),
+        ],
+        "each file once, the keys and the password and the client key as secrets"
     );
+    // The environment is the sources' too: the password from there, never both.
+    let both = Given {
+        env: vec![("UFRAG_REDIS_PASSWORD", "pw".to_string())],
+        ..given
+    };
+    let e = RelayConfig::load(&args(&flags), &both, &[0]).unwrap_err();
+    assert_eq!(e.field, "redis_password_file", "{e}");
 }
 
 #[cfg(feature = "runtime")]
@@ -518,16 +625,33 @@ fn keys_come_from_a_private_file_or_the_environment_never_both() {
     writeln!(f, "# current\n{KEYS}").unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let p = path.to_str().unwrap();
+    let keys_env = |keys: &str| Host::files_only().with_env(HINT_KEYS_ENV, keys);
 
-    let ok = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, &[0]).unwrap();
+    let ok = RelayConfig::from_toml(
+        MINIMAL,
+        &args(&["--hint-keys-file", p]),
+        &Host::files_only(),
+        &[0],
+    )
+    .unwrap();
     assert_eq!(ok.hint_keys.current().id(), 1);
 
-    let both = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), Some(KEYS), &[0]);
+    let both = RelayConfig::from_toml(
+        MINIMAL,
+        &args(&["--hint-keys-file", p]),
+        &keys_env(KEYS),
+        &[0],
+    );
     assert_eq!(both.unwrap_err().field, "hint_keys_file");
 
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let open =
-        RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, &[0]).unwrap_err();
+    let open = RelayConfig::from_toml(
+        MINIMAL,
+        &args(&["--hint-keys-file", p]),
+        &Host::files_only(),
+        &[0],
+    )
+    .unwrap_err();
     assert_eq!(open.field, "hint_keys_file");
     assert!(open.reason.contains("0644"), "{open}");
 
@@ -537,20 +661,31 @@ fn keys_come_from_a_private_file_or_the_environment_never_both() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
     let own_group = std::fs::metadata("/proc/self").unwrap().gid();
     std::os::unix::fs::chown(&path, None, Some(own_group)).unwrap();
-    let shared = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, &[0]);
+    let shared = RelayConfig::from_toml(
+        MINIMAL,
+        &args(&["--hint-keys-file", p]),
+        &Host::files_only(),
+        &[0],
+    );
     assert_eq!(shared.unwrap().hint_keys.current().id(), 1);
     std::os::unix::fs::chown(&path, None, Some(own_group + 4242)).unwrap();
-    let other = RelayConfig::from_toml(MINIMAL, &args(&["--hint-keys-file", p]), None, &[0]);
+    let other = RelayConfig::from_toml(
+        MINIMAL,
+        &args(&["--hint-keys-file", p]),
+        &Host::files_only(),
+        &[0],
+    );
     assert!(other.unwrap_err().reason.contains("0640"));
 
-    let none = RelayConfig::from_toml(MINIMAL, &args(&[]), None, &[0]).unwrap_err();
+    let none = RelayConfig::from_toml(MINIMAL, &args(&[]), &Host::files_only(), &[0]).unwrap_err();
     assert_eq!(none.field, "hint_keys_file");
-    let bad_env = RelayConfig::from_toml(MINIMAL, &args(&[]), Some("1:abc"), &[0]).unwrap_err();
+    let bad_env =
+        RelayConfig::from_toml(MINIMAL, &args(&[]), &keys_env("1:abc"), &[0]).unwrap_err();
     assert_eq!(bad_env.field, "UFRAG_RELAY_HINT_KEYS");
     let two = RelayConfig::from_toml(
         MINIMAL,
         &args(&[]),
-        Some(&format!("2:{},{KEYS}", &KEYS[2..])),
+        &keys_env(&format!("2:{},{KEYS}", &KEYS[2..])),
         &[0],
     )
     .unwrap();
@@ -570,7 +705,7 @@ fn there_is_no_flag_for_the_keys_themselves() {
 fn missing_config_file_is_named() {
     let e = RelayConfig::load(
         &args(&["--config", "/nonexistent/relay.toml"]),
-        Some(KEYS),
+        &Host::files_only().with_env(HINT_KEYS_ENV, KEYS),
         &[0],
     )
     .unwrap_err();

@@ -23,7 +23,7 @@ use ufrag_common::forward::{
 };
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
-use ufrag_common::metrics::{Direction, DropReason};
+use ufrag_common::reasons::{Direction, DropReason};
 use ufrag_common::returns::SharedReturns;
 use ufrag_common::stun::{StunClass, StunWriter, attr};
 
@@ -32,6 +32,7 @@ fn forwarder_with(policy: ForwardPolicy, capacity: usize, t0: Instant) -> TestRe
         policy,
         FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap(),
         t0,
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
     );
     TestRelay::new(forwarder, PlannedEgress::logging())
 }
@@ -137,11 +138,12 @@ fn request_with_username(username: &[u8]) -> Vec<u8> {
 /// A Binding Request whose server ufrag is a hint minted under `key` (not the relay's).
 fn request_under_key(key: HintKey) -> Vec<u8> {
     let other = HintKeys::new(key, None).unwrap();
-    let ufrag = other.mint(
+    let ufrag = other.encode(
         &RoutingHint {
             cluster: CLUSTER,
             transceiver: a(TRANSCEIVER),
         },
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         [0; 5],
     );
     let mut u = ufrag.as_bytes().to_vec();
@@ -1398,6 +1400,7 @@ fn two_workers_sharing_returns(t0: Instant) -> (TestRelay, TestRelay, Arc<Shared
             policy(),
             FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap(),
             t0,
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         )
         .with_shared_returns(returns.clone());
         TestRelay::new(forwarder, PlannedEgress::logging())
@@ -1579,6 +1582,7 @@ fn restored_flows_are_shared_and_a_full_table_never_reclaims_a_shared_flow_unsee
             },
             FlowTable::new(1, Duration::from_secs(30), t0).unwrap(),
             t0,
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         )
         .with_shared_returns(returns.clone()),
         PlannedEgress::logging(),
@@ -1650,6 +1654,7 @@ fn mirrored(t0: Instant) -> (TestRelay, Arc<std::sync::Mutex<MirrorLog>>) {
         },
         FlowTable::new(16, Duration::from_secs(30), t0).unwrap(),
         t0,
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
     )
     .with_mirror(Box::new(RecordingMirror(log.clone())));
     (TestRelay::new(forwarder, PlannedEgress::logging()), log)
@@ -1773,6 +1778,7 @@ fn a_tcp_forwarder_frames_with_the_tcp_bit_refuses_udp_returns_and_ends_flows_wi
             tcp_policy,
             FlowTable::new(16, Duration::from_secs(30), t0).unwrap(),
             t0,
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         )
         .serving(Transport::Tcp),
         PlannedEgress::logging(),

@@ -16,7 +16,8 @@ use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
-use ufrag_common::metrics::{Direction, WorkerCounters};
+use ufrag_common::metrics::WorkerCounters;
+use ufrag_common::reasons::Direction;
 use ufrag_common::stun::{self, StunView};
 
 struct CountingAllocator;
@@ -60,7 +61,11 @@ fn the_hot_path_does_not_allocate() {
         cluster: 1,
         transceiver: "10.0.0.2:40000".parse().unwrap(),
     };
-    let ufrag = keys.mint(&hint, [1; 5]);
+    let ufrag = keys.encode(
+        &hint,
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+        [1; 5],
+    );
     let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
     let mut request = [0u8; 256];
     let request_len = stun::write_binding_request(
@@ -200,6 +205,7 @@ fn the_forwarder_and_executor_do_not_allocate() {
             policy.clone(),
             FlowTable::new(16, Duration::from_secs(1), t0).unwrap(),
             t0,
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         )
         .with_shared_returns(returns.clone()),
         PlannedEgress::planned(vec![Fate::Send]),
@@ -208,6 +214,7 @@ fn the_forwarder_and_executor_do_not_allocate() {
         policy,
         FlowTable::new(1024, Duration::from_secs(1), t0).unwrap(),
         t0,
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
     )
     .with_shared_returns(returns);
     // Every path of the egress: sent, refused, queued then sent or refused at the flush.
@@ -224,11 +231,12 @@ fn the_forwarder_and_executor_do_not_allocate() {
         .map(|i| {
             let [hi, lo] = ((i % 512) as u16).to_be_bytes();
             let [t0_, t1, t2, t3] = i.to_be_bytes();
-            let ufrag = keys.mint(
+            let ufrag = keys.encode(
                 &RoutingHint {
                     cluster: 1,
                     transceiver,
                 },
+                ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
                 [1, 2, 3, hi, lo],
             );
             let password = keys.ice_password(1, ufrag.as_bytes()).unwrap();
@@ -305,7 +313,15 @@ fn parking_a_datagram_for_a_route_lookup_does_not_allocate() {
         ..policy()
     };
     let table = FlowTable::new(64, Duration::from_secs(30), t0).unwrap();
-    let mut executor = Executor::new(Forwarder::new(cached, table, t0));
+    let mut executor = Executor::new(
+        Forwarder::new(
+            cached,
+            table,
+            t0,
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+        ),
+        t0,
+    );
     let mut egress = ParkingEgress(PlannedEgress::planned(vec![]));
     let shared = SharedCounters::default();
     let route = Route {

@@ -68,11 +68,12 @@ pub fn signed_binding_request(
     transaction: [u8; 12],
 ) -> Vec<u8> {
     let [a, b, c, d] = session.to_be_bytes();
-    let ufrag = keys.mint(
+    let ufrag = keys.encode(
         &RoutingHint {
             cluster: 0,
             transceiver,
         },
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         [a, b, c, d, 0x5e],
     );
     let pwd = keys

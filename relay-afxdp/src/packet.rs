@@ -333,8 +333,8 @@ pub struct Rewrite {
 /// Plans the rewrite: pure arithmetic, checked. Fails with `TooLarge` when the kept
 /// bytes would not start inside the payload, or the headroom in front of them cannot
 /// hold the new headers.
-pub fn plan(r: Rewrite) -> Result<Plan, ufrag_common::metrics::DropReason> {
-    use ufrag_common::metrics::DropReason;
+pub fn plan(r: Rewrite) -> Result<Plan, ufrag_common::reasons::DropReason> {
+    use ufrag_common::reasons::DropReason;
     let kept_len = r
         .payload_len
         .checked_sub(r.skip)
@@ -445,7 +445,7 @@ mod tests {
     #[test]
     fn every_rewrite_plans_in_place_and_parses_back_or_is_refused_for_headroom() {
         use ufrag_common::frame::FrameHeader;
-        use ufrag_common::metrics::DropReason;
+        use ufrag_common::reasons::DropReason;
 
         let v4 = |s: &str| -> SocketAddr { s.parse().unwrap() };
         let client4 = v4("198.51.100.7:50000");
@@ -554,7 +554,7 @@ mod tests {
 
     #[test]
     fn a_plan_never_underflows() {
-        use ufrag_common::metrics::DropReason;
+        use ufrag_common::reasons::DropReason;
         let to: SocketAddr = "10.0.0.1:1".parse().unwrap();
         let r = Rewrite {
             payload_at: 10,

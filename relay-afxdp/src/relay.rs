@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 
 use ufrag_common::config::RelayConfig;
 use ufrag_common::flow::FlowTable;
-use ufrag_common::forward::{ForwardPolicy, Forwarder};
+use ufrag_common::forward::Forwarder;
 use ufrag_common::metrics::RelayMetrics;
 use ufrag_common::returns::SharedReturns;
 use ufrag_common::runtime::cache::{CacheClient, WakeFn};
@@ -406,7 +406,7 @@ impl Relay {
             tx_backlog: options.tx_backlog,
         };
         let metrics = RelayMetrics::new("afxdp", config.workers());
-        let policy = ForwardPolicy::for_workers(config, std::time::Instant::now());
+        let policy = config.shared_forward_policy(std::time::Instant::now());
         // The NIC puts a transceiver's replies on any queue: every worker must be able to
         // send the returns of every worker's flows.
         let shared_returns = (config.workers() > 1).then(|| {
@@ -430,7 +430,12 @@ impl Relay {
                 .map_err(|e| StartError::Config(e.to_string()))?;
             let neighbours = Neighbours::new(interface.index)
                 .map_err(system("reading the neighbour table (netlink)"))?;
-            let mut forwarder = Forwarder::new(policy.clone(), table, now);
+            let mut forwarder = Forwarder::new(
+                policy.clone(),
+                table,
+                now,
+                ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+            );
             if let Some(returns) = &shared_returns {
                 forwarder = forwarder.with_shared_returns(Arc::clone(returns));
             }

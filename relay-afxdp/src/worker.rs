@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use ufrag_common::config::PollMode;
 use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, Ticket, Transmit};
 use ufrag_common::forward::Forwarder;
-use ufrag_common::metrics::{DropReason, Port, SharedCounters};
+use ufrag_common::metrics::SharedCounters;
+use ufrag_common::reasons::{DropReason, Port};
 use ufrag_common::runtime::cache::{CacheClient, deliver_answers};
 use ufrag_common::runtime::keys::KeyReader;
 
@@ -281,7 +282,7 @@ impl<S: UmemSocket> AfXdpWorker<S> {
     pub fn new(parts: WorkerParts<S>) -> Self {
         AfXdpWorker {
             index: parts.index,
-            executor: Executor::new(parts.forwarder),
+            executor: Executor::new(parts.forwarder, std::time::Instant::now()),
             keys: None,
             shared: parts.shared,
             egress: XskEgress {

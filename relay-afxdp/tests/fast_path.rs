@@ -18,7 +18,7 @@ use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Route, Verdict};
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys};
-use ufrag_common::metrics::DropReason;
+use ufrag_common::reasons::DropReason;
 use ufrag_common::wire::udp_checksum;
 
 const RELAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
@@ -475,7 +475,12 @@ fn forwarder_holding(f: &FastFlow, now: std::time::Instant) -> Forwarder {
         shared_replays: None,
     };
     let table = FlowTable::new(16, std::time::Duration::from_secs(30), now).unwrap();
-    let mut forwarder = Forwarder::new(policy, table, now);
+    let mut forwarder = Forwarder::new(
+        policy,
+        table,
+        now,
+        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+    );
     let route = Route {
         next_hop: f.transceiver,
         return_via: None,

@@ -206,7 +206,8 @@ fn relay_in_namespace() {
     .expect("the flags parse");
     let config = RelayConfig::load(
         &cli.relay,
-        Some(KEYS),
+        &ufrag_common::runtime::host::Host::process()
+            .with_env(ufrag_common::config::HINT_KEYS_ENV, KEYS),
         &ufrag_common::runtime::lifecycle::allowed_cpus(),
     )
     .expect("the config loads");

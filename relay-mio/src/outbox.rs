@@ -11,7 +11,7 @@ use ufrag_common::bundle::{Bundler, max_bundle_len};
 use ufrag_common::config::BundlePolicy;
 use ufrag_common::execute::{Tally, Tickets, Transmit};
 use ufrag_common::frame::MAX_HEADER_LEN;
-use ufrag_common::metrics::DropReason;
+use ufrag_common::reasons::DropReason;
 use ufrag_udp::{BUF_LEN, SendBatch};
 
 /// One socket and the batch of datagrams queued for it.

@@ -6,7 +6,6 @@ use std::io;
 use std::sync::atomic::AtomicBool;
 
 use ufrag_common::config::RelayConfig;
-use ufrag_common::forward::ForwardPolicy;
 use ufrag_common::metrics::RelayMetrics;
 use ufrag_common::runtime::cache::{CacheClient, WakeFn};
 use ufrag_common::runtime::keys::KeyReader;
@@ -34,7 +33,8 @@ impl RelayWorker for Worker {
 /// ```no_run
 /// use clap::Parser;
 /// use relay_mio::relay::Relay;
-/// use ufrag_common::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
+/// use ufrag_common::config::{RelayArgs, RelayConfig};
+/// use ufrag_common::runtime::host::Host;
 /// use ufrag_common::runtime::lifecycle::TerminationSignal;
 ///
 /// #[derive(Parser)]
@@ -50,9 +50,10 @@ impl RelayWorker for Worker {
 ///     "--internal-addr", "10.0.0.5:40000",
 ///     "--allow-transceiver-net", "10.0.0.0/8",
 /// ]);
-/// let keys = std::env::var(HINT_KEYS_ENV).ok(); // `<id>:<hex secret>`, current first
+/// // Files and the environment (hint keys in `UFRAG_RELAY_HINT_KEYS`) as the process sees them.
+/// let host = Host::process();
 /// let cpus = ufrag_common::runtime::lifecycle::allowed_cpus(); // the affinity mask
-/// let config = RelayConfig::load(&cli.relay, keys.as_deref(), &cpus)?;
+/// let config = RelayConfig::load(&cli.relay, &host, &cpus)?;
 /// let running = Relay::start(&config)?; // every socket bound, workers pinned, ready
 /// TerminationSignal::register()?.wait();
 /// running.drain(config.drain_time); // /readyz 503, flows keep going, then stop
@@ -69,7 +70,7 @@ impl Relay {
     /// before anything is left running.
     pub fn start(config: &RelayConfig) -> io::Result<Running> {
         let metrics = RelayMetrics::serving("mio", config.workers(), !config.tcp.vips.is_empty());
-        let policy = ForwardPolicy::for_workers(config, std::time::Instant::now());
+        let policy = config.shared_forward_policy(std::time::Instant::now());
         let mut workers = Vec::with_capacity(config.workers());
         let mut wakers: Vec<WakeFn> = Vec::with_capacity(config.workers());
         for (index, &cpu) in config.worker_cpus.iter().enumerate() {

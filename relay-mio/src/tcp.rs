@@ -39,7 +39,8 @@ use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, 
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
 use ufrag_common::frame::{MAX_HEADER_LEN, Transport};
-use ufrag_common::metrics::{DropReason, TcpCloseReason, TcpConnectionCounters, TcpWorkerMetrics};
+use ufrag_common::metrics::{TcpConnectionCounters, TcpWorkerMetrics};
+use ufrag_common::reasons::{DropReason, TcpCloseReason};
 use ufrag_common::rfc4571;
 use ufrag_udp::BUF_LEN;
 
@@ -316,7 +317,13 @@ impl TcpSide {
             route_cache: false,
             ..forward.clone()
         };
-        let forwarder = Forwarder::new(forward, table, started).serving(Transport::Tcp);
+        let forwarder = Forwarder::new(
+            forward,
+            table,
+            started,
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+        )
+        .serving(Transport::Tcp);
         let cap = policy.connections_per_worker;
         Ok(TcpSide {
             listeners,
@@ -330,7 +337,7 @@ impl TcpSide {
                 registry: registry.try_clone()?,
                 counters: Arc::clone(&metrics.connections),
             },
-            executor: Executor::new(forwarder),
+            executor: Executor::new(forwarder, started),
             policy: policy.clone(),
             prefix_len_v4,
             prefix_len_v6,

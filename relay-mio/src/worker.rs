@@ -18,7 +18,8 @@ use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, 
 use ufrag_common::flow::FlowTable;
 use ufrag_common::forward::{ForwardPolicy, Forwarder};
 use ufrag_common::frame::{Transport, transport_of};
-use ufrag_common::metrics::{DropReason, Port, SharedCounters, TcpWorkerMetrics};
+use ufrag_common::metrics::{SharedCounters, TcpWorkerMetrics};
+use ufrag_common::reasons::{DropReason, Port};
 use ufrag_common::runtime::cache::{CacheClient, deliver_answers};
 use ufrag_common::runtime::keys::KeyReader;
 use ufrag_udp::{BATCH, RecvBatch, bind_udp};
@@ -182,7 +183,15 @@ impl Worker {
                 index: spec.index,
                 poll,
                 poll_mode: spec.poll_mode,
-                executor: Executor::new(Forwarder::new(spec.policy, table, started)),
+                executor: Executor::new(
+                    Forwarder::new(
+                        spec.policy,
+                        table,
+                        started,
+                        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+                    ),
+                    started,
+                ),
                 keys: None,
                 shared,
                 recv: RecvBatch::new(),

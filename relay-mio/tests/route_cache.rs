@@ -17,12 +17,13 @@ use testkit::addr::unique_ip;
 use testkit::keys::KEYS;
 use testkit::redis::{RedisCluster, RedisSentinel, RedisServer};
 use testkit::tls::TestPki;
-use ufrag_common::config::{RedisAccess, RelayConfig, RouteStore};
+use ufrag_common::config::{HINT_KEYS_ENV, RedisAccess, RelayConfig, RouteStore};
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::Route;
-use ufrag_common::metrics::CacheError;
+use ufrag_common::reasons::CacheError;
 use ufrag_common::runtime::cache::{ANSWER_QUEUE, CacheAnswer, PIPELINE, RouteCache};
+use ufrag_common::runtime::host::Host;
 
 fn key(i: u32) -> FlowKey {
     FlowKey::new(
@@ -279,7 +280,13 @@ fn tls_redis(tag: &str, password: &str) -> (TestPki, RedisServer, RelayConfig) {
     let pki = TestPki::new(tag, ip.into());
     let redis = RedisServer::start_tls(ip, &pki, password);
     let text = tls_config_text(&redis, &pki, &password_file(&pki, password));
-    let config = RelayConfig::from_toml(&text, &Default::default(), Some(KEYS), &[0]).unwrap();
+    let config = RelayConfig::from_toml(
+        &text,
+        &Default::default(),
+        &Host::files_only().with_env(HINT_KEYS_ENV, KEYS),
+        &[0],
+    )
+    .unwrap();
     (pki, redis, config)
 }
 

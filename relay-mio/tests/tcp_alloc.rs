@@ -70,11 +70,12 @@ fn bound_tcp_connections_cost_the_worker_no_allocation_per_message() {
     let mut buf = [0u8; 2048];
     // Bind each connection with its own session's Binding Request.
     for (i, c) in clients.iter_mut().enumerate() {
-        let ufrag = keys.mint(
+        let ufrag = keys.encode(
             &RoutingHint {
                 cluster: 0,
                 transceiver: transceiver.local_addr().unwrap(),
             },
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
             [i as u8; 5],
         );
         let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();

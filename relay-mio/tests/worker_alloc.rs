@@ -90,11 +90,12 @@ fn forward_under_the_counting_allocator(
     let requests_of = |generation: u8| -> Vec<Vec<u8>> {
         (0..clients.len() as u8)
             .map(|i| {
-                let ufrag = keys.mint(
+                let ufrag = keys.encode(
                     &RoutingHint {
                         cluster: 0,
                         transceiver: transceiver.local_addr().unwrap(),
                     },
+                    ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
                     [i; 5],
                 );
                 let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();

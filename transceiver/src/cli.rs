@@ -8,8 +8,9 @@ use crate::config_file::{config_path, effective_config, file_as_flags};
 use crate::service::{CONFIG_ENV, StartError, Transceiver, TransceiverOptions};
 use clap::{CommandFactory as _, FromArgMatches as _};
 use ufrag_common::config::{
-    ALLOW_EXAMPLE_SECRETS_ENV, ConfigError, HINT_KEYS_ENV, load_hint_keys, refuse_example_keys,
+    ALLOW_EXAMPLE_SECRETS_ENV, ConfigError, load_hint_keys, refuse_example_keys,
 };
+use ufrag_common::runtime::host::Host;
 use ufrag_common::runtime::lifecycle::example_secrets_allowed;
 use ufrag_common::runtime::lifecycle::{init_logging, report_fatal, serve, usage_error};
 
@@ -27,9 +28,8 @@ pub fn main() -> ExitCode {
         print!("{printed}");
         return ExitCode::SUCCESS;
     }
-    let env_keys = std::env::var(HINT_KEYS_ENV).ok();
     let allowed = example_secrets_allowed();
-    let keys = load_hint_keys(opts.hint_keys_file.as_deref(), env_keys.as_deref())
+    let keys = load_hint_keys(opts.hint_keys_file.as_deref(), &Host::process())
         .and_then(|keys| refuse_example_keys(&keys, allowed).map(|()| keys))
         .and_then(|keys| refuse_placeholder_token(allowed).map(|()| keys));
     let keys = match keys {

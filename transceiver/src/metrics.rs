@@ -1,6 +1,6 @@
 //! Transceiver metrics: sessions by state and end reason, datagrams, drops by reason,
 //! echoed audio, and session setup time, written as the relay's are
-//! ([`ufrag_common::metrics::Exposition`]: OpenMetrics or Prometheus text, as the scraper
+//! ([`ufrag_common::runtime::exposition::Exposition`]: OpenMetrics or Prometheus text, as the scraper
 //! asks). Reasons are enums ([`DropReason`], [`EndReason`]) indexing counters made once, so
 //! counting a datagram never allocates. Names follow the relay's: a datagram is a UDP
 //! payload, a packet is an RTP packet, a message is a model-protocol message.
@@ -15,7 +15,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use ufrag_common::frame::FrameError;
 use ufrag_common::label_enum;
-use ufrag_common::metrics::Exposition;
+use ufrag_common::runtime::exposition::Exposition;
 
 use crate::model::SessionStats;
 use crate::model_wire::DecodeError;

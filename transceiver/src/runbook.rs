@@ -324,7 +324,7 @@ fn section(
 
 /// `docs/runbook.md`, as the code says it.
 pub fn render() -> String {
-    use ufrag_common::metrics::{CacheError, DropReason as RelayDrop, TcpCloseReason};
+    use ufrag_common::reasons::{CacheError, DropReason as RelayDrop, TcpCloseReason};
     use ufrag_common::runbook as relay;
     let mut out = String::from(
         "# Runbook: every reason a count rises\n\n\

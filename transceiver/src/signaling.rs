@@ -43,7 +43,7 @@ use std::time::{Duration, Instant};
 
 use hyper::{HeaderMap, Method};
 use str0m::change::SdpOffer;
-use ufrag_common::metrics::Exposition;
+use ufrag_common::runtime::exposition::Exposition;
 
 use crate::bearer::BearerToken;
 use crate::client_address::TrustedProxies;

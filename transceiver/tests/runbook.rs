@@ -45,9 +45,9 @@ fn the_committed_runbook_and_alert_rules_are_the_ones_the_code_generates() {
 fn every_reason_has_a_row_with_its_meaning_and_an_action() {
     let page = transceiver::runbook::render();
     let rows: Vec<&str> = page.lines().filter(|l| l.starts_with("| `")).collect();
-    let reasons = ufrag_common::metrics::DropReason::COUNT
-        + ufrag_common::metrics::CacheError::COUNT
-        + ufrag_common::metrics::TcpCloseReason::COUNT
+    let reasons = ufrag_common::reasons::DropReason::COUNT
+        + ufrag_common::reasons::CacheError::COUNT
+        + ufrag_common::reasons::TcpCloseReason::COUNT
         + transceiver::metrics::DropReason::COUNT
         + transceiver::metrics::HttpRefusal::COUNT
         + transceiver::metrics::EndReason::COUNT

@@ -100,7 +100,8 @@ fuzz_target!(|data: &[u8]| {
     };
     let t0 = Instant::now();
     let table = FlowTable::new(4, Duration::from_millis(200), t0).unwrap();
-    let mut fwd = Forwarder::new(policy, table, t0);
+    let now_unix_s = ufrag_common::hint::unix_seconds(std::time::SystemTime::now());
+    let mut fwd = Forwarder::new(policy, table, t0, now_unix_s);
     let mut now = t0;
     let mut rest = data;
     while let [op, who, len, tail @ ..] = rest {

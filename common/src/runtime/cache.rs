@@ -38,7 +38,7 @@ use crate::execute::{Egress, Executor, RouteCacheRequest};
 use crate::flow::FlowKey;
 use crate::forward::Route;
 use crate::hint::HintKeys;
-use crate::metrics::CacheError;
+use crate::reasons::CacheError;
 use crate::runtime::keys::SharedKeys;
 
 /// Capacity of the request queue shared by all workers.

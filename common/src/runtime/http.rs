@@ -25,7 +25,9 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::metrics::{Exposition, HttpRefusal, RelayMetrics};
+use crate::metrics::RelayMetrics;
+use crate::reasons::HttpRefusal;
+use crate::runtime::exposition::Exposition;
 
 /// Connections served at once; one more cuts the connection open longest.
 pub const MAX_CONNECTIONS: usize = 32;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{load_hint_keys, refuse_example_keys};
 use crate::hint::HintKeys;
+use crate::runtime::host::Host;
 
 /// How often the key file is looked at for a change.
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -187,7 +188,7 @@ impl Watched {
     }
 
     fn reload(&self, file: &Path) {
-        let loaded = load_hint_keys(Some(file), None)
+        let loaded = load_hint_keys(Some(file), &Host::files_only())
             .and_then(|keys| refuse_example_keys(&keys, self.examples_allowed).map(|()| keys));
         match loaded {
             Ok(keys) => {
@@ -257,7 +258,7 @@ mod tests {
         let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
         let real = format!("1:{hex}\n");
         write(&real);
-        let started = load_hint_keys(Some(&file), None).unwrap();
+        let started = load_hint_keys(Some(&file), &Host::files_only()).unwrap();
         let (told, heard) = std::sync::mpsc::channel();
         let watch = KeyWatch::start(Some(&file), started, move |keys| {
             let _ = told.send(keys.map(HintKeys::previous_id));

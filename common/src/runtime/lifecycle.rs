@@ -12,11 +12,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::{
-    ALLOW_EXAMPLE_SECRETS_ENV, HINT_KEYS_ENV, LogFormat, RelayArgs, RelayConfig,
-    refuse_example_keys,
+    ALLOW_EXAMPLE_SECRETS_ENV, LogFormat, RelayArgs, RelayConfig, refuse_example_keys,
 };
 use crate::metrics::RelayMetrics;
 use crate::runtime::cache::{CacheClient, RouteCache, WakeFn};
+use crate::runtime::host::Host;
 use crate::runtime::http::HttpEndpoints;
 use crate::runtime::keys::{KeyReader, KeyWatch};
 
@@ -396,11 +396,10 @@ pub fn allowed_cpus() -> Vec<usize> {
     }
 }
 
-/// Loads the relay configuration from the parsed flags and the hint-key environment
-/// variable; on error prints it and returns exit code 2.
+/// Loads the relay configuration from the parsed flags, the files they name and the
+/// process's environment; on error prints it and returns exit code 2.
 pub fn load_config(name: &str, args: &RelayArgs) -> Result<RelayConfig, std::process::ExitCode> {
-    let env_keys = std::env::var(HINT_KEYS_ENV).ok();
-    RelayConfig::load(args, env_keys.as_deref(), &allowed_cpus())
+    RelayConfig::load(args, &Host::process(), &allowed_cpus())
         .and_then(|config| {
             refuse_example_keys(&config.hint_keys, example_secrets_allowed())?;
             Ok(config)

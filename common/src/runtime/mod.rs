@@ -4,6 +4,8 @@
 //! pinning, and hint keys reloaded without a restart.
 
 pub mod cache;
+pub mod exposition;
+pub mod host;
 pub mod http;
 pub mod keys;
 pub mod lifecycle;

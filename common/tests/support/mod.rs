@@ -17,7 +17,8 @@ use ufrag_common::execute::{Egress, Executor, RouteCacheRequest, Source, Tally, 
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{FlowState, Forwarder, Route, Verdict};
 use ufrag_common::frame::MAX_HEADER_LEN;
-use ufrag_common::metrics::{DropReason, WorkerCounters};
+use ufrag_common::metrics::WorkerCounters;
+use ufrag_common::reasons::DropReason;
 
 /// What the egress does with one transmit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -177,7 +178,7 @@ pub struct TestRelay {
 impl TestRelay {
     pub fn new(forwarder: Forwarder, egress: PlannedEgress) -> Self {
         TestRelay {
-            executor: Executor::new(forwarder),
+            executor: Executor::new(forwarder, std::time::Instant::now()),
             egress,
         }
     }

@@ -12,7 +12,7 @@ use super::children::{
 };
 use crate::hostile::{Attack, AttackTally, Sources, Target, run_attack};
 use crate::resilience::{LiveRun, gap_ms, sessions_during};
-use ufrag_common::metrics::DropReason;
+use ufrag_common::reasons::DropReason;
 
 /// The parts of the report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -128,11 +128,12 @@ fn tcp_capacity_on_this_thread(
             .map_err(|e| format!("connection {i}: {e}"))?;
         let mut stream: std::net::TcpStream = socket.into();
         let random = (i as u64).to_be_bytes();
-        let ufrag = keys.mint(
+        let ufrag = keys.encode(
             &ufrag_common::hint::RoutingHint {
                 cluster: 0,
                 transceiver: sink_addr,
             },
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
             [random[3], random[4], random[5], random[6], random[7]],
         );
         let password = keys

@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 use testkit::OwnedChild;
 
 use relay_mio::relay::{Relay, Running};
-use ufrag_common::config::{RelayArgs, RelayConfig};
+use ufrag_common::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
+use ufrag_common::runtime::host::Host;
 
 pub use testkit::addr::{free_tcp_port, unique_ip};
 pub use testkit::keys::KEYS;
@@ -88,7 +89,11 @@ impl TestRelay {
         ];
         argv.extend(extra.iter().map(|s| s.to_string()));
         let args = <Cli as clap::Parser>::parse_from(argv).relay;
-        let config = RelayConfig::load(&args, env_keys, &[0, 1]).unwrap();
+        let host = match env_keys {
+            Some(keys) => Host::process().with_env(HINT_KEYS_ENV, keys),
+            None => Host::process(),
+        };
+        let config = RelayConfig::load(&args, &host, &[0, 1]).unwrap();
         let relay = Relay::start(&config).unwrap();
         TestRelay {
             relay: Some(relay),
