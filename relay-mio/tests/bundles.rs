@@ -1,4 +1,4 @@
-//! Bundles on the internal leg (issue 34), on a real relay-mio worker and real loopback
+//! Bundles on the internal leg, on a real relay-mio worker and real loopback
 //! sockets. The clients' datagrams are queued on the VIP before the worker starts, so its
 //! first `recvmmsg` reads them in one batch and what it sends is known exactly:
 //!
@@ -21,7 +21,8 @@ use ufrag_common::bundle::{BUNDLE_HEADER_LEN, Bundle, BundleWriter, is_bundle, m
 use ufrag_common::config::BundlePolicy;
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::RoutingHint;
-use ufrag_common::metrics::{Direction, DropReason, Port, RelayMetrics};
+use ufrag_common::metrics::RelayMetrics;
+use ufrag_common::reasons::{Direction, DropReason, Port};
 use ufrag_common::stun;
 
 mod support;
@@ -88,7 +89,11 @@ fn open_sessions(
             cluster: 0,
             transceiver: transceiver_of(c),
         };
-        let ufrag = keys.mint(&hint, [c as u8; 5]);
+        let ufrag = keys.encode(
+            &hint,
+            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
+            [c as u8; 5],
+        );
         let pwd = keys.ice_password(1, ufrag.as_bytes()).unwrap();
         let mut check = [0u8; 512];
         let n = stun::write_binding_request(

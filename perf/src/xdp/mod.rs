@@ -6,8 +6,8 @@
 //! IPv6 frame's UDP checksum right), and returns
 //! `XDP_TX`, so the frame leaves the client's veth as if a NIC had sent it: no socket, no
 //! syscall per frame or batch, no IP output path; the program paces itself against
-//! `bpf_ktime_get_ns` in one long run (a run per slice cost ~24 ms to tear down at
-//! times on this kernel), stopped by a signal. [`XdpSink`] counts frames for one UDP
+//! `bpf_ktime_get_ns` in one long run (a run per slice could take tens of milliseconds
+//! to tear down), stopped by a signal. [`XdpSink`] counts frames for one UDP
 //! port in XDP on the receiving veth (per-CPU counters, `XDP_DROP`) and passes one in
 //! `sample_every` to the kernel, where the socket [`crate::load::Sink`] reads its send
 //! time for latency. Both speak the datagram format of [`crate::load`].
