@@ -258,7 +258,7 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
                 .as_secs(),
             lifetime_s: 300,
             id: "one-user-token".into(),
-            claims: transceiver::model::SessionClaims {
+            claims: ufrag_model_protocol::messages::SessionClaims {
                 subject: Some("one-user".into()),
                 ..Default::default()
             },

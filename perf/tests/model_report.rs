@@ -18,7 +18,7 @@ fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
     // `ufrag-perf model` runs the transceiver and model-echo found next to it: `cargo
     // test` builds neither as a binary, so build them (in this test's profile) first.
     let transceiver = bin("transceiver");
-    package_bin("ufrag-model-backends", "model-echo");
+    package_bin("ufrag-model-servers", "model-echo");
     let dir = std::env::temp_dir().join(format!("ufrag-model-report-{}", std::process::id()));
     let out = dir.join("model.md");
     let status = ufrag_perf()
@@ -95,7 +95,7 @@ fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
 fn a_small_model_run_prices_bundles_behind_relay_mio() {
     let _ = bin("transceiver");
     let _ = bin("relay-mio");
-    package_bin("ufrag-model-backends", "model-echo");
+    package_bin("ufrag-model-servers", "model-echo");
     let dir = std::env::temp_dir().join(format!("ufrag-model-bundles-{}", std::process::id()));
     let out = dir.join("model.md");
     let status = ufrag_perf()

@@ -22,7 +22,7 @@ pub fn bin(name: &str) -> PathBuf {
 }
 
 /// The binary `name` of workspace package `package` (`model-echo` of
-/// `ufrag-model-backends`), built if needed.
+/// `ufrag-model-servers`), built if needed.
 pub fn package_bin(package: &str, name: &str) -> PathBuf {
     build(package, &["--bin", name]);
     profile_dir().join(name)

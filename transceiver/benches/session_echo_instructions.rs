@@ -16,9 +16,9 @@ use str0m::change::SdpAnswer;
 use str0m::media::{Direction, Frequency, MediaKind, MediaTime};
 use str0m::net::{Protocol, Receive};
 use str0m::{Candidate, IceCreds, Input, Output, Rtc};
-use transceiver::model::ModelInput;
-use transceiver::model::ModelOutput;
 use transceiver::session::{EVENTS_CHANNEL, Session, SessionOutput};
+use ufrag_model_protocol::messages::ModelInput;
+use ufrag_model_protocol::messages::ModelOutput;
 
 /// Audio datagrams echoed per bench run.
 const PACKETS: u64 = 100;

@@ -5,7 +5,8 @@
 //! time ([`playout`]), built off the media path on the
 //! signaling thread ([`setup`]); per-session credentials minted by the app's server
 //! ([`session_token`]); the model seam and the built-in
-//! echo model ([`model`]), metrics with enum reasons ([`metrics`]), the demo page, the
+//! echo model ([`model`]; the messages and their wire codec are the
+//! `ufrag-model-protocol` crate's), metrics with enum reasons ([`metrics`]), the demo page, the
 //! service that starts, drains and joins it all ([`service`]), and its command line
 //! ([`cli`]) with the config file read as flags ([`config_file`]); [`runbook`] says what
 //! an operator does about each counted reason.
@@ -16,14 +17,11 @@
 //! `session`}; `setup` → `session`; `session` → {`sdp`, `path_check`, `session_table`,
 //! `playout`};
 //! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`,
-//! `client_address`, `bearer`, `session_token` (→ `model`); `model_bridge` →
-//! {`model_wire`, `pcm`}, `model_wire` → `pcm` → `model` (PCM16 audio for a backend
-//! that asks for it);
-//! `cli` → {`service`, `config_file`}; `runbook` → {`metrics`, `model_wire`,
-//! `session_token`}.
+//! `client_address`, `session_token` (→ `model`); `model_bridge` → {`model`, `pcm`}
+//! (PCM16 audio for a backend that asks for it);
+//! `cli` → {`service`, `config_file`}; `runbook` → {`metrics`, `session_token`}.
 #![forbid(unsafe_code)]
 
-pub mod bearer;
 pub mod cli;
 pub mod client_address;
 pub mod config_file;
@@ -32,7 +30,6 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod model_bridge;
-pub mod model_wire;
 pub mod page;
 pub mod path_check;
 pub mod pcm;

@@ -17,9 +17,9 @@ use ufrag_common::frame::FrameError;
 use ufrag_common::label_enum;
 use ufrag_common::runtime::exposition::Exposition;
 
-use crate::model::SessionStats;
-use crate::model_wire::DecodeError;
 use crate::session_token::TokenRefusal;
+use ufrag_model_protocol::messages::SessionStats;
+use ufrag_model_protocol::wire::DecodeError;
 
 type Labels = Vec<(&'static str, &'static str)>;
 

@@ -1,5 +1,5 @@
 //! The network bridge to an external model backend: one WebSocket connection per worker
-//! (`ws://` or `wss://`), speaking [`crate::model_wire`]'s protocol, run on a thread of
+//! (`ws://` or `wss://`), speaking [`ufrag_model_protocol::wire`]'s protocol, run on a thread of
 //! its own so that the worker's media loop never waits on the backend.
 //!
 //! # Why one connection per worker
@@ -34,8 +34,8 @@
 //!   the connection is dropped: it cannot hold the shutdown.
 //! - **A flooding backend**: at most [`INBOUND_QUEUE`] messages wait for the worker;
 //!   beyond, the newest is dropped (`reason="backend_flood"`), and a message longer than
-//!   [`crate::model_wire::MAX_MESSAGE_LEN`] closes the connection.
-//! - **A malformed message**: refused and counted by its [`crate::model_wire::DecodeError`] label
+//!   [`ufrag_model_protocol::wire::MAX_MESSAGE_LEN`] closes the connection.
+//! - **A malformed message**: refused and counted by its [`ufrag_model_protocol::wire::DecodeError`] label
 //!   (`ufrag_transceiver_model_refused_messages_total`); the connection stays up.
 //!
 //! # Reading while writing
@@ -48,7 +48,7 @@
 //!
 //! # PCM audio
 //!
-//! A backend whose hello chose PCM16 ([`crate::pcm::AudioFormat`]) gets each client packet
+//! A backend whose hello chose PCM16 ([`ufrag_model_protocol::audio::AudioFormat`]) gets each client packet
 //! decoded on the bridge thread, and its PCM is cut into 20 ms frames and encoded there
 //! before the worker sees it: the worker and the session play Opus either way, and the
 //! codecs' CPU is spent off the media loop. Each session's decoder and encoder are made
@@ -80,11 +80,13 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 
 use crate::metrics::{ModelDrop, TransceiverMetrics};
-use crate::model::{
-    AudioFrame, ModelBackend, ModelInput, ModelLink, ModelOutput, SessionContext, SessionId,
+use crate::model::{ModelBackend, ModelLink};
+use crate::pcm::PcmSessions;
+use ufrag_model_protocol::audio::AudioFormat;
+use ufrag_model_protocol::messages::{
+    AudioFrame, ModelInput, ModelOutput, SessionContext, SessionId,
 };
-use crate::model_wire::{self, FromBackend, PROTOCOL, WireMessage};
-use crate::pcm::{AudioFormat, PcmSessions};
+use ufrag_model_protocol::wire::{self, FromBackend, PROTOCOL, WireMessage};
 
 /// Audio frames one session may have waiting for the backend (1 s of 20 ms frames).
 pub const SESSION_AUDIO_QUEUE: usize = 50;
@@ -446,7 +448,7 @@ impl WsBridge {
                     metrics.model_dropped(ModelDrop::QueueFull);
                     return;
                 }
-                q.push(Outbound::Event(model_wire::encode(&input)));
+                q.push(Outbound::Event(wire::encode(&input)));
             }
         }
     }
@@ -648,8 +650,8 @@ async fn connect(
         headers.insert("Authorization", value);
     }
     let ws_config = WebSocketConfig::default()
-        .max_message_size(Some(model_wire::MAX_MESSAGE_LEN))
-        .max_frame_size(Some(model_wire::MAX_MESSAGE_LEN));
+        .max_message_size(Some(wire::MAX_MESSAGE_LEN))
+        .max_frame_size(Some(wire::MAX_MESSAGE_LEN));
     let handshake = async {
         let stream = open_tcp(&request).await?;
         let (mut ws, _response) = tokio_tungstenite::client_async_tls_with_config(
@@ -660,20 +662,20 @@ async fn connect(
         )
         .await
         .map_err(|e| e.to_string())?;
-        ws.send(into_message(model_wire::hello(worker)))
+        ws.send(into_message(wire::hello(worker)))
             .await
             .map_err(|e| e.to_string())?;
         loop {
             match ws.next().await {
                 Some(Ok(Message::Text(text))) => {
-                    return match model_wire::decode(&WireMessage::Text(text.to_string())) {
+                    return match wire::decode(&WireMessage::Text(text.to_string())) {
                         Ok(FromBackend::Hello { protocol, audio }) if protocol == PROTOCOL => {
                             Ok((ws, audio))
                         }
                         Ok(FromBackend::Hello { protocol, .. }) => {
                             Err(format!("the backend speaks `{protocol}`, not `{PROTOCOL}`"))
                         }
-                        Err(model_wire::DecodeError::UnknownAudioFormat) => Err(format!(
+                        Err(wire::DecodeError::UnknownAudioFormat) => Err(format!(
                             "the backend's hello asks for audio other than {}",
                             AudioFormat::OFFERED.map(AudioFormat::label).join(", ")
                         )),
@@ -840,7 +842,7 @@ async fn serve(
     for (session, context) in &live {
         let session = *session;
         start_pcm(shared, pcm.as_mut(), session);
-        let started = Write::Feed(model_wire::session_started(session, context, resumed));
+        let started = Write::Feed(wire::session_started(session, context, resumed));
         ok = unless_stopped(
             shared,
             write_while_reading(shared, sink, stream, pcm.as_mut(), started),
@@ -938,19 +940,19 @@ async fn send_queued(
         let wire = match message {
             Outbound::Started(session, context) => {
                 start_pcm(shared, pcm.as_deref_mut(), session);
-                model_wire::session_started(session, &context, false)
+                wire::session_started(session, &context, false)
             }
             Outbound::Ended { session, reason } => {
                 if let Some(pcm) = pcm.as_deref_mut() {
                     pcm.end(session);
                 }
-                model_wire::encode(&ModelInput::SessionEnded { session, reason })
+                wire::encode(&ModelInput::SessionEnded { session, reason })
             }
             Outbound::Audio(session, frame) => match pcm.as_deref_mut() {
-                None => model_wire::audio(session, &frame),
+                None => wire::audio(session, &frame),
                 Some(pcm) => match pcm.get(session).map(|s| s.decode(&frame.payload)) {
                     Some(Ok(samples)) => {
-                        model_wire::pcm_audio(session, frame.seq, frame.timestamp, samples)
+                        wire::pcm_audio(session, frame.seq, frame.timestamp, samples)
                     }
                     Some(Err(_)) => {
                         shared.metrics.model_dropped(ModelDrop::CodecError);
@@ -987,7 +989,7 @@ fn start_pcm(shared: &Shared, pcm: Option<&mut PcmSessions>, session: SessionId)
 /// sends them first, padded, so it falls after everything sent before it.
 fn receive(shared: &Arc<Shared>, message: &WireMessage, pcm: Option<&mut PcmSessions>) {
     let audio = pcm.as_ref().map_or(AudioFormat::Opus, |p| p.format());
-    let decoded = match model_wire::decode_with(message, audio) {
+    let decoded = match wire::decode_with(message, audio) {
         Ok(FromBackend::Hello { .. }) => return,
         Ok(decoded) => decoded,
         Err(e) => return shared.metrics.model_error(e),

@@ -15,7 +15,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use crate::model::AudioFrame;
+use ufrag_model_protocol::messages::{AudioFrame, MAX_MARKS};
 
 /// One Opus frame's duration, the pace of playback.
 pub const FRAME: Duration = Duration::from_millis(20);
@@ -26,10 +26,6 @@ pub const MIN_GAP: Duration = Duration::from_millis(18);
 /// The playout buffer a session keeps by default: 10 s of speech (500 frames; at most
 /// about 650 KB with the largest Opus frames, about 50 KB with a voice's usual ones).
 pub const DEFAULT_BUFFER: Duration = Duration::from_secs(10);
-/// Marks waiting to be reached, per session.
-pub const MAX_MARKS: usize = 64;
-/// The longest mark name, in bytes.
-pub const MAX_MARK_LEN: usize = 64;
 
 /// A frame or mark the queue had no room for: the newest is refused, what is queued
 /// plays on.
@@ -168,6 +164,19 @@ impl Playout {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The model protocol's page states the buffer and the gap the transceiver keeps
+    /// (the page's other limits are checked by the protocol crate's codec tests).
+    #[test]
+    fn the_model_protocol_page_states_the_playout_buffer_and_gap() {
+        const SPECIFICATION: &str = include_str!("../../docs/model-protocol.md");
+        let buffer = DEFAULT_BUFFER.as_secs();
+        assert!(SPECIFICATION.contains(&format!("`--playout-buffer`, {buffer} s")));
+        assert!(SPECIFICATION.contains(&format!(
+            "{} ms after the last one played",
+            MIN_GAP.as_millis()
+        )));
+    }
 
     fn frame(n: u16) -> AudioFrame {
         AudioFrame {

@@ -9,8 +9,8 @@
 use ufrag_common::runbook::{Cause, Entry};
 
 use crate::metrics::{DropReason, EndReason, HttpRefusal, ModelDrop};
-use crate::model_wire::DecodeError;
 use crate::session_token::TokenRefusal;
+use ufrag_model_protocol::wire::DecodeError;
 
 const fn entry(cause: Cause, action: &'static str) -> Entry {
     Entry { cause, action }

@@ -20,15 +20,15 @@ use ufrag_common::stun::{METHOD_BINDING, StunClass, StunView, StunWriter, attr};
 
 use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason, ModelDrop};
-use crate::model::{
-    AudioFrame, ClientTransport, ModelInput, ModelOutput, OPUS_CODEC, SessionClaims,
-    SessionContext, SessionId, SessionStats,
-};
 use crate::path_check::{Destination, HeldDatagram, PathCheck, Upkeep};
 use crate::per_address::Held;
 use crate::playout::Playout;
 use crate::session_table::ClientPath;
 use crate::session_token::Owner;
+use ufrag_model_protocol::messages::{
+    AudioFrame, ClientTransport, ModelInput, ModelOutput, OPUS_CODEC, SessionClaims,
+    SessionContext, SessionId, SessionStats,
+};
 
 /// ICE restarts one session may ask for at once ([`Session::take_restart`]).
 pub const RESTART_BURST: u32 = 3;

@@ -25,7 +25,7 @@ use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::FlowKey;
 use ufrag_common::stun::StunView;
 
-use crate::model::SessionId;
+use ufrag_model_protocol::messages::SessionId;
 
 /// The path a client's datagrams take: its address and the address it sent to (the VIP
 /// in relay mode, the worker's socket in direct mode).

@@ -35,7 +35,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use ufrag_common::label_enum;
 
-use crate::model::SessionClaims;
+use ufrag_model_protocol::messages::SessionClaims;
 
 /// Clock skew tolerated between the app's server and the transceiver, in seconds.
 pub const CLOCK_LEEWAY_S: u64 = 10;
@@ -482,7 +482,7 @@ pub fn mint(
 
 /// What a valid `Authorization` header presents as a bearer credential, if anything.
 pub fn bearer(authorization: Option<&str>) -> Option<&str> {
-    crate::bearer::presented(authorization)
+    ufrag_model_protocol::bearer::presented(authorization)
         .map(str::trim)
         .filter(|token| !token.is_empty())
 }

@@ -14,8 +14,8 @@ use ufrag_common::hint::{RANDOM_LEN, RoutingHint, unix_seconds, unverified_minti
 use ufrag_common::runtime::keys::SharedKeys;
 
 use crate::error::SignalError;
-use crate::model::SessionId;
 use crate::session::{Advertised, Session, SessionTuning};
+use ufrag_model_protocol::messages::SessionId;
 
 /// Everything needed to set up sessions for one worker.
 #[derive(Debug, Clone)]

@@ -45,15 +45,15 @@ use hyper::{HeaderMap, Method};
 use str0m::change::SdpOffer;
 use ufrag_common::runtime::exposition::Exposition;
 
-use crate::bearer::BearerToken;
 use crate::client_address::TrustedProxies;
 use crate::error::SignalError;
 use crate::metrics::{HttpRefusal, TransceiverMetrics};
-use crate::model::SessionId;
 use crate::per_address::{AddressRate, Held, HeldPer, HeldPerAddress};
 use crate::random::random_bytes;
 use crate::session_token::{self, Owner, SessionTokens, TokenRefusal, VerifiedToken};
 use crate::worker::{Command, RestartRefused, WorkerHandle};
+use ufrag_model_protocol::bearer::BearerToken;
+use ufrag_model_protocol::messages::SessionId;
 
 /// Largest accepted request body (an offer or a trickle fragment).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;

@@ -36,13 +36,14 @@ use ufrag_udp::{RecvBatch, SendBatch};
 
 use crate::error::SignalError;
 use crate::metrics::{DropReason, EndReason, TransceiverMetrics};
-use crate::model::{ModelBackend, ModelInput, ModelLink, ModelOutput, SessionId};
+use crate::model::{ModelBackend, ModelLink};
 use crate::path_check::{Destination, Upkeep};
 use crate::random::random_bytes;
 use crate::session::{Advertised, Applied, Session, SessionOutput, SessionTuning, protocol_of};
 use crate::session_table::{ClientPath, PathRefused, SessionTable, Unrouted};
 use crate::session_token::Owner;
 use crate::setup::{NewSession, SessionMint};
+use ufrag_model_protocol::messages::{ModelInput, ModelOutput, SessionId};
 
 const SOCKET: Token = Token(0);
 const WAKE: Token = Token(1);

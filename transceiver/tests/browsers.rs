@@ -209,12 +209,12 @@ fn chromium_through(
 }
 
 /// A reference model backend on a fresh loopback address.
-fn model_backend(voice: ufrag_model_backends::Voice) -> ufrag_model_backends::Backend {
-    let options = ufrag_model_backends::Options {
+fn model_backend(voice: ufrag_model_servers::Voice) -> ufrag_model_servers::Backend {
+    let options = ufrag_model_servers::Options {
         voice,
-        ..ufrag_model_backends::Options::echo()
+        ..ufrag_model_servers::Options::echo()
     };
-    ufrag_model_backends::Backend::start(SocketAddr::from((unique_ip(), 0)), options).unwrap()
+    ufrag_model_servers::Backend::start(SocketAddr::from((unique_ip(), 0)), options).unwrap()
 }
 
 #[test]
@@ -226,7 +226,7 @@ fn chromium_runs_the_demo_page_through_relay_mio() {
 
 #[test]
 fn chromium_talks_to_an_external_model_backend_through_relay_mio() {
-    let backend = model_backend(ufrag_model_backends::Voice::Echo);
+    let backend = model_backend(ufrag_model_servers::Voice::Echo);
     let (result, xcvr) = chromium_through_relay_mio(&["--model", &backend.url()]);
     // Pongs and audio came back from the backend, over the WebSocket.
     assert_talked(&result, "chromium via model-echo");
@@ -249,7 +249,7 @@ fn chromium_talks_to_an_external_model_backend_through_relay_mio() {
 /// `session.stats` a second from Chromium's RTCP.
 #[test]
 fn chromium_with_a_session_token_reaches_a_backend_that_learns_its_claims() {
-    let backend = model_backend(ufrag_model_backends::Voice::Echo);
+    let backend = model_backend(ufrag_model_servers::Voice::Echo);
     let (secret, flags) = session_token_secret("chromium");
     let token = mint_with_helper(
         &secret,
@@ -279,7 +279,10 @@ fn chromium_with_a_session_token_reaches_a_backend_that_learns_its_claims() {
         Some(serde_json::json!({"plan": "pro", "locale": "en-GB"}))
     );
     assert_eq!(context.codec, "opus/48000/2");
-    assert_eq!(context.transport, transceiver::model::ClientTransport::Udp);
+    assert_eq!(
+        context.transport,
+        ufrag_model_protocol::messages::ClientTransport::Udp
+    );
     assert_eq!(context.relay, Some(relay.internal), "{context:?}");
     assert_eq!(
         xcvr.metric("ufrag_transceiver_session_tokens_accepted_total"),
@@ -302,7 +305,7 @@ fn chromium_with_a_session_token_reaches_a_backend_that_learns_its_claims() {
 
 #[test]
 fn chromium_hears_a_speaking_backend_s_own_voice_through_relay_mio() {
-    let backend = model_backend(ufrag_model_backends::Voice::Speaks);
+    let backend = model_backend(ufrag_model_servers::Voice::Speaks);
     let (result, _) = chromium_through_relay_mio(&["--model", &backend.url()]);
     // Connected, every ping answered by the backend, audio received, DELETE.
     assert_talked(&result, "chromium via model-speaks");

@@ -1,5 +1,5 @@
 //! The model seam over the network: a str0m client → relay-mio → the transceiver →
-//! `--model ws://…` → the reference echo backend (`ufrag-model-backends`) → back, and what
+//! `--model ws://…` → the reference echo backend (`ufrag-model-servers`) → back, and what
 //! happens when that backend is down at start, dies mid-session, is slow, floods, sends
 //! what it should not, or ends a session itself.
 
@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use support::*;
-use transceiver::model_wire::{self, WireMessage};
-use ufrag_model_backends::{Backend, Options, TlsIdentity, Voice};
+use ufrag_model_protocol::wire::{self, WireMessage};
+use ufrag_model_servers::{Backend, Options, TlsIdentity, Voice};
 
 /// How long a condition that depends on the bridge may take (reconnects back off up to
 /// 5 s with jitter).
@@ -131,11 +131,11 @@ fn a_speaking_backend_answers_an_utterance_with_its_own_voice_not_an_echo() {
         c.connected_at.is_some() && c.channel_open
     });
     // One utterance (a little more than the backend waits for), then silence.
-    talk(&mut client, ufrag_model_backends::UTTERANCE_FRAMES + 10);
+    talk(&mut client, ufrag_model_servers::UTTERANCE_FRAMES + 10);
     step_until(&mut client, "model.said", |c| {
         c.messages.iter().any(|m| m.contains("model.said"))
     });
-    let phrase = ufrag_model_backends::phrase();
+    let phrase = ufrag_model_servers::phrase();
     step_until(&mut client, "the phrase's audio", |c| {
         c.audio_received * 10 >= phrase.len() * 9
     });
@@ -361,9 +361,9 @@ fn malformed_and_oversized_backend_messages_are_counted_and_the_session_lives() 
         });
     }
     // An event for another session goes nowhere; one for this session arrives.
-    backend.send_to_all(model_wire::event(0x0123, r#"{"type":"stray"}"#));
+    backend.send_to_all(wire::event(0x0123, r#"{"type":"stray"}"#));
     let own = u64::from_str_radix(&session, 16).unwrap();
-    backend.send_to_all(model_wire::event(own, r#"{"type":"hello.from.model"}"#));
+    backend.send_to_all(wire::event(own, r#"{"type":"hello.from.model"}"#));
     step_until(&mut client, "the model's own event", |c| {
         c.messages.iter().any(|m| m.contains("hello.from.model"))
     });
@@ -371,10 +371,7 @@ fn malformed_and_oversized_backend_messages_are_counted_and_the_session_lives() 
 
     // A message beyond the limit closes the connection; the bridge reconnects and the
     // session resumes.
-    backend.send_to_all(WireMessage::Binary(vec![
-        1;
-        model_wire::MAX_MESSAGE_LEN + 1
-    ]));
+    backend.send_to_all(WireMessage::Binary(vec![1; wire::MAX_MESSAGE_LEN + 1]));
     step_until(&mut client, "model.available after the reconnect", |c| {
         c.messages.iter().any(|m| m.contains("model.available"))
     });
@@ -598,7 +595,8 @@ fn a_backend_closes_connections_beyond_its_cap_and_those_that_never_handshake() 
 /// that tone, and the mark is reached.
 #[test]
 fn a_python_backend_in_pcm16_hears_the_client_and_is_heard_as_opus() {
-    use transceiver::pcm::{PcmRate, SessionPcm, tone_hz};
+    use transceiver::pcm::{SessionPcm, tone_hz};
+    use ufrag_model_protocol::audio::PcmRate;
     let mut backend = PythonBackend::start(&["--audio", "pcm16/16000", "--speak", "1.01"]);
     let relay = TestRelay::start(&[]);
     let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url]);

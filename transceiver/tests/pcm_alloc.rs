@@ -5,7 +5,8 @@
 //! libopus's own state is made when the session starts and lives in C.
 
 use testkit::alloc::{self, CountingAllocator};
-use transceiver::pcm::{PcmRate, SessionPcm, tone};
+use transceiver::pcm::{SessionPcm, tone};
+use ufrag_model_protocol::audio::PcmRate;
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -26,7 +27,7 @@ fn converting_a_frame_allocates_only_the_frame_s_own_bytes() {
         speaker.encode(&tone, &mut |f| packets.push(f)).unwrap();
         assert_eq!(packets.len(), 50);
         let mut emitted = 0usize;
-        let mut count = |_frame: transceiver::model::AudioFrame| emitted += 1;
+        let mut count = |_frame: ufrag_model_protocol::messages::AudioFrame| emitted += 1;
 
         // The backend's PCM in chunks of 7 ms, encoded frame by frame: one payload each.
         let chunk = 2 * samples * 7 / 20;
@@ -55,7 +56,7 @@ fn converting_a_frame_allocates_only_the_frame_s_own_bytes() {
         let decoded = listener.decode(&packets[0].payload).unwrap().to_vec();
         alloc::arm();
         for _ in 0..FRAMES {
-            std::hint::black_box(transceiver::model_wire::pcm_audio(7, 1, 960, &decoded));
+            std::hint::black_box(ufrag_model_protocol::wire::pcm_audio(7, 1, 960, &decoded));
         }
         let messages = alloc::disarm();
         assert_eq!(messages, FRAMES as u64, "{rate:?}: one buffer per message");

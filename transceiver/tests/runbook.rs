@@ -52,7 +52,7 @@ fn every_reason_has_a_row_with_its_meaning_and_an_action() {
         + transceiver::metrics::HttpRefusal::COUNT
         + transceiver::metrics::EndReason::COUNT
         + transceiver::metrics::ModelDrop::COUNT
-        + transceiver::model_wire::DecodeError::COUNT
+        + ufrag_model_protocol::wire::DecodeError::COUNT
         + transceiver::session_token::TokenRefusal::COUNT;
     assert_eq!(rows.len(), reasons, "one row per reason");
     for row in rows {

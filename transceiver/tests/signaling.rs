@@ -194,8 +194,8 @@ fn a_configured_bearer_token_is_required() {
 /// sessions; and the server-to-server bearer token still works beside them.
 #[test]
 fn session_tokens_admit_their_user_once_and_each_refusal_is_counted() {
-    use transceiver::model::SessionClaims;
     use transceiver::session_token::{TokenAlgorithm, TokenRequest, mint};
+    use ufrag_model_protocol::messages::SessionClaims;
     let (secret, flags) = session_token_secret("signaling");
     let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     flags.extend([

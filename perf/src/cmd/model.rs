@@ -22,7 +22,7 @@ use super::children::{
     SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, TransceiverChild, loopback_ip, sibling_binary,
     start_relay_with, start_transceiver, start_transceiver_from, write_report,
 };
-use transceiver::pcm::AudioFormat;
+use ufrag_model_protocol::audio::AudioFormat;
 
 use crate::cpu::cpu_seconds;
 use crate::sessions::{LoadPlan, Talkers, load_step, setup_times};
@@ -135,7 +135,7 @@ struct Setup {
 /// The reference backend choosing `audio`, started next to `ufrag-perf` (killed on
 /// drop).
 fn start_model_echo(listen: SocketAddr, audio: AudioFormat) -> OwnedChild {
-    let mut command = Command::new(sibling_binary("model-echo", "ufrag-model-backends"));
+    let mut command = Command::new(sibling_binary("model-echo", "ufrag-model-servers"));
     command
         .args(["--listen", &listen.to_string(), "--audio", audio.label()])
         .stdout(Stdio::null())

@@ -22,8 +22,8 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use testkit::http::{Endpoint, HttpResponse, request_to};
 use testkit::webrtc_client::Client;
-use transceiver::model::SessionClaims;
 use transceiver::session_token::{self, TokenAlgorithm, TokenRequest};
+use ufrag_model_protocol::messages::SessionClaims;
 
 use super::{AUDIO_INTERVAL, AUDIO_PHASES};
 

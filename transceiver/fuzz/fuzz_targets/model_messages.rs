@@ -4,12 +4,12 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use transceiver::model::{ModelInput, ModelOutput};
-use transceiver::model_wire::{
+use ufrag_model_protocol::messages::{ModelInput, ModelOutput};
+use ufrag_model_protocol::wire::{
     FromBackend, ToBackend, WireMessage, decode, decode_input, decode_with, encode,
     encode_output, session_started, session_stats,
 };
-use transceiver::pcm::{AudioFormat, PcmRate};
+use ufrag_model_protocol::audio::{AudioFormat, PcmRate};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, body)) = data.split_first() else {

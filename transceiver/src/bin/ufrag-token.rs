@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser as _;
-use transceiver::model::SessionClaims;
 use transceiver::session_token::{self, TokenAlgorithm, TokenRequest};
+use ufrag_model_protocol::messages::SessionClaims;
 
 /// Mint a short-lived session token for one user of the transceiver's signaling.
 ///

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
-use ufrag_model_backends::{Options, Voice};
+use ufrag_model_servers::{Options, Voice};
 
 /// The reference speaking model backend: after each second of a user's audio it answers
 /// with a phrase of its own (synthesized speech, about four seconds of Opus), then says
@@ -29,5 +29,5 @@ fn main() -> ExitCode {
         voice: Voice::Speaks,
         ..Options::echo()
     };
-    ufrag_model_backends::serve_until_killed("model-speaks", cli.listen, options)
+    ufrag_model_servers::serve_until_killed("model-speaks", cli.listen, options)
 }

@@ -1,5 +1,5 @@
-//! Reference model backends: servers of the transceiver's model protocol
-//! ([`transceiver::model_wire`]) that a team can run as they are or read as the shape of
+//! Reference model servers: backends speaking the model protocol
+//! ([`ufrag_model_protocol::wire`]) that a team can run as they are or read as the shape of
 //! its own. [`Voice::Echo`] plays each user's audio back, answers `ping` events with
 //! `pong`, and greets each new session with `session.created`, as the built-in echo does;
 //! [`Voice::Speaks`] answers each utterance with a phrase of its own (synthesized speech),
@@ -24,10 +24,10 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::handshake::server::{ErrorResponse, Request, Response};
 use tokio_tungstenite::tungstenite::http::{HeaderValue, StatusCode};
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
-use transceiver::bearer::BearerToken;
-use transceiver::model::{AudioFrame, ModelOutput, SessionContext, SessionId, ping_id};
-use transceiver::model_wire::{self, PROTOCOL, ToBackend, WireMessage};
-use transceiver::pcm::AudioFormat;
+use ufrag_model_protocol::audio::AudioFormat;
+use ufrag_model_protocol::bearer::BearerToken;
+use ufrag_model_protocol::messages::{AudioFrame, ModelOutput, SessionContext, SessionId, ping_id};
+use ufrag_model_protocol::wire::{self, PROTOCOL, ToBackend, WireMessage};
 
 pub mod ogg;
 
@@ -427,7 +427,7 @@ where
             .insert("sec-websocket-protocol", HeaderValue::from_static(PROTOCOL));
         Ok(response)
     };
-    let config = WebSocketConfig::default().max_message_size(Some(model_wire::MAX_MESSAGE_LEN));
+    let config = WebSocketConfig::default().max_message_size(Some(wire::MAX_MESSAGE_LEN));
     let handshake = tokio_tungstenite::accept_hdr_async_with_config(stream, check, Some(config));
     let Ok(Ok(mut ws)) = tokio::time::timeout(options.handshake_timeout, handshake).await else {
         state.refused.fetch_add(1, Ordering::Relaxed);
@@ -507,7 +507,7 @@ fn speak(state: &State, speakers: &mut HashMap<SessionId, Speaker>) -> Vec<WireM
         let Some(at) = speaker.saying else { continue };
         let Some(payload) = phrase.get(at) else {
             speaker.saying = None;
-            out.push(model_wire::event(
+            out.push(wire::event(
                 session,
                 &format!(r#"{{"type":"model.said","frames":{}}}"#, phrase.len()),
             ));
@@ -517,7 +517,7 @@ fn speak(state: &State, speakers: &mut HashMap<SessionId, Speaker>) -> Vec<WireM
         speaker.timestamp = speaker.timestamp.wrapping_add(960);
         speaker.saying = Some(at + 1);
         state.said.fetch_add(1, Ordering::Relaxed);
-        out.push(model_wire::audio(
+        out.push(wire::audio(
             session,
             &AudioFrame {
                 seq: speaker.seq,
@@ -545,16 +545,16 @@ fn answer(
     message: &WireMessage,
 ) -> Vec<WireMessage> {
     let voice = options.voice;
-    let Ok(input) = model_wire::decode_input_with(message, chosen_audio(options)) else {
+    let Ok(input) = wire::decode_input_with(message, chosen_audio(options)) else {
         state.malformed.fetch_add(1, Ordering::Relaxed);
         return vec![];
     };
-    let session_text = model_wire::session_text;
+    let session_text = wire::session_text;
     match input {
         ToBackend::Hello { protocol, worker } => {
             state.note(format!("hello worker={worker}"));
             if protocol == PROTOCOL {
-                vec![model_wire::backend_hello(chosen_audio(options))]
+                vec![wire::backend_hello(chosen_audio(options))]
             } else {
                 vec![]
             }
@@ -578,7 +578,7 @@ fn answer(
             }
             started.push_back((session, context));
             drop(started);
-            vec![model_wire::event(session, r#"{"type":"session.created"}"#)]
+            vec![wire::event(session, r#"{"type":"session.created"}"#)]
         }
         ToBackend::Cleared { .. } | ToBackend::MarkPlayed { .. } => vec![],
         ToBackend::Stats { .. } => {
@@ -591,7 +591,7 @@ fn answer(
             vec![]
         }
         ToBackend::Audio { session, frame } => match voice {
-            Voice::Echo => vec![model_wire::encode_output(
+            Voice::Echo => vec![wire::encode_output(
                 &ModelOutput::Audio { session, frame },
                 "",
             )],
@@ -608,7 +608,7 @@ fn answer(
             }
         },
         ToBackend::Event { session, data } => match ping_id(&data) {
-            Some(id) => vec![model_wire::event(
+            Some(id) => vec![wire::event(
                 session,
                 &format!(r#"{{"type":"pong","id":{id}}}"#),
             )],

@@ -1,6 +1,6 @@
 //! The model protocol, version 1: how [`ModelInput`]s and [`ModelOutput`]s travel over one
 //! WebSocket connection to an external model backend. Encoding and decoding only; the
-//! connection is [`crate::model_bridge`]'s.
+//! connection is the transceiver's model bridge's, and a backend's own.
 //!
 //! The specification is `docs/model-protocol.md` in the repository (written for backend
 //! authors in any language; a test below keeps it and this codec in step). In short: a
@@ -16,13 +16,12 @@
 //! cannot read is refused with a [`DecodeError`], counted by its label, and the
 //! connection stays up.
 
-pub use crate::model::MAX_OPUS_LEN;
-use crate::model::{
-    AudioFrame, ClientTransport, ModelInput, ModelOutput, OPUS_CODEC, SessionClaims,
-    SessionContext, SessionId, SessionStats,
+use crate::audio::AudioFormat;
+use crate::messages::MAX_OPUS_LEN;
+use crate::messages::{
+    AudioFrame, ClientTransport, MAX_MARK_LEN, MAX_MARKS, ModelInput, ModelOutput, OPUS_CODEC,
+    SessionClaims, SessionContext, SessionId, SessionStats,
 };
-use crate::pcm::AudioFormat;
-use crate::playout::{MAX_MARK_LEN, MAX_MARKS};
 use ufrag_common::label_enum;
 
 /// The protocol's name and version: the WebSocket subprotocol, and the `hello`'s value.
@@ -806,12 +805,6 @@ mod tests {
         assert!(SPECIFICATION.contains(&format!("bytes {AUDIO_HEADER_LEN}..")));
         assert!(SPECIFICATION.contains(&format!("1 to {MAX_MARK_LEN} bytes")));
         assert!(SPECIFICATION.contains(&format!("at most {MAX_MARKS} marks")));
-        let buffer = crate::playout::DEFAULT_BUFFER.as_secs();
-        assert!(SPECIFICATION.contains(&format!("`--playout-buffer`, {buffer} s")));
-        assert!(SPECIFICATION.contains(&format!(
-            "{} ms after the last one played",
-            crate::playout::MIN_GAP.as_millis()
-        )));
     }
 
     #[test]
@@ -1083,7 +1076,7 @@ mod tests {
                 0x12
             ]
         );
-        let pcm = AudioFormat::Pcm16(crate::pcm::PcmRate::Khz16);
+        let pcm = AudioFormat::Pcm16(crate::audio::PcmRate::Khz16);
         let mut long = bytes[..AUDIO_HEADER_LEN].to_vec();
         long.resize(AUDIO_HEADER_LEN + 2 * 4000, 7);
         for ok in [bytes.clone(), long] {

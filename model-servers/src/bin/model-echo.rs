@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use transceiver::pcm::AudioFormat;
-use ufrag_model_backends::{Options, TlsIdentity};
+use ufrag_model_protocol::audio::AudioFormat;
+use ufrag_model_servers::{Options, TlsIdentity};
 
 /// The reference echo model backend: plays each user's audio back, answers `ping` events
 /// with `pong`, greets each session with `session.created`.
@@ -57,5 +57,5 @@ fn main() -> ExitCode {
         audio: cli.audio,
         ..Options::echo()
     };
-    ufrag_model_backends::serve_until_killed("model-echo", cli.listen, options)
+    ufrag_model_servers::serve_until_killed("model-echo", cli.listen, options)
 }
