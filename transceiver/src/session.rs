@@ -384,6 +384,27 @@ impl Session {
         relay: Option<SocketAddr>,
         payload: &[u8],
     ) -> Result<(), DropReason> {
+        let stun = match DatagramKind::classify(payload) {
+            DatagramKind::Stun => StunView::parse(payload).ok(),
+            _ => None,
+        };
+        let path = ClientPath { client, local };
+        self.handle_receive_parsed(transport, now, path, relay, payload, stun.as_ref())
+    }
+
+    /// [`Session::handle_receive_over`] for a datagram whose STUN view the caller has
+    /// parsed already: `stun` is that view when `payload` is STUN that parses, `None`
+    /// otherwise. The worker parses each datagram once, to route it, and passes it here.
+    pub fn handle_receive_parsed(
+        &mut self,
+        transport: Transport,
+        now: Instant,
+        path: ClientPath,
+        relay: Option<SocketAddr>,
+        payload: &[u8],
+        stun: Option<&StunView<'_>>,
+    ) -> Result<(), DropReason> {
+        let ClientPath { client, local } = path;
         let receive = Receive::new(protocol_of(transport), client, local, payload)
             .map_err(|_| DropReason::Unparsable)?;
         self.rtc
@@ -392,7 +413,7 @@ impl Session {
                 tracing::debug!(error = %e, "input refused");
                 DropReason::RtcRefused
             })?;
-        if !self.may_change_state(payload) {
+        if !self.may_change_state(payload, stun) {
             // Unauthenticated STUN (anyone who saw the ufrags can send it): str0m ignores
             // it, and it moves nothing here either: relay, idle timer, nomination.
             return Ok(());
@@ -406,20 +427,23 @@ impl Session {
             .heard(ClientPath { client, local }, payload.len());
         // TCP is the last resort: a TCP path is used once the client nominates it, never
         // ahead of it, so a client with UDP keeps its UDP pair.
-        if !self.nominated && transport == Transport::Udp {
-            self.nominate_checked_path(now, client, local, payload);
+        if !self.nominated
+            && transport == Transport::Udp
+            && let Some(check) = stun
+        {
+            self.nominate_checked_path(now, client, local, check);
         }
         Ok(())
     }
 
     /// Whether `payload` may change the session's state: anything but STUN (str0m
-    /// authenticates DTLS and SRTP itself), and STUN only as a Binding Request signed with
-    /// the server password.
-    fn may_change_state(&self, payload: &[u8]) -> bool {
+    /// authenticates DTLS and SRTP itself), and STUN (`stun`, its view; `None` when it
+    /// does not parse) only as a Binding Request signed with the server password.
+    fn may_change_state(&self, payload: &[u8], stun: Option<&StunView<'_>>) -> bool {
         if DatagramKind::classify(payload) != DatagramKind::Stun {
             return true;
         }
-        StunView::parse(payload).is_ok_and(|check| {
+        stun.is_some_and(|check| {
             check.is_binding_request()
                 && check
                     .verify_integrity(self.local_password.as_bytes())
@@ -442,11 +466,8 @@ impl Session {
         now: Instant,
         client: SocketAddr,
         local: SocketAddr,
-        payload: &[u8],
+        check: &StunView<'_>,
     ) {
-        let Ok(check) = StunView::parse(payload) else {
-            return;
-        };
         if !check.is_binding_request() {
             return;
         }
@@ -456,7 +477,7 @@ impl Session {
         }
         // Its MESSAGE-INTEGRITY was verified by `may_change_state` before this is called.
         let mut buf = [0u8; 512];
-        let Some(len) = nomination_of(&check, self.local_password.as_bytes(), &mut buf) else {
+        let Some(len) = nomination_of(check, self.local_password.as_bytes(), &mut buf) else {
             return;
         };
         let Ok(receive) = Receive::new(Protocol::Udp, client, local, &buf[..len]) else {
@@ -524,19 +545,16 @@ impl Session {
         Some(written)
     }
 
-    /// Whether `payload` from `path` over `transport` is the success response to one of
-    /// this session's probes (then `path` is verified, and the response is not for
-    /// str0m).
+    /// Whether the STUN message `view` from `path` over `transport` is the success
+    /// response to one of this session's probes (then `path` is verified, and the
+    /// response is not for str0m).
     pub fn probe_answered(
         &mut self,
         path: ClientPath,
         transport: Transport,
-        payload: &[u8],
+        view: &StunView<'_>,
         now: Instant,
     ) -> bool {
-        let Ok(view) = StunView::parse(payload) else {
-            return false;
-        };
         if view.class() != StunClass::SuccessResponse || view.method() != METHOD_BINDING {
             return false;
         }

@@ -190,8 +190,23 @@ impl<S> SessionTable<S> {
     /// the server ufrag in it (the part before the colon), anything else (a response to a
     /// probe of the path among them) by the path.
     pub fn route(&self, payload: &[u8], path: ClientPath) -> Result<SessionId, Unrouted> {
-        if DatagramKind::classify(payload) == DatagramKind::Stun {
-            let view = StunView::parse(payload).map_err(|_| Unrouted::UnknownUfrag)?;
+        let stun = match DatagramKind::classify(payload) {
+            DatagramKind::Stun => {
+                Some(StunView::parse(payload).map_err(|_| Unrouted::UnknownUfrag)?)
+            }
+            _ => None,
+        };
+        self.route_parsed(stun.as_ref(), path)
+    }
+
+    /// [`SessionTable::route`] for a datagram already parsed: `stun` is its STUN view
+    /// when it is STUN (one that does not parse routes nowhere), `None` otherwise.
+    pub fn route_parsed(
+        &self,
+        stun: Option<&StunView<'_>>,
+        path: ClientPath,
+    ) -> Result<SessionId, Unrouted> {
+        if let Some(view) = stun {
             // A request names its session in USERNAME; a response has none.
             if let Ok(ufrags) = view.ufrags() {
                 return std::str::from_utf8(ufrags.server)

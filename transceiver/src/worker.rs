@@ -32,6 +32,7 @@ use ufrag_common::demux::DatagramKind;
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN, Transport};
 use ufrag_common::hint::key_id_of;
 use ufrag_common::runtime::keys::SharedKeys;
+use ufrag_common::stun::StunView;
 use ufrag_udp::{RecvBatch, SendBatch};
 
 use crate::error::SignalError;
@@ -587,13 +588,21 @@ impl Worker {
             };
             (path, Some(source), payload, header.transport)
         };
+        // Parsed once, here: routing, the probe check and the session all read this view
+        // (str0m parses what it is handed itself).
+        let stun = match DatagramKind::classify(payload) {
+            DatagramKind::Stun => {
+                Some(StunView::parse(payload).map_err(|_| DropReason::NoSession)?)
+            }
+            _ => None,
+        };
         let id = self
             .sessions
-            .route(payload, path)
+            .route_parsed(stun.as_ref(), path)
             .map_err(|_: Unrouted| DropReason::NoSession)?;
-        if DatagramKind::classify(payload) == DatagramKind::Stun {
+        if let Some(view) = &stun {
             let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
-            if session.probe_answered(path, transport, payload, now) {
+            if session.probe_answered(path, transport, view, now) {
                 // The path showed it receives: what waited for it goes now, and the
                 // session's media from now on.
                 let relay = session.relay_for(transport).or(relay);
@@ -619,7 +628,7 @@ impl Worker {
                 })?;
         }
         let session = self.sessions.get_mut(id).ok_or(DropReason::NoSession)?;
-        session.handle_receive_over(transport, now, path.client, path.local, relay, payload)?;
+        session.handle_receive_parsed(transport, now, path, relay, payload, stun.as_ref())?;
         self.drive(id, now);
         Ok(())
     }
