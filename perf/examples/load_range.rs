@@ -9,8 +9,8 @@
 
 #![forbid(unsafe_code)]
 
-use perf::compare::cost::{LoadTrial, Sample};
 use perf::compare::marginal::{MIN_LOADS, ratio_in_round};
+use perf::compare::sample::{LoadTrial, Sample};
 use perf::stats::median;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};

@@ -11,7 +11,6 @@ use ufrag_common::config::{
     ALLOW_EXAMPLE_SECRETS_ENV, ConfigError, load_hint_keys, refuse_example_keys,
 };
 use ufrag_common::runtime::host::Host;
-use ufrag_common::runtime::lifecycle::example_secrets_allowed;
 use ufrag_common::runtime::lifecycle::{init_logging, report_fatal, serve, usage_error};
 
 const NAME: &str = "transceiver";
@@ -28,7 +27,7 @@ pub fn main() -> ExitCode {
         print!("{printed}");
         return ExitCode::SUCCESS;
     }
-    let allowed = example_secrets_allowed();
+    let allowed = Host::process().example_secrets_allowed();
     let keys = load_hint_keys(opts.hint_keys_file.as_deref(), &Host::process())
         .and_then(|keys| refuse_example_keys(&keys, allowed).map(|()| keys))
         .and_then(|keys| refuse_placeholder_token(allowed).map(|()| keys));

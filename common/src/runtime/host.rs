@@ -5,7 +5,7 @@
 use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
 use std::path::Path;
 
-use crate::config::{ConfigError, ConfigSources};
+use crate::config::{ALLOW_EXAMPLE_SECRETS_ENV, ConfigError, ConfigSources};
 
 /// The files and environment a configuration is read from: the file system, and the
 /// process's environment (unless [`Host::files_only`]) with any values given by
@@ -39,6 +39,14 @@ impl Host {
         self.given.retain(|(given, _)| given != name);
         self.given.push((name.to_string(), value.to_string()));
         self
+    }
+}
+
+impl Host {
+    /// Whether this process may run with the example secrets the documentation shows
+    /// ([`ALLOW_EXAMPLE_SECRETS_ENV`] set to `1`): for a demonstration, never production.
+    pub fn example_secrets_allowed(&self) -> bool {
+        self.env_var(ALLOW_EXAMPLE_SECRETS_ENV).as_deref() == Some("1")
     }
 }
 

@@ -111,7 +111,7 @@ impl KeyWatch {
         on_reload: impl Fn(Option<&HintKeys>) + Send + 'static,
     ) -> io::Result<KeyWatch> {
         let examples_allowed =
-            keys.example_key().is_some() || super::lifecycle::example_secrets_allowed();
+            keys.example_key().is_some() || Host::process().example_secrets_allowed();
         let shared = SharedKeys::fixed(keys);
         let hangup = Arc::new(AtomicBool::new(false));
         signal_hook::flag::register(signal_hook::consts::SIGHUP, Arc::clone(&hangup))?;

@@ -11,9 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::config::{
-    ALLOW_EXAMPLE_SECRETS_ENV, LogFormat, RelayArgs, RelayConfig, refuse_example_keys,
-};
+use crate::config::{LogFormat, RelayArgs, RelayConfig, refuse_example_keys};
 use crate::metrics::RelayMetrics;
 use crate::runtime::cache::{CacheClient, RouteCache, WakeFn};
 use crate::runtime::host::Host;
@@ -401,18 +399,13 @@ pub fn allowed_cpus() -> Vec<usize> {
 pub fn load_config(name: &str, args: &RelayArgs) -> Result<RelayConfig, std::process::ExitCode> {
     RelayConfig::load(args, &Host::process(), &allowed_cpus())
         .and_then(|config| {
-            refuse_example_keys(&config.hint_keys, example_secrets_allowed())?;
+            refuse_example_keys(&config.hint_keys, Host::process().example_secrets_allowed())?;
             Ok(config)
         })
         .map_err(|e| {
             report_fatal(name, &e);
             std::process::ExitCode::from(2)
         })
-}
-
-/// Whether this process may run with example secrets ([`ALLOW_EXAMPLE_SECRETS_ENV`]).
-pub fn example_secrets_allowed() -> bool {
-    std::env::var(ALLOW_EXAMPLE_SECRETS_ENV).is_ok_and(|v| v == "1")
 }
 
 #[cfg(test)]

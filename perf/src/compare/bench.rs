@@ -3,7 +3,7 @@
 //! trials), and the loads that drive a setup on it (the live-frames generator for the
 //! rate search, client sockets for fixed loads).
 
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
 use testkit::testbed::Testbed;
@@ -11,7 +11,7 @@ use testkit::testbed::Testbed;
 use super::bed::Bed;
 use super::options::{Direction, GeneratorKind, Options};
 use super::relay_host::{BindMode, RelayHost};
-use super::setups::Setup;
+use super::setups::{Replies, Setup, v4};
 use crate::load::{FlowPlan, Generator, Load, Sink};
 use crate::xdp::{
     Counted, Iface, NEVER_SAMPLED, PeerPass, Sender, Stamps, XdpGenerator, XdpLoad, XdpSink,
@@ -22,25 +22,6 @@ pub use crate::load::target::{
     EVERY_DATAGRAM, FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, ReturnPath, SAMPLE_EVERY, SETTLE,
     SINK_PORT, SOCKET_FLOWS, Target, make_flows, prove_flows,
 };
-
-/// How the transceiver's replies reach a setup's clients (`--direction down`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Replies {
-    /// Straight to the client (the direct path).
-    Direct,
-    /// To the VIP at the client's port, which conntrack undoes (nftables).
-    ToTheVip,
-    /// In a frame to the relay's internal port naming the client (our relays).
-    Framed,
-}
-
-/// An IPv4 address of a v4-only setup or the downlink's frames.
-pub fn v4(a: SocketAddr) -> SocketAddrV4 {
-    match a {
-        SocketAddr::V4(v4) => v4,
-        SocketAddr::V6(_) => unreachable!("IPv6 runs uplink only, without v4-only setups"),
-    }
-}
 
 /// The testbed and everything a setup's start and load need from it.
 #[derive(Debug)]

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::bed::Bed;
 use super::bench::warn_if_flows_missing;
-use super::options::{Direction, GeneratorKind, Options};
+use super::options::{GeneratorKind, Options};
 use super::relay_host::{BindMode, RelayHost};
 use super::setups::Setup;
 use crate::lab::protocol::{Channel, Prepare, Purpose, Request, trial_from_json};
@@ -21,67 +21,6 @@ use crate::xdp::Iface;
 
 /// How long connecting to the agent may take.
 const CONNECT: Duration = Duration::from_secs(5);
-
-/// Lab mode's options.
-#[derive(Clone, Debug, Default, clap::Args)]
-#[command(next_help_heading = "Lab mode: your relay host and tools host instead of the testbed")]
-pub struct LabArgs {
-    /// The agent on the tools host (`ufrag-perf agent`), HOST:PORT. Runs the comparison
-    /// on this host's `--interface` instead of the netns testbed.
-    #[arg(long, value_name = "HOST:PORT")]
-    pub lab: Option<String>,
-    /// This host's interface the load arrives on (lab mode); its first IPv4 address is
-    /// the relays' address.
-    #[arg(long, requires = "lab")]
-    pub interface: Option<String>,
-    /// Set the interface's queues for the run (`ethtool -L`; put back at the end).
-    /// relay-afxdp runs one worker per RX queue.
-    #[arg(long, requires = "lab")]
-    pub queues: Option<usize>,
-    /// relay-afxdp's AF_XDP bind mode: `zerocopy` where the driver has it (a driver that
-    /// refuses leaves the AF_XDP setups out, named with the refusal).
-    #[arg(long, value_enum, default_value_t = BindMode::Copy)]
-    pub bind_mode: BindMode,
-    /// The relays' CPUs in the order workers take them (comma-separated; default:
-    /// `--forwarder-cpu`, then every other CPU).
-    #[arg(long, value_delimiter = ',', requires = "lab")]
-    pub relay_cpus: Vec<usize>,
-}
-
-impl LabArgs {
-    /// Refuses what cannot run, naming why.
-    pub fn check(&self, options: &Options) -> Result<(), String> {
-        let Some(agent) = &self.lab else {
-            return Ok(());
-        };
-        if self.interface.is_none() {
-            return Err(format!(
-                "--lab {agent}: name this host's interface (--interface)"
-            ));
-        }
-        if options.direction != Direction::Up || options.ipv6 {
-            return Err("lab mode measures IPv4 uplink (--direction up, no --ipv6)".into());
-        }
-        if options.flows > crate::lab::agent::MAX_FLOWS {
-            return Err(format!(
-                "--flows {}: lab mode makes at most {} (one client address)",
-                options.flows,
-                crate::lab::agent::MAX_FLOWS
-            ));
-        }
-        let cpus = crate::environment::online_cpus();
-        if let Some(c) = self.relay_cpus.iter().find(|c| **c >= cpus) {
-            return Err(format!(
-                "--relay-cpus {c}: this host has CPUs 0 to {}",
-                cpus - 1
-            ));
-        }
-        if self.queues == Some(0) {
-            return Err("--queues 0: at least one".into());
-        }
-        Ok(())
-    }
-}
 
 /// A lab: this host (the relay host) and the agent on the tools host.
 #[derive(Debug)]

@@ -7,7 +7,8 @@
 
 use std::fmt::Write as _;
 
-use super::cost::{CONFIDENCE, LOSSY, Sample};
+use super::cost::CONFIDENCE;
+use super::sample::{LOSSY, Sample};
 use crate::load::Trial;
 use crate::stats::{Interval, median_interval};
 

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::bed::Bed;
-use super::cost::LoadTrial;
+use super::sample::LoadTrial;
 use super::setups::{Setup, name_of};
 use crate::cpu::Snapshot;
 use crate::profile::{Profile, Recording, monotonic_seconds, samples_seconds, symbols_table};
@@ -380,7 +380,7 @@ pub fn json(profiled: &Profiled) -> serde_json::Value {
             "sent": p.trial.sent,
             "sent_pps": p.trial.sent_pps,
             "received": p.trial.received,
-            "not_carried": p.trial.not_carried().map(super::cost::NotCarried::label),
+            "not_carried": p.trial.not_carried().map(super::sample::NotCarried::label),
             "steal_seconds": p.steal,
             "cpus": p.cpus.iter().map(|c| serde_json::json!({
                 "cpu": c.cpu,

@@ -5,7 +5,7 @@
 //! it to the packets, more at low loads than at high). Both are taken net of the null
 //! row's line over the same loads. Pure: trials in, lines out.
 
-use super::cost::Sample;
+use super::sample::Sample;
 use crate::stats::median;
 
 /// The fewest loads a line is fitted through: two points always fit a line exactly, so
@@ -78,7 +78,7 @@ pub fn fit(points: &[(f64, f64)]) -> Option<Line> {
 }
 
 /// Which of `samples`' loads every one of them carried
-/// ([`super::cost::LoadTrial::not_carried`]) in their round.
+/// ([`super::sample::LoadTrial::not_carried`]) in their round.
 pub fn carried_by_all(samples: &[&Sample]) -> Vec<bool> {
     let loads = samples.iter().map(|s| s.loads.len()).min().unwrap_or(0);
     (0..loads)
@@ -134,7 +134,7 @@ pub fn ratio_in_round(row: &Sample, other: &Sample, null: &Sample, loads: &[bool
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compare::cost::LoadTrial;
+    use crate::compare::sample::LoadTrial;
 
     /// A one-second trial at `pps` on a setup holding `fixed` cores and costing `us` per
     /// packet, losing `lost`.

@@ -17,10 +17,12 @@
 //!
 //! [`setups`] is the one table of what can be compared, started on a
 //! [`relay_host::RelayHost`]; [`mod@bench`] the testbed and its loads; [`options`] the flags;
-//! [`report`] writes the Markdown, JSON and SVG.
+//! [`sample`] what one setup's trials in one round measured (with [`carried`], what the
+//! fast path carried); [`report`] writes the Markdown, JSON and SVG.
 
 pub mod bed;
 pub mod bench;
+pub mod carried;
 pub mod cost;
 pub mod fast_path;
 pub mod lab;
@@ -33,6 +35,7 @@ pub mod options;
 pub mod relay_host;
 pub mod report;
 pub mod rounds;
+pub mod sample;
 pub mod search_phase;
 pub mod setups;
 pub mod verdict;
@@ -81,7 +84,7 @@ pub fn run(options: &Options) -> i32 {
     let bench = &*bed;
     starts_once(bench.relay(), &mut setups, &mut left_out);
     // The report so far, rewritten as rounds and phases finish.
-    let write = |samples: &[cost::Sample],
+    let write = |samples: &[sample::Sample],
                  machine: &machine_profile::Profiled,
                  searched: &search_phase::Searched,
                  partial: Option<String>| {

@@ -5,8 +5,9 @@
 use std::fmt::Write as _;
 
 use super::bench::{PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SOCKET_FLOWS};
-use super::cost::{Analysis, RowCost, Sample, sessions_per_core};
+use super::cost::{Analysis, RowCost, sessions_per_core};
 use super::options::{Direction, GeneratorKind, Options};
+use super::sample::Sample;
 use super::setups::name_of;
 use crate::load::LOAD_CPU;
 
@@ -44,7 +45,7 @@ pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String
         options.trial,
         precision,
         super::marginal::MIN_LOADS,
-        super::cost::LOSSY * 100.0,
+        super::sample::LOSSY * 100.0,
         crate::load::SHORTFALL * 100.0,
     )
 }
@@ -83,7 +84,7 @@ pub fn loads_not_carried(analysis: &Analysis<'_>, setups: &[&str]) -> String {
          offered). Each setup's lines go through one set of loads for the whole run, those \
          it carried in more than half of its rounds, so every round measures the same span; \
          a ratio goes through the loads both rows' sets keep.\n\n{listed}",
-        super::cost::LOSSY * 100.0,
+        super::sample::LOSSY * 100.0,
         crate::load::SHORTFALL * 100.0,
     )
 }

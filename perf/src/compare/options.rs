@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::ValueEnum;
 
+use super::relay_host::BindMode;
 use super::setups::{self, NULL, SETUPS, Setup};
 use crate::measure::SearchArgs;
 
@@ -141,7 +142,7 @@ pub struct Options {
     pub skip_missing: bool,
     /// Lab mode: the comparison on your own hosts.
     #[command(flatten)]
-    pub lab: super::lab::LabArgs,
+    pub lab: LabArgs,
     /// Where to write the Markdown report (JSON and SVG go next to it).
     #[arg(long, default_value = "target/perf/compare.md")]
     pub out: PathBuf,
@@ -321,5 +322,66 @@ impl Options {
             }
         }
         (swept, left_out)
+    }
+}
+
+/// Lab mode's options.
+#[derive(Clone, Debug, Default, clap::Args)]
+#[command(next_help_heading = "Lab mode: your relay host and tools host instead of the testbed")]
+pub struct LabArgs {
+    /// The agent on the tools host (`ufrag-perf agent`), HOST:PORT. Runs the comparison
+    /// on this host's `--interface` instead of the netns testbed.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub lab: Option<String>,
+    /// This host's interface the load arrives on (lab mode); its first IPv4 address is
+    /// the relays' address.
+    #[arg(long, requires = "lab")]
+    pub interface: Option<String>,
+    /// Set the interface's queues for the run (`ethtool -L`; put back at the end).
+    /// relay-afxdp runs one worker per RX queue.
+    #[arg(long, requires = "lab")]
+    pub queues: Option<usize>,
+    /// relay-afxdp's AF_XDP bind mode: `zerocopy` where the driver has it (a driver that
+    /// refuses leaves the AF_XDP setups out, named with the refusal).
+    #[arg(long, value_enum, default_value_t = BindMode::Copy)]
+    pub bind_mode: BindMode,
+    /// The relays' CPUs in the order workers take them (comma-separated; default:
+    /// `--forwarder-cpu`, then every other CPU).
+    #[arg(long, value_delimiter = ',', requires = "lab")]
+    pub relay_cpus: Vec<usize>,
+}
+
+impl LabArgs {
+    /// Refuses what cannot run, naming why.
+    pub fn check(&self, options: &Options) -> Result<(), String> {
+        let Some(agent) = &self.lab else {
+            return Ok(());
+        };
+        if self.interface.is_none() {
+            return Err(format!(
+                "--lab {agent}: name this host's interface (--interface)"
+            ));
+        }
+        if options.direction != Direction::Up || options.ipv6 {
+            return Err("lab mode measures IPv4 uplink (--direction up, no --ipv6)".into());
+        }
+        if options.flows > crate::lab::agent::MAX_FLOWS {
+            return Err(format!(
+                "--flows {}: lab mode makes at most {} (one client address)",
+                options.flows,
+                crate::lab::agent::MAX_FLOWS
+            ));
+        }
+        let cpus = crate::environment::online_cpus();
+        if let Some(c) = self.relay_cpus.iter().find(|c| **c >= cpus) {
+            return Err(format!(
+                "--relay-cpus {c}: this host has CPUs 0 to {}",
+                cpus - 1
+            ));
+        }
+        if self.queues == Some(0) {
+            return Err("--queues 0: at least one".into());
+        }
+        Ok(())
     }
 }

@@ -4,9 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::cost::{Analysis, CONFIDENCE, RowCost, Sample, sessions_per_core};
+use super::cost::{Analysis, CONFIDENCE, RowCost, sessions_per_core};
 use super::notes;
 use super::options::{Direction, Options};
+use super::sample::Sample;
 use super::search_phase::Searched;
 use super::setups::{BASELINE, Kind, NULL, Setup, bypass_keys, name_of};
 use super::verdict::{
@@ -410,7 +411,7 @@ fn cost_json(
             "loads": s.loads.iter().map(|t| serde_json::json!({
                 "offered_pps": t.offered_pps, "sent": t.sent, "received": t.received,
                 "busy_seconds": t.busy, "wall_seconds": t.wall, "sent_pps": t.sent_pps,
-                "not_carried": t.not_carried().map(super::cost::NotCarried::label),
+                "not_carried": t.not_carried().map(super::sample::NotCarried::label),
             })).collect::<Vec<_>>(),
             "latency": s.latency.iter().map(crate::lab::protocol::trial_json).collect::<Vec<_>>(),
             "fast_path": super::fast_path::json(s),

@@ -7,8 +7,8 @@
 use std::time::{Duration, Instant};
 
 use super::bed::Bed;
-use super::cost::{LoadTrial, Sample};
 use super::fast_path;
+use super::sample::{LoadTrial, Sample};
 use super::setups::Setup;
 use crate::cpu::Snapshot;
 use crate::host_gate::{self, THRESHOLDS};
@@ -165,7 +165,7 @@ struct Measured {
     /// The machine over the window the cost trials span.
     during: crate::cpu::Spent,
     /// What relay-afxdp's in-kernel fast path carried in them (a setup with one).
-    fast_path: Option<fast_path::Carried>,
+    fast_path: Option<super::carried::Carried>,
     /// What ran outside the experiment over that window.
     outside: crate::outside::Outside,
 }

@@ -3,13 +3,32 @@
 //! (by dropping what [`Setup::start`] returns) how it stops. Adding a setup is one entry
 //! here and, for a new kind, one arm in [`Setup::start`].
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, SocketAddrV4};
 use std::process::Stdio;
 
 use testkit::OwnedChild;
 
-use super::bench::{Replies, Target};
 use super::relay_host::{BindMode, RelayHost};
+use crate::load::target::Target;
+
+/// How the transceiver's replies reach a setup's clients (`--direction down`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replies {
+    /// Straight to the client (the direct path).
+    Direct,
+    /// To the VIP at the client's port, which conntrack undoes (nftables).
+    ToTheVip,
+    /// In a frame to the relay's internal port naming the client (our relays).
+    Framed,
+}
+
+/// An IPv4 address of a v4-only setup or the downlink's frames.
+pub fn v4(a: SocketAddr) -> SocketAddrV4 {
+    match a {
+        SocketAddr::V4(v4) => v4,
+        SocketAddr::V6(_) => unreachable!("IPv6 runs uplink only, without v4-only setups"),
+    }
+}
 
 /// What runs in the relay's place.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -441,7 +460,6 @@ impl Setup {
         let dst = self.target(relay).dst;
         let (ns, cpu) = (relay.ns(), relay.forwarder_cpu());
         let sink = relay.sink_addr;
-        let v4 = super::bench::v4;
         let failed = |what: &str| {
             let what = what.to_string();
             move |e: std::io::Error| format!("{what}: {e}")
