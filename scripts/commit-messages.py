@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The commit convention (CONTRIBUTING.md), checked on every commit since it was adopted:
 a subject of at most 72 characters with no trailing full stop, a blank line, then a body
-that says why. Exits 1 naming each commit that breaks it.
+that says why, wrapped at 72 columns (checked from WRAP_BASE on: ten earlier bodies run
+a few columns over). Exits 1 naming each commit that breaks it, and when the history
+it checks is not in the clone.
 
     scripts/commit-messages.py              # every commit after CONVENTION_BASE
     scripts/commit-messages.py --self-test  # shows the check refusing what it must
@@ -15,10 +17,14 @@ import sys
 # The last commit before the convention held without exception; every later one is checked.
 CONVENTION_BASE = "aea44f68ad21966641ce86d3dd27e93ad9c3a25d"
 SUBJECT_MAX = 72
+# The last commit before body lines were held to 72 columns.
+WRAP_BASE = "6461dba4c5fa8ae165c512f4abea2be796b0f29b"
+BODY_MAX = 72
 
 
-def problems(subject, body):
-    """What is wrong with one message (its subject line and the rest), as sentences."""
+def problems(subject, body, wrapped=True):
+    """What is wrong with one message (its subject line and the rest), as sentences;
+    `wrapped`: whether its body lines are held to BODY_MAX columns."""
     found = []
     if len(subject) > SUBJECT_MAX:
         found.append(f"subject is {len(subject)} characters (at most {SUBJECT_MAX})")
@@ -31,20 +37,28 @@ def problems(subject, body):
         found.append("no blank line between subject and body")
     if not any(line.strip() for line in lines):
         found.append("no body saying why")
+    if wrapped:
+        # An indented line (a command, a table) or one unbreakable token (a URL) may run on.
+        long = [line for line in lines if len(line) > BODY_MAX
+                and not line.startswith(" ") and " " in line.strip()]
+        if long:
+            found.append(f"{len(long)} body line(s) over {BODY_MAX} columns: {long[0][:40]}…")
     return found
 
 
 def commits():
-    known = subprocess.run(["git", "cat-file", "-e", f"{CONVENTION_BASE}^{{commit}}"],
-                           capture_output=True).returncode == 0
-    if known:
-        span = [f"{CONVENTION_BASE}..HEAD"]
-    else:
-        print("!! commit-messages: the convention's base commit is not in this clone "
-              "(a shallow clone?): only HEAD is checked", file=sys.stderr)
-        span = ["-1", "HEAD"]
+    for base in (CONVENTION_BASE, WRAP_BASE):
+        known = subprocess.run(["git", "cat-file", "-e", f"{base}^{{commit}}"],
+                               capture_output=True).returncode == 0
+        if not known:
+            sys.exit(f"commit-messages: {base[:12]} is not in this clone (a shallow clone?): "
+                     "fetch the history (git fetch --unshallow) to check it")
+    wrapped = set(subprocess.run(
+        ["git", "rev-list", f"{WRAP_BASE}..HEAD"],
+        check=True, capture_output=True, text=True,
+    ).stdout.split())
     out = subprocess.run(
-        ["git", "log", "--format=%h%x00%B%x01", *span],
+        ["git", "log", "--format=%H%x00%B%x01", f"{CONVENTION_BASE}..HEAD"],
         check=True, capture_output=True, text=True,
     ).stdout
     for record in out.split("\x01"):
@@ -53,7 +67,7 @@ def commits():
             continue
         sha, message = record.split("\x00", 1)
         subject, _, body = message.partition("\n")
-        yield sha, subject, body
+        yield sha[:12], subject, body, sha in wrapped
 
 
 def self_test():
@@ -62,8 +76,12 @@ def self_test():
     assert problems("Fix it.", "\nbody\n") == ["subject ends with a full stop"]
     assert problems("Fix it", "") == ["no body saying why"]
     assert problems("Fix it", "body right under\n") == ["no blank line between subject and body"]
-    print("commit-messages self-test: a long subject, a full stop, a missing body and a "
-          "missing blank line are each refused")
+    long = "\n" + "word " * 16 + "\n"
+    assert problems("Fix it", long, wrapped=False) == []
+    assert len(problems("Fix it", long)) == 1
+    assert problems("Fix it", "\nWhy.\n    target/release/x --a-long-command " + "y" * 60) == []
+    print("commit-messages self-test: a long subject, a full stop, a missing body, a "
+          "missing blank line and a body line over 72 columns are each refused")
 
 
 def main():
@@ -72,9 +90,9 @@ def main():
         return 0
     bad = 0
     checked = 0
-    for sha, subject, body in commits():
+    for sha, subject, body, wrapped in commits():
         checked += 1
-        for problem in problems(subject, body):
+        for problem in problems(subject, body, wrapped):
             bad += 1
             print(f"commit-messages: {sha} \"{subject}\": {problem}")
     if bad:

@@ -27,6 +27,35 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 CRATES = tomllib.loads((ROOT / "Cargo.toml").read_text())["workspace"]["members"]
 # `crate::a::b`, `super::super::x`, `self::y`, each optionally followed by a `{…}` group.
 PATH = re.compile(r"\b(crate|super|self)((?:::[A-Za-z_][A-Za-z0-9_]*)*)(::\{([^}]*)\})?")
+# A whole `use` declaration, however many lines rustfmt spreads it over.
+USE = re.compile(r"^\s*(?:pub(?:\([^)]*\))?\s+)?use\s+([^;]*);", re.M | re.S)
+
+
+def use_paths(tree: str):
+    """Every path a `use` tree names, nested groups expanded: `crate::{a::{b, c}, d}`
+    gives `crate::a::b`, `crate::a::c` and `crate::d`."""
+    tree = re.sub(r"\s+", "", re.sub(r"\s+as\s+", "@", tree))  # `X as Y` -> `X@Y`
+    depth, start, items = 0, 0, []
+    brace = tree.find("{")
+    if brace < 0:
+        return [tree.split("@")[0]] if tree else []
+    prefix, body = tree[:brace], tree[brace + 1:tree.rfind("}")]
+    for i, c in enumerate(body):
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+        elif c == "," and depth == 0:
+            items.append(body[start:i])
+            start = i + 1
+    items.append(body[start:])
+    paths = []
+    for item in items:
+        if not item:
+            continue
+        for sub in use_paths(item):
+            paths.append(prefix + sub if sub != "self" else prefix.removesuffix("::"))
+    return paths
 
 
 def module_of(src: pathlib.Path, f: pathlib.Path):
@@ -66,6 +95,21 @@ def named_paths(here: tuple, line: str):
                 yield prefix + [item.split("::")[0]]
 
 
+def lines_of(text: str):
+    """(line number, text) of each line, every `use` declaration joined onto its first
+    line and its nested groups expanded into plain paths."""
+    lines = text.splitlines()
+    for match in USE.finditer(text):
+        first = text.count("\n", 0, match.start())
+        last = text.count("\n", 0, match.end())
+        if lines[first].lstrip().startswith("//"):
+            continue
+        lines[first] = "; ".join(f"use {p}" for p in use_paths(match.group(1)))
+        for n in range(first + 1, last + 1):
+            lines[n] = ""
+    return enumerate(lines, 1)
+
+
 def graphs_of(files: dict) -> dict:
     """Parent module -> {child: {sibling it names: the first line that names it}}."""
     children: dict = {}
@@ -74,7 +118,7 @@ def graphs_of(files: dict) -> dict:
             children.setdefault(module[:-1], set()).add(module[-1])
     graphs: dict = {}
     for f, here in files.items():
-        for n, line in enumerate(f.read_text().splitlines(), 1):
+        for n, line in lines_of(f.read_text()):
             if line.lstrip().startswith("//"):
                 continue
             for target in named_paths(here, line):
@@ -145,11 +189,16 @@ def self_test() -> None:
         src = pathlib.Path(tmp) / "src"
         (src / "outer").mkdir(parents=True)
         (src / "lib.rs").write_text("pub mod outer;\n")
-        (src / "outer" / "mod.rs").write_text("pub mod a;\npub mod b;\npub mod c;\n")
+        (src / "outer" / "mod.rs").write_text("pub mod a;\npub mod b;\npub mod c;\n"
+                                              "pub mod d;\npub mod e;\n")
         (src / "outer" / "a.rs").write_text("use super::b::B;\n")
         (src / "outer" / "b.rs").write_text("use crate::outer::{c::C};\n")
         (src / "outer" / "c.rs").write_text("// use super::a::A; (a comment)\n"
                                             "pub fn f() { super::super::outer::a::f() }\n")
+        # d and e name each other only through rustfmt's multi-line and nested groups.
+        (src / "outer" / "d.rs").write_text("use crate::{\n    outer::{\n        e::E,\n"
+                                            "    },\n};\n")
+        (src / "outer" / "e.rs").write_text("use super::{d::{D as Renamed}, a};\n")
         global ROOT
         saved, ROOT = ROOT, pathlib.Path(tmp)
         try:
@@ -157,8 +206,9 @@ def self_test() -> None:
             found = circles(graphs_of(files).get(("outer",), {}))
         finally:
             ROOT = saved
-    assert found == [["a", "b", "c"]], found
-    print("import-circles self-test: a circle among a module's children is found")
+    assert found == [["a", "b", "c"], ["d", "e"]], found
+    print("import-circles self-test: circles among a module's children are found, through "
+          "super::, crate:: and multi-line, nested `use` groups")
 
 
 def main() -> int:
