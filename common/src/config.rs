@@ -3,8 +3,8 @@
 //!
 //! Precedence: a flag beats the file, the file beats the default. Hint keys never come
 //! from a flag (flags show up in `ps` and shell history): they come from the file named
-//! by `hint_keys_file` (which must not be readable by others, nor by a group other than the
-//! process's own) or from the
+//! by `hint_keys_file` (a secret: the runtime's host refuses it when others, or a group
+//! other than the process's own, may read it) or from the
 //! environment variable [`HINT_KEYS_ENV`], one key per line or comma-separated as
 //! `<id>:<hex secret>`, current key first.
 //!
@@ -411,7 +411,7 @@ pub struct RelayConfig {
     /// The accepted hint keys, as loaded at start.
     pub hint_keys: HintKeys,
     /// The file they came from, reloaded on SIGHUP and when it changes
-    /// ([`crate::runtime::keys`]); `None` when they came from the environment.
+    /// (`runtime::keys`); `None` when they came from the environment.
     pub hint_keys_file: Option<PathBuf>,
     /// This relay's cluster.
     pub cluster_id: u16,
@@ -1073,7 +1073,9 @@ fn redis_access(
     args: &RelayArgs,
     sources: &dyn ConfigSources,
 ) -> Result<RedisAccess, ConfigError> {
-    let env_password = sources.env_var(REDIS_PASSWORD_ENV);
+    let env_password = sources
+        .env_var(REDIS_PASSWORD_ENV)
+        .filter(|v| !v.is_empty());
     let path = |flag: &Option<PathBuf>, key: &Option<PathBuf>| flag.clone().or(key.clone());
     let password_file = path(&args.redis_password_file, &file.redis_password_file);
     let password = match (&password_file, env_password) {
@@ -1374,7 +1376,11 @@ pub fn load_hint_keys(
     file: Option<&Path>,
     sources: &dyn ConfigSources,
 ) -> Result<HintKeys, ConfigError> {
-    match (file, sources.env_var(HINT_KEYS_ENV)) {
+    // An empty variable is an unset one, whichever host the sources read.
+    match (
+        file,
+        sources.env_var(HINT_KEYS_ENV).filter(|v| !v.is_empty()),
+    ) {
         (Some(_), Some(_)) => Err(bad(
             "hint_keys_file",
             format!("both a key file and {HINT_KEYS_ENV} are set; use one"),

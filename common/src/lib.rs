@@ -14,6 +14,10 @@
 //!   worker sees it.
 //! - [`forward`]: the forwarding decision for one datagram, shared by both backends.
 //! - [`route_lookups`]: what asking the route cache may cost (rates, a memory of misses).
+//! - [`proven_prefixes`]: how many proven flows each client prefix holds, against its cap.
+//! - [`rfc4571`]: ICE-TCP framing: whole messages split out of a receive buffer in place.
+//! - [`wire`]: the wire below ours: Ethernet, IP and UDP lengths and offsets, checksums,
+//!   addresses and source prefixes.
 //! - [`returns`]: the live flows' return paths, shared lock-free by one relay's workers
 //!   (relay-afxdp: a transceiver's reply may reach any worker).
 //! - [`execute`]: carrying a decision out through a backend's egress, and counting every

@@ -444,6 +444,40 @@ fn password_flags(path: &str) -> [&str; 4] {
 }
 
 #[test]
+fn an_empty_variable_is_an_unset_one_whatever_the_sources() {
+    let keys_file = (
+        PathBuf::from("/cfg/hint.keys"),
+        format!("{KEYS}\n").into_bytes(),
+    );
+    let given = Given {
+        env: vec![
+            (HINT_KEYS_ENV, String::new()),
+            ("UFRAG_REDIS_PASSWORD", String::new()),
+        ],
+        files: vec![keys_file],
+        ..Given::default()
+    };
+    let flags = [
+        "--hint-keys-file",
+        "/cfg/hint.keys",
+        "--redis-url",
+        "redis://cache:6379",
+    ];
+    let config = RelayConfig::from_toml(MINIMAL, &args(&flags), &given, &[0]).unwrap();
+    assert_eq!(
+        config.hint_keys.current().id(),
+        1,
+        "the key file, not \"both set\""
+    );
+    assert_eq!(config.redis_access.password, None);
+    let none = RelayConfig::from_toml(MINIMAL, &args(&[]), &given, &[0]).unwrap_err();
+    assert_eq!(
+        none.field, "hint_keys_file",
+        "an empty variable holds no keys: {none}"
+    );
+}
+
+#[test]
 fn every_file_is_read_through_the_sources_and_secrets_are_marked_secret() {
     let pem = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n".to_vec();
     let key = b"-----BEGIN PRIVATE KEY-----\nMC4\n-----END PRIVATE KEY-----\n".to_vec();

@@ -206,7 +206,7 @@ fn relay_in_namespace() {
     .expect("the flags parse");
     let config = RelayConfig::load(
         &cli.relay,
-        &ufrag_common::runtime::host::Host::process()
+        &ufrag_common::runtime::host::Host::files_only()
             .with_env(ufrag_common::config::HINT_KEYS_ENV, KEYS),
         &ufrag_common::runtime::lifecycle::allowed_cpus(),
     )

@@ -200,7 +200,8 @@ impl<S> SessionTable<S> {
     }
 
     /// [`SessionTable::route`] for a datagram already parsed: `stun` is its STUN view
-    /// when it is STUN (one that does not parse routes nowhere), `None` otherwise.
+    /// when it is STUN, `None` when it is not. STUN that does not parse must not come
+    /// here (`None` would route it by its path): the caller drops it, as `route` does.
     pub fn route_parsed(
         &self,
         stun: Option<&StunView<'_>>,

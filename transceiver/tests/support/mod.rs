@@ -90,8 +90,8 @@ impl TestRelay {
         argv.extend(extra.iter().map(|s| s.to_string()));
         let args = <Cli as clap::Parser>::parse_from(argv).relay;
         let host = match env_keys {
-            Some(keys) => Host::process().with_env(HINT_KEYS_ENV, keys),
-            None => Host::process(),
+            Some(keys) => Host::files_only().with_env(HINT_KEYS_ENV, keys),
+            None => Host::files_only(),
         };
         let config = RelayConfig::load(&args, &host, &[0, 1]).unwrap();
         let relay = Relay::start(&config).unwrap();
