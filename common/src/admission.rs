@@ -575,7 +575,7 @@ mod tests {
     }
 
     /// A flood of attempts from 512 prefixes, each far beyond its own rate, leaves every
-    /// fresh prefix its attempt (hostile clients, third round, finding 4): the pressed
+    /// fresh prefix its attempt: the pressed
     /// worker holds each prefix to its fair share, so the worker's bucket never runs dry,
     /// and the flood gets about the worker's rate, no more.
     #[test]

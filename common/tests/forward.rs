@@ -422,7 +422,7 @@ fn a_full_table_sheds_a_flow_that_carried_only_stun_before_refusing_a_new_one() 
     assert!(fwd.table().peek(&FlowKey::new(proven, a(VIP))).is_some());
 }
 
-/// Squatting (hostile clients, second round, finding 1): spoofed sources with a
+/// Squatting: spoofed sources with a
 /// session's credentials make flows and keep them busy with blind "media". Before, any
 /// non-STUN byte proved a flow, proven flows were never shed, and the table stayed full.
 /// Now the oldest unproven flow, however busy, gives way to each admitted newcomer, and
@@ -506,7 +506,7 @@ fn blind_media_never_proves_a_flow_and_the_oldest_squatter_gives_way_to_each_adm
     assert_eq!(fwd.table().counters().shed, 5);
 }
 
-/// Hostile clients, third round, item 1: one client prefix holds at most a sixteenth of
+/// One client prefix holds at most a sixteenth of
 /// the table (at least 64) in proven flows. Before, addresses that really receive could
 /// prove flows without limit, and proven flows are never shed for a newcomer. A flow over
 /// the cap keeps forwarding, unproven: not cached, and sheddable; a proven flow of the
@@ -556,7 +556,7 @@ fn one_prefix_proves_at_most_its_share_of_the_table_and_the_rest_stay_sheddable(
     assert!(proven(&fwd, next), "room again after one left");
 }
 
-/// Blind proof (hostile clients, third round, finding 1): the transceiver's DTLS on a
+/// Blind proof: the transceiver's DTLS on a
 /// flow used to count as its half of the proof whatever path it went to, so a client that
 /// nominated spoofed sources made flows the relay never sheds, with nobody receiving at
 /// them. Now only frames the transceiver marks as sent on a verified path (one that
@@ -659,8 +659,7 @@ fn a_proven_flow_whose_transceiver_fell_silent_gives_way_when_the_table_is_full(
 }
 
 /// Forged first packets cost a token-bucket look-up, not three HMACs, beyond
-/// ATTEMPTS_PER_NEW_FLOW times the new-flow rates (hostile clients, second round, finding
-/// 6); another prefix is not affected.
+/// ATTEMPTS_PER_NEW_FLOW times the new-flow rates; another prefix is not affected.
 #[test]
 fn forged_first_packets_beyond_the_attempt_rate_are_refused_before_any_hmac() {
     use ufrag_common::admission::ATTEMPTS_PER_NEW_FLOW;
@@ -704,7 +703,7 @@ fn forged_first_packets_beyond_the_attempt_rate_are_refused_before_any_hmac() {
     );
 }
 
-/// Junk spends no authentication attempt (hostile clients, third round, finding 4: a
+/// Junk spends no authentication attempt (a
 /// one-byte datagram classifies as STUN, and the attempt used to be spent before any
 /// parsing): a thousand of each kind below from one prefix, each dropped under its own
 /// reason, and the prefix's next real request is still admitted.
@@ -763,8 +762,7 @@ fn junk_spends_no_authentication_attempt() {
     );
 }
 
-/// An ICE restart mints a new ufrag but no new admission identity (hostile clients, third
-/// round, finding 3: one session's 72 signed first requests, each after a restart, made 72
+/// An ICE restart mints a new ufrag but no new admission identity (one session's 72 signed first requests, each after a restart, made 72
 /// flows against a cap of 8): every hint of a session carries its session bytes, and the
 /// relay counts the flows of all its ufrags against the one cap. Another session is not
 /// affected.
@@ -811,7 +809,7 @@ fn the_ice_restarts_of_one_session_share_its_flow_cap() {
 }
 
 /// A table full of proven flows refuses a newcomer before the newcomer's prefix spends a
-/// rate token (finding 1): a flood against a full table cannot also starve the prefixes
+/// rate token: a flood against a full table cannot also starve the prefixes
 /// it spoofs.
 #[test]
 fn a_full_table_refuses_before_any_rate_token_is_spent() {
@@ -845,7 +843,7 @@ fn a_full_table_refuses_before_any_rate_token_is_spent() {
     );
 }
 
-/// Hints expire for new flows (finding 1): a ufrag collected from a past session makes
+/// Hints expire for new flows: a ufrag collected from a past session makes
 /// nothing, while the flows a session already has live on.
 #[test]
 fn an_expired_hint_makes_no_new_flow_and_the_session_keeps_the_flows_it_has() {
@@ -1126,8 +1124,7 @@ fn restore_from_the_route_cache() {
         t0
     ));
     assert!(fwd.table().peek(&other).is_none());
-    // So is one whose return path is not a global relay's (hostile clients, second round,
-    // finding 6): the cache must not aim the VIP's traffic anywhere else.
+    // So is one whose return path is not a global relay's: the cache must not aim the VIP's traffic anywhere else.
     assert!(!fwd.restore(
         &other,
         Route {
@@ -1276,7 +1273,7 @@ fn session_ended_frame(client: &str, vip: &str) -> Vec<u8> {
     f
 }
 
-/// Hostile clients, third round, item 1: a proven flow used to outlive its session until
+/// A proven flow used to outlive its session until
 /// it went idle, or until its transceiver had been silent for SERVER_SILENT_SHED and the
 /// table was full. Now the transceiver's notice frees it (and its session's count) at
 /// once; the same notice from another source, or for a flow not held, changes nothing.
@@ -1380,7 +1377,7 @@ fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
         None
     );
     // The session ends: the flow's route leaves the cache with it, so the client's late
-    // media cannot restore it (hostile clients, third round, item 1).
+    // media cannot restore it.
     let at = t0 + Duration::from_secs(12);
     assert_eq!(
         fwd.from_internal(&session_ended_frame(CLIENT, VIP), a(TRANSCEIVER), at),
@@ -1408,7 +1405,7 @@ fn two_workers_sharing_returns(t0: Instant) -> (TestRelay, TestRelay, Arc<Shared
     (worker(16), worker(16), returns)
 }
 
-/// Hostile clients, second round, finding 6: a flow whose returns another worker carries
+/// A flow whose returns another worker carries
 /// is live, however long its owner has seen nothing from the client: another session's
 /// request cannot move it. Before, only the owner's own table and the mirror were read.
 #[test]

@@ -594,8 +594,7 @@ impl TcpSide {
             connections: &mut self.connections,
         };
         self.executor.flush(&mut egress);
-        // A connection a write failure closed ends its flow too (hostile clients, second
-        // round): its flow must not outlive it and take returns for nobody.
+        // A connection a write failure closed ends its flow too: its flow must not outlive it and take returns for nobody.
         for flow in self.connections.write_failed.drain(..) {
             self.executor.end_flow(&flow);
         }

@@ -306,7 +306,7 @@ fn what_a_tcp_connection_may_cost_is_bounded_and_every_close_is_counted() {
     );
 }
 
-/// Hostile clients, second round, finding 4: a flood of silent connections from one
+/// A flood of silent connections from one
 /// prefix is refused at the prefix's accept rate (before, every one was accepted up to the
 /// per-prefix cap and held a slot for the handshake timeout), and a legitimate client
 /// from elsewhere binds while it runs.

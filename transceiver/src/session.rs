@@ -1397,7 +1397,7 @@ mod tests {
         assert_eq!(answers_after(&mut session, &again, now), [[3; 12]]);
     }
 
-    /// Hostile clients, second round, finding 6: STUN that does not authenticate (someone
+    /// STUN that does not authenticate (someone
     /// who saw the ufrags on the wire can send it through any relay) changes nothing: not
     /// the relay the session answers through, not its idle timer.
     #[test]

@@ -190,7 +190,7 @@ fn metric_from(from: std::net::IpAddr, xcvr: &Transceiver, reason: &str) -> f64 
     testkit::http::metric_sum(&metrics.body, &series)
 }
 
-/// Hostile clients, second round, finding 5: one address holding connections (idle
+/// One address holding connections (idle
 /// keep-alive, or a cheap GET now and then) cannot take the slots another address needs.
 /// Before, the cap was global only: the hog's connections filled it and the other
 /// address's POST was closed unanswered.
@@ -245,7 +245,7 @@ fn one_address_holding_many_connections_does_not_stop_another_addresss_post() {
     assert!(refused >= (total - per_address) as f64, "{refused}");
 }
 
-/// Every route has a per-address request rate (finding 5): a client polling a cheap GET
+/// Every route has a per-address request rate: a client polling a cheap GET
 /// gets 429 beyond it, and another address is not affected.
 #[test]
 fn one_address_requesting_too_fast_gets_429_on_any_route() {
@@ -385,8 +385,7 @@ fn workers_run_on_the_cpus_listed_and_a_bad_list_is_refused() {
     assert!(stderr.contains("`cpus`"), "{stderr}");
 }
 
-/// `/metrics` can be served off the public signaling port (hostile clients, second
-/// round, finding 6): with `--metrics-addr`, the public port answers 404 for it and the
+/// `/metrics` can be served off the public signaling port: with `--metrics-addr`, the public port answers 404 for it and the
 /// operations listener serves metrics and health only.
 #[test]
 fn metrics_can_leave_the_public_signaling_port() {
@@ -416,7 +415,7 @@ fn metrics_can_leave_the_public_signaling_port() {
     assert_eq!(page.status, 200, "health stays on the public port too");
 }
 
-/// ICE restarts mint no new identities (hostile clients, third round, finding 3: one
+/// ICE restarts mint no new identities (one
 /// session's PATCHes made 72 flows at a relay whose per-session cap is 8 per worker): each
 /// restart's ufrag keeps the session's hint bytes, so a relay counts every flow of the
 /// session as one session's; a session gets 3 restarts at once, then one per 5 s (429
@@ -537,7 +536,7 @@ fn an_ice_restart_spends_the_addresss_sign_up_rate() {
     assert_eq!(xcvr.metric("ufrag_transceiver_ice_restarts_total"), 1.0);
 }
 
-/// Hostile clients, third round, item 6: a sign-up is priced. One address holds at most
+/// A sign-up is priced. One address holds at most
 /// `--max-unconnected-per-ip` sessions answered and not yet connected (each costs a
 /// str0m `Rtc` and a slot until the connect timeout): beyond, 429. Another address is
 /// not affected, and the address regains room as its sessions connect or end. Before,

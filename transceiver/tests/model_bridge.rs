@@ -537,7 +537,7 @@ fn bad_model_options_exit_2_naming_the_field() {
     assert_eq!(output.status.code(), Some(2));
 }
 
-/// Hostile clients, third round (smaller items): the reference backend had no connection
+/// The reference backend had no connection
 /// cap and no handshake deadline, so silent TCP connections held memory and tasks for
 /// ever. Now one beyond the cap is closed at accept, and one that has not finished its
 /// handshakes within the deadline is closed; both are counted as refused.

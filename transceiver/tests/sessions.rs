@@ -367,7 +367,7 @@ fn sdp_attribute<'s>(sdp: &'s str, name: &str) -> &'s str {
         .trim()
 }
 
-/// Hostile clients, second round, finding 3: the session's own client signs a check
+/// The session's own client signs a check
 /// with USE-CANDIDATE from another address V (a spoofed source, in the attack). str0m
 /// follows the nomination; before, the model's audio then went to V (reflection with a
 /// large gain). Now media stays on the path that proved it receives, V is probed, and
@@ -442,7 +442,7 @@ fn a_forged_nomination_from_another_address_gets_it_no_media() {
     assert!(xcvr.metric("ufrag_transceiver_path_probes") >= 1.0);
 }
 
-/// Hostile clients, third round, finding 1 (blind proof): a client whose datagrams reach
+/// A client whose datagrams reach
 /// the transceiver from a spoofed source V, where nobody receives. Before, the
 /// transceiver sent its DTLS flight (about 1 KB, and every retransmission) to V as soon
 /// as V's check was nominated, and the relay counted that as V's flow proven. Now DTLS
@@ -517,7 +517,7 @@ fn a_spoofed_source_that_never_receives_gets_no_dtls_and_no_more_bytes_than_it_s
     assert!(client.connected_at.is_none());
 }
 
-/// Hostile clients, third round, item 1: when a session ends, its transceiver tells the
+/// When a session ends, its transceiver tells the
 /// relay (a frame with the session-ended bit and no datagram), and the relay frees the
 /// session's flow at once. Before, a proven flow stayed until it went idle, or until its
 /// transceiver had been silent for 30 s and the table was full.

@@ -101,7 +101,7 @@ pub fn one_sessions_request_replayed_from_many_sources_creates_one_flow(b: &Back
     assert_eq!(header.client, other.addr());
 }
 
-/// Hostile clients, second round, finding 2: the replay filter is the relay's, not a
+/// The replay filter is the relay's, not a
 /// worker's. Before, SO_REUSEPORT (or the NIC's RSS) put copies from other source ports
 /// on the other worker, which admitted one: two flows from one request.
 pub fn a_request_replayed_from_64_sources_makes_one_flow_whichever_worker_sees_it(b: &Backend) {
@@ -140,7 +140,7 @@ pub fn a_request_replayed_from_64_sources_makes_one_flow_whichever_worker_sees_i
     }
 }
 
-/// Hostile clients, second round, finding 1: a full table of flows that spoofed sources
+/// A full table of flows that spoofed sources
 /// keep busy with blind DTLS, which their transceiver never answers, makes room for a
 /// new session at once (the oldest squatter goes), and the session's proven flow
 /// outlives a second wave of squatters. Before, the first non-STUN byte proved a flow and

@@ -129,7 +129,7 @@ pub fn without_redis_a_restarted_relay_waits_for_the_next_stun(b: &Backend) {
     assert_eq!(relay.total("ufrag_relay_cache_hits_total", ""), 0.0);
 }
 
-/// Hostile clients, third round, item 7: a route written to Redis by something that
+/// A route written to Redis by something that
 /// holds no hint key (any pod that can reach Redis) is not followed. The forged value
 /// points the client's flow at another address in the transceivers' network; the
 /// restarted relay counts it `unauthenticated`, restores nothing, and sends the client's
@@ -173,7 +173,7 @@ pub fn a_route_forged_in_redis_is_not_followed(b: &Backend) {
     }
 }
 
-/// Hostile clients, third round, item 1: when a session ends, its relay frees the flow
+/// When a session ends, its relay frees the flow
 /// and removes its route from Redis, so the client's late media (a browser keeps sending
 /// for a while after the app ends the call) cannot restore it. Before, the notice did not
 /// exist, and a freed flow's route would have brought it back as proven.
@@ -213,7 +213,7 @@ fn get_calls(redis: &RedisServer) -> u64 {
         .unwrap_or(0)
 }
 
-/// Hostile clients, third round, item 7: media without a flow asks Redis within bounds.
+/// Media without a flow asks Redis within bounds.
 /// A client repeating itself asks once, then is told "not again yet" for 2 s
 /// (`no_flow_recent_miss`); media sprayed from 200 source ports of one prefix asks at
 /// most the prefix's burst (`no_flow_lookup_rate`). Before, every such datagram was one
