@@ -620,9 +620,13 @@ fn chromium_with_two_addresses_loses_nothing_at_session_start() {
         ..BrowserBed::default()
     };
     let outcome = browser_in_testbed(Engine::Chromium, setup);
-    assert_eq!(
-        outcome.udp_flows, 2.0,
-        "the relay saw both client addresses"
+    // Both addresses made a flow. A consent check in flight when the session ended can
+    // make one of them again after the transceiver's session-ended notice removed it
+    // (seen once in a loaded test run: 3), so the count is at least two, not exactly.
+    assert!(
+        outcome.udp_flows >= 2.0,
+        "the relay saw both client addresses: {} flows",
+        outcome.udp_flows
     );
 }
 
