@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""The sans-IO gate: `ufrag-common` without its `runtime` feature touches no file, no
-environment variable, no clock and no socket, and depends on nothing that does.
+"""The sans-IO gate: the crates that promise no I/O keep the promise. `ufrag-common`
+without its `runtime` feature, and `ufrag-model-protocol` (the messages and codec a model
+backend builds on), touch no file, no environment variable, no clock and no socket, and
+depend on nothing that does.
 
 Two checks, each of which fails on its own:
 
-1. The dependency list. `cargo tree` of ufrag-common's normal dependencies (no features)
+1. The dependency list. `cargo tree` of each crate's normal dependencies (no features)
    holds only the crates in ALLOWED below: a new dependency of the core is a decision, made
    by adding it there. (One known exception to "no I/O" rides in with clap: a flag
    declared with `env = …` is read from the environment when the binary parses its
    flags; the binaries do that, the core never parses.)
-2. The source. No line of `common/src/` outside `runtime/` and outside `#[cfg(test)]`
-   modules names a file, environment, clock, socket, process or sleep API (FORBIDDEN
+2. The source. No line of `common/src/` outside `runtime/`, or of `model-protocol/src/`,
+   outside `#[cfg(test)]` modules names a file, environment, clock, socket, process or sleep API (FORBIDDEN
    below); doc comments may, to show a caller.
 
     scripts/sans-io.py              # both checks; exits 1 on any finding
@@ -25,7 +27,13 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-CORE = ROOT / "common" / "src"
+# Each crate held to no I/O: its package, its source, and the directory its I/O may live
+# in (behind a feature), if any.
+CORES = [
+    ("ufrag-common", ROOT / "common" / "src", "runtime"),
+    ("ufrag-model-protocol", ROOT / "model-protocol" / "src", None),
+]
+
 
 # Every crate the core may depend on without `runtime` (today's tree, parsers, hashes and
 # their proc macros): none reads a file, a clock or a socket.
@@ -37,6 +45,10 @@ ALLOWED = {
     "serde", "serde_core", "serde_derive", "serde_spanned", "sha1", "sha2", "strsim", "syn",
     "thiserror", "thiserror-impl", "toml", "toml_datetime", "toml_parser", "toml_writer",
     "typenum", "ufrag-common", "unicode-ident", "utf8parse", "winnow",
+}
+# The model protocol's: the core's, its JSON and a constant-time comparison.
+ALLOWED_PROTOCOL = ALLOWED | {
+    "itoa", "memchr", "serde_json", "subtle", "ufrag-model-protocol", "zmij",
 }
 
 # What reaches outside the process's memory, or reads a clock: the paths, the imports
@@ -89,20 +101,20 @@ def source_findings(files):
     return found
 
 
-def core_files():
-    for path in sorted(CORE.rglob("*.rs")):
-        if "runtime" in path.relative_to(CORE).parts:
+def core_files(src, io_dir):
+    for path in sorted(src.rglob("*.rs")):
+        if io_dir and io_dir in path.relative_to(src).parts:
             continue
         yield str(path.relative_to(ROOT)), path.read_text()
 
 
-def dependency_findings(crates):
-    return sorted(set(crates) - ALLOWED)
+def dependency_findings(crates, allowed=None):
+    return sorted(set(crates) - (ALLOWED if allowed is None else allowed))
 
 
-def core_dependencies():
+def core_dependencies(package):
     out = subprocess.run(
-        ["cargo", "tree", "-q", "--locked", "-p", "ufrag-common", "-e", "normal",
+        ["cargo", "tree", "-q", "--locked", "-p", package, "-e", "normal",
          "--prefix", "none", "--no-dedupe"],
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout
@@ -156,18 +168,21 @@ def main():
         return 0
     self_test()
     failed = False
-    denied = dependency_findings(core_dependencies())
-    if denied:
-        failed = True
-        print("sans-io: ufrag-common without `runtime` depends on crates outside ALLOWED "
-              "(add one only if it does no I/O): " + ", ".join(denied))
-    for finding in source_findings(core_files()):
-        failed = True
-        print(f"sans-io: I/O outside common/src/runtime/: {finding}")
+    for package, src, io_dir in CORES:
+        allowed = ALLOWED_PROTOCOL if package == "ufrag-model-protocol" else ALLOWED
+        denied = dependency_findings(core_dependencies(package), allowed)
+        if denied:
+            failed = True
+            print(f"sans-io: {package} (no features) depends on crates outside ALLOWED "
+                  "(add one only if it does no I/O): " + ", ".join(denied))
+        for finding in source_findings(core_files(src, io_dir)):
+            failed = True
+            print(f"sans-io: I/O in {package}: {finding}")
     if failed:
         return 1
-    print("sans-io: ufrag-common without `runtime` has no I/O dependency, and no file, "
-          "environment, clock or socket use outside runtime/")
+    names = " and ".join(package for package, _, _ in CORES)
+    print(f"sans-io: {names} (ufrag-common without `runtime`) have no I/O dependency, "
+          "and no file, environment, clock or socket use")
     return 0
 
 
