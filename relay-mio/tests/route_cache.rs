@@ -489,6 +489,27 @@ fn a_relay_on_a_redis_cluster_restores_every_flow_after_a_restart() {
     });
 }
 
+/// `GET key` on a TLS-only Redis at `url` (`rediss://ip:port`), through `redis-cli` with
+/// `pki`'s client certificate and `password`: `None` when absent or unreachable.
+fn tls_get(url: &str, pki: &TestPki, password: &str, key: &str) -> Option<String> {
+    let (host, port) = url.strip_prefix("rediss://")?.rsplit_once(':')?;
+    let file = |name: &str| pki.file(name).to_string_lossy().into_owned();
+    let out = std::process::Command::new("redis-cli")
+        .args([
+            "--tls",
+            "--cacert",
+            &file("ca.pem"),
+            "--cert",
+            &file("client.pem"),
+        ])
+        .args(["--key", &file("client.key"), "-h", host, "-p", port])
+        .args(["--no-auth-warning", "-a", password, "GET", key])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !text.is_empty()).then_some(text)
+}
+
 #[test]
 fn a_relay_on_redis_over_tls_restores_its_flow_after_a_restart() {
     use testkit::relay_suite::harness::{
@@ -524,16 +545,24 @@ fn a_relay_on_redis_over_tls_restores_its_flow_after_a_restart() {
     client.send(relay.vip(), &binding_request_for(transceiver.addr(), 0, 1));
     assert!(transceiver.recv_frame().is_some(), "flow made");
     prove_flow(&relay, &transceiver, &client); // media both ways: the flow is recorded
-    // No plaintext port to read it back: give the helper its round trip, then restart.
-    std::thread::sleep(Duration::from_millis(500));
+    // Read back over TLS, as the relay writes it (a fixed wait failed once under load).
+    let key = format!("ufrag-relay:flow:{}|{}", client.addr(), relay.vip());
+    wait_until("the flow to reach Redis over TLS", 10, || {
+        tls_get(&redis.tls_url(), &pki, "relay-pw", &key).is_some()
+    });
     assert_eq!(relay.total("ufrag_relay_cache_errors_total", ""), 0.0);
     drop(relay); // SIGKILL: the flow table is gone
 
     let relay = RelayProcess::start(&setup);
-    client.send(relay.vip(), &rtp(1));
-    let (h, payload, _) = transceiver
-        .recv_frame()
-        .expect("the first packet after the restart goes on once the route is back");
+    // The restarted relay may still be connecting to Redis over TLS when the first
+    // datagram comes: that lookup fails (counted, and not remembered as a miss), so the
+    // client's next datagram asks again. A bounded number of tries.
+    let (h, payload, _) = (0..5)
+        .find_map(|_| {
+            client.send(relay.vip(), &rtp(1));
+            transceiver.recv_frame()
+        })
+        .expect("a packet after the restart goes on once the route is back");
     assert_eq!((h.client, payload), (client.addr(), rtp(1)));
     relay.wait_for("a cache hit", |r| {
         r.total("ufrag_relay_cache_hits_total", "") == 1.0
