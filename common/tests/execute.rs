@@ -15,22 +15,14 @@ use support::{
 };
 use ufrag_common::execute::{Executor, PARK_WAIT, RouteCacheRequest, Source};
 use ufrag_common::flow::{FlowKey, FlowTable};
-use ufrag_common::forward::{ForwardPolicy, Forwarder, Route};
+use ufrag_common::forward::{ForwardPolicy, Route};
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::metrics::SharedCounters;
 use ufrag_common::reasons::{CacheError, Direction, DropReason, Port};
 
 fn relay(policy: ForwardPolicy, capacity: usize, egress: PlannedEgress, t0: Instant) -> TestRelay {
     let table = FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap();
-    TestRelay::new(
-        Forwarder::new(
-            policy,
-            table,
-            t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
-        ),
-        egress,
-    )
+    TestRelay::new(support::started_forwarder(policy, table, t0), egress)
 }
 
 #[test]
@@ -156,15 +148,7 @@ fn one_flow_parks_a_few_datagrams_and_leaves_the_rest_of_the_slots() {
         ..policy()
     };
     let table = FlowTable::new(8, Duration::from_secs(30), t0).unwrap();
-    let mut executor = Executor::new(
-        Forwarder::new(
-            cached,
-            table,
-            t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
-        ),
-        t0,
-    );
+    let mut executor = Executor::new(support::started_forwarder(cached, table, t0), t0);
     let mut egress = ParkingEgress(PlannedEgress::logging());
     for _ in 0..10 {
         let d = executor.decide_client(&RTP, a(CLIENT), a(VIP), t0);
@@ -200,15 +184,7 @@ fn without_parking_a_flows_burst_asks_the_cache_once() {
         ..policy()
     };
     let table = FlowTable::new(8, Duration::from_secs(30), t0).unwrap();
-    let mut executor = Executor::new(
-        Forwarder::new(
-            cached,
-            table,
-            t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
-        ),
-        t0,
-    );
+    let mut executor = Executor::new(support::started_forwarder(cached, table, t0), t0);
     let mut egress = PlannedEgress::logging();
     let key = FlowKey::new(a(CLIENT), a(VIP));
     for ms in 0..50 {
@@ -234,15 +210,7 @@ fn a_datagram_waiting_for_a_route_lookup_is_sent_when_the_route_comes() {
         ..policy()
     };
     let table = FlowTable::new(8, Duration::from_secs(30), t0).unwrap();
-    let mut executor = Executor::new(
-        Forwarder::new(
-            cached,
-            table,
-            t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
-        ),
-        t0,
-    );
+    let mut executor = Executor::new(support::started_forwarder(cached, table, t0), t0);
     let mut egress = ParkingEgress(PlannedEgress::logging());
     let client = a(CLIENT);
     let key = FlowKey::new(client, a(VIP));

@@ -18,8 +18,7 @@ use ufrag_common::admission::AdmissionPolicy;
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::{FlowKey, FlowTable};
 use ufrag_common::forward::{
-    FlowMirror, ForwardPolicy, Forwarder, REROUTE_MIN_IDLE, Route, SERVER_SILENT_SHED,
-    SHED_MIN_IDLE, Verdict,
+    FlowMirror, ForwardPolicy, REROUTE_MIN_IDLE, Route, SERVER_SILENT_SHED, SHED_MIN_IDLE, Verdict,
 };
 use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys, RoutingHint};
@@ -28,11 +27,10 @@ use ufrag_common::returns::SharedReturns;
 use ufrag_common::stun::{StunClass, StunWriter, attr};
 
 fn forwarder_with(policy: ForwardPolicy, capacity: usize, t0: Instant) -> TestRelay {
-    let forwarder = Forwarder::new(
+    let forwarder = support::started_forwarder(
         policy,
         FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap(),
         t0,
-        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
     );
     TestRelay::new(forwarder, PlannedEgress::logging())
 }
@@ -1393,11 +1391,10 @@ fn with_a_route_cache_new_flows_are_recorded_and_refreshed_while_they_live() {
 fn two_workers_sharing_returns(t0: Instant) -> (TestRelay, TestRelay, Arc<SharedReturns>) {
     let returns = Arc::new(SharedReturns::new(32, t0));
     let worker = |capacity| {
-        let forwarder = Forwarder::new(
+        let forwarder = support::started_forwarder(
             policy(),
             FlowTable::new(capacity, Duration::from_secs(30), t0).unwrap(),
             t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         )
         .with_shared_returns(returns.clone());
         TestRelay::new(forwarder, PlannedEgress::logging())
@@ -1572,14 +1569,13 @@ fn restored_flows_are_shared_and_a_full_table_never_reclaims_a_shared_flow_unsee
     let t0 = Instant::now();
     let returns = Arc::new(SharedReturns::new(32, t0));
     let mut owner = TestRelay::new(
-        Forwarder::new(
+        support::started_forwarder(
             ForwardPolicy {
                 route_cache: true,
                 ..policy()
             },
             FlowTable::new(1, Duration::from_secs(30), t0).unwrap(),
             t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         )
         .with_shared_returns(returns.clone()),
         PlannedEgress::logging(),
@@ -1644,14 +1640,13 @@ impl FlowMirror for RecordingMirror {
 
 fn mirrored(t0: Instant) -> (TestRelay, Arc<std::sync::Mutex<MirrorLog>>) {
     let log = Arc::new(std::sync::Mutex::new(MirrorLog::default()));
-    let forwarder = Forwarder::new(
+    let forwarder = support::started_forwarder(
         ForwardPolicy {
             route_cache: true,
             ..policy()
         },
         FlowTable::new(16, Duration::from_secs(30), t0).unwrap(),
         t0,
-        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
     )
     .with_mirror(Box::new(RecordingMirror(log.clone())));
     (TestRelay::new(forwarder, PlannedEgress::logging()), log)
@@ -1771,11 +1766,10 @@ fn a_tcp_forwarder_frames_with_the_tcp_bit_refuses_udp_returns_and_ends_flows_wi
     let t0 = Instant::now();
     let tcp_policy = policy();
     let mut fwd = TestRelay::new(
-        Forwarder::new(
+        support::started_forwarder(
             tcp_policy,
             FlowTable::new(16, Duration::from_secs(30), t0).unwrap(),
             t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         )
         .serving(Transport::Tcp),
         PlannedEgress::logging(),

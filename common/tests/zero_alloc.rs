@@ -177,7 +177,7 @@ fn the_counter_does_count() {
 fn the_forwarder_and_executor_do_not_allocate() {
     use support::{Fate, PlannedEgress, TestRelay};
     use ufrag_common::admission::AdmissionPolicy;
-    use ufrag_common::forward::{ForwardPolicy, Forwarder, Verdict};
+    use ufrag_common::forward::{ForwardPolicy, Verdict};
 
     let keys = HintKeys::new(HintKey::new(1, &[7; 32]).unwrap(), None).unwrap();
     let vip: SocketAddr = "203.0.113.10:3478".parse().unwrap();
@@ -201,20 +201,18 @@ fn the_forwarder_and_executor_do_not_allocate() {
     // Another worker takes the returns of this one's flows through the shared set.
     let returns = std::sync::Arc::new(ufrag_common::returns::SharedReturns::new(2048, t0));
     let mut other_worker = TestRelay::new(
-        Forwarder::new(
+        support::started_forwarder(
             policy.clone(),
             FlowTable::new(16, Duration::from_secs(1), t0).unwrap(),
             t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
         )
         .with_shared_returns(returns.clone()),
         PlannedEgress::planned(vec![Fate::Send]),
     );
-    let forwarder = Forwarder::new(
+    let forwarder = support::started_forwarder(
         policy,
         FlowTable::new(1024, Duration::from_secs(1), t0).unwrap(),
         t0,
-        ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
     )
     .with_shared_returns(returns);
     // Every path of the egress: sent, refused, queued then sent or refused at the flush.
@@ -304,7 +302,7 @@ fn the_forwarder_and_executor_do_not_allocate() {
 fn parking_a_datagram_for_a_route_lookup_does_not_allocate() {
     use support::{CLIENT, ParkingEgress, PlannedEgress, RTP, TRANSCEIVER, VIP, a, policy};
     use ufrag_common::execute::{Executor, PARK_WAIT};
-    use ufrag_common::forward::{ForwardPolicy, Forwarder, Route};
+    use ufrag_common::forward::{ForwardPolicy, Route};
     use ufrag_common::metrics::SharedCounters;
 
     let t0 = Instant::now();
@@ -313,15 +311,7 @@ fn parking_a_datagram_for_a_route_lookup_does_not_allocate() {
         ..policy()
     };
     let table = FlowTable::new(64, Duration::from_secs(30), t0).unwrap();
-    let mut executor = Executor::new(
-        Forwarder::new(
-            cached,
-            table,
-            t0,
-            ufrag_common::hint::unix_seconds(std::time::SystemTime::now()),
-        ),
-        t0,
-    );
+    let mut executor = Executor::new(support::started_forwarder(cached, table, t0), t0);
     let mut egress = ParkingEgress(PlannedEgress::planned(vec![]));
     let shared = SharedCounters::default();
     let route = Route {

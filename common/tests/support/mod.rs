@@ -167,6 +167,17 @@ impl Egress for ParkingEgress {
     }
 }
 
+/// A forwarder started at `t0`, its hint clock the wall clock now: the tests mint their
+/// hints by the wall clock too.
+pub fn started_forwarder(
+    policy: ForwardPolicy,
+    table: FlowTable<FlowState>,
+    t0: Instant,
+) -> Forwarder {
+    let now_unix_s = unix_seconds(std::time::SystemTime::now());
+    Forwarder::new(policy, table, t0, now_unix_s)
+}
+
 /// A worker's decision and execution against a [`PlannedEgress`], with the
 /// `Forwarder`-shaped calls the forwarding tests use.
 #[derive(Debug)]
