@@ -28,6 +28,12 @@ if ! command -v ping >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iputils-ping >/dev/null
 fi
 
+# The fast path's tests read its map back with bpftool, field by field.
+if ! command -v bpftool >/dev/null; then
+  echo "== installing bpftool"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bpftool >/dev/null
+fi
+
 # The fast path's IPv6 test turns TX checksum offload off on the testbed's veths.
 if ! command -v ethtool >/dev/null; then
   echo "== installing ethtool"

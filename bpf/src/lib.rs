@@ -6,4 +6,5 @@
 #![deny(unsafe_code)]
 
 pub mod asm;
+pub mod build;
 pub mod sys;

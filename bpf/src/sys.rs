@@ -18,6 +18,7 @@ const CMD_MAP_UPDATE_ELEM: libc::c_int = 2;
 const CMD_MAP_DELETE_ELEM: libc::c_int = 3;
 const CMD_PROG_LOAD: libc::c_int = 5;
 const CMD_PROG_TEST_RUN: libc::c_int = 10;
+const CMD_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const CMD_LINK_CREATE: libc::c_int = 28;
 
 /// `BPF_MAP_TYPE_HASH`.
@@ -137,7 +138,115 @@ pub fn possible_cpus() -> io::Result<usize> {
     Ok(count)
 }
 
+/// What the kernel says about a map (`struct bpf_map_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MapInfo {
+    /// `BPF_MAP_TYPE_*`.
+    pub kind: u32,
+    /// The kernel's id of the map (what `bpftool map dump id` takes).
+    pub id: u32,
+    /// Key size in bytes.
+    pub key_size: u32,
+    /// Value size in bytes (one CPU's, for a per-CPU map).
+    pub value_size: u32,
+    /// Capacity.
+    pub max_entries: u32,
+    /// The BTF type of the key, 0 when the map was created without BTF.
+    pub btf_key_type_id: u32,
+    /// The BTF type of the value, 0 when the map was created without BTF.
+    pub btf_value_type_id: u32,
+}
+
+/// What the kernel says about a loaded program (`struct bpf_prog_info`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgInfo {
+    /// Instructions after the verifier's rewrites (`xlated_prog_len` / 8).
+    pub xlated_insns: u32,
+    /// Bytes of JIT-compiled machine code.
+    pub jited_bytes: u32,
+    /// Instructions the verifier walked to accept the program.
+    pub verified_insns: u32,
+}
+
+/// Reads `struct bpf_*_info` of `fd` into `info`.
+fn object_info(fd: &OwnedFd, info: &mut [u8]) -> io::Result<()> {
+    let mut a = Attr::new();
+    a.u32(0, fd.as_raw_fd() as u32)
+        .u32(4, info.len() as u32)
+        .u64(8, info.as_mut_ptr() as u64);
+    sys_bpf(CMD_OBJ_GET_INFO_BY_FD, &mut a).map(|_| ())
+}
+
+fn u32_at(bytes: &[u8], off: usize) -> u32 {
+    u32::from_ne_bytes(bytes[off..off + 4].try_into().expect("4 bytes"))
+}
+
+/// The kernel's description of the map `fd`.
+pub fn map_info(fd: &OwnedFd) -> io::Result<MapInfo> {
+    // struct bpf_map_info: type, id, key_size, value_size, max_entries, map_flags,
+    // name[16], ifindex, btf_vmlinux_value_type_id, netns_dev, netns_ino, btf_id,
+    // btf_key_type_id (at 68), btf_value_type_id (72), btf_vmlinux_id, map_extra.
+    let mut info = [0u8; 88];
+    object_info(fd, &mut info)?;
+    Ok(MapInfo {
+        kind: u32_at(&info, 0),
+        id: u32_at(&info, 4),
+        key_size: u32_at(&info, 8),
+        value_size: u32_at(&info, 12),
+        max_entries: u32_at(&info, 16),
+        btf_key_type_id: u32_at(&info, 68),
+        btf_value_type_id: u32_at(&info, 72),
+    })
+}
+
+/// The kernel's description of the program `fd`.
+pub fn prog_info(fd: &OwnedFd) -> io::Result<ProgInfo> {
+    // struct bpf_prog_info: jited_prog_len at 16, xlated_prog_len at 20, verified_insns
+    // at 216 (the pointers it also has stay zero: the kernel copies no arrays).
+    let mut info = [0u8; 232];
+    object_info(fd, &mut info)?;
+    Ok(ProgInfo {
+        xlated_insns: u32_at(&info, 20) / 8,
+        jited_bytes: u32_at(&info, 16),
+        verified_insns: u32_at(&info, 216),
+    })
+}
+
 impl Map {
+    /// Takes over a map some other loader created (an ELF object's, say), after checking
+    /// that the kernel's description of it is the one the caller's buffers are sized
+    /// for: its type and its key and value sizes.
+    pub fn adopt(fd: OwnedFd, kind: u32, key_size: u32, value_size: u32) -> io::Result<Map> {
+        let info = map_info(&fd)?;
+        if (info.kind, info.key_size, info.value_size) != (kind, key_size, value_size) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the map is of type {} with {}-byte keys and {}-byte values; \
+                     expected type {kind}, {key_size} and {value_size}",
+                    info.kind, info.key_size, info.value_size
+                ),
+            ));
+        }
+        let values_per_key = if matches!(kind, MAP_PERCPU_ARRAY | MAP_PERCPU_HASH) {
+            possible_cpus()?
+        } else {
+            1
+        };
+        Ok(Map {
+            fd,
+            kind,
+            key_size: key_size as usize,
+            value_size: value_size as usize,
+            values_per_key,
+        })
+    }
+
+    /// The kernel's description of this map.
+    pub fn info(&self) -> io::Result<MapInfo> {
+        map_info(&self.fd)
+    }
+
     /// Creates a map.
     pub fn create(
         kind: u32,
@@ -311,6 +420,24 @@ pub fn prog_test_run_output(prog: &OwnedFd, frame: &[u8]) -> io::Result<(u32, Ve
     let written = (a.get_u32(12) as usize).min(out.len());
     out.truncate(written);
     Ok((a.get_u32(4), out))
+}
+
+/// Runs the program `repeat` times on `frame` and returns the mean run time the kernel
+/// measured, in nanoseconds (`BPF_PROG_TEST_RUN`'s `duration`, with the timer's own
+/// overhead spread over the runs). The runs share one buffer: a program that rewrites
+/// the frame sees its own output from the second run on, so time such a program one
+/// run at a time.
+pub fn prog_test_run_timed(prog: &OwnedFd, frame: &[u8], repeat: u32) -> io::Result<u32> {
+    let mut out = vec![0u8; frame.len() + 256];
+    let mut a = Attr::new();
+    a.u32(0, prog.as_raw_fd() as u32)
+        .u32(8, frame.len() as u32)
+        .u32(12, out.len() as u32)
+        .u64(16, frame.as_ptr() as u64)
+        .u64(24, out.as_mut_ptr() as u64)
+        .u32(32, repeat.max(1));
+    sys_bpf(CMD_PROG_TEST_RUN, &mut a)?;
+    Ok(a.get_u32(36))
 }
 
 /// Runs the program `repeat` times on copies of `frame` as if they had arrived on

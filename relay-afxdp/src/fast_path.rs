@@ -25,8 +25,8 @@
 //! path. A next hop leaves the map with the last flow through it, so the map holds no
 //! more than the installed flows need, whatever passed through before.
 //!
-//! The program then handles a datagram to a VIP or internal address (after the steering
-//! block has matched it) like this:
+//! The program (`relay_steer_fast` in `bpf/relay.bpf.c`) then handles a datagram to a VIP
+//! or internal address (after the steering block has matched it) like this:
 //!
 //! ```text
 //!  IPv4 without options or IPv6 without extension headers; IP and UDP lengths that fill
@@ -93,10 +93,15 @@ const KEY_DST_PORT: usize = 34;
 const KEY_DIR: usize = 36;
 const KEY_FRAME: usize = 40;
 
-/// The value's length: the counters (packets, bytes, last seen in `bpf_ktime_get_ns`),
-/// the lengths and checksum parts, the next hop's address (16 bytes, IPv4 mapped: the
-/// key of its MAC in `fast_next_hops`), and the headers to send.
-pub const VALUE_LEN: usize = 56 + TEMPLATE_MAX;
+/// The value's length (`struct flow_entry`): the counters (packets, bytes, last seen in
+/// `bpf_ktime_get_ns`), the lengths and checksum parts, the next hop's address (16
+/// bytes, IPv4 mapped: the key of its MAC in `fast_next_hops`), the headers to send, and
+/// padding to the struct's 8-byte alignment.
+pub const VALUE_LEN: usize = (56 + TEMPLATE_MAX).next_multiple_of(8);
+/// `fast_next_hops`' key: a next hop's address, 16 bytes, IPv4 mapped.
+pub const NEXT_HOP_KEY_LEN: usize = 16;
+/// `fast_next_hops`' value (`struct mac`): the MAC and two zero bytes.
+pub const NEXT_HOP_VALUE_LEN: usize = 8;
 const V_PACKETS: i16 = 0;
 const V_BYTES: i16 = 8;
 const V_LAST_SEEN: i16 = 16;
@@ -135,7 +140,8 @@ pub const STAT_MISS: u32 = 5;
 pub const STAT_UNFIT: u32 = 6;
 /// The entry's next hop has no MAC in `fast_next_hops` yet: left to user space.
 pub const STAT_NO_MAC: u32 = 7;
-const STATS: u32 = 8;
+/// How many `fast_stats` counters there are.
+pub const STATS: u32 = 8;
 
 /// Where the fast path builds its key on the stack (80 bytes, 8-aligned), below the
 /// steering block's key.
@@ -611,7 +617,7 @@ impl Leg {
         value[V_CSUM_K as usize..V_CSUM_K as usize + 4]
             .copy_from_slice(&u32::from(csum_k).to_ne_bytes());
         value[V_NEXT_HOP as usize..V_TEMPLATE as usize].copy_from_slice(&wire::ip16(next_hop));
-        value[V_TEMPLATE as usize..].copy_from_slice(&template);
+        value[V_TEMPLATE as usize..V_TEMPLATE as usize + TEMPLATE_MAX].copy_from_slice(&template);
         Some(value)
     }
 }
@@ -712,8 +718,29 @@ struct HopsInUse {
 }
 
 impl FastPathMaps {
-    /// Creates the maps, with room for `flows` flows (two entries each).
-    pub fn create(flows: usize) -> io::Result<Self> {
+    /// Takes over the loaded object's `fast_flows`, `fast_next_hops` and `fast_stats`.
+    pub(crate) fn from_maps([flows, next_hops, stats]: [Map; 3]) -> Self {
+        FastPathMaps {
+            flows,
+            next_hops,
+            stats,
+            not_installed: AtomicU64::new(0),
+            hops: Mutex::default(),
+        }
+    }
+
+    /// The kernel's description of `fast_flows`.
+    pub fn flows_map_info(&self) -> io::Result<bpf::MapInfo> {
+        self.flows.info()
+    }
+
+    /// The entries `fast_flows` needs for `flows` flows: two each.
+    pub fn entries_for(flows: usize) -> u32 {
+        u32::try_from(flows.saturating_mul(2).max(2)).unwrap_or(u32::MAX)
+    }
+
+    /// Creates the maps without BTF, for the assembled program.
+    pub(crate) fn create(flows: usize) -> io::Result<Self> {
         let entries = u32::try_from(flows.saturating_mul(2).max(2)).unwrap_or(u32::MAX);
         Ok(FastPathMaps {
             flows: Map::create(

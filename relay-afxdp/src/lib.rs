@@ -1,9 +1,10 @@
 //! relay-afxdp: the AF_XDP poll-mode relay backend, with the same flags, config,
 //! metrics and forwarding decisions (`ufrag_common::forward`) as relay-mio.
 //!
-//! Our own XDP steering program ([`program`]), assembled from BPF instructions in Rust,
-//! loaded by the project's BPF toolkit (`ufrag_bpf`) and attached through a BPF
-//! link ([`steering`]); one AF_XDP socket per RX queue with its own UMEM ([`xsk`], on the
+//! Our own XDP programs ([`program`]: steering, and the in-kernel fast path), written in C
+//! (`bpf/relay.bpf.c`), compiled by clang with BTF at build time, loaded from that ELF
+//! object and attached through a BPF link ([`steering`]); the user-space side of the fast
+//! path, which writes its flow entries ([`fast_path`]); one AF_XDP socket per RX queue with its own UMEM ([`xsk`], on the
 //! pure ring arithmetic of [`ring`]; or, to compare, on the `xdp` crate: [`xsk_crate`]); in-place UDP frame rewriting with full checksums
 //! ([`packet`]); next hops from the kernel's neighbour and routing tables over rtnetlink
 //! ([`netlink`], [`neighbours`]); the interface's queue count over ethtool netlink
@@ -11,6 +12,8 @@
 //! Unsafe code lives only in `xsk` and `xsk_crate` (and in `ufrag_bpf::sys`).
 #![deny(unsafe_code)]
 
+#[doc(hidden)]
+pub mod assembled;
 pub mod channels;
 pub mod cli;
 pub mod fast_path;

@@ -1,125 +1,144 @@
-//! The XDP steering program, assembled in Rust.
+//! The XDP programs (`bpf/relay.bpf.c`: steering, and steering with the in-kernel fast
+//! path), compiled by clang with BTF at build time and loaded from that ELF object.
 //!
-//! It sends to the AF_XDP socket of the receiving queue only IPv4 and IPv6 UDP datagrams
-//! whose destination address and port are one of the relay's (its VIPs and internal
-//! addresses, set in the `dests` hash map); everything else (ARP, ICMP, TCP, UDP to other
-//! addresses or ports, IPv4 fragments, IPv6 with extension headers, truncated frames) is
-//! passed to the kernel untouched. If the queue has no socket, `bpf_redirect_map` falls
-//! back to `XDP_PASS`. Each decision is counted in the `stats` map (index
-//! [`STAT_PASSED`] or [`STAT_STEERED`]).
-//!
-//! ```text
-//!  eth (14) ─┬─ 0x0800 IPv4: proto 17, no fragment, IHL ≥ 5 → key ::ffff:dst ip, dst port
-//!            ├─ 0x86DD IPv6: next header 17 (no extension headers) → key dst ip, dst port
-//!            └─ anything else → pass
-//!  dests[key] present → redirect to xsks[rx_queue_index] (else pass)
-//! ```
-//!
-//! The key ([`dest_key`], 20 bytes on the stack at r10 - 24) is the destination address
-//! as 16 bytes (IPv4 mapped into IPv6), the port as on the wire, two zero bytes; its
-//! value says whether it is a VIP or an internal address.
-//!
-//! With the in-kernel fast path ([`crate::fast_path`]), a matched frame goes through the
-//! fast-path block first, which sends an established flow's datagrams itself and hands
-//! everything else to the redirect above, untouched.
+//! aya reads the object, creates its maps with their BTF key and value types (so
+//! `bpftool map dump` prints named fields) and loads the chosen program. The maps and the
+//! program are then taken over as plain descriptors ([`ufrag_bpf::sys::Map`], which
+//! checks the kernel's key and value sizes against the ones this crate's buffers are
+//! sized for) and the loader is dropped: what the relay keeps is what it uses.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::{AsFd, OwnedFd};
+
+use ufrag_bpf::sys::{self as bpf, Map};
+
+use crate::fast_path::{KEY_LEN, NEXT_HOP_KEY_LEN, NEXT_HOP_VALUE_LEN, STATS, VALUE_LEN};
 
 pub use ufrag_bpf::asm::action;
 
-use crate::fast_path::FastMaps;
-use ufrag_bpf::asm::{Asm, B, DW, H, Insn, JEQ, JGT, JLT, JNE, W, helper};
-
-/// `stats` index counting frames passed to the kernel.
+/// `relay_stats` index counting frames passed to the kernel.
 pub const STAT_PASSED: u32 = 0;
-/// `stats` index counting frames steered to AF_XDP.
+/// `relay_stats` index counting frames steered to AF_XDP.
 pub const STAT_STEERED: u32 = 1;
 
-/// Where the key is built on the stack (20 bytes, 8-byte aligned).
-const KEY_AT: i16 = -24;
+/// The object clang built from `bpf/relay.bpf.c`.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/relay.bpf.o"));
 
-/// Builds the steering program for the given map file descriptors, with the fast-path
-/// block when `fast` names its maps.
-pub fn steering(dests_fd: i32, xsks_fd: i32, stats_fd: i32, fast: Option<FastMaps>) -> Vec<Insn> {
-    // Registers: r1 ctx / args, r2 data, r3 data_end, r4 cursor, r5 scratch, r6 ctx (saved),
-    // r7 scratch, r10 frame pointer.
-    let mut a = Asm::default();
-    a.mov_reg(6, 1);
-    a.load(W, 2, 1, 0); // data
-    a.load(W, 3, 1, 4); // data_end
-    a.mov_reg(4, 2);
-    a.add_imm(4, 14);
-    a.jump(JGT, 4, Ok(3), "pass");
-    a.load(H, 5, 2, 12); // ethertype, as loaded (little endian)
-    a.jump(JEQ, 5, Err(0x0008), "ipv4");
-    a.jump(JEQ, 5, Err(0xDD86), "ipv6");
-    a.goto("pass");
-
-    a.label("ipv4");
-    a.mov_reg(4, 2);
-    a.add_imm(4, 34);
-    a.jump(JGT, 4, Ok(3), "pass");
-    a.load(B, 5, 2, 23); // protocol
-    a.jump(JNE, 5, Err(17), "pass");
-    a.load(H, 5, 2, 20); // flags + fragment offset
-    a.and_imm(5, 0xff3f); // MF or any offset: a fragment, leave it to the kernel
-    a.jump(JNE, 5, Err(0), "pass");
-    a.load(B, 5, 2, 14); // version | IHL
-    a.and_imm(5, 0x0f);
-    a.lsh_imm(5, 2);
-    a.jump(JLT, 5, Err(20), "pass");
-    a.mov_reg(4, 2);
-    a.add_imm(4, 14);
-    a.add_reg(4, 5); // UDP header
-    a.mov_reg(7, 4);
-    a.add_imm(7, 8);
-    a.jump(JGT, 7, Ok(3), "pass");
-    // Key: ::ffff:<destination address>, then the destination port, then zeros.
-    a.store_imm(DW, 10, KEY_AT, 0);
-    a.store_imm(W, 10, KEY_AT + 8, 0xffff_0000_u32 as i32); // bytes 00 00 ff ff
-    a.load(W, 5, 2, 30); // destination address, bytes as on the wire
-    a.store_reg(W, 10, KEY_AT + 12, 5);
-    a.load(H, 5, 4, 2); // destination port, as on the wire
-    a.goto("port");
-
-    a.label("ipv6");
-    a.mov_reg(4, 2);
-    a.add_imm(4, 62);
-    a.jump(JGT, 4, Ok(3), "pass");
-    a.load(B, 5, 2, 20); // next header
-    a.jump(JNE, 5, Err(17), "pass");
-    for word in 0..4 {
-        a.load(W, 5, 2, 38 + 4 * word); // destination address
-        a.store_reg(W, 10, KEY_AT + 4 * word, 5);
-    }
-    a.load(H, 5, 2, 56); // destination port
-
-    a.label("port");
-    a.store_reg(H, 10, KEY_AT + 16, 5);
-    a.store_imm(H, 10, KEY_AT + 18, 0);
-    a.mov_reg(2, 10);
-    a.add_imm(2, i32::from(KEY_AT));
-    a.map_fd(1, dests_fd);
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jump(JEQ, 0, Err(0), "pass");
-    if let Some(maps) = fast {
-        crate::fast_path::emit(&mut a, maps, "steer");
-    }
-    a.label("steer");
-    a.count(stats_fd, STAT_STEERED, "redirect");
-    a.load(W, 2, 6, 16); // rx_queue_index
-    a.map_fd(1, xsks_fd);
-    a.mov_imm(3, action::PASS as i32); // no socket on this queue: to the kernel
-    a.call(helper::REDIRECT_MAP);
-    a.exit();
-
-    a.label("pass");
-    a.count(stats_fd, STAT_PASSED, "pass_exit");
-    a.ret(action::PASS);
-    a.finish()
+/// What [`load`] hands over: the program and every map it uses.
+#[derive(Debug)]
+pub(crate) struct Loaded {
+    pub(crate) prog: OwnedFd,
+    pub(crate) dests: Map,
+    pub(crate) xsks: Map,
+    pub(crate) stats: Map,
+    /// `fast_flows`, `fast_next_hops` and `fast_stats`, when the fast path was asked for.
+    pub(crate) fast: Option<[Map; 3]>,
 }
 
-/// The key of destination `addr` in the `dests` map: the address as 16 bytes (IPv4 as
-/// IPv4-mapped IPv6), the port in network byte order, two zero bytes.
-pub fn dest_key(addr: std::net::SocketAddr) -> [u8; DEST_KEY_LEN] {
+fn load_error(what: &str, e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(format!("{what}: {e}"))
+}
+
+/// Loads the steering program (with the fast path when `fast_flow_entries` gives the
+/// capacity of `fast_flows`), with room for `dests` destinations and `queues` queues.
+pub(crate) fn load(dests: u32, queues: u32, fast_flow_entries: Option<u32>) -> io::Result<Loaded> {
+    let mut loader = aya::EbpfLoader::new();
+    loader
+        .map_max_entries("relay_dests", dests.max(1))
+        .map_max_entries("relay_xsks", queues.max(1))
+        // Without the fast path its maps are still in the object: keep them tiny.
+        .map_max_entries("fast_flows", fast_flow_entries.unwrap_or(2).max(2));
+    let mut object = loader
+        .load(OBJECT)
+        .map_err(|e| load_error("loading bpf/relay.bpf.c's object", e))?;
+    let name = if fast_flow_entries.is_some() {
+        "relay_steer_fast"
+    } else {
+        "relay_steer"
+    };
+    let program: &mut aya::programs::Xdp = object
+        .program_mut(name)
+        .ok_or_else(|| load_error(name, "not in the object"))?
+        .try_into()
+        .map_err(|e| load_error(name, e))?;
+    program
+        .load()
+        .map_err(|e| load_error(&format!("the verifier on {name}"), verifier_log(&e)))?;
+    let prog = program
+        .fd()
+        .map_err(|e| load_error(name, e))?
+        .as_fd()
+        .try_clone_to_owned()?;
+    let take = |name: &str, kind: u32, key: usize, value: usize| -> io::Result<Map> {
+        let map = object
+            .map(name)
+            .ok_or_else(|| load_error(name, "not in the object"))?;
+        let fd = map_fd(map)
+            .ok_or_else(|| load_error(name, "an unexpected map type"))?
+            .try_clone_to_owned()?;
+        Map::adopt(fd, kind, key as u32, value as u32)
+            .map_err(|e| load_error(&format!("{name} against this crate's layout"), e))
+    };
+    let dests = take("relay_dests", bpf::MAP_HASH, DEST_KEY_LEN, 1)?;
+    let xsks = take("relay_xsks", bpf::MAP_XSKMAP, 4, 4)?;
+    let stats = take("relay_stats", bpf::MAP_ARRAY, 4, 8)?;
+    let fast = match fast_flow_entries {
+        None => None,
+        Some(_) => Some([
+            take("fast_flows", bpf::MAP_PERCPU_HASH, KEY_LEN, VALUE_LEN)?,
+            take(
+                "fast_next_hops",
+                bpf::MAP_HASH,
+                NEXT_HOP_KEY_LEN,
+                NEXT_HOP_VALUE_LEN,
+            )?,
+            take("fast_stats", bpf::MAP_PERCPU_ARRAY, 4, 8)?,
+        ]),
+    };
+    debug_assert_eq!(STATS, 8);
+    Ok(Loaded {
+        prog,
+        dests,
+        xsks,
+        stats,
+        fast,
+    })
+}
+
+/// The descriptor of one of the map types this object declares.
+fn map_fd(map: &aya::maps::Map) -> Option<std::os::fd::BorrowedFd<'_>> {
+    use aya::maps::Map as M;
+    match map {
+        M::HashMap(data)
+        | M::PerCpuHashMap(data)
+        | M::Array(data)
+        | M::PerCpuArray(data)
+        | M::XskMap(data) => Some(data.fd().as_fd()),
+        _ => None,
+    }
+}
+
+/// The tail of the verifier's log when it refused the program, else the error itself.
+fn verifier_log(e: &aya::programs::ProgramError) -> String {
+    match e {
+        aya::programs::ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        } => {
+            let text = verifier_log.to_string();
+            let tail: Vec<&str> = text.lines().rev().take(12).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            format!("{io_error}; verifier says:\n{}", tail.join("\n"))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// The key of destination `addr` in the `relay_dests` map (`struct dest_key`): the
+/// address as 16 bytes (IPv4 as IPv4-mapped IPv6), the port in network byte order, two
+/// zero bytes.
+pub fn dest_key(addr: SocketAddr) -> [u8; DEST_KEY_LEN] {
     let ip = match addr.ip() {
         std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
         std::net::IpAddr::V6(v6) => v6,
@@ -136,20 +155,6 @@ pub const DEST_KEY_LEN: usize = 20;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jumps_land_on_their_labels_and_the_program_ends_in_exit() {
-        let p = steering(3, 4, 5, None);
-        assert!(p.len() < 100, "{} instructions", p.len());
-        assert_eq!(ufrag_bpf::asm::check_jumps(&p), Ok(()));
-        // The map loads carry the three fds as pseudo map fds.
-        let fds: Vec<i32> = p
-            .iter()
-            .filter(|i| i.is_map_fd_load())
-            .map(|i| i.imm)
-            .collect();
-        assert_eq!(fds, vec![3, 5, 4, 5]);
-    }
 
     #[test]
     fn destination_keys_are_the_wire_bytes_with_ipv4_mapped() {

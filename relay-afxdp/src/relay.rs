@@ -17,7 +17,7 @@ use ufrag_common::runtime::cache::{CacheClient, WakeFn};
 use ufrag_common::runtime::lifecycle::{RelayWorker, Running};
 
 use crate::channels::{QueuesSet, SetQueuesError};
-use crate::fast_path::{FastPathMaps, FastPathWriter};
+use crate::fast_path::FastPathWriter;
 use crate::neighbours::Neighbours;
 use crate::steering::{AttachMode, Steering};
 use crate::worker::{AfXdpWorker, WorkerParts};
@@ -382,20 +382,18 @@ impl Relay {
         let internals: Vec<_> = (0..config.workers())
             .map(|i| config.worker_internal_addr(i))
             .collect();
-        let fast_path = match options.fast_path {
+        let fast_path_flows = match options.fast_path {
             FastPath::Off => None,
-            FastPath::Xdp => Some(Arc::new(
-                FastPathMaps::create(config.flows_per_worker.saturating_mul(config.workers()))
-                    .map_err(system("creating the fast path's maps"))?,
-            )),
+            FastPath::Xdp => Some(config.flows_per_worker.saturating_mul(config.workers())),
         };
         let steering = Steering::load_with(
             &config.vips,
             &internals,
             interface.rx_queues as u32,
-            fast_path.as_deref(),
+            fast_path_flows,
         )
         .map_err(system("loading the XDP program"))?;
+        let fast_path = steering.fast_path().cloned();
         let xsk_config = XskConfig {
             frames: 4096,
             frame_size: options.frame_size,

@@ -1,10 +1,12 @@
-//! The steering program with its maps, loaded and ready to attach: `dests` (which UDP
-//! destination addresses and ports belong to the relay), `xsks` (one AF_XDP socket per
-//! queue) and `stats` (decision counters).
+//! The steering program with its maps, loaded and ready to attach: `relay_dests` (which
+//! UDP destination addresses and ports belong to the relay), `relay_xsks` (one AF_XDP
+//! socket per queue) and `relay_stats` (decision counters), and with the in-kernel fast
+//! path its maps too.
 
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use crate::fast_path::{FastPathMaps, KIND_INTERNAL, KIND_VIP};
 use crate::program::{self, STAT_PASSED, STAT_STEERED};
@@ -31,10 +33,11 @@ pub struct SteeringStats {
 /// A loaded steering program.
 #[derive(Debug)]
 pub struct Steering {
-    prog: OwnedFd,
-    dests: Map,
-    xsks: Map,
-    stats: Map,
+    pub(crate) prog: OwnedFd,
+    pub(crate) dests: Map,
+    pub(crate) xsks: Map,
+    pub(crate) stats: Map,
+    pub(crate) fast_path: Option<Arc<FastPathMaps>>,
 }
 
 impl Steering {
@@ -45,50 +48,48 @@ impl Steering {
     }
 
     /// [`Steering::load`] with the VIPs and internal addresses told apart, and the
-    /// in-kernel fast path when `fast` is given.
+    /// in-kernel fast path when `fast_path_flows` gives how many flows it must hold.
     pub fn load_with(
         vips: &[SocketAddr],
         internals: &[SocketAddr],
         queues: u32,
-        fast: Option<&FastPathMaps>,
+        fast_path_flows: Option<usize>,
     ) -> io::Result<Self> {
-        let kinds = vips
-            .iter()
-            .map(|a| (*a, KIND_VIP))
-            .chain(internals.iter().map(|a| (*a, KIND_INTERNAL)));
-        let dests: Vec<(SocketAddr, u8)> = kinds.collect();
-        if let Some((wildcard, _)) = dests.iter().find(|(d, _)| d.ip().is_unspecified()) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("{wildcard}: the XDP program steers specific addresses, not a wildcard"),
-            ));
-        }
-        let entries = u32::try_from(dests.len().max(1)).unwrap_or(u32::MAX);
-        let dest_map = Map::create(
-            bpf::MAP_HASH,
-            program::DEST_KEY_LEN as u32,
-            1,
+        let dests = destinations(vips, internals)?;
+        let entries = u32::try_from(dests.len()).unwrap_or(u32::MAX);
+        let loaded = program::load(
             entries,
-            "relay_dests",
+            queues,
+            fast_path_flows.map(FastPathMaps::entries_for),
         )?;
-        let xsks = Map::create(bpf::MAP_XSKMAP, 4, 4, queues.max(1), "relay_xsks")?;
-        let stats = Map::create(bpf::MAP_ARRAY, 4, 8, 2, "relay_stats")?;
-        let insns = program::steering(
-            dest_map.raw_fd(),
-            xsks.raw_fd(),
-            stats.raw_fd(),
-            fast.map(FastPathMaps::fds),
-        );
-        let prog = bpf::prog_load_xdp(&insns, "relay_steer")?;
         for (dest, kind) in &dests {
-            dest_map.update(&program::dest_key(*dest), &[*kind])?;
+            loaded.dests.update(&program::dest_key(*dest), &[*kind])?;
         }
         Ok(Steering {
-            prog,
-            dests: dest_map,
-            xsks,
-            stats,
+            prog: loaded.prog,
+            dests: loaded.dests,
+            xsks: loaded.xsks,
+            stats: loaded.stats,
+            fast_path: loaded
+                .fast
+                .map(|maps| Arc::new(FastPathMaps::from_maps(maps))),
         })
+    }
+
+    /// The fast path's maps, when the program was loaded with it.
+    pub fn fast_path(&self) -> Option<&Arc<FastPathMaps>> {
+        self.fast_path.as_ref()
+    }
+
+    /// The loaded program's size as the kernel reports it.
+    pub fn program_info(&self) -> io::Result<bpf::ProgInfo> {
+        bpf::prog_info(&self.prog)
+    }
+
+    /// Runs the program `repeat` times on `frame` and returns the kernel's measured mean
+    /// run time (ns); see [`bpf::prog_test_run_timed`] for frames the program rewrites.
+    pub fn time_runs(&self, frame: &[u8], repeat: u32) -> io::Result<u32> {
+        bpf::prog_test_run_timed(&self.prog, frame, repeat)
     }
 
     /// The program's verdict on one frame (`BPF_PROG_TEST_RUN`): no interface needed.
@@ -146,4 +147,23 @@ impl Steering {
     pub fn dests(&self) -> &OwnedFd {
         self.dests.fd()
     }
+}
+
+/// Each destination with its kind; refuses a wildcard, which the program cannot match.
+pub(crate) fn destinations(
+    vips: &[SocketAddr],
+    internals: &[SocketAddr],
+) -> io::Result<Vec<(SocketAddr, u8)>> {
+    let kinds = vips
+        .iter()
+        .map(|a| (*a, KIND_VIP))
+        .chain(internals.iter().map(|a| (*a, KIND_INTERNAL)));
+    let dests: Vec<(SocketAddr, u8)> = kinds.collect();
+    if let Some((wildcard, _)) = dests.iter().find(|(d, _)| d.ip().is_unspecified()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{wildcard}: the XDP program steers specific addresses, not a wildcard"),
+        ));
+    }
+    Ok(dests)
 }

@@ -7,6 +7,7 @@
 //! (CAP_BPF); CI runs as root, and without it these tests fail loudly rather than skip.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use relay_afxdp::fast_path::{FastFlow, FastPathMaps, FastStats};
 use relay_afxdp::packet::{headers_len, write_udp};
@@ -76,7 +77,7 @@ fn frame_marked(client: &str, vip: &str, payload: &[u8], verified_path: bool) ->
 }
 
 struct Bench {
-    maps: FastPathMaps,
+    maps: Arc<FastPathMaps>,
     steering: Steering,
     buf: Vec<u8>,
 }
@@ -84,14 +85,17 @@ struct Bench {
 impl Bench {
     fn new() -> Bench {
         testkit::testbed::tools::require_root();
-        let maps = FastPathMaps::create(64).expect("maps");
         let steering = Steering::load_with(
             &[a(VIP4), a(VIP6)],
             &[a(INTERNAL4), a(INTERNAL6)],
             1,
-            Some(&maps),
+            Some(32),
         )
         .expect("the verifier accepts the program with the fast path");
+        let maps = steering
+            .fast_path()
+            .expect("loaded with the fast path")
+            .clone();
         let buf = maps.value_buffer().unwrap();
         Bench {
             maps,
@@ -221,6 +225,39 @@ fn an_ipv4_flow_is_carried_both_ways_as_user_space_would_send_it() {
     assert_eq!(packets, 2);
     assert_eq!(bytes as usize, (42 + 16 + RTP.len()) + (42 + RTP.len()));
     assert!(last.is_some(), "stamped");
+}
+
+#[test]
+fn bpftool_prints_a_flow_entry_field_by_field() {
+    let mut b = Bench::new();
+    let f = flow(CLIENT4, VIP4, TRANSCEIVER4, INTERNAL4);
+    b.install(&f);
+    b.run(&udp_frame(CLIENT_MAC, RELAY_MAC, a(CLIENT4), a(VIP4), &RTP));
+    let info = b.maps.flows_map_info().expect("fast_flows' info");
+    assert_ne!(info.btf_key_type_id, 0, "the key has a BTF type");
+    assert_ne!(info.btf_value_type_id, 0, "the value has a BTF type");
+    // scripts/test.sh installs bpftool.
+    let out = std::process::Command::new("bpftool")
+        .args(["map", "dump", "id", &info.id.to_string()])
+        .output()
+        .expect("bpftool runs (scripts/test.sh installs it)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for field in [
+        "\"src_port\"",
+        "\"direction\"",
+        "\"frame\"",
+        "\"packets\": 1",
+        "\"last_seen_ns\"",
+        "\"next_hop\"",
+        "\"headers\"",
+    ] {
+        assert!(text.contains(field), "{field} in:\n{text}");
+    }
 }
 
 #[test]

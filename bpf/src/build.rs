@@ -1,0 +1,52 @@
+//! Compiling the project's XDP programs from C, for the build scripts of the crates that
+//! ship them: Debian's clang with `-target bpf`, BTF included (`-g`), warnings as errors.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Compiles `source` (a `.bpf.c` file) to `$OUT_DIR/<name>.o` and tells cargo to rebuild
+/// when it or a header beside it changes. Panics with what to install when clang is
+/// missing, and with clang's own output when the source does not compile: a build script
+/// has no other way to fail.
+pub fn compile_xdp(source: &Path) -> PathBuf {
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let stem = source
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_suffix(".c"))
+        .expect("a .c source");
+    let object = out_dir.join(format!("{stem}.o"));
+    println!("cargo:rerun-if-changed={}", source.display());
+    if let Some(dir) = source.parent() {
+        println!("cargo:rerun-if-changed={}", dir.display());
+    }
+    // With `-target bpf` clang does not search the host's multiarch directory, where
+    // Debian keeps <asm/types.h>.
+    let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_else(|_| "x86_64".into());
+    let multiarch = format!("/usr/include/{arch}-linux-gnu");
+    let output = Command::new("clang")
+        .args(["-target", "bpf", "-O2", "-g", "-Wall", "-Werror"])
+        .arg("-I")
+        .arg(&multiarch)
+        .arg("-c")
+        .arg(source)
+        .arg("-o")
+        .arg(&object)
+        .output()
+        .unwrap_or_else(|e| {
+            panic!(
+                "running clang to compile {}: {e}; scripts/build-deps.sh installs clang \
+                 and libbpf-dev",
+                source.display()
+            )
+        });
+    if !output.status.success() {
+        panic!(
+            "clang could not compile {}:\n{}{}",
+            source.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    object
+}
