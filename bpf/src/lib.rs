@@ -6,5 +6,6 @@
 #![deny(unsafe_code)]
 
 pub mod asm;
+pub mod btf;
 pub mod build;
 pub mod sys;

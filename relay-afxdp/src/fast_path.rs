@@ -66,11 +66,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use ufrag_bpf::asm::{Asm, B, DW, H, JEQ, JGT, JLT, JNE, W, action, helper};
 use ufrag_bpf::sys::{self as bpf, Map};
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::{FlowMirror, Route};
-use ufrag_common::frame::{FLAG_VERIFIED_PATH, FrameHeader, MAX_HEADER_LEN};
+use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
 use ufrag_common::metrics::FastPathTotals;
 use ufrag_common::wire::{self, fold_carries};
 
@@ -86,6 +85,7 @@ pub const KIND_INTERNAL: u8 = 2;
 /// port, destination port (as on the wire), direction (0 forward, 1 return), 3 zero
 /// bytes, then a return frame's header (40, zero-padded; zeros for a forward key).
 pub const KEY_LEN: usize = 80;
+// The offsets of `struct flow_key`'s fields.
 const KEY_SRC: usize = 0;
 const KEY_DST: usize = 16;
 const KEY_SRC_PORT: usize = 32;
@@ -102,27 +102,21 @@ pub const VALUE_LEN: usize = (56 + TEMPLATE_MAX).next_multiple_of(8);
 pub const NEXT_HOP_KEY_LEN: usize = 16;
 /// `fast_next_hops`' value (`struct mac`): the MAC and two zero bytes.
 pub const NEXT_HOP_VALUE_LEN: usize = 8;
-const V_PACKETS: i16 = 0;
-const V_BYTES: i16 = 8;
-const V_LAST_SEEN: i16 = 16;
-const V_IN_LEN: i16 = 24;
-const V_OUT_LEN: i16 = 26;
-const V_OUT_V6: i16 = 28;
-const V_IP_SUM: i16 = 30;
-const V_CSUM_K: i16 = 32;
-const V_NEXT_HOP: i16 = 40;
-const V_TEMPLATE: i16 = 56;
+// The offsets of `struct flow_entry`'s fields (bpf/relay.bpf.c), as user space writes
+// and reads them; a test checks them against the object's BTF.
+const V_PACKETS: usize = 0;
+const V_BYTES: usize = 8;
+const V_LAST_SEEN: usize = 16;
+const V_IN_LEN: usize = 24;
+const V_OUT_LEN: usize = 26;
+const V_OUT_V6: usize = 28;
+const V_IP_SUM: usize = 30;
+const V_UDP_SUM_DELTA: usize = 32;
+const V_NEXT_HOP: usize = 40;
+const V_TEMPLATE: usize = 56;
 /// The longest headers sent: Ethernet, IPv6, UDP and a frame header of two IPv6
 /// addresses.
 const TEMPLATE_MAX: usize = ETH_LEN + IPV6_LEN + UDP_LEN + MAX_HEADER_LEN;
-
-/// The header lengths an entry can have: returns to an IPv4 or IPv6 client (42, 62) and
-/// forwards over IPv4 or IPv6 with a frame header for IPv4 or IPv6 clients.
-const OUT_LENS_V4: [usize; 3] = [42, 58, 82];
-const OUT_LENS_V6: [usize; 3] = [62, 78, 102];
-
-/// Next hops (neighbours: transceivers, clients on the link, gateways) with a MAC.
-const NEXT_HOPS: u32 = 4096;
 
 /// `fast_stats` indexes (per-CPU `u64`s).
 pub const STAT_FORWARD_PACKETS: u32 = 0;
@@ -142,362 +136,6 @@ pub const STAT_UNFIT: u32 = 6;
 pub const STAT_NO_MAC: u32 = 7;
 /// How many `fast_stats` counters there are.
 pub const STATS: u32 = 8;
-
-/// Where the fast path builds its key on the stack (80 bytes, 8-aligned), below the
-/// steering block's key.
-const FKEY: i16 = -112;
-/// The incoming UDP length and checksum, as loaded, kept across the map lookup.
-const SAVED_LEN: i16 = -120;
-const SAVED_SUM: i16 = -118;
-/// The next hop's MAC (6 bytes and 2 of padding), kept across the head's move.
-const SAVED_MAC: i16 = -128;
-
-/// The maps the fast-path block reads and writes.
-#[derive(Clone, Copy, Debug)]
-pub struct FastMaps {
-    /// `fast_flows`.
-    pub flows_fd: i32,
-    /// `fast_next_hops`: next-hop address (16 bytes, IPv4 mapped) → MAC.
-    pub next_hops_fd: i32,
-    /// `fast_stats`.
-    pub stats_fd: i32,
-}
-
-/// Emits the fast-path block. It starts with r0 = the `dests` value of the frame's
-/// destination ([`KIND_VIP`] or [`KIND_INTERNAL`]) and r6 = the context; every frame it
-/// does not send itself goes to `steer` (the AF_XDP redirect) untouched.
-pub fn emit(a: &mut Asm, maps: FastMaps, steer: &'static str) {
-    a.load(B, 9, 0, 0); // r9 = the destination's kind
-    a.load(W, 2, 6, 0); // data
-    a.load(W, 3, 6, 4); // data_end
-    for off in (0..KEY_LEN as i16).step_by(8) {
-        a.store_imm(DW, 10, FKEY + off, 0);
-    }
-    parse_addresses(a, steer);
-    classify_payload(a);
-    look_up_entry(a, maps);
-    rewrite(a);
-    count_and_send(a, maps);
-    leave_to_user_space(a, maps, steer);
-}
-
-/// IP and UDP: both lengths must fill the frame exactly (no Ethernet padding, nothing
-/// truncated), IPv4 without options; the addresses and ports go into the key. Leaves
-/// r8 = the UDP payload's offset (42 or 62).
-fn parse_addresses(a: &mut Asm, steer: &'static str) {
-    a.mov_reg(4, 2);
-    a.add_imm(4, 42); // Ethernet, IPv4 and UDP: the shortest frame either family sends
-    a.jump(JGT, 4, Ok(3), steer);
-    a.load(H, 5, 2, 12);
-    a.jump(JEQ, 5, Err(0xDD86), "fast_v6");
-
-    // IPv4 (the steering block has checked the protocol and that it is no fragment).
-    a.load(B, 5, 2, 14);
-    a.jump(JNE, 5, Err(0x45), "fast_unfit"); // IP options
-    a.load(H, 5, 2, 16);
-    a.to_be(5, 16); // total length
-    a.mov_reg(4, 3);
-    a.sub_reg(4, 2);
-    a.add_imm(4, -(ETH_LEN as i32));
-    a.jump(JNE, 5, Ok(4), "fast_unfit");
-    a.load(H, 4, 2, 38);
-    a.to_be(4, 16); // UDP length
-    a.add_imm(4, IPV4_LEN as i32);
-    a.jump(JNE, 5, Ok(4), "fast_unfit");
-    for (packet, key) in [(26, KEY_SRC), (30, KEY_DST)] {
-        a.store_imm(W, 10, FKEY + key as i16 + 8, 0xffff_0000_u32 as i32); // ::ffff:
-        a.load(W, 5, 2, packet);
-        a.store_reg(W, 10, FKEY + key as i16 + 12, 5);
-    }
-    a.load(H, 5, 2, 34);
-    a.store_reg(H, 10, FKEY + KEY_SRC_PORT as i16, 5);
-    a.load(H, 5, 2, 36);
-    a.store_reg(H, 10, FKEY + KEY_DST_PORT as i16, 5);
-    a.mov_imm(8, 42);
-    a.goto("fast_payload");
-
-    // IPv6 (the steering block has checked that UDP is the next header).
-    a.label("fast_v6");
-    a.mov_reg(4, 2);
-    a.add_imm(4, 62);
-    a.jump(JGT, 4, Ok(3), steer);
-    a.load(H, 5, 2, 18);
-    a.to_be(5, 16); // payload length
-    a.mov_reg(4, 3);
-    a.sub_reg(4, 2);
-    a.add_imm(4, -((ETH_LEN + IPV6_LEN) as i32));
-    a.jump(JNE, 5, Ok(4), "fast_unfit");
-    a.load(H, 4, 2, 58);
-    a.to_be(4, 16); // UDP length
-    a.jump(JNE, 5, Ok(4), "fast_unfit");
-    // Source then destination address: 32 bytes from offset 22, as the key has them.
-    for word in 0..8 {
-        a.load(W, 5, 2, 22 + 4 * word);
-        a.store_reg(W, 10, FKEY + KEY_SRC as i16 + 4 * word, 5);
-    }
-    a.load(H, 5, 2, 54);
-    a.store_reg(H, 10, FKEY + KEY_SRC_PORT as i16, 5);
-    a.load(H, 5, 2, 56);
-    a.store_reg(H, 10, FKEY + KEY_DST_PORT as i16, 5);
-    a.mov_imm(8, 62);
-}
-
-/// STUN goes to user space, and so does a client's datagram that is neither DTLS nor
-/// RTP/RTCP (RFC 7983); a frame from a transceiver must carry a frame header of two
-/// IPv4 or two IPv6 addresses, which goes into the key. Leaves r7 = the length of the
-/// headers the frame arrived with (a return frame's frame header included).
-fn classify_payload(a: &mut Asm) {
-    a.label("fast_payload");
-    a.mov_reg(4, 2);
-    a.add_reg(4, 8);
-    a.mov_reg(5, 4);
-    a.add_imm(5, 1);
-    a.jump(JGT, 5, Ok(3), "fast_unfit"); // an empty datagram
-    a.load(B, 5, 4, 0);
-    a.jump(JLT, 5, Err(4), "fast_stun"); // RFC 7983: 0..3 is STUN
-    a.mov_reg(7, 8);
-    a.jump(JNE, 9, Err(i32::from(KIND_VIP)), "fast_from_transceiver");
-    // From a client, only what user space forwards: DTLS (20..63) and RTP/RTCP
-    // (128..191); user space drops the rest, and counts it.
-    a.jump(JLT, 5, Err(20), "fast_unfit");
-    a.jump(JLT, 5, Err(64), "fast_lookup");
-    a.jump(JLT, 5, Err(128), "fast_unfit");
-    a.jump(JLT, 5, Err(192), "fast_lookup");
-    a.goto("fast_unfit");
-
-    a.label("fast_from_transceiver");
-    a.jump(JNE, 5, Err(0xF1), "fast_unfit"); // not a version-1 frame
-    a.mov_reg(5, 4);
-    a.add_imm(5, 17); // the shortest header and at least one byte of datagram
-    a.jump(JGT, 5, Ok(3), "fast_unfit");
-    a.load(B, 5, 4, 1); // flags: bit 0 client IPv6, bit 1 VIP IPv6, bit 3 verified path
-    // The verified-path bit is part of the key (user space installs return keys with it
-    // set), so a frame without it misses; the families are read without it.
-    a.and_imm(5, i32::from(!FLAG_VERIFIED_PATH));
-    a.jump(JEQ, 5, Err(3), "fast_frame_v6");
-    a.jump(JNE, 5, Err(0), "fast_unfit"); // mixed families: user space
-    for off in [0, 8] {
-        a.load(DW, 5, 4, off);
-        a.store_reg(DW, 10, FKEY + KEY_FRAME as i16 + off, 5);
-    }
-    a.add_imm(7, 16);
-    a.goto("fast_return_key");
-
-    a.label("fast_frame_v6");
-    a.mov_reg(5, 4);
-    a.add_imm(5, 41);
-    a.jump(JGT, 5, Ok(3), "fast_unfit");
-    for off in [0, 8, 16, 24, 32] {
-        a.load(DW, 5, 4, off);
-        a.store_reg(DW, 10, FKEY + KEY_FRAME as i16 + off, 5);
-    }
-    a.add_imm(7, 40);
-
-    a.label("fast_return_key");
-    a.store_imm(B, 10, FKEY + KEY_DIR as i16, 1);
-}
-
-/// r9 = this CPU's entry for the key; its incoming header length must be r7. Saves the
-/// incoming UDP length and checksum; an IPv6 output needs a checksum to update.
-fn look_up_entry(a: &mut Asm, maps: FastMaps) {
-    a.label("fast_lookup");
-    a.mov_reg(2, 10);
-    a.add_imm(2, i32::from(FKEY));
-    a.map_fd(1, maps.flows_fd);
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jump(JEQ, 0, Err(0), "fast_miss");
-    a.mov_reg(9, 0);
-    a.load(H, 1, 9, V_IN_LEN);
-    a.jump(JNE, 1, Ok(7), "fast_unfit");
-    // The next hop's MAC, looked up by address: a neighbour that changes its MAC (a
-    // host replaced, a router failover) changes one entry, not every flow's.
-    a.mov_reg(2, 9);
-    a.add_imm(2, i32::from(V_NEXT_HOP));
-    a.map_fd(1, maps.next_hops_fd);
-    a.call(helper::MAP_LOOKUP_ELEM);
-    a.jump(JEQ, 0, Err(0), "fast_no_mac");
-    a.load(DW, 1, 0, 0);
-    a.store_reg(DW, 10, SAVED_MAC, 1);
-    a.load(W, 2, 6, 0);
-    a.load(W, 3, 6, 4);
-    a.mov_reg(4, 2);
-    a.add_reg(4, 8); // the UDP payload (r8 = 42 or 62, already bounds-checked)
-    a.jump(JGT, 4, Ok(3), "fast_unfit");
-    a.load(H, 5, 4, -4);
-    a.store_reg(H, 10, SAVED_LEN, 5);
-    a.load(H, 5, 4, -2);
-    a.store_reg(H, 10, SAVED_SUM, 5);
-    a.load(B, 1, 9, V_OUT_V6);
-    a.jump(JEQ, 1, Err(0), "fast_move");
-    a.jump(JEQ, 5, Err(0), "fast_unfit"); // IPv4 without a checksum, IPv6 out
-}
-
-/// Moves the frame's start so the entry's headers end where the kept datagram begins,
-/// copies them in, then sets the lengths and checksums.
-fn rewrite(a: &mut Asm) {
-    a.label("fast_move");
-    a.load(H, 2, 9, V_OUT_LEN);
-    a.mov_reg(1, 7);
-    a.sub_reg(1, 2); // in_len − out_len: positive strips, negative makes room
-    a.mov_reg(2, 1);
-    a.mov_reg(1, 6);
-    a.call(helper::XDP_ADJUST_HEAD);
-    a.jump(JNE, 0, Err(0), "fast_unfit"); // nothing moved
-    a.load(W, 2, 6, 0);
-    a.load(W, 3, 6, 4);
-    a.load(H, 1, 9, V_OUT_LEN);
-    for (len, label) in OUT_LENS_V4
-        .iter()
-        .zip(["fast_out42", "fast_out58", "fast_out82"])
-        .chain(
-            OUT_LENS_V6
-                .iter()
-                .zip(["fast_out62", "fast_out78", "fast_out102"]),
-        )
-    {
-        a.jump(JEQ, 1, Err(*len as i32), label);
-    }
-    // User space writes no other length; the head has moved, so this frame is lost.
-    a.ret(action::ABORTED);
-    for (len, label) in OUT_LENS_V4
-        .iter()
-        .zip(["fast_out42", "fast_out58", "fast_out82"])
-    {
-        copy_template(a, label, *len, "fast_fill_v4");
-    }
-    for (len, label) in OUT_LENS_V6
-        .iter()
-        .zip(["fast_out62", "fast_out78", "fast_out102"])
-    {
-        copy_template(a, label, *len, "fast_fill_v6");
-    }
-    a.label("fast_short");
-    a.ret(action::ABORTED);
-
-    // IPv4: total length, header checksum from the entry's partial sum, UDP length, no
-    // UDP checksum.
-    a.label("fast_fill_v4");
-    a.mov_reg(4, 3);
-    a.sub_reg(4, 2); // the frame's length
-    a.mov_reg(5, 4);
-    a.add_imm(5, -(ETH_LEN as i32));
-    a.to_be(5, 16);
-    a.store_reg(H, 2, (ETH_LEN + 2) as i16, 5);
-    a.load(H, 1, 9, V_IP_SUM);
-    a.add_reg(1, 5);
-    a.fold_checksum(1, 0, 2);
-    a.store_reg(H, 2, (ETH_LEN + 10) as i16, 1);
-    a.mov_reg(5, 4);
-    a.add_imm(5, -((ETH_LEN + IPV4_LEN) as i32));
-    a.to_be(5, 16);
-    a.store_reg(H, 2, (ETH_LEN + IPV4_LEN + 4) as i16, 5);
-    a.store_imm(H, 2, (ETH_LEN + IPV4_LEN + 6) as i16, 0);
-    a.goto("fast_count");
-
-    // IPv6: payload and UDP length; the checksum is the incoming one plus the entry's
-    // constant, plus the new length twice (pseudo-header and header), minus the old one
-    // twice (RFC 1624: subtracting is adding the complement).
-    a.label("fast_fill_v6");
-    a.mov_reg(4, 3);
-    a.sub_reg(4, 2);
-    a.mov_reg(5, 4);
-    a.add_imm(5, -((ETH_LEN + IPV6_LEN) as i32));
-    a.to_be(5, 16);
-    a.store_reg(H, 2, (ETH_LEN + 4) as i16, 5);
-    a.store_reg(H, 2, (ETH_LEN + IPV6_LEN + 4) as i16, 5);
-    a.load(H, 1, 10, SAVED_SUM);
-    a.xor_imm(1, 0xffff); // the sum the incoming checksum stood for
-    a.load(W, 0, 9, V_CSUM_K);
-    a.add_reg(1, 0);
-    a.add_reg(1, 5);
-    a.add_reg(1, 5);
-    a.load(H, 0, 10, SAVED_LEN);
-    a.xor_imm(0, 0xffff);
-    a.add_reg(1, 0);
-    a.add_reg(1, 0);
-    a.fold_checksum(1, 0, 3);
-    a.jump(JNE, 1, Err(0), "fast_sum_v6");
-    a.mov_imm(1, 0xffff); // a computed 0 is sent as all ones (RFC 8200 §8.1)
-    a.label("fast_sum_v6");
-    a.store_reg(H, 2, (ETH_LEN + IPV6_LEN + 6) as i16, 1);
-}
-
-/// Copies the entry's `len` header bytes to the frame's start (8 bytes at a time, then
-/// the tail) and the next hop's MAC over the destination, then continues at `then`.
-fn copy_template(a: &mut Asm, label: &'static str, len: usize, then: &'static str) {
-    a.label(label);
-    a.mov_reg(4, 2);
-    a.add_imm(4, len as i32);
-    a.jump(JGT, 4, Ok(3), "fast_short");
-    let mut off = 0;
-    while off < len {
-        let size = match len - off {
-            8.. => (DW, 8),
-            4..=7 => (W, 4),
-            _ => (H, 2),
-        };
-        a.load(size.0, 1, 9, V_TEMPLATE + off as i16);
-        a.store_reg(size.0, 2, off as i16, 1);
-        off += size.1;
-    }
-    // The destination MAC: the next hop's now.
-    a.load(W, 1, 10, SAVED_MAC);
-    a.store_reg(W, 2, 0, 1);
-    a.load(H, 1, 10, SAVED_MAC + 4);
-    a.store_reg(H, 2, 4, 1);
-    a.goto(then);
-}
-
-/// Counts the datagram on its flow (this CPU's copy: no atomics) and in `fast_stats`,
-/// stamps the flow's last-seen time, and sends the frame back out (`XDP_TX`).
-fn count_and_send(a: &mut Asm, maps: FastMaps) {
-    a.label("fast_count");
-    a.mov_reg(7, 3);
-    a.sub_reg(7, 2); // bytes sent
-    a.load(DW, 1, 9, V_PACKETS);
-    a.add_imm(1, 1);
-    a.store_reg(DW, 9, V_PACKETS, 1);
-    a.load(DW, 1, 9, V_BYTES);
-    a.add_reg(1, 7);
-    a.store_reg(DW, 9, V_BYTES, 1);
-    a.call(helper::KTIME_GET_NS);
-    a.store_reg(DW, 9, V_LAST_SEEN, 0);
-    a.load(B, 1, 10, FKEY + KEY_DIR as i16);
-    a.jump(JNE, 1, Err(0), "fast_count_return");
-    add_stat(a, maps, STAT_FORWARD_PACKETS, None, "fast_fwd_p");
-    add_stat(a, maps, STAT_FORWARD_BYTES, Some(7), "fast_fwd_b");
-    a.ret(action::TX);
-    a.label("fast_count_return");
-    add_stat(a, maps, STAT_RETURN_PACKETS, None, "fast_ret_p");
-    add_stat(a, maps, STAT_RETURN_BYTES, Some(7), "fast_ret_b");
-    a.ret(action::TX);
-}
-
-/// `fast_stats[index] += 1` (or `+= r{by}`) on this CPU; continues at `done`.
-fn add_stat(a: &mut Asm, maps: FastMaps, index: u32, by: Option<u8>, done: &'static str) {
-    a.lookup_array(maps.stats_fd, index, done);
-    a.load(DW, 1, 0, 0);
-    match by {
-        Some(reg) => a.add_reg(1, reg),
-        None => a.add_imm(1, 1),
-    }
-    a.store_reg(DW, 0, 0, 1);
-    a.label(done);
-}
-
-/// The frames this path does not send: counted by reason, then to AF_XDP untouched.
-fn leave_to_user_space(a: &mut Asm, maps: FastMaps, steer: &'static str) {
-    for (label, index, done) in [
-        ("fast_stun", STAT_STUN, "fast_stun_counted"),
-        ("fast_miss", STAT_MISS, "fast_miss_counted"),
-        ("fast_unfit", STAT_UNFIT, "fast_unfit_counted"),
-        ("fast_no_mac", STAT_NO_MAC, "fast_no_mac_counted"),
-    ] {
-        a.label(label);
-        add_stat(a, maps, index, None, done);
-        a.goto(steer);
-    }
-}
 
 /// The ones' complement sum of `bytes` as 16-bit words in the order a BPF load reads
 /// them (native), not folded.
@@ -607,17 +245,17 @@ impl Leg {
             + complement(frame_words(frame_in));
         let csum_k = fold_carries(added + removed);
         let mut value = [0u8; VALUE_LEN];
-        let put16 = |v: &mut [u8; VALUE_LEN], at: i16, x: u16| {
-            v[at as usize..at as usize + 2].copy_from_slice(&x.to_ne_bytes());
+        let put16 = |v: &mut [u8; VALUE_LEN], at: usize, x: u16| {
+            v[at..at + 2].copy_from_slice(&x.to_ne_bytes());
         };
         put16(&mut value, V_IN_LEN, in_len as u16);
         put16(&mut value, V_OUT_LEN, out_len as u16);
-        value[V_OUT_V6 as usize] = u8::from(out_v6);
+        value[V_OUT_V6] = u8::from(out_v6);
         put16(&mut value, V_IP_SUM, ip_sum);
-        value[V_CSUM_K as usize..V_CSUM_K as usize + 4]
+        value[V_UDP_SUM_DELTA..V_UDP_SUM_DELTA + 4]
             .copy_from_slice(&u32::from(csum_k).to_ne_bytes());
-        value[V_NEXT_HOP as usize..V_TEMPLATE as usize].copy_from_slice(&wire::ip16(next_hop));
-        value[V_TEMPLATE as usize..V_TEMPLATE as usize + TEMPLATE_MAX].copy_from_slice(&template);
+        value[V_NEXT_HOP..V_TEMPLATE].copy_from_slice(&wire::ip16(next_hop));
+        value[V_TEMPLATE..V_TEMPLATE + TEMPLATE_MAX].copy_from_slice(&template);
         Some(value)
     }
 }
@@ -737,33 +375,6 @@ impl FastPathMaps {
     /// The entries `fast_flows` needs for `flows` flows: two each.
     pub fn entries_for(flows: usize) -> u32 {
         u32::try_from(flows.saturating_mul(2).max(2)).unwrap_or(u32::MAX)
-    }
-
-    /// Creates the maps without BTF, for the assembled program.
-    pub(crate) fn create(flows: usize) -> io::Result<Self> {
-        let entries = u32::try_from(flows.saturating_mul(2).max(2)).unwrap_or(u32::MAX);
-        Ok(FastPathMaps {
-            flows: Map::create(
-                bpf::MAP_PERCPU_HASH,
-                KEY_LEN as u32,
-                VALUE_LEN as u32,
-                entries,
-                "fast_flows",
-            )?,
-            next_hops: Map::create(bpf::MAP_HASH, 16, 8, NEXT_HOPS, "fast_next_hops")?,
-            stats: Map::create(bpf::MAP_PERCPU_ARRAY, 4, 8, STATS, "fast_stats")?,
-            not_installed: AtomicU64::new(0),
-            hops: Mutex::default(),
-        })
-    }
-
-    /// The descriptors the program is built with.
-    pub fn fds(&self) -> FastMaps {
-        FastMaps {
-            flows_fd: self.flows.raw_fd(),
-            next_hops_fd: self.next_hops.raw_fd(),
-            stats_fd: self.stats.raw_fd(),
-        }
     }
 
     /// The totals.
@@ -917,12 +528,8 @@ impl FastPathMaps {
     /// The flow's counters over both directions and every CPU: packets, bytes, and the
     /// latest last-seen stamp (`bpf_ktime_get_ns`; `None` if it never carried one).
     pub fn flow_counters(&self, flow: &FastFlow, buf: &mut [u8]) -> (u64, u64, Option<u64>) {
-        let field = |cpu: &[u8], at: i16| {
-            u64::from_ne_bytes(
-                cpu[at as usize..at as usize + 8]
-                    .try_into()
-                    .expect("8 bytes"),
-            )
+        let field = |cpu: &[u8], at: usize| {
+            u64::from_ne_bytes(cpu[at..at + 8].try_into().expect("8 bytes"))
         };
         let (mut packets, mut bytes, mut last) = (0, 0, 0);
         for leg in [flow.forward(), flow.back()] {
@@ -1056,4 +663,54 @@ impl FlowMirror for FastPathWriter {
 pub fn stamp_to_instant(stamp_ns: u64, ktime_now_ns: u64, now: Instant) -> Instant {
     now.checked_sub(Duration::from_nanos(ktime_now_ns.saturating_sub(stamp_ns)))
         .unwrap_or(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ufrag_bpf::btf::struct_members;
+
+    fn offset(members: &[(String, usize)], name: &str) -> usize {
+        members
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no member {name} in {members:?}"))
+            .1
+    }
+
+    #[test]
+    fn the_key_and_entry_offsets_are_the_ones_clang_laid_out() {
+        let object = crate::program::OBJECT;
+        let key = struct_members(object, "flow_key").expect("struct flow_key");
+        for (name, at) in [
+            ("src", KEY_SRC),
+            ("dst", KEY_DST),
+            ("src_port", KEY_SRC_PORT),
+            ("dst_port", KEY_DST_PORT),
+            ("direction", KEY_DIR),
+            ("frame", KEY_FRAME),
+        ] {
+            assert_eq!(offset(&key, name), at, "flow_key.{name}");
+        }
+        let entry = struct_members(object, "flow_entry").expect("struct flow_entry");
+        for (name, at) in [
+            ("packets", V_PACKETS),
+            ("bytes", V_BYTES),
+            ("last_seen_ns", V_LAST_SEEN),
+            ("in_len", V_IN_LEN),
+            ("out_len", V_OUT_LEN),
+            ("out_v6", V_OUT_V6),
+            ("ip_sum", V_IP_SUM),
+            ("udp_sum_delta", V_UDP_SUM_DELTA),
+            ("next_hop", V_NEXT_HOP),
+            ("headers", V_TEMPLATE),
+        ] {
+            assert_eq!(offset(&entry, name), at, "flow_entry.{name}");
+        }
+        // The last member ends the struct: its padding to 8 bytes.
+        assert_eq!(offset(&entry, "zero3"), V_TEMPLATE + TEMPLATE_MAX);
+        let dest = struct_members(object, "dest_key").expect("struct dest_key");
+        assert_eq!(offset(&dest, "port"), 16);
+        assert!(struct_members(object, "no_such_struct").is_err());
+    }
 }

@@ -12,8 +12,6 @@
 //! Unsafe code lives only in `xsk` and `xsk_crate` (and in `ufrag_bpf::sys`).
 #![deny(unsafe_code)]
 
-#[doc(hidden)]
-pub mod assembled;
 pub mod channels;
 pub mod cli;
 pub mod fast_path;

@@ -23,7 +23,8 @@ pub const STAT_PASSED: u32 = 0;
 pub const STAT_STEERED: u32 = 1;
 
 /// The object clang built from `bpf/relay.bpf.c`.
-static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/relay.bpf.o"));
+pub(crate) static OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/relay.bpf.o"));
 
 /// What [`load`] hands over: the program and every map it uses.
 #[derive(Debug)]

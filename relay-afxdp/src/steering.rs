@@ -81,17 +81,6 @@ impl Steering {
         self.fast_path.as_ref()
     }
 
-    /// The loaded program's size as the kernel reports it.
-    pub fn program_info(&self) -> io::Result<bpf::ProgInfo> {
-        bpf::prog_info(&self.prog)
-    }
-
-    /// Runs the program `repeat` times on `frame` and returns the kernel's measured mean
-    /// run time (ns); see [`bpf::prog_test_run_timed`] for frames the program rewrites.
-    pub fn time_runs(&self, frame: &[u8], repeat: u32) -> io::Result<u32> {
-        bpf::prog_test_run_timed(&self.prog, frame, repeat)
-    }
-
     /// The program's verdict on one frame (`BPF_PROG_TEST_RUN`): no interface needed.
     pub fn decide(&self, frame: &[u8]) -> io::Result<u32> {
         bpf::prog_test_run(&self.prog, frame)
