@@ -10,13 +10,10 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use crate::asm::Insn;
-
 const CMD_MAP_CREATE: libc::c_int = 0;
 const CMD_MAP_LOOKUP_ELEM: libc::c_int = 1;
 const CMD_MAP_UPDATE_ELEM: libc::c_int = 2;
 const CMD_MAP_DELETE_ELEM: libc::c_int = 3;
-const CMD_PROG_LOAD: libc::c_int = 5;
 const CMD_PROG_TEST_RUN: libc::c_int = 10;
 const CMD_OBJ_GET_INFO_BY_FD: libc::c_int = 15;
 const CMD_LINK_CREATE: libc::c_int = 28;
@@ -31,8 +28,6 @@ pub const MAP_PERCPU_HASH: u32 = 5;
 pub const MAP_PERCPU_ARRAY: u32 = 6;
 /// `BPF_MAP_TYPE_XSKMAP`.
 pub const MAP_XSKMAP: u32 = 17;
-/// `BPF_PROG_TYPE_XDP`.
-pub const PROG_XDP: u32 = 6;
 /// `BPF_XDP` attach type.
 pub const ATTACH_XDP: u32 = 37;
 /// `XDP_FLAGS_SKB_MODE`: generic XDP.
@@ -44,6 +39,20 @@ pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
 const F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 /// The kernel's cap on a live-frames batch (`TEST_XDP_MAX_BATCH`).
 pub const LIVE_FRAMES_MAX_BATCH: u32 = 256;
+
+/// XDP verdicts (`enum xdp_action`).
+pub mod action {
+    /// Something went wrong (counted by the kernel's xdp_exception tracepoint).
+    pub const ABORTED: u32 = 0;
+    /// Drop.
+    pub const DROP: u32 = 1;
+    /// To the kernel's stack.
+    pub const PASS: u32 = 2;
+    /// Out of the interface it arrived on.
+    pub const TX: u32 = 3;
+    /// Redirected (to an AF_XDP socket or another interface).
+    pub const REDIRECT: u32 = 4;
+}
 
 /// A zeroed `union bpf_attr`.
 #[repr(C, align(8))]
@@ -365,38 +374,6 @@ impl Map {
     /// The fd.
     pub fn fd(&self) -> &OwnedFd {
         &self.fd
-    }
-}
-
-/// Loads an XDP program; on rejection the error carries the verifier's log.
-pub fn prog_load_xdp(insns: &[Insn], name: &str) -> io::Result<OwnedFd> {
-    let code: Vec<u8> = insns.iter().flat_map(|i| i.encode()).collect();
-    let license = b"Dual MIT/GPL\0";
-    let mut log = vec![0u8; 64 * 1024];
-    let mut a = Attr::new();
-    a.u32(0, PROG_XDP)
-        .u32(4, insns.len() as u32)
-        .u64(8, code.as_ptr() as u64)
-        .u64(16, license.as_ptr() as u64)
-        .u32(24, 1)
-        .u32(28, log.len() as u32)
-        .u64(32, log.as_mut_ptr() as u64)
-        .name(48, name);
-    match sys_bpf(CMD_PROG_LOAD, &mut a) {
-        Ok(fd) => Ok(owned(fd)),
-        Err(e) => {
-            let end = log.iter().position(|&b| b == 0).unwrap_or(log.len());
-            let text = String::from_utf8_lossy(&log[..end]);
-            let tail: Vec<&str> = text.lines().rev().take(12).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            Err(io::Error::new(
-                e.kind(),
-                format!(
-                    "program rejected ({e}); verifier says:\n{}",
-                    tail.join("\n")
-                ),
-            ))
-        }
     }
 }
 

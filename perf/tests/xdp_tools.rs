@@ -164,26 +164,6 @@ fn ipv6_frames_carry_valid_udp_checksums_and_are_counted_exactly() {
     let frame = template_frame(client.mac, xcv.mac, plan.addr(0), dst, DATAGRAM_LEN);
     let generator = XdpGenerator::new(client, Some(&peer), frame, &plan, epoch).expect("generator");
 
-    // The one's-complement sum of pseudo-header and UDP segment is 0xffff when right.
-    let sums_right = |f: &[u8]| {
-        let udp = &f[14 + 40..];
-        let mut pseudo = f[14 + 8..14 + 40].to_vec();
-        pseudo.extend_from_slice(&(udp.len() as u32).to_be_bytes());
-        pseudo.extend_from_slice(&[0, 0, 0, 17]);
-        pseudo.extend_from_slice(udp);
-        checksum(&pseudo) == 0
-    };
-    let stamped = generator.stamp(12).expect("BPF_PROG_TEST_RUN");
-    for (n, f) in stamped.iter().enumerate() {
-        let port = u16::from_be_bytes([f[54], f[55]]);
-        assert_eq!(
-            port,
-            20_000 + ((n as u16 + 1) % 8),
-            "frame {n}: its flow's port"
-        );
-        assert!(sums_right(f), "frame {n}: the UDP checksum is right");
-    }
-
     sink.reset();
     socket_sink.reset();
     let (sent, _) = generator
@@ -197,6 +177,47 @@ fn ipv6_frames_carry_valid_udp_checksums_and_are_counted_exactly() {
         (sent / 16 - 5..=sent / 16 + 5).contains(&sampled),
         "one in 16 reached the socket, checksum and all: {sampled} of {sent}"
     );
+}
+
+/// The one's-complement sum of an IPv6 frame's pseudo-header and UDP segment is 0xffff
+/// (its checksum is right) exactly when this is true.
+fn udp6_checksum_right(f: &[u8]) -> bool {
+    let udp = &f[14 + 40..];
+    let mut pseudo = f[14 + 8..14 + 40].to_vec();
+    pseudo.extend_from_slice(&(udp.len() as u32).to_be_bytes());
+    pseudo.extend_from_slice(&[0, 0, 0, 17]);
+    pseudo.extend_from_slice(udp);
+    checksum(&pseudo) == 0
+}
+
+/// What the generator writes into an IPv6 frame, run by BPF_PROG_TEST_RUN (no live
+/// frames needed): each flow's address and port, and a UDP checksum kept right for all
+/// it stamped (port, address, count and time).
+#[test]
+fn ipv6_frames_are_stamped_with_each_flow_and_a_right_udp_checksum() {
+    let Tools {
+        bed, client, peer, ..
+    } = tools();
+    let dst = SocketAddr::new(bed.transceiver.addr6.into(), 41_000);
+    // Three ports per address: eight flows on three addresses.
+    let plan = FlowPlan::new(bed.client.addr6, 20_000, 3, 8).unwrap();
+    let frame = template_frame(client.mac, [2; 6], plan.addr(0), dst, DATAGRAM_LEN);
+    let generator =
+        XdpGenerator::new(client, Some(&peer), frame, &plan, Instant::now()).expect("generator");
+    let stamped = generator.stamp(17).expect("BPF_PROG_TEST_RUN");
+    for (n, f) in stamped.iter().enumerate() {
+        assert_eq!(
+            Stamps::SOURCE_V6.flow_of(f),
+            plan.addr((n as u32 + 1) % 8),
+            "frame {n}: its flow"
+        );
+        assert!(
+            udp6_checksum_right(f),
+            "frame {n}: the UDP checksum is right"
+        );
+        let count = u16::from_be_bytes([f[62 + 2], f[62 + 3]]);
+        assert_eq!(count, n as u16 + 1, "frame {n}: its count");
+    }
 }
 
 /// Live-frame pages come back recycled, not reset: a frame NATed and routed by the relay

@@ -86,12 +86,12 @@ pub const KIND_INTERNAL: u8 = 2;
 /// bytes, then a return frame's header (40, zero-padded; zeros for a forward key).
 pub const KEY_LEN: usize = 80;
 // The offsets of `struct flow_key`'s fields.
-const KEY_SRC: usize = 0;
-const KEY_DST: usize = 16;
-const KEY_SRC_PORT: usize = 32;
-const KEY_DST_PORT: usize = 34;
-const KEY_DIR: usize = 36;
-const KEY_FRAME: usize = 40;
+pub(crate) const KEY_SRC: usize = 0;
+pub(crate) const KEY_DST: usize = 16;
+pub(crate) const KEY_SRC_PORT: usize = 32;
+pub(crate) const KEY_DST_PORT: usize = 34;
+pub(crate) const KEY_DIR: usize = 36;
+pub(crate) const KEY_FRAME: usize = 40;
 
 /// The value's length (`struct flow_entry`): the counters (packets, bytes, last seen in
 /// `bpf_ktime_get_ns`), the lengths and checksum parts, the next hop's address (16
@@ -104,19 +104,19 @@ pub const NEXT_HOP_KEY_LEN: usize = 16;
 pub const NEXT_HOP_VALUE_LEN: usize = 8;
 // The offsets of `struct flow_entry`'s fields (bpf/relay.bpf.c), as user space writes
 // and reads them; a test checks them against the object's BTF.
-const V_PACKETS: usize = 0;
-const V_BYTES: usize = 8;
-const V_LAST_SEEN: usize = 16;
-const V_IN_LEN: usize = 24;
-const V_OUT_LEN: usize = 26;
-const V_OUT_V6: usize = 28;
-const V_IP_SUM: usize = 30;
-const V_UDP_SUM_DELTA: usize = 32;
-const V_NEXT_HOP: usize = 40;
-const V_TEMPLATE: usize = 56;
+pub(crate) const V_PACKETS: usize = 0;
+pub(crate) const V_BYTES: usize = 8;
+pub(crate) const V_LAST_SEEN: usize = 16;
+pub(crate) const V_IN_LEN: usize = 24;
+pub(crate) const V_OUT_LEN: usize = 26;
+pub(crate) const V_OUT_V6: usize = 28;
+pub(crate) const V_IP_SUM: usize = 30;
+pub(crate) const V_UDP_SUM_DELTA: usize = 32;
+pub(crate) const V_NEXT_HOP: usize = 40;
+pub(crate) const V_TEMPLATE: usize = 56;
 /// The longest headers sent: Ethernet, IPv6, UDP and a frame header of two IPv6
 /// addresses.
-const TEMPLATE_MAX: usize = ETH_LEN + IPV6_LEN + UDP_LEN + MAX_HEADER_LEN;
+pub(crate) const TEMPLATE_MAX: usize = ETH_LEN + IPV6_LEN + UDP_LEN + MAX_HEADER_LEN;
 
 /// `fast_stats` indexes (per-CPU `u64`s).
 pub const STAT_FORWARD_PACKETS: u32 = 0;
@@ -663,54 +663,4 @@ impl FlowMirror for FastPathWriter {
 pub fn stamp_to_instant(stamp_ns: u64, ktime_now_ns: u64, now: Instant) -> Instant {
     now.checked_sub(Duration::from_nanos(ktime_now_ns.saturating_sub(stamp_ns)))
         .unwrap_or(now)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ufrag_bpf::btf::struct_members;
-
-    fn offset(members: &[(String, usize)], name: &str) -> usize {
-        members
-            .iter()
-            .find(|(n, _)| n == name)
-            .unwrap_or_else(|| panic!("no member {name} in {members:?}"))
-            .1
-    }
-
-    #[test]
-    fn the_key_and_entry_offsets_are_the_ones_clang_laid_out() {
-        let object = crate::program::OBJECT;
-        let key = struct_members(object, "flow_key").expect("struct flow_key");
-        for (name, at) in [
-            ("src", KEY_SRC),
-            ("dst", KEY_DST),
-            ("src_port", KEY_SRC_PORT),
-            ("dst_port", KEY_DST_PORT),
-            ("direction", KEY_DIR),
-            ("frame", KEY_FRAME),
-        ] {
-            assert_eq!(offset(&key, name), at, "flow_key.{name}");
-        }
-        let entry = struct_members(object, "flow_entry").expect("struct flow_entry");
-        for (name, at) in [
-            ("packets", V_PACKETS),
-            ("bytes", V_BYTES),
-            ("last_seen_ns", V_LAST_SEEN),
-            ("in_len", V_IN_LEN),
-            ("out_len", V_OUT_LEN),
-            ("out_v6", V_OUT_V6),
-            ("ip_sum", V_IP_SUM),
-            ("udp_sum_delta", V_UDP_SUM_DELTA),
-            ("next_hop", V_NEXT_HOP),
-            ("headers", V_TEMPLATE),
-        ] {
-            assert_eq!(offset(&entry, name), at, "flow_entry.{name}");
-        }
-        // The last member ends the struct: its padding to 8 bytes.
-        assert_eq!(offset(&entry, "zero3"), V_TEMPLATE + TEMPLATE_MAX);
-        let dest = struct_members(object, "dest_key").expect("struct dest_key");
-        assert_eq!(offset(&dest, "port"), 16);
-        assert!(struct_members(object, "no_such_struct").is_err());
-    }
 }

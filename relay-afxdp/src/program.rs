@@ -1,21 +1,22 @@
 //! The XDP programs (`bpf/relay.bpf.c`: steering, and steering with the in-kernel fast
 //! path), compiled by clang with BTF at build time and loaded from that ELF object.
 //!
-//! aya reads the object, creates its maps with their BTF key and value types (so
-//! `bpftool map dump` prints named fields) and loads the chosen program. The maps and the
-//! program are then taken over as plain descriptors ([`ufrag_bpf::sys::Map`], which
-//! checks the kernel's key and value sizes against the ones this crate's buffers are
-//! sized for) and the loader is dropped: what the relay keeps is what it uses.
+//! [`ufrag_bpf::object`] reads the object, creates its maps with their BTF key and value
+//! types (so `bpftool map dump` prints named fields) and loads the chosen program. The
+//! maps and the program are then taken over as plain descriptors
+//! ([`ufrag_bpf::sys::Map`], checked against the sizes this crate's buffers have) and the
+//! loader is dropped: what the relay keeps is what it uses.
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
+use ufrag_bpf::object::ObjectLoader;
 use ufrag_bpf::sys::{self as bpf, Map};
 
 use crate::fast_path::{KEY_LEN, NEXT_HOP_KEY_LEN, NEXT_HOP_VALUE_LEN, STATS, VALUE_LEN};
 
-pub use ufrag_bpf::asm::action;
+pub use ufrag_bpf::sys::action;
 
 /// `relay_stats` index counting frames passed to the kernel.
 pub const STAT_PASSED: u32 = 0;
@@ -23,8 +24,8 @@ pub const STAT_PASSED: u32 = 0;
 pub const STAT_STEERED: u32 = 1;
 
 /// The object clang built from `bpf/relay.bpf.c`.
-pub(crate) static OBJECT: &[u8] =
-    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/relay.bpf.o"));
+static OBJECT: &[u8] =
+    ufrag_bpf::object::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/relay.bpf.o"));
 
 /// What [`load`] hands over: the program and every map it uses.
 #[derive(Debug)]
@@ -37,67 +38,36 @@ pub(crate) struct Loaded {
     pub(crate) fast: Option<[Map; 3]>,
 }
 
-fn load_error(what: &str, e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(format!("{what}: {e}"))
-}
-
 /// Loads the steering program (with the fast path when `fast_flow_entries` gives the
 /// capacity of `fast_flows`), with room for `dests` destinations and `queues` queues.
 pub(crate) fn load(dests: u32, queues: u32, fast_flow_entries: Option<u32>) -> io::Result<Loaded> {
-    let mut loader = aya::EbpfLoader::new();
-    loader
-        .map_max_entries("relay_dests", dests.max(1))
-        .map_max_entries("relay_xsks", queues.max(1))
+    let mut object = ObjectLoader::default()
+        .max_entries("relay_dests", dests.max(1))
+        .max_entries("relay_xsks", queues.max(1))
         // Without the fast path its maps are still in the object: keep them tiny.
-        .map_max_entries("fast_flows", fast_flow_entries.unwrap_or(2).max(2));
-    let mut object = loader
-        .load(OBJECT)
-        .map_err(|e| load_error("loading bpf/relay.bpf.c's object", e))?;
-    let name = if fast_flow_entries.is_some() {
+        .max_entries("fast_flows", fast_flow_entries.unwrap_or(2).max(2))
+        .load(OBJECT, "bpf/relay.bpf.c's object")?;
+    let prog = object.xdp_program(if fast_flow_entries.is_some() {
         "relay_steer_fast"
     } else {
         "relay_steer"
-    };
-    let program: &mut aya::programs::Xdp = object
-        .program_mut(name)
-        .ok_or_else(|| load_error(name, "not in the object"))?
-        .try_into()
-        .map_err(|e| load_error(name, e))?;
-    program
-        .load()
-        .map_err(|e| load_error(&format!("the verifier on {name}"), verifier_log(&e)))?;
-    let prog = program
-        .fd()
-        .map_err(|e| load_error(name, e))?
-        .as_fd()
-        .try_clone_to_owned()?;
-    let take = |name: &str, kind: u32, key: usize, value: usize| -> io::Result<Map> {
-        let map = object
-            .map(name)
-            .ok_or_else(|| load_error(name, "not in the object"))?;
-        let fd = map_fd(map)
-            .ok_or_else(|| load_error(name, "an unexpected map type"))?
-            .try_clone_to_owned()?;
-        Map::adopt(fd, kind, key as u32, value as u32)
-            .map_err(|e| load_error(&format!("{name} against this crate's layout"), e))
-    };
-    let dests = take("relay_dests", bpf::MAP_HASH, DEST_KEY_LEN, 1)?;
-    let xsks = take("relay_xsks", bpf::MAP_XSKMAP, 4, 4)?;
-    let stats = take("relay_stats", bpf::MAP_ARRAY, 4, 8)?;
+    })?;
+    let dests = object.map("relay_dests", bpf::MAP_HASH, DEST_KEY_LEN, 1)?;
+    let xsks = object.map("relay_xsks", bpf::MAP_XSKMAP, 4, 4)?;
+    let stats = object.map("relay_stats", bpf::MAP_ARRAY, 4, 8)?;
     let fast = match fast_flow_entries {
         None => None,
         Some(_) => Some([
-            take("fast_flows", bpf::MAP_PERCPU_HASH, KEY_LEN, VALUE_LEN)?,
-            take(
+            object.map("fast_flows", bpf::MAP_PERCPU_HASH, KEY_LEN, VALUE_LEN)?,
+            object.map(
                 "fast_next_hops",
                 bpf::MAP_HASH,
                 NEXT_HOP_KEY_LEN,
                 NEXT_HOP_VALUE_LEN,
             )?,
-            take("fast_stats", bpf::MAP_PERCPU_ARRAY, 4, 8)?,
+            fast_stats(&object)?,
         ]),
     };
-    debug_assert_eq!(STATS, 8);
     Ok(Loaded {
         prog,
         dests,
@@ -107,33 +77,16 @@ pub(crate) fn load(dests: u32, queues: u32, fast_flow_entries: Option<u32>) -> i
     })
 }
 
-/// The descriptor of one of the map types this object declares.
-fn map_fd(map: &aya::maps::Map) -> Option<std::os::fd::BorrowedFd<'_>> {
-    use aya::maps::Map as M;
-    match map {
-        M::HashMap(data)
-        | M::PerCpuHashMap(data)
-        | M::Array(data)
-        | M::PerCpuArray(data)
-        | M::XskMap(data) => Some(data.fd().as_fd()),
-        _ => None,
+/// `fast_stats`, checked to hold the counters `fast_path` reads.
+fn fast_stats(object: &ufrag_bpf::object::Object) -> io::Result<Map> {
+    let map = object.map("fast_stats", bpf::MAP_PERCPU_ARRAY, 4, 8)?;
+    let entries = map.info()?.max_entries;
+    if entries != STATS {
+        return Err(io::Error::other(format!(
+            "fast_stats holds {entries} counters; the fast path reads {STATS}"
+        )));
     }
-}
-
-/// The tail of the verifier's log when it refused the program, else the error itself.
-fn verifier_log(e: &aya::programs::ProgramError) -> String {
-    match e {
-        aya::programs::ProgramError::LoadError {
-            io_error,
-            verifier_log,
-        } => {
-            let text = verifier_log.to_string();
-            let tail: Vec<&str> = text.lines().rev().take(12).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
-            format!("{io_error}; verifier says:\n{}", tail.join("\n"))
-        }
-        other => other.to_string(),
-    }
+    Ok(map)
 }
 
 /// The key of destination `addr` in the `relay_dests` map (`struct dest_key`): the
@@ -156,6 +109,56 @@ pub const DEST_KEY_LEN: usize = 20;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fast_path::{
+        KEY_DIR, KEY_DST, KEY_DST_PORT, KEY_FRAME, KEY_SRC, KEY_SRC_PORT, TEMPLATE_MAX, V_BYTES,
+        V_IN_LEN, V_IP_SUM, V_LAST_SEEN, V_NEXT_HOP, V_OUT_LEN, V_OUT_V6, V_PACKETS, V_TEMPLATE,
+        V_UDP_SUM_DELTA,
+    };
+    use ufrag_bpf::btf::struct_members;
+
+    fn offset(members: &[(String, usize)], name: &str) -> usize {
+        members
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("no member {name} in {members:?}"))
+            .1
+    }
+
+    #[test]
+    fn the_key_and_entry_offsets_are_the_ones_clang_laid_out() {
+        let object = OBJECT;
+        let key = struct_members(object, "flow_key").expect("struct flow_key");
+        for (name, at) in [
+            ("src", KEY_SRC),
+            ("dst", KEY_DST),
+            ("src_port", KEY_SRC_PORT),
+            ("dst_port", KEY_DST_PORT),
+            ("direction", KEY_DIR),
+            ("frame", KEY_FRAME),
+        ] {
+            assert_eq!(offset(&key, name), at, "flow_key.{name}");
+        }
+        let entry = struct_members(object, "flow_entry").expect("struct flow_entry");
+        for (name, at) in [
+            ("packets", V_PACKETS),
+            ("bytes", V_BYTES),
+            ("last_seen_ns", V_LAST_SEEN),
+            ("in_len", V_IN_LEN),
+            ("out_len", V_OUT_LEN),
+            ("out_v6", V_OUT_V6),
+            ("ip_sum", V_IP_SUM),
+            ("udp_sum_delta", V_UDP_SUM_DELTA),
+            ("next_hop", V_NEXT_HOP),
+            ("headers", V_TEMPLATE),
+        ] {
+            assert_eq!(offset(&entry, name), at, "flow_entry.{name}");
+        }
+        // The last member ends the struct: its padding to 8 bytes.
+        assert_eq!(offset(&entry, "zero3"), V_TEMPLATE + TEMPLATE_MAX);
+        let dest = struct_members(object, "dest_key").expect("struct dest_key");
+        assert_eq!(offset(&dest, "port"), 16);
+        assert!(struct_members(object, "no_such_struct").is_err());
+    }
 
     #[test]
     fn destination_keys_are_the_wire_bytes_with_ipv4_mapped() {

@@ -37,12 +37,9 @@ fn ethtool(ns: &str, args: &[&str]) {
 /// them on the wire. Detached when the returned link is dropped.
 #[must_use = "the program stays attached only while the link lives"]
 fn let_the_bridge_take_xdp_tx(bed: &Testbed) -> std::os::fd::OwnedFd {
-    use ufrag_bpf::asm::{Asm, action};
     use ufrag_bpf::sys;
     let (ns, peer) = bed.bridge_side(&bed.relay);
-    let mut pass = Asm::default();
-    pass.ret(action::PASS);
-    let prog = sys::prog_load_xdp(&pass.finish(), "bridge_pass").expect("a pass program");
+    let prog = ufrag_bpf::object::pass_program().expect("a pass program");
     let ifindex = testkit::testbed::tools::ifindex_in(&ns, &peer);
     testkit::netns::in_netns(Some(&ns), move || {
         sys::link_create_xdp(&prog, ifindex, sys::XDP_FLAGS_DRV_MODE)

@@ -12,8 +12,9 @@
 //! `sample_every` to the kernel, where the socket [`crate::load::Sink`] reads its send
 //! time for latency. Both speak the datagram format of [`crate::load`].
 //!
-//! The parts: `programs` assembles the BPF programs (generator, sink, the in-kernel
-//! reference relay), `tools` loads and drives them; this module holds the frames they
+//! The parts: `programs` loads the BPF programs of `perf/bpf/tools.bpf.c` (generator,
+//! sink, the in-kernel reference relay) with their settings, `tools` attaches and drives
+//! them; this module holds the frames they
 //! start from and the interfaces they attach to.
 
 mod programs;
@@ -250,19 +251,15 @@ impl Stamps {
     }
 }
 
-/// The generator's pacing state, one array value of `u64`s (their byte offsets).
+/// The generator's pacing state (`struct gen_state` in `perf/bpf/tools.bpf.c`): six
+/// `u64`s, in this order: when the next frame is due (CLOCK_MONOTONIC ns), the
+/// nanoseconds between frames, frames sent so far, frames to send, how far behind the
+/// schedule may fall before it is reset (ns: the largest burst), and when the first frame
+/// was due (set by the first run). Offsets of the fields user space reads back:
 mod state {
-    /// When the next frame is due (CLOCK_MONOTONIC ns).
-    pub(super) const NEXT_NS: i16 = 0;
-    /// Nanoseconds between frames.
-    pub(super) const INTERVAL_NS: i16 = 8;
     /// Frames sent so far.
     pub(super) const SENT: i16 = 16;
-    /// Frames to send.
-    pub(super) const TOTAL: i16 = 24;
-    /// How far behind the schedule may fall before it is reset (ns): the largest burst.
-    pub(super) const BURST_NS: i16 = 32;
-    /// When the first frame was due (set by the first run: the schedule starts there).
+    /// When the first frame was due.
     pub(super) const FIRST_NS: i16 = 40;
     /// The value's size.
     pub(super) const LEN: usize = 48;
@@ -356,7 +353,8 @@ mod tests {
     }
 
     #[test]
-    fn the_programs_end_in_exit_and_jump_inside_themselves() {
+    fn every_program_passes_the_verifier_in_every_configuration() {
+        // Needs CAP_BPF to load programs; CI runs as root.
         let template = sample_template();
         let rewrite = Rewrite {
             vip: "10.77.0.2:3478".parse().unwrap(),
@@ -364,14 +362,44 @@ mod tests {
             to: "10.77.0.3:41000".parse().unwrap(),
             to_mac: [3; 6],
         };
-        for p in [
-            generator_program(3, &template, (&sample_plan(), Stamps::SOURCE), 1),
-            generator_program(3, &template, (&sample_plan(), Stamps::DESTINATION), 1),
-            sink_program(4, Counted::ToPort(41_000), 64),
-            sink_program(4, Counted::FromPort(3478), 64),
-            relay_program(&rewrite),
-        ] {
-            assert_eq!(ufrag_bpf::asm::check_jumps(&p), Ok(()));
+        for stamps in [Stamps::SOURCE, Stamps::DESTINATION] {
+            generator_program(&template, (&sample_plan(), stamps), 1).expect("perf_gen");
         }
+        for counted in [Counted::ToPort(41_000), Counted::FromPort(3478)] {
+            sink_program(counted, 64).expect("perf_sink");
+        }
+        relay_program(&rewrite).expect("perf_xdp_relay");
+        ufrag_bpf::object::pass_program().expect("pass_all");
+        programs::probe_program().expect("perf_probe");
+    }
+
+    #[test]
+    fn the_pacing_state_offsets_are_the_ones_clang_laid_out() {
+        let members = ufrag_bpf::btf::struct_members(programs::OBJECT, "gen_state")
+            .expect("struct gen_state");
+        let names: Vec<&str> = members.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "next_ns",
+                "interval_ns",
+                "sent",
+                "total",
+                "burst_ns",
+                "first_ns"
+            ],
+            "the order write_state writes them in"
+        );
+        let at = |name: &str| members.iter().find(|(n, _)| n == name).map(|(_, o)| *o);
+        assert_eq!(at("sent"), Some(state::SENT as usize));
+        assert_eq!(at("first_ns"), Some(state::FIRST_NS as usize));
+        assert_eq!(members.len() * 8, state::LEN);
+    }
+
+    #[test]
+    fn a_template_too_short_for_its_stamps_is_refused_before_loading() {
+        let short = vec![0u8; Stamps::SOURCE.datagram_at + 4];
+        let e = generator_program(&short, (&sample_plan(), Stamps::SOURCE), 1).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{e}");
     }
 }

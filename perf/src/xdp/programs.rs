@@ -1,157 +1,38 @@
-//! The load tools' BPF programs, assembled in Rust: the live-frames generator, the
-//! counting sink, the in-kernel reference relay and the pass program a veth peer needs.
+//! The load tools' BPF programs (`perf/bpf/tools.bpf.c`, compiled by clang with BTF at
+//! build time), each loaded with the read-only globals that configure it: the
+//! live-frames generator, the counting sink, the in-kernel reference relay and the
+//! live-frames probe.
 
-use std::net::SocketAddrV4;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::os::fd::OwnedFd;
 
-use ufrag_bpf::asm::{Asm, B, DW, H, Insn, JEQ, JGE, JGT, JLT, JNE, action, helper};
+use ufrag_bpf::object::{ObjectLoader, include_bytes_aligned};
+use ufrag_bpf::sys::{self as bpf, Map};
 
-use super::{ETH, FlowPlan, IPV4, IPV6, PAYLOAD, PAYLOAD_V6, Stamps, state, udp_checksum_base};
+use super::{ETH, FlowPlan, Stamps, state, udp_checksum_base};
 
-/// The generator's program. Paced in the kernel: a frame that is not yet due (by
-/// `bpf_ktime_get_ns` against the state's schedule), or beyond the total, is dropped back
-/// to the page pool; a due one advances the schedule (never letting it fall more than a
-/// burst behind, so a stall does not turn into a flood), is counted, gets the template's
-/// headers written in full (live-frame pages come back from the stack recycled, not
-/// reset: a frame that was NATed or routed on the way returns with that path's addresses
-/// in it), source port `base_port + sent % flows`, payload bytes 2–3 the count and 4–11
-/// the time since the epoch (ns, big endian), and leaves with `XDP_TX`. Frame `n` (from 1)
-/// belongs to flow `n % plan.flows` and gets that flow's source address and port; when
-/// the plan has several addresses, the IPv4 checksum is adjusted for the changed last
-/// octet (RFC 1624: the sum grows by the octet's increase). A frame with a UDP checksum
-/// (IPv6) gets it adjusted for everything stamped: [`udp_checksum_base`] is the
-/// template's sum without the stamped words, and the program adds each frame's own.
-pub fn generator_program(
-    state_fd: i32,
-    template: &[u8],
-    (plan, stamps): (&FlowPlan, Stamps),
-    epoch_ktime: u64,
-) -> Vec<Insn> {
-    let end = stamps.datagram_at + 12;
-    assert!(template.len() >= end, "a whole template frame");
-    let template_sum = u16::from_be_bytes([template[ETH + 10], template[ETH + 11]]);
-    let mut a = Asm::default();
-    a.mov_reg(6, 1);
-    a.load(ufrag_bpf::asm::W, 9, 6, 0); // data
-    a.load(ufrag_bpf::asm::W, 3, 6, 4); // data_end
-    a.mov_reg(4, 9);
-    a.add_imm(4, end as i32);
-    a.jump(JGT, 4, Ok(3), "abort");
-    a.lookup_array(state_fd, 0, "abort");
-    a.mov_reg(8, 0); // the state
-    a.call(helper::KTIME_GET_NS);
-    a.mov_reg(7, 0); // now
-    a.load(DW, 1, 8, state::NEXT_NS);
-    a.jump(JNE, 1, Err(0), "scheduled");
-    a.mov_reg(1, 7); // the first run starts the schedule
-    a.store_reg(DW, 8, state::FIRST_NS, 7);
-    a.label("scheduled");
-    a.jump(JLT, 7, Ok(1), "drop"); // not due yet
-    a.load(DW, 2, 8, state::SENT);
-    a.load(DW, 3, 8, state::TOTAL);
-    a.jump(JGE, 2, Ok(3), "drop"); // all sent
-    a.load(DW, 4, 8, state::INTERVAL_NS);
-    a.add_reg(1, 4);
-    a.load(DW, 5, 8, state::BURST_NS);
-    a.mov_reg(0, 7);
-    a.sub_reg(0, 5); // the earliest the schedule may be
-    a.jump(JGE, 1, Ok(0), "on_schedule");
-    a.mov_reg(1, 0);
-    a.label("on_schedule");
-    a.store_reg(DW, 8, state::NEXT_NS, 1);
-    a.add_imm(2, 1);
-    a.store_reg(DW, 8, state::SENT, 2);
-    // Every header byte, and the datagram's first two.
-    store_bytes(&mut a, 9, 0, &template[..stamps.datagram_at + 2]);
-    a.mov_reg(3, 2);
-    a.mod_imm(3, plan.flows as i32); // the flow
-    a.mov_reg(4, 3);
-    a.mod_imm(4, plan.ports_per_addr as i32);
-    a.add_imm(4, i32::from(plan.first_port));
-    if let Some(at) = stamps.udp_checksum_at {
-        // r5: the frame's UDP sum, from the template's without the stamped words.
-        a.mov_imm64(5, u64::from(udp_checksum_base(template, at, stamps)));
-        a.add_reg(5, 4);
-    }
-    a.to_be(4, 16);
-    a.store_reg(H, 9, stamps.port_at as i16, 4);
-    if plan.addresses() > 1 {
-        a.div_imm(3, plan.ports_per_addr as i32); // the address's index: its octet's increase
-        a.mov_reg(4, 3);
-        a.add_imm(4, i32::from(crate::load::last_octet(plan.first_ip)));
-        a.store_reg(B, 9, stamps.octet_at as i16, 4);
-        if stamps.udp_checksum_at.is_some() {
-            // The octet is the low byte of its word: the word grows by the index.
-            a.add_reg(5, 3);
-        }
-    }
-    if plan.addresses() > 1 && stamps.in_ip_header {
-        a.add_imm(3, i32::from(!template_sum)); // the header's sum, grown
-        a.mov_reg(4, 3);
-        a.rsh_imm(4, 16);
-        a.and_imm(3, 0xffff);
-        a.add_reg(3, 4); // folded once: below 0x1_0000 + 0xff, so once more is not needed
-        a.and_imm(3, 0xffff);
-        a.xor_imm(3, 0xffff);
-        a.to_be(3, 16);
-        a.store_reg(H, 9, (ETH + 10) as i16, 3);
-    }
-    a.mov_reg(3, 2);
-    if stamps.udp_checksum_at.is_some() {
-        a.mov_reg(4, 2);
-        a.and_imm(4, 0xffff);
-        a.add_reg(5, 4);
-    }
-    a.to_be(3, 16);
-    a.store_reg(H, 9, (stamps.datagram_at + 2) as i16, 3);
-    a.mov_reg(0, 7);
-    a.mov_imm64(1, epoch_ktime);
-    a.sub_reg(0, 1);
-    if let Some(at) = stamps.udp_checksum_at {
-        // The time's four words, then the sum folded to 16 bits, complemented (a sum of
-        // 0 is sent as 0xffff: 0 would mean "no checksum").
-        for shift in [48, 32, 16, 0] {
-            a.mov_reg(4, 0);
-            a.rsh_imm(4, shift);
-            a.and_imm(4, 0xffff);
-            a.add_reg(5, 4);
-        }
-        a.fold_checksum(5, 4, 3);
-        a.jump(JNE, 5, Err(0), "checksummed");
-        a.mov_imm(5, 0xffff);
-        a.label("checksummed");
-        a.to_be(5, 16);
-        a.store_reg(H, 9, at as i16, 5);
-    }
-    a.to_be(0, 64);
-    a.store_reg(DW, 9, (stamps.datagram_at + 4) as i16, 0);
-    a.ret(action::TX);
-    a.label("drop");
-    a.ret(action::DROP);
-    a.label("abort");
-    a.ret(action::ABORTED);
-    a.finish()
+/// The object clang built from `perf/bpf/tools.bpf.c`.
+pub(super) static OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tools.bpf.o"));
+const WHAT: &str = "perf/bpf/tools.bpf.c's object";
+/// `TEMPLATE_MAX` in the source: the most header bytes the generator writes.
+const TEMPLATE_MAX: usize = 128;
+
+/// A 16-bit value as the program loads it from a frame where it sits big-endian.
+fn wire16(value: u16) -> u16 {
+    u16::from_ne_bytes(value.to_be_bytes())
 }
 
-/// The start of the in-kernel relay's program: r2 = data, r3 = data_end, and a jump
-/// to `pass` unless the frame holds a whole IPv4 header without options and a UDP
-/// header (to [`PAYLOAD`]).
-fn ipv4_udp_or_pass(a: &mut Asm) {
-    a.load(ufrag_bpf::asm::W, 2, 1, 0);
-    a.load(ufrag_bpf::asm::W, 3, 1, 4);
-    a.mov_reg(4, 2);
-    a.add_imm(4, PAYLOAD as i32);
-    a.jump(JGT, 4, Ok(3), "pass");
-    a.load(H, 5, 2, 12);
-    a.jump(JNE, 5, Err(0x0008), "pass"); // IPv4, as loaded (little endian)
-    a.load(B, 5, 2, ETH as i16);
-    a.jump(JNE, 5, Err(0x45), "pass");
-    a.load(B, 5, 2, (ETH + 9) as i16);
-    a.jump(JNE, 5, Err(17), "pass");
+/// An IPv4 address as the program loads it from a frame.
+fn wire32(ip: Ipv4Addr) -> u32 {
+    u32::from_ne_bytes(ip.octets())
 }
 
-/// A UDP port as a program's 16-bit load of it from the frame reads it.
-fn port_as_loaded(port: u16) -> i32 {
-    i32::from(u16::from_le_bytes(port.to_be_bytes()))
+/// `perf_probe` (`XDP_DROP`): one run tells whether the kernel allows live frames.
+pub(super) fn probe_program() -> io::Result<OwnedFd> {
+    ObjectLoader::default()
+        .load(OBJECT, WHAT)?
+        .xdp_program("perf_probe")
 }
 
 /// A `sample_every` that passes nothing on (in practice): for a sink with no latency
@@ -167,89 +48,26 @@ pub enum Counted {
     FromPort(u16),
 }
 
-/// The sink's program: a UDP frame over IPv4 (no options) or IPv6 (no extension
-/// headers) that is `counted` is counted in the per-CPU `counts[0]`, as the number of
-/// frames it carries when it is a relay's bundle (its payload starts 0xF2, then the
-/// count: `ufrag_common::bundle`), as one otherwise; when the count passes a multiple
-/// of `sample_every` it goes on to the kernel (for the latency socket, which reads every
+/// The sink (`perf_sink`) and its per-CPU count: a UDP frame over IPv4 (no options) or
+/// IPv6 (no extension headers) that is `counted` is counted, as the number of frames it
+/// carries when it is a relay's bundle (its payload starts 0xF2, then the count:
+/// `ufrag_common::bundle`), as one otherwise; when the count passes a multiple of
+/// `sample_every` it goes on to the kernel (for the latency socket, which reads every
 /// frame of a bundle), otherwise it is dropped; everything else passes untouched.
-pub fn sink_program(counts_fd: i32, counted: Counted, sample_every: u32) -> Vec<Insn> {
-    let (port_offset, port) = match counted {
-        Counted::ToPort(p) => (2, p),
-        Counted::FromPort(p) => (0, p),
+pub fn sink_program(counted: Counted, sample_every: u32) -> io::Result<(OwnedFd, Map)> {
+    let (by_source, port) = match counted {
+        Counted::ToPort(p) => (0u8, wire16(p)),
+        Counted::FromPort(p) => (1u8, wire16(p)),
     };
-    let mut a = Asm::default();
-    a.load(ufrag_bpf::asm::W, 2, 1, 0);
-    a.load(ufrag_bpf::asm::W, 3, 1, 4);
-    a.mov_reg(4, 2);
-    a.add_imm(4, PAYLOAD as i32);
-    a.jump(JGT, 4, Ok(3), "pass"); // shorter than any IPv4 UDP frame
-    a.load(H, 5, 2, 12);
-    a.jump(JEQ, 5, Err(0x0008), "ipv4"); // the ethertypes as loaded (little endian)
-    a.jump(JNE, 5, Err(0xDD86), "pass");
-    // IPv6: a whole fixed header and a UDP header, UDP next.
-    a.mov_reg(4, 2);
-    a.add_imm(4, PAYLOAD_V6 as i32);
-    a.jump(JGT, 4, Ok(3), "pass");
-    a.load(B, 5, 2, (ETH + 6) as i16);
-    a.jump(JNE, 5, Err(17), "pass");
-    a.load(H, 5, 2, (ETH + IPV6 + port_offset) as i16);
-    a.mov_imm(8, PAYLOAD_V6 as i32);
-    a.goto("port");
-    a.label("ipv4");
-    a.load(B, 5, 2, ETH as i16);
-    a.jump(JNE, 5, Err(0x45), "pass");
-    a.load(B, 5, 2, (ETH + 9) as i16);
-    a.jump(JNE, 5, Err(17), "pass");
-    a.load(H, 5, 2, (ETH + IPV4 + port_offset) as i16);
-    a.mov_imm(8, PAYLOAD as i32);
-    a.label("port");
-    a.jump(JNE, 5, Err(port_as_loaded(port)), "pass");
-    // r6: the datagrams this frame stands for (kept across the map lookup's call).
-    a.mov_imm(6, 1);
-    a.mov_reg(4, 2);
-    a.add_reg(4, 8); // the UDP payload
-    a.mov_reg(5, 4);
-    a.add_imm(5, 2);
-    a.jump(JGT, 5, Ok(3), "counted"); // under two bytes of payload
-    a.load(B, 5, 4, 0);
-    a.jump(JNE, 5, Err(0xF2), "counted");
-    a.load(B, 6, 4, 1);
-    a.label("counted");
-    a.lookup_array(counts_fd, 0, "pass");
-    // r7: the count before, r9: after. Passed on when they straddle a multiple of
-    // `sample_every`: one datagram in `sample_every` frames, a bundle of many frames
-    // included, so a run of bundles never floods the latency socket.
-    a.load(DW, 7, 0, 0);
-    a.mov_reg(9, 7);
-    a.add_reg(9, 6);
-    a.store_reg(DW, 0, 0, 9);
-    let every = sample_every.max(1) as i32;
-    a.div_imm(7, every);
-    a.div_imm(9, every);
-    a.jump(JNE, 7, Ok(9), "pass");
-    a.ret(action::DROP);
-    a.label("pass");
-    a.ret(action::PASS);
-    a.finish()
-}
-
-/// Writes `bytes` at `reg + offset` with immediate stores (4 bytes at a time, then 2).
-fn store_bytes(a: &mut Asm, reg: u8, offset: usize, bytes: &[u8]) {
-    let mut at = 0;
-    while at < bytes.len() {
-        let left = bytes.len() - at;
-        if left >= 4 {
-            let w = i32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes"));
-            a.store_imm(ufrag_bpf::asm::W, reg, (offset + at) as i16, w);
-            at += 4;
-        } else {
-            assert!(left >= 2, "even lengths only");
-            let h = u16::from_le_bytes([bytes[at], bytes[at + 1]]);
-            a.store_imm(H, reg, (offset + at) as i16, i32::from(h));
-            at += 2;
-        }
-    }
+    let every = sample_every.max(1);
+    let mut object = ObjectLoader::default()
+        .global("sink_port", &port)
+        .global("sink_by_source", &by_source)
+        .global("sample_every", &every)
+        .load(OBJECT, WHAT)?;
+    let prog = object.xdp_program("perf_sink")?;
+    let counts = object.map("perf_sink_counts", bpf::MAP_PERCPU_ARRAY, 4, 8)?;
+    Ok((prog, counts))
 }
 
 /// What the in-kernel reference relay rewrites a datagram to the VIP into.
@@ -265,49 +83,91 @@ pub struct Rewrite {
     pub to_mac: [u8; 6],
 }
 
-/// The in-kernel XDP rewrite relay, the reference any relay is measured against: an
-/// IPv4 UDP datagram (no options) to the VIP gets new Ethernet addresses, source
-/// address the VIP, destination `to`, TTL 64, a recomputed IPv4 checksum and UDP
-/// checksum 0 (none, which IPv4 allows), and leaves through the interface it came in on
-/// (`XDP_TX`); everything else passes. No flow table and no hint check: the floor of
-/// what forwarding costs.
-pub fn relay_program(r: &Rewrite) -> Vec<Insn> {
-    let le32 = |ip: std::net::Ipv4Addr| i32::from_le_bytes(ip.octets());
-    let le16 = port_as_loaded;
-    let mut a = Asm::default();
-    ipv4_udp_or_pass(&mut a);
-    a.load(ufrag_bpf::asm::W, 5, 2, (ETH + 16) as i16);
-    a.jump(JNE, 5, Err(le32(*r.vip.ip())), "pass");
-    a.load(H, 5, 2, (ETH + IPV4 + 2) as i16);
-    a.jump(JNE, 5, Err(le16(r.vip.port())), "pass");
-    let mut macs = r.to_mac.to_vec();
-    macs.extend_from_slice(&r.relay_mac);
-    store_bytes(&mut a, 2, 0, &macs);
-    a.store_imm(B, 2, (ETH + 8) as i16, 64); // TTL
-    a.store_imm(H, 2, (ETH + 10) as i16, 0); // checksum, recomputed below
-    let mut addrs = r.vip.ip().octets().to_vec();
-    addrs.extend_from_slice(&r.to.ip().octets());
-    store_bytes(&mut a, 2, ETH + 12, &addrs);
-    a.store_imm(H, 2, (ETH + IPV4 + 2) as i16, le16(r.to.port()));
-    a.store_imm(H, 2, (ETH + IPV4 + 6) as i16, 0); // no UDP checksum
-    // The ones' complement sum of the header's ten 16-bit words (in load order: the
-    // sum is the same in either byte order), folded twice and inverted.
-    a.mov_imm(5, 0);
-    for word in 0..10 {
-        a.load(H, 4, 2, (ETH + 2 * word) as i16);
-        a.add_reg(5, 4);
-    }
-    a.fold_checksum(5, 4, 2);
-    a.store_reg(H, 2, (ETH + 10) as i16, 5);
-    a.ret(action::TX);
-    a.label("pass");
-    a.ret(action::PASS);
-    a.finish()
+/// The in-kernel XDP rewrite relay (`perf_xdp_relay`), the reference any relay is
+/// measured against: an IPv4 UDP datagram (no options) to the VIP gets new Ethernet
+/// addresses, source address the VIP, destination `to`, TTL 64, a recomputed IPv4
+/// checksum and UDP checksum 0 (none, which IPv4 allows), and leaves through the
+/// interface it came in on (`XDP_TX`); everything else passes. No flow table and no hint
+/// check: the floor of what forwarding costs.
+pub fn relay_program(r: &Rewrite) -> io::Result<OwnedFd> {
+    let (vip_addr, vip_port) = (wire32(*r.vip.ip()), wire16(r.vip.port()));
+    let (to_addr, to_port) = (wire32(*r.to.ip()), wire16(r.to.port()));
+    ObjectLoader::default()
+        .global("relay_vip_addr", &vip_addr)
+        .global("relay_vip_port", &vip_port)
+        .global("relay_mac", &r.relay_mac)
+        .global("relay_to_addr", &to_addr)
+        .global("relay_to_port", &to_port)
+        .global("relay_to_mac", &r.to_mac)
+        .load(OBJECT, WHAT)?
+        .xdp_program("perf_xdp_relay")
 }
 
-/// `return XDP_PASS`: what a veth needs on the far end before `XDP_TX` frames can reach it.
-pub(super) fn pass_program() -> Vec<Insn> {
-    let mut a = Asm::default();
-    a.ret(action::PASS);
-    a.finish()
+/// The generator (`perf_gen`) for copies of `template` carrying `plan`'s flows where
+/// `stamps` say, and its pacing state (`perf_gen_state`). Paced in the kernel: a frame
+/// that is not yet due (by `bpf_ktime_get_ns` against the state's schedule), or beyond
+/// the total, is dropped back to the page pool; a due one advances the schedule (never
+/// letting it fall more than a burst behind, so a stall does not turn into a flood), is
+/// counted, gets the template's headers written in full (live-frame pages come back from
+/// the stack recycled, not reset), source port `base_port + sent % flows`, payload bytes
+/// 2–3 the count and 4–11 the time since `epoch_ktime` (ns, big endian), and leaves with
+/// `XDP_TX`. Frame `n` (from 1) belongs to flow `n % plan.flows`. When the plan has
+/// several addresses, the IPv4 checksum is adjusted for the changed last octet (RFC
+/// 1624); a frame with a UDP checksum (IPv6) gets it adjusted for everything stamped
+/// ([`udp_checksum_base`]).
+pub fn generator_program(
+    template: &[u8],
+    (plan, stamps): (&FlowPlan, Stamps),
+    epoch_ktime: u64,
+) -> io::Result<(OwnedFd, Map)> {
+    let header_len = stamps.datagram_at + 2;
+    if template.len() < stamps.datagram_at + 12 || header_len > TEMPLATE_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a template of {} bytes with its datagram at {}: the generator needs the \
+                 whole datagram stamp and at most {TEMPLATE_MAX} header bytes",
+                template.len(),
+                stamps.datagram_at
+            ),
+        ));
+    }
+    let mut head = [0u8; TEMPLATE_MAX];
+    let copied = template.len().min(TEMPLATE_MAX);
+    head[..copied].copy_from_slice(&template[..copied]);
+    let as_u32 = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    let template_len = as_u32(header_len);
+    let (port_at, octet_at, datagram_at) = (
+        as_u32(stamps.port_at),
+        as_u32(stamps.octet_at),
+        as_u32(stamps.datagram_at),
+    );
+    let udp_checksum_at = as_u32(stamps.udp_checksum_at.unwrap_or(0));
+    let udp_sum_base = stamps
+        .udp_checksum_at
+        .map_or(0, |at| u32::from(udp_checksum_base(template, at, stamps)));
+    let in_ip_header = u8::from(stamps.in_ip_header);
+    let first_octet = crate::load::last_octet(plan.first_ip);
+    let ip_checksum = u16::from_be_bytes([template[ETH + 10], template[ETH + 11]]);
+    let addresses = plan.addresses();
+    let mut object = ObjectLoader::default()
+        .global("gen_template", &head)
+        .global("gen_template_len", &template_len)
+        .global("gen_port_at", &port_at)
+        .global("gen_octet_at", &octet_at)
+        .global("gen_datagram_at", &datagram_at)
+        .global("gen_udp_checksum_at", &udp_checksum_at)
+        .global("gen_in_ip_header", &in_ip_header)
+        .global("gen_flows", &plan.flows)
+        .global("gen_ports_per_addr", &plan.ports_per_addr)
+        .global("gen_first_port", &plan.first_port)
+        .global("gen_addresses", &addresses)
+        .global("gen_first_octet", &first_octet)
+        .global("gen_ip_checksum", &ip_checksum)
+        .global("gen_udp_sum_base", &udp_sum_base)
+        .global("gen_epoch_ns", &epoch_ktime)
+        .load(OBJECT, WHAT)?;
+    let prog = object.xdp_program("perf_gen")?;
+    let state = object.map("perf_gen_state", bpf::MAP_ARRAY, 4, state::LEN)?;
+    Ok((prog, state))
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ufrag_bpf::sys::{self as bpf, Map};
 
 use super::programs::{
-    Counted, Rewrite, generator_program, pass_program, relay_program, sink_program,
+    Counted, Rewrite, generator_program, probe_program, relay_program, sink_program,
 };
 use super::{Attached, Iface, Stamps, ktime_at, ktime_now, state};
 use crate::load::{FlowPlan, Load, Sink, Trial};
@@ -26,7 +26,7 @@ pub struct XdpRelay {
 impl XdpRelay {
     /// Attaches to `on`.
     pub fn attach(on: &Iface, rewrite: &Rewrite) -> io::Result<Self> {
-        let prog = bpf::prog_load_xdp(&relay_program(rewrite), "perf_xdp_relay")?;
+        let prog = relay_program(rewrite)?;
         Ok(XdpRelay {
             _relay: on.attach_native(prog)?,
         })
@@ -34,8 +34,7 @@ impl XdpRelay {
 
     /// Its verdict and output on one frame (`BPF_PROG_TEST_RUN`), for tests.
     pub fn run_once(rewrite: &Rewrite, frame: &[u8]) -> io::Result<(u32, Vec<u8>)> {
-        let prog = bpf::prog_load_xdp(&relay_program(rewrite), "perf_xdp_relay")?;
-        bpf::prog_test_run_output(&prog, frame)
+        bpf::prog_test_run_output(&relay_program(rewrite)?, frame)
     }
 }
 
@@ -49,9 +48,8 @@ pub struct PeerPass {
 impl PeerPass {
     /// Attaches it to `peer`.
     pub fn attach(peer: &Iface) -> io::Result<Self> {
-        let prog = bpf::prog_load_xdp(&pass_program(), "perf_pass")?;
         Ok(PeerPass {
-            _attached: peer.attach_native(prog)?,
+            _attached: peer.attach_native(ufrag_bpf::object::pass_program()?)?,
         })
     }
 }
@@ -119,9 +117,7 @@ impl XdpGenerator {
         }
         install_stop_handler()?;
         let peer = peer.map(PeerPass::attach).transpose()?;
-        let state = Map::create(bpf::MAP_ARRAY, 4, state::LEN as u32, 1, "perf_gen_state")?;
-        let insns = generator_program(state.raw_fd(), &frame, (plan, stamps), ktime_at(epoch));
-        let prog = bpf::prog_load_xdp(&insns, "perf_gen")?;
+        let (prog, state) = generator_program(&frame, (plan, stamps), ktime_at(epoch))?;
         Ok(XdpGenerator {
             prog: Arc::new(prog),
             state,
@@ -216,10 +212,7 @@ impl XdpGenerator {
 /// nothing is transmitted. Only a refusal counts; another error is the generator's to
 /// report when it runs.
 pub fn live_frames_refused() -> Option<String> {
-    let mut drop_all = ufrag_bpf::asm::Asm::default();
-    drop_all.mov_imm(0, 1); // r0 = XDP_DROP
-    drop_all.exit();
-    let prog = bpf::prog_load_xdp(&drop_all.finish(), "perf_probe").ok()?;
+    let prog = probe_program().ok()?;
     let loopback = 1;
     match bpf::prog_run_live(&prog, &[0u8; 64], loopback, 0, 1, 1) {
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Some(format!(
@@ -252,11 +245,7 @@ pub struct XdpSink {
 impl XdpSink {
     /// Counts the `counted` UDP frames arriving on `on`, passing one in `sample_every`.
     pub fn attach(on: &Iface, counted: Counted, sample_every: u32) -> io::Result<Self> {
-        let counts = Map::create(bpf::MAP_PERCPU_ARRAY, 4, 8, 1, "perf_sink")?;
-        let prog = bpf::prog_load_xdp(
-            &sink_program(counts.raw_fd(), counted, sample_every),
-            "perf_sink",
-        )?;
+        let (prog, counts) = sink_program(counted, sample_every)?;
         let attached = on.attach_native(prog)?;
         Ok(XdpSink {
             counts,
