@@ -127,10 +127,10 @@ int perf_sink(struct xdp_md *ctx)
 
 const volatile __be32 relay_vip_addr = 0;
 const volatile __be16 relay_vip_port = 0;
-const volatile __u8 relay_mac[ETH_ALEN] = {}; // the new source MAC
+// The new Ethernet addresses: the next hop's MAC (one L2 segment), then the relay's.
+const volatile __u8 relay_macs[2 * ETH_ALEN] __attribute__((aligned(4))) = {};
 const volatile __be32 relay_to_addr = 0;
 const volatile __be16 relay_to_port = 0;
-const volatile __u8 relay_to_mac[ETH_ALEN] = {}; // the next hop: one L2 segment
 
 // The reference any relay is measured against: an IPv4 UDP datagram (no options) to the
 // VIP gets new Ethernet addresses, the VIP as its source, `relay_to` as its
@@ -152,11 +152,8 @@ int perf_xdp_relay(struct xdp_md *ctx)
 	    load16(data + ETH_LEN + IPV4_LEN + 2) != relay_vip_port)
 		return XDP_PASS;
 
-	__u8 *eth = data;
-	for (int i = 0; i < ETH_ALEN; i++) {
-		eth[i] = relay_to_mac[i];
-		eth[ETH_ALEN + i] = relay_mac[i];
-	}
+	for (int word = 0; word < 3; word++)
+		*(__u32 *)(data + 4 * word) = *(const volatile __u32 *)&relay_macs[4 * word];
 	*(__u8 *)(data + ETH_LEN + 8) = 64; // TTL
 	store16(data + ETH_LEN + 10, 0); // the checksum, recomputed below
 	*(__u32 *)(data + ETH_LEN + 12) = relay_vip_addr;

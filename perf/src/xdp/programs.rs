@@ -92,13 +92,15 @@ pub struct Rewrite {
 pub fn relay_program(r: &Rewrite) -> io::Result<OwnedFd> {
     let (vip_addr, vip_port) = (wire32(*r.vip.ip()), wire16(r.vip.port()));
     let (to_addr, to_port) = (wire32(*r.to.ip()), wire16(r.to.port()));
+    let mut macs = [0u8; 12];
+    macs[..6].copy_from_slice(&r.to_mac);
+    macs[6..].copy_from_slice(&r.relay_mac);
     ObjectLoader::default()
         .global("relay_vip_addr", &vip_addr)
         .global("relay_vip_port", &vip_port)
-        .global("relay_mac", &r.relay_mac)
+        .global("relay_macs", &macs)
         .global("relay_to_addr", &to_addr)
         .global("relay_to_port", &to_port)
-        .global("relay_to_mac", &r.to_mac)
         .load(OBJECT, WHAT)?
         .xdp_program("perf_xdp_relay")
 }
