@@ -79,7 +79,7 @@ if [ -n "$full" ]; then
   step "flow table memory" cargo run --locked --release -q -p ufrag-common --example flow_table_size 1000000
 fi
 echo "== loopback forwarding (perf loopback)"
-step "the release build" cargo build --locked --release -q -p relay-mio -p relay-afxdp -p transceiver -p ufrag-model-servers -p ufrag-perf
+step "the release build" cargo build --locked --release -q -p ufrag-relay-mio -p ufrag-relay-afxdp -p ufrag-transceiver -p ufrag-model-servers -p ufrag-perf
 step "perf loopback (target/perf/loopback.md)" target/release/ufrag-perf loopback --out target/perf/loopback.md
 echo "== WebRTC sessions (perf sessions)"
 step "perf sessions (target/perf/sessions.md)" target/release/ufrag-perf sessions --browser-sessions 5 --out target/perf/sessions.md

@@ -33,8 +33,8 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 echo "== release binaries"
 # The README's quick start builds exactly this set (CI runs it next, on this build);
 # relay-afxdp on its own, so that its features do not change the set's.
-cargo build --locked --release -q -p relay-mio -p transceiver -p ufrag-model-servers -p ufrag-perf
-cargo build --locked --release -q -p relay-afxdp
+cargo build --locked --release -q -p ufrag-relay-mio -p ufrag-transceiver -p ufrag-model-servers -p ufrag-perf
+cargo build --locked --release -q -p ufrag-relay-afxdp
 
 # The system libraries a dynamically linked binary needs at run time, and glibc's NSS.
 libraries() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The instruction-count gate (CI runs it after the test command): runs the hot-path
 # benches under callgrind (iai-callgrind), prints bench, baseline, now and change for
-# each, and fails when one costs more than 2 % (perf::gate::TOLERANCE) above or below the
+# each, and fails when one costs more than 2 % (ufrag_perf::gate::TOLERANCE) above or below the
 # committed baseline (common/benches/instructions.baseline: an improvement must be
 # accepted, so the baseline follows it), has no baseline, did not run, or when the
 # baseline was counted by another compiler than this run's (it records `rustc
@@ -28,8 +28,8 @@ fi
 # Every instruction-count bench: the relay's parsers, forwarder and flow table
 # (ufrag-common), relay-afxdp's frame rewrite, the transceiver's demux and one
 # established session's echo path (str0m included).
-benches=(ufrag-common:hot_path_instructions relay-afxdp:rewrite_instructions
-  transceiver:demux_instructions transceiver:session_echo_instructions)
+benches=(ufrag-common:hot_path_instructions ufrag-relay-afxdp:rewrite_instructions
+  ufrag-transceiver:demux_instructions ufrag-transceiver:session_echo_instructions)
 summaries=target/iai
 rm -rf "$summaries" # a bench that no longer runs must not be read from an old summary
 mkdir -p target # a fresh clone has none yet: the bench log goes there

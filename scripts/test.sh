@@ -132,7 +132,7 @@ else
   echo "!! FUZZING SKIPPED (FUZZ_SECONDS=0): the fuzz targets did not run" >&2
 fi
 
-# Every child a test starts is owned (testkit::OwnedChild: killed on drop and on the
+# Every child a test starts is owned (ufrag_testkit::OwnedChild: killed on drop and on the
 # death of the thread that started it). Check that none of our binaries outlived the run.
 survivors=$(for p in /proc/[0-9]*; do
   exe=$(readlink "$p/exe" 2>/dev/null) || continue

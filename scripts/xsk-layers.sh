@@ -2,7 +2,7 @@
 # Our AF_XDP layer against the xdp crate's under the same relay-afxdp worker, in
 # randomized interleaved rounds of `perf compare` (so drift in a shared VM's speed falls
 # on both alike), priced per packet at fixed loads with relay-mio as the baseline. Needs
-# root and a release build (cargo build --release -p ufrag-perf -p relay-afxdp -p relay-mio).
+# root and a release build (cargo build --release -p ufrag-perf -p ufrag-relay-afxdp -p ufrag-relay-mio).
 # Usage: scripts/xsk-layers.sh [ROUNDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

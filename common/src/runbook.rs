@@ -2,7 +2,7 @@
 //! TCP close under:
 //! one entry per reason, in exhaustive matches, so a new reason does not build without
 //! its entry. `docs/runbook.md` is generated from these, the transceiver's
-//! (`transceiver::runbook`) and each reason's own documentation, and a test fails when
+//! (`ufrag_transceiver::runbook`) and each reason's own documentation, and a test fails when
 //! the committed page differs from what the code says.
 
 use crate::reasons::{CacheError, DropReason, TcpCloseReason};

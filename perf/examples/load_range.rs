@@ -9,11 +9,11 @@
 
 #![forbid(unsafe_code)]
 
-use perf::compare::marginal::{MIN_LOADS, ratio_in_round};
-use perf::compare::sample::{LoadTrial, Sample};
-use perf::stats::median;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
+use ufrag_perf::compare::marginal::{MIN_LOADS, ratio_in_round};
+use ufrag_perf::compare::sample::{LoadTrial, Sample};
+use ufrag_perf::stats::median;
 
 /// The pairs whose ratio the verdict reads on the testbed: the best bypass rows against
 /// the cheapest socket relay, and that relay against plain relay-mio.

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use testkit::testbed::Testbed;
+use ufrag_testkit::testbed::Testbed;
 
 use crate::placement::Placement;
 

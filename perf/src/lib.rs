@@ -4,7 +4,7 @@
 //! `perf compare`, which puts them together into a verdict.
 //!
 //! Everything runs on loopback addresses chosen per run (127.x.y.z) or inside network
-//! namespaces the run creates (`testkit::testbed`), bounded in packets and time.
+//! namespaces the run creates (`ufrag_testkit::testbed`), bounded in packets and time.
 
 #![deny(unsafe_code)]
 

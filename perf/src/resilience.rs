@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use testkit::http::request_from;
-use testkit::webrtc_client::Client;
+use ufrag_testkit::http::request_from;
+use ufrag_testkit::webrtc_client::Client;
 
 use crate::hostile::paced;
 use crate::sessions::ClientGroup;

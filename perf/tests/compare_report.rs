@@ -5,8 +5,8 @@
 //! wake-up computed from the two relay-mio rows, and the cross-core hops of the placement;
 //! and the same over IPv6.
 
-use testkit::cargo_build::bin;
-use testkit::testbed::tools::require_root;
+use ufrag_testkit::cargo_build::bin;
+use ufrag_testkit::testbed::tools::require_root;
 
 /// What one `perf compare` run wrote: the Markdown report, its JSON and its SVG, and
 /// its progress (stderr).
@@ -100,7 +100,7 @@ fn unfilled_placeholder(text: &str) -> Option<&str> {
 #[test]
 fn a_placeholder_is_found_and_a_closure_symbol_is_not() {
     assert_eq!(unfilled_placeholder("a {rate_pps} b"), Some("{rate_pps}"));
-    let profile = "| 0.7 % | `transceiver::model_bridge::serve::{{closure}}::{{closure}}` |";
+    let profile = "| 0.7 % | `ufrag_transceiver::model_bridge::serve::{{closure}}::{{closure}}` |";
     assert_eq!(unfilled_placeholder(profile), None);
 }
 
@@ -146,7 +146,7 @@ fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
             .iter()
             .map(|p| p["us"].as_f64().unwrap())
             .collect();
-        assert_eq!(cdf.len(), perf::load::CDF_QUANTILES.len());
+        assert_eq!(cdf.len(), ufrag_perf::load::CDF_QUANTILES.len());
         assert!(
             cdf[0] > 0.0 && cdf.windows(2).all(|w| w[0] <= w[1]),
             "{setup}: a CDF rises: {cdf:?}"
@@ -165,7 +165,7 @@ fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
     // The forwarder's core by leg: relay-mio receives from the clients and sends to the
     // internal side (the load is uplink only), each priced per datagram.
     let part = |name: &str| {
-        perf::legs::read_part(&report, "relay-mio: the forwarder's core by leg", name)
+        ufrag_perf::legs::read_part(&report, "relay-mio: the forwarder's core by leg", name)
             .unwrap_or_else(|| panic!("no {name:?} in relay-mio's split: {report}"))
     };
     assert!(part("receive from clients") > 0.0, "{report}");

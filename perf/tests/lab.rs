@@ -8,9 +8,9 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use testkit::OwnedChild;
-use testkit::cargo_build::bin;
-use testkit::testbed::tools::require_root;
+use ufrag_testkit::OwnedChild;
+use ufrag_testkit::cargo_build::bin;
+use ufrag_testkit::testbed::tools::require_root;
 
 /// Two namespaces and the veth pair between them, deleted when dropped.
 struct TwoHosts {
@@ -226,7 +226,7 @@ fn shape(v: &serde_json::Value, at: &str, into: &mut BTreeSet<String>) {
 fn lab_mode_on_two_namespaces_refuses_zero_copy_cleanly_and_reports_like_the_testbed() {
     require_root();
     // The agent's search drives the live-frames generator.
-    if perf::xdp::skip_without_live_frames(
+    if ufrag_perf::xdp::skip_without_live_frames(
         "lab_mode_on_two_namespaces_refuses_zero_copy_cleanly_and_reports_like_the_testbed",
     ) {
         return;

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use testkit::OwnedChild;
+use ufrag_testkit::OwnedChild;
 
 const TOKEN: &str = "load-test-token-0123456789abcdef";
 
@@ -27,32 +27,32 @@ impl Deployment {
     /// with a `session_token_key`, it takes session tokens signed with it beside the
     /// bearer token.
     fn start(relay: bool, session_token_key: Option<&Path>) -> Deployment {
-        let ip = testkit::addr::unique_ip();
+        let ip = ufrag_testkit::addr::unique_ip();
         let at = |port: u16| SocketAddr::from((ip, port));
         let (vip, internal, relay_metrics) = (at(3478), at(40000), at(9590));
-        let signaling = at(testkit::addr::free_tcp_port(ip));
+        let signaling = at(ufrag_testkit::addr::free_tcp_port(ip));
         let relay = relay.then(|| {
-            let mut cmd = Command::new(testkit::cargo_build::bin("relay-mio"));
+            let mut cmd = Command::new(ufrag_testkit::cargo_build::bin("relay-mio"));
             cmd.args(["--vip", &vip.to_string(), "--internal-addr"])
                 .arg(internal.to_string())
                 .args(["--allow-transceiver-net", "127.0.0.0/8", "--workers", "1"])
                 .args(["--metrics-addr", &relay_metrics.to_string()])
-                .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+                .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
                 .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
                 .env("RUST_LOG", "warn")
                 .stdout(Stdio::null());
             let mut child = OwnedChild::spawn(&mut cmd).expect("relay-mio starts");
-            testkit::http::wait_ready(None, relay_metrics, "relay-mio", READY, || {
+            ufrag_testkit::http::wait_ready(None, relay_metrics, "relay-mio", READY, || {
                 child.exit_report()
             });
             child
         });
-        let mut cmd = Command::new(testkit::cargo_build::bin("transceiver"));
+        let mut cmd = Command::new(ufrag_testkit::cargo_build::bin("transceiver"));
         cmd.args(["--http-addr", &signaling.to_string(), "--bind"])
             .arg(at(41000).to_string())
             .args(["--advertise", &vip.to_string()])
             .args(["--allow-relay-net", "127.0.0.0/8"])
-            .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+            .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
             .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .env("UFRAG_TRANSCEIVER_TOKEN", TOKEN)
             .stdout(Stdio::null());
@@ -61,7 +61,7 @@ impl Deployment {
         }
         cmd.env("RUST_LOG", "warn");
         let mut transceiver = OwnedChild::spawn(&mut cmd).expect("the transceiver starts");
-        testkit::http::wait_ready(None, signaling, "transceiver", READY, || {
+        ufrag_testkit::http::wait_ready(None, signaling, "transceiver", READY, || {
             transceiver.exit_report()
         });
         Deployment {
@@ -250,7 +250,7 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
     // 2 of 6 are refused; the others still talk through the hold, and the run exits 1.
     let one_user = {
         let key = std::fs::read(&signing_key).unwrap();
-        let request = transceiver::session_token::TokenRequest {
+        let request = ufrag_transceiver::session_token::TokenRequest {
             audience: "ufrag-relay".into(),
             issued_at_s: std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -263,8 +263,8 @@ fn a_small_load_gets_through_relay_mio_and_the_report_says_what_each_step_took()
                 ..Default::default()
             },
         };
-        let hs256 = transceiver::session_token::TokenAlgorithm::Hs256;
-        transceiver::session_token::mint(hs256, &key, &request).unwrap()
+        let hs256 = ufrag_transceiver::session_token::TokenAlgorithm::Hs256;
+        ufrag_transceiver::session_token::mint(hs256, &key, &request).unwrap()
     };
     let (user_dir, user_token) = scratch("one-user", &one_user);
     let capped_out = user_dir.join("capped.md");

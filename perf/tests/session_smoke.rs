@@ -17,8 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use testkit::OwnedChild;
-use testkit::tls::TestPki;
+use ufrag_testkit::OwnedChild;
+use ufrag_testkit::tls::TestPki;
 
 const TOKEN: &str = "smoke-test-token-0123456789";
 
@@ -126,10 +126,10 @@ fn session(front: &TlsFront, extra: &[&str], token_file: Option<&Path>) -> Outpu
 
 #[test]
 fn a_session_by_host_name_over_https_with_the_bearer_token() {
-    let transceiver_bin = testkit::cargo_build::bin("transceiver");
+    let transceiver_bin = ufrag_testkit::cargo_build::bin("transceiver");
     let http = SocketAddr::from((
         [127, 0, 0, 1],
-        testkit::addr::free_tcp_port([127, 0, 0, 1].into()),
+        ufrag_testkit::addr::free_tcp_port([127, 0, 0, 1].into()),
     ));
     let mut transceiver = Command::new(&transceiver_bin);
     transceiver
@@ -140,7 +140,7 @@ fn a_session_by_host_name_over_https_with_the_bearer_token() {
             "127.0.0.1:0",
             "--direct",
         ])
-        .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env("UFRAG_TRANSCEIVER_TOKEN", TOKEN)
         .stdout(Stdio::null())
@@ -190,8 +190,8 @@ fn a_session_by_host_name_over_https_with_the_bearer_token() {
 #[test]
 fn a_failed_sessions_row_fails_the_run_with_one_line_naming_it() {
     // `ufrag-perf sessions` runs the relay and the transceiver found next to it.
-    testkit::cargo_build::bin("relay-mio");
-    testkit::cargo_build::bin("transceiver");
+    ufrag_testkit::cargo_build::bin("relay-mio");
+    ufrag_testkit::cargo_build::bin("transceiver");
     let dir = std::env::temp_dir().join(format!("ufrag-sessions-failed-{}", std::process::id()));
     let out = dir.join("sessions.md");
     let run = Command::new(env!("CARGO_BIN_EXE_ufrag-perf"))

@@ -5,8 +5,8 @@
 
 use std::process::Command;
 
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::{probe_through_relay, require_root, start_relay};
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::{probe_through_relay, require_root, start_relay};
 
 fn netns_list() -> String {
     String::from_utf8(

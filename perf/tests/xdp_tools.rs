@@ -6,13 +6,13 @@
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use perf::load::checksum;
-use perf::load::{DATAGRAM_LEN, FlowPlan, Sink};
-use perf::xdp::{
+use ufrag_perf::load::checksum;
+use ufrag_perf::load::{DATAGRAM_LEN, FlowPlan, Sink};
+use ufrag_perf::xdp::{
     Counted, Iface, NEVER_SAMPLED, Stamps, XdpGenerator, XdpSink, framed_template, template_frame,
 };
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::require_root;
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::require_root;
 
 /// A testbed and the interfaces the BPF tools use: the client's veth (the generator's),
 /// its bridge end (which needs a program for XDP frames to reach it), the relay's and
@@ -28,7 +28,7 @@ struct Tools {
 fn tools() -> Tools {
     require_root();
     let bed = Testbed::up().expect("testbed");
-    let lookup = |h: &testkit::testbed::Host| Iface::lookup(&h.ns, &h.ifname).expect("veth");
+    let lookup = |h: &ufrag_testkit::testbed::Host| Iface::lookup(&h.ns, &h.ifname).expect("veth");
     let (br_ns, br_if) = bed.bridge_side(&bed.client);
     Tools {
         client: lookup(&bed.client),
@@ -49,7 +49,7 @@ fn v4(a: SocketAddr) -> SocketAddrV4 {
 
 #[test]
 fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
-    if perf::xdp::skip_without_live_frames(
+    if ufrag_perf::xdp::skip_without_live_frames(
         "generated_frames_are_counted_exactly_and_sampled_for_latency",
     ) {
         return;
@@ -144,7 +144,7 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
 /// sampled frames reach the socket, which the kernel allows only with a valid checksum.
 #[test]
 fn ipv6_frames_carry_valid_udp_checksums_and_are_counted_exactly() {
-    if perf::xdp::skip_without_live_frames(
+    if ufrag_perf::xdp::skip_without_live_frames(
         "ipv6_frames_carry_valid_udp_checksums_and_are_counted_exactly",
     ) {
         return;
@@ -260,7 +260,7 @@ fn the_generator_stamps_each_flow_of_a_plan_over_several_addresses() {
 
 #[test]
 fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
-    if perf::xdp::skip_without_live_frames(
+    if ufrag_perf::xdp::skip_without_live_frames(
         "frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back",
     ) {
         return;
@@ -275,8 +275,9 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
     let epoch = Instant::now();
     let dst = SocketAddrV4::new(bed.transceiver.addr, 41_000);
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
-    let _nat = perf::alternatives::Nftables::start(Some(&bed.relay.ns), vip.into(), dst.into())
-        .expect("nftables (scripts/test.sh installs nft)");
+    let _nat =
+        ufrag_perf::alternatives::Nftables::start(Some(&bed.relay.ns), vip.into(), dst.into())
+            .expect("nftables (scripts/test.sh installs nft)");
     let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 1_000_000).expect("XDP sink");
     let frame = template_frame(
         client.mac,
@@ -304,7 +305,7 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
 #[test]
 fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
     require_root();
-    use perf::xdp::{Rewrite, XdpRelay};
+    use ufrag_perf::xdp::{Rewrite, XdpRelay};
     let rewrite = Rewrite {
         vip: "10.77.0.2:3478".parse().unwrap(),
         relay_mac: [2, 0, 0, 0, 0, 2],
@@ -331,7 +332,7 @@ fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
         "destination: the transceiver"
     );
     assert_eq!(
-        perf::load::checksum(&out[14..34]),
+        ufrag_perf::load::checksum(&out[14..34]),
         0,
         "a valid IPv4 checksum"
     );
@@ -388,15 +389,15 @@ impl RelayFlows {
 
 /// relay-mio on the testbed with 20 flows made, each by a Binding Request of its own
 /// session (sessions from `seed` on: two relays' tests need distinct ones).
-fn relay_mio_with_flows(bed: &Testbed, seed: u32) -> (testkit::OwnedChild, RelayFlows) {
-    use testkit::testbed::tools::{relay_metric, start_relay};
+fn relay_mio_with_flows(bed: &Testbed, seed: u32) -> (ufrag_testkit::OwnedChild, RelayFlows) {
+    use ufrag_testkit::testbed::tools::{relay_metric, start_relay};
     let relay_process = start_relay(bed, "relay-mio", "1", &[]);
-    let keys = testkit::keys::keys();
+    let keys = ufrag_testkit::keys::keys();
     let plan = FlowPlan::new(bed.client.addr, 30_000, 40_000, 20).unwrap();
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
     let transceiver = SocketAddrV4::new(bed.transceiver.addr, 41_000);
-    perf::load::make_flows(Some(&bed.client.ns), &plan, vip.into(), 1_000, |f| {
-        perf::probe::binding_request(&keys, transceiver.into(), seed + f)
+    ufrag_perf::load::make_flows(Some(&bed.client.ns), &plan, vip.into(), 1_000, |f| {
+        ufrag_perf::probe::binding_request(&keys, transceiver.into(), seed + f)
     })
     .expect("flows made");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -414,7 +415,7 @@ fn relay_mio_with_flows(bed: &Testbed, seed: u32) -> (testkit::OwnedChild, Relay
 
 #[test]
 fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
-    if perf::xdp::skip_without_live_frames(
+    if ufrag_perf::xdp::skip_without_live_frames(
         "downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted",
     ) {
         return;
@@ -447,8 +448,8 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
         .send(10_000, Duration::from_millis(300))
         .expect("send");
     std::thread::sleep(Duration::from_millis(300));
-    let forwarded = testkit::http::metric_by_label(
-        &testkit::testbed::tools::relay_http(&bed, "/metrics"),
+    let forwarded = ufrag_testkit::http::metric_by_label(
+        &ufrag_testkit::testbed::tools::relay_http(&bed, "/metrics"),
         "ufrag_relay_forwarded_datagrams_total",
         "direction",
     )
@@ -468,7 +469,8 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
 /// host's interface counts exactly what `perf gen` on the sending host's sent.
 #[test]
 fn perf_gen_and_perf_sink_measure_between_two_hosts() {
-    if perf::xdp::skip_without_live_frames("perf_gen_and_perf_sink_measure_between_two_hosts") {
+    if ufrag_perf::xdp::skip_without_live_frames("perf_gen_and_perf_sink_measure_between_two_hosts")
+    {
         return;
     }
     use std::io::{BufRead, BufReader};
@@ -539,13 +541,13 @@ fn perf_gen_and_perf_sink_measure_between_two_hosts() {
 /// `--downlink-share 0.8` (the model speaking), four fifths go downlink.
 #[test]
 fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
-    if perf::xdp::skip_without_live_frames(
+    if ufrag_perf::xdp::skip_without_live_frames(
         "a_conversation_trial_through_relay_mio_carries_and_counts_both_ways",
     ) {
         return;
     }
-    use perf::load::Load;
-    use perf::xdp::{Conversation, Sender, XdpLoad};
+    use ufrag_perf::load::Load;
+    use ufrag_perf::xdp::{Conversation, Sender, XdpLoad};
     let Tools {
         bed,
         client,
@@ -646,8 +648,9 @@ fn a_bundle_is_counted_as_its_frames() {
     let dst = SocketAddr::from((bed.transceiver.addr, 41_002));
     let socket_sink = Sink::start_in(Some(&bed.transceiver.ns), dst, true, epoch).expect("sink");
     let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 1).expect("XDP sink");
-    let relay = perf::load::bind_in(Some(&bed.client.ns), SocketAddr::from((bed.client.addr, 0)))
-        .expect("a socket in the client's namespace");
+    let relay =
+        ufrag_perf::load::bind_in(Some(&bed.client.ns), SocketAddr::from((bed.client.addr, 0)))
+            .expect("a socket in the client's namespace");
     let header = FrameHeader::new(
         "198.51.100.7:5000".parse().unwrap(),
         "203.0.113.1:3478".parse().unwrap(),

@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 
 use iai_callgrind::{library_benchmark, library_benchmark_group, main};
-use relay_afxdp::packet::{Rewrite, headers_len, parse_udp, plan, write_udp};
 use ufrag_common::frame::MAX_HEADER_LEN;
+use ufrag_relay_afxdp::packet::{Rewrite, headers_len, parse_udp, plan, write_udp};
 
 const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
 const RELAY_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];

@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use relay_afxdp::steering::{AttachMode, Steering};
+use ufrag_relay_afxdp::steering::{AttachMode, Steering};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();

@@ -8,9 +8,9 @@
 
 use std::time::{Duration, Instant};
 
-use relay_afxdp::packet::{headers_len, parse_udp, write_udp};
-use relay_afxdp::steering::{AttachMode, Steering};
-use relay_afxdp::xsk::{RxFrame, UmemSocket, XdpSocket, XskConfig};
+use ufrag_relay_afxdp::packet::{headers_len, parse_udp, write_udp};
+use ufrag_relay_afxdp::steering::{AttachMode, Steering};
+use ufrag_relay_afxdp::xsk::{RxFrame, UmemSocket, XdpSocket, XskConfig};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();

@@ -4,5 +4,5 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    relay_afxdp::cli::main()
+    ufrag_relay_afxdp::cli::main()
 }

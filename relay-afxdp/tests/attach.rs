@@ -8,11 +8,11 @@
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use testkit::OwnedChild;
+use ufrag_testkit::OwnedChild;
 
-use testkit::cargo_build::{bin, example};
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::{
+use ufrag_testkit::cargo_build::{bin, example};
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::{
     probe_through_relay, relay_link_shown, require_root, start_relay, wait_until_no_xdp,
 };
 

@@ -1,10 +1,10 @@
-//! relay-afxdp against the relay behaviour suite (`testkit::relay_suite`), in the netns
+//! relay-afxdp against the relay behaviour suite (`ufrag_testkit::relay_suite`), in the netns
 //! testbed (root), attached in generic (skb) and in native XDP mode, and in native mode
 //! on the `xdp` crate's AF_XDP layer.
 
 use std::process::ExitCode;
 
-use testkit::relay_suite::{Backend, XdpMode, run};
+use ufrag_testkit::relay_suite::{Backend, XdpMode, run};
 
 fn main() -> ExitCode {
     let binary = env!("CARGO_BIN_EXE_relay-afxdp");

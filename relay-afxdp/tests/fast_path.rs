@@ -9,10 +9,6 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use relay_afxdp::fast_path::{FastFlow, FastPathMaps, FastStats};
-use relay_afxdp::packet::{headers_len, write_udp};
-use relay_afxdp::program::action;
-use relay_afxdp::steering::Steering;
 use ufrag_common::demux::DatagramKind;
 use ufrag_common::flow::FlowKey;
 use ufrag_common::flow::FlowTable;
@@ -21,6 +17,10 @@ use ufrag_common::frame::FrameHeader;
 use ufrag_common::hint::{HintKey, HintKeys};
 use ufrag_common::reasons::DropReason;
 use ufrag_common::wire::udp_checksum;
+use ufrag_relay_afxdp::fast_path::{FastFlow, FastPathMaps, FastStats};
+use ufrag_relay_afxdp::packet::{headers_len, write_udp};
+use ufrag_relay_afxdp::program::action;
+use ufrag_relay_afxdp::steering::Steering;
 
 const RELAY_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 2];
 const CLIENT_MAC: [u8; 6] = [0x02, 0, 0, 0, 0, 1];
@@ -84,7 +84,7 @@ struct Bench {
 
 impl Bench {
     fn new() -> Bench {
-        testkit::testbed::tools::require_root();
+        ufrag_testkit::testbed::tools::require_root();
         let steering = Steering::load_with(
             &[a(VIP4), a(VIP6)],
             &[a(INTERNAL4), a(INTERNAL6)],

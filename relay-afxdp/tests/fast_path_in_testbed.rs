@@ -7,17 +7,17 @@
 //! native `XDP_TX` on veth is received by the peer only when the peer runs an XDP
 //! program of its own, and frames from a local socket over veth carry only a
 //! partial UDP checksum, which the fast path would pass on wrong into an IPv6 output (see
-//! `relay_afxdp::fast_path`): the IPv6 case turns TX checksum offload off on the sending
+//! `ufrag_relay_afxdp::fast_path`): the IPv6 case turns TX checksum offload off on the sending
 //! hosts, so their frames carry complete checksums, as on a wire.
 
 use std::net::SocketAddr;
 use std::process::Command;
 
-use testkit::testbed::tools::{
+use ufrag_testkit::testbed::tools::{
     echoed_session, probe_through_relay_in, relay_metric, require_root, start_relay,
     start_relay_in, start_transceiver,
 };
-use testkit::testbed::{Host, Testbed};
+use ufrag_testkit::testbed::{Host, Testbed};
 
 fn ethtool(ns: &str, args: &[&str]) {
     let out = Command::new("ip")
@@ -40,8 +40,8 @@ fn let_the_bridge_take_xdp_tx(bed: &Testbed) -> std::os::fd::OwnedFd {
     use ufrag_bpf::sys;
     let (ns, peer) = bed.bridge_side(&bed.relay);
     let prog = ufrag_bpf::object::pass_program().expect("a pass program");
-    let ifindex = testkit::testbed::tools::ifindex_in(&ns, &peer);
-    testkit::netns::in_netns(Some(&ns), move || {
+    let ifindex = ufrag_testkit::testbed::tools::ifindex_in(&ns, &peer);
+    ufrag_testkit::netns::in_netns(Some(&ns), move || {
         sys::link_create_xdp(&prog, ifindex, sys::XDP_FLAGS_DRV_MODE)
     })
     .expect("into the bridge's namespace")
@@ -180,10 +180,10 @@ fn a_webrtc_session_crosses_the_fast_path() {
 /// kernel, both ways, with no STUN.
 #[test]
 fn a_restarted_relay_refills_the_fast_path_from_the_route_cache() {
-    use testkit::relay_suite::harness::{
+    use ufrag_testkit::relay_suite::harness::{
         RelayProcess, RelaySetup, binding_request_for, prove_flow, rtp,
     };
-    use testkit::relay_suite::{Backend, XdpMode};
+    use ufrag_testkit::relay_suite::{Backend, XdpMode};
     require_root();
     let backend = Backend::afxdp(env!("CARGO_BIN_EXE_relay-afxdp"), XdpMode::Skb);
     let net = backend.net();

@@ -7,9 +7,9 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use relay_afxdp::neighbours::Neighbours;
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::{ifindex_in, require_root};
+use ufrag_relay_afxdp::neighbours::Neighbours;
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::{ifindex_in, require_root};
 
 #[test]
 fn a_neighbour_the_kernel_announces_reaches_the_view_without_a_periodic_reread() {
@@ -19,7 +19,7 @@ fn a_neighbour_the_kernel_announces_reaches_the_view_without_a_periodic_reread()
     let index = ifindex_in(&ns, &ifname);
     let target = IpAddr::V4(Ipv4Addr::new(10, 77, 0, 200));
     let mac = [2, 0, 0, 0, 0, 0xc8];
-    let (asked, seen) = testkit::netns::in_netns(Some(&ns.clone()), move || {
+    let (asked, seen) = ufrag_testkit::netns::in_netns(Some(&ns.clone()), move || {
         let mut neighbours =
             Neighbours::refreshed_every(index, Duration::from_secs(3600)).expect("netlink");
         // On the link but unknown: a miss, handed to the refresher to resolve.

@@ -10,8 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::{
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::{
     probe_through_relay_in, relay_http, relay_metric, require_root, start_relay_in,
     wait_until_no_xdp,
 };
@@ -138,7 +138,7 @@ fn start_expecting_refusal(
     internal: &str,
     extra: &[&str],
 ) -> std::process::Output {
-    let binary = testkit::cargo_build::bin("relay-afxdp");
+    let binary = ufrag_testkit::cargo_build::bin("relay-afxdp");
     bed.relay
         .command("timeout")
         .args(["10", binary.to_str().unwrap()])
@@ -148,7 +148,7 @@ fn start_expecting_refusal(
         .args(["--internal-addr", &format!("{internal}:40000")])
         .args(["--allow-transceiver-net", "10.77.0.0/24"])
         .args(["--workers", "1", "--cpus", "0"])
-        .env("UFRAG_RELAY_HINT_KEYS", testkit::testbed::tools::KEYS)
+        .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::testbed::tools::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .output()
         .unwrap()
@@ -183,7 +183,7 @@ fn interface_auto_is_refused_where_it_cannot_choose() {
 #[test]
 fn fewer_workers_than_rx_queues_is_refused() {
     require_root();
-    let bed = Testbed::up_with(testkit::testbed::TestbedOptions {
+    let bed = Testbed::up_with(ufrag_testkit::testbed::TestbedOptions {
         queues: 2,
         ..Default::default()
     })
@@ -260,7 +260,7 @@ fn rx_queues(bed: &Testbed) -> usize {
 #[test]
 fn set_queues_gives_one_queue_per_worker_with_only_the_pods_capabilities() {
     require_root();
-    let bed = Testbed::up_with(testkit::testbed::TestbedOptions {
+    let bed = Testbed::up_with(ufrag_testkit::testbed::TestbedOptions {
         queues: 2,
         ..Default::default()
     })
@@ -281,7 +281,7 @@ fn set_queues_gives_one_queue_per_worker_with_only_the_pods_capabilities() {
     let flags = ["--interface", &ifname, "--set-queues"];
     let mut logs = vec![];
     for start in ["first", "second"] {
-        let mut relay = testkit::testbed::tools::start_relay_under(
+        let mut relay = ufrag_testkit::testbed::tools::start_relay_under(
             &bed,
             false,
             &pod,

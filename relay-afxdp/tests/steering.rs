@@ -2,8 +2,8 @@
 //! interface, no traffic. Needs root (CAP_BPF); CI runs as root, and without it these
 //! tests fail loudly rather than skip.
 
-use relay_afxdp::program::action;
-use relay_afxdp::steering::{Steering, SteeringStats};
+use ufrag_relay_afxdp::program::action;
+use ufrag_relay_afxdp::steering::{Steering, SteeringStats};
 
 const VIP_PORT: u16 = 3478;
 const INTERNAL_PORT: u16 = 40_000;

@@ -5,8 +5,8 @@
 
 use std::net::SocketAddr;
 
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::{echoed_session, require_root, start_relay, start_transceiver};
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::{echoed_session, require_root, start_relay, start_transceiver};
 
 fn session_through_relay_afxdp(xdp_mode: &str) {
     require_root();

@@ -9,14 +9,14 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use relay_afxdp::relay::{AfXdpOptions, Relay};
-use testkit::alloc::{self, CountingAllocator};
-use testkit::child::OwnedChild;
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::{
+use ufrag_common::config::{RelayArgs, RelayConfig};
+use ufrag_relay_afxdp::relay::{AfXdpOptions, Relay};
+use ufrag_testkit::alloc::{self, CountingAllocator};
+use ufrag_testkit::child::OwnedChild;
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::{
     KEYS, METRICS, probe_session_through_relay_in, probe_through_relay_in, require_root, vip,
 };
-use ufrag_common::config::{RelayArgs, RelayConfig};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -104,7 +104,7 @@ fn counted_run(test_name: &str, flags: &[&str]) {
         .stderr(Stdio::piped());
     let mut child = OwnedChild::spawn(&mut command).unwrap();
     let metrics = METRICS.parse().unwrap();
-    testkit::http::wait_ready(
+    ufrag_testkit::http::wait_ready(
         Some(&bed.relay.ns),
         metrics,
         "relay-afxdp",

@@ -12,11 +12,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use relay_afxdp::steering::{AttachMode, Steering};
-use relay_afxdp::xsk::{RxFrame, UmemSocket, XdpSocket, XskConfig};
-use relay_afxdp::xsk_crate::CrateSocket;
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::{ifindex_in, require_root};
+use ufrag_relay_afxdp::steering::{AttachMode, Steering};
+use ufrag_relay_afxdp::xsk::{RxFrame, UmemSocket, XdpSocket, XskConfig};
+use ufrag_relay_afxdp::xsk_crate::CrateSocket;
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::{ifindex_in, require_root};
 
 const PAYLOAD: &[u8] = b"the contract of a frame";
 const FRAME_SIZE: u32 = 2048;
@@ -58,7 +58,7 @@ fn holds_the_contract<S: UmemSocket + 'static>(open: fn(u32, u32, XskConfig) -> 
     let client_ip = bed.client.ip(false);
     let sending = {
         let stop = Arc::clone(&stop);
-        testkit::netns::spawn_in(Some(&bed.client.ns), "contract-client", move || {
+        ufrag_testkit::netns::spawn_in(Some(&bed.client.ns), "contract-client", move || {
             let socket = UdpSocket::bind((client_ip, 0)).expect("client socket");
             for _ in 0..500 {
                 if stop.load(Ordering::Relaxed) {
@@ -70,7 +70,7 @@ fn holds_the_contract<S: UmemSocket + 'static>(open: fn(u32, u32, XskConfig) -> 
         })
         .expect("into the client's namespace")
     };
-    let checked = testkit::netns::in_netns(Some(&bed.relay.ns), move || {
+    let checked = ufrag_testkit::netns::in_netns(Some(&bed.relay.ns), move || {
         let steering = Steering::load_with(&[vip], &[internal], 1, None).expect("the program");
         let config = XskConfig {
             frames: 64,

@@ -3,5 +3,5 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    relay_mio::cli::main()
+    ufrag_relay_mio::cli::main()
 }

@@ -32,7 +32,7 @@ impl RelayWorker for Worker {
 ///
 /// ```no_run
 /// use clap::Parser;
-/// use relay_mio::relay::Relay;
+/// use ufrag_relay_mio::relay::Relay;
 /// use ufrag_common::config::{RelayArgs, RelayConfig};
 /// use ufrag_common::runtime::host::Host;
 /// use ufrag_common::runtime::lifecycle::TerminationSignal;

@@ -1,9 +1,9 @@
-//! relay-mio against the relay behaviour suite (`testkit::relay_suite`): on loopback, and
+//! relay-mio against the relay behaviour suite (`ufrag_testkit::relay_suite`): on loopback, and
 //! in the netns testbed (root).
 
 use std::process::ExitCode;
 
-use testkit::relay_suite::{Backend, Place, run};
+use ufrag_testkit::relay_suite::{Backend, Place, run};
 
 fn main() -> ExitCode {
     let binary = env!("CARGO_BIN_EXE_relay-mio");

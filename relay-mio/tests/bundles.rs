@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use relay_mio::worker::{Worker, WorkerSpec};
 use ufrag_common::bundle::{BUNDLE_HEADER_LEN, Bundle, BundleWriter, is_bundle, max_bundle_len};
 use ufrag_common::config::BundlePolicy;
 use ufrag_common::frame::FrameHeader;
@@ -24,6 +23,7 @@ use ufrag_common::hint::RoutingHint;
 use ufrag_common::metrics::RelayMetrics;
 use ufrag_common::reasons::{Direction, DropReason, Port};
 use ufrag_common::stun;
+use ufrag_relay_mio::worker::{Worker, WorkerSpec};
 
 mod support;
 

@@ -25,11 +25,11 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use testkit::child::OwnedChild;
-use testkit::keys::KEYS;
-use testkit::redis::RedisServer;
-use testkit::relay_suite::harness::{Endpoint, binding_request_for, rtp};
-use testkit::testbed::{Testbed, TestbedOptions};
+use ufrag_testkit::child::OwnedChild;
+use ufrag_testkit::keys::KEYS;
+use ufrag_testkit::redis::RedisServer;
+use ufrag_testkit::relay_suite::harness::{Endpoint, binding_request_for, rtp};
+use ufrag_testkit::testbed::{Testbed, TestbedOptions};
 
 const VIP: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::new(10, 77, 9, 9)), 3478);
 const ROUTER: Ipv4Addr = Ipv4Addr::new(10, 77, 0, 254);
@@ -61,7 +61,7 @@ struct Relay {
 }
 
 impl Relay {
-    fn start(host: &testkit::testbed::Host, redis: &RedisServer) -> Relay {
+    fn start(host: &ufrag_testkit::testbed::Host, redis: &RedisServer) -> Relay {
         let internal = SocketAddr::from((host.addr, 40_000));
         let mut command = host.command(env!("CARGO_BIN_EXE_relay-mio"));
         command
@@ -86,16 +86,16 @@ impl Relay {
     }
 
     fn readyz(&self) -> Option<u16> {
-        testkit::http::get(Some(&self.ns), METRICS, "/readyz").map(|(status, _)| status)
+        ufrag_testkit::http::get(Some(&self.ns), METRICS, "/readyz").map(|(status, _)| status)
     }
 
     /// The sum of `name`'s series; fails if the relay does not answer or has no such
     /// series (so a check for zero cannot pass on a relay that is gone).
     fn metric(&self, name: &str) -> f64 {
-        let (_, text) = testkit::http::get(Some(&self.ns), METRICS, "/metrics")
+        let (_, text) = ufrag_testkit::http::get(Some(&self.ns), METRICS, "/metrics")
             .expect("the relay answers /metrics");
         assert!(text.contains(name), "the relay exports {name}");
-        testkit::http::metric_sum(&text, name)
+        ufrag_testkit::http::metric_sum(&text, name)
     }
 
     /// Waits (workers publish their counters every few ms) until `name` sums to `want`;

@@ -10,12 +10,12 @@ use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
-use testkit::OwnedChild;
-use testkit::cargo_build::bin;
-use testkit::testbed::tools::{
+use ufrag_testkit::OwnedChild;
+use ufrag_testkit::cargo_build::bin;
+use ufrag_testkit::testbed::tools::{
     KEYS, METRICS, echoed_session, relay_metric, require_root, start_relay, start_transceiver,
 };
-use testkit::testbed::{Host, Testbed, TestbedOptions};
+use ufrag_testkit::testbed::{Host, Testbed, TestbedOptions};
 
 /// relay-mio as the global relay on `host`: cluster 0, cluster 1's relay at `cluster`.
 fn start_global_relay(host: &Host, cluster: SocketAddr) -> OwnedChild {
@@ -37,7 +37,7 @@ fn start_global_relay(host: &Host, cluster: SocketAddr) -> OwnedChild {
         .stderr(Stdio::piped());
     let mut child = OwnedChild::spawn(&mut command).expect("the global relay starts");
     let metrics: SocketAddr = METRICS.parse().unwrap();
-    testkit::http::wait_ready(
+    ufrag_testkit::http::wait_ready(
         Some(&host.ns),
         metrics,
         "global relay",
@@ -79,7 +79,7 @@ fn a_session_crosses_the_global_relay_and_the_cluster_relay_between_namespaces()
     );
 
     let metrics: SocketAddr = METRICS.parse().unwrap();
-    let global_flows = testkit::http::metric(
+    let global_flows = ufrag_testkit::http::metric(
         Some(&global_host.ns),
         metrics,
         "ufrag_relay_flows_created_total",

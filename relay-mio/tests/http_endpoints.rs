@@ -9,10 +9,10 @@ use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use testkit::OwnedChild;
-use testkit::addr::{free_tcp_port, tcp_from, unique_ip};
-use testkit::cargo_build::bin;
 use ufrag_common::runtime::http::{MAX_CONNECTIONS, MAX_PER_SOURCE};
+use ufrag_testkit::OwnedChild;
+use ufrag_testkit::addr::{free_tcp_port, tcp_from, unique_ip};
+use ufrag_testkit::cargo_build::bin;
 
 /// How long a test waits for the relay to cut a connection (its request deadline is 2 s).
 const CUT_WAIT: Duration = Duration::from_secs(15);
@@ -27,12 +27,12 @@ fn start_relay() -> (OwnedChild, SocketAddr) {
         .args(["--internal-addr", &format!("{ip}:40000")])
         .args(["--allow-transceiver-net", "127.0.0.0/8"])
         .args(["--workers", "1", "--metrics-addr", &metrics.to_string()])
-        .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut relay = OwnedChild::spawn(&mut command).expect("relay-mio starts");
-    testkit::http::wait_ready(None, metrics, "relay-mio", Duration::from_secs(10), || {
+    ufrag_testkit::http::wait_ready(None, metrics, "relay-mio", Duration::from_secs(10), || {
         relay.exit_report()
     });
     (relay, metrics)
@@ -59,10 +59,11 @@ fn closed_unanswered(stream: &mut TcpStream) -> bool {
 
 /// `ufrag_relay_http_refused_total{reason}` as the relay reports it now.
 fn refused(metrics: SocketAddr, reason: &str) -> f64 {
-    let (status, body) = testkit::http::get(None, metrics, "/metrics").expect("metrics answer");
+    let (status, body) =
+        ufrag_testkit::http::get(None, metrics, "/metrics").expect("metrics answer");
     assert_eq!(status, 200, "the scraper is answered");
     let series = format!("ufrag_relay_http_refused_total{{reason=\"{reason}\"}}");
-    testkit::http::metric_sum(&body, &series)
+    ufrag_testkit::http::metric_sum(&body, &series)
 }
 
 /// Threads of process `pid` called `name`.
@@ -100,7 +101,7 @@ fn one_address_holds_at_most_its_share_and_idle_connections_are_cut() {
         "and counted as source_cap"
     );
     assert_eq!(
-        testkit::http::get(None, metrics, "/healthz").map(|(code, _)| code),
+        ufrag_testkit::http::get(None, metrics, "/healthz").map(|(code, _)| code),
         Some(200),
         "the probe from another address is answered while they are held"
     );
@@ -125,7 +126,7 @@ fn idle_connections_from_many_addresses_do_not_keep_the_probe_out() {
         .collect();
     // Every connection has been accepted once the probe's (made after them) is answered.
     assert_eq!(
-        testkit::http::get(None, metrics, "/healthz").map(|(code, _)| code),
+        ufrag_testkit::http::get(None, metrics, "/healthz").map(|(code, _)| code),
         Some(200),
         "the probe is answered with {strangers} idle connections made before it"
     );

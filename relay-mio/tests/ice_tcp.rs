@@ -17,11 +17,11 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::time::Duration;
 
-use testkit::relay_suite::harness::{
+use ufrag_common::frame::{FrameHeader, Transport};
+use ufrag_testkit::relay_suite::harness::{
     Endpoint, RelayProcess, RelaySetup, WAIT, binding_request_for, rtp, unique_ip,
 };
-use testkit::relay_suite::{Backend, Place};
-use ufrag_common::frame::{FrameHeader, Transport};
+use ufrag_testkit::relay_suite::{Backend, Place};
 
 const TCP_PORT: u16 = 4443;
 

@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use testkit::OwnedChild;
-use testkit::addr::{free_tcp_port, unique_ip};
-use testkit::cargo_build::bin;
+use ufrag_testkit::OwnedChild;
+use ufrag_testkit::addr::{free_tcp_port, unique_ip};
+use ufrag_testkit::cargo_build::bin;
 
 /// The CPUs thread `name` of process `pid` may run on (`Cpus_allowed_list`).
 fn thread_cpus(pid: u32, name: &str) -> Option<String> {
@@ -46,12 +46,12 @@ fn without_a_cpu_list_the_worker_is_pinned_inside_the_affinity_mask() {
         .args(["--internal-addr", &format!("{ip}:40000")])
         .args(["--allow-transceiver-net", "127.0.0.0/8"])
         .args(["--workers", "1", "--metrics-addr", &metrics.to_string()])
-        .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let mut relay = OwnedChild::spawn(&mut command).expect("taskset and relay-mio start");
-    testkit::http::wait_ready(None, metrics, "relay-mio", Duration::from_secs(10), || {
+    ufrag_testkit::http::wait_ready(None, metrics, "relay-mio", Duration::from_secs(10), || {
         relay.exit_report()
     });
     // taskset execs the relay in place: the child's pid is the relay's.

@@ -13,10 +13,6 @@
 
 use std::time::{Duration, Instant};
 
-use testkit::addr::unique_ip;
-use testkit::keys::KEYS;
-use testkit::redis::{RedisCluster, RedisSentinel, RedisServer};
-use testkit::tls::TestPki;
 use ufrag_common::config::{HINT_KEYS_ENV, RedisAccess, RelayConfig, RouteStore};
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::FlowKey;
@@ -24,6 +20,10 @@ use ufrag_common::forward::Route;
 use ufrag_common::reasons::CacheError;
 use ufrag_common::runtime::cache::{ANSWER_QUEUE, CacheAnswer, PIPELINE, RouteCache};
 use ufrag_common::runtime::host::Host;
+use ufrag_testkit::addr::unique_ip;
+use ufrag_testkit::keys::KEYS;
+use ufrag_testkit::redis::{RedisCluster, RedisSentinel, RedisServer};
+use ufrag_testkit::tls::TestPki;
 
 fn key(i: u32) -> FlowKey {
     FlowKey::new(
@@ -79,7 +79,7 @@ fn one_worker_cache(
         access,
         Duration::from_secs(30),
         vec![Box::new(|| {})],
-        ufrag_common::runtime::keys::SharedKeys::fixed(testkit::keys::keys()),
+        ufrag_common::runtime::keys::SharedKeys::fixed(ufrag_testkit::keys::keys()),
     )
     .unwrap()
 }
@@ -109,7 +109,7 @@ fn next_answer(client: &ufrag_common::runtime::cache::CacheClient) -> Option<Cac
 fn through_a_sentinel_failover_flows_recorded_before_are_found_and_new_ones_written() {
     let ip = unique_ip();
     let master = RedisServer::start_at(ip);
-    let replica_addr = std::net::SocketAddr::from((ip, testkit::addr::free_tcp_port(ip)));
+    let replica_addr = std::net::SocketAddr::from((ip, ufrag_testkit::addr::free_tcp_port(ip)));
     // The master lists its replica by the address it connected from (127.0.0.1 on
     // loopback), where the sentinel could not reach it: the replica says where it is.
     let replica = RedisServer::start_with(
@@ -435,10 +435,10 @@ fn answers_beyond_a_full_answer_queue_are_counted_as_failures_never_waited_for()
 
 #[test]
 fn a_relay_on_a_redis_cluster_restores_every_flow_after_a_restart() {
-    use testkit::relay_suite::harness::{
+    use ufrag_testkit::relay_suite::harness::{
         RelayProcess, RelaySetup, binding_request_for, prove_flow, rtp,
     };
-    use testkit::relay_suite::{Backend, Place};
+    use ufrag_testkit::relay_suite::{Backend, Place};
     let backend = Backend::mio(env!("CARGO_BIN_EXE_relay-mio"), Place::Loopback);
     let net = backend.net();
     let cluster = RedisCluster::start(unique_ip(), 3);
@@ -512,10 +512,10 @@ fn tls_get(url: &str, pki: &TestPki, password: &str, key: &str) -> Option<String
 
 #[test]
 fn a_relay_on_redis_over_tls_restores_its_flow_after_a_restart() {
-    use testkit::relay_suite::harness::{
+    use ufrag_testkit::relay_suite::harness::{
         RelayProcess, RelaySetup, binding_request_for, prove_flow, rtp,
     };
-    use testkit::relay_suite::{Backend, Place};
+    use ufrag_testkit::relay_suite::{Backend, Place};
     let backend = Backend::mio(env!("CARGO_BIN_EXE_relay-mio"), Place::Loopback);
     let net = backend.net();
     let ip = unique_ip();

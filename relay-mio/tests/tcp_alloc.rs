@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use relay_mio::worker::{Worker, WorkerSpec};
-use testkit::alloc::{self, CountingAllocator};
 use ufrag_common::config::TcpPolicy;
 use ufrag_common::frame::{FrameHeader, Transport};
 use ufrag_common::hint::RoutingHint;
 use ufrag_common::metrics::RelayMetrics;
 use ufrag_common::stun;
+use ufrag_relay_mio::worker::{Worker, WorkerSpec};
+use ufrag_testkit::alloc::{self, CountingAllocator};
 
 mod support;
 

@@ -14,10 +14,21 @@ use std::sync::Mutex;
 /// Targets this process has already had cargo build.
 static BUILT: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
-/// The binary `name` of the workspace package of the same name (`relay-mio`,
+/// The package a binary named after its package belongs to: every package is named
+/// `ufrag-<name>`, and its binary drops the prefix (`relay-mio` of `ufrag-relay-mio`)
+/// unless it is the prefix that keeps it from shadowing a system tool (`ufrag-perf`).
+fn package_of(binary: &str) -> String {
+    if binary.starts_with("ufrag-") {
+        binary.to_string()
+    } else {
+        format!("ufrag-{binary}")
+    }
+}
+
+/// The binary `name` of the workspace package named after it (`relay-mio`,
 /// `relay-afxdp`, `transceiver`, `ufrag-perf`), built if needed.
 pub fn bin(name: &str) -> PathBuf {
-    build(name, &["--bin", name]);
+    build(&package_of(name), &["--bin", name]);
     profile_dir().join(name)
 }
 
@@ -28,12 +39,14 @@ pub fn package_bin(package: &str, name: &str) -> PathBuf {
     profile_dir().join(name)
 }
 
-/// `package`'s test binary with fault injection compiled in (`<package>-faults`, built
-/// with `--features fault-injection`; the package's own binary never has it), built if
-/// needed.
-pub fn faults_bin(package: &str) -> PathBuf {
-    let name = format!("{package}-faults");
-    build(package, &["--bin", &name, "--features", "fault-injection"]);
+/// Binary `binary`'s twin with fault injection compiled in (`<binary>-faults`, built
+/// with `--features fault-injection`; the binary itself never has it), built if needed.
+pub fn faults_bin(binary: &str) -> PathBuf {
+    let name = format!("{binary}-faults");
+    build(
+        &package_of(binary),
+        &["--bin", &name, "--features", "fault-injection"],
+    );
     profile_dir().join(name)
 }
 
@@ -94,6 +107,13 @@ fn build(package: &str, target: &[&str]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_binary_named_after_its_package_finds_it() {
+        assert_eq!(package_of("relay-mio"), "ufrag-relay-mio");
+        assert_eq!(package_of("transceiver"), "ufrag-transceiver");
+        assert_eq!(package_of("ufrag-perf"), "ufrag-perf");
+    }
 
     #[test]
     fn the_profile_follows_the_output_directory() {

@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use testkit::cargo_build::bin;
+use ufrag_testkit::cargo_build::bin;
 
 fn workspace() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -204,7 +204,7 @@ fn the_checker_refuses_manifests_that_are_wrong() {
             "apiVersion: v1\nkind: Secret\nmetadata:\n  name: hint-keys\nstringData:\n  \
              hint.keys: |\n    {}\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  \
              name: signaling-token\ndata:\n  token: {}\n",
-            testkit::keys::KEYS,
+            ufrag_testkit::keys::KEYS,
             "UkVQTEFDRS1NRS13aXRoLWEtbG9uZy1yYW5kb20tdG9rZW4=",
         ),
     )

@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::net::SocketAddr;
 
 use iai_callgrind::{library_benchmark, library_benchmark_group, main};
-use transceiver::session_table::{ClientPath, SessionTable};
+use ufrag_transceiver::session_table::{ClientPath, SessionTable};
 
 const SESSIONS: u64 = 1000;
 

@@ -16,9 +16,9 @@ use str0m::change::SdpAnswer;
 use str0m::media::{Direction, Frequency, MediaKind, MediaTime};
 use str0m::net::{Protocol, Receive};
 use str0m::{Candidate, IceCreds, Input, Output, Rtc};
-use transceiver::session::{EVENTS_CHANNEL, Session, SessionOutput};
 use ufrag_model_protocol::messages::ModelInput;
 use ufrag_model_protocol::messages::ModelOutput;
+use ufrag_transceiver::session::{EVENTS_CHANNEL, Session, SessionOutput};
 
 /// Audio datagrams echoed per bench run.
 const PACKETS: u64 = 100;
@@ -97,7 +97,7 @@ fn established() -> Established {
         ufrag: "serverUfrag".into(),
         pass: "serverPasswordOf22chars".into(),
     };
-    let cert = transceiver::session::process_certificate().expect("a certificate");
+    let cert = ufrag_transceiver::session::process_certificate().expect("a certificate");
     let (mut session, answer) = Session::accept(7, offer, creds, VIP, cert, now).unwrap();
     let answer = SdpAnswer::from_sdp_string(&answer).unwrap();
     client.sdp_api().accept_answer(pending, answer).unwrap();

@@ -2,5 +2,5 @@
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    transceiver::cli::main()
+    ufrag_transceiver::cli::main()
 }

@@ -328,8 +328,8 @@ pub fn render() -> String {
     use ufrag_common::runbook as relay;
     let mut out = String::from(
         "# Runbook: every reason a count rises\n\n\
-         Generated from the code (`ufrag_common::runbook`, `transceiver::runbook` and each \
-         reason's documentation) by `UFRAG_WRITE_RUNBOOK=1 cargo test -p transceiver --test \
+         Generated from the code (`ufrag_common::runbook`, `ufrag_transceiver::runbook` and each \
+         reason's documentation) by `UFRAG_WRITE_RUNBOOK=1 cargo test -p ufrag-transceiver --test \
          runbook`; the test command fails when this page and the code disagree. Causes: \
          **benign** (a steady trickle is normal life), **hostile** (counted and dropped by \
          design: act on a spike), **misconfiguration** (fix a setting), **overload** (a \
@@ -584,8 +584,8 @@ pub fn runbook_url(alert: &Alert) -> String {
 /// severity, summary and runbook link.
 pub fn render_alert_rules() -> String {
     let mut out = String::from(
-        "# Generated from transceiver::runbook::ALERTS by `UFRAG_WRITE_RUNBOOK=1 cargo test -p \
-         transceiver --test runbook`;\n# tested by alerts.test.yaml (`promtool test rules`). Each \
+        "# Generated from ufrag_transceiver::runbook::ALERTS by `UFRAG_WRITE_RUNBOOK=1 cargo test -p \
+         ufrag-transceiver --test runbook`;\n# tested by alerts.test.yaml (`promtool test rules`). Each \
          runbook_url links a section of\n# docs/runbook.md under one base: point it at your copy \
          (the Operator's prometheus-rule.yaml\n# takes it from `runbook-base` in \
          deploy/monitoring/kustomization.yaml).\ngroups:\n  - name: ufrag-relay\n    rules:\n",
@@ -611,7 +611,7 @@ pub fn render_alert_rules() -> String {
 pub fn render_prometheus_rule() -> String {
     let rules = render_alert_rules();
     let mut out = String::from(
-        "# Generated with alerts.yaml (the same rules) from transceiver::runbook::ALERTS, for \
+        "# Generated with alerts.yaml (the same rules) from ufrag_transceiver::runbook::ALERTS, for \
          the Prometheus Operator.\napiVersion: monitoring.coreos.com/v1\nkind: PrometheusRule\n\
          metadata:\n  name: ufrag-relay\n  namespace: ufrag\n  labels:\n    \
          app.kubernetes.io/part-of: ufrag-relay\nspec:\n",

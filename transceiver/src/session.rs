@@ -89,7 +89,7 @@ pub enum SessionOutput {
 /// use std::time::Instant;
 /// use str0m::IceCreds;
 /// use str0m::change::SdpOffer;
-/// use transceiver::session::{Session, SessionOutput, process_certificate};
+/// use ufrag_transceiver::session::{Session, SessionOutput, process_certificate};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let offer = SdpOffer::from_sdp_string(&std::fs::read_to_string("offer.sdp")?)?;

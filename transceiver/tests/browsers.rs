@@ -38,10 +38,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::*;
-use testkit::OwnedChild;
-use testkit::browser::{Browser, Engine, ReportListener};
-use testkit::testbed::Testbed;
-use testkit::testbed::tools::{require_root, start_relay};
+use ufrag_testkit::OwnedChild;
+use ufrag_testkit::browser::{Browser, Engine, ReportListener};
+use ufrag_testkit::testbed::Testbed;
+use ufrag_testkit::testbed::tools::{require_root, start_relay};
 
 /// How long each client talks.
 const SECONDS: u32 = 4;
@@ -549,7 +549,7 @@ fn browser_in_testbed(engine: Engine, setup: BrowserBed) -> BedOutcome {
         command.args(["--advertise-tcp", TCP_VIP]);
     }
     let mut xcvr = OwnedChild::spawn(&mut command).unwrap();
-    testkit::http::wait_ready(
+    ufrag_testkit::http::wait_ready(
         Some(&bed.transceiver.ns),
         http,
         "transceiver",
@@ -561,13 +561,13 @@ fn browser_in_testbed(engine: Engine, setup: BrowserBed) -> BedOutcome {
     let mut browser = Browser::open(engine, Some(&bed.client), &url).unwrap();
     let ns = bed.transceiver.ns.clone();
     let mut watch = SessionWatch::new(move || {
-        testkit::http::get(Some(&ns), http, "/metrics")
+        ufrag_testkit::http::get(Some(&ns), http, "/metrics")
             .map(|(_, body)| body)
             .unwrap_or_default()
     });
     let result = report_of(&report, &mut browser, &mut watch);
     // What the relay counted, for the failure message of any check below.
-    let counted: Vec<String> = testkit::testbed::tools::relay_http(&bed, "/metrics")
+    let counted: Vec<String> = ufrag_testkit::testbed::tools::relay_http(&bed, "/metrics")
         .lines()
         .filter(|l| l.starts_with("ufrag_relay_") && !l.ends_with(" 0"))
         .map(str::to_string)
@@ -576,7 +576,7 @@ fn browser_in_testbed(engine: Engine, setup: BrowserBed) -> BedOutcome {
     assert_talked(&result, &name);
     assert_echoed_while_talking(&result, &name);
     watch.assert_no_drops_then_deleted();
-    let metric = |series| testkit::testbed::tools::relay_metric(&bed, series);
+    let metric = |series| ufrag_testkit::testbed::tools::relay_metric(&bed, series);
     BedOutcome {
         udp_flows: metric("ufrag_relay_flows_created_total"),
         udp_packets_in: metric(

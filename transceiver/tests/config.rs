@@ -138,7 +138,7 @@ fn a_bad_file_is_named_with_its_key_and_exits_2() {
         let out = run(&["--direct", "--log-format", "json"], Some(&path));
         std::fs::remove_file(&path).unwrap();
         assert_eq!(out.status.code(), Some(2));
-        let message = testkit::json_log::the_error(&String::from_utf8_lossy(&out.stderr));
+        let message = ufrag_testkit::json_log::the_error(&String::from_utf8_lossy(&out.stderr));
         assert!(message.contains(expected), "{name}: {message}");
     }
     let out = run(&["--direct"], Some(Path::new("/nonexistent/xcvr.toml")));
@@ -152,12 +152,12 @@ fn startup_errors_are_json_when_the_logs_are() {
     // A configuration the transceiver refuses at start.
     let out = run(&[&base[..], &["--workers", "0"]].concat(), None);
     assert_eq!(out.status.code(), Some(2));
-    let message = testkit::json_log::the_error(&String::from_utf8_lossy(&out.stderr));
+    let message = ufrag_testkit::json_log::the_error(&String::from_utf8_lossy(&out.stderr));
     assert!(message.contains("`workers`"), "{message}");
     // A value clap refuses.
     let out = run(&[&base[..], &["--idle-timeout", "soon"]].concat(), None);
     assert_eq!(out.status.code(), Some(2));
-    let message = testkit::json_log::the_error(&String::from_utf8_lossy(&out.stderr));
+    let message = ufrag_testkit::json_log::the_error(&String::from_utf8_lossy(&out.stderr));
     assert!(message.contains("--idle-timeout"), "{message}");
     // Hint keys missing.
     let out = Command::new(env!("CARGO_BIN_EXE_transceiver"))
@@ -166,7 +166,7 @@ fn startup_errors_are_json_when_the_logs_are() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let message = testkit::json_log::the_error(&String::from_utf8_lossy(&out.stderr));
+    let message = ufrag_testkit::json_log::the_error(&String::from_utf8_lossy(&out.stderr));
     assert!(message.contains("hint"), "{message}");
 }
 

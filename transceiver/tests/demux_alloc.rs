@@ -7,9 +7,9 @@ use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use testkit::alloc::{self, CountingAllocator};
-use transceiver::session_table::{ClientPath, SessionTable};
 use ufrag_common::frame::{FrameHeader, MAX_HEADER_LEN};
+use ufrag_testkit::alloc::{self, CountingAllocator};
+use ufrag_transceiver::session_table::{ClientPath, SessionTable};
 use ufrag_udp::{RecvBatch, SendBatch};
 
 #[global_allocator]

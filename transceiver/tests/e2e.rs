@@ -81,7 +81,7 @@ fn a_client_whose_network_blocks_udp_talks_over_ice_tcp_through_the_relay() {
     );
 
     let client = converse_with_echo(client, "over ICE-TCP through relay-mio", 50, 45);
-    let relay_metric = |name: &str| testkit::http::metric(None, relay.metrics, name);
+    let relay_metric = |name: &str| ufrag_testkit::http::metric(None, relay.metrics, name);
     assert!(
         relay_metric("ufrag_relay_tcp_forwarded_messages_total{worker=\"0\",direction=\"in\"}")
             >= 50.0
@@ -112,7 +112,7 @@ fn a_session_through_a_relay_that_bundles_both_ways_is_echoed() {
         let body = http_request(relay.metrics, "GET", "/metrics", None, &[])
             .unwrap()
             .body;
-        testkit::http::metric_sum(&body, name)
+        ufrag_testkit::http::metric_sum(&body, name)
     };
     // Paced audio reaches the relay one datagram per wakeup on a quiet host, so there is
     // nothing to bundle toward the transceiver. Bursts of back-to-back datagrams are read

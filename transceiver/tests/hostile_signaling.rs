@@ -20,7 +20,7 @@ use support::*;
 const SLOW_CLIENTS: usize = 200;
 /// How long the slow clients keep trickling while the real requests are made.
 const TRICKLE_FOR: Duration = Duration::from_secs(3);
-/// The server's limits (transceiver::http): the test waits at most this long for them.
+/// The server's limits (ufrag_transceiver::http): the test waits at most this long for them.
 const CUT_OFF_WAIT: Duration = Duration::from_secs(30);
 
 fn connect(addr: SocketAddr) -> TcpStream {
@@ -77,11 +77,11 @@ fn slow_clients_do_not_stop_signaling_and_are_cut_off() {
         sent += 1;
         // While they trickle, the real requests are answered.
         assert_eq!(
-            testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0),
+            ufrag_testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0),
             Some(200)
         );
         assert_eq!(
-            testkit::http::get(None, xcvr.http, "/readyz").map(|r| r.0),
+            ufrag_testkit::http::get(None, xcvr.http, "/readyz").map(|r| r.0),
             Some(200)
         );
         let mut client = new_client();
@@ -174,7 +174,7 @@ fn connections_beyond_the_cap_are_closed_at_once_and_counted() {
     drop(idle);
     // Slots free again: the endpoint serves.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0) != Some(200) {
+    while ufrag_testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0) != Some(200) {
         assert!(Instant::now() < deadline, "slots were not freed");
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -184,10 +184,10 @@ fn connections_beyond_the_cap_are_closed_at_once_and_counted() {
 /// `ufrag_transceiver_http_refusals_total{reason}`, read from address `from` (127.0.0.1
 /// may be the one refused).
 fn metric_from(from: std::net::IpAddr, xcvr: &Transceiver, reason: &str) -> f64 {
-    let metrics = testkit::http::request_from(from, xcvr.http, "GET", "/metrics", None, &[])
+    let metrics = ufrag_testkit::http::request_from(from, xcvr.http, "GET", "/metrics", None, &[])
         .expect("metrics answer another address");
     let series = format!("ufrag_transceiver_http_refusals_total{{reason=\"{reason}\"}}");
-    testkit::http::metric_sum(&metrics.body, &series)
+    ufrag_testkit::http::metric_sum(&metrics.body, &series)
 }
 
 /// One address holding connections (idle
@@ -228,7 +228,7 @@ fn one_address_holding_many_connections_does_not_stop_another_addresss_post() {
         "the hog's address keeps its cap, no more"
     );
     let other: std::net::IpAddr = "127.0.0.2".parse().unwrap();
-    let post = testkit::http::request_from(
+    let post = ufrag_testkit::http::request_from(
         other,
         xcvr.http,
         "POST",
@@ -238,7 +238,7 @@ fn one_address_holding_many_connections_does_not_stop_another_addresss_post() {
     )
     .expect("another address is served");
     assert_eq!(post.status, 400, "the garbage offer reached signaling");
-    let health = testkit::http::request_from(other, xcvr.http, "GET", "/healthz", None, &[]);
+    let health = ufrag_testkit::http::request_from(other, xcvr.http, "GET", "/healthz", None, &[]);
     assert_eq!(health.map(|r| r.status), Some(200));
     drop(hog);
     let refused = metric_from(other, &xcvr, "address_connection_cap");
@@ -264,7 +264,7 @@ fn one_address_requesting_too_fast_gets_429_on_any_route() {
     assert!(statuses.contains(&200), "{statuses:?}");
     assert!(statuses.ends_with(&[429, 429, 429]), "{statuses:?}");
     let other: std::net::IpAddr = "127.0.0.3".parse().unwrap();
-    let health = testkit::http::request_from(other, xcvr.http, "GET", "/healthz", None, &[]);
+    let health = ufrag_testkit::http::request_from(other, xcvr.http, "GET", "/healthz", None, &[]);
     assert_eq!(health.map(|r| r.status), Some(200));
     assert!(metric_from(other, &xcvr, "request_rate") >= 3.0);
 }
@@ -326,7 +326,7 @@ fn a_dead_worker_turns_readiness_off_and_the_other_keeps_serving() {
         &[("UFRAG_TRANSCEIVER_FAULT", "panic-worker-0")],
     );
     let deadline = Instant::now() + Duration::from_secs(10);
-    while testkit::http::get(None, xcvr.http, "/readyz").map(|r| r.0) != Some(503) {
+    while ufrag_testkit::http::get(None, xcvr.http, "/readyz").map(|r| r.0) != Some(503) {
         assert!(
             Instant::now() < deadline,
             "readiness stayed on with a dead worker"
@@ -335,7 +335,7 @@ fn a_dead_worker_turns_readiness_off_and_the_other_keeps_serving() {
     }
     assert_eq!(xcvr.metric("ufrag_transceiver_worker_failures_total"), 1.0);
     assert_eq!(
-        testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0),
+        ufrag_testkit::http::get(None, xcvr.http, "/healthz").map(|r| r.0),
         Some(200)
     );
     // New sessions go to the live worker (its index is the id's low byte).
@@ -504,7 +504,7 @@ fn an_ice_restart_spends_the_addresss_sign_up_rate() {
     // From the client's address, where its POST came from.
     let from = client.local.ip();
     let patch = |fragment: &str| {
-        testkit::http::request_from(
+        ufrag_testkit::http::request_from(
             from,
             xcvr.http,
             "PATCH",
@@ -626,7 +626,7 @@ fn an_offer_with_too_many_candidates_gets_a_400_naming_the_limit() {
 /// POSTs a garbage offer from `from` with `X-Forwarded-For: forwarded`; its status (400
 /// when the rate let it through, 429 when not).
 fn post_forwarded(xcvr: &Transceiver, from: &str, forwarded: &str) -> u16 {
-    testkit::http::request_from(
+    ufrag_testkit::http::request_from(
         from.parse().unwrap(),
         xcvr.http,
         "POST",
@@ -711,7 +711,7 @@ fn requests_with_the_bearer_token_do_not_spend_the_anonymous_request_rate() {
     );
     let from = unique_ip();
     let get = |auth: &[(&str, &str)]| {
-        testkit::http::request_from(from.into(), xcvr.http, "GET", "/healthz", None, auth)
+        ufrag_testkit::http::request_from(from.into(), xcvr.http, "GET", "/healthz", None, auth)
             .expect("an answer")
             .status
     };
@@ -732,7 +732,7 @@ fn requests_with_the_bearer_token_do_not_spend_the_anonymous_request_rate() {
 /// the connection was closed unanswered.
 fn post_behind_proxy_header(xcvr: &Transceiver, proxy: &str, header: &[u8]) -> Option<u16> {
     let mut stream =
-        testkit::addr::tcp_from(proxy.parse().unwrap(), xcvr.http, CUT_OFF_WAIT).unwrap();
+        ufrag_testkit::addr::tcp_from(proxy.parse().unwrap(), xcvr.http, CUT_OFF_WAIT).unwrap();
     stream.set_read_timeout(Some(CUT_OFF_WAIT)).unwrap();
     let mut request = header.to_vec();
     request.extend_from_slice(
@@ -752,7 +752,7 @@ fn post_behind_proxy_header(xcvr: &Transceiver, proxy: &str, header: &[u8]) -> O
 /// stranger's connection is never read for a header.
 #[test]
 fn behind_a_proxy_protocol_proxy_each_named_client_spends_its_own_rate() {
-    use transceiver::proxy_protocol::encode;
+    use ufrag_transceiver::proxy_protocol::encode;
     let proxy = unique_ip().to_string();
     let xcvr = Transceiver::start(
         Some("127.0.0.1:3478".parse().unwrap()),

@@ -57,7 +57,7 @@ fn minted_under(ufrag: &str, keys: &str) -> bool {
 /// Waits (at most 10 s) until `series` on `/metrics` at `addr` reaches `at_least`.
 fn wait_for_metric(addr: std::net::SocketAddr, series: &str, at_least: f64) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while testkit::http::metric(None, addr, series) < at_least {
+    while ufrag_testkit::http::metric(None, addr, series) < at_least {
         assert!(
             Instant::now() < deadline,
             "{series} never reached {at_least}"
@@ -105,7 +105,7 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     // old key may go.
     let by_key = |key: u8| {
         let series = format!("ufrag_transceiver_sessions_by_hint_key{{key_id=\"{key}\"}}");
-        testkit::http::metric(None, xcvr.http, &series)
+        ufrag_testkit::http::metric(None, xcvr.http, &series)
     };
     assert_eq!(by_key(1), 3.0, "A, C and G under key 1");
 
@@ -115,7 +115,7 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     hangup();
     reloads(1.0);
     assert_eq!(
-        testkit::http::metric(
+        ufrag_testkit::http::metric(
             None,
             relay.metrics,
             "ufrag_relay_hint_key_info{key_id=\"2\"}"
@@ -147,7 +147,7 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
     hangup();
     reloads(2.0);
     let unknown = "ufrag_relay_dropped_datagrams_total{worker=\"0\",reason=\"hint_unknown_key\"}";
-    let before = testkit::http::metric(None, relay.metrics, unknown);
+    let before = ufrag_testkit::http::metric(None, relay.metrics, unknown);
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
         g.step();
@@ -172,7 +172,7 @@ fn hint_keys_rotate_without_a_restart_and_a_removed_key_stops_verifying() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert!(
-        testkit::http::metric(None, relay.metrics, unknown) > before,
+        ufrag_testkit::http::metric(None, relay.metrics, unknown) > before,
         "the relay refused G's checks as hint_unknown_key"
     );
     // And a session minted now carries key 2 and connects.

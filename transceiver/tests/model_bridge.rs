@@ -595,8 +595,8 @@ fn a_backend_closes_connections_beyond_its_cap_and_those_that_never_handshake() 
 /// that tone, and the mark is reached.
 #[test]
 fn a_python_backend_in_pcm16_hears_the_client_and_is_heard_as_opus() {
-    use transceiver::pcm::{SessionPcm, tone_hz};
     use ufrag_model_protocol::audio::PcmRate;
+    use ufrag_transceiver::pcm::{SessionPcm, tone_hz};
     let mut backend = PythonBackend::start(&["--audio", "pcm16/16000", "--speak", "1.01"]);
     let relay = TestRelay::start(&[]);
     let xcvr = Transceiver::start(Some(relay.vip), &["--model", &backend.url]);

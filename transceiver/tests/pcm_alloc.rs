@@ -4,9 +4,9 @@
 //! encoded exactly one Opus payload per frame (what Opus passthrough allocates too).
 //! libopus's own state is made when the session starts and lives in C.
 
-use testkit::alloc::{self, CountingAllocator};
-use transceiver::pcm::{SessionPcm, tone};
 use ufrag_model_protocol::audio::PcmRate;
+use ufrag_testkit::alloc::{self, CountingAllocator};
+use ufrag_transceiver::pcm::{SessionPcm, tone};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;

@@ -24,7 +24,7 @@ use support::*;
 
 /// A private Prometheus: its directory and process, both gone on drop.
 struct Prometheus {
-    _child: testkit::OwnedChild,
+    _child: ufrag_testkit::OwnedChild,
     addr: SocketAddr,
     dir: PathBuf,
 }
@@ -82,7 +82,7 @@ impl Prometheus {
             .arg(format!("--web.listen-address={addr}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = testkit::OwnedChild::spawn(&mut command)
+        let child = ufrag_testkit::OwnedChild::spawn(&mut command)
             .expect("prometheus must be installed (scripts/test.sh installs Debian's prometheus)");
         let prometheus = Prometheus {
             _child: child,

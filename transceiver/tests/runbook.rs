@@ -3,7 +3,7 @@
 //! reason of every counted family (the relay's drops and ICE-TCP closes, the
 //! transceiver's drops, signaling refusals, session ends and model messages) with its
 //! documentation and its entry, and every alert with its rule. Regenerate both with
-//! `UFRAG_WRITE_RUNBOOK=1 cargo test -p transceiver --test runbook`. The rules pass
+//! `UFRAG_WRITE_RUNBOOK=1 cargo test -p ufrag-transceiver --test runbook`. The rules pass
 //! `promtool check rules`, and `promtool test rules` fires each alert where it should
 //! (`deploy/monitoring/alerts.test.yaml`).
 
@@ -24,36 +24,36 @@ fn committed_is_generated(path: &str, generated: &str) {
     assert!(
         committed == generated,
         "{path} differs from what the code says: regenerate it with \
-         `UFRAG_WRITE_RUNBOOK=1 cargo test -p transceiver --test runbook` and commit it"
+         `UFRAG_WRITE_RUNBOOK=1 cargo test -p ufrag-transceiver --test runbook` and commit it"
     );
 }
 
 #[test]
 fn the_committed_runbook_and_alert_rules_are_the_ones_the_code_generates() {
-    committed_is_generated("docs/runbook.md", &transceiver::runbook::render());
+    committed_is_generated("docs/runbook.md", &ufrag_transceiver::runbook::render());
     committed_is_generated(
         "deploy/monitoring/alerts.yaml",
-        &transceiver::runbook::render_alert_rules(),
+        &ufrag_transceiver::runbook::render_alert_rules(),
     );
     committed_is_generated(
         "deploy/monitoring/prometheus-rule.yaml",
-        &transceiver::runbook::render_prometheus_rule(),
+        &ufrag_transceiver::runbook::render_prometheus_rule(),
     );
 }
 
 #[test]
 fn every_reason_has_a_row_with_its_meaning_and_an_action() {
-    let page = transceiver::runbook::render();
+    let page = ufrag_transceiver::runbook::render();
     let rows: Vec<&str> = page.lines().filter(|l| l.starts_with("| `")).collect();
     let reasons = ufrag_common::reasons::DropReason::COUNT
         + ufrag_common::reasons::CacheError::COUNT
         + ufrag_common::reasons::TcpCloseReason::COUNT
-        + transceiver::metrics::DropReason::COUNT
-        + transceiver::metrics::HttpRefusal::COUNT
-        + transceiver::metrics::EndReason::COUNT
-        + transceiver::metrics::ModelDrop::COUNT
+        + ufrag_transceiver::metrics::DropReason::COUNT
+        + ufrag_transceiver::metrics::HttpRefusal::COUNT
+        + ufrag_transceiver::metrics::EndReason::COUNT
+        + ufrag_transceiver::metrics::ModelDrop::COUNT
         + ufrag_model_protocol::wire::DecodeError::COUNT
-        + transceiver::session_token::TokenRefusal::COUNT;
+        + ufrag_transceiver::session_token::TokenRefusal::COUNT;
     assert_eq!(rows.len(), reasons, "one row per reason");
     for row in rows {
         let cells: Vec<&str> = row.split(" | ").collect();
@@ -64,7 +64,7 @@ fn every_reason_has_a_row_with_its_meaning_and_an_action() {
         );
         assert!(cells[3].len() > 20, "an action: {row}");
     }
-    for alert in transceiver::runbook::ALERTS {
+    for alert in ufrag_transceiver::runbook::ALERTS {
         assert!(
             page.contains(&format!("\n### {}\n", alert.name)),
             "{} has its section, the runbook_url's anchor",
@@ -75,9 +75,9 @@ fn every_reason_has_a_row_with_its_meaning_and_an_action() {
 
 #[test]
 fn every_runbook_link_is_absolute_and_lands_on_its_alerts_heading() {
-    use transceiver::runbook::{ALERTS, RUNBOOK_BASE, runbook_url};
-    let page = transceiver::runbook::render();
-    let rules = transceiver::runbook::render_alert_rules();
+    use ufrag_transceiver::runbook::{ALERTS, RUNBOOK_BASE, runbook_url};
+    let page = ufrag_transceiver::runbook::render();
+    let rules = ufrag_transceiver::runbook::render_alert_rules();
     for alert in ALERTS {
         let url = runbook_url(alert);
         let (base, anchor) = url.split_once('#').expect("an anchor");
@@ -126,7 +126,7 @@ fn promtool(args: &[&str]) -> String {
 #[test]
 fn the_alert_rules_pass_promtool_and_each_alert_is_tested_firing() {
     let checked = promtool(&["check", "rules", "alerts.yaml"]);
-    let count = transceiver::runbook::ALERTS.len();
+    let count = ufrag_transceiver::runbook::ALERTS.len();
     assert!(
         checked.contains(&format!("SUCCESS: {count} rules found")),
         "{checked}"
@@ -135,7 +135,7 @@ fn the_alert_rules_pass_promtool_and_each_alert_is_tested_firing() {
     assert!(tested.contains("SUCCESS"), "{tested}");
     // Every alert has a case where it fires (an expected alert with its labels).
     let cases = std::fs::read_to_string(repository("deploy/monitoring/alerts.test.yaml")).unwrap();
-    for alert in transceiver::runbook::ALERTS {
+    for alert in ufrag_transceiver::runbook::ALERTS {
         let firing = cases.split("- eval_time:").any(|case| {
             case.contains(&format!("alertname: {}\n", alert.name)) && case.contains("exp_labels")
         });

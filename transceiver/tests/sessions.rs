@@ -348,7 +348,7 @@ fn a_session_through_the_global_relay_and_a_cluster_relay_is_echoed() {
     let client = converse_with_echo(client, "through the global and the cluster relay", 25, 20);
     assert!(client.audio_received >= 20);
     let flows = |relay: &TestRelay| {
-        testkit::http::metric(None, relay.metrics, "ufrag_relay_flows_created_total")
+        ufrag_testkit::http::metric(None, relay.metrics, "ufrag_relay_flows_created_total")
     };
     assert_eq!(
         flows(&global),
@@ -532,7 +532,7 @@ fn an_ended_session_frees_its_flow_at_the_relay_at_once() {
     });
     talk(&mut clients, 5);
     run_until(&mut clients, "echo", |c| c.audio_received >= 3);
-    let relay_metric = |series: &str| testkit::http::metric(None, relay.metrics, series);
+    let relay_metric = |series: &str| ufrag_testkit::http::metric(None, relay.metrics, series);
     let ended = "ufrag_relay_dropped_datagrams_total{worker=\"0\",reason=\"session_ended\"}";
     assert_eq!(relay_metric("ufrag_relay_flows_active"), 1.0);
     assert_eq!(relay_metric(ended), 0.0);

@@ -194,8 +194,8 @@ fn a_configured_bearer_token_is_required() {
 /// sessions; and the server-to-server bearer token still works beside them.
 #[test]
 fn session_tokens_admit_their_user_once_and_each_refusal_is_counted() {
-    use transceiver::session_token::{TokenAlgorithm, TokenRequest, mint};
     use ufrag_model_protocol::messages::SessionClaims;
+    use ufrag_transceiver::session_token::{TokenAlgorithm, TokenRequest, mint};
     let (secret, flags) = session_token_secret("signaling");
     let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     flags.extend([
@@ -347,7 +347,7 @@ fn session_tokens_admit_their_user_once_and_each_refusal_is_counted() {
 /// scripts/test.sh; missing, the test fails saying so).
 #[test]
 fn the_documented_python_mints_tokens_the_transceiver_admits() {
-    use transceiver::session_token::{SessionTokens, TokenAlgorithm, TokenRules};
+    use ufrag_transceiver::session_token::{SessionTokens, TokenAlgorithm, TokenRules};
     let python = model_python();
     let page = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),

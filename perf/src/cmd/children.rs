@@ -6,8 +6,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use testkit::OwnedChild;
-use testkit::http::wait_ready;
+use ufrag_testkit::OwnedChild;
+use ufrag_testkit::http::wait_ready;
 
 /// How long a started relay or transceiver may take to become ready.
 pub const READY: Duration = Duration::from_secs(10);
@@ -89,7 +89,7 @@ pub fn start_relay_as_deployed(
     let relay = exe.with_file_name("relay-mio");
     assert!(
         relay.exists(),
-        "{} missing: cargo build --release -p relay-mio",
+        "{} missing: cargo build --release -p ufrag-relay-mio",
         relay.display()
     );
     let mut command = Command::new(relay);
@@ -113,7 +113,7 @@ pub fn start_relay_as_deployed(
             &metrics.to_string(),
         ])
         .args(extra)
-        .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+        .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
@@ -129,7 +129,7 @@ pub fn start_transceiver(
     extra: &[&str],
 ) -> TransceiverChild {
     start_transceiver_from(
-        &sibling_binary("transceiver", "transceiver"),
+        &sibling_binary("transceiver", "ufrag-transceiver"),
         http,
         bind,
         advertise,
@@ -168,7 +168,7 @@ pub fn start_transceiver_as_deployed(
     extra: &[&str],
 ) -> TransceiverChild {
     spawn_transceiver(
-        &sibling_binary("transceiver", "transceiver"),
+        &sibling_binary("transceiver", "ufrag-transceiver"),
         http,
         bind,
         advertise,
@@ -206,7 +206,7 @@ fn spawn_transceiver(
         None => cmd.arg("--direct"),
     };
     cmd.args(extra);
-    cmd.env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+    cmd.env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());

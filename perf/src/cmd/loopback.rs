@@ -76,7 +76,7 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> S
     crate::load::pin_to_load_cpu();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let epoch = Instant::now();
-    let keys = testkit::keys::keys();
+    let keys = ufrag_testkit::keys::keys();
     let mut rows = vec![];
 
     // Setup 1: bare forwarder.

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use testkit::OwnedChild;
+use ufrag_testkit::OwnedChild;
 
 use super::children::{
     SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, TransceiverChild, loopback_ip, sibling_binary,
@@ -397,7 +397,7 @@ pub fn run(options: Options) -> i32 {
 /// to exist) over the bridge.
 fn bridge_setups(options: &Options, backend: SocketAddr, backend_pid: u32) -> Vec<Setup> {
     let url = format!("ws://{backend}/");
-    let this_build = sibling_binary("transceiver", "transceiver");
+    let this_build = sibling_binary("transceiver", "ufrag-transceiver");
     let mut plans: Vec<(String, PathBuf, bool)> = vec![
         ("built-in echo".into(), this_build.clone(), false),
         ("echo over the WebSocket bridge".into(), this_build, true),
@@ -436,7 +436,7 @@ fn bridge_setups(options: &Options, backend: SocketAddr, backend_pid: u32) -> Ve
 /// PCM's setups: the echo over the bridge to the Opus backend, then to the `format`
 /// backend; each backend is `(address, process)`.
 fn pcm_setups(format: AudioFormat, opus: (SocketAddr, u32), pcm: (SocketAddr, u32)) -> Vec<Setup> {
-    let binary = sibling_binary("transceiver", "transceiver");
+    let binary = sibling_binary("transceiver", "ufrag-transceiver");
     [
         ("echo over the bridge, Opus passthrough".to_string(), opus),
         (format!("echo over the bridge, `{}`", format.label()), pcm),
@@ -471,11 +471,11 @@ const CODEC_BATCHES: usize = 11;
 /// of the backend's PCM (on this thread, unpinned), and the encoder's lookahead, which
 /// every frame waits for.
 fn codec_cost(format: AudioFormat) -> String {
-    use transceiver::pcm::SessionPcm;
+    use ufrag_transceiver::pcm::SessionPcm;
     let AudioFormat::Pcm16(rate) = format else {
         return String::new();
     };
-    let tone = transceiver::pcm::tone(rate, 440.0, 1.0, 8000.0 / 32767.0);
+    let tone = ufrag_transceiver::pcm::tone(rate, 440.0, 1.0, 8000.0 / 32767.0);
     let (Ok(mut speaker), Ok(mut listener)) = (SessionPcm::new(rate), SessionPcm::new(rate)) else {
         return "\n## What PCM adds to the audio's path\n\n- failed: libopus made no codec\n"
             .into();
@@ -563,8 +563,9 @@ fn relay_counts(setups: &[Setup]) -> String {
         let Some((_, metrics)) = &setup.relay else {
             continue;
         };
-        let body = testkit::http::get(None, *metrics, "/metrics").map_or(String::new(), |r| r.1);
-        let count = |series: &str| testkit::http::metric_sum(&body, series);
+        let body =
+            ufrag_testkit::http::get(None, *metrics, "/metrics").map_or(String::new(), |r| r.1);
+        let count = |series: &str| ufrag_testkit::http::metric_sum(&body, series);
         out.push_str(&format!(
             "| {} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
             setup.name,

@@ -203,9 +203,12 @@ impl IceTcpLimits {
 /// (" (the relay's ICE-TCP closes so far: `prefix_rate` 992)"), to say why connections
 /// went unanswered; empty when it closed none.
 fn relay_tcp_closes(metrics: SocketAddr) -> String {
-    let text = testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
-    let closes =
-        testkit::http::metric_by_label(&text, "ufrag_relay_tcp_connections_closed_total", "reason");
+    let text = ufrag_testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
+    let closes = ufrag_testkit::http::metric_by_label(
+        &text,
+        "ufrag_relay_tcp_connections_closed_total",
+        "reason",
+    );
     let listed: Vec<String> = closes
         .iter()
         .filter(|(_, count)| **count > 0.0)
@@ -466,7 +469,7 @@ pub fn sessions(
         }
         eprintln!("chromium sessions {name}…");
         let connect_seconds = |suffix: &str| {
-            testkit::http::metric(
+            ufrag_testkit::http::metric(
                 None,
                 http,
                 &format!("ufrag_transceiver_connect_seconds_{suffix}"),

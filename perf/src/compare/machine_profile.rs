@@ -431,7 +431,7 @@ mod tests {
         assert_eq!(unmatched, [7]);
     }
 
-    const CPU0: &str = " 30.00% | 300 |load|perf|[.] perf::load::send\n\
+    const CPU0: &str = " 30.00% | 300 |load|perf|[.] ufrag_perf::load::send\n\
                         10.00% | 100 |swapper|[kernel.kallsyms]|[k] handle_softirqs\n\
                         60.00% | 600 |swapper|[kernel.kallsyms]|[k] pv_native_safe_halt\n";
     const CPU1: &str = " 80.00% | 800 |relay-fp|[kernel.kallsyms]|[k] do_xdp_generic\n";

@@ -6,7 +6,7 @@
 use std::net::{SocketAddr, SocketAddrV4};
 use std::process::Stdio;
 
-use testkit::OwnedChild;
+use ufrag_testkit::OwnedChild;
 
 use super::relay_host::{BindMode, RelayHost};
 use crate::load::target::Target;
@@ -366,7 +366,7 @@ impl Setup {
     /// What it needs that is not here: a program on the PATH or a binary next to perf.
     pub fn missing(&self, exe_dir: &std::path::Path) -> Option<String> {
         let needs = |program: &str, installer: &str| {
-            testkit::browser::installed(program, installer)
+            ufrag_testkit::browser::installed(program, installer)
                 .err()
                 .map(|e| format!("{}: {e}", self.key))
         };
@@ -379,7 +379,7 @@ impl Setup {
             Kind::Quilkin { .. } => needs("quilkin", "scripts/bench.sh --full"),
             Kind::Relay { binary, .. } => (!exe_dir.join(binary).exists()).then(|| {
                 format!(
-                    "{}: {binary} not built (cargo build --release -p {binary})",
+                    "{}: {binary} not built (cargo build --release -p ufrag-{binary})",
                     self.key
                 )
             }),
@@ -554,7 +554,7 @@ impl Setup {
         }
         command
             .args(flags)
-            .env("UFRAG_RELAY_HINT_KEYS", testkit::keys::KEYS)
+            .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
             .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null());
@@ -573,7 +573,7 @@ impl Setup {
             OwnedChild::spawn(&mut command).map_err(|e| format!("{binary} did not start: {e}"))?;
         let deadline = std::time::Instant::now() + READY;
         loop {
-            let ready = testkit::http::get(relay.ns(), relay.metrics, "/readyz")
+            let ready = ufrag_testkit::http::get(relay.ns(), relay.metrics, "/readyz")
                 .is_some_and(|(status, _)| status == 200);
             if ready {
                 return Ok(child);
@@ -672,7 +672,7 @@ mod tests {
         let mio = by_key("mio").unwrap();
         let missing = mio.missing(std::path::Path::new("/nonexistent")).unwrap();
         assert!(
-            missing.contains("cargo build --release -p relay-mio"),
+            missing.contains("cargo build --release -p ufrag-relay-mio"),
             "{missing}"
         );
         assert!(

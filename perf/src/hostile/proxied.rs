@@ -8,9 +8,9 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use testkit::http::{HttpResponse, request_from};
-use testkit::webrtc_client::Client;
 use ufrag_common::stun::{StunClass, StunWriter, attr};
+use ufrag_testkit::http::{HttpResponse, request_from};
+use ufrag_testkit::webrtc_client::Client;
 
 use super::{AttackTally, Sources, Target, paced};
 

@@ -165,19 +165,20 @@ impl XdpGenerator {
         let done = Arc::new(AtomicBool::new(false));
         let (id_out, done_out) = (Arc::clone(&thread_id), Arc::clone(&done));
         let start = Instant::now();
-        let handle = testkit::netns::spawn_in(self.from.ns.as_deref(), "xdp-gen", move || {
-            crate::load::pin_to_load_cpu();
-            *id_out.lock().expect("thread id") = Some(nix::sys::pthread::pthread_self());
-            let result = loop {
-                match bpf::prog_run_live(&prog, &frame, ifindex, 0, u32::MAX, LIVE_BATCH) {
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => break Ok(()),
-                    Err(e) => break Err(e),
-                    Ok(()) => {} // four billion runs done: go on
-                }
-            };
-            done_out.store(true, Ordering::SeqCst);
-            result
-        })?;
+        let handle =
+            ufrag_testkit::netns::spawn_in(self.from.ns.as_deref(), "xdp-gen", move || {
+                crate::load::pin_to_load_cpu();
+                *id_out.lock().expect("thread id") = Some(nix::sys::pthread::pthread_self());
+                let result = loop {
+                    match bpf::prog_run_live(&prog, &frame, ifindex, 0, u32::MAX, LIVE_BATCH) {
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => break Ok(()),
+                        Err(e) => break Err(e),
+                        Ok(()) => {} // four billion runs done: go on
+                    }
+                };
+                done_out.store(true, Ordering::SeqCst);
+                result
+            })?;
         let deadline = duration + duration / 2 + Duration::from_millis(200);
         let mut finished = None;
         while start.elapsed() < deadline && !done.load(Ordering::SeqCst) {

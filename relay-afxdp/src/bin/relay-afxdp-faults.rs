@@ -1,7 +1,7 @@
 //! `relay-afxdp` with fault injection compiled in (`--features fault-injection`): the binary
-//! the tests that kill a worker run (`testkit::cargo_build::faults_bin`). Never shipped.
+//! the tests that kill a worker run (`ufrag_testkit::cargo_build::faults_bin`). Never shipped.
 #![forbid(unsafe_code)]
 
 fn main() -> std::process::ExitCode {
-    relay_afxdp::cli::main()
+    ufrag_relay_afxdp::cli::main()
 }

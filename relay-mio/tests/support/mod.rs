@@ -5,10 +5,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use relay_mio::worker::WorkerSpec;
 use ufrag_common::config::{PollMode, TcpPolicy};
 use ufrag_common::forward::ForwardPolicy;
 use ufrag_common::hint::{HintKey, HintKeys};
+use ufrag_relay_mio::worker::WorkerSpec;
 
 /// The hint key every test signs its Binding Requests with (id 1, bytes 0..32).
 pub fn keys() -> HintKeys {

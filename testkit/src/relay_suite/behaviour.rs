@@ -692,13 +692,13 @@ fn refused_config_as(
 
 pub fn a_dead_worker_turns_readiness_off_and_is_counted(b: &Backend) {
     // The same relay with fault injection compiled in (its own binary has none).
-    let package = b
+    let binary_name = b
         .binary
         .file_name()
         .and_then(|n| n.to_str())
         .expect("the relay's name");
     let faults = Backend {
-        binary: crate::cargo_build::faults_bin(package),
+        binary: crate::cargo_build::faults_bin(binary_name),
         ..b.clone()
     };
     let relay = RelayProcess::start(&RelaySetup {

@@ -8,7 +8,7 @@
 //! root; without it they are reported as ignored the same loud way.
 //!
 //! A backend's test target is a `harness = false` test whose `main` is one call:
-//! `testkit::relay_suite::run(&[Backend::mio(env!("CARGO_BIN_EXE_relay-mio"), Place::Loopback), …])`.
+//! `ufrag_testkit::relay_suite::run(&[Backend::mio(env!("CARGO_BIN_EXE_relay-mio"), Place::Loopback), …])`.
 
 pub mod admission;
 pub mod behaviour;

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use libfuzzer_sys::fuzz_target;
-use transceiver::session_table::{ClientPath, SessionTable};
+use ufrag_transceiver::session_table::{ClientPath, SessionTable};
 use ufrag_common::stun::StunView;
 
 /// The server ufrag of session `n` (a few fixed ones, so that fuzz bytes can name them).

@@ -8,10 +8,10 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use transceiver::session::Advertised;
-use transceiver::session::process_certificate;
-use transceiver::setup::SessionMint;
-use transceiver::signaling::{MAX_BODY_BYTES, check_offer, trickle_credentials};
+use ufrag_transceiver::session::Advertised;
+use ufrag_transceiver::session::process_certificate;
+use ufrag_transceiver::setup::SessionMint;
+use ufrag_transceiver::signaling::{MAX_BODY_BYTES, check_offer, trickle_credentials};
 use ufrag_common::hint::{HintKey, HintKeys};
 use ufrag_common::runtime::keys::SharedKeys;
 
@@ -27,7 +27,7 @@ fn mint() -> &'static SessionMint {
             tcp: Some("203.0.113.10:443".parse().unwrap()),
         },
         dtls_cert: process_certificate().unwrap(),
-        tuning: transceiver::session::SessionTuning::default(),
+        tuning: ufrag_transceiver::session::SessionTuning::default(),
     })
 }
 

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser as _;
-use transceiver::session_token::{self, TokenAlgorithm, TokenRequest};
 use ufrag_model_protocol::messages::SessionClaims;
+use ufrag_transceiver::session_token::{self, TokenAlgorithm, TokenRequest};
 
 /// Mint a short-lived session token for one user of the transceiver's signaling.
 ///
@@ -73,7 +73,7 @@ fn token(options: &Options) -> Result<String, String> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|_| "the clock is before 1970".to_string())?;
-    let id: [u8; 16] = transceiver::random::random_bytes();
+    let id: [u8; 16] = ufrag_transceiver::random::random_bytes();
     let request = TokenRequest {
         audience: options.audience.clone(),
         issued_at_s: now.as_secs(),

@@ -6,16 +6,16 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 
-use testkit::OwnedChild;
+use ufrag_testkit::OwnedChild;
 
-use relay_mio::relay::{Relay, Running};
 use ufrag_common::config::{HINT_KEYS_ENV, RelayArgs, RelayConfig};
 use ufrag_common::runtime::host::Host;
+use ufrag_relay_mio::relay::{Relay, Running};
 
-pub use testkit::addr::{free_tcp_port, unique_ip};
-pub use testkit::keys::KEYS;
+pub use ufrag_testkit::addr::{free_tcp_port, unique_ip};
+pub use ufrag_testkit::keys::KEYS;
 #[allow(unused_imports)] // not every test file needs redis
-pub use testkit::redis::RedisServer;
+pub use ufrag_testkit::redis::RedisServer;
 
 /// A relay-mio running in this process.
 pub struct TestRelay {
@@ -148,7 +148,7 @@ impl Transceiver {
         let worker = SocketAddr::from((ip, 41_000));
         // A fault to inject needs the binary that has fault injection compiled in.
         let binary = if env.iter().any(|(k, _)| *k == "UFRAG_TRANSCEIVER_FAULT") {
-            testkit::cargo_build::faults_bin("transceiver")
+            ufrag_testkit::cargo_build::faults_bin("transceiver")
         } else {
             std::path::PathBuf::from(env!("CARGO_BIN_EXE_transceiver"))
         };
@@ -191,7 +191,7 @@ impl Transceiver {
     /// Waits until `/readyz` answers 200 (panics with the log if it exits first).
     pub fn wait_ready(&mut self) {
         let log = self.log.clone();
-        testkit::http::wait_ready(None, self.http, "the transceiver", WAIT, || {
+        ufrag_testkit::http::wait_ready(None, self.http, "the transceiver", WAIT, || {
             let why = self.child.exit_report()?;
             Some(format!(
                 "{why}\n{}",
@@ -215,7 +215,7 @@ impl Transceiver {
         let body = http_request(self.http, "GET", "/metrics", None, &[])
             .unwrap()
             .body;
-        testkit::http::metric_sum(&body, series_prefix)
+        ufrag_testkit::http::metric_sum(&body, series_prefix)
     }
 }
 
@@ -226,8 +226,8 @@ impl Drop for Transceiver {
     }
 }
 
-pub use testkit::http::request as http_request;
-pub use testkit::webrtc_client::*;
+pub use ufrag_testkit::http::request as http_request;
+pub use ufrag_testkit::webrtc_client::*;
 
 /// A client on a fresh loopback address.
 pub fn new_client() -> Client {
@@ -246,7 +246,7 @@ pub fn session_token_secret(tag: &str) -> (std::path::PathBuf, Vec<String>) {
         std::process::id(),
         unique_ip()
     ));
-    let secret: [u8; 24] = transceiver::random::random_bytes();
+    let secret: [u8; 24] = ufrag_transceiver::random::random_bytes();
     let hex: String = secret.iter().map(|b| format!("{b:02x}")).collect();
     std::fs::write(&path, format!("{hex}\n")).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
