@@ -20,7 +20,7 @@ use ufrag_testkit::testbed::tools::{
 fn hold(bed: &Testbed, mode: &str) -> Result<OwnedChild, String> {
     let mut command = bed
         .relay
-        .command(example("relay-afxdp", "steer_hold").to_str().unwrap());
+        .command(example("ufrag-relay-afxdp", "steer_hold").to_str().unwrap());
     command
         .args([
             bed.relay.ifname.as_str(),
@@ -92,7 +92,7 @@ fn check_af_xdp_echo(mode: &str) {
     let bed = Testbed::up().unwrap();
     let mut command = bed
         .relay
-        .command(example("relay-afxdp", "xsk_echo").to_str().unwrap());
+        .command(example("ufrag-relay-afxdp", "xsk_echo").to_str().unwrap());
     command
         .args([
             bed.relay.ifname.as_str(),
