@@ -45,6 +45,22 @@ fn error(what: &str, e: impl std::fmt::Display) -> io::Error {
     io::Error::other(format!("{what}: {e}"))
 }
 
+/// `e` with every error beneath it (aya keeps the kernel's errno as a source: ENOMEM for a
+/// map too large, EPERM without CAP_BPF), keeping the kind of the deepest `io::Error`.
+fn error_chain(what: &str, e: &(dyn std::error::Error + 'static)) -> io::Error {
+    let mut text = format!("{what}: {e}");
+    let mut kind = io::ErrorKind::Other;
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        if let Some(io) = cause.downcast_ref::<io::Error>() {
+            kind = io.kind();
+        }
+        source = cause.source();
+    }
+    io::Error::new(kind, text)
+}
+
 impl<'a> ObjectLoader<'a> {
     /// Gives map `name` room for `entries` entries, whatever the source declares.
     pub fn max_entries(mut self, name: &'a str, entries: u32) -> Self {
@@ -64,7 +80,7 @@ impl<'a> ObjectLoader<'a> {
         let ebpf = self
             .loader
             .load(object)
-            .map_err(|e| error(&format!("loading {what}"), e))?;
+            .map_err(|e| error_chain(&format!("loading {what}"), &e))?;
         Ok(Object { ebpf })
     }
 }
@@ -85,9 +101,12 @@ impl Object {
             .ok_or_else(|| error(name, "not in the object"))?
             .try_into()
             .map_err(|e| error(name, e))?;
-        program
-            .load()
-            .map_err(|e| error(&format!("the verifier on {name}"), verifier_log(&e)))?;
+        program.load().map_err(|e| match &e {
+            aya::programs::ProgramError::LoadError { .. } => {
+                error(&format!("the verifier on {name}"), verifier_log(&e))
+            }
+            other => error_chain(&format!("loading {name}"), other),
+        })?;
         program
             .fd()
             .map_err(|e| error(name, e))?

@@ -1,4 +1,5 @@
-//! A thin loader on the raw `bpf(2)` syscall: the only unsafe code of this crate.
+//! A thin layer on the raw `bpf(2)` syscall (maps, test runs, links, object info): the
+//! only unsafe code of this crate.
 //!
 //! Each command fills a zeroed `union bpf_attr` (144 bytes on this kernel ABI) at the
 //! field offsets of `include/uapi/linux/bpf.h`, calls the syscall and wraps any new file

@@ -9,8 +9,9 @@
 //   perf_probe      XDP_DROP, to ask whether the kernel allows live frames at all
 //
 // Each program is configured by read-only globals (`const volatile`) that user space
-// sets at load time (perf/src/xdp/programs.rs); the kernel freezes them, so the
-// verifier knows their values and prunes what they switch off.
+// sets at load time (perf/src/xdp/programs.rs); the loader freezes them before the
+// program loads (BPF_MAP_FREEZE on a BPF_F_RDONLY_PROG map), so the verifier knows
+// their values and prunes what they switch off.
 //
 // Byte order: ports and addresses in globals are as on the wire, so they compare with
 // and store into a frame unchanged. Checksum arithmetic works on 16-bit words as the

@@ -47,12 +47,12 @@ struct dest_key {
 	__u8 addr[16];
 	__be16 port;
 	__u16 zero;
-} __attribute__((aligned(4)));
+} __attribute__((aligned(4))); // 20 bytes: the variable on the stack is 8-aligned
 
 enum steer_stat {
 	STEER_PASSED = 0,
 	STEER_STEERED = 1,
-	STEER_STATS,
+	STEER_STATS = 2, // how many
 };
 
 struct {
@@ -122,7 +122,7 @@ enum fast_stat {
 	FAST_MISS = 5,
 	FAST_UNFIT = 6,
 	FAST_NO_MAC = 7,
-	FAST_STATS,
+	FAST_STATS = 8, // how many
 };
 
 struct {
@@ -176,7 +176,8 @@ static __always_inline void store16(void *at, __u16 value)
 // Copies `len` bytes (a constant, even) in the widest words that fit, 8 bytes at a time
 // then the tail: what __builtin_memcpy does byte by byte when it cannot prove the
 // packet's alignment. XDP allows unaligned packet access where the CPU does (x86,
-// arm64); stack and map values are aligned by their types.
+// arm64); the verifier always wants stack accesses aligned, so the keys this writes
+// into are 8-aligned on the stack, and map values are 8-aligned by the kernel.
 static __always_inline void copy_words(void *dst, const void *src, const int len)
 {
 	int off = 0;
@@ -199,7 +200,8 @@ static __always_inline void copy_words(void *dst, const void *src, const int len
 // The 32-bit word of IPv4-mapped IPv6 addresses' bytes 8..12: 00 00 ff ff.
 #define IPV4_MAPPED_WORD bpf_htonl(0x0000ffff)
 
-// The 32-bit word whose bytes are `first` (a byte or two as on the wire) and then zeros.
+// The 32-bit word whose bytes are the two bytes of `first`, as a 16-bit load from a
+// frame left them in the register, and then two zeros.
 static __always_inline __u32 word_then_zeros(__u16 first)
 {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -232,8 +234,8 @@ enum fast_verdict {
 	FAST_BROKEN, // the head moved and the frame cannot be sent: XDP_ABORTED
 };
 
-// Copies an entry's `len` header bytes to the frame's start and the next hop's MAC over
-// the destination; false when the frame is shorter than the headers.
+// Copies an entry's `len` header bytes to the frame's start; a frame shorter than the
+// headers is lost (the head has moved): FAST_BROKEN.
 #define COPY_HEADERS(len)                                                                \
 	case len:                                                                        \
 		if (data + len > data_end)                                               \
@@ -312,7 +314,7 @@ static __always_inline enum fast_verdict fast_path(struct xdp_md *ctx, __u8 kind
 		} else {
 			goto unfit; // mixed families: user space
 		}
-		store32(&key.direction, word_then_zeros(1));
+		store32(&key.direction, bpf_htonl(0x01000000)); // bytes 01 00 00 00
 	}
 
 	struct flow_entry *entry = bpf_map_lookup_elem(&fast_flows, &key);
@@ -417,7 +419,8 @@ static __always_inline __u8 destination_kind(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	struct dest_key key = {};
+	// 8-aligned (the type is 20 bytes, 4-aligned): copy_words stores 8-byte words into it.
+	struct dest_key key __attribute__((aligned(8))) = {};
 
 	if (data + ETH_LEN > data_end)
 		return 0;

@@ -102,6 +102,9 @@ pub const VALUE_LEN: usize = (56 + TEMPLATE_MAX).next_multiple_of(8);
 pub const NEXT_HOP_KEY_LEN: usize = 16;
 /// `fast_next_hops`' value (`struct mac`): the MAC and two zero bytes.
 pub const NEXT_HOP_VALUE_LEN: usize = 8;
+/// How many next hops (neighbours: transceivers, clients on the link, gateways) the fast
+/// path keeps a MAC for.
+pub const NEXT_HOPS: u32 = 4096;
 // The offsets of `struct flow_entry`'s fields (bpf/relay.bpf.c), as user space writes
 // and reads them; a test checks them against the object's BTF.
 pub(crate) const V_PACKETS: usize = 0;

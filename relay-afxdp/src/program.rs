@@ -14,7 +14,9 @@ use std::os::fd::OwnedFd;
 use ufrag_bpf::object::ObjectLoader;
 use ufrag_bpf::sys::{self as bpf, Map};
 
-use crate::fast_path::{KEY_LEN, NEXT_HOP_KEY_LEN, NEXT_HOP_VALUE_LEN, STATS, VALUE_LEN};
+use crate::fast_path::{
+    KEY_LEN, NEXT_HOP_KEY_LEN, NEXT_HOP_VALUE_LEN, NEXT_HOPS, STATS, VALUE_LEN,
+};
 
 pub use ufrag_bpf::sys::action;
 
@@ -46,6 +48,14 @@ pub(crate) fn load(dests: u32, queues: u32, fast_flow_entries: Option<u32>) -> i
         .max_entries("relay_xsks", queues.max(1))
         // Without the fast path its maps are still in the object: keep them tiny.
         .max_entries("fast_flows", fast_flow_entries.unwrap_or(2).max(2))
+        .max_entries(
+            "fast_next_hops",
+            if fast_flow_entries.is_some() {
+                NEXT_HOPS
+            } else {
+                1
+            },
+        )
         .load(OBJECT, "bpf/relay.bpf.c's object")?;
     let prog = object.xdp_program(if fast_flow_entries.is_some() {
         "relay_steer_fast"
@@ -122,6 +132,63 @@ mod tests {
             .find(|(n, _)| n == name)
             .unwrap_or_else(|| panic!("no member {name} in {members:?}"))
             .1
+    }
+
+    /// The value the C source gives `name`, as `#define NAME value` or `NAME = value,` (an
+    /// enum member): the constants the program and this crate must agree on.
+    fn c_constant(name: &str) -> u64 {
+        const SOURCE: &str = include_str!("../bpf/relay.bpf.c");
+        let value = SOURCE
+            .lines()
+            .map(str::trim)
+            .find_map(|line| {
+                let rest = line
+                    .strip_prefix("#define ")
+                    .and_then(|l| l.strip_prefix(name))
+                    .map(str::trim_start)
+                    .or_else(|| line.strip_prefix(name)?.trim_start().strip_prefix('='))?;
+                let token = rest.split_whitespace().next()?;
+                Some(token.trim_end_matches(',').to_string())
+            })
+            .unwrap_or_else(|| panic!("{name} is not defined in bpf/relay.bpf.c"));
+        match value.strip_prefix("0x") {
+            Some(hex) => u64::from_str_radix(hex, 16),
+            None => value.parse(),
+        }
+        .unwrap_or_else(|e| panic!("{name} = {value}: {e}"))
+    }
+
+    #[test]
+    fn the_programs_constants_are_this_crates() {
+        use crate::fast_path::*;
+        use ufrag_common::frame::{FLAG_VERIFIED_PATH, FrameHeader, MAX_HEADER_LEN};
+        let v4_header = FrameHeader::new(
+            "192.0.2.1:1".parse().unwrap(),
+            "192.0.2.2:2".parse().unwrap(),
+        );
+        let mut first = [0u8; MAX_HEADER_LEN];
+        v4_header.emit(&mut first).unwrap();
+        for (name, ours) in [
+            ("FRAME_MAGIC", u64::from(first[0])),
+            ("FRAME_VERIFIED_PATH", u64::from(FLAG_VERIFIED_PATH)),
+            ("FRAME_V4_LEN", v4_header.encoded_len() as u64),
+            ("FRAME_V6_LEN", MAX_HEADER_LEN as u64),
+            ("KIND_VIP", u64::from(KIND_VIP)),
+            ("KIND_INTERNAL", u64::from(KIND_INTERNAL)),
+            ("STEER_PASSED", u64::from(STAT_PASSED)),
+            ("STEER_STEERED", u64::from(STAT_STEERED)),
+            ("FAST_FORWARD_PACKETS", u64::from(STAT_FORWARD_PACKETS)),
+            ("FAST_FORWARD_BYTES", u64::from(STAT_FORWARD_BYTES)),
+            ("FAST_RETURN_PACKETS", u64::from(STAT_RETURN_PACKETS)),
+            ("FAST_RETURN_BYTES", u64::from(STAT_RETURN_BYTES)),
+            ("FAST_STUN", u64::from(STAT_STUN)),
+            ("FAST_MISS", u64::from(STAT_MISS)),
+            ("FAST_UNFIT", u64::from(STAT_UNFIT)),
+            ("FAST_NO_MAC", u64::from(STAT_NO_MAC)),
+            ("FAST_STATS", u64::from(STATS)),
+        ] {
+            assert_eq!(c_constant(name), ours, "{name}");
+        }
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub enum AttachMode {
     Native,
 }
 
-/// Decision counters read from the `stats` map.
+/// Decision counters read from the `relay_stats` map.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SteeringStats {
     /// Frames left to the kernel.
