@@ -927,3 +927,108 @@ fn largest_load(setups: &[Setup], ips: &[Ipv4Addr], options: &Options) -> String
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ufrag_model_protocol::audio::PcmRate;
+
+    fn interval(low: f64, median: f64, high: f64) -> Option<Interval> {
+        Some(Interval {
+            median,
+            low,
+            high,
+            confidence: CONFIDENCE,
+            samples: 9,
+        })
+    }
+
+    #[test]
+    fn a_ratio_verdict_holds_only_when_the_whole_interval_meets_the_goal() {
+        let bridge = Question::Bridge; // goal: ≥ 80 %
+        assert!(ratio_verdict(bridge, interval(0.81, 0.9, 0.95)).contains("goal holds"));
+        assert!(ratio_verdict(bridge, interval(0.5, 0.6, 0.79)).contains("below the ≥ 80 %"));
+        let straddling = ratio_verdict(bridge, interval(0.7, 0.82, 0.9));
+        assert!(straddling.starts_with("Inconclusive"), "{straddling}");
+        assert!(straddling.contains("70–90 %"), "{straddling}");
+        assert_eq!(
+            ratio_verdict(bridge, None),
+            "No round was priced for both setups."
+        );
+        // Bundles must carry 120 % of single frames.
+        let bundles = ratio_verdict(Question::Bundles, interval(1.1, 1.3, 1.4));
+        assert!(
+            bundles.starts_with("Inconclusive against the ≥ 120 %"),
+            "{bundles}"
+        );
+    }
+
+    #[test]
+    fn pcm_has_no_goal_and_is_only_priced() {
+        let pcm = Question::Pcm(AudioFormat::Pcm16(PcmRate::Khz16));
+        assert_eq!(pcm.goal_ratio(), None);
+        let text = ratio_verdict(pcm, interval(0.4, 0.5, 0.6));
+        assert_eq!(
+            text,
+            "With PCM16 one core carries 50 % of Opus passthrough's sessions (interval 40–60 %)."
+        );
+    }
+
+    #[test]
+    fn the_bridge_latency_verdict_decides_on_the_intervals_ends() {
+        assert!(bridge_latency_verdict(interval(0.1, 0.4, 1.0)).contains("within the 1 ms goal"));
+        assert!(bridge_latency_verdict(interval(1.01, 1.5, 2.0)).contains("above the 1 ms goal"));
+        assert!(bridge_latency_verdict(interval(0.5, 0.9, 1.2)).starts_with("Inconclusive"));
+        assert_eq!(bridge_latency_verdict(None), "No rounds completed.");
+    }
+
+    #[test]
+    fn the_bundles_latency_verdict_says_no_added_latency_only_when_zero_is_inside() {
+        assert!(bundles_latency_verdict(interval(0.01, 0.2, 0.3)).contains("latency is added"));
+        assert!(bundles_latency_verdict(interval(-0.3, -0.2, -0.1)).contains("take at least"));
+        let within = bundles_latency_verdict(interval(-0.1, 0.0, 0.1));
+        assert!(within.contains("the interval holds 0"), "{within}");
+        assert!(pcm_events_verdict(interval(-0.1, 0.0, 0.1)).contains("[-0.100, 0.100]"));
+    }
+
+    #[test]
+    fn rounds_rotate_so_no_setup_is_always_first() {
+        assert_eq!(rotated(3, 0), [0, 1, 2]);
+        assert_eq!(rotated(3, 1), [1, 2, 0]);
+        assert_eq!(rotated(3, 5), [2, 0, 1]);
+        let firsts: std::collections::BTreeSet<usize> = (0..3).map(|r| rotated(3, r)[0]).collect();
+        assert_eq!(firsts.len(), 3, "each setup leads one round in three");
+    }
+
+    #[test]
+    fn a_baseline_build_adds_two_comparisons_to_the_bridge_question() {
+        assert_eq!(comparisons(Question::Bridge, 2).len(), 1);
+        let with_baseline = comparisons(Question::Bridge, 3);
+        assert_eq!(
+            with_baseline
+                .iter()
+                .map(|(s, r, _)| (*s, *r))
+                .collect::<Vec<_>>(),
+            [(1, 0), (2, 0), (1, 2)]
+        );
+        assert_eq!(
+            comparisons(Question::Bundles, 3),
+            [(1, 0, "bundles against single frames")]
+        );
+    }
+
+    #[test]
+    fn only_a_pcm_format_is_a_pcm_option_and_intervals_print_with_a_dash_when_missing() {
+        assert_eq!(
+            parse_pcm("pcm16/24000"),
+            Ok(AudioFormat::Pcm16(PcmRate::Khz24))
+        );
+        assert!(parse_pcm("opus").is_err());
+        assert!(parse_pcm("pcm16/8000").is_err());
+        assert_eq!(
+            interval_with(interval(1.0, 1.25, 1.5), 2),
+            "1.25 [1.00–1.50]"
+        );
+        assert_eq!(interval_text(None), "–");
+    }
+}
