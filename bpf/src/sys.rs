@@ -167,17 +167,6 @@ pub struct MapInfo {
     pub btf_value_type_id: u32,
 }
 
-/// What the kernel says about a loaded program (`struct bpf_prog_info`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ProgInfo {
-    /// Instructions after the verifier's rewrites (`xlated_prog_len` / 8).
-    pub xlated_insns: u32,
-    /// Bytes of JIT-compiled machine code.
-    pub jited_bytes: u32,
-    /// Instructions the verifier walked to accept the program.
-    pub verified_insns: u32,
-}
-
 /// Reads `struct bpf_*_info` of `fd` into `info`.
 fn object_info(fd: &OwnedFd, info: &mut [u8]) -> io::Result<()> {
     let mut a = Attr::new();
@@ -206,19 +195,6 @@ pub fn map_info(fd: &OwnedFd) -> io::Result<MapInfo> {
         max_entries: u32_at(&info, 16),
         btf_key_type_id: u32_at(&info, 68),
         btf_value_type_id: u32_at(&info, 72),
-    })
-}
-
-/// The kernel's description of the program `fd`.
-pub fn prog_info(fd: &OwnedFd) -> io::Result<ProgInfo> {
-    // struct bpf_prog_info: jited_prog_len at 16, xlated_prog_len at 20, verified_insns
-    // at 216 (the pointers it also has stay zero: the kernel copies no arrays).
-    let mut info = [0u8; 232];
-    object_info(fd, &mut info)?;
-    Ok(ProgInfo {
-        xlated_insns: u32_at(&info, 20) / 8,
-        jited_bytes: u32_at(&info, 16),
-        verified_insns: u32_at(&info, 216),
     })
 }
 
@@ -398,24 +374,6 @@ pub fn prog_test_run_output(prog: &OwnedFd, frame: &[u8]) -> io::Result<(u32, Ve
     let written = (a.get_u32(12) as usize).min(out.len());
     out.truncate(written);
     Ok((a.get_u32(4), out))
-}
-
-/// Runs the program `repeat` times on `frame` and returns the mean run time the kernel
-/// measured, in nanoseconds (`BPF_PROG_TEST_RUN`'s `duration`, with the timer's own
-/// overhead spread over the runs). The runs share one buffer: a program that rewrites
-/// the frame sees its own output from the second run on, so time such a program one
-/// run at a time.
-pub fn prog_test_run_timed(prog: &OwnedFd, frame: &[u8], repeat: u32) -> io::Result<u32> {
-    let mut out = vec![0u8; frame.len() + 256];
-    let mut a = Attr::new();
-    a.u32(0, prog.as_raw_fd() as u32)
-        .u32(8, frame.len() as u32)
-        .u32(12, out.len() as u32)
-        .u64(16, frame.as_ptr() as u64)
-        .u64(24, out.as_mut_ptr() as u64)
-        .u32(32, repeat.max(1));
-    sys_bpf(CMD_PROG_TEST_RUN, &mut a)?;
-    Ok(a.get_u32(36))
 }
 
 /// Runs the program `repeat` times on copies of `frame` as if they had arrived on
