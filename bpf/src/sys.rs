@@ -214,6 +214,12 @@ impl Map {
                 ),
             ));
         }
+        Map::with_sizes(fd, kind, key_size, value_size)
+    }
+
+    /// A map's descriptor with the sizes its buffers must have; a per-CPU map's values per
+    /// key are the possible CPUs, read once here so that no access reads sysfs.
+    fn with_sizes(fd: OwnedFd, kind: u32, key_size: u32, value_size: u32) -> io::Result<Map> {
         let values_per_key = if matches!(kind, MAP_PERCPU_ARRAY | MAP_PERCPU_HASH) {
             possible_cpus()?
         } else {
@@ -247,19 +253,8 @@ impl Map {
             .u32(8, value_size)
             .u32(12, max_entries)
             .name(28, name);
-        let values_per_key = if matches!(kind, MAP_PERCPU_ARRAY | MAP_PERCPU_HASH) {
-            possible_cpus()?
-        } else {
-            1
-        };
         let fd = sys_bpf(CMD_MAP_CREATE, &mut a).map(owned)?;
-        Ok(Map {
-            fd,
-            kind,
-            key_size: key_size as usize,
-            value_size: value_size as usize,
-            values_per_key,
-        })
+        Map::with_sizes(fd, kind, key_size, value_size)
     }
 
     /// The bytes the kernel reads or writes for one value: `value_size`, or for a per-CPU

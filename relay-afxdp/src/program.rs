@@ -103,12 +103,8 @@ fn fast_stats(object: &ufrag_bpf::object::Object) -> io::Result<Map> {
 /// address as 16 bytes (IPv4 as IPv4-mapped IPv6), the port in network byte order, two
 /// zero bytes.
 pub fn dest_key(addr: SocketAddr) -> [u8; DEST_KEY_LEN] {
-    let ip = match addr.ip() {
-        std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-        std::net::IpAddr::V6(v6) => v6,
-    };
     let mut key = [0u8; DEST_KEY_LEN];
-    key[..16].copy_from_slice(&ip.octets());
+    key[..16].copy_from_slice(&ufrag_common::wire::ip16(addr.ip()));
     key[16..18].copy_from_slice(&addr.port().to_be_bytes());
     key
 }
