@@ -38,6 +38,7 @@
 pub mod admission;
 pub mod bundle;
 pub mod config;
+pub mod config_file;
 pub mod demux;
 pub mod execute;
 pub mod flow;

@@ -4,12 +4,12 @@
 use std::ffi::OsString;
 use std::process::ExitCode;
 
-use crate::config_file::{config_path, effective_config, file_as_flags};
 use crate::service::{CONFIG_ENV, StartError, Transceiver, TransceiverOptions};
 use clap::{CommandFactory as _, FromArgMatches as _};
 use ufrag_common::config::{
     ALLOW_EXAMPLE_SECRETS_ENV, ConfigError, load_hint_keys, refuse_example_keys,
 };
+use ufrag_common::config_file::{config_path, effective_config, file_as_flags};
 use ufrag_common::runtime::host::Host;
 use ufrag_common::runtime::lifecycle::{init_logging, report_fatal, serve, usage_error};
 
@@ -55,7 +55,7 @@ pub fn main() -> ExitCode {
 fn parse(args: &[OsString]) -> Result<(TransceiverOptions, String), ExitCode> {
     let command = TransceiverOptions::command();
     let mut full: Vec<OsString> = args[..1.min(args.len())].to_vec();
-    let path = config_path(args, CONFIG_ENV);
+    let path = config_path(args, std::env::var_os(CONFIG_ENV));
     if let Some(path) = &path {
         let flags = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read it: {e}"))

@@ -8,7 +8,7 @@
 //! echo model ([`model`]; the messages and their wire codec are the
 //! `ufrag-model-protocol` crate's), metrics with enum reasons ([`metrics`]), the demo page, the
 //! service that starts, drains and joins it all ([`service`]), and its command line
-//! ([`cli`]) with the config file read as flags ([`config_file`]); [`runbook`] says what
+//! ([`cli`]) with the config file read as flags (`ufrag_common::config_file`); [`runbook`] says what
 //! an operator does about each counted reason.
 //!
 //! Dependencies run one way (`scripts/import-circles.py` checks that no two modules name
@@ -19,12 +19,11 @@
 //! and below them all `error`, `random`, `model`, `metrics`, `page`, `per_address`,
 //! `client_address`, `session_token` (→ `model`); `model_bridge` → {`model`, `pcm`}
 //! (PCM16 audio for a backend that asks for it);
-//! `cli` → {`service`, `config_file`}; `runbook` → {`metrics`, `session_token`}.
+//! `cli` → {`service`}; `runbook` → {`metrics`, `session_token`}.
 #![forbid(unsafe_code)]
 
 pub mod cli;
 pub mod client_address;
-pub mod config_file;
 pub mod error;
 pub mod http;
 pub mod metrics;

@@ -1,11 +1,13 @@
-//! The transceiver's config file (`--config FILE`, or `UFRAG_TRANSCEIVER_CONFIG`): TOML whose
+//! A config file read as flags, for any binary whose settings are `clap` flags: TOML whose
 //! keys are the long flags' names with `_` for `-` (`http_addr = "0.0.0.0:8080"`,
-//! `allow_relay_net = ["10.0.0.0/8"]`, `demo_page = false`). The file is read as if its keys
-//! were flags given before the command line's own, so clap validates both the same way, and
-//! a flag on the command line replaces the file's key (a list too). `--print-config` writes
-//! the effective configuration in the same form, defaults filled in
-//! ([`effective_config`]), which loads back to the same. Secrets never appear: the bearer
-//! tokens and hint keys come only from files and the environment.
+//! `allow_relay_net = ["10.0.0.0/8"]`, `demo_page = false`). The file is read as if its
+//! keys were flags given before the command line's own, so clap validates both the same
+//! way, and a flag on the command line replaces the file's key (a list too); each setting
+//! is therefore declared once, as its flag. `--print-config` writes the effective
+//! configuration in the same form, defaults filled in ([`effective_config`]), which loads
+//! back to the same. Secrets never appear: they come only from files and the environment.
+//!
+//! No I/O: the caller reads the file and the environment.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -15,9 +17,10 @@ use clap::{ArgAction, ArgMatches, Command};
 /// Keys the file may not set: what selects the file itself, and what is not configuration.
 const NOT_FILE_KEYS: [&str; 4] = ["config", "print_config", "help", "version"];
 
-/// The path the command line names with `--config FILE` / `--config=FILE`, else the
-/// environment's `env_var`; read before parsing, since the file's keys join the parse.
-pub fn config_path(args: &[OsString], env_var: &str) -> Option<OsString> {
+/// The path the command line names with `--config FILE` / `--config=FILE`, else
+/// `from_env` (the value of the binary's config variable, an empty one counting as
+/// unset); read before parsing, since the file's keys join the parse.
+pub fn config_path(args: &[OsString], from_env: Option<OsString>) -> Option<OsString> {
     let mut rest = args.iter().skip(1);
     while let Some(arg) = rest.next() {
         if arg == "--config" || arg == "-c" {
@@ -27,7 +30,7 @@ pub fn config_path(args: &[OsString], env_var: &str) -> Option<OsString> {
             return Some(path.into());
         }
     }
-    std::env::var_os(env_var).filter(|v| !v.is_empty())
+    from_env.filter(|v| !v.is_empty())
 }
 
 /// The long flags the command line gives itself (`--name` or `--name=value`).
@@ -100,8 +103,8 @@ pub fn file_as_flags(
 /// with none is a comment.
 pub fn effective_config(command: &Command, matches: &ArgMatches) -> String {
     let mut out = String::from(
-        "# The effective configuration: every key, defaults filled in; bearer tokens and \
-         hint keys are never printed (they come only from files and the environment).\n",
+        "# The effective configuration: every key, defaults filled in; secrets are never \
+         printed (they come only from files and the environment).\n",
     );
     for arg in command.get_arguments() {
         let Some(long) = arg.get_long() else { continue };
@@ -236,17 +239,20 @@ mod tests {
 
     #[test]
     fn the_path_comes_from_the_command_line_first() {
+        let env = || Some(OsString::from("env.toml"));
         assert_eq!(
-            config_path(&args(&["--config", "a.toml"]), "UFRAG_TEST_NO_SUCH_VAR"),
+            config_path(&args(&["--config", "a.toml"]), env()),
             Some("a.toml".into())
         );
         assert_eq!(
-            config_path(&args(&["--config=b.toml"]), "UFRAG_TEST_NO_SUCH_VAR"),
+            config_path(&args(&["--config=b.toml"]), env()),
             Some("b.toml".into())
         );
+        assert_eq!(config_path(&args(&["--bind", "x"]), env()), env());
         assert_eq!(
-            config_path(&args(&["--bind", "x"]), "UFRAG_TEST_NO_SUCH_VAR"),
-            None
+            config_path(&args(&["--bind", "x"]), Some(OsString::new())),
+            None,
+            "an empty variable is unset"
         );
     }
 }
