@@ -1,52 +1,28 @@
-//! The relay configuration both backends share: a TOML file, `clap` flags that override
-//! it, and validation at start with errors that name the bad field and say why.
+//! The relay configuration both backends share: every setting a `clap` flag of
+//! [`RelayArgs`], declared once; a TOML file whose keys are the flags' long names (`_` for
+//! `-`) read as flags before the command line's own ([`crate::config_file`]); and validation
+//! at start ([`RelayConfig::load`]) with errors that name the bad key and say why.
 //!
-//! Precedence: a flag beats the file, the file beats the default. Hint keys never come
-//! from a flag (flags show up in `ps` and shell history): they come from the file named
-//! by `hint_keys_file` (a secret: the runtime's host refuses it when others, or a group
-//! other than the process's own, may read it) or from the
-//! environment variable [`HINT_KEYS_ENV`], one key per line or comma-separated as
+//! Precedence: a flag beats the file, the file beats the default (a list on the command line
+//! replaces the file's). Hint keys never come from a flag (flags show up in `ps` and shell
+//! history): they come from the file named by `hint_keys_file` (a secret: the runtime's host
+//! refuses it when others, or a group other than the process's own, may read it) or from
+//! the environment variable [`HINT_KEYS_ENV`], one key per line or comma-separated as
 //! `<id>:<hex secret>`, current key first.
 //!
 //! ```toml
-//! vips = ["203.0.113.10:3478"]            # public VIP:port list (required)
+//! vip = ["203.0.113.10:3478"]             # public VIP:port list (required)
 //! internal_addr = "10.0.0.5:40000"        # worker i binds port 40000 + i (required)
-//! cpus = "0-1"                            # cores to pin workers to (default: all)
-//! workers = 2                             # default: one per listed CPU
-//! allowed_transceiver_networks = ["10.0.0.0/8"]   # required
+//! allow_transceiver_net = ["10.0.0.0/8"]  # required
 //! hint_keys_file = "/etc/ufrag-relay/hint.keys"   # or UFRAG_RELAY_HINT_KEYS
+//! cpus = "0-1"                            # cores to pin workers to (default: all)
 //! cluster_id = 1
-//! global_relay_networks = ["192.0.2.0/24"]        # who may send us global-mode frames
-//! flows_per_worker = 262144
-//! idle_timeout = "30s"
-//! drain_time = "5s"
-//! redis_url = "redis://127.0.0.1:6379"    # one Redis server; absent: in-memory only
-//! # or a Redis Cluster, found from any of its nodes:
-//! # redis_cluster_nodes = ["redis://10.0.0.7:6379", "redis://10.0.0.8:6379"]
-//! # or the master Redis Sentinels name, found again after a failover:
-//! # redis_sentinels = ["redis://10.0.0.9:26379"]
-//! # redis_sentinel_master = "ufrag-routes"
-//! metrics_addr = "127.0.0.1:9590"
-//! max_flows_per_session = 8               # live flows one session may hold per worker
-//! new_flows_per_prefix = 200              # new flows per second from one source prefix
-//! rate_limit_prefix_v4 = 24               # how sources are grouped for that rate
-//! rate_limit_prefix_v6 = 56
-//! new_flows_per_worker = 5000             # new flows per second in one worker
-//! hint_max_age = "10m"                    # a hint makes new flows this long after it was minted
-//! poll = "wakeup"                         # or "busy": workers spin instead of sleeping
-//! tcp_vips = ["203.0.113.10:443"]         # ICE-TCP for clients whose networks block UDP
-//! tcp_connections_per_worker = 4096       # open TCP connections one worker holds
-//! tcp_connections_per_prefix = 16         # ... from one source prefix, per worker
-//! tcp_handshake_timeout = "5s"            # a connection's first Binding Request by then
-//! tcp_accepts_per_prefix = 8              # new connections per second from one prefix, per worker
-//! tcp_accepts_per_worker = 1000           # new connections per second, per worker
-//! bundle_to = ["10.0.0.0/8"]              # transceivers that read bundles (default: none)
-//! internal_mtu = 1500                     # the internal path's MTU, bounding a bundle
-//! internal_gso = false                    # runs of equal-size frames as one GSO send (measured; off)
-//!
-//! [clusters]                              # cluster id → that cluster's relay (global mode)
-//! 2 = "198.51.100.7:3479"
+//! cluster_relay = ["2=198.51.100.7:3479"] # global mode: another cluster's relay
+//! redis_url = "redis://127.0.0.1:6379"    # or redis_cluster_node, or redis_sentinel
+//! tcp_vip = ["203.0.113.10:443"]          # ICE-TCP for clients whose networks block UDP
 //! ```
+//!
+//! `relay-mio --help` lists every key with its default; `--print-config` writes them all.
 
 use core::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::collections::BTreeMap;
@@ -54,10 +30,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::ffi::OsString;
+
 use ipnet::IpNet;
-use serde::Deserialize;
 
 use crate::admission::AdmissionPolicy;
+pub use crate::config_file::ConfigError;
+use crate::config_file::{ParseError, Parsed};
 use crate::flow::MAX_CAPACITY;
 use crate::forward::ForwardPolicy;
 use crate::hint::HintKeys;
@@ -115,16 +94,6 @@ pub const DEFAULT_INTERNAL_MTU: u16 = 1500;
 const MIN_INTERNAL_MTU: u16 = 1280;
 /// A jumbo frame: no internal path is larger.
 const MAX_INTERNAL_MTU: u16 = 9216;
-
-/// A configuration error: which field, and why.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid configuration: `{field}`: {reason}")]
-pub struct ConfigError {
-    /// The field (file key or flag name without dashes) that is wrong.
-    pub field: String,
-    /// What is wrong with it.
-    pub reason: String,
-}
 
 fn bad(field: impl Into<String>, reason: impl Into<String>) -> ConfigError {
     ConfigError {
@@ -189,10 +158,7 @@ pub enum LogFormat {
 }
 
 /// How a relay worker waits when it has nothing to read.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Deserialize, serde::Serialize,
-)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
 pub enum PollMode {
     /// Sleep in the kernel (epoll, poll) until a datagram or the tick is due: the core is
     /// free when traffic is light, and each datagram after a quiet spell pays a wake-up.
@@ -204,20 +170,59 @@ pub enum PollMode {
     Busy,
 }
 
-/// The command-line flags both relay binaries accept. Each overrides the same key of the
-/// config file.
-#[derive(Debug, Default, Clone, clap::Args)]
+/// The variable that may name the config file when `--config` does not.
+pub const RELAY_CONFIG_ENV: &str = "UFRAG_RELAY_CONFIG";
+
+/// Keys the relay's config file once had, their flags' names now, and how the value is
+/// written: an old file is refused with the key to write instead.
+pub const RENAMED_KEYS: &[crate::config_file::RenamedKey] = &[
+    ("vips", "vip", "a list of \"IP:PORT\""),
+    ("tcp_vips", "tcp_vip", "a list of \"IP:PORT\""),
+    (
+        "allowed_transceiver_networks",
+        "allow_transceiver_net",
+        "a list of CIDRs",
+    ),
+    (
+        "global_relay_networks",
+        "allow_global_relay_net",
+        "a list of CIDRs",
+    ),
+    (
+        "clusters",
+        "cluster_relay",
+        "a list of \"ID=IP:PORT\" in place of the [clusters] table",
+    ),
+    (
+        "redis_cluster_nodes",
+        "redis_cluster_node",
+        "a list of URLs",
+    ),
+    ("redis_sentinels", "redis_sentinel", "a list of URLs"),
+];
+
+/// A duration flag's value (`30s`, `500ms`, `2m`).
+fn duration_value(s: &str) -> Result<humantime::Duration, String> {
+    parse_duration(s).map(Into::into)
+}
+
+/// Every relay setting, declared once: the flags both relay binaries accept, which the
+/// config file sets too (TOML whose keys are the long flags' names with `_` for `-`, read
+/// as flags given before the command line's own: [`crate::config_file`]). A default is
+/// the flag's; a setting without one is optional or derived at load.
+#[derive(Debug, Clone, clap::Args)]
 pub struct RelayArgs {
     /// Log format on stderr.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// TOML config file; flags override its keys.
-    #[arg(long, short = 'c', value_name = "FILE", env = "UFRAG_RELAY_CONFIG")]
+    /// TOML config file whose keys are these flags' long names with `_` for `-`; a flag
+    /// given here replaces the file's key.
+    #[arg(long, short = 'c', value_name = "FILE", env = RELAY_CONFIG_ENV)]
     pub config: Option<PathBuf>,
-    /// Public VIP:port to serve (repeat for several; replaces the file's `vips`).
+    /// Public VIP:port to serve (repeat for several).
     #[arg(long = "vip", value_name = "IP:PORT")]
     pub vips: Vec<SocketAddr>,
-    /// Internal address towards transceivers; worker i binds PORT + i.
+    /// Internal address towards transceivers; worker i binds PORT + i (required).
     #[arg(long, value_name = "IP:PORT")]
     pub internal_addr: Option<SocketAddr>,
     /// Number of workers (default: one per CPU in --cpus).
@@ -227,40 +232,41 @@ pub struct RelayArgs {
     /// its affinity mask: a container's cpuset, or what `taskset` gave it).
     #[arg(long, value_name = "LIST")]
     pub cpus: Option<String>,
-    /// A network transceivers live in (repeat; replaces the file's list).
+    /// A network transceivers live in (repeat; at least one).
     #[arg(long = "allow-transceiver-net", value_name = "CIDR")]
     pub allowed_transceiver_networks: Vec<IpNet>,
     /// File holding the hint keys, `<id>:<hex>` per line, current first, previous second
-    /// (mode 0600); reloaded on SIGHUP and when it changes.
+    /// (mode 0600); reloaded on SIGHUP and when it changes. Or UFRAG_RELAY_HINT_KEYS.
     #[arg(long, value_name = "FILE")]
     pub hint_keys_file: Option<PathBuf>,
     /// This relay's cluster id.
-    #[arg(long, value_name = "ID")]
-    pub cluster_id: Option<u16>,
-    /// Global mode: the relay of another cluster (repeat; replaces the file's table).
+    #[arg(long, value_name = "ID", default_value_t = 0)]
+    pub cluster_id: u16,
+    /// Global mode: the relay of another cluster (repeat).
     #[arg(long = "cluster-relay", value_name = "ID=IP:PORT")]
     pub cluster_relays: Vec<ClusterRelay>,
-    /// A network global relays send frames from (repeat; replaces the file's list).
+    /// A network global relays send frames from (repeat).
     #[arg(long = "allow-global-relay-net", value_name = "CIDR")]
     pub global_relay_networks: Vec<IpNet>,
     /// Flow table capacity of each worker, fixed at start.
-    #[arg(long, value_name = "N")]
-    pub flows_per_worker: Option<usize>,
-    /// A flow with no traffic for this long expires (e.g. 30s).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub idle_timeout: Option<Duration>,
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_FLOWS_PER_WORKER)]
+    pub flows_per_worker: usize,
+    /// A flow with no traffic for this long expires.
+    #[arg(long, value_name = "DURATION", value_parser = duration_value,
+          default_value_t = DEFAULT_IDLE_TIMEOUT.into())]
+    pub idle_timeout: humantime::Duration,
     /// On SIGTERM, keep forwarding existing flows this long before exiting.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub drain_time: Option<Duration>,
+    #[arg(long, value_name = "DURATION", value_parser = duration_value,
+          default_value_t = DEFAULT_DRAIN_TIME.into())]
+    pub drain_time: humantime::Duration,
     /// Redis route cache URL (absent: in-memory flows only).
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
-    /// The route cache is a Redis Cluster: one of its nodes (repeat for more seeds;
-    /// replaces the file's list).
+    /// The route cache is a Redis Cluster: one of its nodes (repeat for more seeds).
     #[arg(long = "redis-cluster-node", value_name = "URL")]
     pub redis_cluster_nodes: Vec<String>,
-    /// The route cache is the master these Redis Sentinels name (repeat; replaces the
-    /// file's list); needs --redis-sentinel-master.
+    /// The route cache is the master these Redis Sentinels name (repeat); needs
+    /// --redis-sentinel-master.
     #[arg(long = "redis-sentinel", value_name = "URL")]
     pub redis_sentinels: Vec<String>,
     /// The master's name in the Sentinels' configuration.
@@ -284,66 +290,70 @@ pub struct RelayArgs {
     /// The client certificate's private key (PEM, mode 0600).
     #[arg(long, value_name = "FILE")]
     pub redis_client_key_file: Option<PathBuf>,
-    /// Where /metrics, /healthz and /readyz listen (default 127.0.0.1:9590).
-    #[arg(long, value_name = "IP:PORT")]
-    pub metrics_addr: Option<SocketAddr>,
+    /// Where /metrics, /healthz and /readyz listen.
+    #[arg(long, value_name = "IP:PORT", default_value_t = DEFAULT_METRICS_ADDR)]
+    pub metrics_addr: SocketAddr,
     /// Print the effective configuration (the file, the flags and the defaults, as a config
     /// file that loads to the same; hint keys never printed) and exit.
     #[arg(long)]
     pub print_config: bool,
     /// Live flows one session (all its ufrags, ICE restarts included) may hold in one
-    /// worker (default 8).
-    #[arg(long, value_name = "N")]
-    pub max_flows_per_session: Option<u16>,
-    /// New flows per second (and burst) from one source prefix (default 200).
-    #[arg(long, value_name = "N")]
-    pub new_flows_per_prefix: Option<u32>,
-    /// IPv4 prefix length sources are rate-limited by (default 24).
-    #[arg(long, value_name = "LEN")]
-    pub rate_limit_prefix_v4: Option<u8>,
-    /// IPv6 prefix length sources are rate-limited by (default 56).
-    #[arg(long, value_name = "LEN")]
-    pub rate_limit_prefix_v6: Option<u8>,
-    /// New flows per second (and burst) in one worker (default 5000).
-    #[arg(long, value_name = "N")]
-    pub new_flows_per_worker: Option<u32>,
-    /// A hint makes new flows this long after its transceiver minted it (default 10m;
-    /// a session's existing flows are not affected; an ICE restart mints a new hint).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub hint_max_age: Option<Duration>,
-    /// How workers wait when idle: wakeup (sleep; the default) or busy (spin on a core of
-    /// their own, for the lowest latency).
-    #[arg(long, value_enum, value_name = "MODE")]
-    pub poll: Option<PollMode>,
+    /// worker.
+    #[arg(long, value_name = "N",
+          default_value_t = AdmissionPolicy::default().max_flows_per_session)]
+    pub max_flows_per_session: u16,
+    /// New flows per second (and burst) from one source prefix.
+    #[arg(long, value_name = "N",
+          default_value_t = AdmissionPolicy::default().new_flows_per_prefix)]
+    pub new_flows_per_prefix: u32,
+    /// IPv4 prefix length sources are rate-limited by.
+    #[arg(long, value_name = "LEN", default_value_t = AdmissionPolicy::default().prefix_len_v4)]
+    pub rate_limit_prefix_v4: u8,
+    /// IPv6 prefix length sources are rate-limited by.
+    #[arg(long, value_name = "LEN", default_value_t = AdmissionPolicy::default().prefix_len_v6)]
+    pub rate_limit_prefix_v6: u8,
+    /// New flows per second (and burst) in one worker.
+    #[arg(long, value_name = "N",
+          default_value_t = AdmissionPolicy::default().new_flows_per_worker)]
+    pub new_flows_per_worker: u32,
+    /// A hint makes new flows this long after its transceiver minted it (a session's
+    /// existing flows are not affected; an ICE restart mints a new hint).
+    #[arg(long, value_name = "DURATION", value_parser = duration_value,
+          default_value_t = AdmissionPolicy::default().hint_max_age.into())]
+    pub hint_max_age: humantime::Duration,
+    /// How workers wait when idle: wakeup (sleep) or busy (spin on a core of their own,
+    /// for the lowest latency).
+    #[arg(long, value_enum, value_name = "MODE", default_value_t = PollMode::Wakeup)]
+    pub poll: PollMode,
     /// Public VIP:port for ICE over TCP (RFC 6544, RFC 4571 framing), for clients whose
-    /// networks block UDP (repeat; replaces the file's `tcp_vips`; none: no TCP).
+    /// networks block UDP (repeat; none: no TCP).
     #[arg(long = "tcp-vip", value_name = "IP:PORT")]
     pub tcp_vips: Vec<SocketAddr>,
-    /// Open TCP connections one worker holds at most (default 4096).
-    #[arg(long, value_name = "N")]
-    pub tcp_connections_per_worker: Option<usize>,
+    /// Open TCP connections one worker holds at most.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TCP_CONNECTIONS_PER_WORKER)]
+    pub tcp_connections_per_worker: usize,
     /// Open TCP connections from one source prefix (--rate-limit-prefix-v4/-v6) per
-    /// worker (default 16).
-    #[arg(long, value_name = "N")]
-    pub tcp_connections_per_prefix: Option<u32>,
-    /// A TCP connection must bring an authentic Binding Request within this (default 5s).
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    pub tcp_handshake_timeout: Option<Duration>,
-    /// New TCP connections per second (and burst) from one source prefix, per worker
-    /// (default 8).
-    #[arg(long, value_name = "N")]
-    pub tcp_accepts_per_prefix: Option<u32>,
-    /// New TCP connections per second (and burst) in one worker (default 1000).
-    #[arg(long, value_name = "N")]
-    pub tcp_accepts_per_worker: Option<u32>,
+    /// worker.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TCP_CONNECTIONS_PER_PREFIX)]
+    pub tcp_connections_per_prefix: u32,
+    /// A TCP connection must bring an authentic Binding Request within this.
+    #[arg(long, value_name = "DURATION", value_parser = duration_value,
+          default_value_t = DEFAULT_TCP_HANDSHAKE_TIMEOUT.into())]
+    pub tcp_handshake_timeout: humantime::Duration,
+    /// New TCP connections per second (and burst) from one source prefix, per worker.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TCP_ACCEPTS_PER_PREFIX)]
+    pub tcp_accepts_per_prefix: u32,
+    /// New TCP connections per second (and burst) in one worker.
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_TCP_ACCEPTS_PER_WORKER)]
+    pub tcp_accepts_per_worker: u32,
     /// A network of transceivers that read bundles (frame version 2): what one receive
-    /// batch has for one of them leaves in one datagram (repeat; replaces the file's list;
-    /// default none: single frames to every transceiver).
+    /// batch has for one of them leaves in one datagram (repeat; none: single frames to
+    /// every transceiver).
     #[arg(long = "bundle-to", value_name = "CIDR")]
     pub bundle_to: Vec<IpNet>,
-    /// The MTU of the path to the transceivers: a bundle never passes it (default 1500).
-    #[arg(long, value_name = "BYTES")]
-    pub internal_mtu: Option<u16>,
+    /// The MTU of the path to the transceivers: a bundle never passes it.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_INTERNAL_MTU)]
+    pub internal_mtu: u16,
     /// Send each run of equal-size frames to one transceiver as one GSO send
     /// (UDP_SEGMENT) instead of one send each. Measured against bundles in
     /// docs/performance.md; off by default.
@@ -351,50 +361,31 @@ pub struct RelayArgs {
     pub internal_gso: bool,
 }
 
-/// The config file, as written: every key optional, unknown keys rejected. Also what
-/// `--print-config` writes ([`RelayConfig::to_toml`]), every key filled in.
-#[derive(Debug, Default, Deserialize, serde::Serialize)]
-#[serde(deny_unknown_fields)]
-struct FileConfig {
-    vips: Option<Vec<SocketAddr>>,
-    internal_addr: Option<SocketAddr>,
-    workers: Option<usize>,
-    cpus: Option<String>,
-    allowed_transceiver_networks: Option<Vec<IpNet>>,
-    hint_keys_file: Option<PathBuf>,
-    cluster_id: Option<u16>,
-    global_relay_networks: Option<Vec<IpNet>>,
-    flows_per_worker: Option<usize>,
-    idle_timeout: Option<String>,
-    drain_time: Option<String>,
-    redis_url: Option<String>,
-    redis_cluster_nodes: Option<Vec<String>>,
-    redis_sentinels: Option<Vec<String>>,
-    redis_sentinel_master: Option<String>,
-    redis_username: Option<String>,
-    redis_password_file: Option<PathBuf>,
-    redis_ca_file: Option<PathBuf>,
-    redis_client_cert_file: Option<PathBuf>,
-    redis_client_key_file: Option<PathBuf>,
-    metrics_addr: Option<SocketAddr>,
-    max_flows_per_session: Option<u16>,
-    new_flows_per_prefix: Option<u32>,
-    rate_limit_prefix_v4: Option<u8>,
-    rate_limit_prefix_v6: Option<u8>,
-    new_flows_per_worker: Option<u32>,
-    hint_max_age: Option<String>,
-    poll: Option<PollMode>,
-    tcp_vips: Option<Vec<SocketAddr>>,
-    tcp_connections_per_worker: Option<usize>,
-    tcp_connections_per_prefix: Option<u32>,
-    tcp_handshake_timeout: Option<String>,
-    tcp_accepts_per_prefix: Option<u32>,
-    tcp_accepts_per_worker: Option<u32>,
-    bundle_to: Option<Vec<IpNet>>,
-    internal_mtu: Option<u16>,
-    internal_gso: Option<bool>,
-    /// Last: TOML writes a table after every plain key.
-    clusters: Option<BTreeMap<String, SocketAddr>>,
+/// [`RelayArgs`] as a command of its own, for [`RelayArgs::parse`].
+#[derive(clap::Parser)]
+struct RelayCommand {
+    #[command(flatten)]
+    relay: RelayArgs,
+}
+
+impl RelayArgs {
+    /// The flags a config file's `text` (if any) and `flags` (a command line without the
+    /// program's name) give, merged as the binaries merge them, and the effective
+    /// configuration as `--print-config` writes it: for a relay embedded in another program
+    /// and for tests (the binaries read their own command line and file:
+    /// `runtime::lifecycle::parse_with_config_file`). An error names the key.
+    pub fn parse(text: Option<&str>, flags: &[&str]) -> Result<Parsed<RelayArgs>, ConfigError> {
+        let args: Vec<OsString> = std::iter::once("relay")
+            .chain(flags.iter().copied())
+            .map(OsString::from)
+            .collect();
+        let parsed = crate::config_file::parse::<RelayCommand>(text, &args, RENAMED_KEYS)
+            .map_err(ParseError::into_config_error)?;
+        Ok(Parsed {
+            options: parsed.options.relay,
+            effective: parsed.effective,
+        })
+    }
 }
 
 /// A validated relay configuration.
@@ -518,188 +509,35 @@ impl RelayConfig {
         SocketAddr::new(self.internal_addr.ip(), port)
     }
 
-    /// Loads the file named by `args.config` (if any), applies the flags, reads the hint
-    /// keys from their file or from [`HINT_KEYS_ENV`], and validates. Every file and
-    /// environment variable is read through `sources` (the process's own:
-    /// `runtime::host::Host`). `allowed_cpus` is the default CPU list when none is given
-    /// (the process's affinity mask).
+    /// The configuration the flags (file and command line merged:
+    /// [`crate::config_file::parse`]) give: the hint keys read from their file or from
+    /// [`HINT_KEYS_ENV`], and every setting validated. Every file and environment variable
+    /// is read through `sources` (the process's own: `runtime::host::Host`).
+    /// `allowed_cpus` is the default CPU list when none is given (the process's affinity
+    /// mask).
     pub fn load(
         args: &RelayArgs,
         sources: &dyn ConfigSources,
         allowed_cpus: &[usize],
     ) -> Result<Self, ConfigError> {
-        let file = match &args.config {
-            Some(path) => {
-                let bytes = sources.read_file("config", path, false)?;
-                let text = String::from_utf8(bytes)
-                    .map_err(|_| bad("config", format!("{}: not UTF-8", path.display())))?;
-                Self::parse_file(&text)?
-            }
-            None => FileConfig::default(),
-        };
-        Self::resolve(file, args, sources, allowed_cpus)
-    }
+        let admission = admission_policy(args)?;
+        let tcp = tcp_policy(args)?;
+        let redis_access = redis_access(args, sources)?;
 
-    /// Like [`RelayConfig::load`], with the config file's text given directly.
-    pub fn from_toml(
-        text: &str,
-        args: &RelayArgs,
-        sources: &dyn ConfigSources,
-        allowed_cpus: &[usize],
-    ) -> Result<Self, ConfigError> {
-        Self::resolve(Self::parse_file(text)?, args, sources, allowed_cpus)
-    }
-
-    /// What one worker's forwarder applies: this configuration's networks, keys and
-    /// limits, with a replay filter of the forwarder's own (one worker).
-    pub fn forward_policy(&self) -> ForwardPolicy {
-        ForwardPolicy {
-            vips: self.vips.clone(),
-            allowed_transceiver_networks: self.allowed_transceiver_networks.clone(),
-            global_relay_networks: self.global_relay_networks.clone(),
-            cluster_id: self.cluster_id,
-            clusters: self.clusters.clone(),
-            hint_keys: self.hint_keys.clone(),
-            route_cache: self.route_store.is_some(),
-            admission: self.admission,
-            shared_replays: None,
-        }
-    }
-
-    /// What every worker of one relay applies: [`RelayConfig::forward_policy`] with one
-    /// replay filter for all of them (UDP and TCP), sized for their admission rate over
-    /// the window, started at `now`.
-    pub fn shared_forward_policy(&self, now: Instant) -> ForwardPolicy {
-        let admission = self.admission;
-        ForwardPolicy {
-            shared_replays: Some(Arc::new(ReplayFilter::new(
-                self.workers(),
-                admission.new_flows_per_worker,
-                admission.replay_window(),
-                now,
-            ))),
-            ..self.forward_policy()
-        }
-    }
-
-    /// The effective configuration as a config file (`--print-config`): every key, the
-    /// defaults filled in, so that loading it again gives this configuration. The hint keys
-    /// are never written, only the file they come from.
-    pub fn to_toml(&self) -> String {
-        let duration = |d: Duration| Some(humantime::format_duration(d).to_string());
-        let cpus = self
-            .worker_cpus
-            .iter()
-            .map(usize::to_string)
-            .collect::<Vec<_>>();
-        let (redis_url, redis_cluster_nodes, redis_sentinels, redis_sentinel_master) =
-            match &self.route_store {
-                None => (None, None, None, None),
-                Some(RouteStore::Server(url)) => (Some(url.clone()), None, None, None),
-                Some(RouteStore::Cluster(nodes)) => (None, Some(nodes.clone()), None, None),
-                Some(RouteStore::Sentinel { sentinels, master }) => {
-                    (None, None, Some(sentinels.clone()), Some(master.clone()))
-                }
-            };
-        let file = FileConfig {
-            vips: Some(self.vips.clone()),
-            internal_addr: Some(self.internal_addr),
-            workers: Some(self.workers()),
-            cpus: Some(cpus.join(",")),
-            allowed_transceiver_networks: Some(self.allowed_transceiver_networks.clone()),
-            hint_keys_file: self.hint_keys_file.clone(),
-            cluster_id: Some(self.cluster_id),
-            global_relay_networks: Some(self.global_relay_networks.clone()),
-            flows_per_worker: Some(self.flows_per_worker),
-            idle_timeout: duration(self.idle_timeout),
-            drain_time: duration(self.drain_time),
-            redis_url,
-            redis_cluster_nodes,
-            redis_sentinels,
-            redis_sentinel_master,
-            redis_username: self.redis_access.username.clone(),
-            redis_password_file: self.redis_access.password_file.clone(),
-            redis_ca_file: self.redis_access.ca.as_ref().map(|f| f.path.clone()),
-            redis_client_cert_file: self.redis_access.client.as_ref().map(|c| c.0.path.clone()),
-            redis_client_key_file: self.redis_access.client.as_ref().map(|c| c.1.path.clone()),
-            metrics_addr: Some(self.metrics_addr),
-            max_flows_per_session: Some(self.admission.max_flows_per_session),
-            new_flows_per_prefix: Some(self.admission.new_flows_per_prefix),
-            rate_limit_prefix_v4: Some(self.admission.prefix_len_v4),
-            rate_limit_prefix_v6: Some(self.admission.prefix_len_v6),
-            new_flows_per_worker: Some(self.admission.new_flows_per_worker),
-            hint_max_age: duration(self.admission.hint_max_age),
-            poll: Some(self.poll),
-            tcp_vips: Some(self.tcp.vips.clone()),
-            tcp_connections_per_worker: Some(self.tcp.connections_per_worker),
-            tcp_connections_per_prefix: Some(self.tcp.connections_per_prefix),
-            tcp_handshake_timeout: duration(self.tcp.handshake_timeout),
-            tcp_accepts_per_prefix: Some(self.tcp.accepts_per_prefix),
-            tcp_accepts_per_worker: Some(self.tcp.accepts_per_worker),
-            bundle_to: Some(self.bundles.to.clone()),
-            internal_mtu: Some(self.bundles.mtu),
-            internal_gso: Some(self.bundles.gso),
-            clusters: Some(
-                self.clusters
-                    .iter()
-                    .map(|(id, relay)| (id.to_string(), *relay))
-                    .collect(),
-            ),
-        };
-        let keys = match &self.hint_keys_file {
-            Some(_) => "hint keys and the Redis password never printed",
-            None => "hint keys (from UFRAG_RELAY_HINT_KEYS) and the Redis password never printed",
-        };
-        let body = toml::to_string(&file).expect("a config of plain keys always serializes");
-        let end = if body.ends_with('\n') { "" } else { "\n" };
-        format!(
-            "# The effective configuration: every key, defaults filled in; {keys}.\n{body}{end}"
-        )
-    }
-
-    fn parse_file(text: &str) -> Result<FileConfig, ConfigError> {
-        toml::from_str(text).map_err(|e| {
-            let field = e
-                .span()
-                .map(|span| key_at(text, span.start))
-                .unwrap_or_else(|| "config".to_string());
-            bad(field, e.message().trim().to_string())
-        })
-    }
-
-    fn resolve(
-        file: FileConfig,
-        args: &RelayArgs,
-        sources: &dyn ConfigSources,
-        allowed_cpus: &[usize],
-    ) -> Result<Self, ConfigError> {
-        fn pick<T>(flag: Vec<T>, file: Option<Vec<T>>) -> Vec<T> {
-            if flag.is_empty() {
-                file.unwrap_or_default()
-            } else {
-                flag
-            }
-        }
-
-        let admission = admission_policy(&file, args)?;
-        let tcp = tcp_policy(&file, args)?;
-        let redis_access = redis_access(&file, args, sources)?;
-
-        let vips = pick(args.vips.clone(), file.vips);
+        let vips = args.vips.clone();
         // An ICE-TCP-only relay (beside relay-afxdp, which leaves TCP to the kernel)
         // needs no UDP VIP.
         if vips.is_empty() && tcp.vips.is_empty() {
             return Err(bad(
-                "vips",
+                "vip",
                 "at least one public VIP:port is required (--vip; or --tcp-vip alone for a \
                  relay that serves only ICE over TCP)",
             ));
         }
-        validate_vips("vips", &vips)?;
+        validate_vips("vip", &vips)?;
 
         let internal_addr = args
             .internal_addr
-            .or(file.internal_addr)
             .ok_or_else(|| bad("internal_addr", "required (--internal-addr IP:PORT)"))?;
         if internal_addr.port() == 0 {
             return Err(bad(
@@ -718,12 +556,12 @@ impl RelayConfig {
             ));
         }
 
-        let cpus = match args.cpus.as_deref().or(file.cpus.as_deref()) {
+        let cpus = match args.cpus.as_deref() {
             Some(list) => parse_cpu_list(list).map_err(|reason| bad("cpus", reason))?,
             None if allowed_cpus.is_empty() => vec![0],
             None => allowed_cpus.to_vec(),
         };
-        let workers = args.workers.or(file.workers).unwrap_or(cpus.len());
+        let workers = args.workers.unwrap_or(cpus.len());
         if workers == 0 || workers > MAX_WORKERS {
             return Err(bad(
                 "workers",
@@ -764,51 +602,30 @@ impl RelayConfig {
         }
         let worker_cpus = cpus[..workers].to_vec();
 
-        let allowed_transceiver_networks = pick(
-            args.allowed_transceiver_networks.clone(),
-            file.allowed_transceiver_networks,
-        );
+        let allowed_transceiver_networks = args.allowed_transceiver_networks.clone();
         if allowed_transceiver_networks.is_empty() {
             return Err(bad(
-                "allowed_transceiver_networks",
+                "allow_transceiver_net",
                 "at least one network is required, or no hint can ever be routed",
             ));
         }
 
-        let keys_file = args.hint_keys_file.clone().or(file.hint_keys_file);
+        let keys_file = args.hint_keys_file.clone();
         let hint_keys = load_hint_keys(keys_file.as_deref(), sources)?;
 
-        let cluster_id = args.cluster_id.or(file.cluster_id).unwrap_or(0);
-        let clusters = if args.cluster_relays.is_empty() {
-            let mut table = BTreeMap::new();
-            for (id, relay) in file.clusters.unwrap_or_default() {
-                let cluster: u16 = id
-                    .parse()
-                    .map_err(|_| bad(format!("clusters.{id}"), "cluster id must be 0..=65535"))?;
-                table.insert(cluster, relay);
+        let cluster_id = args.cluster_id;
+        let mut clusters = BTreeMap::new();
+        for entry in &args.cluster_relays {
+            if clusters.insert(entry.cluster, entry.relay).is_some() {
+                return Err(bad(
+                    "cluster_relay",
+                    format!("cluster {} is listed twice", entry.cluster),
+                ));
             }
-            table
-        } else {
-            let mut table = BTreeMap::new();
-            for entry in &args.cluster_relays {
-                if table.insert(entry.cluster, entry.relay).is_some() {
-                    return Err(bad(
-                        "cluster_relays",
-                        format!("cluster {} is listed twice", entry.cluster),
-                    ));
-                }
-            }
-            table
-        };
-        let global_relay_networks = pick(
-            args.global_relay_networks.clone(),
-            file.global_relay_networks,
-        );
+        }
+        let global_relay_networks = args.global_relay_networks.clone();
 
-        let flows_per_worker = args
-            .flows_per_worker
-            .or(file.flows_per_worker)
-            .unwrap_or(DEFAULT_FLOWS_PER_WORKER);
+        let flows_per_worker = args.flows_per_worker;
         if flows_per_worker == 0 || flows_per_worker > MAX_CAPACITY {
             return Err(bad(
                 "flows_per_worker",
@@ -816,24 +633,14 @@ impl RelayConfig {
             ));
         }
 
-        let idle_timeout = duration_field(
-            "idle_timeout",
-            args.idle_timeout,
-            file.idle_timeout.as_deref(),
-            DEFAULT_IDLE_TIMEOUT,
-        )?;
+        let idle_timeout = *args.idle_timeout;
         within(
             "idle_timeout",
             idle_timeout,
             MIN_IDLE_TIMEOUT,
             MAX_IDLE_TIMEOUT,
         )?;
-        let drain_time = duration_field(
-            "drain_time",
-            args.drain_time,
-            file.drain_time.as_deref(),
-            DEFAULT_DRAIN_TIME,
-        )?;
+        let drain_time = *args.drain_time;
         if drain_time > MAX_DRAIN_TIME {
             return Err(bad(
                 "drain_time",
@@ -845,13 +652,11 @@ impl RelayConfig {
         }
 
         let route_store = route_store(
-            args.redis_url.clone().or(file.redis_url),
-            pick(args.redis_cluster_nodes.clone(), file.redis_cluster_nodes),
+            args.redis_url.clone(),
+            args.redis_cluster_nodes.clone(),
             (
-                pick(args.redis_sentinels.clone(), file.redis_sentinels),
-                args.redis_sentinel_master
-                    .clone()
-                    .or(file.redis_sentinel_master),
+                args.redis_sentinels.clone(),
+                args.redis_sentinel_master.clone(),
             ),
         )?;
 
@@ -862,18 +667,12 @@ impl RelayConfig {
             ));
         }
 
-        let metrics_addr = args
-            .metrics_addr
-            .or(file.metrics_addr)
-            .unwrap_or(DEFAULT_METRICS_ADDR);
+        let metrics_addr = args.metrics_addr;
 
         let bundles = BundlePolicy {
-            to: pick(args.bundle_to.clone(), file.bundle_to),
-            mtu: args
-                .internal_mtu
-                .or(file.internal_mtu)
-                .unwrap_or(DEFAULT_INTERNAL_MTU),
-            gso: args.internal_gso || file.internal_gso.unwrap_or(false),
+            to: args.bundle_to.clone(),
+            mtu: args.internal_mtu,
+            gso: args.internal_gso,
         };
         if !(MIN_INTERNAL_MTU..=MAX_INTERNAL_MTU).contains(&bundles.mtu) {
             return Err(bad(
@@ -902,10 +701,42 @@ impl RelayConfig {
             redis_access,
             metrics_addr,
             admission,
-            poll: args.poll.or(file.poll).unwrap_or_default(),
+            poll: args.poll,
             tcp,
             bundles,
         })
+    }
+
+    /// What one worker's forwarder applies: this configuration's networks, keys and
+    /// limits, with a replay filter of the forwarder's own (one worker).
+    pub fn forward_policy(&self) -> ForwardPolicy {
+        ForwardPolicy {
+            vips: self.vips.clone(),
+            allowed_transceiver_networks: self.allowed_transceiver_networks.clone(),
+            global_relay_networks: self.global_relay_networks.clone(),
+            cluster_id: self.cluster_id,
+            clusters: self.clusters.clone(),
+            hint_keys: self.hint_keys.clone(),
+            route_cache: self.route_store.is_some(),
+            admission: self.admission,
+            shared_replays: None,
+        }
+    }
+
+    /// What every worker of one relay applies: [`RelayConfig::forward_policy`] with one
+    /// replay filter for all of them (UDP and TCP), sized for their admission rate over
+    /// the window, started at `now`.
+    pub fn shared_forward_policy(&self, now: Instant) -> ForwardPolicy {
+        let admission = self.admission;
+        ForwardPolicy {
+            shared_replays: Some(Arc::new(ReplayFilter::new(
+                self.workers(),
+                admission.new_flows_per_worker,
+                admission.replay_window(),
+                now,
+            ))),
+            ..self.forward_policy()
+        }
     }
 }
 
@@ -914,10 +745,10 @@ impl RelayConfig {
 pub enum RouteStore {
     /// One Redis server (`redis_url`).
     Server(String),
-    /// A Redis Cluster, found from these nodes (`redis_cluster_nodes`): keys spread over
+    /// A Redis Cluster, found from these nodes (`redis_cluster_node`): keys spread over
     /// its masters by slot, and a relay follows the cluster's own failovers.
     Cluster(Vec<String>),
-    /// The master these Sentinels name (`redis_sentinels`, `redis_sentinel_master`),
+    /// The master these Sentinels name (`redis_sentinel`, `redis_sentinel_master`),
     /// asked again whenever the connection fails, so a failover is followed.
     Sentinel {
         /// The Sentinels' URLs.
@@ -966,13 +797,13 @@ fn route_store(
     if named.iter().filter(|&&n| n).count() > 1 {
         return Err(bad(
             "redis_url",
-            "name one route store: redis_url, redis_cluster_nodes or redis_sentinels",
+            "name one route store: redis_url, redis_cluster_node or redis_sentinel",
         ));
     }
     if sentinels.is_empty() && master.is_some() {
         return Err(bad(
             "redis_sentinel_master",
-            "a master name needs redis_sentinels",
+            "a master name needs redis_sentinel",
         ));
     }
     if let Some(url) = server {
@@ -981,7 +812,7 @@ fn route_store(
     }
     if !cluster.is_empty() {
         for url in &cluster {
-            redis_url_checked("redis_cluster_nodes", url)?;
+            redis_url_checked("redis_cluster_node", url)?;
         }
         return Ok(Some(RouteStore::Cluster(cluster)));
     }
@@ -989,12 +820,12 @@ fn route_store(
         return Ok(None);
     }
     for url in &sentinels {
-        redis_url_checked("redis_sentinels", url)?;
+        redis_url_checked("redis_sentinel", url)?;
     }
     let master = master.filter(|m| !m.is_empty()).ok_or_else(|| {
         bad(
             "redis_sentinel_master",
-            "redis_sentinels need the master's name (--redis-sentinel-master)",
+            "redis_sentinel needs the master's name (--redis-sentinel-master)",
         )
     })?;
     Ok(Some(RouteStore::Sentinel { sentinels, master }))
@@ -1066,18 +897,13 @@ impl RedisAccess {
     }
 }
 
-/// The route cache's Redis access from the flags, the file and [`REDIS_PASSWORD_ENV`],
-/// its files read through `sources`.
-fn redis_access(
-    file: &FileConfig,
-    args: &RelayArgs,
-    sources: &dyn ConfigSources,
-) -> Result<RedisAccess, ConfigError> {
+/// The route cache's Redis access from the flags and [`REDIS_PASSWORD_ENV`], its files read
+/// through `sources`.
+fn redis_access(args: &RelayArgs, sources: &dyn ConfigSources) -> Result<RedisAccess, ConfigError> {
     let env_password = sources
         .env_var(REDIS_PASSWORD_ENV)
         .filter(|v| !v.is_empty());
-    let path = |flag: &Option<PathBuf>, key: &Option<PathBuf>| flag.clone().or(key.clone());
-    let password_file = path(&args.redis_password_file, &file.redis_password_file);
+    let password_file = args.redis_password_file.clone();
     let password = match (&password_file, env_password) {
         (Some(_), Some(_)) => {
             return Err(bad(
@@ -1106,19 +932,15 @@ fn redis_access(
         }
         Ok(Some(PemFile { path, pem }))
     };
-    let ca = pem(
-        "redis_ca_file",
-        path(&args.redis_ca_file, &file.redis_ca_file),
-        false,
-    )?;
+    let ca = pem("redis_ca_file", args.redis_ca_file.clone(), false)?;
     let cert = pem(
         "redis_client_cert_file",
-        path(&args.redis_client_cert_file, &file.redis_client_cert_file),
+        args.redis_client_cert_file.clone(),
         false,
     )?;
     let key = pem(
         "redis_client_key_file",
-        path(&args.redis_client_key_file, &file.redis_client_key_file),
+        args.redis_client_key_file.clone(),
         true,
     )?;
     let client = match (cert, key) {
@@ -1138,7 +960,7 @@ fn redis_access(
         }
     };
     Ok(RedisAccess {
-        username: args.redis_username.clone().or(file.redis_username.clone()),
+        username: args.redis_username.clone(),
         password,
         password_file,
         ca,
@@ -1190,14 +1012,8 @@ fn within(field: &str, value: Duration, min: Duration, max: Duration) -> Result<
     ))
 }
 
-/// A rate from its flag, else the file, else `default`: 1..=10,000,000 per second.
-fn per_second(
-    field: &str,
-    flag: Option<u32>,
-    file: Option<u32>,
-    default: u32,
-) -> Result<u32, ConfigError> {
-    let value = flag.or(file).unwrap_or(default);
+/// A rate, refused unless 1..=10,000,000 per second.
+fn per_second(field: &str, value: u32) -> Result<u32, ConfigError> {
     if value == 0 || value > 10_000_000 {
         return Err(bad(
             field,
@@ -1207,40 +1023,25 @@ fn per_second(
     Ok(value)
 }
 
-/// The ICE-TCP settings from flags and file, validated.
-fn tcp_policy(file: &FileConfig, args: &RelayArgs) -> Result<TcpPolicy, ConfigError> {
-    let vips = if args.tcp_vips.is_empty() {
-        file.tcp_vips.clone().unwrap_or_default()
-    } else {
-        args.tcp_vips.clone()
-    };
-    validate_vips("tcp_vips", &vips)?;
-    let connections_per_worker = args
-        .tcp_connections_per_worker
-        .or(file.tcp_connections_per_worker)
-        .unwrap_or(DEFAULT_TCP_CONNECTIONS_PER_WORKER);
+/// The ICE-TCP settings, validated.
+fn tcp_policy(args: &RelayArgs) -> Result<TcpPolicy, ConfigError> {
+    let vips = args.tcp_vips.clone();
+    validate_vips("tcp_vip", &vips)?;
+    let connections_per_worker = args.tcp_connections_per_worker;
     if !(1..=MAX_TCP_CONNECTIONS_PER_WORKER).contains(&connections_per_worker) {
         return Err(bad(
             "tcp_connections_per_worker",
             format!("{connections_per_worker}: must be 1..={MAX_TCP_CONNECTIONS_PER_WORKER}"),
         ));
     }
-    let connections_per_prefix = args
-        .tcp_connections_per_prefix
-        .or(file.tcp_connections_per_prefix)
-        .unwrap_or(DEFAULT_TCP_CONNECTIONS_PER_PREFIX);
+    let connections_per_prefix = args.tcp_connections_per_prefix;
     if connections_per_prefix == 0 {
         return Err(bad(
             "tcp_connections_per_prefix",
             "0: no client could connect",
         ));
     }
-    let handshake_timeout = duration_field(
-        "tcp_handshake_timeout",
-        args.tcp_handshake_timeout,
-        file.tcp_handshake_timeout.as_deref(),
-        DEFAULT_TCP_HANDSHAKE_TIMEOUT,
-    )?;
+    let handshake_timeout = *args.tcp_handshake_timeout;
     within(
         "tcp_handshake_timeout",
         handshake_timeout,
@@ -1252,40 +1053,21 @@ fn tcp_policy(file: &FileConfig, args: &RelayArgs) -> Result<TcpPolicy, ConfigEr
         connections_per_worker,
         connections_per_prefix,
         handshake_timeout,
-        accepts_per_prefix: per_second(
-            "tcp_accepts_per_prefix",
-            args.tcp_accepts_per_prefix,
-            file.tcp_accepts_per_prefix,
-            DEFAULT_TCP_ACCEPTS_PER_PREFIX,
-        )?,
-        accepts_per_worker: per_second(
-            "tcp_accepts_per_worker",
-            args.tcp_accepts_per_worker,
-            file.tcp_accepts_per_worker,
-            DEFAULT_TCP_ACCEPTS_PER_WORKER,
-        )?,
+        accepts_per_prefix: per_second("tcp_accepts_per_prefix", args.tcp_accepts_per_prefix)?,
+        accepts_per_worker: per_second("tcp_accepts_per_worker", args.tcp_accepts_per_worker)?,
     })
 }
 
-/// The admission limits from flags and file, validated.
-fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPolicy, ConfigError> {
-    let default = AdmissionPolicy::default();
-    let max_flows_per_session = args
-        .max_flows_per_session
-        .or(file.max_flows_per_session)
-        .unwrap_or(default.max_flows_per_session);
+/// The admission limits, validated.
+fn admission_policy(args: &RelayArgs) -> Result<AdmissionPolicy, ConfigError> {
+    let max_flows_per_session = args.max_flows_per_session;
     if max_flows_per_session == 0 {
         return Err(bad(
             "max_flows_per_session",
             "0: a session needs at least one flow",
         ));
     }
-    let hint_max_age = duration_field(
-        "hint_max_age",
-        args.hint_max_age,
-        file.hint_max_age.as_deref(),
-        default.hint_max_age,
-    )?;
+    let hint_max_age = *args.hint_max_age;
     let longest_hint_age = crate::replay::MAX_WINDOW - crate::admission::HINT_CLOCK_SKEW;
     within(
         "hint_max_age",
@@ -1293,8 +1075,7 @@ fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPoli
         MIN_HINT_MAX_AGE,
         longest_hint_age,
     )?;
-    let prefix = |field: &str, flag: Option<u8>, file: Option<u8>, default: u8, max: u8| {
-        let value = flag.or(file).unwrap_or(default);
+    let prefix = |field: &str, value: u8, max: u8| {
         if value > max {
             return Err(bad(field, format!("{value}: a prefix length is 0..={max}")));
         }
@@ -1302,71 +1083,12 @@ fn admission_policy(file: &FileConfig, args: &RelayArgs) -> Result<AdmissionPoli
     };
     Ok(AdmissionPolicy {
         max_flows_per_session,
-        new_flows_per_prefix: per_second(
-            "new_flows_per_prefix",
-            args.new_flows_per_prefix,
-            file.new_flows_per_prefix,
-            default.new_flows_per_prefix,
-        )?,
-        prefix_len_v4: prefix(
-            "rate_limit_prefix_v4",
-            args.rate_limit_prefix_v4,
-            file.rate_limit_prefix_v4,
-            default.prefix_len_v4,
-            32,
-        )?,
-        prefix_len_v6: prefix(
-            "rate_limit_prefix_v6",
-            args.rate_limit_prefix_v6,
-            file.rate_limit_prefix_v6,
-            default.prefix_len_v6,
-            128,
-        )?,
-        new_flows_per_worker: per_second(
-            "new_flows_per_worker",
-            args.new_flows_per_worker,
-            file.new_flows_per_worker,
-            default.new_flows_per_worker,
-        )?,
+        new_flows_per_prefix: per_second("new_flows_per_prefix", args.new_flows_per_prefix)?,
+        prefix_len_v4: prefix("rate_limit_prefix_v4", args.rate_limit_prefix_v4, 32)?,
+        prefix_len_v6: prefix("rate_limit_prefix_v6", args.rate_limit_prefix_v6, 128)?,
+        new_flows_per_worker: per_second("new_flows_per_worker", args.new_flows_per_worker)?,
         hint_max_age,
     })
-}
-
-/// The dotted key of the line holding byte `at` of a TOML text (`table.key`), for errors.
-fn key_at(text: &str, at: usize) -> String {
-    let at = at.min(text.len());
-    let line_start = text[..at].rfind('\n').map_or(0, |i| i + 1);
-    let line = text[line_start..].lines().next().unwrap_or("");
-    let key = line
-        .split('=')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .trim_matches('"');
-    let table = text[..line_start]
-        .lines()
-        .rev()
-        .map(str::trim)
-        .find(|l| l.starts_with('['))
-        .map(|l| l.trim_matches(['[', ']']).trim());
-    match (table, key) {
-        (_, "") => "config".to_string(),
-        (Some(table), key) => format!("{table}.{key}"),
-        (None, key) => key.to_string(),
-    }
-}
-
-fn duration_field(
-    field: &str,
-    flag: Option<Duration>,
-    file: Option<&str>,
-    default: Duration,
-) -> Result<Duration, ConfigError> {
-    match (flag, file) {
-        (Some(d), _) => Ok(d),
-        (None, Some(text)) => parse_duration(text).map_err(|reason| bad(field, reason)),
-        (None, None) => Ok(default),
-    }
 }
 
 /// Loads the hint keys from exactly one of a key file (a secret: mode 0600) or the text of

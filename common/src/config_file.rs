@@ -12,7 +12,18 @@
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 
-use clap::{ArgAction, ArgMatches, Command};
+use clap::error::{ContextKind, ContextValue};
+use clap::{ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
+
+/// A configuration error: which field, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid configuration: `{field}`: {reason}")]
+pub struct ConfigError {
+    /// The field (file key or flag name without dashes) that is wrong.
+    pub field: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
 
 /// Keys the file may not set: what selects the file itself, and what is not configuration.
 const NOT_FILE_KEYS: [&str; 4] = ["config", "print_config", "help", "version"];
@@ -42,15 +53,27 @@ fn flags_given(args: &[OsString]) -> BTreeSet<String> {
         .collect()
 }
 
+/// A key that a file may once have used, its name now, and how its value is written now.
+pub type RenamedKey = (&'static str, &'static str, &'static str);
+
 /// The file's keys as flags for `command`, leaving out every key the command line (`args`)
-/// gives itself. An error names the key and says why.
+/// gives itself. An error names the key and says why; a key in `renamed` is refused with
+/// its new name.
 pub fn file_as_flags(
     command: &Command,
     text: &str,
     args: &[OsString],
-) -> Result<Vec<OsString>, String> {
-    let table: toml::Table = toml::from_str(text)
-        .map_err(|e: toml::de::Error| format!("not TOML: {}", e.message().trim()))?;
+    renamed: &[RenamedKey],
+) -> Result<Vec<OsString>, ParseError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e: toml::de::Error| {
+        ParseError::Unreadable(format!("not TOML: {}", e.message().trim()))
+    })?;
+    let bad = |key: &str, reason: String| {
+        ParseError::File(ConfigError {
+            field: key.to_string(),
+            reason,
+        })
+    };
     let given = flags_given(args);
     let mut flags = Vec::new();
     for (key, value) in &table {
@@ -59,8 +82,12 @@ pub fn file_as_flags(
             .get_arguments()
             .find(|a| a.get_long() == Some(long.as_str()))
             .filter(|_| !NOT_FILE_KEYS.contains(&key.as_str()))
-            .ok_or_else(|| {
-                format!("`{key}`: not a key (the keys are the flags' long names, `_` for `-`)")
+            .ok_or_else(|| match renamed.iter().find(|(old, _, _)| old == key) {
+                Some((_, new, form)) => bad(key, format!("renamed `{new}`: {form}")),
+                None => bad(
+                    key,
+                    "not a key (the keys are the flags' long names, `_` for `-`)".into(),
+                ),
             })?;
         if given.contains(&long) {
             continue;
@@ -70,7 +97,7 @@ pub fn file_as_flags(
             single => vec![single],
         };
         if values.len() != 1 && !matches!(arg.get_action(), ArgAction::Append) {
-            return Err(format!("`{key}`: takes one value, not a list"));
+            return Err(bad(key, "takes one value, not a list".into()));
         }
         for value in values {
             let text = match value {
@@ -79,16 +106,14 @@ pub fn file_as_flags(
                     value.to_string()
                 }
                 _ => {
-                    return Err(format!(
-                        "`{key}`: a string, number, boolean or list of them"
-                    ));
+                    return Err(bad(key, "a string, number, boolean or list of them".into()));
                 }
             };
             if matches!(arg.get_action(), ArgAction::SetTrue) {
                 match value {
                     toml::Value::Boolean(true) => flags.push(format!("--{long}").into()),
                     toml::Value::Boolean(false) => {}
-                    _ => return Err(format!("`{key}`: true or false")),
+                    _ => return Err(bad(key, "true or false".into())),
                 }
             } else {
                 flags.push(format!("--{long}={text}").into());
@@ -96,6 +121,95 @@ pub fn file_as_flags(
         }
     }
     Ok(flags)
+}
+
+/// What a command line and its config file gave.
+#[derive(Debug)]
+pub struct Parsed<C> {
+    /// The options, file and command line merged.
+    pub options: C,
+    /// The effective configuration as a config file ([`effective_config`]).
+    pub effective: String,
+}
+
+/// Why a command line and its config file did not parse.
+#[derive(Debug)]
+pub enum ParseError {
+    /// The file cannot be read or is not TOML: why.
+    Unreadable(String),
+    /// One of the file's keys is at fault: the key and why.
+    File(ConfigError),
+    /// The command line is (or it asked for help or the version): clap's error.
+    CommandLine(clap::Error),
+}
+
+impl ParseError {
+    /// The error as a [`ConfigError`] naming the key (or flag, `_` for `-`) at fault.
+    pub fn into_config_error(self) -> ConfigError {
+        match self {
+            ParseError::Unreadable(reason) => ConfigError {
+                field: "config".into(),
+                reason,
+            },
+            ParseError::File(error) => error,
+            ParseError::CommandLine(error) => config_error_of(&error),
+        }
+    }
+}
+
+/// A clap error as a [`ConfigError`] naming the flag it is about (`config` when none).
+fn config_error_of(error: &clap::Error) -> ConfigError {
+    let key = match error.get(ContextKind::InvalidArg) {
+        Some(ContextValue::String(arg)) => arg
+            .trim_start_matches("--")
+            .split([' ', '='])
+            .next()
+            .unwrap_or_default()
+            .replace('-', "_"),
+        _ => "config".into(),
+    };
+    let reason = error.to_string();
+    let reason = reason.lines().next().unwrap_or_default();
+    ConfigError {
+        field: key,
+        reason: reason.trim_start_matches("error: ").to_string(),
+    }
+}
+
+/// Parses `args` (the program name first) for `C`, with the config file's `text` (if one
+/// is named) read as flags before the command line's own, so that a flag replaces the
+/// file's key. A value clap refuses is the file's fault when the command line alone does
+/// not fail the same way; the error then names the key.
+pub fn parse<C: CommandFactory + FromArgMatches>(
+    text: Option<&str>,
+    args: &[OsString],
+    renamed: &[RenamedKey],
+) -> Result<Parsed<C>, ParseError> {
+    let command = C::command();
+    let mut full: Vec<OsString> = args[..1.min(args.len())].to_vec();
+    if let Some(text) = text {
+        full.extend(file_as_flags(&command, text, args, renamed)?);
+    }
+    full.extend(args.iter().skip(1).cloned());
+    let matches = command
+        .clone()
+        .try_get_matches_from(&full)
+        .map_err(|error| {
+            let own_kind = command
+                .clone()
+                .try_get_matches_from(args)
+                .err()
+                .map(|e| e.kind());
+            if text.is_none() || own_kind == Some(error.kind()) {
+                return ParseError::CommandLine(error);
+            }
+            ParseError::File(config_error_of(&error))
+        })?;
+    let options = C::from_arg_matches(&matches).map_err(ParseError::CommandLine)?;
+    Ok(Parsed {
+        options,
+        effective: effective_config(&command, &matches),
+    })
 }
 
 /// The effective configuration of a parsed command line as a config file: every key with a
@@ -176,7 +290,7 @@ mod tests {
     #[test]
     fn keys_become_flags_and_the_command_line_replaces_them() {
         let text = "bind = \"1.2.3.4:5\"\nworkers = 2\nallow_net = [\"10.0.0.0/8\", \"::1/128\"]\ndirect = true\n";
-        let flags = file_as_flags(&command(), text, &args(&["--workers=3"])).unwrap();
+        let flags = file_as_flags(&command(), text, &args(&["--workers=3"]), &[]).unwrap();
         assert_eq!(
             flags,
             [
@@ -191,6 +305,7 @@ mod tests {
             &command(),
             "allow_net = [\"a\"]",
             &args(&["--allow-net", "b"]),
+            &[],
         );
         assert_eq!(
             flags.unwrap(),
@@ -202,16 +317,21 @@ mod tests {
     #[test]
     fn bad_keys_are_named() {
         let cases = [
-            ("bnd = \"x\"", "`bnd`: not a key"),
-            ("config = \"x\"", "`config`: not a key"),
-            ("bind = [\"a\", \"b\"]", "`bind`: takes one value"),
-            ("direct = \"yes\"", "`direct`: true or false"),
-            ("bind = { a = 1 }", "`bind`: a string, number"),
-            ("bind = ", "not TOML"),
+            ("bnd = \"x\"", "bnd", "not a key"),
+            ("config = \"x\"", "config", "not a key"),
+            ("bind = [\"a\", \"b\"]", "bind", "takes one value"),
+            ("direct = \"yes\"", "direct", "true or false"),
+            ("bind = { a = 1 }", "bind", "a string, number"),
+            ("bind = ", "config", "not TOML"),
+            ("binds = \"x\"", "binds", "renamed `bind`: one address"),
         ];
-        for (text, expected) in cases {
-            let error = file_as_flags(&command(), text, &args(&[])).unwrap_err();
-            assert!(error.contains(expected), "{text}: {error}");
+        let renamed = [("binds", "bind", "one address")];
+        for (text, key, expected) in cases {
+            let error = file_as_flags(&command(), text, &args(&[]), &renamed)
+                .unwrap_err()
+                .into_config_error();
+            assert_eq!(error.field, key, "{text}: {error}");
+            assert!(error.reason.contains(expected), "{text}: {error}");
         }
     }
 
@@ -230,11 +350,50 @@ mod tests {
         assert!(printed.contains("workers = 1\n"), "{printed}");
         assert!(printed.contains("allow_net = [\"a\"]\n"), "{printed}");
         assert!(printed.contains("# config: not set\n") || !printed.contains("config ="));
-        let flags = file_as_flags(&command(), &printed, &args(&[])).unwrap();
+        let flags = file_as_flags(&command(), &printed, &args(&[]), &[]).unwrap();
         let again = command()
             .try_get_matches_from(std::iter::once(OsString::from("t")).chain(flags))
             .unwrap();
         assert_eq!(effective_config(&command(), &again), printed);
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct Options {
+        #[arg(long, default_value_t = 1)]
+        workers: u8,
+        #[arg(long)]
+        bind: Option<String>,
+    }
+
+    #[test]
+    fn a_bad_value_is_the_file_s_fault_only_when_it_came_from_the_file() {
+        let parsed = parse::<Options>(Some("workers = 3"), &args(&[]), &[]).unwrap();
+        assert_eq!(parsed.options.workers, 3);
+        assert!(
+            parsed.effective.contains("workers = 3\n"),
+            "{}",
+            parsed.effective
+        );
+        let flag_wins = parse::<Options>(Some("workers = 3"), &args(&["--workers", "4"]), &[]);
+        assert_eq!(flag_wins.unwrap().options.workers, 4);
+        match parse::<Options>(Some("workers = 300"), &args(&[]), &[]) {
+            Err(ParseError::File(e)) => assert_eq!(e.field, "workers", "{e}"),
+            other => panic!("the file's value, the file's fault: {other:?}"),
+        }
+        match parse::<Options>(Some("bind = \"x\""), &args(&["--workers", "300"]), &[]) {
+            Err(ParseError::CommandLine(e)) => {
+                assert_eq!(e.kind(), clap::error::ErrorKind::ValueValidation);
+                let e = ParseError::CommandLine(e).into_config_error();
+                assert_eq!(e.field, "workers", "{e}");
+            }
+            other => panic!("the command line's value, its own fault: {other:?}"),
+        }
+        match parse::<Options>(None, &args(&["--help"]), &[]) {
+            Err(ParseError::CommandLine(e)) => {
+                assert_eq!(e.kind(), clap::error::ErrorKind::DisplayHelp);
+            }
+            other => panic!("help is clap's to print: {other:?}"),
+        }
     }
 
     #[test]

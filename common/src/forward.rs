@@ -64,10 +64,10 @@
 //!
 //! # From the internal side (on the worker's internal port)
 //!
-//! - From a global relay (`global_relay_networks`, which take precedence over the
+//! - From a global relay (`--allow-global-relay-net`, which take precedence over the
 //!   transceiver networks): a framed client datagram; decided as in "from a client",
 //!   with the flow remembering to return through that relay.
-//! - From a transceiver (`allowed_transceiver_networks`) or a cluster relay (a configured
+//! - From a transceiver (`--allow-transceiver-net`) or a cluster relay (a configured
 //!   cluster relay address): a return frame. Its client must have a flow whose next hop
 //!   is this very source; then the datagram goes to the client from the VIP the frame
 //!   names ([`Verdict::Return`], VIP must be ours), or, for a flow that came through a

@@ -144,7 +144,7 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
         ),
         HintDestinationNotAllowed => entry(
             Cause::Misconfiguration,
-            "An authentic hint names a transceiver outside `allowed_transceiver_networks`: \
+            "An authentic hint names a transceiver outside `allow_transceiver_net`: \
              a transceiver on a network the relay was not told about. Add the network, or \
              find the transceiver advertising the wrong address.",
         ),
@@ -157,8 +157,8 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
         ),
         UnknownCluster => entry(
             Cause::Misconfiguration,
-            "A hint names a cluster this global relay has no entry for: add it to \
-             `[clusters]`, or find transceivers with a wrong `--cluster-id`.",
+            "A hint names a cluster this global relay has no entry for: add it with \
+             `--cluster-relay ID=IP:PORT`, or find transceivers with a wrong `--cluster-id`.",
         ),
         TableFull => entry(
             Cause::Overload,
@@ -193,8 +193,8 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
         | FrameEmptyPayload | FrameBadBundle => FRAME_MALFORMED,
         FrameSourceNotAllowed => entry(
             Cause::Misconfiguration,
-            "A frame from outside `allowed_transceiver_networks` (or the global relays' \
-             networks): a transceiver on an unlisted network, or a spoofer. Add the network \
+            "A frame from outside `allow_transceiver_net` (or \
+             `allow_global_relay_net`): a transceiver on an unlisted network, or a spoofer. Add the network \
              if it is yours.",
         ),
         ReturnNoFlow => entry(
@@ -207,7 +207,7 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
             Cause::Misconfiguration,
             "A reply naming a VIP this relay does not serve: a transceiver advertising \
              another relay's VIP (`--advertise`). Align the transceivers' `--advertise` \
-             with the relays' `vips`.",
+             with the relays' `--vip`.",
         ),
         ReturnWrongSource => entry(
             Cause::Hostile,
@@ -230,7 +230,7 @@ pub const fn relay_drop(reason: DropReason) -> Entry {
             Cause::Fault,
             "A frame's transport bit disagrees with the flow (UDP against TCP), or names TCP \
              where none is served: a transceiver and relay of different versions, or \
-             `--advertise-tcp` without `tcp_vips` on the relay.",
+             `--advertise-tcp` without `--tcp-vip` on the relay.",
         ),
         TcpSendBufferFull => entry(
             Cause::Benign,

@@ -10,7 +10,6 @@ use std::time::Duration;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
 use ufrag_common::config::{
     ConfigError, ConfigSources, HINT_KEYS_ENV, PollMode, RelayArgs, RelayConfig, RouteStore,
     parse_cpu_list,
@@ -20,22 +19,26 @@ use ufrag_common::runtime::host::Host;
 
 const KEYS: &str = "1:30313233343536373839616263646566";
 
-#[derive(Parser, Debug)]
-struct Cli {
-    #[command(flatten)]
-    relay: RelayArgs,
+/// The configuration the file `toml` and `flags` give, its files and variables read
+/// through `sources`, with `cpus` the process's CPUs.
+fn from_file(
+    toml: &str,
+    flags: &[&str],
+    sources: &dyn ConfigSources,
+    cpus: &[usize],
+) -> Result<RelayConfig, ConfigError> {
+    RelayConfig::load(&RelayArgs::parse(Some(toml), flags)?.options, sources, cpus)
 }
 
-fn args(flags: &[&str]) -> RelayArgs {
-    let mut argv = vec!["relay"];
-    argv.extend_from_slice(flags);
-    Cli::try_parse_from(argv).expect("flags parse").relay
+/// The effective configuration `--print-config` writes for the file `toml` and `flags`.
+fn printed(toml: &str, flags: &[&str]) -> String {
+    RelayArgs::parse(Some(toml), flags).unwrap().effective
 }
 
 const MINIMAL: &str = r#"
-vips = ["127.0.0.1:3478"]
+vip = ["127.0.0.1:3478"]
 internal_addr = "127.0.0.1:40000"
-allowed_transceiver_networks = ["10.0.0.0/8"]
+allow_transceiver_net = ["10.0.0.0/8"]
 "#;
 
 /// A host of the test's own: the given environment, and files held in memory; every read
@@ -82,7 +85,7 @@ fn load(toml: &str, flags: &[&str]) -> Result<RelayConfig, ConfigError> {
     let sources = Host::files_only().with_env(HINT_KEYS_ENV, KEYS);
     #[cfg(not(feature = "runtime"))]
     let sources = Given::keys(KEYS);
-    RelayConfig::from_toml(toml, &args(flags), &sources, &[0, 1])
+    from_file(toml, flags, &sources, &[0, 1])
 }
 
 fn field_of(toml: &str, flags: &[&str]) -> String {
@@ -127,7 +130,7 @@ fn the_route_store_is_one_server_a_cluster_or_what_sentinels_name() {
         ]))
     );
     let file = format!(
-        "{MINIMAL}\nredis_sentinels = [\"redis://10.0.0.9:26379\"]\nredis_sentinel_master = \"routes\"\n"
+        "{MINIMAL}\nredis_sentinel = [\"redis://10.0.0.9:26379\"]\nredis_sentinel_master = \"routes\"\n"
     );
     assert_eq!(
         load(&file, &[]).unwrap().route_store,
@@ -155,7 +158,7 @@ fn the_route_store_is_one_server_a_cluster_or_what_sentinels_name() {
     );
     assert_eq!(
         field_of(MINIMAL, &["--redis-cluster-node", "http://10.0.0.7"]),
-        "redis_cluster_nodes"
+        "redis_cluster_node"
     );
 }
 
@@ -180,7 +183,7 @@ fn the_poll_mode_comes_from_the_flag_then_the_file() {
 #[test]
 fn flags_override_the_file() {
     let toml = format!(
-        "{MINIMAL}\nworkers = 1\nidle_timeout = \"10s\"\n[clusters]\n2 = \"10.9.0.1:4000\"\n"
+        "{MINIMAL}\nworkers = 1\nidle_timeout = \"10s\"\ncluster_relay = [\"2=10.9.0.1:4000\"]\n"
     );
     let c = load(
         &toml,
@@ -209,7 +212,11 @@ fn flags_override_the_file() {
         c.route_store,
         Some(RouteStore::Server("redis://127.0.0.1:6379".into()))
     );
-    assert_eq!(c.clusters.len(), 1, "flag list replaces the file's table");
+    assert_eq!(
+        c.clusters.len(),
+        1,
+        "a list on the command line replaces the file's"
+    );
     assert_eq!(c.clusters[&3], "10.9.0.3:4000".parse().unwrap());
     let from_file = load(&toml, &[]).unwrap();
     assert_eq!(from_file.clusters[&2], "10.9.0.1:4000".parse().unwrap());
@@ -224,7 +231,7 @@ fn ice_tcp_is_off_unless_a_tcp_vip_is_given_and_its_limits_have_defaults() {
     assert_eq!(off.tcp.connections_per_prefix, 16);
     assert_eq!(off.tcp.handshake_timeout, Duration::from_secs(5));
     let file = format!(
-        "{MINIMAL}\ntcp_vips = [\"127.0.0.1:443\"]\ntcp_connections_per_prefix = 4\ntcp_handshake_timeout = \"2s\""
+        "{MINIMAL}\ntcp_vip = [\"127.0.0.1:443\"]\ntcp_connections_per_prefix = 4\ntcp_handshake_timeout = \"2s\""
     );
     let on = load(&file, &["--tcp-connections-per-worker", "10"]).unwrap();
     assert_eq!(on.tcp.vips, vec!["127.0.0.1:443".parse().unwrap()]);
@@ -233,7 +240,7 @@ fn ice_tcp_is_off_unless_a_tcp_vip_is_given_and_its_limits_have_defaults() {
     assert_eq!(on.tcp.handshake_timeout, Duration::from_secs(2));
     // A relay that serves only ICE-TCP (beside relay-afxdp) needs no UDP VIP.
     let tcp_only = load(
-        "internal_addr = \"127.0.0.1:40000\"\nallowed_transceiver_networks = [\"10.0.0.0/8\"]",
+        "internal_addr = \"127.0.0.1:40000\"\nallow_transceiver_net = [\"10.0.0.0/8\"]",
         &["--tcp-vip", "127.0.0.1:443"],
     )
     .unwrap();
@@ -247,12 +254,12 @@ fn ice_tcp_is_off_unless_a_tcp_vip_is_given_and_its_limits_have_defaults() {
 #[test]
 fn each_bad_field_is_named() {
     let cases: &[(&str, &[&str], &str)] = &[
-        ("", &[], "vips"),
-        ("vips = [\"127.0.0.1:0\"]", &[], "vips"),
-        ("vips = [\"0.0.0.0:3478\"]", &[], "vips"),
-        ("vips = [\"[::]:3478\"]", &[], "vips"),
-        ("vips = [\"127.0.0.1:1\", \"127.0.0.1:1\"]", &[], "vips"),
-        ("vips = [\"127.0.0.1:1\"]", &[], "internal_addr"),
+        ("", &[], "vip"),
+        ("vip = [\"127.0.0.1:0\"]", &[], "vip"),
+        ("vip = [\"0.0.0.0:3478\"]", &[], "vip"),
+        ("vip = [\"[::]:3478\"]", &[], "vip"),
+        ("vip = [\"127.0.0.1:1\", \"127.0.0.1:1\"]", &[], "vip"),
+        ("vip = [\"127.0.0.1:1\"]", &[], "internal_addr"),
         (
             MINIMAL,
             &["--internal-addr", "127.0.0.1:0"],
@@ -292,17 +299,17 @@ fn each_bad_field_is_named() {
         (MINIMAL, &["--cpus", "0,0"], "cpus"),
         (MINIMAL, &["--cpus", "a"], "cpus"),
         (
-            "vips = [\"127.0.0.1:3478\"]\ninternal_addr = \"127.0.0.1:40000\"",
+            "vip = [\"127.0.0.1:3478\"]\ninternal_addr = \"127.0.0.1:40000\"",
             &[],
-            "allowed_transceiver_networks",
+            "allow_transceiver_net",
         ),
         (MINIMAL, &["--flows-per-worker", "0"], "flows_per_worker"),
-        (MINIMAL, &["--tcp-vip", "0.0.0.0:443"], "tcp_vips"),
-        (MINIMAL, &["--tcp-vip", "127.0.0.1:0"], "tcp_vips"),
+        (MINIMAL, &["--tcp-vip", "0.0.0.0:443"], "tcp_vip"),
+        (MINIMAL, &["--tcp-vip", "127.0.0.1:0"], "tcp_vip"),
         (
             MINIMAL,
             &["--tcp-vip", "127.0.0.1:443", "--tcp-vip", "127.0.0.1:443"],
-            "tcp_vips",
+            "tcp_vip",
         ),
         (
             MINIMAL,
@@ -342,7 +349,7 @@ fn each_bad_field_is_named() {
                 "--cluster-relay",
                 "2=10.0.0.2:1",
             ],
-            "cluster_relays",
+            "cluster_relay",
         ),
     ];
     for (toml, flags, field) in cases {
@@ -354,21 +361,11 @@ fn each_bad_field_is_named() {
 fn without_a_cpu_list_the_workers_take_the_cpus_the_process_may_run_on() {
     // A pod given cores 4 and 6 by the static CPU manager: one worker on each, not on
     // CPUs 0 and 1 (outside its cpuset, where pinning fails and they would run unpinned).
-    let config = RelayConfig::from_toml(MINIMAL, &args(&[]), &Given::keys(KEYS), &[4, 6]).unwrap();
+    let config = from_file(MINIMAL, &[], &Given::keys(KEYS), &[4, 6]).unwrap();
     assert_eq!(config.worker_cpus, vec![4, 6]);
-    let one = RelayConfig::from_toml(
-        MINIMAL,
-        &args(&["--workers", "1"]),
-        &Given::keys(KEYS),
-        &[4, 6],
-    );
+    let one = from_file(MINIMAL, &["--workers", "1"], &Given::keys(KEYS), &[4, 6]);
     assert_eq!(one.unwrap().worker_cpus, vec![4]);
-    let listed = RelayConfig::from_toml(
-        MINIMAL,
-        &args(&["--cpus", "1"]),
-        &Given::keys(KEYS),
-        &[4, 6],
-    );
+    let listed = from_file(MINIMAL, &["--cpus", "1"], &Given::keys(KEYS), &[4, 6]);
     assert_eq!(listed.unwrap().worker_cpus, vec![1], "a list given wins");
 }
 
@@ -402,12 +399,12 @@ fn tls_to_redis_is_accepted_and_a_password_never_rides_in_a_url() {
         (
             "--redis-cluster-node",
             "redis://u:p@node:6379",
-            "redis_cluster_nodes",
+            "redis_cluster_node",
         ),
         (
             "--redis-sentinel",
             "redis://u:p@sentinel:26379",
-            "redis_sentinels",
+            "redis_sentinel",
         ),
     ] {
         let mut flags = vec![flag, url];
@@ -463,14 +460,14 @@ fn an_empty_variable_is_an_unset_one_whatever_the_sources() {
         "--redis-url",
         "redis://cache:6379",
     ];
-    let config = RelayConfig::from_toml(MINIMAL, &args(&flags), &given, &[0]).unwrap();
+    let config = from_file(MINIMAL, &flags, &given, &[0]).unwrap();
     assert_eq!(
         config.hint_keys.current().id(),
         1,
         "the key file, not \"both set\""
     );
     assert_eq!(config.redis_access.password, None);
-    let none = RelayConfig::from_toml(MINIMAL, &args(&[]), &given, &[0]).unwrap_err();
+    let none = from_file(MINIMAL, &[], &given, &[0]).unwrap_err();
     assert_eq!(
         none.field, "hint_keys_file",
         "an empty variable holds no keys: {none}"
@@ -484,7 +481,6 @@ fn every_file_is_read_through_the_sources_and_secrets_are_marked_secret() {
     let file = |path: &str, bytes: &[u8]| (PathBuf::from(path), bytes.to_vec());
     let given = Given {
         files: vec![
-            file("/cfg/relay.toml", MINIMAL.as_bytes()),
             file("/cfg/hint.keys", format!("{KEYS}\n").as_bytes()),
             file("/cfg/redis.password", b"s3cret-pw\n"),
             file("/cfg/ca.pem", &pem),
@@ -494,8 +490,6 @@ fn every_file_is_read_through_the_sources_and_secrets_are_marked_secret() {
         ..Given::default()
     };
     let flags = [
-        "--config",
-        "/cfg/relay.toml",
         "--hint-keys-file",
         "/cfg/hint.keys",
         "--redis-url",
@@ -509,7 +503,7 @@ fn every_file_is_read_through_the_sources_and_secrets_are_marked_secret() {
         "--redis-client-key-file",
         "/cfg/client.key",
     ];
-    let config = RelayConfig::load(&args(&flags), &given, &[0]).unwrap();
+    let config = from_file(MINIMAL, &flags, &given, &[0]).unwrap();
     assert_eq!(config.hint_keys.current().id(), 1);
     assert_eq!(config.redis_access.password.as_deref(), Some("s3cret-pw"));
     assert_eq!(config.redis_access.ca.as_ref().unwrap().pem, pem);
@@ -520,7 +514,6 @@ fn every_file_is_read_through_the_sources_and_secrets_are_marked_secret() {
     assert_eq!(
         reads,
         vec![
-            read("config", "/cfg/relay.toml", false),
             read("hint_keys_file", "/cfg/hint.keys", true),
             read("redis_ca_file", "/cfg/ca.pem", false),
             read("redis_client_cert_file", "/cfg/client.pem", false),
@@ -534,7 +527,7 @@ fn every_file_is_read_through_the_sources_and_secrets_are_marked_secret() {
         env: vec![("UFRAG_REDIS_PASSWORD", "pw".to_string())],
         ..given
     };
-    let e = RelayConfig::load(&args(&flags), &both, &[0]).unwrap_err();
+    let e = from_file(MINIMAL, &flags, &both, &[0]).unwrap_err();
     assert_eq!(e.field, "redis_password_file", "{e}");
 }
 
@@ -554,7 +547,10 @@ fn the_redis_password_comes_from_a_private_file_and_is_never_shown() {
         !format!("{config:?}").contains("s3cret"),
         "Debug redacts it"
     );
-    let printed = config.to_toml();
+    let printed = printed(
+        MINIMAL,
+        &[&flags[..], &["--redis-username", "relay"]].concat(),
+    );
     assert!(!printed.contains("s3cret"), "{printed}");
     assert!(
         printed.contains(&format!("redis_password_file = \"{p}\"")),
@@ -600,11 +596,7 @@ fn tls_files_are_pem_paired_and_only_for_rediss() {
     let config = load(MINIMAL, &all).unwrap();
     assert!(config.redis_access.uses_tls());
     assert_eq!(config.redis_access.ca.as_ref().unwrap().pem, PEM.as_bytes());
-    assert!(
-        config
-            .to_toml()
-            .contains(&format!("redis_ca_file = \"{ca}\""))
-    );
+    assert!(printed(MINIMAL, &all).contains(&format!("redis_ca_file = \"{ca}\"")));
 
     let plain = load(
         MINIMAL,
@@ -635,16 +627,102 @@ fn tls_files_are_pem_paired_and_only_for_rediss() {
 fn file_errors_name_the_key() {
     let e = load(&format!("{MINIMAL}\nflow_capcity = 5\n"), &[]).unwrap_err();
     assert_eq!(e.field, "flow_capcity", "{e}");
-    assert!(e.reason.contains("unknown field"), "{e}");
+    assert!(e.reason.contains("not a key"), "{e}");
     let e = load(&format!("{MINIMAL}\nworkers = \"two\"\n"), &[]).unwrap_err();
     assert_eq!(e.field, "workers", "{e}");
     let e = load(&format!("{MINIMAL}\nidle_timeout = \"soon\"\n"), &[]).unwrap_err();
     assert_eq!(e.field, "idle_timeout", "{e}");
-    let e = load(&format!("{MINIMAL}\n[clusters]\nx = \"10.0.0.1:1\"\n"), &[]).unwrap_err();
-    assert_eq!(e.field, "clusters.x", "{e}");
+    let e = load(&format!("{MINIMAL}\nworkers = [1, 2]\n"), &[]).unwrap_err();
+    assert_eq!(
+        (e.field.as_str(), e.reason.as_str()),
+        ("workers", "takes one value, not a list")
+    );
+    let no_port = "internal_addr = \"127.0.0.1:40000\"\nvip = \"127.0.0.1\"\n";
+    let e = load(no_port, &[]).unwrap_err();
+    assert_eq!(e.field, "vip", "{e}");
     assert!(
-        e.to_string()
-            .starts_with("invalid configuration: `clusters.x`")
+        e.to_string().starts_with("invalid configuration: `vip`"),
+        "{e}"
+    );
+    // A flag's own value is not the file's fault: it is named too.
+    let e = load(MINIMAL, &["--workers", "two"]).unwrap_err();
+    assert_eq!(e.field, "workers", "{e}");
+}
+
+#[test]
+fn a_file_with_the_old_keys_is_told_the_new_ones() {
+    let old = [
+        ("vips = [\"127.0.0.1:3478\"]", "vips", "renamed `vip`"),
+        (
+            "tcp_vips = [\"127.0.0.1:443\"]",
+            "tcp_vips",
+            "renamed `tcp_vip`",
+        ),
+        (
+            "allowed_transceiver_networks = [\"10.0.0.0/8\"]",
+            "allowed_transceiver_networks",
+            "renamed `allow_transceiver_net`",
+        ),
+        (
+            "global_relay_networks = [\"10.0.0.0/8\"]",
+            "global_relay_networks",
+            "renamed `allow_global_relay_net`",
+        ),
+        (
+            "[clusters]\n2 = \"10.0.0.1:1\"",
+            "clusters",
+            "renamed `cluster_relay`: a list of \"ID=IP:PORT\"",
+        ),
+        (
+            "redis_cluster_nodes = [\"redis://a:1\"]",
+            "redis_cluster_nodes",
+            "renamed `redis_cluster_node`",
+        ),
+        (
+            "redis_sentinels = [\"redis://a:1\"]",
+            "redis_sentinels",
+            "renamed `redis_sentinel`",
+        ),
+    ];
+    for (line, key, reason) in old {
+        let e = load(&format!("{MINIMAL}\n{line}\n"), &[]).unwrap_err();
+        assert_eq!(e.field, key, "{line}: {e}");
+        assert!(e.reason.contains(reason), "{line}: {e}");
+    }
+    let global = load(
+        &format!("{MINIMAL}\nallow_global_relay_net = [\"192.0.2.0/24\"]\n"),
+        &[],
+    );
+    assert_eq!(global.unwrap().global_relay_networks.len(), 1);
+}
+
+#[test]
+fn the_printed_configuration_has_every_key_and_loads_back_to_itself() {
+    let flags = [
+        "--cluster-relay",
+        "2=10.9.0.1:4000",
+        "--tcp-vip",
+        "127.0.0.1:443",
+    ];
+    let first = printed(MINIMAL, &flags);
+    for line in [
+        "vip = [\"127.0.0.1:3478\"]",
+        "allow_transceiver_net = [\"10.0.0.0/8\"]",
+        "cluster_relay = [\"2=10.9.0.1:4000\"]",
+        "flows_per_worker = 262144",
+        "idle_timeout = \"30s\"",
+        "hint_max_age = \"10m\"",
+        "poll = \"wakeup\"",
+        "internal_gso = false",
+        "# cpus: not set",
+    ] {
+        assert!(first.lines().any(|l| l == line), "{line} in\n{first}");
+    }
+    assert_eq!(printed(&first, &[]), first);
+    let (a, b) = (load(MINIMAL, &flags).unwrap(), load(&first, &[]).unwrap());
+    assert_eq!(
+        (a.clusters, a.tcp, a.idle_timeout, a.admission),
+        (b.clusters, b.tcp, b.idle_timeout, b.admission)
     );
 }
 
@@ -661,31 +739,14 @@ fn keys_come_from_a_private_file_or_the_environment_never_both() {
     let p = path.to_str().unwrap();
     let keys_env = |keys: &str| Host::files_only().with_env(HINT_KEYS_ENV, keys);
 
-    let ok = RelayConfig::from_toml(
-        MINIMAL,
-        &args(&["--hint-keys-file", p]),
-        &Host::files_only(),
-        &[0],
-    )
-    .unwrap();
+    let ok = from_file(MINIMAL, &["--hint-keys-file", p], &Host::files_only(), &[0]).unwrap();
     assert_eq!(ok.hint_keys.current().id(), 1);
 
-    let both = RelayConfig::from_toml(
-        MINIMAL,
-        &args(&["--hint-keys-file", p]),
-        &keys_env(KEYS),
-        &[0],
-    );
+    let both = from_file(MINIMAL, &["--hint-keys-file", p], &keys_env(KEYS), &[0]);
     assert_eq!(both.unwrap_err().field, "hint_keys_file");
 
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let open = RelayConfig::from_toml(
-        MINIMAL,
-        &args(&["--hint-keys-file", p]),
-        &Host::files_only(),
-        &[0],
-    )
-    .unwrap_err();
+    let open = from_file(MINIMAL, &["--hint-keys-file", p], &Host::files_only(), &[0]).unwrap_err();
     assert_eq!(open.field, "hint_keys_file");
     assert!(open.reason.contains("0644"), "{open}");
 
@@ -695,30 +756,19 @@ fn keys_come_from_a_private_file_or_the_environment_never_both() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
     let own_group = std::fs::metadata("/proc/self").unwrap().gid();
     std::os::unix::fs::chown(&path, None, Some(own_group)).unwrap();
-    let shared = RelayConfig::from_toml(
-        MINIMAL,
-        &args(&["--hint-keys-file", p]),
-        &Host::files_only(),
-        &[0],
-    );
+    let shared = from_file(MINIMAL, &["--hint-keys-file", p], &Host::files_only(), &[0]);
     assert_eq!(shared.unwrap().hint_keys.current().id(), 1);
     std::os::unix::fs::chown(&path, None, Some(own_group + 4242)).unwrap();
-    let other = RelayConfig::from_toml(
-        MINIMAL,
-        &args(&["--hint-keys-file", p]),
-        &Host::files_only(),
-        &[0],
-    );
+    let other = from_file(MINIMAL, &["--hint-keys-file", p], &Host::files_only(), &[0]);
     assert!(other.unwrap_err().reason.contains("0640"));
 
-    let none = RelayConfig::from_toml(MINIMAL, &args(&[]), &Host::files_only(), &[0]).unwrap_err();
+    let none = from_file(MINIMAL, &[], &Host::files_only(), &[0]).unwrap_err();
     assert_eq!(none.field, "hint_keys_file");
-    let bad_env =
-        RelayConfig::from_toml(MINIMAL, &args(&[]), &keys_env("1:abc"), &[0]).unwrap_err();
+    let bad_env = from_file(MINIMAL, &[], &keys_env("1:abc"), &[0]).unwrap_err();
     assert_eq!(bad_env.field, "UFRAG_RELAY_HINT_KEYS");
-    let two = RelayConfig::from_toml(
+    let two = from_file(
         MINIMAL,
-        &args(&[]),
+        &[],
         &keys_env(&format!("2:{},{KEYS}", &KEYS[2..])),
         &[0],
     )
@@ -729,21 +779,12 @@ fn keys_come_from_a_private_file_or_the_environment_never_both() {
 
 #[test]
 fn there_is_no_flag_for_the_keys_themselves() {
-    let err = Cli::try_parse_from(["relay", "--hint-keys", KEYS]).unwrap_err();
-    assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
-}
-
-// Reading files is the `runtime` feature's (every binary has it).
-#[cfg(feature = "runtime")]
-#[test]
-fn missing_config_file_is_named() {
-    let e = RelayConfig::load(
-        &args(&["--config", "/nonexistent/relay.toml"]),
-        &Host::files_only().with_env(HINT_KEYS_ENV, KEYS),
-        &[0],
-    )
-    .unwrap_err();
-    assert_eq!(e.field, "config");
+    let err = RelayArgs::parse(None, &["--hint-keys", KEYS]).unwrap_err();
+    assert_eq!(err.field, "hint_keys", "{err}");
+    assert!(err.reason.contains("unexpected argument"), "{err}");
+    let err = RelayArgs::parse(Some(&format!("hint_keys = \"{KEYS}\"")), &[]).unwrap_err();
+    assert_eq!(err.field, "hint_keys", "{err}");
+    assert!(err.reason.contains("not a key"), "{err}");
 }
 
 #[test]
@@ -798,8 +839,14 @@ fn bundles_go_only_where_configured_and_never_past_the_internal_mtu() {
             .bundles_to("10.2.0.1:40000".parse().unwrap())
     );
     assert_eq!(flagged.bundles.mtu, 1400);
-    let printed = load(&flagged.to_toml(), &[]).unwrap();
-    assert_eq!(printed.bundles, flagged.bundles);
+    let again = load(
+        &printed(
+            &file,
+            &["--bundle-to", "10.2.0.0/16", "--internal-mtu", "1400"],
+        ),
+        &[],
+    );
+    assert_eq!(again.unwrap().bundles, flagged.bundles);
 
     // Below IPv6's minimum, or past a jumbo frame: refused, by name.
     for mtu in ["1279", "9217"] {
@@ -814,6 +861,6 @@ fn gso_on_the_internal_socket_is_off_unless_the_flag_or_the_file_turns_it_on() {
     assert!(from_file.bundles.gso);
     let flagged = load(MINIMAL, &["--internal-gso"]).unwrap();
     assert!(flagged.bundles.gso);
-    let printed = load(&flagged.to_toml(), &[]).unwrap();
-    assert_eq!(printed.bundles, flagged.bundles);
+    let again = load(&printed(MINIMAL, &["--internal-gso"]), &[]).unwrap();
+    assert_eq!(again.bundles, flagged.bundles);
 }

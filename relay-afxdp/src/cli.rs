@@ -4,9 +4,9 @@
 use std::process::ExitCode;
 
 use crate::relay::{AfXdpOptions, Relay, StartError};
-use ufrag_common::config::RelayArgs;
+use ufrag_common::config::{RELAY_CONFIG_ENV, RENAMED_KEYS, RelayArgs};
 use ufrag_common::runtime::lifecycle::{
-    init_logging, load_config, parse_command_line, report_fatal, serve,
+    init_logging, load_config, parse_with_config_file, report_fatal, serve,
 };
 
 /// The WebRTC relay on AF_XDP: the same behaviour, flags, config and metrics as
@@ -14,7 +14,8 @@ use ufrag_common::runtime::lifecycle::{
 /// forwarded by poll-mode workers, one per (interface, queue). Everything that is not the
 /// relay's UDP (ARP, ICMP, SSH, other UDP) stays with the kernel.
 ///
-/// Every flag can also be set in the TOML file given with --config (flags win). Hint keys
+/// Every flag is also a key of the TOML file given with --config: its long name with `_`
+/// for `-` (flags win). Hint keys
 /// come only from --hint-keys-file (mode 0600) or the UFRAG_RELAY_HINT_KEYS environment
 /// variable, as `<id>:<hex secret>`, current key first.
 ///
@@ -31,17 +32,18 @@ struct Cli {
 
 /// Runs the binary: what `main` returns.
 pub fn main() -> ExitCode {
-    let cli: Cli = match parse_command_line("relay-afxdp") {
-        Ok(cli) => cli,
-        Err(code) => return code,
-    };
+    let (cli, effective) =
+        match parse_with_config_file::<Cli>("relay-afxdp", RELAY_CONFIG_ENV, RENAMED_KEYS) {
+            Ok(parsed) => (parsed.options, parsed.effective),
+            Err(code) => return code,
+        };
     init_logging(cli.relay.log_format);
     let config = match load_config("relay-afxdp", &cli.relay) {
         Ok(c) => c,
         Err(code) => return code,
     };
     if cli.relay.print_config {
-        print!("{}", config.to_toml());
+        print!("{effective}");
         return ExitCode::SUCCESS;
     }
     serve("relay-afxdp", config.drain_time, || {

@@ -13,7 +13,7 @@
 
 use std::time::{Duration, Instant};
 
-use ufrag_common::config::{HINT_KEYS_ENV, RedisAccess, RelayConfig, RouteStore};
+use ufrag_common::config::{HINT_KEYS_ENV, RedisAccess, RelayArgs, RelayConfig, RouteStore};
 use ufrag_common::execute::RouteCacheRequest;
 use ufrag_common::flow::FlowKey;
 use ufrag_common::forward::Route;
@@ -251,8 +251,8 @@ fn burst(store: &RouteStore, access: &RedisAccess) {
 /// `pki`'s files.
 fn tls_config_text(redis: &RedisServer, pki: &TestPki, password_file: &std::path::Path) -> String {
     format!(
-        "vips = [\"127.0.0.1:3478\"]\ninternal_addr = \"127.0.0.1:40000\"\n\
-         allowed_transceiver_networks = [\"127.0.0.0/8\"]\nredis_url = \"{}\"\n\
+        "vip = [\"127.0.0.1:3478\"]\ninternal_addr = \"127.0.0.1:40000\"\n\
+         allow_transceiver_net = [\"127.0.0.0/8\"]\nredis_url = \"{}\"\n\
          redis_password_file = \"{}\"\nredis_ca_file = \"{}\"\n\
          redis_client_cert_file = \"{}\"\nredis_client_key_file = \"{}\"\n",
         redis.tls_url(),
@@ -280,9 +280,9 @@ fn tls_redis(tag: &str, password: &str) -> (TestPki, RedisServer, RelayConfig) {
     let pki = TestPki::new(tag, ip.into());
     let redis = RedisServer::start_tls(ip, &pki, password);
     let text = tls_config_text(&redis, &pki, &password_file(&pki, password));
-    let config = RelayConfig::from_toml(
-        &text,
-        &Default::default(),
+    let args = RelayArgs::parse(Some(&text), &[]).unwrap().options;
+    let config = RelayConfig::load(
+        &args,
         &Host::files_only().with_env(HINT_KEYS_ENV, KEYS),
         &[0],
     )

@@ -12,6 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::config::{LogFormat, RelayArgs, RelayConfig, refuse_example_keys};
+use crate::config_file::{ParseError, Parsed, RenamedKey, config_path, parse};
 use crate::metrics::RelayMetrics;
 use crate::runtime::cache::{CacheClient, RouteCache, WakeFn};
 use crate::runtime::host::Host;
@@ -50,12 +51,64 @@ pub fn report_fatal(name: &str, error: &dyn std::fmt::Display) {
     }
 }
 
-/// Parses the binary's command line (`P`). `--help` and `--version` print as usual. A usage
-/// error is reported like every startup error ([`report_fatal`]; JSON when the command line
-/// asks for `--log-format json`) and gives exit code 2.
-pub fn parse_command_line<P: clap::Parser>(name: &str) -> Result<P, std::process::ExitCode> {
+/// Parses the binary's command line (`C`) with the config file it names (`--config FILE`,
+/// else the variable `config_env`) read as flags before the command line's own
+/// ([`crate::config_file`]). `--help` and `--version` print as usual. A usage error
+/// is reported like every startup error ([`report_fatal`]; JSON when the command line asks
+/// for `--log-format json`), a file's naming the file and its key; it gives exit code 2.
+pub fn parse_with_config_file<C: clap::CommandFactory + clap::FromArgMatches>(
+    name: &str,
+    config_env: &str,
+    renamed: &[RenamedKey],
+) -> Result<Parsed<C>, std::process::ExitCode> {
     let args: Vec<OsString> = std::env::args_os().collect();
-    P::try_parse_from(&args).map_err(|error| usage_error(name, &args, error))
+    let path = config_path(&args, std::env::var_os(config_env));
+    let text = match &path {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => Some(text),
+            Err(e) => {
+                let error = ParseError::Unreadable(format!("cannot read it: {e}"));
+                return Err(config_file_error(name, &args, path, error));
+            }
+        },
+        None => None,
+    };
+    parse::<C>(text.as_deref(), &args, renamed).map_err(|error| match (error, &path) {
+        (ParseError::CommandLine(error), _) => usage_error(name, &args, error),
+        (error, Some(path)) => config_file_error(name, &args, path, error),
+        // Without a file, every error is the command line's.
+        (error, None) => {
+            let error = clap::Error::raw(
+                clap::error::ErrorKind::ValueValidation,
+                error.into_config_error(),
+            );
+            usage_error(name, &args, error)
+        }
+    })
+}
+
+/// Reports a fault in the config file at `path` (exit code 2), in the log format `args`
+/// ask for: `invalid configuration: `config` PATH: `key`: why` (no key when the file as a
+/// whole is at fault).
+fn config_file_error(
+    name: &str,
+    args: &[OsString],
+    path: &OsString,
+    error: ParseError,
+) -> std::process::ExitCode {
+    let why = match error {
+        ParseError::Unreadable(reason) => reason,
+        error => {
+            let error = error.into_config_error();
+            format!("`{}`: {}", error.field, error.reason)
+        }
+    };
+    let error = format!(
+        "invalid configuration: `config` {}: {why}",
+        std::path::Path::new(path).display(),
+    );
+    let error = clap::Error::raw(clap::error::ErrorKind::ValueValidation, error);
+    usage_error(name, args, error)
 }
 
 /// Reports a clap error: help and version on stdout as clap prints them (exit 0), a usage

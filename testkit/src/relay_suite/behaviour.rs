@@ -615,12 +615,12 @@ pub fn the_example_config_loads_and_prints_back_to_itself(b: &Backend) {
     };
     let printed = print(&example_config("relay.toml"), &[]);
     for line in [
-        "vips = [\"203.0.113.10:3478\"]",
+        "vip = [\"203.0.113.10:3478\"]",
         "internal_addr = \"10.0.0.5:40000\"",
-        "allowed_transceiver_networks = [\"10.0.0.0/8\"]",
+        "allow_transceiver_net = [\"10.0.0.0/8\"]",
         "cluster_id = 1",
         "hint_max_age = \"10m\"",
-        "tcp_vips = [\"203.0.113.10:443\"]",
+        "tcp_vip = [\"203.0.113.10:443\"]",
         // A default the file leaves out is filled in.
         "flows_per_worker = 262144",
     ] {
@@ -642,11 +642,37 @@ pub fn the_example_config_loads_and_prints_back_to_itself(b: &Backend) {
     let copy = dir.join("printed.toml");
     std::fs::write(&copy, &printed).unwrap();
     let again = print(&copy, &[]);
-    std::fs::remove_dir_all(&dir).unwrap();
     assert_eq!(again, printed);
     // A flag beats the file's key.
     let flagged = print(&example_config("relay.toml"), &["--cluster-id", "7"]);
     assert!(flagged.lines().any(|l| l == "cluster_id = 7"), "{flagged}");
+    // A file with a key the relay once had, one it never had, and no file at all: each
+    // refused with exit code 2, naming the file and the key.
+    let old = dir.join("old.toml");
+    std::fs::write(&old, "vips = [\"203.0.113.10:3478\"]\n").unwrap();
+    let typo = dir.join("typo.toml");
+    std::fs::write(&typo, "flows_per_wroker = 8\n").unwrap();
+    let missing = dir.join("missing.toml");
+    for (file, expected) in [
+        (&old, "`vips`: renamed `vip`"),
+        (&typo, "`flows_per_wroker`: not a key"),
+        (&missing, "cannot read it"),
+    ] {
+        let out = std::process::Command::new(&b.binary)
+            .args(b.outside_testbed_args())
+            .arg("--config")
+            .arg(file)
+            .arg("--print-config")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {stderr}", file.display());
+        assert!(
+            stderr.contains(expected) && stderr.contains(&*file.to_string_lossy()),
+            "{expected}: {stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Runs the backend outside any testbed with `vip`, otherwise valid flags plus `extra`
