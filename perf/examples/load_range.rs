@@ -11,9 +11,9 @@
 
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
-use ufrag_perf::compare::marginal::{MIN_LOADS, ratio_in_round};
-use ufrag_perf::compare::sample::{LoadTrial, Sample};
-use ufrag_perf::stats::median;
+use ufrag_perf::bench::stats::median;
+use ufrag_perf::cmd::compare::marginal::{MIN_LOADS, ratio_in_round};
+use ufrag_perf::cmd::compare::sample::{LoadTrial, Sample};
 
 /// The pairs whose ratio the verdict reads on the testbed: the best bypass rows against
 /// the cheapest socket relay, and that relay against plain relay-mio.

@@ -1,37 +1,19 @@
-//! The benchmark suite: a paced UDP load generator and a sink that measures loss and
-//! one-way latency, a bare `recvmmsg`/`sendmmsg` forwarder (the reference that does no
-//! routing work), CPU accounting, the host gate, the NDR/PDR search, the statistics, and
-//! `perf compare`, which puts them together into a verdict.
+//! The benchmark suite: is kernel bypass warranted for this relay? `perf compare` puts every
+//! setup (relay-mio, relay-afxdp, the fast path, and what a user would pick instead) side by
+//! side on one host and writes a verdict; the other subcommands measure sessions,
+//! resilience, a deployment's load and the CI's instruction counts.
+//!
+//! - [`mod@bench`]: the measuring primitives: paced load and a measuring sink, the NDR/PDR
+//!   search, CPU accounting, the host gate, the statistics, profiles and the report's rows.
+//! - [`forwarders`]: what is measured beside the relays: the bare forwarder, the
+//!   alternatives a user would pick, and the XDP programs (reference relay, load tools).
+//! - [`cmd`]: one module per subcommand, each with its options and its `run`.
 //!
 //! Everything runs on loopback addresses chosen per run (127.x.y.z) or inside network
 //! namespaces the run creates (`ufrag_testkit::testbed`), bounded in packets and time.
 
 #![deny(unsafe_code)]
 
-pub mod alternatives;
-pub mod bare;
+pub mod bench;
 pub mod cmd;
-pub mod compare;
-pub mod cpu;
-pub mod environment;
-pub mod gate;
-pub mod host_gate;
-pub mod hostile;
-pub mod interrupt;
-pub mod lab;
-pub mod legs;
-pub mod load;
-pub mod measure;
-pub mod nic;
-pub mod outside;
-pub mod placement;
-pub mod probe;
-pub mod profile;
-pub mod progress;
-pub mod report;
-pub mod resilience;
-pub mod search;
-pub mod sessions;
-pub mod stats;
-pub mod wake;
-pub mod xdp;
+pub mod forwarders;

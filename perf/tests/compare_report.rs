@@ -146,7 +146,7 @@ fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
             .iter()
             .map(|p| p["us"].as_f64().unwrap())
             .collect();
-        assert_eq!(cdf.len(), ufrag_perf::load::CDF_QUANTILES.len());
+        assert_eq!(cdf.len(), ufrag_perf::bench::load::CDF_QUANTILES.len());
         assert!(
             cdf[0] > 0.0 && cdf.windows(2).all(|w| w[0] <= w[1]),
             "{setup}: a CDF rises: {cdf:?}"
@@ -165,7 +165,7 @@ fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
     // The forwarder's core by leg: relay-mio receives from the clients and sends to the
     // internal side (the load is uplink only), each priced per datagram.
     let part = |name: &str| {
-        ufrag_perf::legs::read_part(&report, "relay-mio: the forwarder's core by leg", name)
+        ufrag_perf::bench::legs::read_part(&report, "relay-mio: the forwarder's core by leg", name)
             .unwrap_or_else(|| panic!("no {name:?} in relay-mio's split: {report}"))
     };
     assert!(part("receive from clients") > 0.0, "{report}");

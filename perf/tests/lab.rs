@@ -226,7 +226,7 @@ fn shape(v: &serde_json::Value, at: &str, into: &mut BTreeSet<String>) {
 fn lab_mode_on_two_namespaces_refuses_zero_copy_cleanly_and_reports_like_the_testbed() {
     require_root();
     // The agent's search drives the live-frames generator.
-    if ufrag_perf::xdp::skip_without_live_frames(
+    if ufrag_perf::forwarders::xdp::skip_without_live_frames(
         "lab_mode_on_two_namespaces_refuses_zero_copy_cleanly_and_reports_like_the_testbed",
     ) {
         return;

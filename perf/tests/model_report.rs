@@ -73,7 +73,7 @@ fn a_small_model_run_prices_the_bridge_and_a_baseline_in_the_same_rounds() {
     // and does its own work there. (The bridge's thread is not pinned: where its sends
     // to the model run is the scheduler's choice, so no figure of it is asserted.)
     let part = |setup: &str, name: &str| {
-        ufrag_perf::legs::read_part(&report, &format!("{setup}: the worker's core"), name)
+        ufrag_perf::bench::legs::read_part(&report, &format!("{setup}: the worker's core"), name)
             .unwrap_or_else(|| panic!("no {name:?} in {setup}'s split: {report}"))
     };
     for setup in ["built-in echo", "echo over the WebSocket bridge"] {

@@ -6,9 +6,9 @@
 use std::net::{SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-use ufrag_perf::load::checksum;
-use ufrag_perf::load::{DATAGRAM_LEN, FlowPlan, Sink};
-use ufrag_perf::xdp::{
+use ufrag_perf::bench::load::checksum;
+use ufrag_perf::bench::load::{DATAGRAM_LEN, FlowPlan, Sink};
+use ufrag_perf::forwarders::xdp::{
     Counted, Iface, NEVER_SAMPLED, Stamps, XdpGenerator, XdpSink, framed_template, template_frame,
 };
 use ufrag_testkit::testbed::Testbed;
@@ -49,7 +49,7 @@ fn v4(a: SocketAddr) -> SocketAddrV4 {
 
 #[test]
 fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
-    if ufrag_perf::xdp::skip_without_live_frames(
+    if ufrag_perf::forwarders::xdp::skip_without_live_frames(
         "generated_frames_are_counted_exactly_and_sampled_for_latency",
     ) {
         return;
@@ -144,7 +144,7 @@ fn generated_frames_are_counted_exactly_and_sampled_for_latency() {
 /// sampled frames reach the socket, which the kernel allows only with a valid checksum.
 #[test]
 fn ipv6_frames_carry_valid_udp_checksums_and_are_counted_exactly() {
-    if ufrag_perf::xdp::skip_without_live_frames(
+    if ufrag_perf::forwarders::xdp::skip_without_live_frames(
         "ipv6_frames_carry_valid_udp_checksums_and_are_counted_exactly",
     ) {
         return;
@@ -260,7 +260,7 @@ fn the_generator_stamps_each_flow_of_a_plan_over_several_addresses() {
 
 #[test]
 fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
-    if ufrag_perf::xdp::skip_without_live_frames(
+    if ufrag_perf::forwarders::xdp::skip_without_live_frames(
         "frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back",
     ) {
         return;
@@ -275,9 +275,12 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
     let epoch = Instant::now();
     let dst = SocketAddrV4::new(bed.transceiver.addr, 41_000);
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
-    let _nat =
-        ufrag_perf::alternatives::Nftables::start(Some(&bed.relay.ns), vip.into(), dst.into())
-            .expect("nftables (scripts/test.sh installs nft)");
+    let _nat = ufrag_perf::forwarders::alternatives::Nftables::start(
+        Some(&bed.relay.ns),
+        vip.into(),
+        dst.into(),
+    )
+    .expect("nftables (scripts/test.sh installs nft)");
     let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 1_000_000).expect("XDP sink");
     let frame = template_frame(
         client.mac,
@@ -305,7 +308,7 @@ fn frames_forwarded_by_the_kernel_are_all_counted_when_their_pages_come_back() {
 #[test]
 fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
     require_root();
-    use ufrag_perf::xdp::{Rewrite, XdpRelay};
+    use ufrag_perf::forwarders::xdp::{Rewrite, XdpRelay};
     let rewrite = Rewrite {
         vip: "10.77.0.2:3478".parse().unwrap(),
         relay_mac: [2, 0, 0, 0, 0, 2],
@@ -332,7 +335,7 @@ fn the_reference_xdp_relay_rewrites_datagrams_to_the_vip_and_passes_the_rest() {
         "destination: the transceiver"
     );
     assert_eq!(
-        ufrag_perf::load::checksum(&out[14..34]),
+        ufrag_perf::bench::load::checksum(&out[14..34]),
         0,
         "a valid IPv4 checksum"
     );
@@ -396,8 +399,8 @@ fn relay_mio_with_flows(bed: &Testbed, seed: u32) -> (ufrag_testkit::OwnedChild,
     let plan = FlowPlan::new(bed.client.addr, 30_000, 40_000, 20).unwrap();
     let vip = SocketAddrV4::new(bed.relay.addr, 3478);
     let transceiver = SocketAddrV4::new(bed.transceiver.addr, 41_000);
-    ufrag_perf::load::make_flows(Some(&bed.client.ns), &plan, vip.into(), 1_000, |f| {
-        ufrag_perf::probe::binding_request(&keys, transceiver.into(), seed + f)
+    ufrag_perf::bench::load::make_flows(Some(&bed.client.ns), &plan, vip.into(), 1_000, |f| {
+        ufrag_perf::bench::probe::binding_request(&keys, transceiver.into(), seed + f)
     })
     .expect("flows made");
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -415,7 +418,7 @@ fn relay_mio_with_flows(bed: &Testbed, seed: u32) -> (ufrag_testkit::OwnedChild,
 
 #[test]
 fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
-    if ufrag_perf::xdp::skip_without_live_frames(
+    if ufrag_perf::forwarders::xdp::skip_without_live_frames(
         "downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted",
     ) {
         return;
@@ -469,8 +472,9 @@ fn downlink_frames_through_relay_mio_reach_every_flow_and_are_all_counted() {
 /// host's interface counts exactly what `perf gen` on the sending host's sent.
 #[test]
 fn perf_gen_and_perf_sink_measure_between_two_hosts() {
-    if ufrag_perf::xdp::skip_without_live_frames("perf_gen_and_perf_sink_measure_between_two_hosts")
-    {
+    if ufrag_perf::forwarders::xdp::skip_without_live_frames(
+        "perf_gen_and_perf_sink_measure_between_two_hosts",
+    ) {
         return;
     }
     use std::io::{BufRead, BufReader};
@@ -541,13 +545,13 @@ fn perf_gen_and_perf_sink_measure_between_two_hosts() {
 /// `--downlink-share 0.8` (the model speaking), four fifths go downlink.
 #[test]
 fn a_conversation_trial_through_relay_mio_carries_and_counts_both_ways() {
-    if ufrag_perf::xdp::skip_without_live_frames(
+    if ufrag_perf::forwarders::xdp::skip_without_live_frames(
         "a_conversation_trial_through_relay_mio_carries_and_counts_both_ways",
     ) {
         return;
     }
-    use ufrag_perf::load::Load;
-    use ufrag_perf::xdp::{Conversation, Sender, XdpLoad};
+    use ufrag_perf::bench::load::Load;
+    use ufrag_perf::forwarders::xdp::{Conversation, Sender, XdpLoad};
     let Tools {
         bed,
         client,
@@ -648,9 +652,11 @@ fn a_bundle_is_counted_as_its_frames() {
     let dst = SocketAddr::from((bed.transceiver.addr, 41_002));
     let socket_sink = Sink::start_in(Some(&bed.transceiver.ns), dst, true, epoch).expect("sink");
     let mut sink = XdpSink::attach(&xcv, Counted::ToPort(dst.port()), 1).expect("XDP sink");
-    let relay =
-        ufrag_perf::load::bind_in(Some(&bed.client.ns), SocketAddr::from((bed.client.addr, 0)))
-            .expect("a socket in the client's namespace");
+    let relay = ufrag_perf::bench::load::bind_in(
+        Some(&bed.client.ns),
+        SocketAddr::from((bed.client.addr, 0)),
+    )
+    .expect("a socket in the client's namespace");
     let header = FrameHeader::new(
         "198.51.100.7:5000".parse().unwrap(),
         "203.0.113.1:3478".parse().unwrap(),

@@ -1,5 +1,5 @@
 //! `ufrag-perf`: the benchmark runner, a dispatcher. Each subcommand's options and work live in
-//! the library: `compare` in `ufrag_perf::compare`, the others in `ufrag_perf::cmd`.
+//! the library: `compare` in `ufrag_perf::cmd::compare`, the others in `ufrag_perf::cmd`.
 
 use clap::{Parser, Subcommand};
 use ufrag_perf::cmd;
@@ -17,7 +17,7 @@ enum Cmd {
     /// `--lab` on your relay host and tools host (root):
     /// CPU cost per packet at fixed loads in randomized rounds (the verdict), then the
     /// maximum rate (NDR/PDR), latency and a profile.
-    Compare(Box<ufrag_perf::compare::Options>),
+    Compare(Box<ufrag_perf::cmd::compare::Options>),
     /// relay-mio (1 and 2 workers) against a bare mmsg forwarder on loopback.
     Loopback(cmd::loopback::Options),
     /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
@@ -43,7 +43,7 @@ enum Cmd {
     /// committed baseline (run through `scripts/instructions.sh`).
     Gate(cmd::gate::Options),
     /// Lab mode's tools host: runs the generator and the sink for `compare --lab` (root).
-    Agent(ufrag_perf::lab::agent::AgentOptions),
+    Agent(ufrag_perf::cmd::lab::agent::AgentOptions),
     /// A lab's load generator on a real interface (root).
     Gen(cmd::lab::GenOptions),
     /// A lab's counting sink on a real interface (root).
@@ -64,7 +64,7 @@ enum Cmd {
 
 fn main() {
     let code = match Cli::parse().command {
-        Cmd::Compare(options) => ufrag_perf::compare::run(&options),
+        Cmd::Compare(options) => ufrag_perf::cmd::compare::run(&options),
         Cmd::Loopback(options) => cmd::loopback::run(options),
         Cmd::Sessions(options) => cmd::sessions::run(options),
         Cmd::Model(options) => cmd::model::run(options),
@@ -72,7 +72,7 @@ fn main() {
         Cmd::Diff(options) => cmd::diff::run(options),
         Cmd::Runs(options) => cmd::runs::run(options),
         Cmd::Gate(options) => cmd::gate::run(options),
-        Cmd::Agent(options) => ufrag_perf::lab::agent::run(options),
+        Cmd::Agent(options) => ufrag_perf::cmd::lab::agent::run(options),
         Cmd::Gen(options) => cmd::lab::generate(options),
         Cmd::Sink(options) => cmd::lab::sink(options),
         Cmd::Session(options) => cmd::tools::session(options),

@@ -7,7 +7,7 @@
 //! between the two runs (a busier neighbour, another VM of the same kind, a new kernel)
 //! moves both and cancels in the ratio, which absolute µs from two runs cannot do. The
 //! change of a row is B's per-round ratios over A's, estimated by Hodges–Lehmann on the
-//! logarithms with its Mann–Whitney interval ([`crate::stats::shift_interval`]): no
+//! logarithms with its Mann–Whitney interval ([`crate::bench::stats::shift_interval`]): no
 //! distribution is assumed, and the rounds of the two reports need not pair up.
 
 use std::fmt::Write as _;
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::stats::{Interval, Shift, median_interval, shift_interval};
+use crate::bench::stats::{Interval, Shift, median_interval, shift_interval};
 
 /// Exit code: nothing got costlier and the verdict's kind held.
 pub const EXIT_UNCHANGED: i32 = 0;

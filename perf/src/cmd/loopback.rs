@@ -5,9 +5,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use super::children::{SETTLE, loopback_ip, start_relay, write_report};
-use crate::bare::BareForwarder;
-use crate::cpu::cpu_seconds;
-use crate::load::{Generator, Sink};
+use crate::bench::cpu::cpu_seconds;
+use crate::bench::load::{Generator, Sink};
+use crate::forwarders::bare::BareForwarder;
 
 /// Client sockets of the loopback load.
 const CLIENTS: usize = 32;
@@ -16,7 +16,7 @@ const CLIENTS: usize = 32;
 #[derive(Debug, clap::Args)]
 pub struct Options {
     #[command(flatten)]
-    pub search: crate::measure::SearchArgs,
+    pub search: crate::bench::measure::SearchArgs,
     /// Where to write the Markdown report (JSON goes next to it, .json).
     #[arg(long, default_value = "target/perf/loopback.md")]
     pub out: std::path::PathBuf,
@@ -26,13 +26,16 @@ pub struct Options {
 pub fn run(options: Options) -> i32 {
     let Options { search, out } = options;
     let report = loopback(&search, &out);
-    crate::sessions::failed_rows::exit_code("loopback", &out, &report)
+    crate::bench::sessions::failed_rows::exit_code("loopback", &out, &report)
 }
 
 /// Why `row` failed, if it did: it measured nothing a figure could stand on. A row that
 /// forwarded nothing at its fixed load, or whose every search found no rate within the
 /// partial-drop goal (even far below the first rate), is a broken setup, not a slow one.
-fn row_failure(row: &crate::report::Row, search: &crate::measure::SearchArgs) -> Option<String> {
+fn row_failure(
+    row: &crate::bench::report::Row,
+    search: &crate::bench::measure::SearchArgs,
+) -> Option<String> {
     if row.fixed.sent > 0 && row.fixed.received == 0 {
         return Some(format!(
             "forwarded nothing at its fixed load: {} datagrams sent at {} pps, none received",
@@ -42,7 +45,7 @@ fn row_failure(row: &crate::report::Row, search: &crate::measure::SearchArgs) ->
     if row.runs.iter().all(|run| run.search.pdr.is_none()) {
         return Some(format!(
             "no search found a rate with at most {} % loss, from {} pps down",
-            crate::search::PDR_LOSS * 100.0,
+            crate::bench::search::PDR_LOSS * 100.0,
             search.start_pps
         ));
     }
@@ -50,7 +53,10 @@ fn row_failure(row: &crate::report::Row, search: &crate::measure::SearchArgs) ->
 }
 
 /// The report's closing table of failed rows ([`row_failure`]); empty when none failed.
-fn failed_rows_table(rows: &[crate::report::Row], search: &crate::measure::SearchArgs) -> String {
+fn failed_rows_table(
+    rows: &[crate::bench::report::Row],
+    search: &crate::bench::measure::SearchArgs,
+) -> String {
     let failed: Vec<String> = rows
         .iter()
         .filter_map(|row| {
@@ -71,9 +77,9 @@ fn failed_rows_table(rows: &[crate::report::Row], search: &crate::measure::Searc
 }
 
 /// Measures the three rows and writes the report to `out`; returns it.
-pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> String {
-    use crate::load::SocketLoad;
-    crate::load::pin_to_load_cpu();
+pub fn loopback(search: &crate::bench::measure::SearchArgs, out: &std::path::Path) -> String {
+    use crate::bench::load::SocketLoad;
+    crate::bench::load::pin_to_load_cpu();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let epoch = Instant::now();
     let keys = ufrag_testkit::keys::keys();
@@ -92,7 +98,7 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> S
             to: fwd.listen,
             settle: SETTLE,
         };
-        rows.push(crate::measure::row(
+        rows.push(crate::bench::measure::row(
             "bare mmsg forwarder",
             &mut load,
             search,
@@ -118,7 +124,7 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> S
         let transceiver = sink.addr();
         generator
             .send_each(vip, 20_000, |i, _| {
-                crate::probe::binding_request(&keys, transceiver, i as u32)
+                crate::bench::probe::binding_request(&keys, transceiver, i as u32)
             })
             .expect("binding requests");
         std::thread::sleep(Duration::from_millis(300));
@@ -129,7 +135,7 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> S
             to: vip,
             settle: SETTLE,
         };
-        rows.push(crate::measure::row(
+        rows.push(crate::bench::measure::row(
             &format!(
                 "relay-mio, {workers} worker{}",
                 if workers > 1 { "s" } else { "" }
@@ -148,7 +154,7 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> S
         "{}-byte datagrams, client → transceiver, {CLIENTS} flows",
         search.size
     );
-    let mut report = crate::report::markdown(
+    let mut report = crate::bench::report::markdown(
         (
             "Loopback forwarding: relay-mio against a bare mmsg forwarder",
             &traffic,
@@ -162,7 +168,7 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> S
     write_report(
         out,
         &report,
-        Some(crate::report::json(&rows, &serde_json::json!({})).to_string()),
+        Some(crate::bench::report::json(&rows, &serde_json::json!({})).to_string()),
     );
     report
 }
@@ -170,9 +176,9 @@ pub fn loopback(search: &crate::measure::SearchArgs, out: &std::path::Path) -> S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::load::{Latency, Trial};
-    use crate::report::{Row, Run};
-    use crate::search::{Limit, SearchRun};
+    use crate::bench::load::{Latency, Trial};
+    use crate::bench::report::{Row, Run};
+    use crate::bench::search::{Limit, SearchRun};
 
     /// A trial that offered `sent` datagrams and carried `received`.
     fn trial(sent: u64, received: u64) -> Trial {
@@ -212,12 +218,12 @@ mod tests {
         }
     }
 
-    fn search_args() -> crate::measure::SearchArgs {
+    fn search_args() -> crate::bench::measure::SearchArgs {
         use clap::Parser as _;
         #[derive(clap::Parser)]
         struct Args {
             #[command(flatten)]
-            search: crate::measure::SearchArgs,
+            search: crate::bench::measure::SearchArgs,
         }
         Args::parse_from(["test"]).search
     }
@@ -240,7 +246,7 @@ mod tests {
         ];
         assert_eq!(row_failure(&rows[0], &search), None);
         let table = failed_rows_table(&rows, &search);
-        let failed = crate::sessions::failed_rows(&table);
+        let failed = crate::bench::sessions::failed_rows(&table);
         let named: Vec<&str> = failed.iter().map(|f| f.row.as_str()).collect();
         assert_eq!(
             named,

@@ -1,7 +1,7 @@
-//! The subcommands of `perf` besides `compare` ([`crate::compare`]): each module holds
-//! its options (clap) and its `run`.
+//! The subcommands of `perf`: each module holds its options (clap) and its `run`.
 
 pub mod children;
+pub mod compare;
 pub mod diff;
 pub mod gate;
 pub mod lab;

@@ -24,9 +24,9 @@ use super::children::{
 };
 use ufrag_model_protocol::audio::AudioFormat;
 
-use crate::cpu::cpu_seconds;
-use crate::sessions::{LoadPlan, Talkers, load_step, setup_times};
-use crate::stats::{Interval, median_interval};
+use crate::bench::cpu::cpu_seconds;
+use crate::bench::sessions::{LoadPlan, Talkers, load_step, setup_times};
+use crate::bench::stats::{Interval, median_interval};
 
 /// The confidence of the intervals in the report.
 const CONFIDENCE: f64 = 0.95;
@@ -187,7 +187,7 @@ fn load(
     ips: &[Ipv4Addr],
     sessions: usize,
     talk: Duration,
-) -> (crate::sessions::LoadStep, f64, f64) {
+) -> (crate::bench::sessions::LoadStep, f64, f64) {
     let pid = setup.child.0.id();
     let backend = setup.backend_pid;
     let counters = || {
@@ -217,7 +217,7 @@ fn backend_cell(setup: &Setup, cpu_percent: f64) -> String {
     }
 }
 
-fn held(step: &crate::sessions::LoadStep) -> bool {
+fn held(step: &crate::bench::sessions::LoadStep) -> bool {
     step.connected == step.sessions && step.loss() < 0.01
 }
 
@@ -253,10 +253,13 @@ fn profiles(setups: &[Setup], ips: &[Ipv4Addr], sessions: usize, talk: Duration)
         let (step, _) = load_step(setup.http, ips, plan, || {
             if !started {
                 started = true;
-                recording = crate::profile::Recording::start_process(pid, &dir, &name);
-                leg_recording = crate::legs::LegRecording::start(TRANSCEIVER_CPU, &dir, &name);
+                recording = crate::bench::profile::Recording::start_process(pid, &dir, &name);
+                leg_recording =
+                    crate::bench::legs::LegRecording::start(TRANSCEIVER_CPU, &dir, &name);
             } else {
-                profile = recording.take().and_then(crate::profile::Recording::finish);
+                profile = recording
+                    .take()
+                    .and_then(crate::bench::profile::Recording::finish);
                 legs = leg_recording.take().and_then(|r| r.finish(setup.media));
             }
         });
@@ -267,15 +270,15 @@ fn profiles(setups: &[Setup], ips: &[Ipv4Addr], sessions: usize, talk: Duration)
             step.loss() * 100.0
         );
         match profile {
-            Some(p) => out.push_str(&crate::profile::process_markdown(&title, &p)),
+            Some(p) => out.push_str(&crate::bench::profile::process_markdown(&title, &p)),
             None => out.push_str(&format!(
                 "\n### {title}\n\nNo profile: {} is missing or would not record.\n",
-                crate::profile::LINUX_PERF
+                crate::bench::profile::LINUX_PERF
             )),
         }
         if let Some(legs) = legs {
             // Every audio packet crosses the media socket twice: in, and echoed out.
-            out.push_str(&crate::legs::markdown(
+            out.push_str(&crate::bench::legs::markdown(
                 &format!(
                     "{}: the worker's core (CPU {TRANSCEIVER_CPU}) by leg",
                     setup.name
@@ -388,7 +391,7 @@ pub fn run(options: Options) -> i32 {
     );
     // Every failed round is a `- failed:` line of the report, so the report's own failed
     // rows name them; a failure kept but not written still fails the run.
-    crate::sessions::failed_rows::exit_code("model", &options.out, &report)
+    crate::bench::sessions::failed_rows::exit_code("model", &options.out, &report)
         .max(i32::from(!failures.is_empty()))
 }
 
@@ -606,8 +609,8 @@ fn latency_rounds(
                 Ok(times) => {
                     let mut rtts: Vec<Duration> =
                         times.iter().flat_map(|t| t.rtts.iter().copied()).collect();
-                    let p50 = crate::sessions::quantile_ms(&mut rtts, 0.5);
-                    let p99 = crate::sessions::quantile_ms(&mut rtts, 0.99);
+                    let p50 = crate::bench::sessions::quantile_ms(&mut rtts, 0.5);
+                    let p99 = crate::bench::sessions::quantile_ms(&mut rtts, 0.99);
                     per_setup[at].push((p50, p99));
                 }
                 Err(e) => failures.push(format!("round {}, {}: {e}", round + 1, setup.name)),

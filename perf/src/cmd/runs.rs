@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 
 use super::diff::{EXIT_BAD_INPUT, EXIT_MOVED, EXIT_UNCHANGED, Report, read_json};
-use crate::stats::{Interval, median};
+use crate::bench::stats::{Interval, median};
 
 /// Several `compare` reports of the same command, as repeated runs: the between-run spread
 /// of the headline ratio and of each row's ratio to relay-mio beside each run's own

@@ -8,7 +8,7 @@ use super::children::{
     SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, loopback_ip, start_relay_with, start_transceiver,
     write_report,
 };
-use crate::cpu::cpu_seconds;
+use crate::bench::cpu::cpu_seconds;
 
 /// WebRTC sessions (str0m clients) through relay-mio to the transceiver, and direct:
 /// setup times, and concurrent echo sessions one worker carries.
@@ -32,8 +32,8 @@ pub struct Options {
     pub client_threads: usize,
     /// How the capacity steps' clients talk: `recorded` (each plays back a talk str0m
     /// recorded from it; a `send_to` per datagram) or `live` (str0m per packet).
-    #[arg(long, value_enum, default_value_t = crate::sessions::Talkers::Recorded)]
-    pub talkers: crate::sessions::Talkers,
+    #[arg(long, value_enum, default_value_t = crate::bench::sessions::Talkers::Recorded)]
+    pub talkers: crate::bench::sessions::Talkers,
     /// ICE-TCP connections opened, bound and loaded to measure the relay worker's TCP
     /// listener (0: skip).
     #[arg(long, default_value_t = 1000)]
@@ -74,7 +74,7 @@ pub fn run(options: Options) -> i32 {
         (browser_sessions, browser_talk),
         &out,
     );
-    crate::sessions::failed_rows::exit_code("sessions", &out, &report)
+    crate::bench::sessions::failed_rows::exit_code("sessions", &out, &report)
 }
 
 /// The relay's ICE-TCP limits this run needs for its own load, where they exceed the
@@ -242,12 +242,12 @@ fn no_step_held(best: usize, smallest: Option<(usize, usize, f64)>) -> Option<St
 pub fn sessions(
     setups: usize,
     steps: &[usize],
-    (talk, client_threads, talkers): (Duration, usize, crate::sessions::Talkers),
+    (talk, client_threads, talkers): (Duration, usize, crate::bench::sessions::Talkers),
     (tcp_connections, tcp_blast): (usize, Duration),
     (browsers, browser_talk): (usize, Duration),
     out: &std::path::Path,
 ) -> String {
-    use crate::sessions::{LoadPlan, browser_session, load_step, quantile_ms, setup_times};
+    use crate::bench::sessions::{LoadPlan, browser_session, load_step, quantile_ms, setup_times};
     use std::fmt::Write as _;
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let limit = Duration::from_secs(10);
@@ -265,7 +265,7 @@ pub fn sessions(
          network blocks UDP); its TCP handshake is not in the figures. After its first echo \
          each session sends {} pings over `events`, each when the last pong is back: the ping \
          RTT quantiles are over all of them.\n",
-        crate::sessions::PINGS
+        crate::bench::sessions::PINGS
     );
     let tcp_limits = IceTcpLimits::for_load(setups, tcp_connections);
     let _ = writeln!(report, "{}\n", tcp_limits.sentence(setups, tcp_connections));
@@ -364,7 +364,13 @@ pub fn sessions(
     ] {
         eprintln!("setup times {name}…");
         let times = if over_tcp {
-            crate::sessions::setup_times_over_tcp(http, loopback_ip(60), tcp_vip, setups, limit)
+            crate::bench::sessions::setup_times_over_tcp(
+                http,
+                loopback_ip(60),
+                tcp_vip,
+                setups,
+                limit,
+            )
         } else {
             setup_times(http, loopback_ip(60), setups, limit)
         };
@@ -407,9 +413,9 @@ pub fn sessions(
              write, for {tcp_blast:?}; a socket counts what reaches the transceiver's address. \
              The client and that socket run on CPU {}, the relay worker alone on CPU \
              {SESSIONS_CLIENT_CPU}.\n",
-            crate::load::LOAD_CPU
+            crate::bench::load::LOAD_CPU
         );
-        match crate::sessions::tcp_listener_capacity(
+        match crate::bench::sessions::tcp_listener_capacity(
             tcp_vip,
             loopback_ip(61),
             loopback_ip(62),
@@ -483,8 +489,9 @@ pub fn sessions(
             / (connect_seconds("count") - count_before).max(1.0);
         match runs {
             Ok(runs) => {
-                let of = |f: fn(&crate::sessions::BrowserRun) -> f64| {
-                    crate::stats::median(&runs.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0)
+                let of = |f: fn(&crate::bench::sessions::BrowserRun) -> f64| {
+                    crate::bench::stats::median(&runs.iter().map(f).collect::<Vec<_>>())
+                        .unwrap_or(0.0)
                 };
                 let _ = writeln!(
                     report,
@@ -520,7 +527,7 @@ pub fn sessions(
         report,
         "{}\n",
         match talkers {
-            crate::sessions::Talkers::Recorded => {
+            crate::bench::sessions::Talkers::Recorded => {
                 "Talkers: **recorded**. After connecting, each str0m client's talk is recorded \
                  from the client itself (its str0m session runs on a clock moved forward in \
                  memory: SRTP audio, SRTCP reports and consent checks, as str0m makes them), \
@@ -529,7 +536,7 @@ pub fn sessions(
                  An echo counts only once the client's str0m session, after the talk, has \
                  decrypted, authenticated and delivered it as audio."
             }
-            crate::sessions::Talkers::Live => {
+            crate::bench::sessions::Talkers::Live => {
                 "Talkers: **live**. Each str0m client runs its session as it talks (SRTP, \
                  pacing and timers per packet): the load client costs about what the \
                  transceiver does."
@@ -555,7 +562,7 @@ pub fn sessions(
             [
                 cpu_seconds(relayed.0.id(), Some("xcvr-w")),
                 cpu_seconds(_relay.0.id(), Some("relay-w")),
-                crate::cpu::machine_busy_seconds(),
+                crate::bench::cpu::machine_busy_seconds(),
             ]
         };
         let plan = LoadPlan {
@@ -687,7 +694,7 @@ mod tests {
     fn a_capacity_run_with_no_step_held_is_a_failed_row() {
         let failure = no_step_held(0, Some((200, 150, 0.25))).expect("no step held");
         let report = format!("## Concurrent echo sessions\n\n{failure}\n");
-        let failed = crate::sessions::failed_rows(&report);
+        let failed = crate::bench::sessions::failed_rows(&report);
         assert_eq!(failed.len(), 1, "{report}");
         assert_eq!(
             failed[0].reason,

@@ -170,7 +170,8 @@ fn run_session(options: SessionOptions) -> Result<i32, String> {
 /// Runs it; the process's exit code.
 pub fn fake_transceiver(options: FakeTransceiverOptions) -> i32 {
     let FakeTransceiverOptions { bind, max, idle } = options;
-    let echoed = crate::probe::fake_transceiver(bind, max, idle).expect("fake transceiver runs");
+    let echoed =
+        crate::bench::probe::fake_transceiver(bind, max, idle).expect("fake transceiver runs");
     println!("echoed {echoed}");
     0
 }
@@ -184,8 +185,8 @@ pub fn relay_probe(options: RelayProbeOptions) -> i32 {
         session,
     } = options;
     let keys = ufrag_testkit::keys::keys();
-    let r =
-        crate::probe::relay_probe(&keys, vip, transceiver, (count, session)).expect("probe runs");
+    let r = crate::bench::probe::relay_probe(&keys, vip, transceiver, (count, session))
+        .expect("probe runs");
     println!("received {}/{}", r.received, r.sent);
     i32::from(r.received != r.sent)
 }

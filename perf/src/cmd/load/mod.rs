@@ -1,7 +1,7 @@
 //! `ufrag-perf load`: a load test against a running deployment, pointed at its sessions
 //! URL as a team points `lk perf load-test` at staging. One pilot session first (so a
 //! mistyped URL, a refused token or an unreachable relay is one line, not N failures),
-//! then the load ([`crate::sessions::load_test`]), then a Markdown and JSON report: setup
+//! then the load ([`crate::bench::sessions::load_test`]), then a Markdown and JSON report: setup
 //! time percentiles, failures by reason, audio and pong loss, ping round trips, the
 //! tester's own load, and the deltas of the server's `/metrics` when it can be read
 //! ([`report`], [`scrape`]).
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ufrag_testkit::http::Endpoint;
 use ufrag_transceiver::session_token::TokenAlgorithm;
 
-use crate::sessions::load_test::{self, Credentials, Outcome, Plan, Progress, Target};
+use crate::bench::sessions::load_test::{self, Credentials, Outcome, Plan, Progress, Target};
 use scrape::{Scrape, ScrapeTarget};
 
 /// Load-test a running deployment: `--sessions` str0m clients sign up at `--rate` per
@@ -227,7 +227,7 @@ fn prepare(options: &Options) -> Result<(Target, Credentials, Plan), String> {
     }
     let threads = options
         .threads
-        .unwrap_or_else(|| crate::environment::online_cpus().min(4));
+        .unwrap_or_else(|| crate::bench::environment::online_cpus().min(4));
     if !(1..=MAX_THREADS).contains(&threads) {
         return Err(format!("--threads must be 1 to {MAX_THREADS}"));
     }
@@ -330,10 +330,10 @@ fn run_with_progress(
     let outcome = std::thread::scope(|scope| {
         let load = scope.spawn(|| load_test::run(target, credentials, plan, &progress));
         let mut mid_hold = None;
-        let phase = crate::progress::Phase::start("sessions", plan.sessions);
+        let phase = crate::bench::progress::Phase::start("sessions", plan.sessions);
         let mut last_line = Instant::now();
-        let mut hold_began: Option<(Instant, crate::cpu::Snapshot, f64)> = None;
-        let own_cpu = || crate::cpu::cpu_seconds(std::process::id(), None);
+        let mut hold_began: Option<(Instant, crate::bench::cpu::Snapshot, f64)> = None;
+        let own_cpu = || crate::bench::cpu::cpu_seconds(std::process::id(), None);
         while !load.is_finished() {
             std::thread::sleep(Duration::from_millis(100));
             let (up, talking, failed, finished) = (
@@ -353,15 +353,15 @@ fn run_with_progress(
             let Some(started) = progress.hold_started() else {
                 continue;
             };
-            let (began, snapshot, cpu) =
-                hold_began.get_or_insert_with(|| (started, crate::cpu::Snapshot::now(), own_cpu()));
+            let (began, snapshot, cpu) = hold_began
+                .get_or_insert_with(|| (started, crate::bench::cpu::Snapshot::now(), own_cpu()));
             let into_hold = began.elapsed();
             // On a thread of its own: a slow endpoint must not delay the hold's readings.
             if mid_hold.is_none() && into_hold >= plan.hold / 2 {
                 mid_hold = Some(scope.spawn(|| scrape::read_all(scrapes)));
             }
             if during.hold_cpu.is_none() && into_hold >= plan.hold {
-                let spent = snapshot.until(&crate::cpu::Snapshot::now());
+                let spent = snapshot.until(&crate::bench::cpu::Snapshot::now());
                 during.hold_cpu = Some(report::HoldCpu {
                     tester_cores: (own_cpu() - *cpu) / spent.wall.max(1e-9),
                     host_busy: spent.busy_share(),

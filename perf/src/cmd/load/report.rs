@@ -7,8 +7,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::scrape::{Scrape, SeriesChange, changes};
-use crate::sessions::load_test::{Outcome, Pilot, Plan, SessionRecord, Target};
-use crate::sessions::quantile_ms;
+use crate::bench::sessions::load_test::{Outcome, Pilot, Plan, SessionRecord, Target};
+use crate::bench::sessions::quantile_ms;
 
 /// The share of a core above which a client thread may have been the limit.
 const BUSY_THREAD: f64 = 0.85;
@@ -224,7 +224,7 @@ impl Report<'_> {
         let mut out = String::new();
         let (plan, outcome) = (self.plan, self.outcome);
         let totals = self.totals();
-        let host = crate::environment::host();
+        let host = crate::bench::environment::host();
         let _ = writeln!(out, "# Load test: {}\n", self.target.url());
         let _ = writeln!(out, "Command: `{}`\n", Self::command());
         let _ = writeln!(
@@ -517,7 +517,7 @@ impl Report<'_> {
         json!({
             "url": self.target.url(),
             "command": Self::command(),
-            "tester_host": crate::environment::host(),
+            "tester_host": crate::bench::environment::host(),
             "plan": {
                 "sessions": plan.sessions,
                 "rate_per_second": plan.rate,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ufrag_testkit::http::{Endpoint, request_to};
 
-use crate::sessions::load_test::Target;
+use crate::bench::sessions::load_test::Target;
 
 /// A Prometheus endpoint the report reads.
 #[derive(Clone, Debug)]

@@ -1,0 +1,27 @@
+//! The measuring primitives every subcommand shares: load and its sink ([`load`]), the
+//! maximum-rate search ([`search`], [`measure`]), where the CPU time goes ([`cpu`],
+//! [`outside`], [`legs`], [`profile`], [`wake`]), whether the host was fit to measure on
+//! ([`host_gate`]), what the run ran on ([`environment`], [`nic`], [`placement`]), the
+//! statistics ([`stats`]), WebRTC sessions ([`sessions`]), the report's rows
+//! ([`report`]), a long run's progress and clean-up ([`progress`], [`interrupt`]), and
+//! the system tools it drives ([`shell`]).
+
+pub mod cpu;
+pub mod environment;
+pub mod host_gate;
+pub mod interrupt;
+pub mod legs;
+pub mod load;
+pub mod measure;
+pub mod nic;
+pub mod outside;
+pub mod placement;
+pub mod probe;
+pub mod profile;
+pub mod progress;
+pub mod report;
+pub mod search;
+pub mod sessions;
+pub mod shell;
+pub mod stats;
+pub mod wake;

@@ -1,0 +1,33 @@
+//! Running the system tools the suite drives (`ip`, `nft`, `ethtool`, `sh`), inside a
+//! network namespace or in this process's own, with the tool's stderr as the error.
+
+use std::io;
+use std::process::Command;
+
+/// Runs `command`; its stderr becomes the error when it fails.
+pub fn run(mut command: Command, what: &str) -> io::Result<()> {
+    let out = command.output()?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(io::Error::other(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )))
+    }
+}
+
+/// `program args…` inside namespace `ns` (`ip netns exec`, which also mounts the
+/// namespace's own /sys), or in this process's namespace (a lab's relay host).
+pub fn in_ns(ns: Option<&str>, program: &str, args: &[&str]) -> Command {
+    let mut c = match ns {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => Command::new(program),
+    };
+    c.args(args);
+    c
+}

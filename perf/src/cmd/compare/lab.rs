@@ -1,0 +1,221 @@
+//! The relay host's half of lab mode: `perf compare --lab AGENT --interface IF` starts
+//! the setups on this host's interface and asks the agent on the tools host
+//! ([`crate::cmd::lab`]) for each setup's flows and trials ([`Lab`], a [`Bed`] like the
+//! testbed).
+
+use std::cell::RefCell;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::rc::Rc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::bed::Bed;
+use super::bench::warn_if_flows_missing;
+use super::options::{GeneratorKind, Options};
+use super::relay_host::{BindMode, RelayHost};
+use super::setups::Setup;
+use crate::bench::load::{Load, Trial};
+use crate::cmd::lab::protocol::{Channel, Prepare, Purpose, Request, trial_from_json};
+use crate::forwarders::xdp::Iface;
+
+/// How long connecting to the agent may take.
+const CONNECT: Duration = Duration::from_secs(5);
+
+/// A lab: this host (the relay host) and the agent on the tools host.
+#[derive(Debug)]
+pub struct Lab {
+    relay: RelayHost,
+    agent: Rc<RefCell<Channel>>,
+    hello: Value,
+    _queues: Option<crate::bench::nic::Queues>,
+}
+
+impl Lab {
+    /// Connects to the agent, reads where its clients and sink are, sets the interface's
+    /// queues if asked, and describes this host for the setups.
+    pub fn up(options: &Options) -> Result<Lab, String> {
+        let args = &options.lab;
+        let agent = args.lab.as_deref().ok_or("not lab mode")?;
+        let interface = args.interface.as_deref().ok_or("--interface")?;
+        let addr = agent
+            .to_socket_addrs()
+            .map_err(|e| format!("--lab {agent}: {e}"))?
+            .next()
+            .ok_or(format!("--lab {agent}: no address"))?;
+        let stream = TcpStream::connect_timeout(&addr, CONNECT).map_err(|e| {
+            format!("--lab {agent}: {e} (is `ufrag-perf agent` running on the tools host?)")
+        })?;
+        let mut channel = Channel::new(stream).map_err(|e| format!("--lab {agent}: {e}"))?;
+        let hello = channel.call(&Request::Hello)?;
+        let field = |k: &str| {
+            hello[k]
+                .as_str()
+                .ok_or(format!("the agent's hello has no {k}"))
+        };
+        let sink_addr: SocketAddr = field("sink_addr")?
+            .parse()
+            .map_err(|e| format!("the agent's sink_addr: {e}"))?;
+        let sink_mac =
+            crate::forwarders::xdp::parse_mac(field("sink_mac")?).ok_or("the agent's sink_mac")?;
+        let queues = match args.queues {
+            Some(n) => Some(crate::bench::nic::Queues::set(interface, n)?),
+            None => None,
+        };
+        let iface = Iface::lookup_in(None, interface).map_err(|e| format!("--interface: {e}"))?;
+        let ip = crate::bench::nic::first_ipv4(interface)?;
+        let exe_dir = std::env::current_exe()
+            .map_err(|e| format!("own path: {e}"))?
+            .parent()
+            .ok_or("perf's directory")?
+            .to_path_buf();
+        let relay_cpus = if args.relay_cpus.is_empty() {
+            let forwarder = options.forwarder_cpu;
+            std::iter::once(forwarder)
+                .chain((0..crate::bench::environment::online_cpus()).filter(|c| *c != forwarder))
+                .collect()
+        } else {
+            args.relay_cpus.clone()
+        };
+        let relay = RelayHost {
+            iface,
+            vip: SocketAddr::from((ip, 3478)),
+            internal: SocketAddr::from((ip, 40_000)),
+            metrics: SocketAddr::from(([127, 0, 0, 1], 9100)),
+            sink_addr,
+            sink_mac,
+            transceiver_net: format!("{}/32", sink_addr.ip()),
+            exe_dir,
+            relay_cpus,
+            flows: options.flows,
+            bind_mode: args.bind_mode,
+            afxdp_workers: crate::bench::nic::rx_queues(interface).max(1),
+        };
+        Ok(Lab {
+            relay,
+            agent: Rc::new(RefCell::new(channel)),
+            hello,
+            _queues: queues,
+        })
+    }
+
+    /// The environment record: this host's machine and NIC, the tools host's NICs, and
+    /// how the load was made; the same fields as the testbed's, and the NICs'.
+    pub fn environment(&self, options: &Options) -> Value {
+        let mut record = crate::bench::environment::machine(
+            crate::bench::load::LOAD_CPU,
+            self.relay.forwarder_cpu(),
+        );
+        let nic = crate::bench::nic::facts(&self.relay.iface.name);
+        let tools = &self.hello["environment"];
+        record["interfaces"] = json!(format!(
+            "lab: the relay host's {} ← the tools host's {} at {} (agent {}); sink on its {}",
+            self.relay.iface.name,
+            tools["client_nic"]["interface"].as_str().unwrap_or("?"),
+            self.hello["client_ip"].as_str().unwrap_or("?"),
+            options.lab.lab.as_deref().unwrap_or("?"),
+            tools["sink_nic"]["interface"].as_str().unwrap_or("?"),
+        ));
+        record["driver"] = nic["driver"].clone();
+        record["af_xdp"] = json!(match self.relay.bind_mode {
+            BindMode::Copy => "copy mode (--bind-mode copy)".to_string(),
+            BindMode::Zerocopy => format!(
+                "zero-copy requested (--bind-mode zerocopy); relay-afxdp runs {} worker(s), one per RX queue",
+                self.relay.afxdp_workers
+            ),
+        });
+        record["placement"] = json!([format!(
+            "relays' CPUs in order: {} (the lab places the NIC's interrupts)",
+            self.relay.worker_cpus(self.relay.relay_cpus.len())
+        )]);
+        record["nic"] = nic;
+        record["tools_host"] = tools.clone();
+        record["tools"] = json!({
+            "generator": match options.generator {
+                GeneratorKind::LiveFrames => "BPF_PROG_RUN live frames from the tools host's interface",
+                GeneratorKind::Sockets => "sendmmsg from 256 client sockets on the tools host",
+            },
+            "sink": "XDP per-CPU counter on the tools host's sink interface, 1 in 8 passed to a socket for latency",
+            "cpu accounting": "the relay host's CPUs only: the tools host's work is not in any row",
+        });
+        record
+    }
+
+    fn remote_load(&self, setup: &Setup, size: usize, purpose: Purpose) -> Box<dyn Load> {
+        let target = setup.target(&self.relay);
+        let prepare = Prepare {
+            dst: target.dst,
+            dst_mac: target.dst_mac,
+            framed: target.framed,
+            keeps_flows: setup.keeps_flows(),
+            flows: self.relay.flows,
+            size,
+            purpose,
+        };
+        if let Err(e) = self.agent.borrow_mut().call(&Request::Prepare(prepare)) {
+            panic!("{}: preparing the load: {e}", setup.name);
+        }
+        if target.framed {
+            warn_if_flows_missing(&self.relay, setup.name);
+        }
+        Box::new(RemoteLoad {
+            agent: Rc::clone(&self.agent),
+        })
+    }
+}
+
+impl Bed for Lab {
+    fn relay(&self) -> &RelayHost {
+        &self.relay
+    }
+
+    fn fixed_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
+        self.remote_load(setup, size, Purpose::Fixed)
+    }
+
+    fn latency_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
+        self.remote_load(setup, size, Purpose::Search { live_frames: false })
+    }
+
+    fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load> {
+        let live_frames = options.generator == GeneratorKind::LiveFrames;
+        self.remote_load(setup, options.search.size, Purpose::Search { live_frames })
+    }
+}
+
+/// The load the agent holds, driven from here; released when dropped.
+struct RemoteLoad {
+    agent: Rc<RefCell<Channel>>,
+}
+
+impl RemoteLoad {
+    fn run(&mut self, rate: u64, duration: Duration, latency: bool) -> Trial {
+        let request = Request::Trial {
+            rate,
+            duration,
+            latency,
+        };
+        // A lost agent ends the run: the report keeps what the finished rounds measured.
+        let reply = self.agent.borrow_mut().call(&request);
+        match reply.and_then(|v| trial_from_json(&v)) {
+            Ok(t) => t,
+            Err(e) => panic!("lab mode: a trial at {rate} pps: {e}"),
+        }
+    }
+}
+
+impl Load for RemoteLoad {
+    fn trial(&mut self, rate_pps: u64, duration: Duration) -> Trial {
+        self.run(rate_pps, duration, false)
+    }
+
+    fn latency_trial(&mut self, rate_pps: u64, duration: Duration) -> Trial {
+        self.run(rate_pps, duration, true)
+    }
+}
+
+impl Drop for RemoteLoad {
+    fn drop(&mut self) {
+        let _ = self.agent.borrow_mut().call(&Request::Release);
+    }
+}

@@ -1,0 +1,306 @@
+//! The control channel between `perf compare --lab` and the agent: one JSON object per
+//! line each way over TCP, a request and then its reply, one load held by the agent at a
+//! time. A reply is `{"ok": …}` or `{"error": "…"}`.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use ufrag_common::wire::mac_text;
+
+use crate::bench::load::{CDF_QUANTILES, Latency, Trial};
+
+/// The longest line either side reads: a request or a reply is a few hundred bytes, the
+/// agent's hello with its environment a few kilobytes.
+pub const MAX_LINE: u64 = 64 * 1024;
+
+/// The protocol's version: the agent refuses a compare that speaks another.
+pub const VERSION: u64 = 1;
+
+/// What a prepared load is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// The fixed-load phase: client sockets paced by sleeping.
+    Fixed,
+    /// The rate search: live frames or sockets, 1 in 8 sampled for latency.
+    Search {
+        /// Live frames (else sockets).
+        live_frames: bool,
+    },
+}
+
+/// A load for the agent to prepare: where it goes and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prepare {
+    /// The datagrams' destination.
+    pub dst: SocketAddr,
+    /// The next hop's MAC.
+    pub dst_mac: [u8; 6],
+    /// Flows made by Binding Requests in our relay↔transceiver frames (our relays).
+    pub framed: bool,
+    /// Whether flows are made before the trials (all setups but the direct path).
+    pub keeps_flows: bool,
+    /// Client flows.
+    pub flows: u32,
+    /// UDP payload bytes.
+    pub size: usize,
+    /// What the load is for.
+    pub purpose: Purpose,
+}
+
+/// A request to the agent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Who are you: the agent's addresses and environment.
+    Hello,
+    /// Make a load's flows and hold the load.
+    Prepare(Prepare),
+    /// One trial of the held load (`latency`: the latency trial).
+    Trial {
+        /// Offered rate, pps.
+        rate: u64,
+        /// Its length.
+        duration: Duration,
+        /// The latency trial rather than an ordinary one.
+        latency: bool,
+    },
+    /// Drop the held load.
+    Release,
+}
+
+impl Request {
+    /// As one JSON object.
+    pub fn to_json(&self) -> Value {
+        match *self {
+            Request::Hello => json!({"op": "hello", "version": VERSION}),
+            Request::Prepare(p) => json!({
+                "op": "prepare",
+                "dst": p.dst.to_string(),
+                "dst_mac": mac_text(p.dst_mac),
+                "framed": p.framed,
+                "keeps_flows": p.keeps_flows,
+                "flows": p.flows,
+                "size": p.size,
+                "purpose": match p.purpose {
+                    Purpose::Fixed => "fixed",
+                    Purpose::Search { live_frames: true } => "search-live-frames",
+                    Purpose::Search { live_frames: false } => "search-sockets",
+                },
+            }),
+            Request::Trial {
+                rate,
+                duration,
+                latency,
+            } => json!({
+                "op": "trial",
+                "rate": rate,
+                "ms": duration.as_millis() as u64,
+                "latency": latency,
+            }),
+            Request::Release => json!({"op": "release"}),
+        }
+    }
+
+    /// From one JSON object, or what is wrong with it.
+    pub fn from_json(v: &Value) -> Result<Request, String> {
+        let text = |k: &str| v[k].as_str().ok_or(format!("`{k}`: a string"));
+        let number = |k: &str| v[k].as_u64().ok_or(format!("`{k}`: a number"));
+        let flag = |k: &str| v[k].as_bool().ok_or(format!("`{k}`: true or false"));
+        match text("op")? {
+            "hello" => match number("version")? {
+                VERSION => Ok(Request::Hello),
+                other => Err(format!(
+                    "protocol version {other}; this agent speaks {VERSION} (run the same \
+                     ufrag-perf on both hosts)"
+                )),
+            },
+            "prepare" => Ok(Request::Prepare(Prepare {
+                dst: text("dst")?.parse().map_err(|e| format!("`dst`: {e}"))?,
+                dst_mac: crate::forwarders::xdp::parse_mac(text("dst_mac")?)
+                    .ok_or("`dst_mac`: a MAC")?,
+                framed: flag("framed")?,
+                keeps_flows: flag("keeps_flows")?,
+                flows: u32::try_from(number("flows")?).map_err(|e| format!("`flows`: {e}"))?,
+                size: usize::try_from(number("size")?).map_err(|e| format!("`size`: {e}"))?,
+                purpose: match text("purpose")? {
+                    "fixed" => Purpose::Fixed,
+                    "search-live-frames" => Purpose::Search { live_frames: true },
+                    "search-sockets" => Purpose::Search { live_frames: false },
+                    other => return Err(format!("`purpose`: {other:?}")),
+                },
+            })),
+            "trial" => Ok(Request::Trial {
+                rate: number("rate")?,
+                duration: Duration::from_millis(number("ms")?),
+                latency: flag("latency")?,
+            }),
+            "release" => Ok(Request::Release),
+            other => Err(format!("unknown op {other:?}")),
+        }
+    }
+}
+
+/// A trial as JSON.
+pub fn trial_json(t: &Trial) -> Value {
+    json!({
+        "offered_pps": t.offered_pps,
+        "sent_pps": t.sent_pps,
+        "sent": t.sent,
+        "received": t.received,
+        "latency_samples": t.latency.samples,
+        "latency_cdf_us": t.latency.cdf_us.to_vec(),
+    })
+}
+
+/// A trial from JSON.
+pub fn trial_from_json(v: &Value) -> Result<Trial, String> {
+    let number = |k: &str| v[k].as_u64().ok_or(format!("trial `{k}`: a number"));
+    let cdf: Vec<f64> = v["latency_cdf_us"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    let cdf_us: [f64; CDF_QUANTILES.len()] = cdf
+        .try_into()
+        .map_err(|_| format!("trial `latency_cdf_us`: {} numbers", CDF_QUANTILES.len()))?;
+    Ok(Trial {
+        offered_pps: number("offered_pps")?,
+        sent_pps: number("sent_pps")?,
+        sent: number("sent")?,
+        received: number("received")?,
+        latency: Latency {
+            samples: number("latency_samples")?,
+            cdf_us,
+        },
+    })
+}
+
+/// One end of the channel: writes a line, reads a line, at most [`MAX_LINE`] bytes.
+#[derive(Debug)]
+pub struct Channel {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+}
+
+impl Channel {
+    /// Over `stream`.
+    pub fn new(stream: TcpStream) -> std::io::Result<Channel> {
+        stream.set_nodelay(true)?;
+        Ok(Channel {
+            writer: stream.try_clone()?,
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// Sends `v` as one line.
+    pub fn send(&mut self, v: &Value) -> std::io::Result<()> {
+        let mut line = v.to_string();
+        line.push('\n');
+        self.writer.write_all(line.as_bytes())
+    }
+
+    /// The next line as JSON; `None` when the other end closed.
+    pub fn receive(&mut self) -> std::io::Result<Option<Value>> {
+        let mut line = String::new();
+        let read = (&mut self.reader).take(MAX_LINE).read_line(&mut line)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        if !line.ends_with('\n') {
+            return Err(std::io::Error::other(format!(
+                "a line longer than {MAX_LINE} bytes"
+            )));
+        }
+        serde_json::from_str(&line)
+            .map(Some)
+            .map_err(|e| std::io::Error::other(format!("not JSON: {e}")))
+    }
+
+    /// Sends `request` and reads its reply's `ok` (a refusal's text as the error).
+    pub fn call(&mut self, request: &Request) -> Result<Value, String> {
+        self.send(&request.to_json())
+            .map_err(|e| format!("the agent: {e}"))?;
+        let reply = self
+            .receive()
+            .map_err(|e| format!("the agent: {e}"))?
+            .ok_or("the agent closed the connection")?;
+        match (reply.get("ok"), reply.get("error")) {
+            (Some(ok), _) => Ok(ok.clone()),
+            (None, Some(e)) => Err(format!("the agent: {}", e.as_str().unwrap_or("?"))),
+            _ => Err(format!(
+                "the agent's reply is neither ok nor error: {reply}"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_reads_back_as_written() {
+        let prepare = Prepare {
+            dst: "10.1.2.3:3478".parse().unwrap(),
+            dst_mac: [2, 0, 0, 0, 0, 0xaa],
+            framed: true,
+            keeps_flows: true,
+            flows: 1000,
+            size: 200,
+            purpose: Purpose::Search { live_frames: true },
+        };
+        for r in [
+            Request::Hello,
+            Request::Prepare(prepare),
+            Request::Prepare(Prepare {
+                purpose: Purpose::Fixed,
+                ..prepare
+            }),
+            Request::Trial {
+                rate: 25_000,
+                duration: Duration::from_millis(1500),
+                latency: true,
+            },
+            Request::Release,
+        ] {
+            assert_eq!(Request::from_json(&r.to_json()), Ok(r));
+        }
+    }
+
+    #[test]
+    fn a_bad_request_is_named_not_guessed() {
+        let bad = [
+            (json!({"op": "hello", "version": 99}), "protocol version 99"),
+            (json!({"op": "reboot"}), "unknown op"),
+            (
+                json!({"op": "trial", "rate": -1, "ms": 5, "latency": false}),
+                "`rate`",
+            ),
+            (json!({"nothing": 1}), "`op`"),
+        ];
+        for (v, says) in bad {
+            let e = Request::from_json(&v).unwrap_err();
+            assert!(e.contains(says), "{v}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_trial_reads_back_as_written() {
+        let t = Trial {
+            offered_pps: 10_000,
+            sent_pps: 9_990,
+            sent: 9_990,
+            received: 9_980,
+            latency: Latency {
+                samples: 1_200,
+                cdf_us: [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.5],
+            },
+        };
+        let back = trial_from_json(&trial_json(&t)).unwrap();
+        assert_eq!(
+            (back.sent, back.received, back.latency),
+            (t.sent, t.received, t.latency)
+        );
+    }
+}
