@@ -10,7 +10,7 @@
 //! - [`cmd`]: one module per subcommand, each with its options and its `run`.
 //!
 //! Everything runs on loopback addresses chosen per run (127.x.y.z) or inside network
-//! namespaces the run creates (`ufrag_testkit::testbed`), bounded in packets and time.
+//! namespaces the run creates (`ufrag_testbed::topology`), bounded in packets and time.
 
 #![deny(unsafe_code)]
 

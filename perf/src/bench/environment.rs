@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::process::Command;
 
 use serde_json::{Value, json};
-use ufrag_testkit::testbed::Testbed;
+use ufrag_testbed::Testbed;
 
 use crate::bench::placement::Placement;
 

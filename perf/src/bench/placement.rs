@@ -14,7 +14,7 @@
 use std::io;
 use std::process::Command;
 
-use ufrag_testkit::testbed::Testbed;
+use ufrag_testbed::Testbed;
 
 /// What [`steer`] set, for the environment record.
 #[derive(Clone, Debug, Default)]

@@ -6,8 +6,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ufrag_testkit::OwnedChild;
-use ufrag_testkit::http::wait_ready;
+use ufrag_testbed::OwnedChild;
+use ufrag_testbed::http::wait_ready;
 
 /// How long a started relay or transceiver may take to become ready.
 pub const READY: Duration = Duration::from_secs(10);
@@ -113,7 +113,7 @@ pub fn start_relay_as_deployed(
             &metrics.to_string(),
         ])
         .args(extra)
-        .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
+        .env("UFRAG_RELAY_HINT_KEYS", ufrag_testbed::keys::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
@@ -206,7 +206,7 @@ fn spawn_transceiver(
         None => cmd.arg("--direct"),
     };
     cmd.args(extra);
-    cmd.env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
+    cmd.env("UFRAG_RELAY_HINT_KEYS", ufrag_testbed::keys::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null());

@@ -82,7 +82,7 @@ pub fn loopback(search: &crate::bench::measure::SearchArgs, out: &std::path::Pat
     crate::bench::load::pin_to_load_cpu();
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let epoch = Instant::now();
-    let keys = ufrag_testkit::keys::keys();
+    let keys = ufrag_testbed::keys::keys();
     let mut rows = vec![];
 
     // Setup 1: bare forwarder.

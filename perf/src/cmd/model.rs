@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use ufrag_testkit::OwnedChild;
+use ufrag_testbed::OwnedChild;
 
 use super::children::{
     SESSIONS_CLIENT_CPU, TRANSCEIVER_CPU, TransceiverChild, loopback_ip, sibling_binary,
@@ -567,8 +567,8 @@ fn relay_counts(setups: &[Setup]) -> String {
             continue;
         };
         let body =
-            ufrag_testkit::http::get(None, *metrics, "/metrics").map_or(String::new(), |r| r.1);
-        let count = |series: &str| ufrag_testkit::http::metric_sum(&body, series);
+            ufrag_testbed::http::get(None, *metrics, "/metrics").map_or(String::new(), |r| r.1);
+        let count = |series: &str| ufrag_testbed::http::metric_sum(&body, series);
         out.push_str(&format!(
             "| {} | {:.0} | {:.0} | {:.0} | {:.0} |\n",
             setup.name,

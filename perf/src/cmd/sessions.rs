@@ -203,8 +203,8 @@ impl IceTcpLimits {
 /// (" (the relay's ICE-TCP closes so far: `prefix_rate` 992)"), to say why connections
 /// went unanswered; empty when it closed none.
 fn relay_tcp_closes(metrics: SocketAddr) -> String {
-    let text = ufrag_testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
-    let closes = ufrag_testkit::http::metric_by_label(
+    let text = ufrag_testbed::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
+    let closes = ufrag_testbed::http::metric_by_label(
         &text,
         "ufrag_relay_tcp_connections_closed_total",
         "reason",
@@ -475,7 +475,7 @@ pub fn sessions(
         }
         eprintln!("chromium sessions {name}…");
         let connect_seconds = |suffix: &str| {
-            ufrag_testkit::http::metric(
+            ufrag_testbed::http::metric(
                 None,
                 http,
                 &format!("ufrag_transceiver_connect_seconds_{suffix}"),

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ufrag_testkit::http::{Endpoint, HttpResponse, request_to, tls_client};
+use ufrag_testbed::http::{Endpoint, HttpResponse, request_to, tls_client};
 
 /// The environment variable that may hold the signaling bearer token (the transceiver's).
 const TOKEN_ENV: &str = "UFRAG_TRANSCEIVER_TOKEN";
@@ -135,7 +135,7 @@ fn run_session(options: SessionOptions) -> Result<i32, String> {
             }
         }
     }
-    let mut client = ufrag_testkit::webrtc_client::Client::new_on(local);
+    let mut client = ufrag_testbed::webrtc_client::Client::new_on(local);
     let started = Instant::now();
     let offer = client.offer().to_string();
     let answer = call("POST", "/v1/sessions", Some(("application/sdp", &offer)))?;
@@ -148,7 +148,7 @@ fn run_session(options: SessionOptions) -> Result<i32, String> {
     }
     client.apply_answer(&answer);
     let echoed = (packets as usize * 4).div_ceil(5);
-    let client = ufrag_testkit::webrtc_client::converse_with_echo(
+    let client = ufrag_testbed::webrtc_client::converse_with_echo(
         client,
         &http.to_string(),
         packets,
@@ -184,7 +184,7 @@ pub fn relay_probe(options: RelayProbeOptions) -> i32 {
         count,
         session,
     } = options;
-    let keys = ufrag_testkit::keys::keys();
+    let keys = ufrag_testbed::keys::keys();
     let r = crate::bench::probe::relay_probe(&keys, vip, transceiver, (count, session))
         .expect("probe runs");
     println!("received {}/{}", r.received, r.sent);

@@ -7,7 +7,7 @@ use std::io::{self, Write as _};
 use std::net::{SocketAddr, SocketAddrV4};
 use std::process::Stdio;
 
-use ufrag_testkit::OwnedChild;
+use ufrag_testbed::OwnedChild;
 
 use crate::bench::shell::{in_ns, run};
 
@@ -288,9 +288,9 @@ impl Quilkin {
     /// The drops Quilkin counted (`quilkin_packets_dropped_total`), by reason.
     pub fn drops(&self) -> std::collections::BTreeMap<String, f64> {
         let admin = QUILKIN_ADMIN.parse().expect("an address");
-        let text = ufrag_testkit::http::get(self.ns.as_deref(), admin, "/metrics")
+        let text = ufrag_testbed::http::get(self.ns.as_deref(), admin, "/metrics")
             .map_or(String::new(), |r| r.1);
-        ufrag_testkit::http::metric_by_label(&text, "quilkin_packets_dropped_total", "reason")
+        ufrag_testbed::http::metric_by_label(&text, "quilkin_packets_dropped_total", "reason")
     }
 }
 
@@ -305,6 +305,6 @@ fn wait_ready_http(
 ) -> io::Result<()> {
     let addr = addr.parse().expect("an address");
     wait_for(&format!("{what} not ready at {addr}{path}"), child, || {
-        Ok(ufrag_testkit::http::get(ns, addr, path).is_some_and(|(status, _)| status == 200))
+        Ok(ufrag_testbed::http::get(ns, addr, path).is_some_and(|(status, _)| status == 200))
     })
 }

@@ -32,7 +32,7 @@ impl PinnedLoop {
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
-        let thread = ufrag_testkit::netns::spawn_in(ns, name, move || {
+        let thread = ufrag_testbed::netns::spawn_in(ns, name, move || {
             let _ = core_affinity::set_for_current(core_affinity::CoreId { id: cpu });
             body(&stopping);
         })?;

@@ -155,7 +155,7 @@ pub fn send_raw(
     } else {
         Domain::IPV4
     };
-    let raw = ufrag_testkit::netns::in_netns(ns, move || {
+    let raw = ufrag_testbed::netns::in_netns(ns, move || {
         // IPPROTO_RAW: the packets carry their own IP header (IP_HDRINCL, and for IPv6
         // the kernel sets it for IPPROTO_RAW alike).
         Socket::new(domain, Type::RAW, Some(Protocol::from(libc::IPPROTO_RAW)))

@@ -50,7 +50,7 @@ pub fn fell_short(sent_pps: u64, offered_pps: u64) -> bool {
 /// A UDP socket bound to `addr` in namespace `ns` (`None`: this one), with the relay's
 /// large buffers.
 pub fn bind_in(ns: Option<&str>, addr: SocketAddr) -> std::io::Result<UdpSocket> {
-    ufrag_testkit::netns::in_netns(ns, move || bind_udp(addr, false))?
+    ufrag_testbed::netns::in_netns(ns, move || bind_udp(addr, false))?
 }
 
 /// Until `stopping` is set: waits (at most 20 ms) for `socket` to be readable, then reads
@@ -255,7 +255,7 @@ impl Generator {
 
     fn on_addrs(ns: Option<&str>, addrs: Vec<SocketAddr>, epoch: Instant) -> std::io::Result<Self> {
         let ipv6 = addrs.first().is_some_and(SocketAddr::is_ipv6);
-        let clients = ufrag_testkit::netns::in_netns(ns, move || {
+        let clients = ufrag_testbed::netns::in_netns(ns, move || {
             addrs
                 .into_iter()
                 .map(|a| bind_udp(a, false))
@@ -386,7 +386,7 @@ impl Load for SocketLoad<'_> {
 /// The kernel's count of UDP datagrams dropped because a socket's receive buffer was
 /// full (`Udp: RcvbufErrors` of `/proc/net/snmp`) in namespace `ns`; 0 if unreadable.
 pub fn udp_receive_buffer_drops(ns: Option<&str>) -> u64 {
-    ufrag_testkit::netns::in_netns(ns, || {
+    ufrag_testbed::netns::in_netns(ns, || {
         std::fs::read_to_string("/proc/thread-self/net/snmp")
             .map_or(0, |t| snmp_field(&t, "Udp:", "RcvbufErrors"))
     })

@@ -54,7 +54,7 @@ pub fn make_flows(
     if !keeps_flows {
         return Ok(sockets);
     }
-    let keys = ufrag_testkit::keys::keys();
+    let keys = ufrag_testbed::keys::keys();
     let rtp_like = rtp_like();
     for _ in 0..2 {
         super::make_flows(ns, plan, target.dst, FLOWS_MADE_PER_SECOND, |f| {

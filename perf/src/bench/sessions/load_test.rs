@@ -21,8 +21,8 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 use ufrag_model_protocol::messages::SessionClaims;
-use ufrag_testkit::http::{Endpoint, HttpResponse, request_to};
-use ufrag_testkit::webrtc_client::Client;
+use ufrag_testbed::http::{Endpoint, HttpResponse, request_to};
+use ufrag_testbed::webrtc_client::Client;
 use ufrag_transceiver::session_token::{self, TokenAlgorithm, TokenRequest};
 
 use super::{AUDIO_INTERVAL, AUDIO_PHASES};

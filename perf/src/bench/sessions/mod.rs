@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token};
 
-use ufrag_testkit::browser::{Browser, Engine, ReportListener};
-use ufrag_testkit::http::request as http_request;
-use ufrag_testkit::webrtc_client::{Client, RecordedDatagram};
+use ufrag_testbed::browser::{Browser, Engine, ReportListener};
+use ufrag_testbed::http::request as http_request;
+use ufrag_testbed::webrtc_client::{Client, RecordedDatagram};
 
 pub mod failed_rows;
 pub mod load_test;

@@ -114,7 +114,7 @@ fn tcp_capacity_on_this_thread(
         }
         true
     };
-    let keys = ufrag_testkit::keys::keys();
+    let keys = ufrag_testbed::keys::keys();
     let started = Instant::now();
     let mut streams = Vec::with_capacity(connections);
     for i in 0..connections {

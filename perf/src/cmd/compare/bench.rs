@@ -6,7 +6,7 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Instant;
 
-use ufrag_testkit::testbed::Testbed;
+use ufrag_testbed::Testbed;
 
 use super::bed::Bed;
 use super::options::{Direction, GeneratorKind, Options};
@@ -346,8 +346,8 @@ impl Bench {
 
 /// Warns when one of our relays on `relay`'s host holds fewer flows than were made.
 pub fn warn_if_flows_missing(relay: &RelayHost, name: &str) {
-    let active = ufrag_testkit::http::get(relay.ns(), relay.metrics, "/metrics").map_or(0.0, |r| {
-        ufrag_testkit::http::metric_sum(&r.1, "ufrag_relay_flows_active")
+    let active = ufrag_testbed::http::get(relay.ns(), relay.metrics, "/metrics").map_or(0.0, |r| {
+        ufrag_testbed::http::metric_sum(&r.1, "ufrag_relay_flows_active")
     });
     if active < f64::from(relay.flows) {
         crate::say!("  WARNING: {name} holds {active} of {} flows", relay.flows);

@@ -49,7 +49,7 @@ impl Carried {
 
     /// The totals in a `/metrics` text.
     pub fn from_metrics(text: &str) -> Carried {
-        let count = |series: &str| ufrag_testkit::http::metric_sum(text, series) as u64;
+        let count = |series: &str| ufrag_testbed::http::metric_sum(text, series) as u64;
         Carried {
             packets: count(r#"ufrag_relay_fast_path_forwarded_datagrams_total{direction="in""#),
             returned: count(r#"ufrag_relay_fast_path_forwarded_datagrams_total{direction="out""#),

@@ -24,7 +24,7 @@ pub fn read(relay: &RelayHost, setup: &Setup) -> Option<Carried> {
     if !has_fast_path(setup) {
         return None;
     }
-    match ufrag_testkit::http::get(relay.ns(), relay.metrics, "/metrics") {
+    match ufrag_testbed::http::get(relay.ns(), relay.metrics, "/metrics") {
         Some((200, text)) => Some(Carried::from_metrics(&text)),
         _ => {
             crate::say!(

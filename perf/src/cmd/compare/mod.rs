@@ -221,7 +221,7 @@ fn preflight(
         ));
     }
     if options.lab.lab.is_some() {
-        ufrag_testkit::browser::installed("ethtool", "apt-get install ethtool")
+        ufrag_testbed::browser::installed("ethtool", "apt-get install ethtool")
             .map_err(|e| format!("lab mode reads and sets the NIC with ethtool: {e}"))?;
     }
     let exe_dir = std::env::current_exe()

@@ -6,7 +6,7 @@
 use std::net::{SocketAddr, SocketAddrV4};
 use std::process::Stdio;
 
-use ufrag_testkit::OwnedChild;
+use ufrag_testbed::OwnedChild;
 
 use super::relay_host::{BindMode, RelayHost};
 use crate::bench::load::target::Target;
@@ -366,7 +366,7 @@ impl Setup {
     /// What it needs that is not here: a program on the PATH or a binary next to perf.
     pub fn missing(&self, exe_dir: &std::path::Path) -> Option<String> {
         let needs = |program: &str, installer: &str| {
-            ufrag_testkit::browser::installed(program, installer)
+            ufrag_testbed::browser::installed(program, installer)
                 .err()
                 .map(|e| format!("{}: {e}", self.key))
         };
@@ -561,7 +561,7 @@ impl Setup {
         }
         command
             .args(flags)
-            .env("UFRAG_RELAY_HINT_KEYS", ufrag_testkit::keys::KEYS)
+            .env("UFRAG_RELAY_HINT_KEYS", ufrag_testbed::keys::KEYS)
             .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null());
@@ -580,7 +580,7 @@ impl Setup {
             OwnedChild::spawn(&mut command).map_err(|e| format!("{binary} did not start: {e}"))?;
         let deadline = std::time::Instant::now() + READY;
         loop {
-            let ready = ufrag_testkit::http::get(relay.ns(), relay.metrics, "/readyz")
+            let ready = ufrag_testbed::http::get(relay.ns(), relay.metrics, "/readyz")
                 .is_some_and(|(status, _)| status == 200);
             if ready {
                 return Ok(child);

@@ -14,7 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ufrag_testkit::http::Endpoint;
+use ufrag_testbed::http::Endpoint;
 use ufrag_transceiver::session_token::TokenAlgorithm;
 
 use crate::bench::sessions::load_test::{self, Credentials, Outcome, Plan, Progress, Target};
@@ -181,7 +181,7 @@ fn prepare(options: &Options) -> Result<(Target, Credentials, Plan), String> {
     }
     let (endpoint, path) = split_url(&options.url).map_err(|e| format!("--url {e}"))?;
     let path = path.unwrap_or_else(|| "/v1/sessions".into());
-    let tls = ufrag_testkit::http::tls_client(options.ca_file.as_deref())?;
+    let tls = ufrag_testbed::http::tls_client(options.ca_file.as_deref())?;
     let credentials = match &options.mint_key_file {
         Some(file) => Credentials::Minted {
             algorithm: options.mint_algorithm,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use ufrag_testkit::http::{Endpoint, request_to};
+use ufrag_testbed::http::{Endpoint, request_to};
 
 use crate::bench::sessions::load_test::Target;
 
@@ -30,7 +30,7 @@ pub fn targets(target: &Target, extra: &[String], ca_file: Option<&Path>) -> Vec
             Ok((endpoint, path)) => targets.push(ScrapeTarget {
                 endpoint,
                 path: path.unwrap_or_else(|| "/metrics".into()),
-                tls: ufrag_testkit::http::tls_client(ca_file)
+                tls: ufrag_testbed::http::tls_client(ca_file)
                     .unwrap_or_else(|_| Arc::clone(&target.tls)),
             }),
             Err(e) => crate::say!("load: --metrics {url}: {e}; not read"),

@@ -447,7 +447,7 @@ fn flood_sign_ups(
     limit: Duration,
 ) -> AttackTally {
     let source = sources.attacker(201, 1);
-    let offer = ufrag_testkit::webrtc_client::Client::new_on(source).offer;
+    let offer = ufrag_testbed::webrtc_client::Client::new_on(source).offer;
     let request = format!(
         "POST /v1/sessions HTTP/1.1\r\nHost: {http}\r\nContent-Type: application/sdp\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{offer}",

@@ -85,8 +85,8 @@ fn connected_cell(run: &LiveRun, every_one_must_connect: bool) -> String {
 
 /// The relay's drop counters by reason, summed over workers, but for consumed notices.
 fn relay_drops(metrics: SocketAddr) -> BTreeMap<String, f64> {
-    let text = ufrag_testkit::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
-    let mut drops = ufrag_testkit::http::metric_by_label(
+    let text = ufrag_testbed::http::get(None, metrics, "/metrics").map_or(String::new(), |r| r.1);
+    let mut drops = ufrag_testbed::http::metric_by_label(
         &text,
         "ufrag_relay_dropped_datagrams_total",
         "reason",
@@ -150,7 +150,7 @@ fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_
     use crate::cmd::resilience::trials::{JUNK_KINDS, junk_flood, talk_while};
     use std::fmt::Write as _;
     let (n, talk, junk_factor) = (options.sessions, options.talk, options.junk_factor);
-    let redis = ufrag_testkit::redis::RedisServer::start_at(loopback_ip(95));
+    let redis = ufrag_testbed::redis::RedisServer::start_at(loopback_ip(95));
     let vip = SocketAddr::from((loopback_ip(90), 3478));
     let internal = SocketAddr::from((loopback_ip(91), 40_000));
     let metrics = SocketAddr::from((loopback_ip(91), 9100));
@@ -209,13 +209,13 @@ fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_
         let (baseline, ()) = talk_while(http, clients, n, talk, lead, || ());
         row(&mut report, "junk", "no junk", &baseline, "none");
         eprintln!("resilience: junk flood…");
-        let keys = ufrag_testkit::keys::keys();
+        let keys = ufrag_testbed::keys::keys();
         // An authentic request for a session nobody holds (the transceiver knows no such
         // ufrag): the first copy makes a flow, every other copy is a replay.
         let valid = crate::bench::probe::binding_request(&keys, worker, 201);
         let before = relay_drops(metrics);
         let misses =
-            || ufrag_testkit::http::metric(None, metrics, "ufrag_relay_cache_misses_total");
+            || ufrag_testbed::http::metric(None, metrics, "ufrag_relay_cache_misses_total");
         let misses_before = misses();
         let rate = junk_factor * live_pps;
         let (junked, sent) = talk_while(http, clients, n, talk, lead, || {
@@ -269,7 +269,7 @@ fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_
                 relay = start_relay_with(1, vip, internal, metrics, &flags);
                 killed.elapsed()
             });
-            let counter = |name: &str| ufrag_testkit::http::metric(None, metrics, name);
+            let counter = |name: &str| ufrag_testbed::http::metric(None, metrics, name);
             let drops = listed(&grown(&BTreeMap::new(), &relay_drops(metrics)));
             row(
                 &mut report,
@@ -299,8 +299,8 @@ fn junk_and_restarts(options: &Options, into: &mut String, rows: &mut Vec<serde_
 
 /// A counter family's values by one label, from `/metrics` at `addr`.
 fn by_label(addr: SocketAddr, family: &str, label: &str) -> BTreeMap<String, f64> {
-    let text = ufrag_testkit::http::get(None, addr, "/metrics").map_or(String::new(), |r| r.1);
-    ufrag_testkit::http::metric_by_label(&text, family, label)
+    let text = ufrag_testbed::http::get(None, addr, "/metrics").map_or(String::new(), |r| r.1);
+    ufrag_testbed::http::metric_by_label(&text, family, label)
 }
 
 /// How fast the junk went: the rate asked, or, when one sender thread could not reach
@@ -346,7 +346,7 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
         tcp_vip: vip,
         http,
         transceiver: worker,
-        keys: ufrag_testkit::keys::keys(),
+        keys: ufrag_testbed::keys::keys(),
     };
     let sources = Sources::for_this_run();
     let _ = writeln!(
@@ -410,7 +410,7 @@ fn hostile(options: &Options, report: &mut String, rows: &mut Vec<serde_json::Va
             "ufrag_relay_tcp_connections_closed_total",
             "reason",
         );
-        let shed = ufrag_testkit::http::metric(None, metrics, "ufrag_relay_flows_shed_total");
+        let shed = ufrag_testbed::http::metric(None, metrics, "ufrag_relay_flows_shed_total");
         let transceiver_refused = grown(&refused_before, &refusals());
         rows.push(serde_json::json!({
             "section": "hostile",

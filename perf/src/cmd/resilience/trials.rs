@@ -9,8 +9,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ufrag_testkit::http::request_from;
-use ufrag_testkit::webrtc_client::Client;
+use ufrag_testbed::http::request_from;
+use ufrag_testbed::webrtc_client::Client;
 
 use crate::bench::sessions::ClientGroup;
 use crate::cmd::resilience::hostile::paced;

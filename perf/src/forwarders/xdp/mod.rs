@@ -93,7 +93,7 @@ impl Iface {
     /// Attaches `prog` in native mode; the attachment lasts as long as the returned link.
     fn attach_native(&self, prog: OwnedFd) -> io::Result<Attached> {
         let ifindex = self.ifindex;
-        let link = ufrag_testkit::netns::in_netns(self.ns.as_deref(), move || {
+        let link = ufrag_testbed::netns::in_netns(self.ns.as_deref(), move || {
             bpf::link_create_xdp(&prog, ifindex, bpf::XDP_FLAGS_DRV_MODE)
         })??;
         Ok(Attached { _link: link })

@@ -166,7 +166,7 @@ impl XdpGenerator {
         let (id_out, done_out) = (Arc::clone(&thread_id), Arc::clone(&done));
         let start = Instant::now();
         let handle =
-            ufrag_testkit::netns::spawn_in(self.from.ns.as_deref(), "xdp-gen", move || {
+            ufrag_testbed::netns::spawn_in(self.from.ns.as_deref(), "xdp-gen", move || {
                 crate::bench::load::pin_to_load_cpu();
                 *id_out.lock().expect("thread id") = Some(nix::sys::pthread::pthread_self());
                 let result = loop {

@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ufrag_common::stun::{StunClass, StunWriter, attr};
-use ufrag_testkit::http::{HttpResponse, request_from};
-use ufrag_testkit::webrtc_client::Client;
+use ufrag_testbed::http::{HttpResponse, request_from};
+use ufrag_testbed::webrtc_client::Client;
 
 use super::{AttackTally, Sources, Target, paced};
 

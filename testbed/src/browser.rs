@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::OwnedChild;
 use crate::netns::in_netns;
-use crate::testbed::Host;
+use crate::topology::Host;
 
 /// `program` on `PATH`, or an error saying who installs it.
 pub fn installed(program: &str, installer: &str) -> io::Result<PathBuf> {
