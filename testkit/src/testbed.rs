@@ -13,6 +13,7 @@ pub mod tools {
     use crate::cargo_build::bin;
     use crate::child::OwnedChild;
     pub use crate::keys::KEYS;
+    use ufrag_testbed::launch::Stderr;
     /// The relay's metrics address inside its namespace.
     pub const METRICS: &str = "127.0.0.1:9100";
 
@@ -95,44 +96,22 @@ pub mod tools {
         cpu: &str,
         extra: &[&str],
     ) -> OwnedChild {
-        let vip = vip(bed, ipv6).to_string();
-        let internal = SocketAddr::new(bed.relay.ip(ipv6), 40000).to_string();
-        let transceiver_net = if ipv6 { "fd77::/64" } else { "10.77.0.0/24" };
-        let binary_path = bin(binary);
-        let binary_path = binary_path.to_str().expect("UTF-8 path");
-        let mut command = match wrapper.split_first() {
-            Some((program, args)) => {
-                let mut c = bed.relay.command(program);
-                c.args(args).arg(binary_path);
-                c
-            }
-            None => bed.relay.command(binary_path),
+        let launch = ufrag_testbed::launch::RelayLaunch {
+            binary: bin(binary),
+            ns: Some(bed.relay.ns.clone()),
+            wrapper: wrapper.iter().map(|w| w.to_string()).collect(),
+            vip: vip(bed, ipv6),
+            internal: SocketAddr::new(bed.relay.ip(ipv6), 40000),
+            transceiver_net: if ipv6 { "fd77::/64" } else { "10.77.0.0/24" }.into(),
+            workers: 1,
+            cpus: cpu.into(),
+            metrics: METRICS.parse().expect("a socket address"),
+            flags: extra.iter().map(|f| f.to_string()).collect(),
+            log_filter: None,
         };
-        command
-            .args([
-                "--vip",
-                &vip,
-                "--internal-addr",
-                &internal,
-                "--allow-transceiver-net",
-                transceiver_net,
-            ])
-            .args(["--workers", "1", "--cpus", cpu, "--metrics-addr", METRICS])
-            .args(extra)
-            .env("UFRAG_RELAY_HINT_KEYS", KEYS)
-            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        let mut child = OwnedChild::spawn(&mut command).expect("relay starts");
-        let metrics: SocketAddr = METRICS.parse().expect("a socket address");
-        crate::http::wait_ready(
-            Some(&bed.relay.ns),
-            metrics,
-            binary,
-            Duration::from_secs(10),
-            || child.exit_report(),
-        );
-        child
+        launch
+            .start(Stderr::Piped, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// GETs `path` from the relay's metrics endpoint inside its namespace: the body, or
@@ -209,29 +188,27 @@ pub mod tools {
         extra: &[&str],
     ) -> (OwnedChild, SocketAddr) {
         let http = SocketAddr::from((bed.transceiver.addr, 8080));
-        let mut command = bed
-            .transceiver
-            .command(bin("transceiver").to_str().expect("UTF-8 path"));
-        command
-            .args(["--http-addr", &http.to_string()])
-            .args(["--bind", &format!("{}:41000", bed.transceiver.addr)])
-            // The testbed's private network; the client sends no token.
-            .arg("--allow-unauthenticated")
-            .args(["--advertise", &vip.to_string()])
-            .args(["--allow-relay-net", "10.77.0.0/24"])
-            .args(extra)
-            .env("UFRAG_RELAY_HINT_KEYS", KEYS)
-            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        let mut child = OwnedChild::spawn(&mut command).expect("transceiver starts");
-        crate::http::wait_ready(
-            Some(&bed.client.ns),
+        // The testbed's private network; the client sends no token.
+        let mut flags: Vec<String> = ["--allow-unauthenticated", "--advertise"]
+            .map(String::from)
+            .to_vec();
+        flags.extend([
+            vip.to_string(),
+            "--allow-relay-net".into(),
+            "10.77.0.0/24".into(),
+        ]);
+        flags.extend(extra.iter().map(|f| f.to_string()));
+        let launch = ufrag_testbed::launch::TransceiverLaunch {
+            binary: bin("transceiver"),
+            ns: Some(bed.transceiver.ns.clone()),
             http,
-            "transceiver",
-            Duration::from_secs(10),
-            || child.exit_report(),
-        );
+            bind: SocketAddr::from((bed.transceiver.addr, 41000)),
+            flags,
+            log_filter: None,
+        };
+        let child = launch
+            .start(Stderr::Kept, Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("{e}"));
         (child, http)
     }
 

@@ -20,6 +20,7 @@ pub mod probe;
 pub mod profile;
 pub mod progress;
 pub mod report;
+pub mod rounds;
 pub mod search;
 pub mod sessions;
 pub mod shell;

@@ -3,11 +3,10 @@
 //! addresses, and writing a report.
 
 use std::net::{Ipv4Addr, SocketAddr};
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use ufrag_testbed::OwnedChild;
-use ufrag_testbed::http::wait_ready;
+use ufrag_testbed::launch::{RelayLaunch, Stderr, TransceiverLaunch};
 
 /// How long a started relay or transceiver may take to become ready.
 pub const READY: Duration = Duration::from_secs(10);
@@ -85,41 +84,23 @@ pub fn start_relay_as_deployed(
     metrics: SocketAddr,
     extra: &[String],
 ) -> RelayChild {
-    let exe = std::env::current_exe().expect("own path");
-    let relay = exe.with_file_name("relay-mio");
-    assert!(
-        relay.exists(),
-        "{} missing: cargo build --release -p ufrag-relay-mio",
-        relay.display()
-    );
-    let mut command = Command::new(relay);
-    command
-        .args([
-            "--vip",
-            &vip.to_string(),
-            "--internal-addr",
-            &internal.to_string(),
-        ])
-        .args([
-            "--workers",
-            &workers.to_string(),
-            "--cpus",
-            if workers == 1 { "1" } else { "0-1" },
-        ])
-        .args([
-            "--allow-transceiver-net",
-            "127.0.0.0/8",
-            "--metrics-addr",
-            &metrics.to_string(),
-        ])
-        .args(extra)
-        .env("UFRAG_RELAY_HINT_KEYS", ufrag_testbed::keys::KEYS)
-        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null());
-    let mut child = RelayChild(OwnedChild::spawn(&mut command).expect("relay-mio starts"));
-    wait_ready(None, metrics, "relay-mio", READY, || child.0.exit_report());
-    child
+    let launch = RelayLaunch {
+        binary: sibling_binary("relay-mio", "ufrag-relay-mio"),
+        ns: None,
+        wrapper: vec![],
+        vip,
+        internal,
+        transceiver_net: "127.0.0.0/8".into(),
+        workers,
+        cpus: if workers == 1 { "1" } else { "0-1" }.into(),
+        metrics,
+        flags: extra.to_vec(),
+        log_filter: Some("warn".into()),
+    };
+    match launch.start(Stderr::Inherited, READY) {
+        Ok(child) => RelayChild(child),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 pub fn start_transceiver(
@@ -185,34 +166,32 @@ fn spawn_transceiver(
     advertise: Option<SocketAddr>,
     extra: &[&str],
 ) -> TransceiverChild {
-    let mut cmd = Command::new(binary);
-    cmd.args([
-        "--http-addr",
-        &http.to_string(),
-        "--bind",
-        &bind.to_string(),
-        "--workers",
-        "1",
-    ]);
-    cmd.args(["--max-sessions-per-worker", "5000"]);
-    cmd.args(["--cpus", &TRANSCEIVER_CPU.to_string()]);
+    let mut flags: Vec<String> = ["--workers", "1", "--max-sessions-per-worker", "5000"]
+        .map(String::from)
+        .to_vec();
+    flags.extend(["--cpus".into(), TRANSCEIVER_CPU.to_string()]);
     match advertise {
-        Some(vip) => cmd.args([
-            "--advertise",
-            &vip.to_string(),
-            "--allow-relay-net",
-            "127.0.0.0/8",
+        Some(vip) => flags.extend([
+            "--advertise".into(),
+            vip.to_string(),
+            "--allow-relay-net".into(),
+            "127.0.0.0/8".into(),
         ]),
-        None => cmd.arg("--direct"),
+        None => flags.push("--direct".into()),
+    }
+    flags.extend(extra.iter().map(|f| f.to_string()));
+    let launch = TransceiverLaunch {
+        binary: binary.to_path_buf(),
+        ns: None,
+        http,
+        bind,
+        flags,
+        log_filter: Some("warn".into()),
     };
-    cmd.args(extra);
-    cmd.env("UFRAG_RELAY_HINT_KEYS", ufrag_testbed::keys::KEYS)
-        .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null());
-    let mut child = TransceiverChild(OwnedChild::spawn(&mut cmd).expect("transceiver starts"));
-    wait_ready(None, http, "transceiver", READY, || child.0.exit_report());
-    child
+    match launch.start(Stderr::Inherited, READY) {
+        Ok(child) => TransceiverChild(child),
+        Err(e) => panic!("{e}"),
+    }
 }
 
 /// Prints the Markdown report and writes it to `out`, with `json` beside it (`.json`)

@@ -25,6 +25,7 @@ use super::children::{
 use ufrag_model_protocol::audio::AudioFormat;
 
 use crate::bench::cpu::cpu_seconds;
+use crate::bench::rounds::{Order, Rounds};
 use crate::bench::sessions::{LoadPlan, Talkers, load_step, setup_times};
 use crate::bench::stats::{Interval, median_interval};
 
@@ -158,11 +159,6 @@ fn interval_with(i: Option<Interval>, decimals: usize) -> String {
 
 fn interval_text(i: Option<Interval>) -> String {
     interval_with(i, 3)
-}
-
-/// The order of the setups in round `round`: rotating, so none is always first.
-fn rotated(setups: usize, round: usize) -> Vec<usize> {
-    (0..setups).map(|k| (k + round) % setups).collect()
 }
 
 /// The pairs compared, `(subject, reference, what the difference is called)`.
@@ -597,8 +593,9 @@ fn latency_rounds(
     // p99 per setup, and the per-round differences.
     eprintln!("latency: {} rounds…", options.rounds);
     let mut per_setup: Vec<Vec<(f64, f64)>> = vec![vec![]; n];
-    for round in 0..options.rounds {
-        for at in rotated(n, round) {
+    for turn in Rounds::new(1, options.rounds, n, Order::Rotating) {
+        let (round, at) = (turn.round, turn.setup);
+        {
             let setup = &setups[at];
             match setup_times(
                 setup.http,
@@ -613,7 +610,7 @@ fn latency_rounds(
                     let p99 = crate::bench::sessions::quantile_ms(&mut rtts, 0.99);
                     per_setup[at].push((p50, p99));
                 }
-                Err(e) => failures.push(format!("round {}, {}: {e}", round + 1, setup.name)),
+                Err(e) => failures.push(format!("round {round}, {}: {e}", setup.name)),
             }
         }
     }
@@ -802,22 +799,18 @@ fn cost_rounds(
     // Per setup, per round: sessions per core, or None when the step did not hold.
     let mut per_core: Vec<Vec<Option<f64>>> = vec![vec![]; n];
     let mut rows = String::new();
-    for round in 0..options.cost_rounds {
-        for at in rotated(n, round) {
+    for turn in Rounds::new(1, options.cost_rounds, n, Order::Rotating) {
+        let (round, at) = (turn.round, turn.setup);
+        {
             let setup = &setups[at];
-            eprintln!(
-                "cost: round {}, {sessions} sessions, {}…",
-                round + 1,
-                setup.name
-            );
+            eprintln!("cost: round {round}, {sessions} sessions, {}…", setup.name);
             let (step, cpu, backend) = load(setup, ips, sessions, options.talk);
             let ok = held(&step) && cpu > 0.0;
             per_core[at].push(ok.then(|| sessions as f64 / (cpu / 100.0)));
             let backend = backend_cell(setup, backend);
             let _ = writeln!(
                 rows,
-                "| {} | {} | {}/{sessions} | {:.2} % | {cpu:.0} % | {backend} | {} |",
-                round + 1,
+                "| {round} | {} | {}/{sessions} | {:.2} % | {cpu:.0} % | {backend} | {} |",
                 setup.name,
                 step.connected,
                 step.loss() * 100.0,
@@ -895,8 +888,9 @@ fn largest_load(setups: &[Setup], ips: &[Ipv4Addr], options: &Options) -> String
     );
     let mut best = vec![0usize; n];
     let mut lost = vec![false; n];
-    for (i, &sessions) in options.steps.iter().enumerate() {
-        for at in rotated(n, i) {
+    for turn in Rounds::new(0, options.steps.len(), n, Order::Rotating) {
+        let (sessions, at) = (options.steps[turn.round], turn.setup);
+        {
             if lost[at] {
                 continue;
             }
@@ -917,7 +911,7 @@ fn largest_load(setups: &[Setup], ips: &[Ipv4Addr], options: &Options) -> String
                 lost[at] = true;
             }
         }
-        if lost.iter().all(|l| *l) {
+        if turn.ends_round && lost.iter().all(|l| *l) {
             break;
         }
     }
@@ -992,15 +986,6 @@ mod tests {
         let within = bundles_latency_verdict(interval(-0.1, 0.0, 0.1));
         assert!(within.contains("the interval holds 0"), "{within}");
         assert!(pcm_events_verdict(interval(-0.1, 0.0, 0.1)).contains("[-0.100, 0.100]"));
-    }
-
-    #[test]
-    fn rounds_rotate_so_no_setup_is_always_first() {
-        assert_eq!(rotated(3, 0), [0, 1, 2]);
-        assert_eq!(rotated(3, 1), [1, 2, 0]);
-        assert_eq!(rotated(3, 5), [2, 0, 1]);
-        let firsts: std::collections::BTreeSet<usize> = (0..3).map(|r| rotated(3, r)[0]).collect();
-        assert_eq!(firsts.len(), 3, "each setup leads one round in three");
     }
 
     #[test]

@@ -60,7 +60,9 @@ pub fn run(options: &Options) -> i32 {
         eprintln!("perf compare: {e}");
         return 2;
     }
-    let seed = options.seed.unwrap_or_else(rounds::clock_seed);
+    let seed = options
+        .seed
+        .unwrap_or_else(crate::bench::rounds::clock_seed);
     let (bed, environment): (Box<dyn Bed>, serde_json::Value) = if options.lab.lab.is_some() {
         match lab::Lab::up(options) {
             Ok(lab) => {

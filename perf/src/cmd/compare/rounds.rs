@@ -1,8 +1,7 @@
-//! The primary phase of `perf compare`: randomized interleaved rounds. Every setup once
-//! per round, in a new random order each round, started afresh; each offered the same
-//! fixed loads from client sockets, with every CPU's busy time counted around each trial
-//! and the host read by the gate before it. Drift in the host's speed then falls on every
-//! row alike, and a round's ratios compare setups measured minutes apart at most.
+//! The primary phase of `perf compare`: randomized interleaved rounds
+//! ([`crate::bench::rounds`]). Every setup once per round, in a new random order each
+//! round, started afresh; each offered the same fixed loads from client sockets, with every
+//! CPU's busy time counted around each trial and the host read by the gate before it.
 
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,7 @@ use super::setups::Setup;
 use crate::bench::cpu::Snapshot;
 use crate::bench::host_gate::{self, THRESHOLDS};
 use crate::bench::load::LOAD_CPU;
+use crate::bench::rounds::{Order, Rounds, Shuffler, eta};
 
 /// How the rounds run.
 #[derive(Clone, Debug)]
@@ -33,50 +33,6 @@ pub struct Plan {
     pub seed: u64,
 }
 
-/// A small, seeded generator for the rounds' orders (xorshift64*): the order is in the
-/// report, and `--seed` repeats it.
-#[derive(Clone, Debug)]
-pub struct Shuffler(u64);
-
-impl Shuffler {
-    /// Seeded with `seed` (0 is replaced: xorshift has no zero state).
-    pub fn new(seed: u64) -> Shuffler {
-        Shuffler(seed.max(1))
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// `items` in a random order (Fisher–Yates).
-    pub fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = (self.next() % (i as u64 + 1)) as usize;
-            items.swap(i, j);
-        }
-    }
-}
-
-/// ", about N min left" after `done` of `steps` equal steps took `elapsed` (nothing
-/// before the first is done).
-pub fn eta(elapsed: Duration, done: usize, steps: usize) -> String {
-    if done == 0 {
-        return String::new();
-    }
-    let left = elapsed.as_secs_f64() / done as f64 * steps.saturating_sub(done) as f64;
-    format!(", about {:.0} min left", (left / 60.0).ceil())
-}
-
-/// A seed from the clock, for a run that names none.
-pub fn clock_seed() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64)
-}
-
 /// Runs `plan.rounds` rounds on `bench`, numbered from `first`, appending every sample
 /// to `samples` in the order taken (a sequential run calls it again for each block).
 /// After each round, `round_done` gets the samples so far and the last round done (for
@@ -90,7 +46,7 @@ pub fn run(
     round_done: &mut dyn FnMut(&[Sample], usize),
 ) {
     // The pilot keeps `--seed`'s orders; each later block draws from a stream of its own.
-    let mut shuffler = Shuffler::new(if first <= 1 {
+    let shuffler = Shuffler::new(if first <= 1 {
         plan.seed
     } else {
         plan.seed ^ (first as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)
@@ -99,22 +55,25 @@ pub fn run(
         .iter()
         .filter_map(|s| s.reading?.calibration_us)
         .min_by(f64::total_cmp);
-    let steps = plan.rounds * setups.len();
-    let last = first + plan.rounds - 1;
+    let rounds = Rounds::new(first, plan.rounds, setups.len(), Order::Shuffled(shuffler));
     let started = Instant::now();
-    let phase = crate::bench::progress::Phase::start("fixed-load rounds", steps);
-    for round in first..=last {
-        let mut order = setups.to_vec();
-        shuffler.shuffle(&mut order);
-        for (position, setup) in order.iter().enumerate() {
-            let done = (round - first) * setups.len() + position;
-            phase.step(done, &format!("round {round} of {last}: {}", setup.name));
-            crate::say!(
-                "round {round}/{last}: {} ({}/{steps}{})",
-                setup.name,
-                done + 1,
-                eta(started.elapsed(), done, steps)
-            );
+    let phase =
+        crate::bench::progress::Phase::start("fixed-load rounds", plan.rounds * setups.len());
+    for turn in rounds {
+        let setup = setups[turn.setup];
+        let (round, last) = (turn.round, turn.last_round);
+        phase.step(
+            turn.done,
+            &format!("round {round} of {last}: {}", setup.name),
+        );
+        crate::say!(
+            "round {round}/{last}: {} ({}/{}{})",
+            setup.name,
+            turn.done + 1,
+            turn.steps,
+            eta(started.elapsed(), turn.done, turn.steps)
+        );
+        {
             let settled = host_gate::settle(&THRESHOLDS);
             if settled > Duration::from_millis(500) {
                 crate::say!(
@@ -143,7 +102,7 @@ pub fn run(
             samples.push(Sample {
                 setup: setup.key.to_string(),
                 round,
-                position: position + 1,
+                position: turn.position,
                 loads: measured.loads,
                 latency: measured.latency,
                 disturbances,
@@ -152,7 +111,9 @@ pub fn run(
                 outside: Some(measured.outside),
             });
         }
-        round_done(samples, round);
+        if turn.ends_round {
+            round_done(samples, round);
+        }
     }
 }
 
@@ -277,39 +238,4 @@ fn measure_latency(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Vec<crate::be
         .collect();
     drop(load);
     trials
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_shuffle_is_a_permutation_and_the_seed_repeats_it() {
-        let mut a: Vec<u32> = (0..8).collect();
-        let mut b = a.clone();
-        Shuffler::new(42).shuffle(&mut a);
-        Shuffler::new(42).shuffle(&mut b);
-        assert_eq!(a, b);
-        let mut sorted = a.clone();
-        sorted.sort_unstable();
-        assert_eq!(sorted, (0..8).collect::<Vec<_>>());
-    }
-
-    #[test]
-    fn over_many_rounds_every_setup_takes_every_place() {
-        let mut shuffler = Shuffler::new(7);
-        let mut seen = [[0u32; 4]; 4];
-        for _ in 0..400 {
-            let mut order = [0usize, 1, 2, 3];
-            shuffler.shuffle(&mut order);
-            for (place, setup) in order.iter().enumerate() {
-                seen[*setup][place] += 1;
-            }
-        }
-        for row in seen {
-            for count in row {
-                assert!((60..=140).contains(&count), "{seen:?}");
-            }
-        }
-    }
 }

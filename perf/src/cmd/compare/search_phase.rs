@@ -13,6 +13,7 @@ use super::options::{Direction, GeneratorKind, Options};
 use super::setups::{Kind, Running, Setup};
 use crate::bench::load::{Load, Trial};
 use crate::bench::report::Row;
+use crate::bench::rounds::{Order, Rounds, Shuffler, eta};
 
 /// What the phase measured.
 #[derive(Debug, Default)]
@@ -104,22 +105,20 @@ pub fn run(
         ..options.search
     };
     let relay_ns = bench.relay().ns();
-    let steps = rounds * setups.len();
     let started = std::time::Instant::now();
-    let phase = crate::bench::progress::Phase::start("maximum-rate search", steps);
+    let phase = crate::bench::progress::Phase::start("maximum-rate search", rounds * setups.len());
     // A stream of orders of its own: the fixed-load rounds' seed, told apart.
-    let mut shuffler = super::rounds::Shuffler::new(seed ^ SEARCH_ORDER_SALT);
-    for round in 1..=rounds {
-        let mut order: Vec<&Setup> = setups.to_vec();
-        shuffler.shuffle(&mut order);
-        for (position, setup) in order.into_iter().enumerate() {
-            let done = (round - 1) * setups.len() + position;
+    let order = Order::Shuffled(Shuffler::new(seed ^ SEARCH_ORDER_SALT));
+    for turn in Rounds::new(1, rounds, setups.len(), order) {
+        let setup = setups[turn.setup];
+        let (round, done, steps) = (turn.round, turn.done, turn.steps);
+        {
             phase.step(done, &format!("round {round} of {rounds}: {}", setup.name));
             crate::say!(
                 "search {}/{steps} (round {round} of {rounds}): {}{}",
                 done + 1,
                 setup.name,
-                super::rounds::eta(started.elapsed(), done, steps)
+                eta(started.elapsed(), done, steps)
             );
             // The run's preflight started every setup once: one that fails now cannot go on.
             let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));

@@ -4,9 +4,9 @@
 //! here and, for a new kind, one arm in [`Setup::start`].
 
 use std::net::{SocketAddr, SocketAddrV4};
-use std::process::Stdio;
 
 use ufrag_testbed::OwnedChild;
+use ufrag_testbed::launch::{RelayLaunch, Stderr};
 
 use super::relay_host::{BindMode, RelayHost};
 use crate::bench::load::target::Target;
@@ -538,72 +538,43 @@ impl Setup {
         flags: &[&str],
         xdp_mode: Option<&str>,
     ) -> Result<OwnedChild, String> {
-        let path = relay.exe_dir.join(binary);
-        let mut command = relay.command(path.to_str().expect("a UTF-8 path"));
         let workers = self.workers_on(relay);
-        command
-            .args(["--vip", &relay.vip.to_string()])
-            .args(["--internal-addr", &relay.internal.to_string()])
-            .args(["--workers", &workers.to_string()])
-            .args(["--cpus", &relay.worker_cpus(workers)])
-            .args(["--allow-transceiver-net", &relay.transceiver_net])
-            .args(["--metrics-addr", &relay.metrics.to_string()])
-            // Every flow is made before the trials and must outlive them; the admission
-            // limits meant for the internet would refuse them.
-            .args(["--idle-timeout", "15m"])
-            .args(["--new-flows-per-prefix", "1000000"])
-            .args(["--new-flows-per-worker", "1000000"]);
+        // Every flow is made before the trials and must outlive them; the admission
+        // limits meant for the internet would refuse them.
+        let mut all: Vec<String> = [
+            "--idle-timeout",
+            "15m",
+            "--new-flows-per-prefix",
+            "1000000",
+            "--new-flows-per-worker",
+            "1000000",
+        ]
+        .map(String::from)
+        .to_vec();
         if let Some(mode) = xdp_mode {
-            command.args(["--interface", &relay.iface.name, "--xdp-mode", mode]);
+            all.extend(["--interface", &relay.iface.name, "--xdp-mode", mode].map(String::from));
             if relay.bind_mode == BindMode::Zerocopy {
-                command.args(["--bind-mode", "zerocopy"]);
+                all.extend(["--bind-mode", "zerocopy"].map(String::from));
             }
         }
-        command
-            .args(flags)
-            .env("UFRAG_RELAY_HINT_KEYS", ufrag_testbed::keys::KEYS)
-            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null());
-        // Its stderr goes to an unlinked file, read only if it exits early: a pipe
-        // nobody drains would stall a relay that logs under load.
-        let log_path = std::env::temp_dir().join(format!(
-            "ufrag-perf-{}-{}.stderr",
-            std::process::id(),
-            self.key
-        ));
-        let log = std::fs::File::create(&log_path).map_err(|e| format!("{log_path:?}: {e}"))?;
-        let mut last_words = std::fs::File::open(&log_path).map_err(|e| format!("{e}"))?;
-        let _ = std::fs::remove_file(&log_path);
-        command.stderr(log);
-        let mut child =
-            OwnedChild::spawn(&mut command).map_err(|e| format!("{binary} did not start: {e}"))?;
-        let deadline = std::time::Instant::now() + READY;
-        loop {
-            let ready = ufrag_testbed::http::get(relay.ns(), relay.metrics, "/readyz")
-                .is_some_and(|(status, _)| status == 200);
-            if ready {
-                return Ok(child);
-            }
-            if let Some(exit) = child.exit_report() {
-                let mut said = String::new();
-                let _ = std::io::Read::read_to_string(&mut last_words, &mut said);
-                let said = said
-                    .lines()
-                    .rev()
-                    .find(|l| !l.trim().is_empty())
-                    .unwrap_or("");
-                return Err(format!(
-                    "{} exited before it was ready ({}): {said}",
-                    self.name,
-                    exit.trim_end_matches([':', ' '])
-                ));
-            }
-            if std::time::Instant::now() > deadline {
-                return Err(format!("{} was not ready within {READY:?}", self.name));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        all.extend(flags.iter().map(|f| f.to_string()));
+        let launch = RelayLaunch {
+            binary: relay.exe_dir.join(binary),
+            ns: relay.ns().map(str::to_string),
+            wrapper: vec![],
+            vip: relay.vip,
+            internal: relay.internal,
+            transceiver_net: relay.transceiver_net.clone(),
+            workers,
+            cpus: relay.worker_cpus(workers),
+            metrics: relay.metrics,
+            flags: all,
+            log_filter: Some("warn".into()),
+        };
+        // A relay logs under load for minutes: its stderr is kept in a file, not a pipe.
+        launch
+            .start(Stderr::Kept, READY)
+            .map_err(|e| format!("{}: {e}", self.name))
     }
 }
 
