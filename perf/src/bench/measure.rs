@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::bench::cpu::{cpu_busy_seconds, machine_busy_seconds};
 use crate::bench::load::{LOAD_CPU, Load, Trial};
-use crate::bench::report::{Row, Run};
+use crate::bench::rows::{Row, Run};
 use crate::bench::search::{Plan, ndr_pdr};
 
 /// What a rate's last trial cost: (forwarder, tools, machine) busy seconds, packets

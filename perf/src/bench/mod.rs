@@ -2,9 +2,9 @@
 //! maximum-rate search ([`search`], [`measure`]), where the CPU time goes ([`cpu`],
 //! [`outside`], [`legs`], [`profile`], [`wake`]), whether the host was fit to measure on
 //! ([`host_gate`]), what the run ran on ([`environment`], [`nic`], [`placement`]), the
-//! statistics ([`stats`]), WebRTC sessions ([`sessions`]), the report's rows
-//! ([`report`]), a long run's progress and clean-up ([`progress`], [`interrupt`]), and
-//! the system tools it drives ([`shell`]).
+//! statistics ([`stats`]), interleaved rounds ([`rounds`]), WebRTC sessions
+//! ([`sessions`]), the maximum-rate rows ([`rows`]), a long run's progress and clean-up
+//! ([`progress`], [`interrupt`]), and the system tools it drives ([`shell`]).
 
 pub mod cpu;
 pub mod environment;
@@ -19,8 +19,8 @@ pub mod placement;
 pub mod probe;
 pub mod profile;
 pub mod progress;
-pub mod report;
 pub mod rounds;
+pub mod rows;
 pub mod search;
 pub mod sessions;
 pub mod shell;

@@ -33,7 +33,7 @@ pub fn run(options: Options) -> i32 {
 /// forwarded nothing at its fixed load, or whose every search found no rate within the
 /// partial-drop goal (even far below the first rate), is a broken setup, not a slow one.
 fn row_failure(
-    row: &crate::bench::report::Row,
+    row: &crate::bench::rows::Row,
     search: &crate::bench::measure::SearchArgs,
 ) -> Option<String> {
     if row.fixed.sent > 0 && row.fixed.received == 0 {
@@ -54,7 +54,7 @@ fn row_failure(
 
 /// The report's closing table of failed rows ([`row_failure`]); empty when none failed.
 fn failed_rows_table(
-    rows: &[crate::bench::report::Row],
+    rows: &[crate::bench::rows::Row],
     search: &crate::bench::measure::SearchArgs,
 ) -> String {
     let failed: Vec<String> = rows
@@ -154,7 +154,7 @@ pub fn loopback(search: &crate::bench::measure::SearchArgs, out: &std::path::Pat
         "{}-byte datagrams, client → transceiver, {CLIENTS} flows",
         search.size
     );
-    let mut report = crate::bench::report::markdown(
+    let mut report = crate::bench::rows::markdown(
         (
             "Loopback forwarding: relay-mio against a bare mmsg forwarder",
             &traffic,
@@ -168,7 +168,7 @@ pub fn loopback(search: &crate::bench::measure::SearchArgs, out: &std::path::Pat
     write_report(
         out,
         &report,
-        Some(crate::bench::report::json(&rows, &serde_json::json!({})).to_string()),
+        Some(crate::bench::rows::json(&rows, &serde_json::json!({})).to_string()),
     );
     report
 }
@@ -177,7 +177,7 @@ pub fn loopback(search: &crate::bench::measure::SearchArgs, out: &std::path::Pat
 mod tests {
     use super::*;
     use crate::bench::load::{Latency, Trial};
-    use crate::bench::report::{Row, Run};
+    use crate::bench::rows::{Row, Run};
     use crate::bench::search::{Limit, SearchRun};
 
     /// A trial that offered `sent` datagrams and carried `received`.

@@ -356,7 +356,7 @@ impl<'a> Analysis<'a> {
 /// Voice sessions one core carries at `us_per_packet`: a session is 50 packets a second
 /// each way.
 pub fn sessions_per_core(us_per_packet: f64) -> f64 {
-    1e6 / us_per_packet.max(1e-9) / crate::bench::report::VOICE_SESSION_PPS
+    1e6 / us_per_packet.max(1e-9) / crate::bench::rows::VOICE_SESSION_PPS
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::fmt::Write as _;
 
 use super::cost::CONFIDENCE;
 use crate::bench::load::{CDF_QUANTILES, Trial};
-use crate::bench::report::Row;
+use crate::bench::rows::Row;
 use crate::bench::search::PDR_LOSS;
 use crate::bench::stats::{Interval, median_interval};
 
@@ -325,7 +325,7 @@ pub fn json(
 mod tests {
     use super::*;
     use crate::bench::load::Latency;
-    use crate::bench::report::Run;
+    use crate::bench::rows::Run;
     use crate::bench::search::{Limit, SearchRun};
 
     fn trial(offered: u64, sent: u64, received: u64, samples: u64, p: [f64; 8]) -> Trial {

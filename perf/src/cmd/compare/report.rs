@@ -530,7 +530,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         ));
         md.push_str("\n## Each search\n\n");
         let traffic = format!("{}-byte datagrams, {way}", options.search.size);
-        md.push_str(&crate::bench::report::body(
+        md.push_str(&crate::bench::rows::body(
             &traffic,
             &searched.rows,
             options.search.fixed_pps,
@@ -575,7 +575,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             options.forwarder_cpu
         );
         md.push_str(&searched.profiles);
-        md.push_str(&crate::bench::report::appendix(&searched.rows));
+        md.push_str(&crate::bench::rows::appendix(&searched.rows));
     }
     let svg_name = options.out.with_extension("svg");
     if let Some(name) = svg_name.file_name().and_then(|n| n.to_str()) {
@@ -585,7 +585,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             1,
         );
     }
-    let mut json = crate::bench::report::json(&searched.rows, m.environment);
+    let mut json = crate::bench::rows::json(&searched.rows, m.environment);
     json["cost"] = cost_json(
         &verdict,
         &analysis,
@@ -635,7 +635,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             )
         })
         .collect();
-    let svg = crate::bench::report::svg_with(
+    let svg = crate::bench::rows::svg_with(
         &[(
             "marginal µs of the machine per packet, null row subtracted (lower is better)",
             "µs",

@@ -12,8 +12,8 @@ use super::max_rate::{self, FinalTrial, PdrLatency};
 use super::options::{Direction, GeneratorKind, Options};
 use super::setups::{Kind, Running, Setup};
 use crate::bench::load::{Load, Trial};
-use crate::bench::report::Row;
 use crate::bench::rounds::{Order, Rounds, Shuffler, eta};
+use crate::bench::rows::Row;
 
 /// What the phase measured.
 #[derive(Debug, Default)]

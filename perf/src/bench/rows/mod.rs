@@ -1,15 +1,17 @@
-//! The report: one row per setup, each measured by repeated searches, as Markdown for
-//! people and JSON for machines, with a verdict computed from the rows.
+//! The maximum-rate rows: one row per setup, each measured by repeated searches, as
+//! Markdown for people and JSON for machines, with the verdict at the maximum rate
+//! ([`verdict`]) and the latency section computed from them. `perf compare`'s search phase
+//! and `perf loopback` write them; the cost rounds' verdict is `perf compare`'s own.
 
 use std::fmt::Write as _;
 
-mod latency;
+mod latency_section;
+mod max_rate_verdict;
 mod svg;
-mod verdict;
 
-pub use latency::latency_section;
+pub use latency_section::latency_section;
+pub use max_rate_verdict::{ON_XDP_CRATE, VOICE_SESSION_PPS, verdict};
 pub use svg::{BarChart, svg, svg_with};
-pub use verdict::{ON_XDP_CRATE, VOICE_SESSION_PPS, verdict};
 
 use crate::bench::load::{CDF_QUANTILES, Trial};
 use crate::bench::search::Limit;
