@@ -8,6 +8,8 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
+use ufrag_perf::cmd::lab::protocol::{Channel, Request};
+use ufrag_perf::cmd::lab::token::{TOKEN_ENV, Token, prove};
 use ufrag_testkit::OwnedChild;
 use ufrag_testkit::cargo_build::bin;
 use ufrag_testkit::testbed::tools::require_root;
@@ -19,6 +21,9 @@ struct TwoHosts {
     relay_if: String,
     tools_if: String,
 }
+
+/// The token both halves of the tests' labs are given.
+const LAB_TOKEN: &str = "lab-token-0123456789abcdef0123456789";
 
 const RELAY_IP: &str = "10.89.0.1";
 const TOOLS_IP: &str = "10.89.0.2";
@@ -176,6 +181,7 @@ fn compare(
         None => Command::new(&perf),
     };
     let run = command
+        .env(TOKEN_ENV, LAB_TOKEN)
         .arg("compare")
         .args(args)
         .args(SHORT)
@@ -243,7 +249,8 @@ fn lab_mode_on_two_namespaces_refuses_zero_copy_cleanly_and_reports_like_the_tes
         .args(["netns", "exec", &hosts.tools_ns])
         .arg(&perf)
         .args(["agent", "--once", "--listen", &format!("{TOOLS_IP}:7700")])
-        .args(["--interface", &hosts.tools_if, "--cpus", "0"]);
+        .args(["--interface", &hosts.tools_if, "--cpus", "0"])
+        .env(TOKEN_ENV, LAB_TOKEN);
     let mut agent = OwnedChild::spawn(&mut agent_command).expect("the agent starts");
     std::thread::sleep(std::time::Duration::from_millis(300));
 
@@ -431,6 +438,7 @@ fn a_missing_agent_or_interface_is_named_before_any_trial() {
     require_root();
     let compare = |args: &[&str]| {
         let run = Command::new(bin("ufrag-perf"))
+            .env(TOKEN_ENV, LAB_TOKEN)
             .arg("compare")
             .args(args)
             .output()
@@ -453,4 +461,155 @@ fn a_missing_agent_or_interface_is_named_before_any_trial() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("--interface"), "{stderr}");
     assert!(!stderr.contains("round "), "no trial began: {stderr}");
+}
+
+/// A namespace of the test's own with a veth pair inside it, `tools0` (10.90.0.1) for the
+/// agent to drive, deleted when dropped.
+struct ToolsHost {
+    ns: String,
+}
+
+impl ToolsHost {
+    fn up(tag: &str) -> ToolsHost {
+        let ns = format!("ufrag-agent-{}-{tag}", std::process::id());
+        ip(&["netns", "add", &ns]);
+        let host = ToolsHost { ns };
+        let exec = |args: &[&str]| ip(&[&["-n", &host.ns][..], args].concat());
+        exec(&["link", "set", "lo", "up"]);
+        exec(&["link", "add", "tools0", "type", "veth", "peer", "name", "tools1"]);
+        exec(&["addr", "add", "10.90.0.1/24", "dev", "tools0"]);
+        exec(&["link", "set", "tools0", "up"]);
+        exec(&["link", "set", "tools1", "up"]);
+        host
+    }
+
+    /// The agent in this namespace, on 127.0.0.1:7700, with `token_file` (or none).
+    fn agent(&self, token_file: Option<&std::path::Path>) -> OwnedChild {
+        let mut command = Command::new("ip");
+        command
+            .args(["netns", "exec", &self.ns])
+            .arg(bin("ufrag-perf"))
+            .args([
+                "agent",
+                "--listen",
+                "127.0.0.1:7700",
+                "--interface",
+                "tools0",
+            ])
+            .env_remove(TOKEN_ENV)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        if let Some(file) = token_file {
+            command.arg("--token-file").arg(file);
+        }
+        OwnedChild::spawn(&mut command).expect("the agent starts")
+    }
+
+    /// A connection to the agent, once it listens (at most 10 s).
+    fn connect(&self, agent: &mut OwnedChild) -> Channel {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let stream = ufrag_testkit::netns::in_netns(Some(&self.ns), || {
+                std::net::TcpStream::connect("127.0.0.1:7700")
+            })
+            .expect("the namespace");
+            if let Ok(stream) = stream {
+                return Channel::new(stream).unwrap();
+            }
+            if let Some(report) = agent.exit_report() {
+                panic!("the agent exited: {report}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for ToolsHost {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+    }
+}
+
+/// The agent sends load wherever it is told, so it serves only a compare that proves the
+/// token: a wrong answer, a request instead of an answer, and the wrong token are each
+/// refused before anything is served (not even the hello), and the agent goes on serving;
+/// the right token is served. Without a token, or with a token file others may read, it
+/// does not start.
+#[test]
+fn the_agent_serves_only_who_proves_the_token() {
+    require_root();
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = std::env::temp_dir().join(format!("ufrag-agent-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("agent.token");
+    std::fs::write(&file, format!("{LAB_TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let tools = ToolsHost::up("token");
+    let mut agent = tools.agent(Some(&file));
+
+    // A made-up answer.
+    let mut channel = tools.connect(&mut agent);
+    let challenge = channel.receive().unwrap().expect("a challenge");
+    assert_eq!(
+        challenge["challenge"].as_str().map(str::len),
+        Some(64),
+        "{challenge}"
+    );
+    channel
+        .send(&serde_json::json!({ "answer": "00".repeat(32) }))
+        .unwrap();
+    let refusal = channel.receive().unwrap().expect("a refusal");
+    assert_eq!(refusal["error"], "not authenticated", "{refusal}");
+    assert!(
+        channel.receive().unwrap_or(None).is_none(),
+        "then the agent closes"
+    );
+
+    // A request where the answer belongs: refused, its hello never sent.
+    let mut channel = tools.connect(&mut agent);
+    channel.receive().unwrap().expect("a challenge");
+    channel.send(&Request::Hello.to_json()).unwrap();
+    let refusal = channel.receive().unwrap().expect("a refusal");
+    assert!(
+        refusal.get("ok").is_none() && refusal.get("client_ip").is_none(),
+        "{refusal}"
+    );
+
+    // Another token.
+    let mut channel = tools.connect(&mut agent);
+    let wrong = Token::from_text("another-token-0123456789abcdef0123456789");
+    let e = prove(&mut channel, &wrong).unwrap_err();
+    assert!(e.contains("refused the token"), "{e}");
+
+    // The token: served, after three refusals.
+    let mut channel = tools.connect(&mut agent);
+    prove(&mut channel, &Token::from_text(LAB_TOKEN)).unwrap();
+    let hello = channel.call(&Request::Hello).unwrap();
+    assert_eq!(hello["client_ip"], "10.90.0.1", "{hello}");
+    drop(channel);
+    drop(agent);
+
+    // No token, and a token others may read: the agent does not start.
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for (token_file, expected) in [(None, "a token is required"), (Some(&file), "0644")] {
+        let mut agent = tools.agent(token_file.map(|f| f.as_path()));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let report = loop {
+            if let Some(report) = agent.exit_report() {
+                break report;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent started: {expected}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        assert!(report.contains("exit status: 2"), "{report}");
+        assert!(report.contains(expected), "{expected}: {report}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }

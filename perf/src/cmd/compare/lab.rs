@@ -38,6 +38,8 @@ impl Lab {
         let args = &options.lab;
         let agent = args.lab.as_deref().ok_or("not lab mode")?;
         let interface = args.interface.as_deref().ok_or("--interface")?;
+        let token = crate::cmd::lab::token::Token::load(args.lab_token_file.as_deref())
+            .map_err(|e| format!("--lab {agent}: {e}"))?;
         let addr = agent
             .to_socket_addrs()
             .map_err(|e| format!("--lab {agent}: {e}"))?
@@ -47,6 +49,8 @@ impl Lab {
             format!("--lab {agent}: {e} (is `ufrag-perf agent` running on the tools host?)")
         })?;
         let mut channel = Channel::new(stream).map_err(|e| format!("--lab {agent}: {e}"))?;
+        crate::cmd::lab::token::prove(&mut channel, &token)
+            .map_err(|e| format!("--lab {agent}: {e}"))?;
         let hello = channel.call(&Request::Hello)?;
         let field = |k: &str| {
             hello[k]

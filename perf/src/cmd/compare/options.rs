@@ -349,6 +349,9 @@ pub struct LabArgs {
     /// `--forwarder-cpu`, then every other CPU).
     #[arg(long, value_delimiter = ',', requires = "lab")]
     pub relay_cpus: Vec<usize>,
+    /// The token the agent was given (a file of mode 0600; or UFRAG_PERF_AGENT_TOKEN).
+    #[arg(long, value_name = "FILE", requires = "lab")]
+    pub lab_token_file: Option<std::path::PathBuf>,
 }
 
 impl LabArgs {

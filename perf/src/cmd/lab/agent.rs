@@ -1,6 +1,7 @@
 //! `ufrag-perf agent`: the tools host's half of lab mode. It listens for one `perf compare
 //! --lab` at a time, and for it makes each setup's flows from the client interface, holds
-//! one load (the generator and the sink) and runs the trials it asks for. Every request
+//! one load (the generator and the sink) and runs the trials it asks for. It serves only a
+//! compare that proves the shared token ([`super::token`]). Every request
 //! is bounded (flows, rate, length, size): a mistyped request costs a refusal, not a
 //! flood.
 
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::protocol::{Channel, Prepare, Purpose, Request, trial_json};
+use super::token::{Token, demand_proof};
 use crate::bench::load::target::{
     FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT, Target, make_flows,
 };
@@ -30,10 +32,15 @@ pub const MAX_SIZE: usize = 1472;
 /// `ufrag-perf agent`'s options.
 #[derive(Debug, clap::Args)]
 pub struct AgentOptions {
-    /// Where `perf compare --lab` connects (the control channel: keep it on the lab's
-    /// management network, not the interfaces under test).
-    #[arg(long, default_value = "0.0.0.0:7700")]
+    /// Where `perf compare --lab` connects, e.g. 192.0.2.5:7700 (the control channel: an
+    /// address on the lab's management network, not the interfaces under test; no
+    /// default, so the agent never listens everywhere by accident).
+    #[arg(long, value_name = "IP:PORT")]
     pub listen: SocketAddr,
+    /// The token a compare must prove it holds (a file of mode 0600; or
+    /// UFRAG_PERF_AGENT_TOKEN): without one the agent does not start.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<std::path::PathBuf>,
     /// The interface the clients' load leaves by, towards the relay host (its first IPv4
     /// address is the clients' address).
     #[arg(long)]
@@ -92,6 +99,7 @@ fn serve(options: &AgentOptions) -> Result<(), String> {
         )
         .map_err(|e| format!("--cpus {list}: {e}"))?;
     }
+    let token = Token::load(options.token_file.as_deref())?;
     let tools = tools(options)?;
     let listener = TcpListener::bind(options.listen)
         .map_err(|e| format!("--listen {}: {e}", options.listen))?;
@@ -105,11 +113,19 @@ fn serve(options: &AgentOptions) -> Result<(), String> {
     );
     loop {
         let (stream, from) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+        let proven = Channel::new(stream)
+            .map_err(|e| e.to_string())
+            .and_then(|mut channel| demand_proof(&mut channel, &token).map(|()| channel));
+        let channel = match proven {
+            Ok(channel) => channel,
+            Err(e) => {
+                // Refused before anything is served; it does not count as the one compare.
+                eprintln!("ufrag-perf agent: refused {from}: {e}");
+                continue;
+            }
+        };
         eprintln!("ufrag-perf agent: a compare from {from}");
-        match Channel::new(stream) {
-            Ok(channel) => session(&tools, channel),
-            Err(e) => eprintln!("ufrag-perf agent: {from}: {e}"),
-        }
+        session(&tools, channel);
         eprintln!("ufrag-perf agent: {from} is done");
         if options.once {
             return Ok(());

@@ -5,10 +5,11 @@
 //! host (the device under test; its side is [`crate::cmd::compare::lab`]) and starts the
 //! setups there on the NIC the user names; the agent ([`agent`], `ufrag-perf agent`) runs on
 //! the tools host, makes the flows and runs the generator and the sink, and answers over
-//! one TCP connection ([`protocol`]).
+//! one TCP connection ([`protocol`]) to whoever proves the shared token ([`token`]).
 
 pub mod agent;
 pub mod protocol;
+pub mod token;
 
 use std::time::{Duration, Instant};
 

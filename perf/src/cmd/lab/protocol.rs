@@ -193,6 +193,11 @@ impl Channel {
         })
     }
 
+    /// How long a read may wait (`None`: for ever).
+    pub fn set_timeout(&self, timeout: Option<Duration>) -> std::io::Result<()> {
+        self.writer.set_read_timeout(timeout)
+    }
+
     /// Sends `v` as one line.
     pub fn send(&mut self, v: &Value) -> std::io::Result<()> {
         let mut line = v.to_string();
