@@ -216,8 +216,8 @@ pub struct RelayArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// TOML config file whose keys are these flags' long names with `_` for `-`; a flag
-    /// given here replaces the file's key.
-    #[arg(long, short = 'c', value_name = "FILE", env = RELAY_CONFIG_ENV)]
+    /// given here replaces the file's key. Or UFRAG_RELAY_CONFIG (empty: none).
+    #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Public VIP:port to serve (repeat for several).
     #[arg(long = "vip", value_name = "IP:PORT")]

@@ -28,7 +28,8 @@ pub struct ConfigError {
 /// Keys the file may not set: what selects the file itself, and what is not configuration.
 const NOT_FILE_KEYS: [&str; 4] = ["config", "print_config", "help", "version"];
 
-/// The path the command line names with `--config FILE` / `--config=FILE`, else
+/// The path the command line names with `--config FILE`, `--config=FILE`, `-c FILE`,
+/// `-c=FILE` or `-cFILE`, else
 /// `from_env` (the value of the binary's config variable, an empty one counting as
 /// unset); read before parsing, since the file's keys join the parse.
 pub fn config_path(args: &[OsString], from_env: Option<OsString>) -> Option<OsString> {
@@ -37,8 +38,13 @@ pub fn config_path(args: &[OsString], from_env: Option<OsString>) -> Option<OsSt
         if arg == "--config" || arg == "-c" {
             return rest.next().cloned();
         }
-        if let Some(path) = arg.to_str().and_then(|a| a.strip_prefix("--config=")) {
+        let Some(arg) = arg.to_str() else { continue };
+        // `--config=FILE`, `-c=FILE` and `-cFILE`, as clap reads them.
+        if let Some(path) = arg.strip_prefix("--config=") {
             return Some(path.into());
+        }
+        if let Some(path) = arg.strip_prefix("-c").filter(|p| !p.is_empty()) {
+            return Some(path.strip_prefix('=').unwrap_or(path).into());
         }
     }
     from_env.filter(|v| !v.is_empty())
@@ -195,12 +201,14 @@ pub fn parse<C: CommandFactory + FromArgMatches>(
         .clone()
         .try_get_matches_from(&full)
         .map_err(|error| {
-            let own_kind = command
-                .clone()
-                .try_get_matches_from(args)
-                .err()
-                .map(|e| e.kind());
-            if text.is_none() || own_kind == Some(error.kind()) {
+            // The command line's own fault when parsing it alone fails the same way, about
+            // the same flag.
+            let fault = |e: &clap::Error| {
+                let flag = e.get(ContextKind::InvalidArg).map(|v| v.to_string());
+                (e.kind(), flag)
+            };
+            let own = command.clone().try_get_matches_from(args).err();
+            if text.is_none() || own.as_ref().map(fault) == Some(fault(&error)) {
                 return ParseError::CommandLine(error);
             }
             ParseError::File(config_error_of(&error))
@@ -247,9 +255,12 @@ pub fn effective_config(command: &Command, matches: &ArgMatches) -> String {
     out
 }
 
-/// A flag's value as TOML: a number or boolean when it reads as one, else a string.
+/// A flag's value as TOML: a number or boolean when it reads as one and prints back the
+/// same (`007` stays the string it was), else a string.
 fn toml_scalar(raw: &str) -> toml::Value {
-    if let Ok(n) = raw.parse::<i64>() {
+    if let Ok(n) = raw.parse::<i64>()
+        && n.to_string() == raw
+    {
         return toml::Value::Integer(n);
     }
     match raw {
@@ -348,8 +359,10 @@ mod tests {
             .unwrap();
         let printed = effective_config(&command(), &first);
         assert!(printed.contains("workers = 1\n"), "{printed}");
+        assert_eq!(toml_scalar("007"), toml::Value::String("007".into()));
+        assert_eq!(toml_scalar("-7"), toml::Value::Integer(-7));
         assert!(printed.contains("allow_net = [\"a\"]\n"), "{printed}");
-        assert!(printed.contains("# config: not set\n") || !printed.contains("config ="));
+        assert!(!printed.contains("config =") && !printed.contains("print_config"));
         let flags = file_as_flags(&command(), &printed, &args(&[]), &[]).unwrap();
         let again = command()
             .try_get_matches_from(std::iter::once(OsString::from("t")).chain(flags))
@@ -377,6 +390,11 @@ mod tests {
         let flag_wins = parse::<Options>(Some("workers = 3"), &args(&["--workers", "4"]), &[]);
         assert_eq!(flag_wins.unwrap().options.workers, 4);
         match parse::<Options>(Some("workers = 300"), &args(&[]), &[]) {
+            Err(ParseError::File(e)) => assert_eq!(e.field, "workers", "{e}"),
+            other => panic!("the file's value, the file's fault: {other:?}"),
+        }
+        // Both bad: the file's value is named as the file's (clap stops at the first).
+        match parse::<Options>(Some("workers = 300"), &args(&["--bind"]), &[]) {
             Err(ParseError::File(e)) => assert_eq!(e.field, "workers", "{e}"),
             other => panic!("the file's value, the file's fault: {other:?}"),
         }
@@ -408,6 +426,12 @@ mod tests {
             Some("b.toml".into())
         );
         assert_eq!(config_path(&args(&["--bind", "x"]), env()), env());
+        for attached in ["-cc.toml", "-c=c.toml"] {
+            assert_eq!(
+                config_path(&args(&[attached]), env()),
+                Some("c.toml".into())
+            );
+        }
         assert_eq!(
             config_path(&args(&["--bind", "x"]), Some(OsString::new())),
             None,

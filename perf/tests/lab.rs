@@ -476,7 +476,9 @@ impl ToolsHost {
         let host = ToolsHost { ns };
         let exec = |args: &[&str]| ip(&[&["-n", &host.ns][..], args].concat());
         exec(&["link", "set", "lo", "up"]);
-        exec(&["link", "add", "tools0", "type", "veth", "peer", "name", "tools1"]);
+        exec(&[
+            "link", "add", "tools0", "type", "veth", "peer", "name", "tools1",
+        ]);
         exec(&["addr", "add", "10.90.0.1/24", "dev", "tools0"]);
         exec(&["link", "set", "tools0", "up"]);
         exec(&["link", "set", "tools1", "up"]);

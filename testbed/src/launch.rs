@@ -1,5 +1,5 @@
-//! Starting the project's binaries for a run, the one way the benchmark suite and the tests
-//! do it: a relay ([`RelayLaunch`]) with the flags every run gives it (its VIP, internal
+//! Starting the project's binaries for a run, as the benchmark suite and the testbed's
+//! tools do it: a relay ([`RelayLaunch`]) with the flags every run gives it (its VIP, internal
 //! address, transceiver network, workers and CPUs, metrics address, then the caller's own),
 //! a transceiver ([`TransceiverLaunch`]) with its HTTP and media addresses, both with the
 //! example hint key, in a namespace or in this one. A binary is ready when its `/readyz`
@@ -7,6 +7,7 @@
 
 use std::io::Read as _;
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -92,6 +93,9 @@ pub struct TransceiverLaunch {
     pub http: SocketAddr,
     /// `--bind`: its media socket.
     pub bind: SocketAddr,
+    /// The namespace `/readyz` is asked from when not the transceiver's own (the testbed
+    /// asks from the client's, which proves the route too).
+    pub ready_from: Option<String>,
     /// The caller's own flags, after these.
     pub flags: Vec<String>,
     /// `RUST_LOG`, when set.
@@ -113,33 +117,38 @@ impl TransceiverLaunch {
     /// Starts the transceiver as [`RelayLaunch::start`] starts a relay.
     pub fn start(&self, stderr: Stderr, timeout: Duration) -> Result<OwnedChild, String> {
         let ready = Ready {
-            ns: self.ns.as_deref(),
+            ns: self.ready_from.as_deref().or(self.ns.as_deref()),
             addr: self.http,
         };
         start(self.command(), &self.binary, ready, stderr, timeout)
     }
 }
 
-/// `wrapper` then `binary`, in namespace `ns` (`ip netns exec`) or in this one.
+/// `wrapper` then `binary`, in namespace `ns` or in this one.
 fn in_namespace(ns: Option<&str>, wrapper: &[String], binary: &std::path::Path) -> Command {
     let binary = binary.to_string_lossy().into_owned();
     let mut line: Vec<&str> = wrapper.iter().map(String::as_str).collect();
     line.push(&binary);
     let (program, args) = line.split_first().expect("a binary");
-    let mut command = match ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, program]);
-            c
-        }
-        None => Command::new(program),
-    };
+    let mut command = crate::netns::command_in(ns, program);
     command.args(args);
     command
 }
 
-/// The example hint key (and the permission to use it), the log filter, no stdout.
+/// The variables a deployment may have set that would change what a launched binary
+/// runs with: its config file and the route cache's password.
+const DEPLOYMENT_ENV: [&str; 3] = [
+    "UFRAG_RELAY_CONFIG",
+    "UFRAG_TRANSCEIVER_CONFIG",
+    "UFRAG_REDIS_PASSWORD",
+];
+
+/// The example hint key (and the permission to use it), none of the caller's deployment
+/// variables, the log filter, no stdout.
 fn with_example_key(command: &mut Command, log_filter: Option<&str>) {
+    for name in DEPLOYMENT_ENV {
+        command.env_remove(name);
+    }
     command
         .env("UFRAG_RELAY_HINT_KEYS", crate::keys::KEYS)
         .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
@@ -184,7 +193,13 @@ fn start(
                 std::process::id(),
                 STARTED.fetch_add(1, Ordering::Relaxed)
             ));
-            let file = std::fs::File::create(&path).map_err(|e| format!("{path:?}: {e}"))?;
+            // A new file of our own (O_EXCL: never a name someone linked elsewhere).
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| format!("{path:?}: {e}"))?;
             kept = Some(std::fs::File::open(&path).map_err(|e| format!("{path:?}: {e}"))?);
             let _ = std::fs::remove_file(&path);
             command.stderr(file);
@@ -199,13 +214,14 @@ fn start(
         if answered {
             return Ok(child);
         }
-        if let Some(report) = child.exit_report() {
+        if let Ok(Some(status)) = child.try_wait() {
             let mut said = String::new();
+            if let Some(mut pipe) = child.stderr.take() {
+                let _ = pipe.read_to_string(&mut said);
+            }
             if let Some(file) = kept.as_mut() {
                 let _ = file.read_to_string(&mut said);
             }
-            let (status, piped) = report.split_once(": ").unwrap_or((&report, ""));
-            let said = [piped, &said].concat();
             let last = said.lines().rev().find(|l| !l.trim().is_empty());
             return Err(format!(
                 "{name} exited before it was ready ({status}): {}",

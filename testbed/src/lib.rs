@@ -8,7 +8,7 @@
 //! - [`browser`]: headless Chromium on the demo page, and the listener for its report.
 //! - [`child`]: child processes owned by their starter (killed on drop and on its death).
 //! - [`http`]: the one HTTP client, and the wait until an endpoint is ready.
-//! - [`launch`]: starting one of the project's relays for a run, ready or with its last words.
+//! - [`launch`]: starting a relay or a transceiver for a run, ready or with its last words.
 //! - [`keys`]: the example hint key every test and testbed relay gets (refused by the
 //!   binaries unless `UFRAG_ALLOW_EXAMPLE_SECRETS=1`).
 //! - [`netns`]: running code inside a network namespace.

@@ -42,3 +42,16 @@ pub fn in_netns<T: Send + 'static>(
     .join()
     .map_err(|_| io::Error::other("namespace thread panicked"))?
 }
+
+/// `program` to run inside namespace `ns` (`ip netns exec`, which also mounts the
+/// namespace's own /sys), or in this process's namespace when `None`.
+pub fn command_in(ns: Option<&str>, program: &str) -> std::process::Command {
+    match ns {
+        Some(ns) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", ns, program]);
+            c
+        }
+        None => std::process::Command::new(program),
+    }
+}

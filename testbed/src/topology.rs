@@ -47,9 +47,7 @@ impl Host {
 
     /// A command that runs `program` inside this host's namespace.
     pub fn command(&self, program: &str) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.ns, program]);
-        c
+        crate::netns::command_in(Some(&self.ns), program)
     }
 }
 

@@ -203,6 +203,7 @@ pub mod tools {
             ns: Some(bed.transceiver.ns.clone()),
             http,
             bind: SocketAddr::from((bed.transceiver.addr, 41000)),
+            ready_from: Some(bed.client.ns.clone()),
             flags,
             log_filter: None,
         };

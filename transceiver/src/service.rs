@@ -46,7 +46,8 @@ use crate::worker::{Worker, WorkerConfig};
 pub struct TransceiverOptions {
     /// TOML config file: its keys are these flags' long names, `-` written `_`
     /// (e.g. `http_addr = "0.0.0.0:8080"`); a flag on the command line replaces its key.
-    #[arg(long, short = 'c', value_name = "FILE", env = CONFIG_ENV)]
+    /// Or UFRAG_TRANSCEIVER_CONFIG (empty: none).
+    #[arg(long, short = 'c', value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Print the effective configuration (file, flags and defaults, as a config file that
     /// loads to the same; tokens and keys never printed) and exit.

@@ -61,7 +61,16 @@ pub fn parse_with_config_file<C: clap::CommandFactory + clap::FromArgMatches>(
     config_env: &str,
     renamed: &[RenamedKey],
 ) -> Result<Parsed<C>, std::process::ExitCode> {
-    let args: Vec<OsString> = std::env::args_os().collect();
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    // `--help` and `--version` answer whatever the file holds.
+    if let Err(error) = C::command().try_get_matches_from(&args)
+        && matches!(
+            error.kind(),
+            clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+        )
+    {
+        return Err(usage_error(name, &args, error));
+    }
     let path = config_path(&args, std::env::var_os(config_env));
     let text = match &path {
         Some(path) => match std::fs::read_to_string(path) {
@@ -73,6 +82,15 @@ pub fn parse_with_config_file<C: clap::CommandFactory + clap::FromArgMatches>(
         },
         None => None,
     };
+    // A file's `log_format = "json"` makes its own errors JSON too (a flag still wins).
+    if text.as_deref().is_some_and(file_asks_for_json_logs)
+        && !args
+            .iter()
+            .any(|a| a.to_str().is_some_and(|a| a.starts_with("--log-format")))
+    {
+        args.push("--log-format=json".into());
+    }
+    let args = args;
     parse::<C>(text.as_deref(), &args, renamed).map_err(|error| match (error, &path) {
         (ParseError::CommandLine(error), _) => usage_error(name, &args, error),
         (error, Some(path)) => config_file_error(name, &args, path, error),
@@ -80,7 +98,7 @@ pub fn parse_with_config_file<C: clap::CommandFactory + clap::FromArgMatches>(
         (error, None) => {
             let error = clap::Error::raw(
                 clap::error::ErrorKind::ValueValidation,
-                error.into_config_error(),
+                format!("{}\n", error.into_config_error()),
             );
             usage_error(name, &args, error)
         }
@@ -104,7 +122,7 @@ fn config_file_error(
         }
     };
     let error = format!(
-        "invalid configuration: `config` {}: {why}",
+        "invalid configuration: `config` {}: {why}\n",
         std::path::Path::new(path).display(),
     );
     let error = clap::Error::raw(clap::error::ErrorKind::ValueValidation, error);
@@ -144,6 +162,12 @@ fn asks_for_json_logs(args: &[OsString]) -> bool {
         arg == "--log-format=json"
             || (arg == "--log-format" && args.get(i + 1).is_some_and(|v| v == "json"))
     })
+}
+
+/// True when a config file's text sets `log_format = "json"`.
+fn file_asks_for_json_logs(text: &str) -> bool {
+    toml::from_str::<toml::Table>(text)
+        .is_ok_and(|table| table.get("log_format").and_then(|v| v.as_str()) == Some("json"))
 }
 
 /// Set when SIGTERM or SIGINT arrives.

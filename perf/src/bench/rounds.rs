@@ -38,16 +38,19 @@ impl Shuffler {
 pub enum Order {
     /// A new random order each round, drawn from the seeded generator.
     Shuffled(Shuffler),
-    /// Setup `k` goes first in round `k` (modulo the setups): no setup is always first,
-    /// and a short run still gives each setup each place.
+    /// The run's `i`-th round (from 0) starts with setup `i` (modulo the setups) and goes
+    /// on in index order: no setup is always first, and a short run still gives each
+    /// setup each place.
     Rotating,
 }
 
 /// One setup's turn in one round.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Turn {
-    /// The round, numbered from the first round of the run (1 unless told otherwise).
+    /// The round's number: the run's first round is numbered as [`Rounds::new`] is told.
     pub round: usize,
+    /// The round's index in this run, from 0.
+    pub index: usize,
     /// The last round's number.
     pub last_round: usize,
     /// This turn's place in its round, from 1.
@@ -115,6 +118,7 @@ impl Iterator for Rounds {
         self.next += 1;
         Some(Turn {
             round: self.first + self.begun - 1,
+            index: self.begun - 1,
             last_round: self.first + self.count - 1,
             position: position + 1,
             setup: self.current[position],
@@ -177,7 +181,7 @@ mod tests {
         assert_eq!(turns.len(), 6);
         for (i, turn) in turns.iter().enumerate() {
             assert_eq!((turn.done, turn.steps, turn.last_round), (i, 6, 4));
-            assert_eq!(turn.round, 3 + i / 3);
+            assert_eq!((turn.round, turn.index), (3 + i / 3, i / 3));
             assert_eq!(turn.ends_round, i % 3 == 2);
         }
         for round in turns.chunks(3) {

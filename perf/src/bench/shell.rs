@@ -20,14 +20,7 @@ pub fn run(mut command: Command, what: &str) -> io::Result<()> {
 /// `program args…` inside namespace `ns` (`ip netns exec`, which also mounts the
 /// namespace's own /sys), or in this process's namespace (a lab's relay host).
 pub fn in_ns(ns: Option<&str>, program: &str, args: &[&str]) -> Command {
-    let mut c = match ns {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns, program]);
-            c
-        }
-        None => Command::new(program),
-    };
+    let mut c = ufrag_testbed::netns::command_in(ns, program);
     c.args(args);
     c
 }

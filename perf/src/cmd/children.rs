@@ -185,6 +185,7 @@ fn spawn_transceiver(
         ns: None,
         http,
         bind,
+        ready_from: None,
         flags,
         log_filter: Some("warn".into()),
     };

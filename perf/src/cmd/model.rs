@@ -595,23 +595,21 @@ fn latency_rounds(
     let mut per_setup: Vec<Vec<(f64, f64)>> = vec![vec![]; n];
     for turn in Rounds::new(1, options.rounds, n, Order::Rotating) {
         let (round, at) = (turn.round, turn.setup);
-        {
-            let setup = &setups[at];
-            match setup_times(
-                setup.http,
-                loopback_ip(100),
-                options.sessions_per_round,
-                Duration::from_secs(10),
-            ) {
-                Ok(times) => {
-                    let mut rtts: Vec<Duration> =
-                        times.iter().flat_map(|t| t.rtts.iter().copied()).collect();
-                    let p50 = crate::bench::sessions::quantile_ms(&mut rtts, 0.5);
-                    let p99 = crate::bench::sessions::quantile_ms(&mut rtts, 0.99);
-                    per_setup[at].push((p50, p99));
-                }
-                Err(e) => failures.push(format!("round {round}, {}: {e}", setup.name)),
+        let setup = &setups[at];
+        match setup_times(
+            setup.http,
+            loopback_ip(100),
+            options.sessions_per_round,
+            Duration::from_secs(10),
+        ) {
+            Ok(times) => {
+                let mut rtts: Vec<Duration> =
+                    times.iter().flat_map(|t| t.rtts.iter().copied()).collect();
+                let p50 = crate::bench::sessions::quantile_ms(&mut rtts, 0.5);
+                let p99 = crate::bench::sessions::quantile_ms(&mut rtts, 0.99);
+                per_setup[at].push((p50, p99));
             }
+            Err(e) => failures.push(format!("round {round}, {}: {e}", setup.name)),
         }
     }
     let _ = writeln!(
@@ -801,26 +799,24 @@ fn cost_rounds(
     let mut rows = String::new();
     for turn in Rounds::new(1, options.cost_rounds, n, Order::Rotating) {
         let (round, at) = (turn.round, turn.setup);
-        {
-            let setup = &setups[at];
-            eprintln!("cost: round {round}, {sessions} sessions, {}…", setup.name);
-            let (step, cpu, backend) = load(setup, ips, sessions, options.talk);
-            let ok = held(&step) && cpu > 0.0;
-            per_core[at].push(ok.then(|| sessions as f64 / (cpu / 100.0)));
-            let backend = backend_cell(setup, backend);
-            let _ = writeln!(
-                rows,
-                "| {round} | {} | {}/{sessions} | {:.2} % | {cpu:.0} % | {backend} | {} |",
-                setup.name,
-                step.connected,
-                step.loss() * 100.0,
-                if ok {
-                    format!("{:.0}", sessions as f64 / (cpu / 100.0))
-                } else {
-                    "– (did not hold)".into()
-                },
-            );
-        }
+        let setup = &setups[at];
+        eprintln!("cost: round {round}, {sessions} sessions, {}…", setup.name);
+        let (step, cpu, backend) = load(setup, ips, sessions, options.talk);
+        let ok = held(&step) && cpu > 0.0;
+        per_core[at].push(ok.then(|| sessions as f64 / (cpu / 100.0)));
+        let backend = backend_cell(setup, backend);
+        let _ = writeln!(
+            rows,
+            "| {round} | {} | {}/{sessions} | {:.2} % | {cpu:.0} % | {backend} | {} |",
+            setup.name,
+            step.connected,
+            step.loss() * 100.0,
+            if ok {
+                format!("{:.0}", sessions as f64 / (cpu / 100.0))
+            } else {
+                "– (did not hold)".into()
+            },
+        );
     }
     let mut out = format!(
         "## Sessions per core\n\n{} rounds; in each, every setup carries {sessions} sessions \
@@ -888,12 +884,9 @@ fn largest_load(setups: &[Setup], ips: &[Ipv4Addr], options: &Options) -> String
     );
     let mut best = vec![0usize; n];
     let mut lost = vec![false; n];
-    for turn in Rounds::new(0, options.steps.len(), n, Order::Rotating) {
-        let (sessions, at) = (options.steps[turn.round], turn.setup);
-        {
-            if lost[at] {
-                continue;
-            }
+    for turn in Rounds::new(1, options.steps.len(), n, Order::Rotating) {
+        let (sessions, at) = (options.steps[turn.index], turn.setup);
+        if !lost[at] {
             let setup = &setups[at];
             eprintln!("largest load: {sessions} sessions, {}…", setup.name);
             let (step, cpu, backend) = load(setup, ips, sessions, options.talk);

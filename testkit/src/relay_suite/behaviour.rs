@@ -672,6 +672,34 @@ pub fn the_example_config_loads_and_prints_back_to_itself(b: &Backend) {
             "{expected}: {stderr}"
         );
     }
+    // `--help` answers whatever the file named by the variable holds; an empty variable
+    // names no file; `-cFILE` names one.
+    let run = |args: &[&str], env: &std::ffi::OsStr| {
+        std::process::Command::new(&b.binary)
+            .args(b.outside_testbed_args())
+            .args(args)
+            .env("UFRAG_RELAY_CONFIG", env)
+            .env("UFRAG_RELAY_HINT_KEYS", &keys)
+            .env("UFRAG_ALLOW_EXAMPLE_SECRETS", "1")
+            .output()
+            .unwrap()
+    };
+    let help = run(&["--help"], old.as_os_str());
+    assert_eq!(help.status.code(), Some(0), "{help:?}");
+    let flags = [
+        "--vip",
+        "203.0.113.10:3478",
+        "--internal-addr",
+        "10.0.0.5:40000",
+        "--allow-transceiver-net",
+        "10.0.0.0/8",
+        "--print-config",
+    ];
+    let unset = run(&flags, std::ffi::OsStr::new(""));
+    assert!(unset.status.success(), "{unset:?}");
+    let attached = format!("-c{}", example_config("relay.toml").display());
+    let attached = run(&[&attached, "--print-config"], std::ffi::OsStr::new(""));
+    assert_eq!(String::from_utf8_lossy(&attached.stdout), printed);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -5,7 +5,6 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::Command;
 
 use crate::forwarders::xdp::Iface;
 
@@ -64,11 +63,6 @@ impl RelayHost {
             .map(|w| self.relay_cpus[w.min(last)].to_string())
             .collect::<Vec<_>>()
             .join(",")
-    }
-
-    /// `program` to run on the relay host.
-    pub fn command(&self, program: &str) -> Command {
-        crate::bench::shell::in_ns(self.ns(), program, &[])
     }
 
     /// Its namespace, for the helpers that take one.

@@ -73,44 +73,42 @@ pub fn run(
             turn.steps,
             eta(started.elapsed(), turn.done, turn.steps)
         );
-        {
-            let settled = host_gate::settle(&THRESHOLDS);
-            if settled > Duration::from_millis(500) {
-                crate::say!(
-                    "  waited {:.1} s for the host to settle after the last setup",
-                    settled.as_secs_f64()
-                );
-            }
-            let reading = host_gate::read(LOAD_CPU, bench.relay().forwarder_cpu());
-            let measured = measure(bench, setup, plan);
-            let mut disturbances = host_gate::judge(
-                &reading,
-                Some(&measured.during),
-                fastest_calibration.or(reading.calibration_us),
-                &THRESHOLDS,
+        let settled = host_gate::settle(&THRESHOLDS);
+        if settled > Duration::from_millis(500) {
+            crate::say!(
+                "  waited {:.1} s for the host to settle after the last setup",
+                settled.as_secs_f64()
             );
-            disturbances.extend(host_gate::judge_outside(&measured.outside, &THRESHOLDS));
-            if let Some(c) = reading.calibration_us {
-                fastest_calibration = Some(fastest_calibration.map_or(c, |f: f64| f.min(c)));
-            }
-            for d in &disturbances {
-                crate::say!("  host gate: {} (left out)", d.label());
-            }
-            if !measured.outside.busiest.is_empty() {
-                crate::say!("  outside the experiment: {}", measured.outside.label(3));
-            }
-            samples.push(Sample {
-                setup: setup.key.to_string(),
-                round,
-                position: turn.position,
-                loads: measured.loads,
-                latency: measured.latency,
-                disturbances,
-                reading: Some(reading),
-                fast_path: measured.fast_path,
-                outside: Some(measured.outside),
-            });
         }
+        let reading = host_gate::read(LOAD_CPU, bench.relay().forwarder_cpu());
+        let measured = measure(bench, setup, plan);
+        let mut disturbances = host_gate::judge(
+            &reading,
+            Some(&measured.during),
+            fastest_calibration.or(reading.calibration_us),
+            &THRESHOLDS,
+        );
+        disturbances.extend(host_gate::judge_outside(&measured.outside, &THRESHOLDS));
+        if let Some(c) = reading.calibration_us {
+            fastest_calibration = Some(fastest_calibration.map_or(c, |f: f64| f.min(c)));
+        }
+        for d in &disturbances {
+            crate::say!("  host gate: {} (left out)", d.label());
+        }
+        if !measured.outside.busiest.is_empty() {
+            crate::say!("  outside the experiment: {}", measured.outside.label(3));
+        }
+        samples.push(Sample {
+            setup: setup.key.to_string(),
+            round,
+            position: turn.position,
+            loads: measured.loads,
+            latency: measured.latency,
+            disturbances,
+            reading: Some(reading),
+            fast_path: measured.fast_path,
+            outside: Some(measured.outside),
+        });
         if turn.ends_round {
             round_done(samples, round);
         }

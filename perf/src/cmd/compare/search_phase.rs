@@ -112,100 +112,98 @@ pub fn run(
     for turn in Rounds::new(1, rounds, setups.len(), order) {
         let setup = setups[turn.setup];
         let (round, done, steps) = (turn.round, turn.done, turn.steps);
-        {
-            phase.step(done, &format!("round {round} of {rounds}: {}", setup.name));
-            crate::say!(
-                "search {}/{steps} (round {round} of {rounds}): {}{}",
-                done + 1,
-                setup.name,
-                eta(started.elapsed(), done, steps)
-            );
-            // The run's preflight started every setup once: one that fails now cannot go on.
-            let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
-            if steer && let Some(placed) = bench.place_after_start() {
-                crate::say!("  {placed}");
-            }
-            let cpu = bench.relay().forwarder_cpu();
-            let mut load = bench.search_load(setup, options);
-            if options.direction != Direction::Up {
-                // A relay learns the client's next hop from its first replies (AF_XDP
-                // asks the kernel): a short trial first, not counted.
-                let _ = load.trial(1_000, Duration::from_millis(300));
-            }
-            let drops_before = crate::bench::load::udp_receive_buffer_drops(relay_ns);
-            let runs = crate::bench::measure::runs(
-                setup.name,
-                load.as_mut(),
-                &per_round,
-                || crate::bench::cpu::cpu_busy_seconds(cpu),
-                cpu,
-            );
-            let found_pdr = runs
-                .last()
-                .and_then(|r| r.search.pdr)
-                .map(|t| t.offered_pps);
-            let pdr_latency = latency_at_fractions(load.as_mut(), found_pdr, options);
-            let drops = crate::bench::load::udp_receive_buffer_drops(relay_ns) - drops_before;
-            match searched
-                .receive_buffer_drops
-                .iter_mut()
-                .find(|(n, _)| n == setup.name)
-            {
-                Some((_, d)) => *d += drops,
-                None => searched
-                    .receive_buffer_drops
-                    .push((setup.name.to_string(), drops)),
-            }
-            let extras = searched.extras_mut(setup.name);
-            extras.cores = setup.workers.max(1);
-            extras
-                .pdr_latency
-                .extend(pdr_latency.into_iter().map(|(fraction, trial)| PdrLatency {
-                    round,
-                    fraction,
-                    trial,
-                }));
-            let index = match searched.rows.iter().position(|r| r.setup == setup.name) {
-                Some(i) => {
-                    searched.rows[i].runs.extend(runs);
-                    i
-                }
-                None => {
-                    searched.rows.push(Row {
-                        setup: setup.name.to_string(),
-                        runs,
-                        fixed: crate::bench::load::Trial::NONE,
-                        busy_polls: setup.busy_polls(),
-                    });
-                    searched.rows.len() - 1
-                }
-            };
-            if round == rounds {
-                let final_trial = final_trial(load.as_mut(), &searched.rows[index], options);
-                searched.extras_mut(setup.name).final_trial = final_trial;
-                let clients_reach = setup
-                    .forwards_in_a_process()
-                    .then(|| setup.target(bench.relay()).dst);
-                finish_row(
-                    bench,
-                    &mut searched,
-                    (index, clients_reach),
-                    load.as_mut(),
-                    options,
-                );
-                if let (Running::Quilkin(q), Kind::Quilkin { .. }) = (&running, setup.kind) {
-                    let drops = q.drops();
-                    crate::say!("  Quilkin's own drop counters: {drops:?}");
-                    searched.quilkin_drops = Some(drops);
-                }
-            }
-            // The rows in the run's order, whatever order the round took them in.
-            let place = |name: &str| setups.iter().position(|s| s.name == name);
-            searched.rows.sort_by_key(|r| place(&r.setup));
-            drop(load);
-            drop(running);
-            step_done(&searched, done + 1, steps);
+        phase.step(done, &format!("round {round} of {rounds}: {}", setup.name));
+        crate::say!(
+            "search {}/{steps} (round {round} of {rounds}): {}{}",
+            done + 1,
+            setup.name,
+            eta(started.elapsed(), done, steps)
+        );
+        // The run's preflight started every setup once: one that fails now cannot go on.
+        let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
+        if steer && let Some(placed) = bench.place_after_start() {
+            crate::say!("  {placed}");
         }
+        let cpu = bench.relay().forwarder_cpu();
+        let mut load = bench.search_load(setup, options);
+        if options.direction != Direction::Up {
+            // A relay learns the client's next hop from its first replies (AF_XDP
+            // asks the kernel): a short trial first, not counted.
+            let _ = load.trial(1_000, Duration::from_millis(300));
+        }
+        let drops_before = crate::bench::load::udp_receive_buffer_drops(relay_ns);
+        let runs = crate::bench::measure::runs(
+            setup.name,
+            load.as_mut(),
+            &per_round,
+            || crate::bench::cpu::cpu_busy_seconds(cpu),
+            cpu,
+        );
+        let found_pdr = runs
+            .last()
+            .and_then(|r| r.search.pdr)
+            .map(|t| t.offered_pps);
+        let pdr_latency = latency_at_fractions(load.as_mut(), found_pdr, options);
+        let drops = crate::bench::load::udp_receive_buffer_drops(relay_ns) - drops_before;
+        match searched
+            .receive_buffer_drops
+            .iter_mut()
+            .find(|(n, _)| n == setup.name)
+        {
+            Some((_, d)) => *d += drops,
+            None => searched
+                .receive_buffer_drops
+                .push((setup.name.to_string(), drops)),
+        }
+        let extras = searched.extras_mut(setup.name);
+        extras.cores = setup.workers.max(1);
+        extras
+            .pdr_latency
+            .extend(pdr_latency.into_iter().map(|(fraction, trial)| PdrLatency {
+                round,
+                fraction,
+                trial,
+            }));
+        let index = match searched.rows.iter().position(|r| r.setup == setup.name) {
+            Some(i) => {
+                searched.rows[i].runs.extend(runs);
+                i
+            }
+            None => {
+                searched.rows.push(Row {
+                    setup: setup.name.to_string(),
+                    runs,
+                    fixed: crate::bench::load::Trial::NONE,
+                    busy_polls: setup.busy_polls(),
+                });
+                searched.rows.len() - 1
+            }
+        };
+        if round == rounds {
+            let final_trial = final_trial(load.as_mut(), &searched.rows[index], options);
+            searched.extras_mut(setup.name).final_trial = final_trial;
+            let clients_reach = setup
+                .forwards_in_a_process()
+                .then(|| setup.target(bench.relay()).dst);
+            finish_row(
+                bench,
+                &mut searched,
+                (index, clients_reach),
+                load.as_mut(),
+                options,
+            );
+            if let (Running::Quilkin(q), Kind::Quilkin { .. }) = (&running, setup.kind) {
+                let drops = q.drops();
+                crate::say!("  Quilkin's own drop counters: {drops:?}");
+                searched.quilkin_drops = Some(drops);
+            }
+        }
+        // The rows in the run's order, whatever order the round took them in.
+        let place = |name: &str| setups.iter().position(|s| s.name == name);
+        searched.rows.sort_by_key(|r| place(&r.setup));
+        drop(load);
+        drop(running);
+        step_done(&searched, done + 1, steps);
     }
     searched
 }
