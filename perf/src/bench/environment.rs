@@ -40,6 +40,7 @@ pub fn machine(tools_cpu: usize, forwarder_cpu: usize) -> Value {
             .map_or(Value::Null, |w| w.json())
     };
     let mut record = host();
+    record["binaries"] = crate::bench::settings::binaries();
     record["wake_up_round_trip"] = json!({
         "cross_core": wake(tools_cpu, forwarder_cpu),
         "same_core": wake(tools_cpu, tools_cpu),
@@ -61,6 +62,7 @@ pub fn host() -> Value {
         "vcpus": cpu_count(&read("/sys/devices/system/cpu/online")),
         "kernel": read("/proc/sys/kernel/osrelease"),
         "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
+        "host_settings": crate::bench::settings::host(),
     })
 }
 
@@ -136,10 +138,42 @@ pub fn markdown(env: &Value) -> String {
     ] {
         let _ = writeln!(out, "- {label}: {}", field(key));
     }
+    if let Some(settings) = env.get("host_settings").filter(|v| v.is_object()) {
+        let _ = writeln!(
+            out,
+            "- host settings: {}",
+            crate::bench::settings::host_line(settings)
+        );
+    }
     for (label, key) in [("relay host's NIC", "nic")] {
         if let Some(nic) = env.get(key).filter(|v| v.is_object()) {
             let _ = writeln!(out, "- {label}: {}", crate::bench::nic::summary(nic));
+            if let Some(settings) = nic.get("settings").filter(|v| v.is_object()) {
+                let line = crate::bench::settings::nic_line(settings);
+                let _ = writeln!(out, "- {label}'s settings: {line}");
+            }
         }
+    }
+    if let Some(binaries) = env.get("binaries").filter(|v| v.is_object()) {
+        let hashes: Vec<String> = binaries["sha256"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(name, h)| {
+                        format!(
+                            "{name} {}",
+                            &h.as_str().unwrap_or("")[..12.min(h.as_str().unwrap_or("").len())]
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "- binaries: {} (SHA-256, first 12 hex digits: {})",
+            binaries["version"].as_str().unwrap_or("unknown"),
+            hashes.join(", ")
+        );
     }
     if let Some(tools) = env.get("tools_host").filter(|v| v.is_object()) {
         let _ = writeln!(
@@ -150,6 +184,16 @@ pub fn markdown(env: &Value) -> String {
             crate::bench::nic::summary(&tools["client_nic"]),
             crate::bench::nic::summary(&tools["sink_nic"])
         );
+        for (label, key) in [("clients' NIC", "client_nic"), ("sink's NIC", "sink_nic")] {
+            if let Some(settings) = tools[key].get("settings").filter(|v| v.is_object()) {
+                let line = crate::bench::settings::nic_line(settings);
+                let _ = writeln!(out, "- tools host's {label} settings: {line}");
+            }
+        }
+        if let Some(settings) = tools.get("host_settings").filter(|v| v.is_object()) {
+            let line = crate::bench::settings::host_line(settings);
+            let _ = writeln!(out, "- tools host's settings: {line}");
+        }
     }
     if let Some(notes) = env.get("placement").and_then(Value::as_array) {
         for n in notes {
@@ -196,6 +240,28 @@ fn cpu_count(list: &str) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn the_record_and_its_section_carry_this_host_s_settings() {
+        let record = host();
+        for key in [
+            "governors",
+            "smt",
+            "irqbalance",
+            "kernel_cmdline",
+            "cstates_disabled",
+        ] {
+            assert!(
+                record["host_settings"].get(key).is_some(),
+                "{key}: {record}"
+            );
+        }
+        let section = markdown(&record);
+        assert!(section.contains("- host settings: governors "), "{section}");
+        assert!(section.contains("kernel command line `"), "{section}");
+    }
+
     #[test]
     fn a_cpu_list_counts_ranges_and_singles() {
         assert_eq!(super::cpu_count("0-1\n"), 2);

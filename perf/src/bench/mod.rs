@@ -1,7 +1,8 @@
 //! The measuring primitives every subcommand shares: load and its sink ([`load`]), the
 //! maximum-rate search ([`search`], [`measure`]), where the CPU time goes ([`cpu`],
 //! [`outside`], [`legs`], [`profile`], [`wake`]), whether the host was fit to measure on
-//! ([`host_gate`]), what the run ran on ([`environment`], [`nic`], [`placement`]), the
+//! ([`host_gate`]), what the run ran on ([`environment`], [`nic`], [`settings`],
+//! [`placement`]), the
 //! statistics ([`stats`]), interleaved rounds ([`rounds`]), WebRTC sessions
 //! ([`sessions`]), the maximum-rate rows ([`rows`]), a long run's progress and clean-up
 //! ([`progress`], [`interrupt`]), and the system tools it drives ([`shell`]).
@@ -23,6 +24,7 @@ pub mod rounds;
 pub mod rows;
 pub mod search;
 pub mod sessions;
+pub mod settings;
 pub mod shell;
 pub mod stats;
 pub mod wake;

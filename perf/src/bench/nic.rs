@@ -89,6 +89,7 @@ pub fn facts(name: &str) -> Value {
     if let Some(mtu) = sys("mtu") {
         record["mtu"] = json!(mtu.trim());
     }
+    record["settings"] = crate::bench::settings::nic(name);
     record
 }
 

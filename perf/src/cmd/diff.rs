@@ -139,9 +139,38 @@ pub fn diff_values(
         diff(&ra, &rb, tolerance, confidence).map_err(|why| format!("diff: {why}"))
     });
     match parsed {
-        Ok(d) => (d.exit_code(), d.markdown(a.0, b.0)),
+        Ok(d) => {
+            let text = d.markdown(a.0, b.0);
+            let section = environment_section(&a.1["environment"], &b.1["environment"]);
+            let text = match text.find("## Ratios to") {
+                Some(at) => format!("{}{section}{}", &text[..at], &text[at..]),
+                None => format!("{text}{section}"),
+            };
+            (d.exit_code(), text)
+        }
         Err(why) => (EXIT_BAD_INPUT, why),
     }
+}
+
+/// What differs between the two runs' environment records (host, NICs and their
+/// settings, binaries), so a change in cost is read beside a change of setting.
+fn environment_section(a: &Value, b: &Value) -> String {
+    let differences = crate::bench::settings::differences(a, b);
+    if differences.is_empty() {
+        return "## Environment\n\nB's environment record does not differ from A's (the \
+                wake-up round trip and the CPU frequency, which vary by nature, aside).\n\n"
+            .into();
+    }
+    let mut out = format!(
+        "## Environment: what differs from A\n\n{} setting(s) differ between the runs; a \
+         change in cost may come from one of them.\n\n",
+        differences.len()
+    );
+    for line in differences {
+        let _ = writeln!(out, "- {line}");
+    }
+    out.push('\n');
+    out
 }
 
 /// The verdict of a report: its kind and, when judged, the headline ratio.
@@ -834,6 +863,23 @@ pub(crate) mod tests {
         assert!(mio.marginal_shift.unwrap().low > 0.5, "{mio:?}");
         // Two rows compared: each interval asks 97.5 %.
         assert!((d.confidence.1 - 0.975).abs() < 1e-12);
+    }
+
+    #[test]
+    fn a_diff_names_what_differs_in_the_environment_and_says_when_nothing_does() {
+        let a = report(1.0, &ROWS, &NOISE, "inconclusive", (0.9, 0.8, 1.0));
+        let (_, same) = diffed(&a, &a);
+        assert!(same.contains("does not differ from A's"), "{same}");
+        let mut b = a.clone();
+        b["environment"]["kernel"] = json!("6.12.0");
+        b["environment"]["nic"] = json!({"settings": {"irq_affinity": {"25": "0"}}});
+        let (_, text) = diffed(&a, &b);
+        let section = &text[text.find("## Environment").unwrap()..text.find("## Ratios").unwrap()];
+        assert!(section.contains("- kernel: 6.1.0 → 6.12.0"), "{section}");
+        assert!(
+            section.contains("- nic.settings.irq_affinity.25: (not recorded) → 0"),
+            "{section}"
+        );
     }
 
     #[test]

@@ -223,6 +223,7 @@ fn hello(tools: &Tools) -> Value {
             "vcpus": crate::bench::environment::online_cpus(),
             "client_nic": crate::bench::nic::facts(&tools.client_if.name),
             "sink_nic": crate::bench::nic::facts(&tools.sink_if.name),
+            "host_settings": crate::bench::settings::host(),
         },
     })
 }
