@@ -46,8 +46,18 @@ pub fn nic(name: &str) -> Value {
 pub fn host() -> Value {
     let cpu_files = |file: &str| -> BTreeMap<String, usize> {
         let mut seen = BTreeMap::new();
-        for cpu in 0..crate::bench::environment::online_cpus() {
-            let path = format!("/sys/devices/system/cpu/cpu{cpu}/{file}");
+        let cpus = std::fs::read_dir("/sys/devices/system/cpu")
+            .into_iter()
+            .flatten()
+            .flatten();
+        let cpus = cpus.filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            name.strip_prefix("cpu")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
+        for cpu in cpus {
+            let path = cpu.path().join(file);
             let value =
                 std::fs::read_to_string(path).map_or("not read".into(), |v| v.trim().into());
             *seen.entry(value).or_insert(0) += 1;
