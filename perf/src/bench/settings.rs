@@ -166,22 +166,28 @@ pub fn irqs_of(interrupts: &str, name: &str) -> Vec<u32> {
         .collect()
 }
 
-/// `ethtool -l`: the current channel counts.
-pub fn channels(text: &str) -> Value {
-    let current = text
+/// The `Current hardware settings:` section of `ethtool -l` or `-g`: each of `keys`
+/// (lowercase) it lists, with its value.
+fn current(text: &str, keys: &[&str]) -> Value {
+    let section = text
         .split("Current hardware settings:")
         .nth(1)
         .unwrap_or("");
     let mut out = serde_json::Map::new();
-    for line in current.lines() {
+    for line in section.lines() {
         if let Some((k, v)) = line.split_once(':') {
-            let (k, v) = (k.trim().to_lowercase(), v.trim());
-            if ["rx", "tx", "other", "combined"].contains(&k.as_str()) {
-                out.insert(k, json!(v));
+            let k = k.trim().to_lowercase();
+            if keys.contains(&k.as_str()) {
+                out.insert(k, json!(v.trim()));
             }
         }
     }
     json!(out)
+}
+
+/// `ethtool -l`: the current channel counts.
+pub fn channels(text: &str) -> Value {
+    current(text, &["rx", "tx", "other", "combined"])
 }
 
 /// `ethtool -n … rx-flow-hash udp4`: the fields UDP over IPv4 is hashed on, and whether
@@ -247,20 +253,7 @@ pub fn coalescing(text: &str) -> Value {
 
 /// `ethtool -g`: the current RX and TX ring sizes.
 pub fn rings(text: &str) -> Value {
-    let current = text
-        .split("Current hardware settings:")
-        .nth(1)
-        .unwrap_or("");
-    let mut out = serde_json::Map::new();
-    for line in current.lines() {
-        if let Some((k, v)) = line.split_once(':') {
-            let k = k.trim().to_lowercase();
-            if k == "rx" || k == "tx" {
-                out.insert(k, json!(v.trim()));
-            }
-        }
-    }
-    json!(out)
+    current(text, &["rx", "tx"])
 }
 
 /// A setting as report text: a string as it is, anything else as JSON.
