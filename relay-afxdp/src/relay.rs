@@ -209,7 +209,7 @@ fn validate(
 ) -> Result<(), StartError> {
     if !config.tcp.vips.is_empty() {
         return Err(StartError::Config(
-            "`tcp_vips`: relay-afxdp leaves TCP to the kernel and serves no ICE over TCP; run \
+            "`tcp_vip`: relay-afxdp leaves TCP to the kernel and serves no ICE over TCP; run \
              relay-mio with --tcp-vip (and no --vip) beside it, its --internal-addr outside \
              this relay's worker ports (docs/architecture.md: ICE over TCP)"
                 .into(),
@@ -231,7 +231,7 @@ fn validate(
     }
     if config.vips.is_empty() {
         return Err(StartError::Config(
-            "`vips`: relay-afxdp needs a UDP VIP (--vip)".into(),
+            "`vip`: relay-afxdp needs a UDP VIP (--vip)".into(),
         ));
     }
     if config.workers() > rx_queues {

@@ -209,7 +209,7 @@ fn ice_tcp_bundles_and_gso_are_refused_with_the_deployment_that_serves_them() {
     let refusals = [
         (
             vec!["--tcp-vip".to_string(), format!("{}:4443", bed.relay.addr)],
-            ["`tcp_vips`", "relay-mio with --tcp-vip"],
+            ["`tcp_vip`", "relay-mio with --tcp-vip"],
         ),
         (
             vec!["--bundle-to".to_string(), "10.77.0.0/24".to_string()],

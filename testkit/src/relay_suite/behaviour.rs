@@ -552,7 +552,7 @@ pub fn a_bad_config_exits_non_zero_naming_the_field(b: &Backend) {
     // A wildcard VIP cannot work (the frame carries the VIP, replies leave from it).
     let stderr = refused_config(b, "0.0.0.0:3478", &[], Some(&keys));
     assert!(
-        stderr.contains("`vips`") && stderr.contains("wildcard"),
+        stderr.contains("`vip`") && stderr.contains("wildcard"),
         "{stderr}"
     );
 }
