@@ -180,6 +180,22 @@ pub fn parse_mac(text: &str) -> Option<[u8; 6]> {
     groups.next().is_none().then_some(mac)
 }
 
+/// `bytes` as lowercase hex.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Hex (either case) as bytes; `None` unless it is whole bytes of hex digits.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
+        .collect()
+}
+
 /// `mac` as `aa:bb:cc:dd:ee:ff`.
 pub fn mac_text(mac: [u8; 6]) -> String {
     mac.map(|b| format!("{b:02x}")).join(":")

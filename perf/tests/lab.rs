@@ -485,8 +485,9 @@ impl ToolsHost {
         host
     }
 
-    /// The agent in this namespace, on 127.0.0.1:7700, with `token_file` (or none).
-    fn agent(&self, token_file: Option<&std::path::Path>) -> OwnedChild {
+    /// The agent in this namespace, on 127.0.0.1:7700, with `token_file` (or none) and
+    /// `extra` flags.
+    fn agent(&self, token_file: Option<&std::path::Path>, extra: &[&str]) -> OwnedChild {
         let mut command = Command::new("ip");
         command
             .args(["netns", "exec", &self.ns])
@@ -498,6 +499,7 @@ impl ToolsHost {
                 "--interface",
                 "tools0",
             ])
+            .args(extra)
             .env_remove(TOKEN_ENV)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
@@ -551,7 +553,7 @@ fn the_agent_serves_only_who_proves_the_token() {
     std::fs::write(&file, format!("{LAB_TOKEN}\n")).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let tools = ToolsHost::up("token");
-    let mut agent = tools.agent(Some(&file));
+    let mut agent = tools.agent(Some(&file), &["--once"]);
 
     // A made-up answer.
     let mut channel = tools.connect(&mut agent);
@@ -587,18 +589,55 @@ fn the_agent_serves_only_who_proves_the_token() {
     let e = prove(&mut channel, &wrong).unwrap_err();
     assert!(e.contains("refused the token"), "{e}");
 
-    // The token: served, after three refusals.
+    // An answer that trickles in, a byte a second: refused when the handshake's five
+    // seconds are up, however long the line would take.
+    let mut channel = tools.connect(&mut agent);
+    channel.receive().unwrap().expect("a challenge");
+    let started = std::time::Instant::now();
+    let mut refusal = None;
+    for byte in "{\"nonce\": \"".bytes().cycle().take(12) {
+        if channel.write_raw(&[byte]).is_err() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        if let Ok(Some(reply)) = channel.try_receive() {
+            refusal = Some(reply);
+            break;
+        }
+    }
+    // Refused while the answer was still trickling in (an agent that re-armed its
+    // timeout on each byte would wait for the drip to stop).
+    assert_eq!(
+        refusal.as_ref().map(|r| r["error"].clone()),
+        Some(serde_json::json!("not authenticated")),
+        "no refusal during a 12-byte drip ({:?})",
+        started.elapsed()
+    );
+
+    // The token: served, after four refusals, which did not use up `--once`; the one
+    // compare served, the agent exits.
     let mut channel = tools.connect(&mut agent);
     prove(&mut channel, &Token::from_text(LAB_TOKEN)).unwrap();
     let hello = channel.call(&Request::Hello).unwrap();
     assert_eq!(hello["client_ip"], "10.90.0.1", "{hello}");
     drop(channel);
-    drop(agent);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let report = loop {
+        if let Some(report) = agent.exit_report() {
+            break report;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "--once: the agent stayed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(report.starts_with("exit status: 0"), "{report}");
 
     // No token, and a token others may read: the agent does not start.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     for (token_file, expected) in [(None, "a token is required"), (Some(&file), "0644")] {
-        let mut agent = tools.agent(token_file.map(|f| f.as_path()));
+        let mut agent = tools.agent(token_file.map(|f| f.as_path()), &[]);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         let report = loop {
             if let Some(report) = agent.exit_report() {

@@ -136,12 +136,17 @@ fn in_namespace(ns: Option<&str>, wrapper: &[String], binary: &std::path::Path) 
 }
 
 /// The variables a deployment may have set that would change what a launched binary
-/// runs with: its config file and the route cache's password.
-const DEPLOYMENT_ENV: [&str; 3] = [
+/// runs with (its config file, the route cache's password) or that are not its to see
+/// (the lab agent's token).
+pub const DEPLOYMENT_ENV: [&str; 4] = [
     "UFRAG_RELAY_CONFIG",
     "UFRAG_TRANSCEIVER_CONFIG",
     "UFRAG_REDIS_PASSWORD",
+    AGENT_TOKEN_ENV,
 ];
+
+/// The variable that may hold the lab agent's token (`ufrag-perf agent`).
+pub const AGENT_TOKEN_ENV: &str = "UFRAG_PERF_AGENT_TOKEN";
 
 /// The example hint key (and the permission to use it), none of the caller's deployment
 /// variables, the log filter, no stdout.

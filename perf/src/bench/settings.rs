@@ -10,13 +10,14 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
+use ufrag_common::wire::hex;
 
 /// `ethtool args…`'s output, or why not.
 fn ethtool(args: &[&str]) -> Result<String, String> {
     let out = Command::new("ethtool")
         .args(args)
         .output()
-        .map_err(|e| format!("ethtool: {e}"))?;
+        .map_err(|e| format!("not read (ethtool: {e})"))?;
     if !out.status.success() {
         let why = String::from_utf8_lossy(&out.stderr);
         let why = why.lines().next().unwrap_or("failed").trim();
@@ -81,9 +82,16 @@ pub fn host() -> Value {
         "cpuidle_driver": sys("/sys/devices/system/cpu/cpuidle/current_driver"),
         "max_cstate": sys("/sys/module/intel_idle/parameters/max_cstate"),
         "cstates_disabled": disabled_cstates(),
-        "smt": sys("/sys/devices/system/cpu/smt/control"),
-        "irqbalance": if process_running("irqbalance") { "running" } else { "not running" },
-        "kernel_cmdline": sys("/proc/cmdline"),
+        "cpu_dma_latency_us": cpu_dma_latency(),
+        "smt": format!(
+            "{} (active {})",
+            sys("/sys/devices/system/cpu/smt/control"),
+            sys("/sys/devices/system/cpu/smt/active")
+        ),
+        // A process of this PID namespace: from a container, irqbalance on the host is
+        // not seen.
+        "irqbalance": if process_running("irqbalance") { "running" } else { "not running here" },
+        "kernel_cmdline": redacted_cmdline(&sys("/proc/cmdline")),
     })
 }
 
@@ -103,10 +111,6 @@ pub fn binaries() -> Value {
     json!({ "version": ufrag_version::VERSION, "sha256": hashes })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// Whether a process whose command name is `comm` runs on this host.
 fn process_running(comm: &str) -> bool {
     std::fs::read_dir("/proc").is_ok_and(|entries| {
@@ -116,40 +120,113 @@ fn process_running(comm: &str) -> bool {
     })
 }
 
-/// CPU 0's idle states that are disabled (`stateN/disable` = 1), by name.
-fn disabled_cstates() -> Vec<String> {
-    let Ok(states) = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cpuidle") else {
-        return vec![];
-    };
-    let mut off: Vec<String> = states
+/// Each idle state disabled on some CPU (`cpuN/cpuidle/stateM/disable` = 1), by name, with
+/// how many CPUs have it off.
+fn disabled_cstates() -> BTreeMap<String, usize> {
+    let mut off = BTreeMap::new();
+    let cpus = std::fs::read_dir("/sys/devices/system/cpu")
+        .into_iter()
         .flatten()
-        .filter(|s| {
-            std::fs::read_to_string(s.path().join("disable")).is_ok_and(|d| d.trim() == "1")
-        })
-        .filter_map(|s| std::fs::read_to_string(s.path().join("name")).ok())
-        .map(|n| n.trim().to_string())
-        .collect();
-    off.sort();
+        .flatten();
+    for cpu in cpus {
+        let states = std::fs::read_dir(cpu.path().join("cpuidle"))
+            .into_iter()
+            .flatten()
+            .flatten();
+        for state in states {
+            let disabled = std::fs::read_to_string(state.path().join("disable"))
+                .is_ok_and(|d| d.trim() == "1");
+            let name = std::fs::read_to_string(state.path().join("name"));
+            if let (true, Ok(name)) = (disabled, name) {
+                *off.entry(name.trim().to_string()).or_insert(0) += 1;
+            }
+        }
+    }
     off
 }
 
-/// Each of `name`'s interrupts (the `/proc/interrupts` lines that name it) and the CPUs
-/// it may land on (`smp_affinity_list`).
-pub fn irq_affinity(name: &str) -> Value {
-    let interrupts = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
-    let irqs: serde_json::Map<String, Value> = irqs_of(&interrupts, name)
-        .into_iter()
-        .map(|irq| {
-            let cpus = std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list"))
-                .map_or("not read".into(), |c| c.trim().to_string());
-            (irq.to_string(), json!(cpus))
-        })
-        .collect();
-    json!(irqs)
+/// The PM QoS CPU latency limit in µs (`/dev/cpu_dma_latency`, which tuned's
+/// latency-performance profile holds), or why it was not read.
+fn cpu_dma_latency() -> Value {
+    let mut bytes = [0u8; 4];
+    let read = std::fs::File::open("/dev/cpu_dma_latency")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut bytes));
+    match read {
+        Ok(()) => json!(i32::from_ne_bytes(bytes)),
+        Err(e) => json!(format!("not read ({e})")),
+    }
 }
 
-/// The numbered interrupts in a `/proc/interrupts` text whose line names `name` (as the
-/// whole last word, or as `name-…`/`name@…`, the queue's or the bus's suffix).
+/// The kernel command line with the values of parameters that may carry a secret or a
+/// private URL (`…url…`, `…token…`, `…key…`, `…pass…`, `…secret…`, `ds=`) replaced.
+pub fn redacted_cmdline(cmdline: &str) -> String {
+    let secret = |name: &str| {
+        let name = name.to_lowercase();
+        name == "ds"
+            || ["url", "token", "key", "pass", "secret"]
+                .iter()
+                .any(|s| name.contains(s))
+    };
+    cmdline
+        .split_whitespace()
+        .map(|word| match word.split_once('=') {
+            Some((name, _)) if secret(name) => format!("{name}=<redacted>"),
+            _ => word.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Each of `name`'s interrupts by its action name (stable across reboots, unlike the
+/// number) with the CPUs it may land on and those it does (`smp_affinity_list`,
+/// `effective_affinity_list`). The interrupts are the device's MSI vectors
+/// (`/sys/class/net/IF/device/msi_irqs`, or its parent's for virtio), else the
+/// `/proc/interrupts` lines that name the interface; none found says so.
+pub fn irq_affinity(name: &str) -> Value {
+    let interrupts = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+    let device = format!("/sys/class/net/{name}/device");
+    let msi_of = |dir: String| -> Vec<u32> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+            .collect()
+    };
+    let mut irqs = msi_of(format!("{device}/msi_irqs"));
+    if irqs.is_empty() {
+        irqs = msi_of(format!("{device}/../msi_irqs"));
+    }
+    if irqs.is_empty() {
+        irqs = irqs_of(&interrupts, name);
+    }
+    irqs.sort_unstable();
+    if irqs.is_empty() {
+        return json!(format!(
+            "none found (no MSI vectors under {device}, no /proc/interrupts line names {name})"
+        ));
+    }
+    let read = |irq: u32, file: &str| {
+        std::fs::read_to_string(format!("/proc/irq/{irq}/{file}"))
+            .map_or("not read".into(), |c| c.trim().to_string())
+    };
+    let by_action: serde_json::Map<String, Value> = irqs
+        .into_iter()
+        .map(|irq| {
+            let action = action_of(&interrupts, irq).unwrap_or_else(|| format!("irq {irq}"));
+            let cpus = format!(
+                "{} (effective {})",
+                read(irq, "smp_affinity_list"),
+                read(irq, "effective_affinity_list")
+            );
+            (action, json!(cpus))
+        })
+        .collect();
+    json!(by_action)
+}
+
+/// The numbered interrupts in a `/proc/interrupts` text whose action names `name` as one
+/// of its `-`/`@`-separated parts (`IF-0`, `IF-TxRx-0`, `ice-IF-TxRx-0`, `IF@pci…`).
 pub fn irqs_of(interrupts: &str, name: &str) -> Vec<u32> {
     interrupts
         .lines()
@@ -157,13 +234,22 @@ pub fn irqs_of(interrupts: &str, name: &str) -> Vec<u32> {
             let (irq, rest) = line.trim_start().split_once(':')?;
             let irq: u32 = irq.parse().ok()?;
             let last = rest.split_whitespace().last()?;
-            let named = last == name
-                || last
-                    .strip_prefix(name)
-                    .is_some_and(|s| s.starts_with(['-', '@']));
-            named.then_some(irq)
+            last.split(['-', '@'])
+                .any(|part| part == name)
+                .then_some(irq)
         })
         .collect()
+}
+
+/// The action name (the last word) of interrupt `irq` in a `/proc/interrupts` text.
+fn action_of(interrupts: &str, irq: u32) -> Option<String> {
+    interrupts.lines().find_map(|line| {
+        let (number, rest) = line.trim_start().split_once(':')?;
+        if number.parse::<u32>().ok()? != irq {
+            return None;
+        }
+        rest.split_whitespace().last().map(str::to_string)
+    })
 }
 
 /// The `Current hardware settings:` section of `ethtool -l` or `-g`: each of `keys`
@@ -280,7 +366,7 @@ pub fn nic_line(settings: &Value) -> String {
     };
     format!(
         "channels {}; RSS hash for UDP/IPv4: {rss}; indirection {}; coalescing {}; rings {}; \
-         interrupts (IRQ: CPUs) {}",
+         interrupts (action: CPUs) {}",
         text(&settings["channels"]),
         match settings["rss_indirection"].get("entries_per_queue") {
             Some(per_queue) => text(per_queue),
@@ -288,7 +374,10 @@ pub fn nic_line(settings: &Value) -> String {
         },
         text(&settings["coalescing"]),
         text(&settings["rings"]),
-        text(&settings["irq_affinity"]),
+        match settings["irq_affinity"].as_str() {
+            Some(none) => format!("**{none}**: where they land is not known"),
+            None => text(&settings["irq_affinity"]),
+        },
     )
 }
 
@@ -312,13 +401,14 @@ pub fn host_line(settings: &Value) -> String {
         other => format!("irqbalance {}", other.unwrap_or("not read")),
     };
     format!(
-        "governors {}; frequency {}; cpuidle {}, max C-state {}, disabled C-states {}; \
-         SMT {}; {irqbalance}; kernel command line `{}`",
+        "governors {}; frequency {}; cpuidle {}, max C-state {}, disabled C-states {}, \
+         PM QoS CPU latency limit {} µs; SMT {}; {irqbalance}; kernel command line `{}`",
         per_cpu(&settings["governors"]),
         text(&settings["frequency_mhz"]),
         text(&settings["cpuidle_driver"]),
         text(&settings["max_cstate"]),
-        text(&settings["cstates_disabled"]),
+        per_cpu(&settings["cstates_disabled"]),
+        text(&settings["cpu_dma_latency_us"]),
         text(&settings["smt"]),
         text(&settings["kernel_cmdline"]),
     )
@@ -385,7 +475,9 @@ mod tests {
     const INDIRECTION: &str = "RX flow hash indirection table for ens1f0np0 with 4 RX ring(s):\n    0:      0     1     2     3     0     1     2     3\n    8:      0     1     2     3     0     1     2     3\nRSS hash key:\n7c:2a:f0\nRSS hash function:\n    toeplitz: on\n";
     const COALESCE: &str = "Coalesce parameters for ens1f0np0:\nAdaptive RX: on  TX: off\nstats-block-usecs: n/a\nrx-usecs: 8\nrx-frames: 128\ntx-usecs: 16\ntx-frames: 32\n";
     const RINGS: &str = "Ring parameters for ens1f0np0:\nPre-set maximums:\nRX:\t\t8192\nTX:\t\t8192\nCurrent hardware settings:\nRX:\t\t1024\nTX:\t\t1024\n";
-    const INTERRUPTS: &str = "           CPU0       CPU1\n 24:          0          0  PCI-MSIX-0000:3b:00.0   0-edge      mlx5_async0@pci:0000:3b:00.0\n 25:       1234          0  PCI-MSIX-0000:3b:00.0   1-edge      ens1f0np0-0\n 26:          0       5678  PCI-MSIX-0000:3b:00.0   2-edge      ens1f0np0-1\n 27:          9          9  PCI-MSIX-0000:3c:00.0   1-edge      ens1f0np01-0\nNMI:          0          0   Non-maskable interrupts\n";
+    // ixgbe/bnxt name a vector after the interface, ice and i40e put the driver first,
+    // mlx5 names its completion vectors after the device (found through msi_irqs instead).
+    const INTERRUPTS: &str = "           CPU0       CPU1\n 24:          0          0  PCI-MSIX-0000:3b:00.0   0-edge      mlx5_async0@pci:0000:3b:00.0\n 25:       1234          0  PCI-MSIX-0000:3b:00.0   1-edge      eth2-TxRx-0\n 26:          0       5678  PCI-MSIX-0000:3b:00.0   2-edge      eth2-TxRx-1\n 27:          9          9  PCI-MSIX-0000:3c:00.0   1-edge      eth21-0\n 28:          9          9  PCI-MSIX-0000:5e:00.0   1-edge      ice-ens1f0-TxRx-0\n 29:          9          9  PCI-MSIX-0000:5e:00.0   1-edge      mlx5_comp0@pci:0000:5e:00.0\nNMI:          0          0   Non-maskable interrupts\n";
 
     #[test]
     fn ethtool_s_settings_are_read_as_the_report_keeps_them() {
@@ -409,9 +501,29 @@ mod tests {
 
     #[test]
     fn a_nic_s_interrupts_are_its_own_lines_only() {
-        assert_eq!(irqs_of(INTERRUPTS, "ens1f0np0"), [25, 26]);
-        assert_eq!(irqs_of(INTERRUPTS, "ens1f0np01"), [27]);
+        assert_eq!(irqs_of(INTERRUPTS, "eth2"), [25, 26]);
+        assert_eq!(irqs_of(INTERRUPTS, "eth21"), [27]);
+        assert_eq!(irqs_of(INTERRUPTS, "ens1f0"), [28]);
         assert!(irqs_of(INTERRUPTS, "eth0").is_empty());
+        assert_eq!(
+            action_of(INTERRUPTS, 29).as_deref(),
+            Some("mlx5_comp0@pci:0000:5e:00.0")
+        );
+        let none = irq_affinity("ufrag-no-such-interface");
+        assert!(
+            none.as_str().is_some_and(|s| s.starts_with("none found")),
+            "{none}"
+        );
+        assert!(nic_line(&json!({"irq_affinity": none})).contains("**none found"));
+    }
+
+    #[test]
+    fn a_secret_on_the_kernel_command_line_is_not_recorded() {
+        let line = "quiet ignition.config.url=https://x/y ds=nocloud;s=http://a/ isolcpus=2-5";
+        assert_eq!(
+            redacted_cmdline(line),
+            "quiet ignition.config.url=<redacted> ds=<redacted> isolcpus=2-5"
+        );
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub fn run(mut command: Command, what: &str) -> io::Result<()> {
 /// namespace's own /sys), or in this process's namespace (a lab's relay host).
 pub fn in_ns(ns: Option<&str>, program: &str, args: &[&str]) -> Command {
     let mut c = ufrag_testbed::netns::command_in(ns, program);
+    // A deployment's config and secrets, and the lab agent's token, are not the tools'.
+    for name in ufrag_testbed::launch::DEPLOYMENT_ENV {
+        c.env_remove(name);
+    }
     c.args(args);
     c
 }

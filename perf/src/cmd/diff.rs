@@ -872,12 +872,12 @@ pub(crate) mod tests {
         assert!(same.contains("does not differ from A's"), "{same}");
         let mut b = a.clone();
         b["environment"]["kernel"] = json!("6.12.0");
-        b["environment"]["nic"] = json!({"settings": {"irq_affinity": {"25": "0"}}});
+        b["environment"]["nic"] = json!({"settings": {"irq_affinity": {"eth2-TxRx-0": "0"}}});
         let (_, text) = diffed(&a, &b);
         let section = &text[text.find("## Environment").unwrap()..text.find("## Ratios").unwrap()];
         assert!(section.contains("- kernel: 6.1.0 → 6.12.0"), "{section}");
         assert!(
-            section.contains("- nic.settings.irq_affinity.25: (not recorded) → 0"),
+            section.contains("- nic.settings.irq_affinity.eth2-TxRx-0: (not recorded) → 0"),
             "{section}"
         );
     }

@@ -113,6 +113,13 @@ fn serve(options: &AgentOptions) -> Result<(), String> {
     );
     loop {
         let (stream, from) = listener.accept().map_err(|e| format!("accept: {e}"))?;
+        // A compare that vanishes without a FIN (its host rebooted) must not hold the
+        // agent and its load for ever: TCP keepalive finds it gone within two minutes.
+        let keepalive = socket2::TcpKeepalive::new()
+            .with_time(Duration::from_secs(60))
+            .with_interval(Duration::from_secs(10))
+            .with_retries(6);
+        let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
         let proven = Channel::new(stream)
             .map_err(|e| e.to_string())
             .and_then(|mut channel| demand_proof(&mut channel, &token).map(|()| channel));

@@ -6,9 +6,11 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use hmac::{KeyInit, Mac};
 use serde_json::{Value, json};
+use sha2::Sha256;
 
-use ufrag_common::wire::mac_text;
+use ufrag_common::wire::{hex, mac_text, unhex};
 
 use crate::bench::load::{CDF_QUANTILES, Latency, Trial};
 
@@ -16,8 +18,9 @@ use crate::bench::load::{CDF_QUANTILES, Latency, Trial};
 /// agent's hello with its environment a few kilobytes.
 pub const MAX_LINE: u64 = 64 * 1024;
 
-/// The protocol's version: the agent refuses a compare that speaks another.
-pub const VERSION: u64 = 1;
+/// The protocol's version: the agent refuses a compare that speaks another (2: the
+/// handshake proves both ends and seals every later line).
+pub const VERSION: u64 = 2;
 
 /// What a prepared load is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -176,11 +179,95 @@ pub fn trial_from_json(v: &Value) -> Result<Trial, String> {
     })
 }
 
-/// One end of the channel: writes a line, reads a line, at most [`MAX_LINE`] bytes.
+/// Which end of the channel this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// The agent on the tools host.
+    Agent,
+    /// The compare on the relay host.
+    Compare,
+}
+
+/// A proven connection's key and its two sequence counters: every line one end sends
+/// carries `HMAC(key, direction ‖ sequence ‖ body)`, and the other end takes only the next
+/// sequence number of the other direction.
+pub struct Session {
+    key: Vec<u8>,
+    outgoing: &'static [u8],
+    incoming: &'static [u8],
+    sent: u64,
+    received: u64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Session(sent {}, received {})", self.sent, self.received)
+    }
+}
+
+impl Session {
+    /// A session of `key` at `end` of the connection.
+    pub fn new(key: Vec<u8>, end: End) -> Session {
+        let (outgoing, incoming): (&'static [u8], &'static [u8]) = match end {
+            End::Agent => (b"agent->compare", b"compare->agent"),
+            End::Compare => (b"compare->agent", b"agent->compare"),
+        };
+        Session {
+            key,
+            outgoing,
+            incoming,
+            sent: 0,
+            received: 0,
+        }
+    }
+
+    fn mac(&self, direction: &[u8], sequence: u64, body: &str) -> hmac::Hmac<Sha256> {
+        let mut mac =
+            hmac::Hmac::<Sha256>::new_from_slice(&self.key).expect("HMAC takes any key length");
+        mac.update(direction);
+        mac.update(&sequence.to_be_bytes());
+        mac.update(body.as_bytes());
+        mac
+    }
+
+    /// `body` sealed as the next line this end sends.
+    pub fn seal(&mut self, body: &Value) -> Value {
+        let body = body.to_string();
+        let tag = hex(&self
+            .mac(self.outgoing, self.sent, &body)
+            .finalize()
+            .into_bytes());
+        self.sent += 1;
+        json!({ "body": body, "mac": tag })
+    }
+
+    /// The body of `line` if it is the next line the other end sent, MAC intact.
+    pub fn open(&mut self, line: &Value) -> Result<Value, String> {
+        let (Some(body), Some(tag)) = (line["body"].as_str(), line["mac"].as_str()) else {
+            return Err("a line without a session MAC".into());
+        };
+        let good = unhex(tag).is_some_and(|tag| {
+            self.mac(self.incoming, self.received, body)
+                .verify_slice(&tag)
+                .is_ok()
+        });
+        if !good {
+            return Err(
+                "a line whose session MAC does not check (changed, replayed or reordered)".into(),
+            );
+        }
+        self.received += 1;
+        serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))
+    }
+}
+
+/// One end of the channel: writes a line, reads a line, at most [`MAX_LINE`] bytes; once
+/// sealed with a [`Session`] (after the token handshake), every line carries its MAC.
 #[derive(Debug)]
 pub struct Channel {
     reader: BufReader<TcpStream>,
     writer: TcpStream,
+    session: Option<Session>,
 }
 
 impl Channel {
@@ -190,6 +277,7 @@ impl Channel {
         Ok(Channel {
             writer: stream.try_clone()?,
             reader: BufReader::new(stream),
+            session: None,
         })
     }
 
@@ -198,28 +286,99 @@ impl Channel {
         self.writer.set_read_timeout(timeout)
     }
 
-    /// Sends `v` as one line.
+    /// Writes `bytes` as they are, outside any line (tests of a peer that misbehaves).
+    pub fn write_raw(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.writer.write_all(bytes)
+    }
+
+    /// The next line if one is already whole or comes within 10 ms (tests).
+    pub fn try_receive(&mut self) -> std::io::Result<Option<Value>> {
+        self.receive_before(
+            std::time::Instant::now() + Duration::from_millis(10),
+            MAX_LINE,
+        )
+    }
+
+    /// From now on every line is sealed and checked with `session`.
+    pub fn seal(&mut self, session: Session) {
+        self.session = Some(session);
+    }
+
+    /// Sends `v` as one line (sealed, once the channel is).
     pub fn send(&mut self, v: &Value) -> std::io::Result<()> {
+        let sealed;
+        let v = match self.session.as_mut() {
+            Some(session) => {
+                sealed = session.seal(v);
+                &sealed
+            }
+            None => v,
+        };
         let mut line = v.to_string();
         line.push('\n');
         self.writer.write_all(line.as_bytes())
     }
 
-    /// The next line as JSON; `None` when the other end closed.
+    /// The next line as JSON (opened and checked, once the channel is sealed); `None`
+    /// when the other end closed.
     pub fn receive(&mut self) -> std::io::Result<Option<Value>> {
         let mut line = String::new();
         let read = (&mut self.reader).take(MAX_LINE).read_line(&mut line)?;
         if read == 0 {
             return Ok(None);
         }
+        self.parse(&line, MAX_LINE).map(Some)
+    }
+
+    /// The next line, of at most `max` bytes, whole before `deadline` however slowly it
+    /// comes (the read timeout is re-armed to what is left before each read); `None` when
+    /// the other end closed first.
+    pub fn receive_before(
+        &mut self,
+        deadline: std::time::Instant,
+        max: u64,
+    ) -> std::io::Result<Option<Value>> {
+        let mut line = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            self.writer.set_read_timeout(Some(left))?;
+            let available = self.reader.fill_buf()?;
+            if available.is_empty() {
+                return Ok(None);
+            }
+            let end = available.iter().position(|&b| b == b'\n');
+            let take = end.map_or(available.len(), |at| at + 1);
+            line.extend_from_slice(&available[..take]);
+            self.reader.consume(take);
+            if line.len() as u64 > max {
+                return Err(std::io::Error::other(format!(
+                    "a line longer than {max} bytes"
+                )));
+            }
+            if end.is_some() {
+                let line = String::from_utf8(line)
+                    .map_err(|_| std::io::Error::other("a line that is not UTF-8"))?;
+                return self.parse(&line, max).map(Some);
+            }
+        }
+    }
+
+    /// A whole line read as JSON, and opened when the channel is sealed.
+    fn parse(&mut self, line: &str, max: u64) -> std::io::Result<Value> {
         if !line.ends_with('\n') {
             return Err(std::io::Error::other(format!(
-                "a line longer than {MAX_LINE} bytes"
+                "a line longer than {max} bytes"
             )));
         }
-        serde_json::from_str(&line)
-            .map(Some)
-            .map_err(|e| std::io::Error::other(format!("not JSON: {e}")))
+        let value: Value = serde_json::from_str(line)
+            .map_err(|e| std::io::Error::other(format!("not JSON: {e}")))?;
+        match self.session.as_mut() {
+            Some(session) => session.open(&value).map_err(std::io::Error::other),
+            None => Ok(value),
+        }
     }
 
     /// Sends `request` and reads its reply's `ok` (a refusal's text as the error).

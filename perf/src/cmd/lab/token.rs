@@ -1,10 +1,14 @@
-//! Who may drive the agent: a shared token, and the handshake that proves it without
-//! sending it. On each connection the agent sends a fresh 32-byte challenge; the compare
-//! answers with HMAC-SHA256 of the challenge under the token; the agent checks it in
-//! constant time and serves nothing (not even its hello) before it matches. A wrong answer
-//! closes the connection. The token comes from a file that only its owner may read, or from
-//! [`TOKEN_ENV`], on both hosts; the agent refuses to start without one, since it sends
-//! load wherever it is told.
+//! Who may drive the agent, and how the two ends know each other: a shared token, never
+//! sent. On each connection the agent sends a fresh 32-byte challenge; the compare answers
+//! with a nonce of its own and HMAC-SHA256 of both under the token, labelled as the
+//! compare's; the agent checks it in constant time, serves nothing (not even its hello)
+//! before it matches, and proves itself back with the same MAC labelled as its own. Both
+//! then derive a session key from the token and both nonces, and every later line carries
+//! a MAC under it with a per-direction sequence number ([`Session`]), so someone on the
+//! path who relays the handshake still cannot write, change, replay or reorder a request.
+//! The whole handshake has one deadline ([`HANDSHAKE`]) and a small line limit. The token
+//! comes from a file that only its owner may read, or from [`TOKEN_ENV`], on both hosts;
+//! the agent refuses to start without one, since it sends load wherever it is told.
 
 use std::io::Read as _;
 use std::path::Path;
@@ -15,10 +19,13 @@ use sha2::Sha256;
 use ufrag_common::config::ConfigSources as _;
 use ufrag_common::runtime::host::Host;
 
-use super::protocol::{Channel, VERSION};
+
+use ufrag_common::wire::{hex, unhex};
+
+use super::protocol::{Channel, End, Session, VERSION};
 
 /// The variable that may hold the token when no file is named.
-pub const TOKEN_ENV: &str = "UFRAG_PERF_AGENT_TOKEN";
+pub const TOKEN_ENV: &str = ufrag_testbed::launch::AGENT_TOKEN_ENV;
 /// The shortest token taken: `openssl rand -hex 32` gives 64 characters.
 pub const MIN_TOKEN_LEN: usize = 32;
 /// A challenge's bytes.
@@ -59,7 +66,7 @@ impl Token {
             (None, Some(text)) => text,
             (None, None) => {
                 return Err(format!(
-                    "a token is required (--token-file FILE, mode 0600, or {TOKEN_ENV}): the \
+                    "a token is required (a file only its owner may read, or {TOKEN_ENV}): the \
                      agent sends load wherever it is told; make one with `openssl rand -hex 32`"
                 ));
             }
@@ -67,7 +74,7 @@ impl Token {
         let token = text.trim();
         if token.len() < MIN_TOKEN_LEN {
             return Err(format!(
-                "the token has {} characters; it needs at least {MIN_TOKEN_LEN}",
+                "the token has {} bytes; it needs at least {MIN_TOKEN_LEN}",
                 token.len()
             ));
         }
@@ -79,93 +86,165 @@ impl Token {
         Token(text.as_bytes().to_vec())
     }
 
-    fn mac(&self, challenge: &[u8]) -> hmac::Hmac<Sha256> {
+    /// The MAC under the token of `role` and the two nonces.
+    fn mac(&self, role: Role, agent_nonce: &[u8], compare_nonce: &[u8]) -> hmac::Hmac<Sha256> {
         let mut mac =
             hmac::Hmac::<Sha256>::new_from_slice(&self.0).expect("HMAC takes any key length");
-        mac.update(b"ufrag-perf agent v1\0");
-        mac.update(challenge);
+        mac.update(b"ufrag-perf agent v2\0");
+        mac.update(role.label());
+        mac.update(&[0]);
+        mac.update(agent_nonce);
+        mac.update(compare_nonce);
         mac
     }
 
-    /// The answer to `challenge`, as hex.
-    pub fn answer(&self, challenge: &[u8]) -> String {
-        hex(&self.mac(challenge).finalize().into_bytes())
+    /// `role`'s proof over the two nonces, as hex.
+    pub fn answer(&self, role: Role, agent_nonce: &[u8], compare_nonce: &[u8]) -> String {
+        hex(&self
+            .mac(role, agent_nonce, compare_nonce)
+            .finalize()
+            .into_bytes())
     }
 
-    /// Whether `answer` (hex) answers `challenge` under this token (constant time).
-    pub fn verifies(&self, challenge: &[u8], answer: &str) -> bool {
+    /// Whether `answer` (hex) is `role`'s proof over the two nonces (constant time).
+    pub fn verifies(
+        &self,
+        role: Role,
+        agent_nonce: &[u8],
+        compare_nonce: &[u8],
+        answer: &str,
+    ) -> bool {
         match unhex(answer) {
-            Some(bytes) => self.mac(challenge).verify_slice(&bytes).is_ok(),
+            Some(bytes) => self
+                .mac(role, agent_nonce, compare_nonce)
+                .verify_slice(&bytes)
+                .is_ok(),
             None => false,
+        }
+    }
+
+    /// The session key of the connection the two nonces began ([`Session`]).
+    pub fn session_key(&self, agent_nonce: &[u8], compare_nonce: &[u8]) -> Vec<u8> {
+        let mac = self.mac(Role::Session, agent_nonce, compare_nonce);
+        mac.finalize().into_bytes().to_vec()
+    }
+}
+
+/// Whose MAC a proof is: each end's differs, so neither can be made to answer for the
+/// other, and the session key is a third.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The agent's proof.
+    Agent,
+    /// The compare's proof.
+    Compare,
+    /// The session key.
+    Session,
+}
+
+impl Role {
+    fn label(self) -> &'static [u8] {
+        match self {
+            Role::Agent => b"agent",
+            Role::Compare => b"compare",
+            Role::Session => b"session",
         }
     }
 }
 
-/// How long either side waits for the other's step of the handshake.
+/// The whole handshake's deadline, for either end.
 pub const HANDSHAKE: std::time::Duration = std::time::Duration::from_secs(5);
+/// The longest line the handshake reads: a challenge, an answer or a proof is under 300
+/// bytes.
+pub const HANDSHAKE_LINE: u64 = 512;
 
-/// The agent's side of the handshake on a new connection: the challenge out, the answer in
-/// (within [`HANDSHAKE`]), checked under `token`. A wrong or late answer gets
-/// `{"error": "not authenticated"}` and is an error: the caller closes the connection.
+/// The agent's side of the handshake on a new connection: the challenge out, the
+/// compare's nonce and proof in, checked under `token`, the agent's proof back; all within
+/// [`HANDSHAKE`]. On success the channel is sealed with the session. A wrong or late
+/// answer gets `{"error": "not authenticated"}` and is an error: the caller closes the
+/// connection.
 pub fn demand_proof(channel: &mut Channel, token: &Token) -> Result<(), String> {
-    let challenge = challenge().map_err(|e| format!("/dev/urandom: {e}"))?;
+    let deadline = std::time::Instant::now() + HANDSHAKE;
+    let agent_nonce = challenge().map_err(|e| format!("/dev/urandom: {e}"))?;
     channel
-        .set_timeout(Some(HANDSHAKE))
+        .send(&json!({ "challenge": hex(&agent_nonce), "version": VERSION }))
         .map_err(|e| e.to_string())?;
-    channel
-        .send(&json!({ "challenge": hex(&challenge), "version": VERSION }))
-        .map_err(|e| e.to_string())?;
-    let answer = channel.receive();
-    let proven = matches!(&answer, Ok(Some(reply))
-        if reply["answer"].as_str().is_some_and(|a| token.verifies(&challenge, a)));
-    if !proven {
+    let answer = channel.receive_before(deadline, HANDSHAKE_LINE);
+    let compare_nonce = match &answer {
+        Ok(Some(reply)) => reply["nonce"]
+            .as_str()
+            .and_then(unhex)
+            .filter(|n| n.len() == CHALLENGE_LEN)
+            .filter(|n| {
+                reply["answer"]
+                    .as_str()
+                    .is_some_and(|a| token.verifies(Role::Compare, &agent_nonce, n, a))
+            }),
+        _ => None,
+    };
+    let Some(compare_nonce) = compare_nonce else {
         let _ = channel.send(&json!({ "error": "not authenticated" }));
         return Err(match answer {
-            Err(e) => format!("no answer to the challenge: {e}"),
+            Err(e) => format!("no answer to the challenge in time: {e}"),
             Ok(None) => "closed before answering the challenge".into(),
             Ok(Some(_)) => "a wrong answer to the challenge".into(),
         });
-    }
-    channel.set_timeout(None).map_err(|e| e.to_string())?;
+    };
+    let proof = token.answer(Role::Agent, &agent_nonce, &compare_nonce);
     channel
-        .send(&json!({ "ok": {} }))
-        .map_err(|e| e.to_string())
+        .send(&json!({ "ok": { "proof": proof } }))
+        .map_err(|e| e.to_string())?;
+    channel.set_timeout(None).map_err(|e| e.to_string())?;
+    let key = token.session_key(&agent_nonce, &compare_nonce);
+    channel.seal(Session::new(key, End::Agent));
+    Ok(())
 }
 
-/// The compare's side: answers the agent's challenge under `token` and reads its verdict.
+/// The compare's side: answers the agent's challenge with a nonce of its own under
+/// `token`, checks the agent's proof back, and seals the channel; all within
+/// [`HANDSHAKE`].
 pub fn prove(channel: &mut Channel, token: &Token) -> Result<(), String> {
-    channel
-        .set_timeout(Some(HANDSHAKE))
-        .map_err(|e| e.to_string())?;
+    let deadline = std::time::Instant::now() + HANDSHAKE;
     let hello = channel
-        .receive()
+        .receive_before(deadline, HANDSHAKE_LINE)
         .map_err(|e| format!("the agent's challenge: {e}"))?
         .ok_or("the agent closed the connection before its challenge")?;
-    let challenge = hello["challenge"]
-        .as_str()
-        .and_then(unhex)
-        .ok_or("the agent sent no challenge (an agent older than the token handshake?)")?;
     if hello["version"].as_u64() != Some(VERSION) {
         return Err(format!(
-            "the agent speaks protocol {}, this compare {VERSION}",
+            "the agent speaks protocol {}, this compare {VERSION} (the same build on both hosts)",
             hello["version"]
         ));
     }
+    let agent_nonce = hello["challenge"]
+        .as_str()
+        .and_then(unhex)
+        .filter(|n| n.len() == CHALLENGE_LEN)
+        .ok_or("the agent sent no challenge of 32 bytes")?;
+    let compare_nonce = challenge().map_err(|e| format!("/dev/urandom: {e}"))?;
+    let answer = token.answer(Role::Compare, &agent_nonce, &compare_nonce);
     channel
-        .send(&json!({ "answer": token.answer(&challenge) }))
+        .send(&json!({ "nonce": hex(&compare_nonce), "answer": answer }))
         .map_err(|e| format!("the agent: {e}"))?;
     let verdict = channel
-        .receive()
+        .receive_before(deadline, HANDSHAKE_LINE)
         .map_err(|e| format!("the agent: {e}"))?
         .ok_or("the agent closed the connection")?;
-    if verdict.get("ok").is_none() {
+    let Some(ok) = verdict.get("ok") else {
         return Err(format!(
-            "the agent refused the token: {} (the same token on both hosts: --token-file or \
-             {TOKEN_ENV})",
+            "the agent refused the token: {} (the same token on both hosts)",
             verdict["error"].as_str().unwrap_or("?")
         ));
+    };
+    let proven = ok["proof"]
+        .as_str()
+        .is_some_and(|p| token.verifies(Role::Agent, &agent_nonce, &compare_nonce, p));
+    if !proven {
+        return Err("the peer did not prove it holds the token: not our agent".into());
     }
-    channel.set_timeout(None).map_err(|e| e.to_string())
+    channel.set_timeout(None).map_err(|e| e.to_string())?;
+    let key = token.session_key(&agent_nonce, &compare_nonce);
+    channel.seal(Session::new(key, End::Compare));
+    Ok(())
 }
 
 /// A fresh challenge from the kernel's random source.
@@ -175,22 +254,6 @@ pub fn challenge() -> std::io::Result<[u8; CHALLENGE_LEN]> {
     Ok(bytes)
 }
 
-/// `bytes` as lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Hex as bytes; `None` unless it is whole bytes of hex digits.
-pub fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.is_ascii() {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).ok())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,21 +261,50 @@ mod tests {
     const TOKEN: &str = "0123456789abcdef0123456789abcdef";
 
     #[test]
-    fn only_the_token_answers_a_challenge_and_only_that_one() {
+    fn only_the_token_proves_a_role_and_only_over_its_nonces() {
         let token = Token::from_text(TOKEN);
-        let challenge = [7u8; CHALLENGE_LEN];
-        let answer = token.answer(&challenge);
-        assert!(token.verifies(&challenge, &answer));
+        let (a, b) = ([7u8; CHALLENGE_LEN], [9u8; CHALLENGE_LEN]);
+        let answer = token.answer(Role::Compare, &a, &b);
+        assert!(token.verifies(Role::Compare, &a, &b, &answer));
         assert!(
-            !token.verifies(&[8u8; CHALLENGE_LEN], &answer),
-            "another challenge"
+            !token.verifies(Role::Agent, &a, &b, &answer),
+            "the other role's proof"
+        );
+        assert!(
+            !token.verifies(Role::Compare, &b, &a, &answer),
+            "other nonces"
         );
         let other = Token::from_text("another token of enough characters!");
-        assert!(!other.verifies(&challenge, &answer), "another token");
+        assert!(
+            !other.verifies(Role::Compare, &a, &b, &answer),
+            "another token"
+        );
         for bad in ["", "zz", &answer[..10], "0", &format!("{answer}00")] {
-            assert!(!token.verifies(&challenge, bad), "{bad:?}");
+            assert!(!token.verifies(Role::Compare, &a, &b, bad), "{bad:?}");
         }
         assert_eq!(format!("{token:?}"), "Token(<redacted>)");
+    }
+
+    #[test]
+    fn a_sealed_line_opens_once_in_order_and_not_when_changed() {
+        let key = Token::from_text(TOKEN).session_key(&[1; 32], &[2; 32]);
+        let (mut agent, mut compare) = (
+            Session::new(key.clone(), End::Agent),
+            Session::new(key, End::Compare),
+        );
+        let first = compare.seal(&json!({"trial": 1}));
+        let second = compare.seal(&json!({"trial": 2}));
+        assert!(agent.open(&second).is_err(), "out of order");
+        assert_eq!(agent.open(&first).unwrap(), json!({"trial": 1}));
+        assert!(agent.open(&first).is_err(), "replayed");
+        let mut changed = second.clone();
+        changed["body"] = json!("{\"trial\":3}");
+        assert!(agent.open(&changed).is_err(), "changed");
+        assert_eq!(agent.open(&second).unwrap(), json!({"trial": 2}));
+        // A line the agent sealed does not open as the agent's own input.
+        let reply = agent.seal(&json!({"ok": {}}));
+        assert!(agent.open(&reply).is_err(), "reflected");
+        assert_eq!(compare.open(&reply).unwrap(), json!({"ok": {}}));
     }
 
     #[test]
