@@ -19,7 +19,6 @@ use sha2::Sha256;
 use ufrag_common::config::ConfigSources as _;
 use ufrag_common::runtime::host::Host;
 
-
 use ufrag_common::wire::{hex, unhex};
 
 use super::protocol::{Channel, End, Session, VERSION};
