@@ -621,36 +621,29 @@ fn the_agent_serves_only_who_proves_the_token() {
     let hello = channel.call(&Request::Hello).unwrap();
     assert_eq!(hello["client_ip"], "10.90.0.1", "{hello}");
     drop(channel);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let report = loop {
-        if let Some(report) = agent.exit_report() {
-            break report;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "--once: the agent stayed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    };
+    let report = exit_of(&mut agent, "--once: the agent stayed");
     assert!(report.starts_with("exit status: 0"), "{report}");
 
     // No token, and a token others may read: the agent does not start.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     for (token_file, expected) in [(None, "a token is required"), (Some(&file), "0644")] {
         let mut agent = tools.agent(token_file.map(|f| f.as_path()), &[]);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let report = loop {
-            if let Some(report) = agent.exit_report() {
-                break report;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the agent started: {expected}"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        };
+        let report = exit_of(&mut agent, &format!("the agent started: {expected}"));
         assert!(report.contains("exit status: 2"), "{report}");
         assert!(report.contains(expected), "{expected}: {report}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// How `agent` exited (its status and stderr), waiting at most 10 s; fails with `stayed`
+/// if it still runs then.
+fn exit_of(agent: &mut OwnedChild, stayed: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        if let Some(report) = agent.exit_report() {
+            return report;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stayed}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
