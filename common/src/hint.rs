@@ -350,7 +350,8 @@ impl HintKeys {
                 .trim()
                 .parse()
                 .map_err(|_| syntax("key id must be an integer 0..=255"))?;
-            let secret = decode_hex(hex.trim()).ok_or_else(|| syntax("secret is not hex"))?;
+            let secret =
+                crate::wire::unhex(hex.trim()).ok_or_else(|| syntax("secret is not hex"))?;
             count += 1;
             if keys.len() < 2 {
                 keys.push(HintKey::new(id, &secret)?);
@@ -605,17 +606,4 @@ pub fn unix_seconds(at: std::time::SystemTime) -> u32 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_secs());
     u32::try_from(seconds).unwrap_or(u32::MAX)
-}
-
-fn decode_hex(hex: &str) -> Option<Vec<u8>> {
-    if !hex.len().is_multiple_of(2) {
-        return None;
-    }
-    hex.as_bytes()
-        .chunks_exact(2)
-        .map(|pair| {
-            let text = core::str::from_utf8(pair).ok()?;
-            u8::from_str_radix(text, 16).ok()
-        })
-        .collect()
 }
