@@ -136,6 +136,8 @@ fn passed_trials(
             reading: None,
             fast_path: None,
             outside: None,
+            queues: None,
+            steering_changed: vec![],
         };
         trials.insert((round, setup.to_string()), sample);
     }

@@ -132,6 +132,9 @@ pub enum Disturbance {
     SlowCalibration(f64),
     /// Threads outside the experiment took this share of the machine in a trial.
     Outside(f64),
+    /// This many of the relay interface's interrupt and queue steering settings differed
+    /// from the run's start around the trials ([`crate::bench::steering`]).
+    SteeringChanged(usize),
 }
 
 impl Disturbance {
@@ -147,6 +150,10 @@ impl Disturbance {
             Disturbance::Outside(share) => format!(
                 "threads outside the experiment took {:.0} % of the machine in a trial",
                 share * 100.0
+            ),
+            Disturbance::SteeringChanged(n) => format!(
+                "{n} interrupt or queue steering setting(s) of the relay's interface changed \
+                 since the run began"
             ),
         }
     }

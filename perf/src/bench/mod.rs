@@ -26,5 +26,7 @@ pub mod search;
 pub mod sessions;
 pub mod settings;
 pub mod shell;
+pub mod spread;
 pub mod stats;
+pub mod steering;
 pub mod wake;

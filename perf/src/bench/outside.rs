@@ -77,10 +77,10 @@ fn is_outside(pid: u32, name: &str, parent: u32, ours: &[u32]) -> bool {
     !ours.contains(&pid)
 }
 
-/// The process ids of `root`'s tree: `root` and every descendant, from each process's
-/// parent.
-fn tree_of(root: u32, parents: &HashMap<u32, u32>) -> Vec<u32> {
-    let mut tree = vec![root];
+/// The process ids of the trees rooted at `roots`: each root and every descendant, from
+/// each process's parent.
+fn tree_of(roots: &[u32], parents: &HashMap<u32, u32>) -> Vec<u32> {
+    let mut tree = roots.to_vec();
     let mut grew = true;
     while grew {
         grew = false;
@@ -95,10 +95,10 @@ fn tree_of(root: u32, parents: &HashMap<u32, u32>) -> Vec<u32> {
 }
 
 impl Census {
-    /// Every thread on the machine now, sorted into the experiment (`root`'s process
-    /// tree and the kernel's network threads) and the rest. Unreadable entries (a
-    /// thread that just ended) are skipped.
-    pub fn take(root: u32) -> Census {
+    /// Every thread on the machine now, sorted into the experiment (the process trees
+    /// rooted at `roots` and the kernel's network threads) and the rest. Unreadable
+    /// entries (a thread that just ended) are skipped.
+    pub fn take(roots: &[u32]) -> Census {
         let Ok(proc) = std::fs::read_dir("/proc") else {
             return Census::default();
         };
@@ -117,7 +117,7 @@ impl Census {
                 names.insert(pid, name);
             }
         }
-        let ours = tree_of(root, &parents);
+        let ours = tree_of(roots, &parents);
         let mut threads = HashMap::new();
         for (&pid, &parent) in &parents {
             let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -263,9 +263,13 @@ mod tests {
         let parents: HashMap<u32, u32> = [(100, 1), (101, 100), (102, 101), (200, 1), (201, 200)]
             .into_iter()
             .collect();
-        let mut tree = tree_of(100, &parents);
+        let mut tree = tree_of(&[100], &parents);
         tree.sort_unstable();
         assert_eq!(tree, vec![100, 101, 102]);
+        // Two roots (a lab's agent on the same machine): both trees.
+        let mut both = tree_of(&[101, 200], &parents);
+        both.sort_unstable();
+        assert_eq!(both, vec![101, 102, 200, 201]);
     }
 
     #[test]
@@ -335,10 +339,10 @@ mod tests {
             .expect("sh starts");
         // Rooted at no process: every user thread, the spinner too, is outside.
         let nobody = u32::MAX;
-        let before = Census::take(nobody);
+        let before = Census::take(&[nobody]);
         std::thread::sleep(std::time::Duration::from_millis(300));
-        let after = Census::take(nobody);
-        let rooted_here = Census::take(std::process::id());
+        let after = Census::take(&[nobody]);
+        let rooted_here = Census::take(&[std::process::id()]);
         let _ = spinner.kill();
         let _ = spinner.wait();
         assert!(

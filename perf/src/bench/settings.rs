@@ -40,6 +40,7 @@ pub fn nic(name: &str) -> Value {
         "coalescing": read(&["-c", name], coalescing),
         "rings": read(&["-g", name], rings),
         "irq_affinity": irq_affinity(name),
+        "rps_xps": crate::bench::steering::queue_masks(name),
     })
 }
 

@@ -28,6 +28,13 @@ pub trait Bed {
     /// generator, its flows made.
     fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load>;
 
+    /// The processes whose trees are the experiment on this machine (the rest is outside
+    /// it, [`crate::bench::outside`]): this one, and in a lab whose agent runs on this
+    /// same machine (two namespaces), the agent too.
+    fn experiment_roots(&self) -> Vec<u32> {
+        vec![std::process::id()]
+    }
+
     /// Places the relay interface's kernel work after a setup started (the testbed pins
     /// its NAPI threads to the forwarder's core; a lab's NIC is placed by the lab); what
     /// it did, if anything.

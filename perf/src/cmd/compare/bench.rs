@@ -116,6 +116,7 @@ impl Bench {
             flows,
             bind_mode: BindMode::Copy,
             afxdp_workers: 1,
+            steering: None,
         };
         Ok(Bench {
             bed,

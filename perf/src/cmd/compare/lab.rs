@@ -62,7 +62,7 @@ impl Lab {
             .map_err(|e| format!("the agent's sink_addr: {e}"))?;
         let sink_mac =
             crate::forwarders::xdp::parse_mac(field("sink_mac")?).ok_or("the agent's sink_mac")?;
-        let queues = match args.queues {
+        let queue_setting = match args.queues {
             Some(n) => Some(crate::bench::nic::Queues::set(interface, n)?),
             None => None,
         };
@@ -81,6 +81,7 @@ impl Lab {
         } else {
             args.relay_cpus.clone()
         };
+        let queues = crate::bench::nic::rx_queues(interface).max(1);
         let relay = RelayHost {
             iface,
             vip: SocketAddr::from((ip, 3478)),
@@ -93,13 +94,14 @@ impl Lab {
             relay_cpus,
             flows: options.flows,
             bind_mode: args.bind_mode,
-            afxdp_workers: crate::bench::nic::rx_queues(interface).max(1),
+            afxdp_workers: queues,
+            steering: Some(crate::bench::steering::Steering::read(interface)),
         };
         Ok(Lab {
             relay,
             agent: Rc::new(RefCell::new(channel)),
             hello,
-            _queues: queues,
+            _queues: queue_setting,
         })
     }
 
@@ -140,7 +142,11 @@ impl Lab {
                 GeneratorKind::Sockets => "sendmmsg from 256 client sockets on the tools host",
             },
             "sink": "XDP per-CPU counter on the tools host's sink interface, 1 in 8 passed to a socket for latency",
-            "cpu accounting": "the relay host's CPUs only: the tools host's work is not in any row",
+            "cpu accounting": if self.agent_here().is_some() {
+                "one machine: the tools host is this machine (the agent's boot id is this kernel's), so the tools' work is in every row, as on the testbed"
+            } else {
+                "the relay host's CPUs only: the tools host's work is not in any row"
+            },
         });
         record
     }
@@ -168,9 +174,26 @@ impl Lab {
     }
 }
 
+impl Lab {
+    /// The agent's process when it runs on this same machine (its boot id is this
+    /// kernel's: two namespaces, not two hosts), whose work then lands on these CPUs.
+    fn agent_here(&self) -> Option<u32> {
+        let here = crate::cmd::lab::agent::boot_id()?;
+        (self.hello["boot_id"].as_str() == Some(here.as_str()))
+            .then(|| self.hello["pid"].as_u64()?.try_into().ok())
+            .flatten()
+    }
+}
+
 impl Bed for Lab {
     fn relay(&self) -> &RelayHost {
         &self.relay
+    }
+
+    fn experiment_roots(&self) -> Vec<u32> {
+        std::iter::once(std::process::id())
+            .chain(self.agent_here())
+            .collect()
     }
 
     fn fixed_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {

@@ -85,6 +85,12 @@ pub fn run(options: &Options) -> i32 {
     };
     let bench = &*bed;
     starts_once(bench.relay(), &mut setups, &mut left_out);
+    equal_cores(bench.relay(), options, &mut setups, &mut left_out);
+    let cores_per_side = bench.relay().afxdp_workers;
+    let cores: Vec<(String, String)> = setups
+        .iter()
+        .map(|s| (s.key.to_string(), s.cores_on(bench.relay())))
+        .collect();
     // The report so far, rewritten as rounds and phases finish.
     let write = |samples: &[sample::Sample],
                  machine: &machine_profile::Profiled,
@@ -100,6 +106,8 @@ pub fn run(options: &Options) -> i32 {
                 searched,
                 seed,
                 environment: &environment,
+                cores: &cores,
+                cores_per_side,
                 partial,
             },
         )
@@ -144,7 +152,7 @@ pub fn run(options: &Options) -> i32 {
             );
             first += plan.rounds;
             let analysis = cost::Analysis::new(&samples, setups::NULL);
-            let verdict = report::verdict_of(options, &setups, &analysis);
+            let verdict = report::verdict_of(options, &setups, cores_per_side, &analysis);
             let decided = !matches!(verdict.kind(), "inconclusive" | "withheld");
             if decided || first > most {
                 break;
@@ -161,8 +169,8 @@ pub fn run(options: &Options) -> i32 {
     } else {
         vec![]
     };
-    // Where each row's cost lands, on the testbed (a lab's relay host is another machine).
-    let machine = if samples.is_empty() || options.lab.lab.is_some() {
+    // Where each row's cost lands on the relay host (this machine, in a lab too).
+    let machine = if samples.is_empty() {
         machine_profile::Profiled::default()
     } else {
         let dir = options.out.parent().unwrap_or(std::path::Path::new("."));
@@ -310,6 +318,48 @@ fn testbed(options: &Options) -> Result<(Box<dyn Bed>, serde_json::Value), Strin
         (crate::bench::load::LOAD_CPU, options.forwarder_cpu),
     );
     Ok((Box::new(bench), environment))
+}
+
+/// Equal cores on both sides of the verdict: where relay-afxdp runs one worker on each
+/// of N > 1 RX queues (a lab's NIC), each relay-mio row runs N workers too (its
+/// `--workers` variant, in its place). The one-worker row stays only when `--workers`
+/// lists 1 beside other counts (its default is 1 alone).
+fn equal_cores(
+    relay: &relay_host::RelayHost,
+    options: &Options,
+    setups: &mut Vec<&'static setups::Setup>,
+    left_out: &mut Vec<(String, String)>,
+) {
+    let queues = relay.afxdp_workers;
+    let bypass = setups::bypass_keys();
+    if queues < 2 || !setups.iter().any(|s| bypass.contains(&s.key)) {
+        return;
+    }
+    let keep_one = options.workers.contains(&1) && options.workers.len() > 1;
+    let mut equal = vec![];
+    for &setup in setups.iter() {
+        let one_worker_mio = setup.sweeps_workers() && setup.workers == 1;
+        if one_worker_mio && keep_one {
+            equal.push(setup);
+        } else if one_worker_mio {
+            left_out.push((
+                setup.name.to_string(),
+                format!(
+                    "weighed on {queues} workers, as many as relay-afxdp's RX queues \
+                     (`--workers 1,{queues}` keeps the one-worker row too)"
+                ),
+            ));
+        }
+        let row = if one_worker_mio {
+            setup.with_workers(queues)
+        } else {
+            setup
+        };
+        if !equal.iter().any(|s: &&setups::Setup| s.key == row.key) {
+            equal.push(row);
+        }
+    }
+    *setups = equal;
 }
 
 /// Starts each setup that attaches to the relay's interface (AF_XDP, XDP) once before

@@ -171,6 +171,53 @@ pub fn outside_threads(samples: &[Sample]) -> String {
     )
 }
 
+/// How each setup's cost trials spread over the relay interface's RX queues, summed over
+/// the rounds, with a loud line for each setup whose load did not spread (a NIC hashing
+/// UDP on addresses only, one client address); nothing with one queue.
+pub fn queue_spread(samples: &[Sample]) -> String {
+    let mut by_setup: Vec<(&str, crate::bench::spread::Spread)> = vec![];
+    for s in samples {
+        let Some(queues) = &s.queues else { continue };
+        match by_setup.iter_mut().find(|(k, _)| *k == s.setup) {
+            Some((_, sum)) => sum.add(queues),
+            None => by_setup.push((&s.setup, queues.clone())),
+        }
+    }
+    if by_setup.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from(
+        "\n### How the load spread over the RX queues\n\nPackets each of the relay \
+         interface's RX queues received during each setup's cost trials (`ethtool -S`), \
+         summed over the rounds. A queue with more than twice its share, or less than half of \
+         it, means the NIC's RSS did not spread the flows: the workers on the other queues \
+         measured little (set `ethtool -N IF rx-flow-hash udp4 sdfn` to hash the ports too).\n\n\
+         | setup | packets per queue | shares | spread |\n|---|---|---|---|\n",
+    );
+    for (key, spread) in &by_setup {
+        let packets: Vec<String> = spread.packets.iter().map(u64::to_string).collect();
+        let shares: Vec<String> = spread
+            .shares()
+            .iter()
+            .map(|s| format!("{:.0} %", s * 100.0))
+            .collect();
+        let (shares, spread) = match (shares.is_empty(), spread.skew()) {
+            // The direct path bypasses the relay's interface; a driver may count a path
+            // (veth without NAPI) nowhere per queue.
+            (true, _) => ("none counted".to_string(), "–".to_string()),
+            (false, None) => (shares.join(" / "), "even".to_string()),
+            (false, Some(why)) => (shares.join(" / "), format!("**did not spread**: {why}")),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {shares} | {spread} |",
+            name_of(key),
+            packets.join(" / "),
+        );
+    }
+    out
+}
+
 /// Each row in a sentence: marginal cost, fixed cores, sessions per core, and its ratio
 /// to `baseline`'s.
 pub fn row_summary(rows: &[RowCost], baseline: &str) -> String {

@@ -133,7 +133,9 @@ pub struct Options {
     pub forwarder_cpu: usize,
     /// Worker counts to sweep (comma-separated): relay-mio's rows are measured with each
     /// (`mio-w2`, …) beside its one-worker row, which stays the baseline. A relay's
-    /// workers are pinned to the forwarder's CPU first, then to the others.
+    /// workers are pinned to the forwarder's CPU first, then to the others. In a lab
+    /// whose NIC has N > 1 RX queues relay-mio runs N workers in place of one (the
+    /// verdict weighs equal cores); list 1 among the counts to keep the one-worker row.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub workers: Vec<usize>,
     /// Leave out setups whose program is not installed (each named, in the report too)

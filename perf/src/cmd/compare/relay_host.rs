@@ -47,6 +47,10 @@ pub struct RelayHost {
     pub bind_mode: BindMode,
     /// relay-afxdp's workers: one per RX queue of the interface.
     pub afxdp_workers: usize,
+    /// The interface's interrupt and queue steering when the run began (a lab's relay
+    /// host; `None` on the testbed, which steers its own): a setup's trials during which
+    /// it differs are left out.
+    pub steering: Option<crate::bench::steering::Steering>,
 }
 
 impl RelayHost {

@@ -32,6 +32,11 @@ pub struct Measured<'a> {
     pub seed: u64,
     /// The environment record.
     pub environment: &'a serde_json::Value,
+    /// Each setup's core budget on the relay host, by key ([`Setup::cores_on`]).
+    pub cores: &'a [(String, String)],
+    /// The workers a side the verdict weighs: relay-afxdp's RX queues, and as many
+    /// relay-mio workers ([`verdict_rows`]).
+    pub cores_per_side: usize,
     /// Where the run was when this was written, if it has not finished: the report is
     /// rewritten as rounds and phases finish, so an interrupted run keeps what it measured.
     pub partial: Option<String>,
@@ -297,10 +302,33 @@ fn fast_path_against_reference(
     out
 }
 
+/// Each row's core budget on the relay host, one line, and (more than one core a side)
+/// what that means for the verdict.
+fn core_budgets(cores: &[(String, String)], cores_per_side: usize) -> String {
+    if cores.is_empty() {
+        return String::new();
+    }
+    let listed: Vec<String> = cores
+        .iter()
+        .map(|(key, budget)| format!("{}: {budget}", name_of(key)))
+        .collect();
+    let mut out = format!("\nEach row's cores: {}.\n", listed.join("; "));
+    if cores_per_side > 1 {
+        let _ = writeln!(
+            out,
+            "relay-afxdp runs one worker on each of {cores_per_side} RX queues, and the verdict \
+             weighs it against relay-mio on as many workers: the same cores on each side. Run \
+             once per `--queues N` for the verdict at another N."
+        );
+    }
+    out
+}
+
 /// The measured rows the verdict weighs: the bypass rows (relay-afxdp on our own AF_XDP
-/// layer, with and without its fast path) and the socket rows (relay-mio with one worker,
-/// in each mode measured), each in the report's order.
-fn verdict_rows<'a>(setups: &[&'a Setup]) -> (Vec<&'a str>, Vec<&'a str>) {
+/// layer, with and without its fast path, one worker per RX queue) and the socket rows
+/// (relay-mio with as many workers, `cores_per_side`, in each mode measured), each in the
+/// report's order.
+fn verdict_rows<'a>(setups: &[&'a Setup], cores_per_side: usize) -> (Vec<&'a str>, Vec<&'a str>) {
     let bypass_all = bypass_keys();
     let bypass = setups
         .iter()
@@ -310,7 +338,7 @@ fn verdict_rows<'a>(setups: &[&'a Setup]) -> (Vec<&'a str>, Vec<&'a str>) {
     let sockets = setups
         .iter()
         .filter(|s| {
-            s.workers == 1
+            s.workers == cores_per_side
                 && matches!(
                     s.kind,
                     Kind::Relay {
@@ -324,9 +352,27 @@ fn verdict_rows<'a>(setups: &[&'a Setup]) -> (Vec<&'a str>, Vec<&'a str>) {
     (bypass, sockets)
 }
 
+/// The row the others' ratios are to: relay-mio with one worker, or where a lab weighs
+/// it on as many workers as relay-afxdp's queues ([`Measured::cores_per_side`]), that row.
+fn baseline_of(setups: &[&Setup], cores_per_side: usize) -> &'static str {
+    let mio = |workers: usize| {
+        setups
+            .iter()
+            .find(|s| s.sweeps_workers() && s.table_key() == BASELINE && s.workers == workers)
+    };
+    mio(1)
+        .or_else(|| mio(cores_per_side))
+        .map_or(BASELINE, |s| s.key)
+}
+
 /// The verdict `analysis` gives, by `options`' threshold and planned looks.
-pub fn verdict_of(options: &Options, setups: &[&Setup], analysis: &Analysis<'_>) -> Verdict {
-    let (bypass, sockets) = verdict_rows(setups);
+pub fn verdict_of(
+    options: &Options,
+    setups: &[&Setup],
+    cores_per_side: usize,
+    analysis: &Analysis<'_>,
+) -> Verdict {
+    let (bypass, sockets) = verdict_rows(setups, cores_per_side);
     judge(
         &analysis.candidates(&bypass, &sockets),
         options.threshold,
@@ -365,6 +411,7 @@ fn cost_json(
     samples: &[Sample],
     options: &Options,
     (seed, host): (u64, &str),
+    (baseline, cores): (&str, &[(String, String)]),
 ) -> serde_json::Value {
     serde_json::json!({
         "loads_pps": options.loads,
@@ -372,7 +419,7 @@ fn cost_json(
         "rounds": options.rounds,
         "seed": seed,
         "null_row": NULL,
-        "baseline": BASELINE,
+        "baseline": baseline,
         "verdict": verdict.json(name_of, host),
         "null_outliers": analysis.null_outliers.iter().map(|(round, why)| serde_json::json!({
             "round": round, "why": why,
@@ -380,6 +427,7 @@ fn cost_json(
         "rows": rows.iter().map(|r| serde_json::json!({
             "setup": r.setup,
             "name": name_of(&r.setup),
+            "cores": cores.iter().find(|(k, _)| *k == r.setup).map(|(_, b)| b),
             "us_per_packet_by_load": r.per_load.iter().map(|i| interval_json(*i)).collect::<Vec<_>>(),
             "marginal_us_per_packet": interval_json(r.marginal),
             "fixed_cores": interval_json(r.fixed_cores),
@@ -415,6 +463,8 @@ fn cost_json(
             })).collect::<Vec<_>>(),
             "latency": s.latency.iter().map(crate::cmd::lab::protocol::trial_json).collect::<Vec<_>>(),
             "fast_path": super::fast_path::json(s),
+            "queues": s.queues.as_ref().map(crate::bench::spread::Spread::to_json),
+            "steering_changed": s.steering_changed,
             "outside": s.outside.as_ref().map(|o| serde_json::json!({
                 "seconds": o.seconds,
                 "busiest": o.busiest.iter().take(5).map(|(name, seconds)| serde_json::json!({
@@ -429,13 +479,14 @@ fn cost_json(
 pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     let keys: Vec<&str> = m.setups.iter().map(|s| s.key).collect();
     let analysis = Analysis::new(m.samples, NULL);
-    let rows = analysis.rows(&keys, BASELINE);
-    let (bypass, sockets) = verdict_rows(m.setups);
+    let baseline = baseline_of(m.setups, m.cores_per_side);
+    let rows = analysis.rows(&keys, baseline);
+    let (bypass, sockets) = verdict_rows(m.setups, m.cores_per_side);
     let rounds_run = analysis.rounds().len();
-    let verdict = verdict_of(options, m.setups, &analysis);
+    let verdict = verdict_of(options, m.setups, m.cores_per_side, &analysis);
     let host = host_named(m.environment);
     let latency_rows =
-        super::latency::latency_rows(m.samples, BASELINE, &keys, &options.latency_loads);
+        super::latency::latency_rows(m.samples, baseline, &keys, &options.latency_loads);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let way = match options.direction {
         Direction::Up => "uplink",
@@ -467,7 +518,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         );
     } else {
         md.push_str(&super::verdict::markdown(&verdict, name_of, &host));
-        md.push_str(&notes::row_summary(&rows, BASELINE));
+        md.push_str(&notes::row_summary(&rows, baseline));
         let keys: Vec<&str> = rows.iter().map(|r| r.setup.as_str()).collect();
         md.push_str(&notes::loads_not_carried(&analysis, &keys));
         md.push_str(&cost_table(
@@ -479,6 +530,8 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
                 "the whole machine"
             },
         ));
+        md.push_str(&core_budgets(m.cores, m.cores_per_side));
+        md.push_str(&notes::queue_spread(m.samples));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&bypass_against_sockets(&analysis, &bypass, &sockets));
         md.push_str(&fast_path_against_reference(
@@ -593,6 +646,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         m.samples,
         options,
         (m.seed, &host),
+        (baseline, m.cores),
     );
     json["cost"]["threshold"] = serde_json::json!(options.threshold);
     json["cost"]["family_confidence"] = serde_json::json!(FAMILY_CONFIDENCE);
@@ -674,4 +728,32 @@ fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
     temporary.push(".writing");
     std::fs::write(&temporary, bytes)?;
     std::fs::rename(&temporary, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd::compare::setups::by_key;
+
+    #[test]
+    fn the_verdict_weighs_relay_mio_on_as_many_workers_as_relay_afxdp_has_queues() {
+        let mio = by_key("mio").unwrap();
+        let afxdp = by_key("afxdp-native-wakeup").unwrap();
+        let two = mio.with_workers(2);
+        // The testbed: one queue, one worker a side.
+        let setups = [by_key("direct").unwrap(), mio, two, afxdp];
+        assert_eq!(
+            verdict_rows(&setups, 1),
+            (vec!["afxdp-native-wakeup"], vec!["mio"])
+        );
+        assert_eq!(baseline_of(&setups, 1), "mio");
+        // A lab's two queues: relay-mio's two-worker row, the one-worker row kept for
+        // ratios when asked for.
+        assert_eq!(
+            verdict_rows(&setups, 2),
+            (vec!["afxdp-native-wakeup"], vec!["mio-w2"])
+        );
+        assert_eq!(baseline_of(&setups, 2), "mio");
+        assert_eq!(baseline_of(&[two, afxdp], 2), "mio-w2");
+    }
 }

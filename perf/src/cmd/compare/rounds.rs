@@ -1,18 +1,23 @@
 //! The primary phase of `perf compare`: randomized interleaved rounds
 //! ([`crate::bench::rounds`]). Every setup once per round, in a new random order each
 //! round, started afresh; each offered the same fixed loads from client sockets, with every
-//! CPU's busy time counted around each trial and the host read by the gate before it.
+//! CPU's busy time counted around each trial and the host read by the gate before it. On
+//! a NIC with several RX queues, what each queue received is counted around the trials
+//! ([`crate::bench::spread`]); in a lab, a turn during which the interface's interrupt or
+//! queue steering differed from the run's start is left out ([`crate::bench::steering`]).
 
 use std::time::{Duration, Instant};
 
 use super::bed::Bed;
 use super::fast_path;
+use super::relay_host::RelayHost;
 use super::sample::{LoadTrial, Sample};
 use super::setups::Setup;
 use crate::bench::cpu::Snapshot;
-use crate::bench::host_gate::{self, THRESHOLDS};
+use crate::bench::host_gate::{self, Disturbance, THRESHOLDS};
 use crate::bench::load::LOAD_CPU;
 use crate::bench::rounds::{Order, Rounds, Shuffler, eta};
+use crate::bench::spread::Spread;
 
 /// How the rounds run.
 #[derive(Clone, Debug)]
@@ -89,6 +94,17 @@ pub fn run(
             &THRESHOLDS,
         );
         disturbances.extend(host_gate::judge_outside(&measured.outside, &THRESHOLDS));
+        if !measured.steering_changed.is_empty() {
+            disturbances.push(Disturbance::SteeringChanged(
+                measured.steering_changed.len(),
+            ));
+            for change in &measured.steering_changed {
+                crate::say!("  steering changed since the run began: {change}");
+            }
+        }
+        if let Some(skew) = measured.queues.as_ref().and_then(Spread::skew) {
+            crate::say!("  !! the load did not spread over the RX queues: {skew}");
+        }
         if let Some(c) = reading.calibration_us {
             fastest_calibration = Some(fastest_calibration.map_or(c, |f: f64| f.min(c)));
         }
@@ -108,6 +124,8 @@ pub fn run(
             reading: Some(reading),
             fast_path: measured.fast_path,
             outside: Some(measured.outside),
+            queues: measured.queues,
+            steering_changed: measured.steering_changed,
         });
         if turn.ends_round {
             round_done(samples, round);
@@ -127,6 +145,10 @@ struct Measured {
     fast_path: Option<super::carried::Carried>,
     /// What ran outside the experiment over that window.
     outside: crate::bench::outside::Outside,
+    /// What each RX queue received over that window (more than one queue).
+    queues: Option<Spread>,
+    /// The steering settings that differed from the run's start around that window.
+    steering_changed: Vec<String>,
 }
 
 /// Starts `setup`, makes its flows, offers each load once (after a short warm-up that
@@ -144,19 +166,24 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
     let _ = load.trial(plan.loads[0], Duration::from_millis(200));
     // Read outside the window: a scrape of `/metrics` is not the relay's forwarding.
     let fast_before = fast_path::read(bench.relay(), setup);
-    // Outside the window too: a census reads every thread's counters.
+    // Outside the window too: ethtool and sysfs reads, and a census of every thread.
+    let steering_before = read_steering(bench.relay());
+    // The direct path's load does not cross the relay's interface.
+    let crosses = setup.kind != super::setups::Kind::Direct;
+    let queues_before = read_queues(bench.relay()).filter(|_| crosses);
     let window = Snapshot::now();
     let mut trials = vec![];
     let mut outside = crate::bench::outside::Outside::default();
+    let roots = bench.experiment_roots();
     for &rate in &plan.loads {
         // A census of every thread around each trial, outside its window (reading
         // every thread's counters is work of ours): what ran outside the experiment
         // is taken off the trial's busy time, and judged by the gate.
-        let census = crate::bench::outside::Census::take(std::process::id());
+        let census = crate::bench::outside::Census::take(&roots);
         let before = Snapshot::now();
         let t = load.trial(rate, plan.trial);
         let spent = before.until(&Snapshot::now());
-        let strangers = census.until(&crate::bench::outside::Census::take(std::process::id()));
+        let strangers = census.until(&crate::bench::outside::Census::take(&roots));
         let busy = (spent.busy - strangers.seconds).max(0.0);
         let trial = LoadTrial {
             offered_pps: rate,
@@ -182,6 +209,15 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
         trials.push(trial);
     }
     let during = window.until(&Snapshot::now());
+    let queues = queues_before
+        .zip(read_queues(bench.relay()))
+        .map(|(before, after)| Spread::between(&before, &after, bench.relay().afxdp_workers));
+    let mut steering_changed = steering_before;
+    for change in read_steering(bench.relay()) {
+        if !steering_changed.contains(&change) {
+            steering_changed.push(change);
+        }
+    }
     let carried = fast_path::read(bench.relay(), setup)
         .zip(fast_before)
         .map(|(after, before)| after.since(&before).with_flows(flows_carried));
@@ -206,7 +242,24 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
         during,
         fast_path: carried,
         outside,
+        queues,
+        steering_changed,
     }
+}
+
+/// Each RX queue's packets on the relay's interface now; `None` with one queue.
+fn read_queues(relay: &RelayHost) -> Option<std::collections::BTreeMap<usize, u64>> {
+    (relay.afxdp_workers > 1)
+        .then(|| crate::bench::spread::read(relay.ns(), &relay.iface.name))
+        .flatten()
+}
+
+/// How the relay interface's steering now differs from the run's start (a lab's relay
+/// host; nothing on the testbed).
+fn read_steering(relay: &RelayHost) -> Vec<String> {
+    relay.steering.as_ref().map_or(vec![], |start| {
+        start.changes(&crate::bench::steering::Steering::read(&relay.iface.name))
+    })
 }
 
 /// On `setup`, started, after its cost trials (so sampling costs them nothing): flows

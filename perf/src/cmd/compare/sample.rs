@@ -105,6 +105,12 @@ pub struct Sample {
     pub fast_path: Option<super::carried::Carried>,
     /// What ran outside the experiment over the cost trials (`None` when not read).
     pub outside: Option<crate::bench::outside::Outside>,
+    /// What each RX queue of the relay's interface received over the cost trials (`None`
+    /// with one queue, or when the driver names no per-queue counter).
+    pub queues: Option<crate::bench::spread::Spread>,
+    /// The interface's steering settings that differed from the run's start around the
+    /// cost trials (a lab's relay host); any leaves the sample out.
+    pub steering_changed: Vec<String>,
 }
 
 impl Sample {
@@ -131,6 +137,8 @@ impl Sample {
             reading: None,
             fast_path: None,
             outside: None,
+            queues: None,
+            steering_changed: vec![],
         }
     }
 }

@@ -424,6 +424,22 @@ impl Setup {
         !matches!(self.kind, Kind::Direct | Kind::Nftables | Kind::XdpRelay)
     }
 
+    /// The cores its forwarding may take on `relay`'s host, as the report states each
+    /// row's budget: a process's workers and the CPUs they are pinned to, or, for what
+    /// forwards in the kernel, the softirq of every RX queue.
+    pub fn cores_on(&self, relay: &RelayHost) -> String {
+        match self.kind {
+            Kind::Direct => "none (no forwarder)".to_string(),
+            Kind::Nftables | Kind::XdpRelay => {
+                format!("softirq of {} RX queue(s)", relay.afxdp_workers)
+            }
+            _ => {
+                let workers = self.workers_on(relay);
+                format!("{workers} (CPU {})", relay.worker_cpus(workers))
+            }
+        }
+    }
+
     /// Whether its flows are made before the trials (all but the direct path).
     pub fn keeps_flows(&self) -> bool {
         self.kind != Kind::Direct

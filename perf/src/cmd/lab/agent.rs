@@ -224,6 +224,8 @@ fn hello(tools: &Tools) -> Value {
         "client_mac": ufrag_common::wire::mac_text(tools.client_if.mac),
         "sink_addr": tools.sink_addr.to_string(),
         "sink_mac": ufrag_common::wire::mac_text(tools.sink_if.mac),
+        "pid": std::process::id(),
+        "boot_id": boot_id(),
         "environment": {
             "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map_or("unknown".into(), |s| s.trim().to_string()),
@@ -233,6 +235,14 @@ fn hello(tools: &Tools) -> Value {
             "host_settings": crate::bench::settings::host(),
         },
     })
+}
+
+/// This boot of this machine's kernel (`/proc/sys/kernel/random/boot_id`): the same on
+/// both ends when the "two hosts" are namespaces of one machine.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|id| id.trim().to_string())
 }
 
 /// The load `p` asks for, its flows made.

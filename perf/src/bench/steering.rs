@@ -1,0 +1,118 @@
+//! Where a NIC's receive and transmit work is steered: the CPUs its interrupts may land
+//! on and do ([`crate::bench::settings::irq_affinity`]), and each queue's RPS and XPS
+//! masks. Read at the start of a run and around each setup's trials: a trial during
+//! which any of it changed (irqbalance moving an interrupt, an operator's `echo`) ran on
+//! a different machine than the others and is left out.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+/// Every steering setting of one interface, by a name that says where it is read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Steering(BTreeMap<String, String>);
+
+impl Steering {
+    /// Interface `name`'s steering now, in this process's namespace (a lab's relay host).
+    pub fn read(name: &str) -> Steering {
+        let mut settings = BTreeMap::new();
+        if let Value::Object(irqs) = crate::bench::settings::irq_affinity(name) {
+            for (action, cpus) in irqs {
+                settings.insert(
+                    format!("interrupt {action}"),
+                    cpus.as_str().unwrap_or("?").to_string(),
+                );
+            }
+        }
+        settings.extend(queue_masks(name));
+        Steering(settings)
+    }
+
+    /// What differs in `later`, one phrase a setting ("rx-0 rps_cpus 1 → 3"), in
+    /// name order.
+    pub fn changes(&self, later: &Steering) -> Vec<String> {
+        let missing = "absent".to_string();
+        let names: std::collections::BTreeSet<&String> =
+            self.0.keys().chain(later.0.keys()).collect();
+        names
+            .into_iter()
+            .filter_map(|name| {
+                let (was, now) = (
+                    self.0.get(name).unwrap_or(&missing),
+                    later.0.get(name).unwrap_or(&missing),
+                );
+                (was != now).then(|| format!("{name} {was} → {now}"))
+            })
+            .collect()
+    }
+
+    /// How many settings were read.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether none was.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// Interface `name`'s RPS mask for each RX queue and XPS mask for each TX queue, by
+/// `rx-N rps_cpus` / `tx-N xps_cpus` (hexadecimal CPU masks; `0` is off). A kernel
+/// without RPS/XPS, or a queue the kernel will not show one for, has none.
+pub fn queue_masks(name: &str) -> BTreeMap<String, String> {
+    let queues = format!("/sys/class/net/{name}/queues");
+    let mut masks = BTreeMap::new();
+    for entry in std::fs::read_dir(&queues).into_iter().flatten().flatten() {
+        let queue = entry.file_name().to_string_lossy().into_owned();
+        let file = if queue.starts_with("rx-") {
+            "rps_cpus"
+        } else {
+            "xps_cpus"
+        };
+        if let Ok(mask) = std::fs::read_to_string(format!("{queues}/{queue}/{file}")) {
+            masks.insert(format!("{queue} {file}"), mask.trim().to_string());
+        }
+    }
+    masks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(pairs: &[(&str, &str)]) -> Steering {
+        Steering(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn a_change_names_the_setting_and_both_values() {
+        let start = of(&[
+            ("rx-0 rps_cpus", "0"),
+            ("interrupt eth0-0", "1 (effective 1)"),
+        ]);
+        assert!(start.changes(&start.clone()).is_empty());
+        let moved = of(&[
+            ("rx-0 rps_cpus", "2"),
+            ("interrupt eth0-0", "1 (effective 1)"),
+        ]);
+        assert_eq!(start.changes(&moved), vec!["rx-0 rps_cpus 0 → 2"]);
+        let gone = of(&[("rx-0 rps_cpus", "0")]);
+        assert_eq!(
+            start.changes(&gone),
+            vec!["interrupt eth0-0 1 (effective 1) → absent"]
+        );
+    }
+
+    #[test]
+    fn loopbacks_receive_queue_mask_is_read() {
+        // Loopback is in every namespace, with one RX queue.
+        let lo = Steering::read("lo");
+        assert!(lo.0.contains_key("rx-0 rps_cpus"), "{lo:?}");
+    }
+}
