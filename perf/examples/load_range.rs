@@ -138,6 +138,8 @@ fn passed_trials(
             outside: None,
             queues: None,
             steering_changed: vec![],
+            host_busy: None,
+            elsewhere: vec![],
         };
         trials.insert((round, setup.to_string()), sample);
     }

@@ -5,8 +5,9 @@
 //! queues and says each row's cores, counts what each queue received, leaves out the
 //! trials during which the interface's steering changed, puts the interface's queues
 //! back, and writes a report of the same shape as the testbed's. A second run with every
-//! flow on one queue flags the skew, and leaves out zero-copy (veth refuses it) naming
-//! the refusal.
+//! flow on one queue flags the skew, and with `--relay-cpus 1` counts that CPU alone,
+//! naming the receive softirqs that ran on the other. A third leaves out zero-copy (veth
+//! refuses it), naming the refusal.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -511,16 +512,16 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
     assert!(exit.starts_with("exit status: 0"), "{exit}");
 
     // Every flow on one queue (one TX queue on the tools host): flagged, per setup and in
-    // the report. Zero copy, which veth refuses, is left out before the first trial with
-    // the driver's words.
+    // the report. With `--relay-cpus 1` the cost counts CPU 1 alone, and relay-afxdp, whose
+    // two workers need a CPU each, is left out before the first trial saying so.
     hosts.tools_tx_queues(1);
     let mut agent = hosts.agent();
     let args = lab_args(&[
         "--only",
         "direct,mio,afxdp-native-wakeup",
-        "--bind-mode",
-        "zerocopy",
         "--no-search",
+        "--relay-cpus",
+        "1",
     ]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (skewed, skewed_json, skewed_progress) = compare(
@@ -529,7 +530,9 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
         &dir.join("skewed.md"),
         &mut |_| {},
     );
-    // relay-afxdp refused, so no row weighs cores against relay-mio: one worker.
+    let exit = exit_of(&mut agent, "the agent stayed after its one compare");
+    assert!(exit.starts_with("exit status: 0"), "{exit}");
+    // relay-afxdp left out, so no row weighs cores against relay-mio: one worker.
     let queues = &sample(&skewed_json, "mio", 1)["queues"];
     assert!(
         queues["skew"]
@@ -543,12 +546,71 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
         "{skewed_progress}"
     );
     assert!(
-        skewed_progress.contains("!! LEFT OUT relay-afxdp native wakeup")
-            && skewed_progress.contains("refuses zero-copy"),
+        skewed_progress.contains(
+            "!! LEFT OUT relay-afxdp native wakeup: 2 workers need a CPU each; the relay's CPUs are 1"
+        ),
         "{skewed_progress}"
     );
+    // The cost counts CPU 1 alone (veth has no interrupts to add), the whole host's busy
+    // time beside it; the receive softirqs that ran on CPU 0 (the agent's, which sends)
+    // are work the cost missed, named.
+    assert_eq!(skewed_json["environment"]["counted_cpus"], "1");
     assert!(
-        skewed_json["left_out"]
+        skewed.contains("The cost counts the relay host's CPUs 1 only"),
+        "{skewed}"
+    );
+    let mio = sample(&skewed_json, "mio", 1);
+    let counted: f64 = mio["loads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["busy_seconds"].as_f64().unwrap())
+        .sum();
+    assert!(
+        mio["host_busy_seconds"]
+            .as_f64()
+            .is_some_and(|host| host >= counted),
+        "the whole host's busy time beside CPU 1's {counted}: {mio}"
+    );
+    assert!(
+        mio["network_elsewhere"].as_array().is_some_and(|e| e
+            .iter()
+            .any(|e| e["cpu"] == 0 && e["receive_softirqs"].as_u64() > Some(0))),
+        "{mio}"
+    );
+    assert!(
+        skewed.contains("**Network work outside the counted CPUs** in relay-mio's trials"),
+        "{skewed}"
+    );
+    assert!(
+        skewed_progress.contains("!! network work outside the counted CPUs: CPU 0: "),
+        "{skewed_progress}"
+    );
+
+    // Zero copy, which veth refuses, is left out before the first trial with the
+    // driver's words.
+    let mut agent = hosts.agent();
+    let args = lab_args(&[
+        "--only",
+        "direct,afxdp-native-wakeup",
+        "--bind-mode",
+        "zerocopy",
+        "--no-search",
+    ]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (refused, refused_json, refused_progress) = compare(
+        Some(&hosts.relay_ns),
+        &args,
+        &dir.join("zerocopy.md"),
+        &mut |_| {},
+    );
+    assert!(
+        refused_progress.contains("!! LEFT OUT relay-afxdp native wakeup")
+            && refused_progress.contains("refuses zero-copy"),
+        "{refused_progress}"
+    );
+    assert!(
+        refused_json["left_out"]
             .as_array()
             .is_some_and(
                 |l| l.iter().any(|l| l["setup"] == "relay-afxdp native wakeup"
@@ -557,9 +619,9 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
                         .is_some_and(|w| w.contains("refuses zero-copy")))
             ),
         "{}",
-        skewed_json["left_out"]
+        refused_json["left_out"]
     );
-    assert!(skewed.contains("Not measured in this run: relay-afxdp native wakeup (did not start"));
+    assert!(refused.contains("Not measured in this run: relay-afxdp native wakeup (did not start"));
     let exit = exit_of(&mut agent, "the agent stayed after its one compare");
     assert!(exit.starts_with("exit status: 0"), "{exit}");
 
@@ -609,6 +671,7 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
                 "/environment/nic",
                 "/environment/tools",
                 "/cost/samples[]/queues/",
+                "/environment/counted_cpus",
                 "/left_out",
             ]
             .into_iter()

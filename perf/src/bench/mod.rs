@@ -7,6 +7,7 @@
 //! ([`sessions`]), the maximum-rate rows ([`rows`]), a long run's progress and clean-up
 //! ([`progress`], [`interrupt`]), and the system tools it drives ([`shell`]).
 
+pub mod counted;
 pub mod cpu;
 pub mod environment;
 pub mod host_gate;

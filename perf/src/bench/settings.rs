@@ -185,26 +185,11 @@ pub fn redacted_cmdline(cmdline: &str) -> String {
 /// `/proc/interrupts` lines that name the interface; none found says so.
 pub fn irq_affinity(name: &str) -> Value {
     let interrupts = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
-    let device = format!("/sys/class/net/{name}/device");
-    let msi_of = |dir: String| -> Vec<u32> {
-        std::fs::read_dir(dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
-            .collect()
-    };
-    let mut irqs = msi_of(format!("{device}/msi_irqs"));
-    if irqs.is_empty() {
-        irqs = msi_of(format!("{device}/../msi_irqs"));
-    }
-    if irqs.is_empty() {
-        irqs = irqs_of(&interrupts, name);
-    }
-    irqs.sort_unstable();
+    let irqs = interface_irqs(name, &interrupts);
     if irqs.is_empty() {
         return json!(format!(
-            "none found (no MSI vectors under {device}, no /proc/interrupts line names {name})"
+            "none found (no MSI vectors under /sys/class/net/{name}/device, no \
+             /proc/interrupts line names {name})"
         ));
     }
     let read = |irq: u32, file: &str| {
@@ -224,6 +209,30 @@ pub fn irq_affinity(name: &str) -> Value {
         })
         .collect();
     json!(by_action)
+}
+
+/// Interface `name`'s interrupts, in order: its device's MSI vectors
+/// (`/sys/class/net/IF/device/msi_irqs`, or its parent's for virtio), else the lines of
+/// `interrupts` (a `/proc/interrupts` text) that name it; none for a virtual device.
+pub fn interface_irqs(name: &str, interrupts: &str) -> Vec<u32> {
+    let device = format!("/sys/class/net/{name}/device");
+    let msi_of = |dir: String| -> Vec<u32> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_string_lossy().parse().ok())
+            .collect()
+    };
+    let mut irqs = msi_of(format!("{device}/msi_irqs"));
+    if irqs.is_empty() {
+        irqs = msi_of(format!("{device}/../msi_irqs"));
+    }
+    if irqs.is_empty() {
+        irqs = irqs_of(interrupts, name);
+    }
+    irqs.sort_unstable();
+    irqs
 }
 
 /// The numbered interrupts in a `/proc/interrupts` text whose action names `name` as one

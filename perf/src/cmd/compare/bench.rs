@@ -117,6 +117,7 @@ impl Bench {
             bind_mode: BindMode::Copy,
             afxdp_workers: 1,
             steering: None,
+            counted: None,
         };
         Ok(Bench {
             bed,

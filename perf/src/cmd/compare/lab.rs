@@ -82,6 +82,7 @@ impl Lab {
             args.relay_cpus.clone()
         };
         let queues = crate::bench::nic::rx_queues(interface).max(1);
+        let counted = crate::bench::counted::lab_set(&relay_cpus, interface);
         let relay = RelayHost {
             iface,
             vip: SocketAddr::from((ip, 3478)),
@@ -96,6 +97,7 @@ impl Lab {
             bind_mode: args.bind_mode,
             afxdp_workers: queues,
             steering: Some(crate::bench::steering::Steering::read(interface)),
+            counted: Some(counted),
         };
         Ok(Lab {
             relay,
@@ -135,6 +137,7 @@ impl Lab {
             self.relay.worker_cpus(self.relay.relay_cpus.len())
         )]);
         record["nic"] = nic;
+        record["counted_cpus"] = json!(self.relay.counted.as_ref().map(super::rounds::list));
         record["tools_host"] = tools.clone();
         record["tools"] = json!({
             "generator": match options.generator {

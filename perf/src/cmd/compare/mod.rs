@@ -364,13 +364,25 @@ fn equal_cores(
 
 /// Starts each setup that attaches to the relay's interface (AF_XDP, XDP) once before
 /// the first trial: one the driver refuses (zero-copy on veth, native XDP on a driver
-/// without it) is left out, named loudly with the refusal, in the report too.
+/// without it) is left out, named loudly with the refusal, in the report too. So is one
+/// of our relays with more workers than the relay's CPUs (a lab's `--relay-cpus` shorter
+/// than its queues): each worker needs a core of its own.
 fn starts_once(
     relay: &relay_host::RelayHost,
     setups: &mut Vec<&'static setups::Setup>,
     left_out: &mut Vec<(String, String)>,
 ) {
     setups.retain(|setup| {
+        let workers = setup.workers_on(relay);
+        if matches!(setup.kind, setups::Kind::Relay { .. }) && workers > relay.relay_cpus.len() {
+            let why = format!(
+                "{workers} workers need a CPU each; the relay's CPUs are {} (`--relay-cpus`)",
+                relay.worker_cpus(relay.relay_cpus.len())
+            );
+            eprintln!("!! LEFT OUT {}: {why}", setup.name);
+            left_out.push((setup.name.to_string(), why));
+            return false;
+        }
         if !setup.attaches_to_interface() {
             return true;
         }

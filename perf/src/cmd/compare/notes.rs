@@ -171,6 +171,57 @@ pub fn outside_threads(samples: &[Sample]) -> String {
     )
 }
 
+/// Where a lab counted only some of the relay host's CPUs: which, their busy time beside
+/// the whole host's, and (loudly) each setup's network work that landed on a CPU it did
+/// not count; nothing where every CPU was counted.
+pub fn counted_cpus(samples: &[Sample], environment: &serde_json::Value) -> String {
+    let counted: f64 = samples
+        .iter()
+        .filter(|s| s.host_busy.is_some())
+        .flat_map(|s| s.loads.iter())
+        .map(|t| t.busy)
+        .sum();
+    let host: f64 = samples.iter().filter_map(|s| s.host_busy).sum();
+    if host == 0.0 {
+        return String::new();
+    }
+    let mut out = format!(
+        "\n### The CPUs counted\n\nThe cost counts the relay host's CPUs {} only: the relays' \
+         (`--relay-cpus`) and those the interface's interrupts land on. Over every cost \
+         trial they were busy {counted:.2} s, the whole host {host:.2} s. Threads outside \
+         the experiment are judged by the host gate but not taken off (the census cannot \
+         say on which CPU they ran).\n",
+        environment["counted_cpus"].as_str().unwrap_or("?"),
+    );
+    let mut by_setup: Vec<(&str, crate::bench::counted::ByCpu)> = vec![];
+    for s in samples.iter().filter(|s| !s.elsewhere.is_empty()) {
+        let at = match by_setup.iter().position(|(k, _)| *k == s.setup) {
+            Some(at) => at,
+            None => {
+                by_setup.push((&s.setup, Default::default()));
+                by_setup.len() - 1
+            }
+        };
+        crate::bench::counted::add(&mut by_setup[at].1, &s.elsewhere);
+    }
+    for (key, cpus) in &by_setup {
+        let named: Vec<String> = cpus
+            .iter()
+            .map(|(cpu, (softirqs, interrupts))| {
+                format!("CPU {cpu} {softirqs} receive softirqs and {interrupts} interrupts")
+            })
+            .collect();
+        let _ = writeln!(
+            out,
+            "\n**Network work outside the counted CPUs** in {}'s trials (work its cost \
+             misses; put the NIC's interrupts on the relay's cores): {}.",
+            name_of(key),
+            named.join("; ")
+        );
+    }
+    out
+}
+
 /// How each setup's cost trials spread over the relay interface's RX queues, summed over
 /// the rounds, with a loud line for each setup whose load did not spread (a NIC hashing
 /// UDP on addresses only, one client address); nothing with one queue.

@@ -51,6 +51,10 @@ pub struct RelayHost {
     /// host; `None` on the testbed, which steers its own): a setup's trials during which
     /// it differs are left out.
     pub steering: Option<crate::bench::steering::Steering>,
+    /// The CPUs the cost counts (a lab's relay host: the relays' and where the
+    /// interface's interrupts land, [`crate::bench::counted`]); `None`: every CPU (the
+    /// testbed, whose one machine is the experiment).
+    pub counted: Option<std::collections::BTreeSet<usize>>,
 }
 
 impl RelayHost {

@@ -465,6 +465,10 @@ fn cost_json(
             "fast_path": super::fast_path::json(s),
             "queues": s.queues.as_ref().map(crate::bench::spread::Spread::to_json),
             "steering_changed": s.steering_changed,
+            "host_busy_seconds": s.host_busy,
+            "network_elsewhere": s.elsewhere.iter().map(|e| serde_json::json!({
+                "cpu": e.cpu, "receive_softirqs": e.softirqs, "interrupts": e.interrupts,
+            })).collect::<Vec<_>>(),
             "outside": s.outside.as_ref().map(|o| serde_json::json!({
                 "seconds": o.seconds,
                 "busiest": o.busiest.iter().take(5).map(|(name, seconds)| serde_json::json!({
@@ -531,6 +535,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             },
         ));
         md.push_str(&core_budgets(m.cores, m.cores_per_side));
+        md.push_str(&notes::counted_cpus(m.samples, m.environment));
         md.push_str(&notes::queue_spread(m.samples));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&bypass_against_sockets(&analysis, &bypass, &sockets));

@@ -13,11 +13,13 @@ use super::fast_path;
 use super::relay_host::RelayHost;
 use super::sample::{LoadTrial, Sample};
 use super::setups::Setup;
+use crate::bench::counted::{Elsewhere, NetworkWork};
 use crate::bench::cpu::Snapshot;
 use crate::bench::host_gate::{self, Disturbance, THRESHOLDS};
 use crate::bench::load::LOAD_CPU;
 use crate::bench::rounds::{Order, Rounds, Shuffler, eta};
 use crate::bench::spread::Spread;
+use std::collections::BTreeSet;
 
 /// How the rounds run.
 #[derive(Clone, Debug)]
@@ -102,6 +104,13 @@ pub fn run(
                 crate::say!("  steering changed since the run began: {change}");
             }
         }
+        if !measured.elsewhere.is_empty() {
+            let named: Vec<String> = measured.elsewhere.iter().map(Elsewhere::label).collect();
+            crate::say!(
+                "  !! network work outside the counted CPUs: {}",
+                named.join("; ")
+            );
+        }
         if let Some(skew) = measured.queues.as_ref().and_then(Spread::skew) {
             crate::say!("  !! the load did not spread over the RX queues: {skew}");
         }
@@ -126,6 +135,8 @@ pub fn run(
             outside: Some(measured.outside),
             queues: measured.queues,
             steering_changed: measured.steering_changed,
+            host_busy: measured.host_busy,
+            elsewhere: measured.elsewhere,
         });
         if turn.ends_round {
             round_done(samples, round);
@@ -149,6 +160,10 @@ struct Measured {
     queues: Option<Spread>,
     /// The steering settings that differed from the run's start around that window.
     steering_changed: Vec<String>,
+    /// The whole host's busy seconds over the trials, when only some CPUs were counted.
+    host_busy: Option<f64>,
+    /// Network work on CPUs not counted, over the trials.
+    elsewhere: Vec<Elsewhere>,
 }
 
 /// Starts `setup`, makes its flows, offers each load once (after a short warm-up that
@@ -175,16 +190,36 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
     let mut trials = vec![];
     let mut outside = crate::bench::outside::Outside::default();
     let roots = bench.experiment_roots();
+    let counted = some_cpus(bench.relay());
+    let (mut host_busy, mut elsewhere) = (0.0, crate::bench::counted::ByCpu::new());
     for &rate in &plan.loads {
         // A census of every thread around each trial, outside its window (reading
         // every thread's counters is work of ours): what ran outside the experiment
         // is taken off the trial's busy time, and judged by the gate.
         let census = crate::bench::outside::Census::take(&roots);
+        let network = counted.map(|_| NetworkWork::read(&bench.relay().iface.name));
         let before = Snapshot::now();
         let t = load.trial(rate, plan.trial);
-        let spent = before.until(&Snapshot::now());
+        let after = Snapshot::now();
+        let spent = before.until(&after);
         let strangers = census.until(&crate::bench::outside::Census::take(&roots));
-        let busy = (spent.busy - strangers.seconds).max(0.0);
+        // Some CPUs counted (a lab): theirs alone, and what ran outside them is judged by
+        // the gate but cannot be taken off (the census does not say on which CPU it ran).
+        let busy = match (counted, before.busy_by_cpu(&after)) {
+            (Some(cpus), Some(by_cpu)) => {
+                host_busy += spent.busy;
+                if let Some(network) = network {
+                    let now = NetworkWork::read(&bench.relay().iface.name);
+                    crate::bench::counted::add(&mut elsewhere, &network.elsewhere(&now, cpus));
+                }
+                by_cpu
+                    .iter()
+                    .filter(|(cpu, _)| cpus.contains(cpu))
+                    .map(|(_, busy)| busy)
+                    .sum()
+            }
+            _ => (spent.busy - strangers.seconds).max(0.0),
+        };
         let trial = LoadTrial {
             offered_pps: rate,
             sent: t.sent,
@@ -195,11 +230,15 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
         };
         crate::say!(
             "  {rate:>6} pps: sent {:>7} at {:>6} pps, received {:>7}, {:.2} µs per packet \
-             (whole machine){}",
+             ({}){}",
             t.sent,
             t.sent_pps,
             t.received,
             busy * 1e6 / t.received.max(1) as f64,
+            counted.map_or("whole machine".to_string(), |cpus| format!(
+                "CPUs {}",
+                list(cpus)
+            )),
             trial.not_carried().map_or(String::new(), |why| format!(
                 ": not carried, {}",
                 why.label()
@@ -244,7 +283,33 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
         outside,
         queues,
         steering_changed,
+        host_busy: counted.map(|_| host_busy),
+        elsewhere: elsewhere
+            .into_iter()
+            .map(|(cpu, (softirqs, interrupts))| Elsewhere {
+                cpu,
+                softirqs,
+                interrupts,
+            })
+            .collect(),
     }
+}
+
+/// The CPUs the relay host's cost counts when they are not all of them (a lab with
+/// `--relay-cpus`); `None` counts every CPU.
+fn some_cpus(relay: &RelayHost) -> Option<&BTreeSet<usize>> {
+    relay
+        .counted
+        .as_ref()
+        .filter(|cpus| cpus.len() < crate::bench::environment::online_cpus())
+}
+
+/// CPUs as a comma-separated list.
+pub fn list(cpus: &BTreeSet<usize>) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 /// Each RX queue's packets on the relay's interface now; `None` with one queue.

@@ -111,6 +111,11 @@ pub struct Sample {
     /// The interface's steering settings that differed from the run's start around the
     /// cost trials (a lab's relay host); any leaves the sample out.
     pub steering_changed: Vec<String>,
+    /// The whole host's busy seconds over the cost trials, where the cost counted only
+    /// some CPUs ([`crate::cmd::compare::relay_host::RelayHost::counted`]).
+    pub host_busy: Option<f64>,
+    /// Network work that landed on CPUs the cost did not count, over the cost trials.
+    pub elsewhere: Vec<crate::bench::counted::Elsewhere>,
 }
 
 impl Sample {
@@ -139,6 +144,8 @@ impl Sample {
             outside: None,
             queues: None,
             steering_changed: vec![],
+            host_busy: None,
+            elsewhere: vec![],
         }
     }
 }
