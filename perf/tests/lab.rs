@@ -184,10 +184,8 @@ impl Drop for TwoHosts {
     }
 }
 
-/// The short trials both runs share.
+/// The short trials every run shares.
 const SHORT: &[&str] = &[
-    "--only",
-    "direct,mio,afxdp-native-wakeup",
     "--rounds",
     "2",
     "--loads",
@@ -213,6 +211,10 @@ const SHORT: &[&str] = &[
     "--seed",
     "7",
 ];
+
+/// The setups the main lab run and the testbed run measure: the null row, relay-mio, the
+/// fast path (the cheapest bypass the project ships) and the in-kernel reference.
+const MEASURED: &str = "direct,mio,afxdp-fast-native,xdp-relay";
 
 /// Runs `ufrag-perf compare` (in `ns`, if given) with `args` and [`SHORT`], handing
 /// each line of its progress to `on_line` as it comes; its report, JSON and progress.
@@ -348,7 +350,7 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
             restored = true;
         }
     };
-    let args = lab_args(&["--only", "direct,mio,afxdp-native-wakeup"]);
+    let args = lab_args(&["--only", MEASURED]);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let lab_out = dir.join("lab.md");
     let (report, json, progress) = compare(Some(&hosts.relay_ns), &args, &lab_out, &mut on_line);
@@ -374,10 +376,11 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
         cores("mio-w2")
     );
     assert!(
-        cores("afxdp-native-wakeup").starts_with("2 (CPU "),
+        cores("afxdp-fast-native").starts_with("2 (CPU "),
         "{}",
-        cores("afxdp-native-wakeup")
+        cores("afxdp-fast-native")
     );
+    assert_eq!(cores("xdp-relay"), "softirq of 2 RX queue(s)");
     assert!(
         report.contains("Each row's cores: direct path (no relay): none (no forwarder); "),
         "{report}"
@@ -394,6 +397,26 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
         "relay-afxdp on two queues is weighed against relay-mio on two workers: {pairs:?}"
     );
     assert_eq!(json["cost"]["baseline"], "mio-w2");
+    // The fast path in the lab: weighed against relay-mio above, and priced against the
+    // in-kernel reference in the same rounds; what it carried is counted.
+    assert!(
+        pairs.iter().any(|p| p["setup"] == "afxdp-fast-native"),
+        "{pairs:?}"
+    );
+    let reference = report
+        .split("### The fast path against the in-kernel reference")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the fast path against the reference: {report}"));
+    assert!(
+        reference
+            .lines()
+            .any(|l| l.starts_with("| relay-afxdp fast path native |")),
+        "{reference}"
+    );
+    assert!(
+        report.contains("### What the in-kernel fast path carried"),
+        "{report}"
+    );
     assert!(
         rows.iter().all(|r| r["setup"] != "mio"),
         "no one-worker relay-mio row unless --workers 1 asks: {rows:?}"
@@ -437,7 +460,7 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
 
     // Each queue's packets were counted, and with the tools host sending on two TX
     // queues the flows spread: no skew is flagged.
-    for setup in ["mio-w2", "afxdp-native-wakeup"] {
+    for setup in ["mio-w2", "afxdp-fast-native", "xdp-relay"] {
         let queues = &sample(&json, setup, 2)["queues"];
         let packets: Vec<u64> = queues["packets"]
             .as_array()
@@ -629,12 +652,8 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
     // place of lab mode's notes) and the same JSON fields (the NICs' and the queues'
     // besides).
     let testbed_out = dir.join("testbed.md");
-    let (testbed_report, testbed_json, _) = compare(
-        None,
-        &["--only", "direct,mio,afxdp-native-wakeup"],
-        &testbed_out,
-        &mut |_| {},
-    );
+    let (testbed_report, testbed_json, _) =
+        compare(None, &["--only", MEASURED], &testbed_out, &mut |_| {});
     let lab_sections: Vec<String> = headings(&report)
         .into_iter()
         .map(|h| match h {
