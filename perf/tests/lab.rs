@@ -417,6 +417,27 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
         report.contains("### What the in-kernel fast path carried"),
         "{report}"
     );
+    // Calibration: the in-kernel rewrite relay's XDP_TX rate on the same queues, each row
+    // a fraction of it (a veth has no line rate).
+    let calibration = &json["calibration"];
+    assert!(
+        calibration["xdp_tx_pdr_pps"]
+            .as_f64()
+            .is_some_and(|pps| pps > 0.0),
+        "{calibration}"
+    );
+    assert!(calibration["line_rate_pps"].is_null(), "{calibration}");
+    assert!(
+        calibration["rows"].as_array().is_some_and(|rows| rows
+            .iter()
+            .any(|r| r["setup"] == "relay-afxdp fast path native"
+                && r["of_xdp_tx"].as_f64().is_some_and(|f| f > 0.0))),
+        "{calibration}"
+    );
+    assert!(
+        report.contains("## Calibration: what the hardware can do"),
+        "{report}"
+    );
     assert!(
         rows.iter().all(|r| r["setup"] != "mio"),
         "no one-worker relay-mio row unless --workers 1 asks: {rows:?}"

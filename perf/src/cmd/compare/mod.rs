@@ -22,6 +22,7 @@
 
 pub mod bed;
 pub mod bench;
+pub mod calibration;
 pub mod carried;
 pub mod cost;
 pub mod fast_path;

@@ -579,6 +579,12 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
     let rates = searched.rates();
     let fraction_latency =
         super::max_rate::fraction_latency(&searched.pdr_latency(), &options.pdr_fractions);
+    let calibration = super::calibration::Calibration::of(
+        &rates,
+        m.environment,
+        options.search.size,
+        options.ipv6,
+    );
     if !searched.rows.is_empty() {
         md.push_str("\n# The maximum rate and the latency under it\n");
         md.push_str(&super::max_rate::markdown(
@@ -586,6 +592,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             &fraction_latency,
             options.final_trial.as_secs_f64(),
         ));
+        md.push_str(&calibration.markdown(&rates));
         md.push_str("\n## Each search\n\n");
         let traffic = format!("{}-byte datagrams, {way}", options.search.size);
         md.push_str(&crate::bench::rows::body(
@@ -671,6 +678,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         })
         .collect();
     json["max_rate"] = super::max_rate::json(&rates, &fraction_latency, interval_json);
+    json["calibration"] = calibration.json(&rates);
     json["cost"]["latency_loads_pps"] = serde_json::json!(options.latency_loads);
     json["cost"]["latency"] = super::latency::json(&latency_rows, interval_json);
     json["cost"]["machine_profiles"] = super::machine_profile::json(m.machine);
