@@ -5,7 +5,8 @@
 //! row (the null row's subtraction needs it). Receive softirqs (`NET_RX` in
 //! `/proc/softirqs`) and the interface's interrupts (`/proc/interrupts`) are counted per
 //! CPU around each trial: what ran on a CPU outside the set is work the cost missed, and
-//! the report flags it.
+//! the report flags it. `NET_RX` counts every device's receive softirqs (the kernel does
+//! not split them), the interrupts only the interface's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,6 +42,14 @@ pub fn interrupt_cpus(name: &str) -> BTreeSet<usize> {
         .collect()
 }
 
+/// CPUs as the kernel's comma-separated list (without ranges).
+pub fn cpu_list(cpus: &BTreeSet<usize>) -> String {
+    cpus.iter()
+        .map(usize::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The CPUs a lab counts: the relay's and where its interface's interrupts land.
 pub fn lab_set(relay_cpus: &[usize], interface: &str) -> BTreeSet<usize> {
     relay_cpus
@@ -53,33 +62,42 @@ pub fn lab_set(relay_cpus: &[usize], interface: &str) -> BTreeSet<usize> {
 /// Network work per CPU at one instant: receive softirqs and the interface's interrupts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct NetworkWork {
-    /// `NET_RX` softirqs raised on each CPU since boot.
-    pub softirqs: Vec<u64>,
-    /// The interface's interrupts on each CPU since boot, all its vectors summed.
-    pub interrupts: Vec<u64>,
+    /// `NET_RX` softirqs raised on each CPU since boot (every device's), by CPU.
+    pub softirqs: BTreeMap<usize, u64>,
+    /// The interface's interrupts on each CPU since boot, all its vectors summed, by CPU.
+    pub interrupts: BTreeMap<usize, u64>,
 }
 
-/// The per-CPU counts of the `/proc/softirqs` row called `row` (`NET_RX:`).
-pub fn softirq_row(text: &str, row: &str) -> Vec<u64> {
+/// The CPU numbers a `/proc/softirqs` or `/proc/interrupts` header names, in column
+/// order (`CPU0 CPU2 …`: an offline CPU has no column in the latter).
+fn header_cpus(text: &str) -> Vec<usize> {
+    text.lines().next().map_or(vec![], |header| {
+        header
+            .split_whitespace()
+            .filter_map(|c| c.strip_prefix("CPU")?.parse().ok())
+            .collect()
+    })
+}
+
+/// The per-CPU counts of the `/proc/softirqs` row called `row` (`NET_RX:`), by CPU number.
+pub fn softirq_row(text: &str, row: &str) -> BTreeMap<usize, u64> {
+    let cpus = header_cpus(text);
     text.lines()
         .find_map(|l| l.trim_start().strip_prefix(row))
         .map(|counts| {
-            counts
-                .split_whitespace()
-                .filter_map(|n| n.parse().ok())
+            cpus.iter()
+                .copied()
+                .zip(counts.split_whitespace().filter_map(|n| n.parse().ok()))
                 .collect()
         })
         .unwrap_or_default()
 }
 
-/// The per-CPU counts of interrupts `irqs` in a `/proc/interrupts` text, summed; its
-/// header names the CPUs, so a line's counts are the first that many numbers.
-pub fn interrupt_counts(text: &str, irqs: &[u32]) -> Vec<u64> {
-    let cpus = text
-        .lines()
-        .next()
-        .map_or(0, |header| header.split_whitespace().count());
-    let mut sums = vec![0; cpus];
+/// The per-CPU counts of interrupts `irqs` in a `/proc/interrupts` text, summed, by CPU
+/// number (its header names the CPUs of its columns).
+pub fn interrupt_counts(text: &str, irqs: &[u32]) -> BTreeMap<usize, u64> {
+    let cpus = header_cpus(text);
+    let mut sums: BTreeMap<usize, u64> = cpus.iter().map(|&c| (c, 0)).collect();
     for line in text.lines().skip(1) {
         let Some((irq, rest)) = line.trim_start().split_once(':') else {
             continue;
@@ -87,11 +105,9 @@ pub fn interrupt_counts(text: &str, irqs: &[u32]) -> Vec<u64> {
         if !irq.parse().is_ok_and(|n: u32| irqs.contains(&n)) {
             continue;
         }
-        for (sum, n) in sums
-            .iter_mut()
-            .zip(rest.split_whitespace().map_while(|n| n.parse::<u64>().ok()))
-        {
-            *sum += n;
+        let counts = rest.split_whitespace().map_while(|n| n.parse::<u64>().ok());
+        for (cpu, n) in cpus.iter().zip(counts) {
+            *sums.entry(*cpu).or_default() += n;
         }
     }
     sums
@@ -115,14 +131,20 @@ impl NetworkWork {
     /// with its receive softirqs and interrupts, busiest first, CPUs with neither left
     /// out.
     pub fn elsewhere(&self, later: &NetworkWork, counted: &BTreeSet<usize>) -> Vec<Elsewhere> {
-        let delta = |a: &[u64], b: &[u64], cpu: usize| {
-            b.get(cpu)
+        let delta = |a: &BTreeMap<usize, u64>, b: &BTreeMap<usize, u64>, cpu: usize| {
+            b.get(&cpu)
                 .copied()
                 .unwrap_or(0)
-                .saturating_sub(a.get(cpu).copied().unwrap_or(0))
+                .saturating_sub(a.get(&cpu).copied().unwrap_or(0))
         };
-        let cpus = later.softirqs.len().max(later.interrupts.len());
-        let mut found: Vec<Elsewhere> = (0..cpus)
+        let cpus: BTreeSet<usize> = later
+            .softirqs
+            .keys()
+            .chain(later.interrupts.keys())
+            .copied()
+            .collect();
+        let mut found: Vec<Elsewhere> = cpus
+            .into_iter()
             .filter(|cpu| !counted.contains(cpu))
             .map(|cpu| Elsewhere {
                 cpu,
@@ -189,24 +211,35 @@ mod tests {
     fn softirqs_and_interrupts_are_read_per_cpu() {
         let softirqs = "                    CPU0       CPU1\n          HI:          0          1\n      \
                         NET_TX:          5          6\n      NET_RX:       1000        20\n";
-        assert_eq!(softirq_row(softirqs, "NET_RX:"), vec![1000, 20]);
-        let interrupts = "           CPU0       CPU1       CPU2\n  \
+        assert_eq!(
+            softirq_row(softirqs, "NET_RX:"),
+            BTreeMap::from([(0, 1000), (1, 20)])
+        );
+        // CPU 1 offline: no column of its own, so the third column is CPU 2's.
+        let interrupts = "           CPU0       CPU2       CPU3\n  \
                           44:        10          0          5  IR-PCI-MSIX-0000:3b:00.0    0-edge      ens1f0-TxRx-0\n  \
                           45:         1          2          3  IR-PCI-MSIX-0000:3b:00.0    1-edge      ens1f0-TxRx-1\n \
                           NMI:          0          0          0   Non-maskable interrupts\n";
-        assert_eq!(interrupt_counts(interrupts, &[44, 45]), vec![11, 2, 8]);
-        assert_eq!(interrupt_counts(interrupts, &[]), vec![0, 0, 0]);
+        assert_eq!(
+            interrupt_counts(interrupts, &[44, 45]),
+            BTreeMap::from([(0, 11), (2, 2), (3, 8)])
+        );
+        assert_eq!(
+            interrupt_counts(interrupts, &[]),
+            BTreeMap::from([(0, 0), (2, 0), (3, 0)])
+        );
     }
 
     #[test]
     fn work_outside_the_counted_cpus_is_named_busiest_first() {
+        let per_cpu = |counts: [u64; 4]| counts.into_iter().enumerate().collect();
         let before = NetworkWork {
-            softirqs: vec![100, 100, 100, 100],
-            interrupts: vec![0, 0, 0, 0],
+            softirqs: per_cpu([100, 100, 100, 100]),
+            interrupts: per_cpu([0, 0, 0, 0]),
         };
         let after = NetworkWork {
-            softirqs: vec![900, 100, 130, 500],
-            interrupts: vec![50, 0, 0, 7],
+            softirqs: per_cpu([900, 100, 130, 500]),
+            interrupts: per_cpu([50, 0, 0, 7]),
         };
         let counted = BTreeSet::from([0, 1]);
         let found = before.elsewhere(&after, &counted);

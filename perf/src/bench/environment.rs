@@ -229,13 +229,7 @@ pub fn online_cpus() -> usize {
 
 /// The number of CPUs in a kernel CPU list such as `0-1,4`.
 fn cpu_count(list: &str) -> usize {
-    list.trim()
-        .split(',')
-        .filter_map(|part| match part.split_once('-') {
-            Some((a, b)) => Some(b.parse::<usize>().ok()? + 1 - a.parse::<usize>().ok()?),
-            None => part.parse::<usize>().ok().map(|_| 1),
-        })
-        .sum()
+    crate::bench::counted::parse_cpu_list(list).map_or(0, |cpus| cpus.len())
 }
 
 #[cfg(test)]

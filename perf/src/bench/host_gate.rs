@@ -132,8 +132,8 @@ pub enum Disturbance {
     SlowCalibration(f64),
     /// Threads outside the experiment took this share of the machine in a trial.
     Outside(f64),
-    /// This many of the relay interface's interrupt and queue steering settings differed
-    /// from the run's start around the trials ([`crate::bench::steering`]).
+    /// This many of the relay interface's interrupt and queue steering settings changed
+    /// during the trials ([`crate::bench::steering`]).
     SteeringChanged(usize),
 }
 
@@ -153,7 +153,7 @@ impl Disturbance {
             ),
             Disturbance::SteeringChanged(n) => format!(
                 "{n} interrupt or queue steering setting(s) of the relay's interface changed \
-                 since the run began"
+                 during the trials"
             ),
         }
     }

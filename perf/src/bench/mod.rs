@@ -1,8 +1,9 @@
 //! The measuring primitives every subcommand shares: load and its sink ([`load`]), the
 //! maximum-rate search ([`search`], [`measure`]), where the CPU time goes ([`cpu`],
-//! [`outside`], [`legs`], [`profile`], [`wake`]), whether the host was fit to measure on
-//! ([`host_gate`]), what the run ran on ([`environment`], [`nic`], [`settings`],
-//! [`placement`]), the
+//! [`outside`], [`legs`], [`profile`], [`wake`], and in a lab [`counted`]), whether the host
+//! was fit to measure on ([`host_gate`], [`steering`]), what the run ran on
+//! ([`environment`], [`nic`], [`settings`], [`placement`]), how a load spread over a
+//! NIC's queues ([`spread`]), the
 //! statistics ([`stats`]), interleaved rounds ([`rounds`]), WebRTC sessions
 //! ([`sessions`]), the maximum-rate rows ([`rows`]), a long run's progress and clean-up
 //! ([`progress`], [`interrupt`]), and the system tools it drives ([`shell`]).

@@ -64,6 +64,11 @@ pub fn read(ns: Option<&str>, name: &str) -> Option<BTreeMap<usize, u64>> {
 /// The packets a queue, on average, must have received for the spread to be judged.
 pub const JUDGED: u64 = 100;
 
+/// The flows a queue, on average, must have had for the spread to be judged: a flow's
+/// packets all land on one queue, so the flows are the sample (with 16 a queue, two
+/// queues fall below half their share by chance about once in two hundred runs).
+pub const JUDGED_FLOWS: u32 = 16;
+
 /// Packets each of a NIC's first `queues` RX queues received over a window.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Spread {
@@ -108,14 +113,18 @@ impl Spread {
             .collect()
     }
 
-    /// Why the load did not spread, or `None` when it did (or there is one queue, or
-    /// fewer than [`JUDGED`] packets a queue were counted: a stray ARP is no load): one
-    /// queue took more than twice its share, or (which two queues can only show this
-    /// way) one took less than half of it.
-    pub fn skew(&self) -> Option<String> {
+    /// Why a load of `flows` flows did not spread, or `None` when it did (or there is one
+    /// queue, or fewer than [`JUDGED`] packets or [`JUDGED_FLOWS`] flows a queue to judge
+    /// by: a stray ARP is no load, two flows no hash): one queue took more than twice its
+    /// share, or (which two queues can only show this way) one took less than half of it.
+    pub fn skew(&self, flows: u32) -> Option<String> {
         let shares = self.shares();
         let total: u64 = self.packets.iter().sum();
-        if shares.len() < 2 || total < JUDGED * shares.len() as u64 {
+        let queues = shares.len();
+        if queues < 2
+            || total < JUDGED * queues as u64
+            || (flows as usize) < JUDGED_FLOWS as usize * queues
+        {
             return None;
         }
         let fair = 1.0 / shares.len() as f64;
@@ -139,9 +148,9 @@ impl Spread {
         }
     }
 
-    /// As the report's JSON records it.
-    pub fn to_json(&self) -> Value {
-        json!({ "packets": self.packets, "skew": self.skew() })
+    /// As the report's JSON records it, for a load of `flows` flows.
+    pub fn to_json(&self, flows: u32) -> Value {
+        json!({ "packets": self.packets, "skew": self.skew(flows) })
     }
 }
 
@@ -181,15 +190,27 @@ mod tests {
         let spread = |packets: &[u64]| Spread {
             packets: packets.to_vec(),
         };
-        assert_eq!(spread(&[500, 480]).skew(), None);
-        assert_eq!(spread(&[700, 300]).skew(), None, "within half its share");
-        let one_queue = spread(&[1000, 0]).skew().expect("all on one queue");
+        let flows = 1000;
+        assert_eq!(spread(&[500, 480]).skew(flows), None);
+        assert_eq!(
+            spread(&[700, 300]).skew(flows),
+            None,
+            "within half its share"
+        );
+        let one_queue = spread(&[1000, 0]).skew(flows).expect("all on one queue");
         assert!(one_queue.contains("queue 1 took 0 %"), "{one_queue}");
-        let four = spread(&[600, 150, 150, 100]).skew().expect("a hot queue");
+        let four = spread(&[600, 150, 150, 100])
+            .skew(flows)
+            .expect("a hot queue");
         assert!(four.starts_with("queue 0 took 60 %"), "{four}");
-        assert_eq!(spread(&[0, 0]).skew(), None, "nothing counted");
-        assert_eq!(spread(&[3, 0]).skew(), None, "too few to judge");
-        assert_eq!(spread(&[10]).skew(), None, "one queue");
+        assert_eq!(spread(&[0, 0]).skew(flows), None, "nothing counted");
+        assert_eq!(
+            spread(&[3, 0]).skew(flows),
+            None,
+            "too few packets to judge"
+        );
+        assert_eq!(spread(&[1000, 0]).skew(2), None, "too few flows to judge");
+        assert_eq!(spread(&[10]).skew(flows), None, "one queue");
     }
 
     #[test]

@@ -1,12 +1,11 @@
-//! Where a NIC's receive and transmit work is steered: the CPUs its interrupts may land
-//! on and do ([`crate::bench::settings::irq_affinity`]), and each queue's RPS and XPS
-//! masks. Read at the start of a run and around each setup's trials: a trial during
-//! which any of it changed (irqbalance moving an interrupt, an operator's `echo`) ran on
-//! a different machine than the others and is left out.
+//! Where a NIC's receive and transmit work is steered, as configured: the CPUs each of
+//! its interrupts may land on (`smp_affinity_list`; the effective CPU the kernel picks
+//! within it may move by itself) and each queue's RPS and XPS masks. Read around each
+//! setup's trials: trials during which any of it changed (irqbalance moving an
+//! interrupt, an operator's `echo`) ran on a machine that changed under them and are
+//! left out.
 
 use std::collections::BTreeMap;
-
-use serde_json::Value;
 
 /// Every steering setting of one interface, by a name that says where it is read.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -15,15 +14,17 @@ pub struct Steering(BTreeMap<String, String>);
 impl Steering {
     /// Interface `name`'s steering now, in this process's namespace (a lab's relay host).
     pub fn read(name: &str) -> Steering {
-        let mut settings = BTreeMap::new();
-        if let Value::Object(irqs) = crate::bench::settings::irq_affinity(name) {
-            for (action, cpus) in irqs {
-                settings.insert(
-                    format!("interrupt {action}"),
-                    cpus.as_str().unwrap_or("?").to_string(),
-                );
-            }
-        }
+        let interrupts = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
+        let mut settings: BTreeMap<String, String> =
+            crate::bench::settings::interface_irqs(name, &interrupts)
+                .into_iter()
+                .map(|irq| {
+                    let cpus =
+                        std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list"))
+                            .map_or("not read".into(), |c| c.trim().to_string());
+                    (format!("irq {irq} smp_affinity_list"), cpus)
+                })
+                .collect();
         settings.extend(queue_masks(name));
         Steering(settings)
     }
@@ -44,16 +45,6 @@ impl Steering {
                 (was != now).then(|| format!("{name} {was} → {now}"))
             })
             .collect()
-    }
-
-    /// How many settings were read.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    /// Whether none was.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -92,20 +83,14 @@ mod tests {
 
     #[test]
     fn a_change_names_the_setting_and_both_values() {
-        let start = of(&[
-            ("rx-0 rps_cpus", "0"),
-            ("interrupt eth0-0", "1 (effective 1)"),
-        ]);
+        let start = of(&[("rx-0 rps_cpus", "0"), ("irq 44 smp_affinity_list", "1")]);
         assert!(start.changes(&start.clone()).is_empty());
-        let moved = of(&[
-            ("rx-0 rps_cpus", "2"),
-            ("interrupt eth0-0", "1 (effective 1)"),
-        ]);
+        let moved = of(&[("rx-0 rps_cpus", "2"), ("irq 44 smp_affinity_list", "1")]);
         assert_eq!(start.changes(&moved), vec!["rx-0 rps_cpus 0 → 2"]);
         let gone = of(&[("rx-0 rps_cpus", "0")]);
         assert_eq!(
             start.changes(&gone),
-            vec!["interrupt eth0-0 1 (effective 1) → absent"]
+            vec!["irq 44 smp_affinity_list 1 → absent"]
         );
     }
 

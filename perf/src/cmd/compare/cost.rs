@@ -1,5 +1,5 @@
-//! The primary metric: what one more forwarded packet costs the whole machine, and what a
-//! setup holds at no load, from fixed-load trials in interleaved rounds. In each round a
+//! The primary metric: what one more forwarded packet costs the machine (every CPU, or a
+//! lab's counted CPUs, [`crate::bench::counted`]), and what a setup holds at no load, from fixed-load trials in interleaved rounds. In each round a
 //! line is fitted through each setup's trials ([`super::marginal`]) and the null row's
 //! line (the direct path: the same load tools, no relay) is subtracted, so the tools' own
 //! cost cancels; ratios are taken within a round, over the loads both rows carried. A

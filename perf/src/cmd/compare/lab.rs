@@ -83,6 +83,17 @@ impl Lab {
         };
         let queues = crate::bench::nic::rx_queues(interface).max(1);
         let counted = crate::bench::counted::lab_set(&relay_cpus, interface);
+        let (a, b) = (
+            crate::bench::cpu::Snapshot::now(),
+            crate::bench::cpu::Snapshot::now(),
+        );
+        if counted.len() < crate::bench::environment::online_cpus() && a.busy_by_cpu(&b).is_none() {
+            return Err(
+                "--relay-cpus counts some CPUs alone, which needs each CPU's idle clock \
+                 (/proc/timer_list, read pinned to each CPU): it did not read"
+                    .into(),
+            );
+        }
         let relay = RelayHost {
             iface,
             vip: SocketAddr::from((ip, 3478)),
@@ -137,7 +148,12 @@ impl Lab {
             self.relay.worker_cpus(self.relay.relay_cpus.len())
         )]);
         record["nic"] = nic;
-        record["counted_cpus"] = json!(self.relay.counted.as_ref().map(super::rounds::list));
+        record["counted_cpus"] = json!(
+            self.relay
+                .counted
+                .as_ref()
+                .map(crate::bench::counted::cpu_list)
+        );
         record["tools_host"] = tools.clone();
         record["tools"] = json!({
             "generator": match options.generator {
@@ -146,9 +162,9 @@ impl Lab {
             },
             "sink": "XDP per-CPU counter on the tools host's sink interface, 1 in 8 passed to a socket for latency",
             "cpu accounting": if self.agent_here().is_some() {
-                "one machine: the tools host is this machine (the agent's boot id is this kernel's), so the tools' work is in every row, as on the testbed"
+                "one machine: the tools host is this machine (the agent's boot id and PID namespace are this one's), so the tools' work is in every row on the CPUs counted (counted_cpus), as on the testbed"
             } else {
-                "the relay host's CPUs only: the tools host's work is not in any row"
+                "the relay host's CPUs counted (counted_cpus) only: the tools host's work is not in any row"
             },
         });
         record
@@ -179,10 +195,14 @@ impl Lab {
 
 impl Lab {
     /// The agent's process when it runs on this same machine (its boot id is this
-    /// kernel's: two namespaces, not two hosts), whose work then lands on these CPUs.
+    /// kernel's: two namespaces, not two hosts) and its pid means the same process here
+    /// (the same PID namespace), whose work then lands on these CPUs.
     fn agent_here(&self) -> Option<u32> {
-        let here = crate::cmd::lab::agent::boot_id()?;
-        (self.hello["boot_id"].as_str() == Some(here.as_str()))
+        use crate::cmd::lab::agent::{boot_id, pid_namespace};
+        let same = |key: &str, here: Option<String>| {
+            here.is_some_and(|here| self.hello[key].as_str() == Some(here.as_str()))
+        };
+        (same("boot_id", boot_id()) && same("pid_namespace", pid_namespace()))
             .then(|| self.hello["pid"].as_u64()?.try_into().ok())
             .flatten()
     }

@@ -4,7 +4,8 @@
 //!
 //! 1. **Cost at fixed loads** (the primary metric, [`rounds`]): randomized interleaved
 //!    rounds; in each, every setup offered the same fixed loads below saturation, every
-//!    CPU's busy time counted, the null row's (the direct path's) subtracted
+//!    CPU's busy time counted (a lab's `--relay-cpus` and interrupt CPUs only), the null
+//!    row's (the direct path's) subtracted
 //!    ([`cost`]); the host gate ([`crate::bench::host_gate`]) leaves out trials taken while the
 //!    host misbehaved; medians with distribution-free intervals and a verdict that is
 //!    said only when its interval clears it ([`verdict`]); with `--latency-loads`, each
@@ -13,7 +14,8 @@
 //! 2. **The maximum rate and the latency under it** (co-primary, [`search_phase`],
 //!    [`max_rate`]): CSIT-style NDR and PDR searches in interleaved rounds, a final trial
 //!    at each row's median PDR, the latency at fractions of each search's PDR, and a
-//!    profile of the forwarder's core.
+//!    profile of the forwarder's core; each row's rate beside what the hardware does
+//!    alone ([`calibration`]).
 //!
 //! [`setups`] is the one table of what can be compared, started on a
 //! [`relay_host::RelayHost`]; [`mod@bench`] the testbed and its loads; [`options`] the flags;

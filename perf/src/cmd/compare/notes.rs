@@ -193,17 +193,11 @@ pub fn counted_cpus(samples: &[Sample], environment: &serde_json::Value) -> Stri
          say on which CPU they ran).\n",
         environment["counted_cpus"].as_str().unwrap_or("?"),
     );
-    let mut by_setup: Vec<(&str, crate::bench::counted::ByCpu)> = vec![];
-    for s in samples.iter().filter(|s| !s.elsewhere.is_empty()) {
-        let at = match by_setup.iter().position(|(k, _)| *k == s.setup) {
-            Some(at) => at,
-            None => {
-                by_setup.push((&s.setup, Default::default()));
-                by_setup.len() - 1
-            }
-        };
-        crate::bench::counted::add(&mut by_setup[at].1, &s.elsewhere);
-    }
+    let by_setup = summed_by_setup(samples, |s| {
+        let mut cpus = crate::bench::counted::ByCpu::new();
+        crate::bench::counted::add(&mut cpus, &s.elsewhere);
+        (!cpus.is_empty()).then_some(cpus)
+    });
     for (key, cpus) in &by_setup {
         let named: Vec<String> = cpus
             .iter()
@@ -225,25 +219,30 @@ pub fn counted_cpus(samples: &[Sample], environment: &serde_json::Value) -> Stri
 /// How each setup's cost trials spread over the relay interface's RX queues, summed over
 /// the rounds, with a loud line for each setup whose load did not spread (a NIC hashing
 /// UDP on addresses only, one client address); nothing with one queue.
-pub fn queue_spread(samples: &[Sample]) -> String {
-    let mut by_setup: Vec<(&str, crate::bench::spread::Spread)> = vec![];
-    for s in samples {
-        let Some(queues) = &s.queues else { continue };
-        match by_setup.iter_mut().find(|(k, _)| *k == s.setup) {
-            Some((_, sum)) => sum.add(queues),
-            None => by_setup.push((&s.setup, queues.clone())),
-        }
-    }
+pub fn queue_spread(samples: &[Sample], queues: usize, flows: u32) -> String {
+    let by_setup = summed_by_setup(samples, |s| s.queues.clone());
     if by_setup.is_empty() {
-        return String::new();
+        return if queues > 1 && !samples.is_empty() {
+            format!(
+                "\n**Not counted per RX queue**: `ethtool -S` on the relay's interface names no \
+                 per-queue packet counter this suite reads, so whether the load spread over its \
+                 {queues} queues is not known.\n"
+            )
+        } else {
+            String::new()
+        };
     }
-    let mut out = String::from(
+    let mut out = format!(
         "\n### How the load spread over the RX queues\n\nPackets each of the relay \
          interface's RX queues received during each setup's cost trials (`ethtool -S`), \
          summed over the rounds. A queue with more than twice its share, or less than half of \
-         it, means the NIC's RSS did not spread the flows: the workers on the other queues \
-         measured little (set `ethtool -N IF rx-flow-hash udp4 sdfn` to hash the ports too).\n\n\
+         it, means the NIC's RSS did not spread the flows: one queue's core did the receive \
+         work of many, and relay-afxdp's workers on the other queues measured little (set \
+         `ethtool -N IF rx-flow-hash udp4 sdfn` to hash the ports too). The spread is judged \
+         over at least {} flows a queue and {} packets a queue ({flows} flows here).\n\n\
          | setup | packets per queue | shares | spread |\n|---|---|---|---|\n",
+        crate::bench::spread::JUDGED_FLOWS,
+        crate::bench::spread::JUDGED,
     );
     for (key, spread) in &by_setup {
         let packets: Vec<String> = spread.packets.iter().map(u64::to_string).collect();
@@ -252,7 +251,7 @@ pub fn queue_spread(samples: &[Sample]) -> String {
             .iter()
             .map(|s| format!("{:.0} %", s * 100.0))
             .collect();
-        let (shares, spread) = match (shares.is_empty(), spread.skew()) {
+        let (shares, spread) = match (shares.is_empty(), spread.skew(flows)) {
             // The direct path bypasses the relay's interface; a driver may count a path
             // (veth without NAPI) nowhere per queue.
             (true, _) => ("none counted".to_string(), "–".to_string()),
@@ -267,6 +266,45 @@ pub fn queue_spread(samples: &[Sample]) -> String {
         );
     }
     out
+}
+
+/// Each setup's `part` of its samples (those that have one), summed, in the order the
+/// setups first appear.
+fn summed_by_setup<T: Summed>(
+    samples: &[Sample],
+    part: impl Fn(&Sample) -> Option<T>,
+) -> Vec<(&str, T)> {
+    let mut by_setup: Vec<(&str, T)> = vec![];
+    for s in samples {
+        let Some(this) = part(s) else { continue };
+        match by_setup.iter_mut().find(|(k, _)| *k == s.setup) {
+            Some((_, sum)) => sum.sum(this),
+            None => by_setup.push((&s.setup, this)),
+        }
+    }
+    by_setup
+}
+
+/// What [`summed_by_setup`] adds up.
+trait Summed {
+    /// Adds `other` to this.
+    fn sum(&mut self, other: Self);
+}
+
+impl Summed for crate::bench::spread::Spread {
+    fn sum(&mut self, other: Self) {
+        self.add(&other);
+    }
+}
+
+impl Summed for crate::bench::counted::ByCpu {
+    fn sum(&mut self, other: Self) {
+        for (cpu, (softirqs, interrupts)) in other {
+            let sum = self.entry(cpu).or_default();
+            sum.0 += softirqs;
+            sum.1 += interrupts;
+        }
+    }
 }
 
 /// Each row in a sentence: marginal cost, fixed cores, sessions per core, and its ratio

@@ -384,6 +384,16 @@ impl LabArgs {
                 cpus - 1
             ));
         }
+        if let Some(c) = self
+            .relay_cpus
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| self.relay_cpus[..i].contains(c).then_some(c))
+        {
+            return Err(format!(
+                "--relay-cpus: CPU {c} is listed twice (each worker needs a core of its own)"
+            ));
+        }
         if self.queues == Some(0) {
             return Err("--queues 0: at least one".into());
         }

@@ -48,8 +48,8 @@ pub struct RelayHost {
     /// relay-afxdp's workers: one per RX queue of the interface.
     pub afxdp_workers: usize,
     /// The interface's interrupt and queue steering when the run began (a lab's relay
-    /// host; `None` on the testbed, which steers its own): a setup's trials during which
-    /// it differs are left out.
+    /// host; `None` on the testbed, which steers its own): read again around each setup's
+    /// trials, which are left out when it changed during them.
     pub steering: Option<crate::bench::steering::Steering>,
     /// The CPUs the cost counts (a lab's relay host: the relays' and where the
     /// interface's interrupts land, [`crate::bench::counted`]); `None`: every CPU (the

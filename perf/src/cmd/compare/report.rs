@@ -119,7 +119,9 @@ fn scaling_table(rows: &[RowCost], workers: &[usize]) -> String {
             (setup.sweeps_workers() && setup.table_key() == BASELINE).then_some((setup.workers, r))
         })
         .collect();
-    if swept.len() < 2 {
+    // The ratios are to the one-worker row: without it (a lab weighing N workers a side)
+    // there is nothing to scale from.
+    if swept.len() < 2 || !swept.iter().any(|(workers, _)| *workers == 1) {
         return String::new();
     }
     let cpus = crate::bench::environment::online_cpus();
@@ -302,9 +304,9 @@ fn fast_path_against_reference(
     out
 }
 
-/// Each row's core budget on the relay host, one line, and (more than one core a side)
-/// what that means for the verdict.
-fn core_budgets(cores: &[(String, String)], cores_per_side: usize) -> String {
+/// Each row's core budget on the relay host, one line, and (when the verdict weighs
+/// `equal_cores`, more than one a side) what that means for it.
+fn core_budgets(cores: &[(String, String)], equal_cores: Option<usize>) -> String {
     if cores.is_empty() {
         return String::new();
     }
@@ -313,7 +315,7 @@ fn core_budgets(cores: &[(String, String)], cores_per_side: usize) -> String {
         .map(|(key, budget)| format!("{}: {budget}", name_of(key)))
         .collect();
     let mut out = format!("\nEach row's cores: {}.\n", listed.join("; "));
-    if cores_per_side > 1 {
+    if let Some(cores_per_side) = equal_cores {
         let _ = writeln!(
             out,
             "relay-afxdp runs one worker on each of {cores_per_side} RX queues, and the verdict \
@@ -463,7 +465,7 @@ fn cost_json(
             })).collect::<Vec<_>>(),
             "latency": s.latency.iter().map(crate::cmd::lab::protocol::trial_json).collect::<Vec<_>>(),
             "fast_path": super::fast_path::json(s),
-            "queues": s.queues.as_ref().map(crate::bench::spread::Spread::to_json),
+            "queues": s.queues.as_ref().map(|q| q.to_json(options.flows)),
             "steering_changed": s.steering_changed,
             "host_busy_seconds": s.host_busy,
             "network_elsewhere": s.elsewhere.iter().map(|e| serde_json::json!({
@@ -534,9 +536,17 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
                 "the whole machine"
             },
         ));
-        md.push_str(&core_budgets(m.cores, m.cores_per_side));
+        let equal_cores = m.cores_per_side > 1 && !bypass.is_empty() && !sockets.is_empty();
+        md.push_str(&core_budgets(
+            m.cores,
+            equal_cores.then_some(m.cores_per_side),
+        ));
         md.push_str(&notes::counted_cpus(m.samples, m.environment));
-        md.push_str(&notes::queue_spread(m.samples));
+        md.push_str(&notes::queue_spread(
+            m.samples,
+            m.cores_per_side,
+            options.flows,
+        ));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&bypass_against_sockets(&analysis, &bypass, &sockets));
         md.push_str(&fast_path_against_reference(
@@ -768,5 +778,23 @@ mod tests {
         );
         assert_eq!(baseline_of(&setups, 2), "mio");
         assert_eq!(baseline_of(&[two, afxdp], 2), "mio-w2");
+    }
+
+    #[test]
+    fn the_budget_line_says_equal_cores_only_when_the_verdict_weighs_them() {
+        let two = by_key("mio").unwrap().with_workers(2);
+        let cores = vec![(two.key.to_string(), "2 (CPU 1,0)".to_string())];
+        let weighed = core_budgets(&cores, Some(2));
+        assert!(
+            weighed.contains("Each row's cores: relay-mio, 2 workers: 2 (CPU 1,0)."),
+            "{weighed}"
+        );
+        assert!(
+            weighed.contains("one worker on each of 2 RX queues"),
+            "{weighed}"
+        );
+        let not_weighed = core_budgets(&cores, None);
+        assert!(!not_weighed.contains("RX queues"), "{not_weighed}");
+        assert!(core_budgets(&[], Some(2)).is_empty());
     }
 }

@@ -101,7 +101,7 @@ pub fn run(
                 measured.steering_changed.len(),
             ));
             for change in &measured.steering_changed {
-                crate::say!("  steering changed since the run began: {change}");
+                crate::say!("  steering changed during the trials: {change}");
             }
         }
         if !measured.elsewhere.is_empty() {
@@ -111,7 +111,11 @@ pub fn run(
                 named.join("; ")
             );
         }
-        if let Some(skew) = measured.queues.as_ref().and_then(Spread::skew) {
+        if let Some(skew) = measured
+            .queues
+            .as_ref()
+            .and_then(|q| q.skew(bench.relay().flows))
+        {
             crate::say!("  !! the load did not spread over the RX queues: {skew}");
         }
         if let Some(c) = reading.calibration_us {
@@ -183,6 +187,18 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
     let fast_before = fast_path::read(bench.relay(), setup);
     // Outside the window too: ethtool and sysfs reads, and a census of every thread.
     let steering_before = read_steering(bench.relay());
+    if let Some((start, now)) = bench
+        .relay()
+        .steering
+        .as_ref()
+        .zip(steering_before.as_ref())
+    {
+        for differs in start.changes(now) {
+            crate::say!(
+                "  steering differs from the run's start (not during the trials): {differs}"
+            );
+        }
+    }
     // The direct path's load does not cross the relay's interface.
     let crosses = setup.kind != super::setups::Kind::Direct;
     let queues_before = read_queues(bench.relay()).filter(|_| crosses);
@@ -203,8 +219,10 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
         let after = Snapshot::now();
         let spent = before.until(&after);
         let strangers = census.until(&crate::bench::outside::Census::take(&roots));
-        // Some CPUs counted (a lab): theirs alone, and what ran outside them is judged by
-        // the gate but cannot be taken off (the census does not say on which CPU it ran).
+        // Some CPUs counted (a lab): theirs alone. What ran outside the experiment cannot be
+        // taken off (the census does not say on which CPU it ran), so the gate judges it
+        // as a share of the counted CPUs, as if it all ran there. A lab's preflight made
+        // sure the per-CPU clocks read; should one not, the trial says so.
         let busy = match (counted, before.busy_by_cpu(&after)) {
             (Some(cpus), Some(by_cpu)) => {
                 host_busy += spent.busy;
@@ -218,7 +236,13 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
                     .map(|(_, busy)| busy)
                     .sum()
             }
-            _ => (spent.busy - strangers.seconds).max(0.0),
+            (Some(_), None) => {
+                crate::say!(
+                    "  !! the per-CPU idle clocks did not read: this trial counts every CPU"
+                );
+                (spent.busy - strangers.seconds).max(0.0)
+            }
+            (None, _) => (spent.busy - strangers.seconds).max(0.0),
         };
         let trial = LoadTrial {
             offered_pps: rate,
@@ -237,26 +261,30 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
             busy * 1e6 / t.received.max(1) as f64,
             counted.map_or("whole machine".to_string(), |cpus| format!(
                 "CPUs {}",
-                list(cpus)
+                crate::bench::counted::cpu_list(cpus)
             )),
             trial.not_carried().map_or(String::new(), |why| format!(
                 ": not carried, {}",
                 why.label()
             ))
         );
-        outside.add(&strangers, &spent);
+        let judged_over = match counted {
+            Some(cpus) => crate::bench::cpu::Spent {
+                cpus: cpus.len(),
+                ..spent
+            },
+            None => spent,
+        };
+        outside.add(&strangers, &judged_over);
         trials.push(trial);
     }
     let during = window.until(&Snapshot::now());
     let queues = queues_before
         .zip(read_queues(bench.relay()))
         .map(|(before, after)| Spread::between(&before, &after, bench.relay().afxdp_workers));
-    let mut steering_changed = steering_before;
-    for change in read_steering(bench.relay()) {
-        if !steering_changed.contains(&change) {
-            steering_changed.push(change);
-        }
-    }
+    let steering_changed = steering_before
+        .zip(read_steering(bench.relay()))
+        .map_or(vec![], |(before, after)| before.changes(&after));
     let carried = fast_path::read(bench.relay(), setup)
         .zip(fast_before)
         .map(|(after, before)| after.since(&before).with_flows(flows_carried));
@@ -304,14 +332,6 @@ fn some_cpus(relay: &RelayHost) -> Option<&BTreeSet<usize>> {
         .filter(|cpus| cpus.len() < crate::bench::environment::online_cpus())
 }
 
-/// CPUs as a comma-separated list.
-pub fn list(cpus: &BTreeSet<usize>) -> String {
-    cpus.iter()
-        .map(usize::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 /// Each RX queue's packets on the relay's interface now; `None` with one queue.
 fn read_queues(relay: &RelayHost) -> Option<std::collections::BTreeMap<usize, u64>> {
     (relay.afxdp_workers > 1)
@@ -319,12 +339,12 @@ fn read_queues(relay: &RelayHost) -> Option<std::collections::BTreeMap<usize, u6
         .flatten()
 }
 
-/// How the relay interface's steering now differs from the run's start (a lab's relay
-/// host; nothing on the testbed).
-fn read_steering(relay: &RelayHost) -> Vec<String> {
-    relay.steering.as_ref().map_or(vec![], |start| {
-        start.changes(&crate::bench::steering::Steering::read(&relay.iface.name))
-    })
+/// The relay interface's steering now (a lab's relay host; `None` on the testbed).
+fn read_steering(relay: &RelayHost) -> Option<crate::bench::steering::Steering> {
+    relay
+        .steering
+        .as_ref()
+        .map(|_| crate::bench::steering::Steering::read(&relay.iface.name))
 }
 
 /// On `setup`, started, after its cost trials (so sampling costs them nothing): flows

@@ -108,8 +108,8 @@ pub struct Sample {
     /// What each RX queue of the relay's interface received over the cost trials (`None`
     /// with one queue, or when the driver names no per-queue counter).
     pub queues: Option<crate::bench::spread::Spread>,
-    /// The interface's steering settings that differed from the run's start around the
-    /// cost trials (a lab's relay host); any leaves the sample out.
+    /// The interface's steering settings that changed during the cost trials (a lab's
+    /// relay host); any leaves the sample out.
     pub steering_changed: Vec<String>,
     /// The whole host's busy seconds over the cost trials, where the cost counted only
     /// some CPUs ([`crate::cmd::compare::relay_host::RelayHost::counted`]).

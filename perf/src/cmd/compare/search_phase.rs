@@ -156,7 +156,7 @@ pub fn run(
                 .push((setup.name.to_string(), drops)),
         }
         let extras = searched.extras_mut(setup.name);
-        extras.cores = setup.workers_on(bench.relay()).max(1);
+        extras.cores = setup.cores_used(bench.relay()).max(1);
         extras
             .pdr_latency
             .extend(pdr_latency.into_iter().map(|(fraction, trial)| PdrLatency {

@@ -431,12 +431,22 @@ impl Setup {
         match self.kind {
             Kind::Direct => "none (no forwarder)".to_string(),
             Kind::Nftables | Kind::XdpRelay => {
-                format!("softirq of {} RX queue(s)", relay.afxdp_workers)
+                format!("softirq of {} RX queue(s)", self.cores_used(relay))
             }
             _ => {
                 let workers = self.workers_on(relay);
                 format!("{workers} (CPU {})", relay.worker_cpus(workers))
             }
+        }
+    }
+
+    /// How many cores its forwarding may take on `relay`'s host (what a rate per core
+    /// divides by): a process's workers, or for what forwards in the kernel one per RX
+    /// queue (each queue's softirq).
+    pub fn cores_used(&self, relay: &RelayHost) -> usize {
+        match self.kind {
+            Kind::Nftables | Kind::XdpRelay => relay.afxdp_workers,
+            _ => self.workers_on(relay),
         }
     }
 

@@ -226,6 +226,7 @@ fn hello(tools: &Tools) -> Value {
         "sink_mac": ufrag_common::wire::mac_text(tools.sink_if.mac),
         "pid": std::process::id(),
         "boot_id": boot_id(),
+        "pid_namespace": pid_namespace(),
         "environment": {
             "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map_or("unknown".into(), |s| s.trim().to_string()),
@@ -243,6 +244,14 @@ pub fn boot_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .ok()
         .map(|id| id.trim().to_string())
+}
+
+/// This process's PID namespace (`pid:[4026531836]`): the same on both ends only when
+/// the agent's pid means the same process here.
+pub fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|link| link.to_string_lossy().into_owned())
 }
 
 /// The load `p` asks for, its flows made.
