@@ -145,6 +145,11 @@ impl Queues {
     }
 }
 
+/// How long putting the queues back may wait for the last setup's XDP program to go: a
+/// driver refuses fewer queues while one is attached (veth: fewer RX queues than its
+/// peer's TX queues), and a relay that just exited may still be detaching its own.
+const PUT_BACK: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Drop for Queues {
     fn drop(&mut self) {
         let n = self.before.to_string();
@@ -153,8 +158,18 @@ impl Drop for Queues {
         } else {
             vec!["-L", &self.name, "rx", &n, "tx", &n]
         };
-        if let Err(e) = output("ethtool", &args) {
-            eprintln!("perf compare: putting {}'s queues back: {e}", self.name);
+        let deadline = std::time::Instant::now() + PUT_BACK;
+        loop {
+            match output("ethtool", &args) {
+                Ok(_) => return,
+                Err(_) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(e) => {
+                    eprintln!("perf compare: putting {}'s queues back: {e}", self.name);
+                    return;
+                }
+            }
         }
     }
 }

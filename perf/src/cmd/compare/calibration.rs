@@ -1,7 +1,8 @@
 //! What the hardware can do on the relay host, beside what each setup did: the link's
-//! line rate at the run's datagram size (from the NIC's speed) and the in-kernel rewrite
-//! relay's rate (`XDP_TX` on the same queues, the kernel and NIC alone), with each
-//! setup's maximum rate as a fraction of both. A setup near either is at the hardware's
+//! line rate at the run's datagram size (from the NIC's speed), the rate its queues
+//! receive and drop at in XDP (`XDP_DROP`, the `xdp-drop` calibration row, counted on the
+//! relay's interface) and the in-kernel rewrite relay's (`XDP_TX` on the same queues, the
+//! kernel and NIC alone), with each setup's maximum rate as a fraction of each. A setup near either is at the hardware's
 //! limit, not its own; one far below has room a faster design could take.
 
 use std::fmt::Write as _;
@@ -13,6 +14,9 @@ use super::setups::name_of;
 
 /// The setup whose rate is the `XDP_TX` calibration: rewrite and transmit in XDP.
 pub const XDP_TX: &str = "xdp-relay";
+
+/// The setup whose rate is the `XDP_DROP` calibration: count and drop in XDP.
+pub const XDP_DROP: &str = "xdp-drop";
 
 /// Bytes one UDP datagram of `payload` bytes takes on an Ethernet wire: its frame (at
 /// least 64 bytes with the FCS) with the preamble and the inter-frame gap.
@@ -37,6 +41,8 @@ pub struct Calibration {
     /// The in-kernel rewrite relay's median PDR over all its queues, pps (`None` when it
     /// was not measured).
     pub xdp_tx: Option<f64>,
+    /// The `XDP_DROP` row's median PDR over all its queues, pps (`None` when not measured).
+    pub xdp_drop: Option<f64>,
 }
 
 /// A row's median PDR over all its cores, pps.
@@ -54,24 +60,23 @@ impl Calibration {
         let speed = nic["speed_mbps"]
             .as_f64()
             .filter(|s| *s > 0.0 && nic["driver"] != "veth");
-        let reference = name_of(XDP_TX);
+        let rate_of = |key: &str| {
+            let name = name_of(key);
+            rates.iter().find(|r| r.setup == name).and_then(total_pdr)
+        };
         Calibration {
             line: speed.map(|s| (line_rate_pps(s, wire_bytes), s)),
             wire_bytes,
-            xdp_tx: rates
-                .iter()
-                .find(|r| r.setup == reference)
-                .and_then(total_pdr),
+            xdp_tx: rate_of(XDP_TX),
+            xdp_drop: rate_of(XDP_DROP),
         }
     }
 
-    /// Each row's PDR as a fraction of the line rate and of `XDP_TX`.
-    fn fractions(&self, row: &RateRow) -> (Option<f64>, Option<f64>) {
+    /// Each row's PDR as a fraction of the line rate, of `XDP_DROP` and of `XDP_TX`.
+    fn fractions(&self, row: &RateRow) -> [Option<f64>; 3] {
         let pdr = total_pdr(row);
-        (
-            pdr.zip(self.line).map(|(p, (line, _))| p / line),
-            pdr.zip(self.xdp_tx).map(|(p, tx)| p / tx),
-        )
+        [self.line.map(|(line, _)| line), self.xdp_drop, self.xdp_tx]
+            .map(|limit| pdr.zip(limit).map(|(p, limit)| p / limit))
     }
 
     /// The report's section.
@@ -85,6 +90,16 @@ impl Calibration {
             ),
             None => "no line rate (the interface reports no speed, or is a veth: no wire)".into(),
         };
+        let drop = match self.xdp_drop {
+            Some(pps) => format!(
+                "its queues received and dropped {:.0} kpps in XDP (`XDP_DROP`)",
+                pps / 1e3
+            ),
+            None => format!(
+                "`XDP_DROP` was not measured (add `{XDP_DROP}` to `--only` for what the \
+                 queues receive at most)"
+            ),
+        };
         let tx = match self.xdp_tx {
             Some(pps) => format!(
                 "the in-kernel rewrite relay (`XDP_TX` on the same queues: what the kernel \
@@ -97,20 +112,22 @@ impl Calibration {
             ),
         };
         let mut out = format!(
-            "\n## Calibration: what the hardware can do\n\nOn the relay host {line}; {tx}. Each \
-             setup's median PDR over all its cores as a fraction of both: near 1 the hardware, \
-             not the setup, is the limit (or the generator, where the search's `limit` says \
-             so).\n\n| setup | PDR kpps, all cores | of the line rate | of `XDP_TX` |\n|---|---:|---:|---:|\n"
+            "\n## Calibration: what the hardware can do\n\nOn the relay host {line}; {drop}; {tx}. \
+             Each setup's median PDR over all its cores as a fraction of each: near 1 the \
+             hardware, not the setup, is the limit (or the generator, where the search's \
+             `limit` says so).\n\n| setup | PDR kpps, all cores | of the line rate | of \
+             `XDP_DROP` | of `XDP_TX` |\n|---|---:|---:|---:|---:|\n"
         );
         let share = |f: Option<f64>| f.map_or("–".to_string(), |f| format!("{:.0} %", f * 100.0));
         for row in rates {
-            let (of_line, of_tx) = self.fractions(row);
+            let [of_line, of_drop, of_tx] = self.fractions(row);
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} |",
                 row.setup,
                 total_pdr(row).map_or("–".to_string(), |p| format!("{:.0}", p / 1e3)),
                 share(of_line),
+                share(of_drop),
                 share(of_tx)
             );
         }
@@ -124,12 +141,14 @@ impl Calibration {
             "speed_mbps": self.line.map(|l| l.1),
             "wire_bytes": self.wire_bytes,
             "xdp_tx_pdr_pps": self.xdp_tx,
+            "xdp_drop_pdr_pps": self.xdp_drop,
             "rows": rates.iter().map(|r| {
-                let (of_line, of_tx) = self.fractions(r);
+                let [of_line, of_drop, of_tx] = self.fractions(r);
                 json!({
                     "setup": r.setup,
                     "pdr_pps": total_pdr(r),
                     "of_line_rate": of_line,
+                    "of_xdp_drop": of_drop,
                     "of_xdp_tx": of_tx,
                 })
             }).collect::<Vec<_>>(),
@@ -171,28 +190,32 @@ mod tests {
     }
 
     #[test]
-    fn each_row_is_a_fraction_of_the_line_rate_and_of_xdp_tx() {
+    fn each_row_is_a_fraction_of_the_line_rate_of_xdp_drop_and_of_xdp_tx() {
         let rates = [
             row(&name_of(XDP_TX), 1, 2_000_000.0),
+            row(&name_of(XDP_DROP), 2, 2_000_000.0),
             row("relay-afxdp native wakeup", 2, 500_000.0),
         ];
         let environment = json!({ "nic": { "speed_mbps": 10_000 } });
         let calibration = Calibration::of(&rates, &environment, 18, false);
         assert_eq!(calibration.xdp_tx, Some(2_000_000.0));
-        let (of_line, of_tx) = calibration.fractions(&rates[1]);
+        assert_eq!(calibration.xdp_drop, Some(4_000_000.0));
+        let [of_line, of_drop, of_tx] = calibration.fractions(&rates[2]);
         assert!((of_tx.unwrap() - 0.5).abs() < 1e-12);
+        assert!((of_drop.unwrap() - 0.25).abs() < 1e-12);
         assert!((of_line.unwrap() - 1e6 / 14_880_952.38).abs() < 1e-6);
         let md = calibration.markdown(&rates);
         assert!(md.contains("line rate is 14881 kpps"), "{md}");
+        assert!(md.contains("dropped 4000 kpps in XDP"), "{md}");
         assert!(
-            md.contains("| relay-afxdp native wakeup | 1000 | 7 % | 50 % |"),
+            md.contains("| relay-afxdp native wakeup | 1000 | 7 % | 25 % | 50 % |"),
             "{md}"
         );
-        // The testbed: no NIC speed, no line rate; no reference row, no XDP_TX.
-        let bare = Calibration::of(&rates[1..], &json!({}), 18, false);
-        assert_eq!((bare.line, bare.xdp_tx), (None, None));
+        // The testbed: no NIC speed, no line rate; no reference rows, no XDP_TX or DROP.
+        let bare = Calibration::of(&rates[2..], &json!({}), 18, false);
+        assert_eq!((bare.line, bare.xdp_tx, bare.xdp_drop), (None, None, None));
         let veth = json!({ "nic": { "speed_mbps": 10_000, "driver": "veth" } });
         assert_eq!(Calibration::of(&rates, &veth, 18, false).line, None);
-        assert!(bare.markdown(&rates[1..]).contains("| 1000 | – | – |"));
+        assert!(bare.markdown(&rates[2..]).contains("| 1000 | – | – | – |"));
     }
 }

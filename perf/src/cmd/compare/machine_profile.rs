@@ -182,7 +182,7 @@ fn profile_one(
     let rate = plan.rate;
     crate::say!("profile: {} at {rate} pps, every CPU", setup.name);
     let running = setup.start(bench.relay())?;
-    let mut load = bench.fixed_load(setup, plan.size);
+    let mut load = running.counted(bench.fixed_load(setup, plan.size));
     let _ = load.trial(rate, Duration::from_millis(200));
     let mut recording = Recording::start_machine(dir, "compare-machine")
         .ok_or_else(|| format!("{} did not start", crate::bench::profile::LINUX_PERF))?;

@@ -177,7 +177,7 @@ struct Measured {
 fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
     // The run's preflight started every setup once: one that fails now cannot go on.
     let running = setup.start(bench.relay()).unwrap_or_else(|e| panic!("{e}"));
-    let mut load = bench.fixed_load(setup, plan.size);
+    let mut load = running.counted(bench.fixed_load(setup, plan.size));
     // The relay has just started: all its fast path forwarded so far is the one datagram
     // each flow sent after its proof, so this counts the flows it carries.
     let flows_carried = fast_path::read(bench.relay(), setup).map_or(0, |made| made.packets);

@@ -125,7 +125,7 @@ pub fn run(
             crate::say!("  {placed}");
         }
         let cpu = bench.relay().forwarder_cpu();
-        let mut load = bench.search_load(setup, options);
+        let mut load = running.counted(bench.search_load(setup, options));
         if options.direction != Direction::Up {
             // A relay learns the client's next hop from its first replies (AF_XDP
             // asks the kernel): a short trial first, not counted.

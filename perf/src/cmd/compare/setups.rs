@@ -10,6 +10,7 @@ use ufrag_testbed::launch::{RelayLaunch, Stderr};
 
 use super::relay_host::{BindMode, RelayHost};
 use crate::bench::load::target::Target;
+use crate::bench::load::{Load, Trial};
 
 /// How the transceiver's replies reach a setup's clients (`--direction down`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +51,9 @@ pub enum Kind {
     },
     /// A rewrite-and-`XDP_TX` program: the in-kernel reference.
     XdpRelay,
+    /// A count-and-`XDP_DROP` program on the relay's interface, counted there: what the
+    /// NIC and kernel receive at most (a calibration, not a forwarder).
+    XdpDrop,
     /// One of ours.
     Relay {
         /// Its binary, next to `perf`.
@@ -136,6 +140,12 @@ pub const SETUPS: &[Setup] = &[
         "in-kernel XDP rewrite relay",
         Kind::XdpRelay,
         true,
+    ),
+    other(
+        "xdp-drop",
+        "XDP_DROP on the relay's interface (calibration)",
+        Kind::XdpDrop,
+        false,
     ),
     relay("mio", "relay-mio", "relay-mio", &[], None, true),
     relay(
@@ -296,8 +306,52 @@ pub enum Running {
     Quilkin(crate::forwarders::alternatives::Quilkin),
     /// The XDP rewrite.
     XdpRelay(crate::forwarders::xdp::XdpRelay),
+    /// The XDP drop, and its count.
+    XdpDrop(std::rc::Rc<crate::forwarders::xdp::XdpSink>),
     /// One of our relays.
     Relay(OwnedChild),
+}
+
+impl Running {
+    /// `load` as this setup is measured by it: the `XDP_DROP` calibration counts what
+    /// arrived on the relay's interface (nothing reaches the sink); everything else as it
+    /// is.
+    pub fn counted(&self, load: Box<dyn Load>) -> Box<dyn Load> {
+        match self {
+            Running::XdpDrop(sink) => Box::new(CountedAtRelay {
+                load,
+                sink: std::rc::Rc::clone(sink),
+            }),
+            _ => load,
+        }
+    }
+}
+
+/// A load whose arrivals are counted on the relay's interface (the `XDP_DROP`
+/// calibration's program), not at the sink.
+struct CountedAtRelay {
+    load: Box<dyn Load>,
+    sink: std::rc::Rc<crate::forwarders::xdp::XdpSink>,
+}
+
+impl CountedAtRelay {
+    /// `run`'s trial with what the relay's interface counted meanwhile as its arrivals.
+    fn count(&mut self, run: impl FnOnce(&mut dyn Load) -> Trial) -> Trial {
+        let before = self.sink.received();
+        let mut trial = run(self.load.as_mut());
+        trial.received = self.sink.received().saturating_sub(before);
+        trial
+    }
+}
+
+impl Load for CountedAtRelay {
+    fn trial(&mut self, rate_pps: u64, duration: std::time::Duration) -> Trial {
+        self.count(|load| load.trial(rate_pps, duration))
+    }
+
+    fn latency_trial(&mut self, rate_pps: u64, duration: std::time::Duration) -> Trial {
+        self.count(|load| load.latency_trial(rate_pps, duration))
+    }
 }
 
 impl Setup {
@@ -350,6 +404,7 @@ impl Setup {
         matches!(
             self.kind,
             Kind::XdpRelay
+                | Kind::XdpDrop
                 | Kind::Quilkin { xdp: true }
                 | Kind::Relay {
                     xdp_mode: Some(_),
@@ -421,7 +476,10 @@ impl Setup {
     /// Whether a process of its own forwards (its system calls can be split by leg): not
     /// the direct path, nftables or the in-kernel XDP relay.
     pub fn forwards_in_a_process(&self) -> bool {
-        !matches!(self.kind, Kind::Direct | Kind::Nftables | Kind::XdpRelay)
+        !matches!(
+            self.kind,
+            Kind::Direct | Kind::Nftables | Kind::XdpRelay | Kind::XdpDrop
+        )
     }
 
     /// The cores its forwarding may take on `relay`'s host, as the report states each
@@ -430,7 +488,7 @@ impl Setup {
     pub fn cores_on(&self, relay: &RelayHost) -> String {
         match self.kind {
             Kind::Direct => "none (no forwarder)".to_string(),
-            Kind::Nftables | Kind::XdpRelay => {
+            Kind::Nftables | Kind::XdpRelay | Kind::XdpDrop => {
                 format!("softirq of {} RX queue(s)", self.cores_used(relay))
             }
             _ => {
@@ -445,7 +503,7 @@ impl Setup {
     /// queue (each queue's softirq).
     pub fn cores_used(&self, relay: &RelayHost) -> usize {
         match self.kind {
-            Kind::Nftables | Kind::XdpRelay => relay.afxdp_workers,
+            Kind::Nftables | Kind::XdpRelay | Kind::XdpDrop => relay.afxdp_workers,
             _ => self.workers_on(relay),
         }
     }
@@ -468,7 +526,7 @@ impl Setup {
             }
             Kind::Naive => (to(4001), false),
             Kind::Bare => (to(4000), false),
-            Kind::Nftables | Kind::XdpRelay => (to(relay.vip.port()), false),
+            Kind::Nftables | Kind::XdpRelay | Kind::XdpDrop => (to(relay.vip.port()), false),
             Kind::Nginx => (to(4002), false),
             Kind::Quilkin { .. } => (to(4003), false),
             Kind::Relay { .. } => (relay.vip, true),
@@ -536,6 +594,14 @@ impl Setup {
                         .map_err(failed("XDP relay"))?,
                 )
             }
+            Kind::XdpDrop => Running::XdpDrop(std::rc::Rc::new(
+                crate::forwarders::xdp::XdpSink::attach(
+                    &relay.iface,
+                    crate::forwarders::xdp::Counted::ToPort(dst.port()),
+                    crate::forwarders::xdp::NEVER_SAMPLED,
+                )
+                .map_err(failed("XDP drop"))?,
+            )),
             Kind::Relay {
                 binary,
                 flags,
