@@ -1,9 +1,9 @@
 //! The settings a lab compares between runs, read where the kernel and `ethtool` show them:
 //! for a NIC its channels, RSS hash fields and indirection table, interrupt coalescing,
-//! ring sizes and the CPUs its interrupts may land on; for the host its CPU governors and
-//! frequency, C-state limits, SMT, irqbalance and the kernel's command line; and the
-//! hashes of the binaries that ran. A setting that cannot be read is recorded as such, not
-//! guessed. [`differences`] says what changed between two records.
+//! ring sizes, the CPUs its interrupts may land on and its queues' RPS/XPS masks; for the
+//! host its CPU governors and frequency, C-state limits, SMT, irqbalance and the kernel's
+//! command line; and the hashes of the binaries that ran. A setting that cannot be read is
+//! recorded as such, not guessed. [`differences`] says what changed between two records.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -40,7 +40,7 @@ pub fn nic(name: &str) -> Value {
         "coalescing": read(&["-c", name], coalescing),
         "rings": read(&["-g", name], rings),
         "irq_affinity": irq_affinity(name),
-        "rps_xps": crate::bench::steering::queue_masks(name),
+        "rps_xps": queue_masks(name),
     })
 }
 
@@ -209,6 +209,26 @@ pub fn irq_affinity(name: &str) -> Value {
         })
         .collect();
     json!(by_action)
+}
+
+/// Interface `name`'s RPS mask for each RX queue and XPS mask for each TX queue, by
+/// `rx-N rps_cpus` / `tx-N xps_cpus` (hexadecimal CPU masks; `0` is off). A kernel
+/// without RPS/XPS, or a queue the kernel will not show one for, has none.
+pub fn queue_masks(name: &str) -> BTreeMap<String, String> {
+    let queues = format!("/sys/class/net/{name}/queues");
+    let mut masks = BTreeMap::new();
+    for entry in std::fs::read_dir(&queues).into_iter().flatten().flatten() {
+        let queue = entry.file_name().to_string_lossy().into_owned();
+        let file = if queue.starts_with("rx-") {
+            "rps_cpus"
+        } else {
+            "xps_cpus"
+        };
+        if let Ok(mask) = std::fs::read_to_string(format!("{queues}/{queue}/{file}")) {
+            masks.insert(format!("{queue} {file}"), mask.trim().to_string());
+        }
+    }
+    masks
 }
 
 /// Interface `name`'s interrupts, in order: its device's MSI vectors

@@ -25,7 +25,7 @@ impl Steering {
                     (format!("irq {irq} smp_affinity_list"), cpus)
                 })
                 .collect();
-        settings.extend(queue_masks(name));
+        settings.extend(crate::bench::settings::queue_masks(name));
         Steering(settings)
     }
 
@@ -46,26 +46,6 @@ impl Steering {
             })
             .collect()
     }
-}
-
-/// Interface `name`'s RPS mask for each RX queue and XPS mask for each TX queue, by
-/// `rx-N rps_cpus` / `tx-N xps_cpus` (hexadecimal CPU masks; `0` is off). A kernel
-/// without RPS/XPS, or a queue the kernel will not show one for, has none.
-pub fn queue_masks(name: &str) -> BTreeMap<String, String> {
-    let queues = format!("/sys/class/net/{name}/queues");
-    let mut masks = BTreeMap::new();
-    for entry in std::fs::read_dir(&queues).into_iter().flatten().flatten() {
-        let queue = entry.file_name().to_string_lossy().into_owned();
-        let file = if queue.starts_with("rx-") {
-            "rps_cpus"
-        } else {
-            "xps_cpus"
-        };
-        if let Ok(mask) = std::fs::read_to_string(format!("{queues}/{queue}/{file}")) {
-            masks.insert(format!("{queue} {file}"), mask.trim().to_string());
-        }
-    }
-    masks
 }
 
 #[cfg(test)]

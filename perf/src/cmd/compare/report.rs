@@ -35,7 +35,7 @@ pub struct Measured<'a> {
     /// Each setup's core budget on the relay host, by key ([`Setup::cores_on`]).
     pub cores: &'a [(String, String)],
     /// The workers a side the verdict weighs: relay-afxdp's RX queues, and as many
-    /// relay-mio workers ([`verdict_rows`]).
+    /// relay-mio workers.
     pub cores_per_side: usize,
     /// Where the run was when this was written, if it has not finished: the report is
     /// rewritten as rounds and phases finish, so an interrupted run keeps what it measured.
