@@ -130,11 +130,14 @@ pub enum Disturbance {
     PressureAtRest(f64),
     /// The calibration loop ran this many times slower than the run's fastest.
     SlowCalibration(f64),
-    /// Threads outside the experiment took this share of the machine in a trial.
+    /// Threads outside the experiment took this share of the CPUs counted (every CPU, or a
+    /// lab's `--relay-cpus` set) in a trial.
     Outside(f64),
     /// This many of the relay interface's interrupt and queue steering settings changed
     /// during the trials ([`crate::bench::steering`]).
     SteeringChanged(usize),
+    /// Only some CPUs were to be counted, and their idle clocks did not read in a trial.
+    ClocksUnread,
 }
 
 impl Disturbance {
@@ -148,9 +151,12 @@ impl Disturbance {
             }
             Disturbance::SlowCalibration(x) => format!("calibration {x:.2}× slower"),
             Disturbance::Outside(share) => format!(
-                "threads outside the experiment took {:.0} % of the machine in a trial",
+                "threads outside the experiment took {:.0} % of the CPUs counted in a trial",
                 share * 100.0
             ),
+            Disturbance::ClocksUnread => {
+                "the per-CPU idle clocks did not read, so the CPUs counted could not be".into()
+            }
             Disturbance::SteeringChanged(n) => format!(
                 "{n} interrupt or queue steering setting(s) of the relay's interface changed \
                  during the trials"
@@ -272,7 +278,7 @@ mod tests {
         assert_eq!(found, Some(Disturbance::Outside(0.3)));
         assert_eq!(
             found.unwrap().label(),
-            "threads outside the experiment took 30 % of the machine in a trial"
+            "threads outside the experiment took 30 % of the CPUs counted in a trial"
         );
     }
 

@@ -41,8 +41,8 @@ pub struct Outside {
     /// The busiest of them: name and CPU seconds, busiest first (threads of one name
     /// summed).
     pub busiest: Vec<(String, f64)>,
-    /// The largest share of the machine's CPUs (seconds over wall × CPUs) they took in
-    /// any one trial added.
+    /// The largest share of the CPUs counted (seconds over wall × the window's CPUs: the
+    /// machine's, or a lab's counted set) they took in any one trial added.
     pub worst_share: f64,
 }
 

@@ -75,8 +75,10 @@ impl Calibration {
     /// Each row's PDR as a fraction of the line rate, of `XDP_DROP` and of `XDP_TX`.
     fn fractions(&self, row: &RateRow) -> [Option<f64>; 3] {
         let pdr = total_pdr(row);
-        [self.line.map(|(line, _)| line), self.xdp_drop, self.xdp_tx]
-            .map(|limit| pdr.zip(limit).map(|(p, limit)| p / limit))
+        [self.line.map(|(line, _)| line), self.xdp_drop, self.xdp_tx].map(|limit| {
+            pdr.zip(limit.filter(|l| *l > 0.0))
+                .map(|(p, limit)| p / limit)
+        })
     }
 
     /// The report's section.

@@ -194,11 +194,11 @@ pub fn counted_cpus(samples: &[Sample], environment: &serde_json::Value) -> Stri
         environment["counted_cpus"].as_str().unwrap_or("?"),
     );
     let by_setup = summed_by_setup(samples, |s| {
-        let mut cpus = crate::bench::counted::ByCpu::new();
-        crate::bench::counted::add(&mut cpus, &s.elsewhere);
-        (!cpus.is_empty()).then_some(cpus)
+        (!s.elsewhere.is_empty()).then(|| s.elsewhere.clone())
     });
-    for (key, cpus) in &by_setup {
+    for (key, found) in &by_setup {
+        let mut cpus = crate::bench::counted::ByCpu::new();
+        crate::bench::counted::add(&mut cpus, found);
         let named: Vec<String> = cpus
             .iter()
             .map(|(cpu, (softirqs, interrupts))| {
@@ -239,7 +239,7 @@ pub fn queue_spread(samples: &[Sample], queues: usize, flows: u32) -> String {
          it, means the NIC's RSS did not spread the flows: one queue's core did the receive \
          work of many, and relay-afxdp's workers on the other queues measured little (set \
          `ethtool -N IF rx-flow-hash udp4 sdfn` to hash the ports too). The spread is judged \
-         over at least {} flows a queue and {} packets a queue ({flows} flows here).\n\n\
+         over at least {} flows a queue and {} packets a queue ({flows} flows sent here).\n\n\
          | setup | packets per queue | shares | spread |\n|---|---|---|---|\n",
         crate::bench::spread::JUDGED_FLOWS,
         crate::bench::spread::JUDGED,
@@ -297,13 +297,9 @@ impl Summed for crate::bench::spread::Spread {
     }
 }
 
-impl Summed for crate::bench::counted::ByCpu {
+impl Summed for Vec<crate::bench::counted::Elsewhere> {
     fn sum(&mut self, other: Self) {
-        for (cpu, (softirqs, interrupts)) in other {
-            let sum = self.entry(cpu).or_default();
-            sum.0 += softirqs;
-            sum.1 += interrupts;
-        }
+        self.extend(other);
     }
 }
 

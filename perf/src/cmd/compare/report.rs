@@ -465,7 +465,9 @@ fn cost_json(
             })).collect::<Vec<_>>(),
             "latency": s.latency.iter().map(crate::cmd::lab::protocol::trial_json).collect::<Vec<_>>(),
             "fast_path": super::fast_path::json(s),
-            "queues": s.queues.as_ref().map(|q| q.to_json(options.flows)),
+            "queues": s.queues.as_ref().map(|q| {
+                q.to_json(crate::bench::spread::sending_flows(options.flows))
+            }),
             "steering_changed": s.steering_changed,
             "host_busy_seconds": s.host_busy,
             "network_elsewhere": s.elsewhere.iter().map(|e| serde_json::json!({
@@ -545,7 +547,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         md.push_str(&notes::queue_spread(
             m.samples,
             m.cores_per_side,
-            options.flows,
+            crate::bench::spread::sending_flows(options.flows),
         ));
         md.push_str(&scaling_table(&rows, &options.workers));
         md.push_str(&bypass_against_sockets(&analysis, &bypass, &sockets));

@@ -104,6 +104,9 @@ pub fn run(
                 crate::say!("  steering changed during the trials: {change}");
             }
         }
+        if measured.clocks_unread {
+            disturbances.push(Disturbance::ClocksUnread);
+        }
         if !measured.elsewhere.is_empty() {
             let named: Vec<String> = measured.elsewhere.iter().map(Elsewhere::label).collect();
             crate::say!(
@@ -114,7 +117,7 @@ pub fn run(
         if let Some(skew) = measured
             .queues
             .as_ref()
-            .and_then(|q| q.skew(bench.relay().flows))
+            .and_then(|q| q.skew(crate::bench::spread::sending_flows(bench.relay().flows)))
         {
             crate::say!("  !! the load did not spread over the RX queues: {skew}");
         }
@@ -164,6 +167,8 @@ struct Measured {
     queues: Option<Spread>,
     /// The steering settings that differed from the run's start around that window.
     steering_changed: Vec<String>,
+    /// Whether some CPUs were to be counted but their idle clocks did not read in a trial.
+    clocks_unread: bool,
     /// The whole host's busy seconds over the trials, when only some CPUs were counted.
     host_busy: Option<f64>,
     /// Network work on CPUs not counted, over the trials.
@@ -208,6 +213,7 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
     let roots = bench.experiment_roots();
     let counted = some_cpus(bench.relay());
     let (mut host_busy, mut elsewhere) = (0.0, crate::bench::counted::ByCpu::new());
+    let mut clocks_unread = false;
     for &rate in &plan.loads {
         // A census of every thread around each trial, outside its window (reading
         // every thread's counters is work of ours): what ran outside the experiment
@@ -237,9 +243,7 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
                     .sum()
             }
             (Some(_), None) => {
-                crate::say!(
-                    "  !! the per-CPU idle clocks did not read: this trial counts every CPU"
-                );
+                clocks_unread = true;
                 (spent.busy - strangers.seconds).max(0.0)
             }
             (None, _) => (spent.busy - strangers.seconds).max(0.0),
@@ -311,6 +315,7 @@ fn measure(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Measured {
         outside,
         queues,
         steering_changed,
+        clocks_unread,
         host_busy: counted.map(|_| host_busy),
         elsewhere: elsewhere
             .into_iter()
@@ -351,7 +356,11 @@ fn read_steering(relay: &RelayHost) -> Option<crate::bench::steering::Steering> 
 /// made from new client sockets, each latency load offered once (after a short warm-up)
 /// with every datagram's latency recorded.
 fn measure_latency(bench: &dyn Bed, setup: &Setup, plan: &Plan) -> Vec<crate::bench::load::Trial> {
-    let Some(&first) = plan.latency_loads.first() else {
+    let Some(&first) = plan
+        .latency_loads
+        .first()
+        .filter(|_| !setup.is_calibration())
+    else {
         return vec![];
     };
     let mut load = bench.latency_load(setup, plan.size);

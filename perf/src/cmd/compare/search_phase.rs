@@ -143,7 +143,11 @@ pub fn run(
             .last()
             .and_then(|r| r.search.pdr)
             .map(|t| t.offered_pps);
-        let pdr_latency = latency_at_fractions(load.as_mut(), found_pdr, options);
+        let pdr_latency = if setup.is_calibration() {
+            vec![]
+        } else {
+            latency_at_fractions(load.as_mut(), found_pdr, options)
+        };
         let drops = crate::bench::load::udp_receive_buffer_drops(relay_ns) - drops_before;
         match searched
             .receive_buffer_drops

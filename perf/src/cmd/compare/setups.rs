@@ -508,6 +508,12 @@ impl Setup {
         }
     }
 
+    /// Whether it calibrates rather than forwards (`xdp-drop`): nothing it receives
+    /// reaches the sink, so it has no latency to measure.
+    pub fn is_calibration(&self) -> bool {
+        self.kind == Kind::XdpDrop
+    }
+
     /// Whether its flows are made before the trials (all but the direct path).
     pub fn keeps_flows(&self) -> bool {
         self.kind != Kind::Direct
