@@ -84,35 +84,16 @@ impl TwoHosts {
             ip(&["-n", ns, "link", "set", ifname, "up"]);
         }
         // The wire: a veth delivers the tools host's XDP_TX live frames only to a peer
-        // with NAPI, which GRO turns on (a NIC needs nothing).
+        // with NAPI, which GRO turns on (a NIC needs nothing); UDP from sockets takes the
+        // NAPI path (where veth counts each RX queue's packets, as a NIC always does) only
+        // when the receiver also forwards UDP GRO.
         let gro = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &hosts.relay_ns,
-                "ethtool",
-                "-K",
-                &hosts.relay_if,
-            ])
-            .args(["gro", "on"])
+            .args(["netns", "exec", &hosts.relay_ns, "ethtool", "-K"])
+            .arg(&hosts.relay_if)
+            .args(["gro", "on", "rx-udp-gro-forwarding", "on"])
             .status()
             .expect("ethtool runs (scripts/test.sh installs it)");
-        assert!(gro.success(), "ethtool -K gro on");
-        // UDP from sockets takes the NAPI path (where veth counts each RX queue's packets,
-        // as a NIC always does) only when the receiver forwards UDP GRO.
-        let udp_gro = Command::new("ip")
-            .args([
-                "netns",
-                "exec",
-                &hosts.relay_ns,
-                "ethtool",
-                "-K",
-                &hosts.relay_if,
-            ])
-            .args(["rx-udp-gro-forwarding", "on"])
-            .status()
-            .expect("ethtool runs");
-        assert!(udp_gro.success(), "ethtool -K rx-udp-gro-forwarding on");
+        assert!(gro.success(), "ethtool -K gro on rx-udp-gro-forwarding on");
         // A veth takes an XDP program only while its RX queues are at least its peer's TX
         // queues: the tools host's sink needs two while the relay host runs two
         // (`--queues 2`).
