@@ -34,9 +34,7 @@ pub fn interrupt_cpus(name: &str) -> BTreeSet<usize> {
     let interrupts = std::fs::read_to_string("/proc/interrupts").unwrap_or_default();
     crate::bench::settings::interface_irqs(name, &interrupts)
         .into_iter()
-        .filter_map(|irq| {
-            std::fs::read_to_string(format!("/proc/irq/{irq}/effective_affinity_list")).ok()
-        })
+        .filter_map(|irq| crate::bench::settings::irq_setting(irq, "effective_affinity_list"))
         .filter_map(|list| parse_cpu_list(&list))
         .flatten()
         .collect()

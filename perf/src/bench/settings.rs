@@ -192,10 +192,7 @@ pub fn irq_affinity(name: &str) -> Value {
              /proc/interrupts line names {name})"
         ));
     }
-    let read = |irq: u32, file: &str| {
-        std::fs::read_to_string(format!("/proc/irq/{irq}/{file}"))
-            .map_or("not read".into(), |c| c.trim().to_string())
-    };
+    let read = |irq: u32, file: &str| irq_setting(irq, file).unwrap_or_else(|| "not read".into());
     let by_action: serde_json::Map<String, Value> = irqs
         .into_iter()
         .map(|irq| {
@@ -229,6 +226,14 @@ pub fn queue_masks(name: &str) -> BTreeMap<String, String> {
         }
     }
     masks
+}
+
+/// Interrupt `irq`'s `/proc/irq/N/{file}` (`smp_affinity_list`, `effective_affinity_list`),
+/// trimmed; `None` when it cannot be read.
+pub fn irq_setting(irq: u32, file: &str) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/irq/{irq}/{file}"))
+        .ok()
+        .map(|text| text.trim().to_string())
 }
 
 /// Interface `name`'s interrupts, in order: its device's MSI vectors

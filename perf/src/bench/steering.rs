@@ -19,9 +19,8 @@ impl Steering {
             crate::bench::settings::interface_irqs(name, &interrupts)
                 .into_iter()
                 .map(|irq| {
-                    let cpus =
-                        std::fs::read_to_string(format!("/proc/irq/{irq}/smp_affinity_list"))
-                            .map_or("not read".into(), |c| c.trim().to_string());
+                    let cpus = crate::bench::settings::irq_setting(irq, "smp_affinity_list")
+                        .unwrap_or_else(|| "not read".into());
                     (format!("irq {irq} smp_affinity_list"), cpus)
                 })
                 .collect();
