@@ -68,7 +68,8 @@ pub fn refuse_example_keys(keys: &HintKeys, allowed: bool) -> Result<(), ConfigE
     }
 }
 
-const DEFAULT_FLOWS_PER_WORKER: usize = 262_144;
+/// Each worker's flow table capacity when `--flows-per-worker` does not say.
+pub const DEFAULT_FLOWS_PER_WORKER: usize = 262_144;
 /// The shortest `hint_max_age`: a client needs a few seconds between the answer and its
 /// first check.
 const MIN_HINT_MAX_AGE: Duration = Duration::from_secs(10);

@@ -180,9 +180,9 @@ const volatile __u32 gen_octet_at = 0; // the last octet of the flow's address
 const volatile __u32 gen_datagram_at = 0; // bytes 2-3: the count; 4-11: the time
 const volatile __u32 gen_udp_checksum_at = 0; // 0: no UDP checksum to keep right
 const volatile __u8 gen_in_ip_header = 0; // 1: the address is in the IPv4 header
-// The flow plan: flow n % flows, on address (n % flows) / ports_per_addr.
+// The flow plan: flow n % flows, dealt round the addresses: on address
+// (n % flows) % addresses, port first_port + (n % flows) / addresses.
 const volatile __u32 gen_flows = 1;
-const volatile __u32 gen_ports_per_addr = 1;
 const volatile __u16 gen_first_port = 0; // host order
 const volatile __u32 gen_addresses = 1;
 const volatile __u8 gen_first_octet = 0;
@@ -255,14 +255,14 @@ int perf_gen(struct xdp_md *ctx)
 	}
 
 	__u32 flow = sent % gen_flows;
-	__u32 port = flow % gen_ports_per_addr + gen_first_port;
+	__u32 port = flow / gen_addresses + gen_first_port;
 	__u64 udp_sum = gen_udp_sum_base + port;
 	__u32 port_at = gen_port_at;
 	if (port_at > datagram_at)
 		return XDP_ABORTED;
 	store16(data + port_at, bpf_htons((__u16)port));
 	if (gen_addresses > 1) {
-		__u32 index = flow / gen_ports_per_addr; // the address's increase
+		__u32 index = flow % gen_addresses; // the address's increase
 		__u32 octet_at = gen_octet_at;
 		if (octet_at > datagram_at)
 			return XDP_ABORTED;

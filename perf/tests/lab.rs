@@ -12,7 +12,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
-use ufrag_perf::cmd::lab::protocol::{Channel, Request};
+use ufrag_perf::cmd::lab::protocol::{Channel, Prepare, Purpose, Request};
 use ufrag_perf::cmd::lab::token::{TOKEN_ENV, Token, prove};
 use ufrag_testkit::OwnedChild;
 use ufrag_testkit::cargo_build::bin;
@@ -31,6 +31,11 @@ const LAB_TOKEN: &str = "lab-token-0123456789abcdef0123456789";
 
 const RELAY_IP: &str = "10.89.0.1";
 const TOOLS_IP: &str = "10.89.0.2";
+/// The tools host's client addresses: its first of each family and the one after it
+/// (`ufrag-perf agent --client-addresses 2`).
+const CLIENT_ADDRESSES: [&str; 2] = [TOOLS_IP, "10.89.0.3"];
+const RELAY_IP6: &str = "fd89::1";
+const CLIENT_ADDRESSES6: [&str; 2] = ["fd89::2", "fd89::3"];
 
 fn ip(args: &[&str]) {
     let out = Command::new("ip").args(args).output().expect("ip runs");
@@ -83,6 +88,33 @@ impl TwoHosts {
             ip(&["-n", ns, "link", "set", "lo", "up"]);
             ip(&["-n", ns, "link", "set", ifname, "up"]);
         }
+        ip(&[
+            "-n",
+            &hosts.tools_ns,
+            "addr",
+            "add",
+            &format!("{}/24", CLIENT_ADDRESSES[1]),
+            "dev",
+            &hosts.tools_if,
+        ]);
+        // IPv6 without duplicate address detection, so each address is usable at once.
+        for (ns, ifname, addr) in [
+            (&hosts.relay_ns, &hosts.relay_if, RELAY_IP6),
+            (&hosts.tools_ns, &hosts.tools_if, CLIENT_ADDRESSES6[0]),
+            (&hosts.tools_ns, &hosts.tools_if, CLIENT_ADDRESSES6[1]),
+        ] {
+            ip(&[
+                "-n",
+                ns,
+                "-6",
+                "addr",
+                "add",
+                &format!("{addr}/64"),
+                "dev",
+                ifname,
+                "nodad",
+            ]);
+        }
         // The wire: a veth delivers the tools host's XDP_TX live frames only to a peer
         // with NAPI, which GRO turns on (a NIC needs nothing); UDP from sockets takes the
         // NAPI path (where veth counts each RX queue's packets, as a NIC always does) only
@@ -127,6 +159,7 @@ impl TwoHosts {
             .arg(bin("ufrag-perf"))
             .args(["agent", "--once", "--listen", &format!("{TOOLS_IP}:7700")])
             .args(["--interface", &self.tools_if, "--cpus", "0"])
+            .args(["--client-addresses", "2"])
             .env(TOKEN_ENV, LAB_TOKEN);
         let agent = OwnedChild::spawn(&mut agent_command).expect("the agent starts");
         std::thread::sleep(std::time::Duration::from_millis(300));
@@ -171,6 +204,66 @@ impl TwoHosts {
             .status()
             .expect("sh runs");
         assert!(set.success(), "echo {mask} > {file}");
+    }
+
+    /// Counts in the relay host, before any relay reads them, the UDP datagrams to the
+    /// relays' port from each IPv6 client address (nftables; the table goes with the
+    /// namespace).
+    fn count_by_client6(&self) {
+        let nft = |args: &[&str]| {
+            let out = Command::new("ip")
+                .args(["netns", "exec", &self.relay_ns, "nft"])
+                .args(args)
+                .output()
+                .expect("nft runs (scripts/test.sh installs it)");
+            assert!(
+                out.status.success(),
+                "nft {}: {}",
+                args.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        };
+        nft(&["add", "table", "inet", "ufrag_lab_clients"]);
+        nft(&[
+            "add",
+            "chain",
+            "inet",
+            "ufrag_lab_clients",
+            "tally",
+            "{ type filter hook prerouting priority raw; policy accept; }",
+        ]);
+        for client in CLIENT_ADDRESSES6 {
+            nft(&[
+                "add",
+                "rule",
+                "inet",
+                "ufrag_lab_clients",
+                "tally",
+                "ip6",
+                "saddr",
+                client,
+                "udp",
+                "dport",
+                "3478",
+                "counter",
+            ]);
+        }
+    }
+
+    /// What [`TwoHosts::count_by_client6`] has counted from each client address.
+    fn counted_by_client6(&self) -> [u64; 2] {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.relay_ns, "nft", "list", "table"])
+            .args(["inet", "ufrag_lab_clients"])
+            .output()
+            .expect("nft runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        CLIENT_ADDRESSES6.map(|client| {
+            text.lines()
+                .find(|l| l.contains(&format!("saddr {client} ")))
+                .and_then(|l| l.split("packets ").nth(1)?.split(' ').next()?.parse().ok())
+                .unwrap_or_else(|| panic!("a counter for {client}: {text}"))
+        })
     }
 
     fn rx_queues(&self) -> usize {
@@ -271,8 +364,9 @@ fn compare(
     (report, json, progress)
 }
 
-/// `--generator sockets` where this kernel refuses live frames (the agent's search would
-/// use them), said loudly: the lab is still measured, by the other generator.
+/// `--generator sockets` where this kernel refuses live frames (the agent's fixed loads
+/// and search would use them), said loudly: the lab is still measured, by the other
+/// generator.
 fn generator() -> Vec<&'static str> {
     match ufrag_perf::forwarders::xdp::live_frames_refused() {
         Some(why) => {
@@ -366,6 +460,37 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
     std::fs::create_dir_all(&dir).unwrap();
     let hosts = TwoHosts::up();
     let queues_before = hosts.rx_queues();
+
+    // The loads' default generator is the tools host's live frames: where its kernel
+    // refuses them (here one machine's), the compare stops before its first trial,
+    // naming why and the other generator.
+    match ufrag_perf::forwarders::xdp::live_frames_refused() {
+        Some(why) => {
+            let mut agent = hosts.agent();
+            let run = Command::new("ip")
+                .args(["netns", "exec", &hosts.relay_ns])
+                .arg(bin("ufrag-perf"))
+                .env(TOKEN_ENV, LAB_TOKEN)
+                .args(["compare", "--lab", &format!("{TOOLS_IP}:7700")])
+                .args(["--interface", &hosts.relay_if, "--only", "mio"])
+                .output()
+                .expect("perf compare runs");
+            let stderr = String::from_utf8_lossy(&run.stderr);
+            assert_eq!(run.status.code(), Some(2), "{stderr}");
+            assert!(
+                stderr.contains("the tools host cannot send live frames")
+                    && stderr.contains(&why)
+                    && stderr.contains("--generator sockets"),
+                "{stderr}"
+            );
+            assert!(!stderr.contains("round "), "no trial began: {stderr}");
+            exit_of(&mut agent, "the agent stayed after its one compare");
+        }
+        None => eprintln!(
+            "!! this kernel sends live frames: the refusal of a tools host that cannot is \
+             not exercised here"
+        ),
+    }
 
     // rx-0's RPS mask changes during the first round's relay-mio trials: set when the
     // turn's first trial has been reported, put back when the next line that is not the
@@ -595,8 +720,14 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
         "relay-mio's maximum rate: {}",
         json["rows"]
     );
+    // The flows came from the agent's two client addresses, and the report says so.
+    assert!(
+        report.contains("1000 client flows (2 client address(es)"),
+        "{report}"
+    );
     // The environment names both hosts' NICs as ethtool read them.
     let env = &json["environment"];
+    assert_eq!(env["tools_host"]["client_addresses"], 2, "{env}");
     assert_eq!(env["nic"]["driver"], "veth", "{env}");
     assert_eq!(
         env["nic"]["rx_queues"], 2,
@@ -623,8 +754,10 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
 
     // Every flow on one queue (one TX queue on the tools host): flagged, per setup and in
     // the report. With `--relay-cpus 1` the cost counts CPU 1 alone, and relay-afxdp, whose
-    // two workers need a CPU each, is left out before the first trial saying so.
+    // two workers need a CPU each, is left out before the first trial saying so. This run
+    // is also the IPv6 one: lab mode speaks both families.
     hosts.tools_tx_queues(1);
+    hosts.count_by_client6();
     let (skewed, skewed_json, skewed_progress) = hosts.lab_compare(
         &[
             "--only",
@@ -632,9 +765,28 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
             "--no-search",
             "--relay-cpus",
             "1",
+            "--ipv6",
         ],
         &dir.join("skewed.md"),
         &mut |_| {},
+    );
+    // IPv6 from both client addresses: the flows are dealt round them, so relay-mio's
+    // datagrams (its flows made, then the loads, from sockets or live frames alike, which
+    // take the flows in turn) came from each in amounts within a fifth of each other. Had
+    // the loads come from the first address alone, the second would have sent its flows'
+    // Binding Requests and nothing more: under half the first's.
+    assert!(
+        skewed_json["environment"]["interfaces"]
+            .as_str()
+            .is_some_and(|i| i.contains("2 client address(es) from fd89::2")),
+        "{}",
+        skewed_json["environment"]
+    );
+    let from = hosts.counted_by_client6();
+    let (least, most) = (from.iter().min().unwrap(), from.iter().max().unwrap());
+    assert!(
+        *least > 0 && least * 5 >= most * 4,
+        "datagrams from {CLIENT_ADDRESSES6:?}: {from:?}"
     );
     // relay-afxdp left out, so no row weighs cores against relay-mio: one worker.
     let queues = &sample(&skewed_json, "mio", 1)["queues"];
@@ -958,9 +1110,36 @@ fn the_agent_serves_only_who_proves_the_token() {
     prove(&mut channel, &Token::from_text(LAB_TOKEN)).unwrap();
     let hello = channel.call(&Request::Hello).unwrap();
     assert_eq!(hello["client_ip"], "10.90.0.1", "{hello}");
+    // One client address holds 40,000 flows: a load of more is refused, naming the way
+    // to more.
+    assert_eq!(hello["max_flows"], 40_000, "{hello}");
+    let too_many = Request::Prepare(Prepare {
+        dst: "10.90.0.9:3478".parse().unwrap(),
+        dst_mac: [2, 0, 0, 0, 0, 9],
+        framed: false,
+        keeps_flows: true,
+        flows: 40_001,
+        size: 100,
+        purpose: Purpose::Fixed { live_frames: false },
+    });
+    let e = channel.call(&too_many).unwrap_err();
+    assert!(
+        e.contains("between 1 and 40000") && e.contains("--client-addresses"),
+        "{e}"
+    );
     drop(channel);
     let report = exit_of(&mut agent, "--once: the agent stayed");
     assert!(report.starts_with("exit status: 0"), "{report}");
+
+    // Client addresses the interface does not have: the agent does not start, naming the
+    // first missing one.
+    let mut agent = tools.agent(Some(&file), &["--client-addresses", "2"]);
+    let report = exit_of(&mut agent, "the agent started without 10.90.0.2");
+    assert!(report.contains("exit status: 2"), "{report}");
+    assert!(
+        report.contains("10.90.0.2 is missing after 10.90.0.1"),
+        "{report}"
+    );
 
     // No token, and a token others may read: the agent does not start.
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();

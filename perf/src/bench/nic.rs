@@ -1,8 +1,8 @@
-//! A lab interface as the report records it and as lab mode sets it: its IPv4 address,
+//! A lab interface as the report records it and as lab mode sets it: its addresses,
 //! its driver, firmware and queues and its offloads (`ethtool`), and its queue count
 //! (`ethtool -L`, put back when the run ends).
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::process::Command;
 
 use serde_json::{Value, json};
@@ -35,14 +35,40 @@ fn output(program: &str, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `name`'s first IPv4 address.
-pub fn first_ipv4(name: &str) -> Result<Ipv4Addr, String> {
-    let text = output("ip", &["-j", "-4", "addr", "show", "dev", name])?;
+/// `name`'s addresses of global scope (no loopback or link-local ones), in the order
+/// `ip addr` lists them.
+pub fn addresses(name: &str) -> Result<Vec<IpAddr>, String> {
+    let text = output(
+        "ip",
+        &["-j", "addr", "show", "dev", name, "scope", "global"],
+    )?;
     let parsed: Value = serde_json::from_str(&text).map_err(|e| format!("ip -j: {e}"))?;
-    parsed[0]["addr_info"]
+    Ok(parsed[0]["addr_info"]
         .as_array()
-        .and_then(|a| a.iter().find_map(|i| i["local"].as_str()?.parse().ok()))
-        .ok_or_else(|| format!("{name} has no IPv4 address"))
+        .map(|a| {
+            a.iter()
+                .filter_map(|i| i["local"].as_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+/// The first of `addresses` of the family (`ipv6`): for IPv4 the first `ip addr` lists
+/// (the primary), for IPv6 the lowest (`ip addr` lists IPv6 addresses newest first, so
+/// its order would change with every address added).
+pub fn first_of(addresses: &[IpAddr], ipv6: bool) -> Option<IpAddr> {
+    let mut family = addresses.iter().copied().filter(|a| a.is_ipv6() == ipv6);
+    if ipv6 { family.min() } else { family.next() }
+}
+
+/// `name`'s first global address of the family (`ipv6`).
+pub fn first_address(name: &str, ipv6: bool) -> Result<IpAddr, String> {
+    first_of(&addresses(name)?, ipv6).ok_or_else(|| {
+        format!(
+            "{name} has no {} address",
+            if ipv6 { "global IPv6" } else { "IPv4" }
+        )
+    })
 }
 
 /// `name: value` lines as pairs.

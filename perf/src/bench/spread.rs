@@ -69,8 +69,9 @@ pub const JUDGED: u64 = 100;
 /// queues fall below half their share by chance about once in two hundred runs).
 pub const JUDGED_FLOWS: u32 = 16;
 
-/// The flows the cost trials of a run with `flows` flows send from (the first
-/// [`crate::bench::load::target::SOCKET_FLOWS`]): what a spread is judged over.
+/// The flows the cost trials of a run with `flows` flows send from, at least (the first
+/// [`crate::bench::load::target::SOCKET_FLOWS`]; a lab's live frames take every flow in
+/// turn): what a spread is judged over.
 pub fn sending_flows(flows: u32) -> u32 {
     flows.min(crate::bench::load::target::SOCKET_FLOWS)
 }

@@ -6,18 +6,21 @@
 use std::net::{IpAddr, SocketAddr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
-/// The client addresses of `flows` flows: ports `first_port`… on one address, then on
-/// the next (consecutive last octets), at most `ports_per_addr` ports each. Flow `f` is
-/// `addr(f)`; the live-frames generator stamps the same address into its `f`-th frame of
-/// every cycle, so the socket that made flow `f` and the frames that load it agree.
+/// The client addresses of `flows` flows, dealt round `addresses` client addresses
+/// (consecutive last octets) like cards: flow `f` is on address `f % addresses`, port
+/// `first_port + f / addresses`. So any first flows come from as many addresses as they
+/// can: the sockets of a socket load's first flows, and each trial's live frames (which
+/// begin at flow 0), reach every address. Flow `f` is `addr(f)`; the live-frames generator
+/// stamps the same address into its `f`-th frame of every cycle, so the socket that made
+/// flow `f` and the frames that load it agree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FlowPlan {
     /// The first client address (IPv4 or IPv6).
     pub first_ip: IpAddr,
     /// The first source port on every address.
     pub first_port: u16,
-    /// Ports per address.
-    pub ports_per_addr: u32,
+    /// Client addresses the flows are dealt over.
+    pub addresses: u32,
     /// Flows in all.
     pub flows: u32,
 }
@@ -47,34 +50,48 @@ pub enum FlowPlanError {
 }
 
 impl FlowPlan {
-    /// `flows` flows from `first_ip`:`first_port` on, `ports_per_addr` per address.
+    /// `flows` flows from `first_ip`:`first_port` on, over as few addresses as hold them
+    /// at `ports_per_addr` ports each.
     pub fn new(
         first_ip: impl Into<IpAddr>,
         first_port: u16,
         ports_per_addr: u32,
         flows: u32,
     ) -> Result<Self, FlowPlanError> {
-        let first_ip = first_ip.into();
-        if flows == 0 || ports_per_addr == 0 || first_port == 0 {
+        if ports_per_addr == 0 {
             return Err(FlowPlanError::Empty);
         }
-        let ports_per_addr = ports_per_addr.min(flows);
-        if u32::from(first_port) + ports_per_addr > 65_536 {
-            return Err(FlowPlanError::Ports {
-                first: first_port,
-                per_addr: ports_per_addr,
-            });
+        Self::over(first_ip, first_port, flows.div_ceil(ports_per_addr), flows)
+    }
+
+    /// `flows` flows from `first_ip`:`first_port` on, dealt over `addresses` addresses
+    /// (as many as there are flows, if fewer).
+    pub fn over(
+        first_ip: impl Into<IpAddr>,
+        first_port: u16,
+        addresses: u32,
+        flows: u32,
+    ) -> Result<Self, FlowPlanError> {
+        let first_ip = first_ip.into();
+        if flows == 0 || addresses == 0 || first_port == 0 {
+            return Err(FlowPlanError::Empty);
         }
         let plan = FlowPlan {
             first_ip,
             first_port,
-            ports_per_addr,
+            addresses: addresses.min(flows),
             flows,
         };
-        if u32::from(last_octet(first_ip)) + plan.addresses() > 255 {
+        if u32::from(first_port) + plan.ports_per_addr() > 65_536 {
+            return Err(FlowPlanError::Ports {
+                first: first_port,
+                per_addr: plan.ports_per_addr(),
+            });
+        }
+        if u32::from(last_octet(first_ip)) + plan.addresses > 255 {
             return Err(FlowPlanError::Addresses {
                 first: first_ip,
-                needed: plan.addresses(),
+                needed: plan.addresses,
             });
         }
         Ok(plan)
@@ -82,7 +99,12 @@ impl FlowPlan {
 
     /// How many client addresses the flows use.
     pub fn addresses(&self) -> u32 {
-        self.flows.div_ceil(self.ports_per_addr)
+        self.addresses
+    }
+
+    /// The most ports one address holds (the first addresses' count).
+    pub fn ports_per_addr(&self) -> u32 {
+        self.flows.div_ceil(self.addresses)
     }
 
     /// The `i`-th client address: the first with its last octet `i` up.
@@ -104,8 +126,8 @@ impl FlowPlan {
     /// Flow `f`'s client address (`f` < `flows`).
     pub fn addr(&self, f: u32) -> SocketAddr {
         SocketAddr::new(
-            self.ip(f / self.ports_per_addr),
-            self.first_port + (f % self.ports_per_addr) as u16,
+            self.ip(f % self.addresses),
+            self.first_port + (f / self.addresses) as u16,
         )
     }
 
@@ -244,29 +266,35 @@ mod tests {
     use std::net::Ipv4Addr;
 
     #[test]
-    fn a_flow_plan_fills_one_address_then_the_next() {
+    fn a_flow_plan_deals_its_flows_round_its_addresses() {
         let ip = Ipv4Addr::new(10, 77, 0, 100);
         let plan = FlowPlan::new(ip, 20_000, 40_000, 100_000).unwrap();
-        assert_eq!(plan.addresses(), 3);
-        assert_eq!(plan.addr(0), SocketAddr::from((ip, 20_000)));
-        assert_eq!(plan.addr(39_999), SocketAddr::from((ip, 59_999)));
-        assert_eq!(
-            plan.addr(40_000),
-            SocketAddr::from((Ipv4Addr::new(10, 77, 0, 101), 20_000))
-        );
-        assert_eq!(
-            plan.addr(99_999),
-            SocketAddr::from((Ipv4Addr::new(10, 77, 0, 102), 39_999))
-        );
+        assert_eq!((plan.addresses(), plan.ports_per_addr()), (3, 33_334));
+        let at = |octet: u8, port: u16| SocketAddr::from((Ipv4Addr::new(10, 77, 0, octet), port));
+        assert_eq!(plan.addr(0), at(100, 20_000));
+        assert_eq!(plan.addr(1), at(101, 20_000));
+        assert_eq!(plan.addr(2), at(102, 20_000));
+        assert_eq!(plan.addr(3), at(100, 20_001));
+        assert_eq!(plan.addr(99_999), at(100, 53_333));
+        // Every flow once: no two share an address and port.
+        let all: std::collections::HashSet<SocketAddr> =
+            (0..plan.flows).map(|f| plan.addr(f)).collect();
+        assert_eq!(all.len(), 100_000);
+        // The first flows come from every address.
+        let first: std::collections::HashSet<IpAddr> = (0..3).map(|f| plan.addr(f).ip()).collect();
+        assert_eq!(first.len(), 3);
         let few = FlowPlan::new(ip, 20_000, 40_000, 32).unwrap();
-        assert_eq!((few.addresses(), few.ports_per_addr), (1, 32));
+        assert_eq!((few.addresses(), few.ports_per_addr()), (1, 32));
+        // More addresses than flows: one flow on each of as many.
+        let over = FlowPlan::over(ip, 20_000, 40, 5).unwrap();
+        assert_eq!((over.addresses(), over.addr(4)), (5, at(104, 20_000)));
         // IPv6 plans count up the last octet the same way.
         let v6: std::net::Ipv6Addr = "fd77::1".parse().unwrap();
         let plan6 = FlowPlan::new(v6, 20_000, 10, 15).unwrap();
         assert!(plan6.is_ipv6());
         assert_eq!(
-            plan6.addr(12),
-            "[fd77::2]:20002".parse::<SocketAddr>().unwrap()
+            plan6.addr(13),
+            "[fd77::2]:20006".parse::<SocketAddr>().unwrap()
         );
     }
 

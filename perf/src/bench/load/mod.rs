@@ -242,7 +242,7 @@ impl Generator {
     }
 
     /// One socket on each of the first `sockets` of `plan`'s flow addresses (all of
-    /// them if fewer), in the plan's order.
+    /// them if fewer), in the plan's order: dealt round every client address.
     pub fn for_flows(
         ns: Option<&str>,
         plan: &FlowPlan,
@@ -411,9 +411,19 @@ fn snmp_field(text: &str, table: &str, field: &str) -> u64 {
 /// The CPU the load tools (generator and sink) run on; forwarders get the others.
 pub const LOAD_CPU: usize = 0;
 
+/// The load tools' CPU when not [`LOAD_CPU`]: a lab agent's first `--cpus`.
+static TOOLS_CPU: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// Makes `cpu` this process's load tools' CPU in place of [`LOAD_CPU`] (once; a later
+/// call changes nothing).
+pub fn set_load_cpu(cpu: usize) {
+    let _ = TOOLS_CPU.set(cpu);
+}
+
 /// Pins the calling thread to the load tools' CPU.
 pub fn pin_to_load_cpu() {
-    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: LOAD_CPU });
+    let id = TOOLS_CPU.get().copied().unwrap_or(LOAD_CPU);
+    let _ = core_affinity::set_for_current(core_affinity::CoreId { id });
 }
 
 #[cfg(test)]

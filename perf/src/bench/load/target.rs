@@ -10,13 +10,17 @@ use super::{FlowPlan, Generator};
 
 /// The first client port of the generators (each flow one port up).
 pub const FIRST_CLIENT_PORT: u16 = 20_000;
-/// The sink's UDP port on the transceiver host.
-pub const SINK_PORT: u16 = 41_000;
+/// The sink's UDP port on the transceiver host: above every client port
+/// ([`FIRST_CLIENT_PORT`] and [`PORTS_PER_CLIENT_ADDR`] up), so a sink on a client
+/// address (a lab's tools host, by default) never meets a flow's port.
+pub const SINK_PORT: u16 = 61_000;
+const _: () = assert!(SINK_PORT as u32 >= FIRST_CLIENT_PORT as u32 + PORTS_PER_CLIENT_ADDR);
 /// The XDP sink passes one frame in this many to the latency socket.
 pub const SAMPLE_EVERY: u32 = 8;
 /// The latency rounds' sink passes every frame to the latency socket.
 pub const EVERY_DATAGRAM: u32 = 1;
-/// The flows (the plan's first) whose sockets send the socket loads.
+/// The flows (the plan's first, dealt round every client address) whose sockets send
+/// the socket loads.
 pub const SOCKET_FLOWS: u32 = 256;
 /// How fast flows are made before the trials (datagrams a second).
 const FLOWS_MADE_PER_SECOND: u32 = 20_000;
@@ -40,8 +44,8 @@ pub struct Target {
 /// flow for our relays (a session each, naming `sink` as the transceiver), one datagram
 /// for the rest, all sent twice (the first datagram towards a next hop AF_XDP has not
 /// resolved is dropped), paced so no buffer overflows. Returns the client sockets of the
-/// first [`SOCKET_FLOWS`] flows, bound before the flows are made so their ports are the
-/// flows'.
+/// first [`SOCKET_FLOWS`] flows (every client address's), bound before the flows are
+/// made so their ports are the flows'.
 pub fn make_flows(
     ns: Option<&str>,
     plan: &FlowPlan,

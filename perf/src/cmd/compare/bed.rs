@@ -15,7 +15,8 @@ pub trait Bed {
 
     /// The fixed-load phase's load for `setup` (started): its flows made, then client
     /// sockets paced by sleeping, so the tools' cost is proportional to the rate and the
-    /// same in every row.
+    /// same in every row (a lab on two machines, whose tools' cost is not counted, sends
+    /// live frames instead where it can).
     fn fixed_load(&self, setup: &Setup, size: usize) -> Box<dyn Load>;
 
     /// The latency rounds' load for `setup` (started): its flows made, then client sockets

@@ -28,6 +28,12 @@ pub struct Lab {
     relay: RelayHost,
     agent: Rc<RefCell<Channel>>,
     hello: Value,
+    /// The tools host sends the search as live frames (else from sockets).
+    live_frames: bool,
+    /// ... and the fixed loads: not when the tools host is this machine, whose CPUs the
+    /// cost counts, and where a busy-polling generator would then load every row but the
+    /// null row's (which stays on sockets) by a core.
+    fixed_live_frames: bool,
     _queues: Option<crate::bench::nic::Queues>,
 }
 
@@ -57,9 +63,44 @@ impl Lab {
                 .as_str()
                 .ok_or(format!("the agent's hello has no {k}"))
         };
-        let sink_addr: SocketAddr = field("sink_addr")?
+        let ipv6 = options.ipv6;
+        if ipv6 && hello["client_ip6"].is_null() {
+            return Err(format!(
+                "--ipv6: the agent ({agent}) sends no IPv6: {}",
+                hello["no_ipv6_because"]
+                    .as_str()
+                    .unwrap_or("it did not say why")
+            ));
+        }
+        let sink_key = if ipv6 { "sink_addr6" } else { "sink_addr" };
+        let sink_addr: SocketAddr = hello[sink_key]
+            .as_str()
+            .ok_or(format!(
+                "the agent's sink interface has no {} address ({agent})",
+                if ipv6 { "global IPv6" } else { "IPv4" }
+            ))?
             .parse()
-            .map_err(|e| format!("the agent's sink_addr: {e}"))?;
+            .map_err(|e| format!("the agent's {sink_key}: {e}"))?;
+        let most = hello["max_flows"]
+            .as_u64()
+            .ok_or("the agent's hello has no max_flows")?;
+        if u64::from(options.flows) > most {
+            return Err(format!(
+                "--flows {}: the agent's {} client address(es) hold at most {most} flows \
+                 (start it with more: `ufrag-perf agent --client-addresses N`)",
+                options.flows, hello["environment"]["client_addresses"]
+            ));
+        }
+        let live_frames = options.generator == GeneratorKind::LiveFrames;
+        if let Some(why) = hello["live_frames_refused"]
+            .as_str()
+            .filter(|_| live_frames)
+        {
+            return Err(format!(
+                "the tools host cannot send live frames, the loads' default generator: {why} \
+                 (run with --generator sockets, whose own ceiling is lower)"
+            ));
+        }
         let sink_mac =
             crate::forwarders::xdp::parse_mac(field("sink_mac")?).ok_or("the agent's sink_mac")?;
         let queue_setting = match args.queues {
@@ -67,7 +108,7 @@ impl Lab {
             None => None,
         };
         let iface = Iface::lookup_in(None, interface).map_err(|e| format!("--interface: {e}"))?;
-        let ip = crate::bench::nic::first_ipv4(interface)?;
+        let ip = crate::bench::nic::first_address(interface, ipv6)?;
         let exe_dir = std::env::current_exe()
             .map_err(|e| format!("own path: {e}"))?
             .parent()
@@ -101,7 +142,7 @@ impl Lab {
             metrics: SocketAddr::from(([127, 0, 0, 1], 9100)),
             sink_addr,
             sink_mac,
-            transceiver_net: format!("{}/32", sink_addr.ip()),
+            transceiver_net: format!("{}/{}", sink_addr.ip(), if ipv6 { 128 } else { 32 }),
             exe_dir,
             relay_cpus,
             flows: options.flows,
@@ -113,7 +154,9 @@ impl Lab {
         Ok(Lab {
             relay,
             agent: Rc::new(RefCell::new(channel)),
+            fixed_live_frames: live_frames && same_machine(&hello).is_none(),
             hello,
+            live_frames,
             _queues: queue_setting,
         })
     }
@@ -127,11 +170,22 @@ impl Lab {
         );
         let nic = crate::bench::nic::facts(&self.relay.iface.name);
         let tools = &self.hello["environment"];
+        let client_ip = if options.ipv6 {
+            &self.hello["client_ip6"]
+        } else {
+            &self.hello["client_ip"]
+        };
+        // The flows are dealt round the agent's addresses: fewer flows use fewer.
+        let addresses_used = tools["client_addresses"]
+            .as_u64()
+            .map_or(1, |n| n.min(u64::from(options.flows)));
         record["interfaces"] = json!(format!(
-            "lab: the relay host's {} ← the tools host's {} at {} (agent {}); sink on its {}",
+            "lab: the relay host's {} ← the tools host's {} at {} client address(es) from {} \
+             (agent {}); sink on its {}",
             self.relay.iface.name,
             tools["client_nic"]["interface"].as_str().unwrap_or("?"),
-            self.hello["client_ip"].as_str().unwrap_or("?"),
+            addresses_used,
+            client_ip.as_str().unwrap_or("?"),
             options.lab.lab.as_deref().unwrap_or("?"),
             tools["sink_nic"]["interface"].as_str().unwrap_or("?"),
         ));
@@ -157,9 +211,19 @@ impl Lab {
         record["tools_host"] = tools.clone();
         record["tools"] = json!({
             "generator": match options.generator {
-                GeneratorKind::LiveFrames => "BPF_PROG_RUN live frames from the tools host's interface",
-                GeneratorKind::Sockets => "sendmmsg from 256 client sockets on the tools host",
+                GeneratorKind::LiveFrames => "BPF_PROG_RUN live frames from the tools host's interface over every flow, paced in its kernel on the agent's first CPU, for the search and, on two machines, the fixed loads (the latency trials from sockets)",
+                GeneratorKind::Sockets => "sendmmsg from the sockets of the first 256 flows (every client address's) on the tools host",
             },
+            "fixed loads": if self.fixed_live_frames {
+                "the tools host's live-frames generator over every flow (`BPF_PROG_RUN`, paced in its kernel on the agent's first CPU, which the cost does not count; the null row's from sockets, to the sink's own address)"
+            } else {
+                "the client sockets of the first 256 flows on the tools host (`sendmmsg`, paced by sleeping)"
+            },
+            "client addresses": format!(
+                "{addresses_used} from {}, the flows dealt round them (the agent has {})",
+                client_ip.as_str().unwrap_or("?"),
+                tools["client_addresses"],
+            ),
             "sink": "XDP per-CPU counter on the tools host's sink interface, 1 in 8 passed to a socket for latency",
             "cpu accounting": if self.agent_here().is_some() {
                 "one machine: the tools host is this machine (the agent's boot id and PID namespace are this one's), so the tools' work is in every row on the CPUs counted (counted_cpus), as on the testbed"
@@ -194,18 +258,23 @@ impl Lab {
 }
 
 impl Lab {
-    /// The agent's process when it runs on this same machine (its boot id is this
-    /// kernel's: two namespaces, not two hosts) and its pid means the same process here
-    /// (the same PID namespace), whose work then lands on these CPUs.
+    /// The agent's process when it runs on this same machine: [`same_machine`].
     fn agent_here(&self) -> Option<u32> {
-        use crate::cmd::lab::agent::{boot_id, pid_namespace};
-        let same = |key: &str, here: Option<String>| {
-            here.is_some_and(|here| self.hello[key].as_str() == Some(here.as_str()))
-        };
-        (same("boot_id", boot_id()) && same("pid_namespace", pid_namespace()))
-            .then(|| self.hello["pid"].as_u64()?.try_into().ok())
-            .flatten()
+        same_machine(&self.hello)
     }
+}
+
+/// The pid of the agent that said `hello` when it runs on this same machine (its boot id
+/// is this kernel's: two namespaces, not two hosts) and its pid means the same process
+/// here (the same PID namespace), whose work then lands on these CPUs.
+fn same_machine(hello: &Value) -> Option<u32> {
+    use crate::cmd::lab::agent::{boot_id, pid_namespace};
+    let same = |key: &str, here: Option<String>| {
+        here.is_some_and(|here| hello[key].as_str() == Some(here.as_str()))
+    };
+    (same("boot_id", boot_id()) && same("pid_namespace", pid_namespace()))
+        .then(|| hello["pid"].as_u64()?.try_into().ok())
+        .flatten()
 }
 
 impl Bed for Lab {
@@ -220,7 +289,8 @@ impl Bed for Lab {
     }
 
     fn fixed_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
-        self.remote_load(setup, size, Purpose::Fixed)
+        let live_frames = self.fixed_live_frames;
+        self.remote_load(setup, size, Purpose::Fixed { live_frames })
     }
 
     fn latency_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
@@ -228,7 +298,7 @@ impl Bed for Lab {
     }
 
     fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load> {
-        let live_frames = options.generator == GeneratorKind::LiveFrames;
+        let live_frames = self.live_frames;
         self.remote_load(setup, options.search.size, Purpose::Search { live_frames })
     }
 }

@@ -11,19 +11,33 @@ use super::sample::Sample;
 use super::setups::name_of;
 use crate::bench::load::LOAD_CPU;
 
-/// How the fixed-load phase was measured.
-pub fn rounds_method(options: &Options, seed: u64, samples: &[Sample]) -> String {
+/// How the fixed-load phase was measured; `sender` says what sent the loads where it
+/// was not the client sockets (a lab's tools host, from its environment record).
+pub fn rounds_method(
+    options: &Options,
+    seed: u64,
+    samples: &[Sample],
+    sender: Option<&str>,
+) -> String {
     let precision = samples
         .iter()
         .find_map(|s| s.reading.map(|r| r.at_rest.precision))
         .map_or("–", crate::bench::cpu::Precision::label);
     let loads: Vec<String> = options.loads.iter().map(|l| format!("{l}")).collect();
+    let sender = sender.map_or_else(
+        || {
+            format!(
+                "from the client sockets of the first {SOCKET_FLOWS} flows (`sendmmsg`, paced \
+                 by sleeping, so the tools cost the same in every row)"
+            )
+        },
+        |s| format!("from {s}"),
+    );
     format!(
         "\n## How the cost was measured\n\n{} randomized interleaved rounds (seed {seed}): every setup \
          once per round, in a new random order, started afresh, its {} flows made and each proven \
          the way a session proves it (one datagram back through the relay), a 200 ms warm-up not \
-         counted, then {} pps for {:?} each from the client sockets of the first {SOCKET_FLOWS} \
-         flows (`sendmmsg`, paced by sleeping, so the tools cost the same in every row), counted and \
+         counted, then {} pps for {:?} each {sender}, counted and \
          dropped in XDP on the transceiver's veth. The loads are a stated deployment range, the \
          same for every row, not fractions of each row's saturation. Around each trial every CPU \
          of the machine is counted (busy = wall − idle − iowait − steal, softirq included), \
@@ -238,7 +252,7 @@ pub fn queue_spread(samples: &[Sample], queues: usize, flows: u32) -> String {
          summed over the rounds. A queue with more than twice its share, or less than half of \
          it, means the NIC's RSS did not spread the flows: one queue's core did the receive \
          work of many, and relay-afxdp's workers on the other queues measured little (set \
-         `ethtool -N IF rx-flow-hash udp4 sdfn` to hash the ports too). The spread is judged \
+         `ethtool -N IF rx-flow-hash udp4 sdfn`, and `udp6` for IPv6, to hash the ports too). The spread is judged \
          over at least {} flows a queue and {} packets a queue ({flows} flows sent here).\n\n\
          | setup | packets per queue | shares | spread |\n|---|---|---|---|\n",
         crate::bench::spread::JUDGED_FLOWS,
@@ -410,6 +424,15 @@ pub const LAB_MODE: &str = "\n## Lab mode: what differs from the testbed\n\n\
   the tools host's work is in no row. The null row's traffic stays on the tools host (it is \
   sent to the sink's own address), so its cost is the relay host at rest over the same \
   trials, and subtracting it leaves what each setup cost the relay host.\n\
+- **The loads come from the tools host.** With live frames (the default generator), the \
+  search and, when the tools host is another machine, the fixed loads are paced in the \
+  tools host's kernel over every flow (*Environment* says which sent the fixed loads); \
+  every trial records offered, sent and received, and one whose generator fell short is \
+  left out of the lines, listed as stretched.\n\
+- **The flows come from the agent's client addresses** (`ufrag-perf agent --client-addresses`; \
+  how many is in *Environment*), dealt round them, so every load's first flows come from \
+  every address: where the NIC hashes on addresses alone, only several addresses spread \
+  the load over its queues.\n\
 - **The NIC is the lab's.** Interrupt affinity and RSS are as the lab set them; lab mode \
   steers nothing. The queue count, the AF_XDP bind mode and the relays' CPUs are in \
   *Environment*; relay-afxdp runs one worker per RX queue.\n\
@@ -522,8 +545,8 @@ pub fn search_method(options: &Options, addresses: u32, vcpus: &serde_json::Valu
              veth and passes one in {SAMPLE_EVERY} to a socket for latency"
         ),
         (Direction::Up, GeneratorKind::Sockets) => format!(
-            "The generator sends with sendmmsg from the sockets of the first {SOCKET_FLOWS} flows, \
-             paced in 0.5 ms slices"
+            "The generator sends with sendmmsg from the sockets of the first {SOCKET_FLOWS} \
+             flows, paced in 0.5 ms slices"
         ),
     };
     let lab = options.lab.lab.is_some();

@@ -109,7 +109,8 @@ pub struct Options {
     #[command(flatten)]
     pub search: SearchArgs,
     /// Client flows the load is spread over, each made before the trials; up to 40,000
-    /// per client address, at most 6 addresses.
+    /// per client address, at most 6 addresses (in lab mode as many as the agent's
+    /// `--client-addresses`, the flows spread evenly over them).
     #[arg(long, default_value_t = 1_000)]
     pub flows: u32,
     /// Which way the load goes (the fixed-load phase runs uplink only).
@@ -121,7 +122,7 @@ pub struct Options {
     /// Clients, relay and transceiver over IPv6 (uplink only).
     #[arg(long)]
     pub ipv6: bool,
-    /// The rate search's generator.
+    /// The rate search's generator (in lab mode on two machines, the fixed loads' too).
     #[arg(long, value_enum, default_value_t = GeneratorKind::LiveFrames)]
     pub generator: GeneratorKind,
     /// Leave the relay interface's kernel receive work on the sender's core instead of
@@ -335,8 +336,8 @@ pub struct LabArgs {
     /// on this host's `--interface` instead of the netns testbed.
     #[arg(long, value_name = "HOST:PORT")]
     pub lab: Option<String>,
-    /// This host's interface the load arrives on (lab mode); its first IPv4 address is
-    /// the relays' address.
+    /// This host's interface the load arrives on (lab mode); its first IPv4 address (with
+    /// `--ipv6`, its first global IPv6 one) is the relays' address.
     #[arg(long, requires = "lab")]
     pub interface: Option<String>,
     /// Set the interface's queues for the run (`ethtool -L`; put back at the end).
@@ -367,14 +368,15 @@ impl LabArgs {
                 "--lab {agent}: name this host's interface (--interface)"
             ));
         }
-        if options.direction != Direction::Up || options.ipv6 {
-            return Err("lab mode measures IPv4 uplink (--direction up, no --ipv6)".into());
+        if options.direction != Direction::Up {
+            return Err("lab mode measures uplink (--direction up)".into());
         }
         if options.flows > crate::cmd::lab::agent::MAX_FLOWS {
             return Err(format!(
-                "--flows {}: lab mode makes at most {} (one client address)",
+                "--flows {}: lab mode makes at most {} ({} client addresses)",
                 options.flows,
-                crate::cmd::lab::agent::MAX_FLOWS
+                crate::cmd::lab::agent::MAX_FLOWS,
+                crate::cmd::lab::agent::MAX_CLIENT_ADDRESSES
             ));
         }
         let cpus = crate::bench::environment::online_cpus();

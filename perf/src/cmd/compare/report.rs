@@ -399,6 +399,17 @@ fn host_named(environment: &serde_json::Value) -> String {
     )
 }
 
+/// How many client addresses `flows` flows came from: on the testbed one per 40,000; in
+/// a lab the agent's (`tools_host.client_addresses`), the flows dealt round them.
+fn client_addresses(flows: u32, environment: &serde_json::Value) -> u32 {
+    match environment["tools_host"]["client_addresses"].as_u64() {
+        Some(agents) => u32::try_from(agents)
+            .unwrap_or(u32::MAX)
+            .clamp(1, flows.max(1)),
+        None => flows.div_ceil(super::bench::PORTS_PER_CLIENT_ADDR),
+    }
+}
+
 fn interval_json(i: Option<Interval>) -> serde_json::Value {
     i.map_or(serde_json::Value::Null, |i| {
         super::verdict::interval_json(&i)
@@ -567,7 +578,12 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
                 name_of,
             ));
         }
-        md.push_str(&notes::rounds_method(options, m.seed, m.samples));
+        md.push_str(&notes::rounds_method(
+            options,
+            m.seed,
+            m.samples,
+            m.environment["tools"]["fixed loads"].as_str(),
+        ));
         md.push_str(&notes::host_gate_method());
         md.push_str(&notes::host_gate_table(m.samples));
         md.push_str(&notes::null_outliers(&analysis.null_outliers));
@@ -614,7 +630,7 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         ));
         md.push_str(&notes::search_method(
             options,
-            options.flows.div_ceil(super::bench::PORTS_PER_CLIENT_ADDR),
+            client_addresses(options.flows, m.environment),
             &m.environment["vcpus"],
         ));
         let drops: Vec<String> = searched
@@ -759,6 +775,18 @@ fn write_whole(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use crate::cmd::compare::setups::by_key;
+
+    #[test]
+    fn the_client_addresses_are_the_testbeds_or_the_agents() {
+        let testbed = serde_json::json!({});
+        assert_eq!(client_addresses(1_000, &testbed), 1);
+        assert_eq!(client_addresses(100_000, &testbed), 3);
+        let lab = serde_json::json!({"tools_host": {"client_addresses": 4}});
+        assert_eq!(client_addresses(1_000, &lab), 4);
+        // Fewer flows than addresses: one flow on each of as many.
+        assert_eq!(client_addresses(3, &lab), 3);
+        assert_eq!(client_addresses(1, &lab), 1);
+    }
 
     #[test]
     fn the_verdict_weighs_relay_mio_on_as_many_workers_as_relay_afxdp_has_queues() {

@@ -649,6 +649,10 @@ impl Setup {
         ]
         .map(String::from)
         .to_vec();
+        // A lab's million flows may all hash to one worker: each worker holds them all.
+        if relay.flows as usize > ufrag_common::config::DEFAULT_FLOWS_PER_WORKER {
+            all.extend(["--flows-per-worker".to_string(), relay.flows.to_string()]);
+        }
         if let Some(mode) = xdp_mode {
             all.extend(["--interface", &relay.iface.name, "--xdp-mode", mode].map(String::from));
             if relay.bind_mode == BindMode::Zerocopy {

@@ -3,9 +3,10 @@
 //! one load (the generator and the sink) and runs the trials it asks for. It serves only a
 //! compare that proves the shared token ([`super::token`]). Every request
 //! is bounded (flows, rate, length, size): a mistyped request costs a refusal, not a
-//! flood.
+//! flood. The flows come from a range of client addresses on the client interface
+//! (`--client-addresses`), IPv4 or IPv6 as the compare asks, spread evenly over them.
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -20,8 +21,10 @@ use crate::forwarders::xdp::{
     Counted, Iface, NEVER_SAMPLED, Sender, XdpGenerator, XdpLoad, XdpSink, template_frame,
 };
 
-/// The most flows a load may make (one client address's ports).
-pub const MAX_FLOWS: u32 = PORTS_PER_CLIENT_ADDR;
+/// The most client addresses the flows may come from.
+pub const MAX_CLIENT_ADDRESSES: u32 = 100;
+/// The most flows a load may make: every client address's ports (4 M).
+pub const MAX_FLOWS: u32 = MAX_CLIENT_ADDRESSES * PORTS_PER_CLIENT_ADDR;
 /// The highest rate a trial may offer, pps.
 pub const MAX_RATE: u64 = 100_000_000;
 /// The longest trial.
@@ -42,11 +45,17 @@ pub struct AgentOptions {
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<std::path::PathBuf>,
     /// The interface the clients' load leaves by, towards the relay host (its first IPv4
-    /// address is the clients' address).
+    /// address, and its first global IPv6 address if it has one, are the clients' first).
     #[arg(long)]
     pub interface: String,
+    /// How many client addresses the flows come from: the interface's first of each
+    /// family and the next ones up (the last octet +1, +2, …), every one already on the
+    /// interface (`ip addr add`). Each holds up to 40,000 flows, and where a NIC hashes on
+    /// addresses alone, more addresses spread the load over more queues.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub client_addresses: u32,
     /// The interface the sink counts on (default: `--interface`); its first IPv4 address
-    /// is the transceiver's.
+    /// (and first global IPv6 one) is the transceiver's.
     #[arg(long)]
     pub sink_interface: Option<String>,
     /// The tools' CPUs (comma-separated): the generator and the sink run on these.
@@ -60,9 +69,16 @@ pub struct AgentOptions {
 /// The tools host as the agent found it.
 struct Tools {
     client_if: Iface,
+    /// The clients' first IPv4 address.
     client_ip: Ipv4Addr,
+    /// The clients' first IPv6 address, or why the agent sends no IPv6.
+    client_ip6: Result<IpAddr, String>,
+    /// How many addresses up from each first one the flows come from.
+    client_addresses: u32,
     sink_if: Iface,
     sink_addr: SocketAddr,
+    /// The sink's IPv6 address, if its interface has a global one.
+    sink_addr6: Option<SocketAddr>,
     epoch: Instant,
 }
 
@@ -88,7 +104,9 @@ fn serve(options: &AgentOptions) -> Result<(), String> {
             .map(usize::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        // Threads started later (the sinks') inherit the mask.
+        // Threads started later (the sinks') inherit the mask; the live-frames generator,
+        // which busy-polls a core of its own, takes the first.
+        crate::bench::load::set_load_cpu(options.cpus[0]);
         crate::bench::shell::run(
             crate::bench::shell::in_ns(
                 None,
@@ -104,11 +122,21 @@ fn serve(options: &AgentOptions) -> Result<(), String> {
     let listener = TcpListener::bind(options.listen)
         .map_err(|e| format!("--listen {}: {e}", options.listen))?;
     eprintln!(
-        "ufrag-perf agent: listening on {}; clients {} on {}, sink {} on {}",
+        "ufrag-perf agent: listening on {}; clients {} address(es) from {}{} on {} (at most {} \
+         flows), sink {}{} on {}",
         listener.local_addr().map_err(|e| e.to_string())?,
+        tools.client_addresses,
         tools.client_ip,
+        tools
+            .client_ip6
+            .as_ref()
+            .map_or(String::new(), |ip| format!(" and from {ip}")),
         tools.client_if.name,
+        max_flows(tools.client_addresses),
         tools.sink_addr,
+        tools
+            .sink_addr6
+            .map_or(String::new(), |a| format!(" and {a}")),
         tools.sink_if.name
     );
     loop {
@@ -141,6 +169,7 @@ fn serve(options: &AgentOptions) -> Result<(), String> {
 }
 
 fn tools(options: &AgentOptions) -> Result<Tools, String> {
+    use crate::bench::nic::{addresses, first_of};
     let lookup = |name: &str| Iface::lookup_in(None, name).map_err(|e| format!("{name}: {e}"));
     let client_if = lookup(&options.interface)?;
     let sink_name = options
@@ -148,13 +177,104 @@ fn tools(options: &AgentOptions) -> Result<Tools, String> {
         .as_deref()
         .unwrap_or(&options.interface);
     let sink_if = lookup(sink_name)?;
+    let on_client = addresses(&client_if.name)?;
+    let on_sink = addresses(sink_name)?;
+    let n = options.client_addresses;
+    let IpAddr::V4(client_ip) = client_range(&on_client, false, n, &client_if.name)? else {
+        unreachable!("an IPv4 range starts at an IPv4 address")
+    };
+    // IPv6 is optional: an interface with no range of its own (a SLAAC address, say)
+    // serves IPv4 loads, and an IPv6 compare is told why not.
+    let client_ip6 = client_range(&on_client, true, n, &client_if.name);
+    if let Err(e) = &client_ip6 {
+        eprintln!("ufrag-perf agent: no IPv6 loads: {e}");
+    }
+    let Some(sink_ip) = first_of(&on_sink, false) else {
+        return Err(format!("{sink_name} has no IPv4 address"));
+    };
     Ok(Tools {
-        client_ip: crate::bench::nic::first_ipv4(&client_if.name)?,
-        sink_addr: SocketAddr::from((crate::bench::nic::first_ipv4(sink_name)?, SINK_PORT)),
+        client_ip,
+        client_ip6,
+        client_addresses: n,
+        sink_addr: SocketAddr::new(sink_ip, SINK_PORT),
+        sink_addr6: first_of(&on_sink, true).map(|ip| SocketAddr::new(ip, SINK_PORT)),
         client_if,
         sink_if,
         epoch: Instant::now(),
     })
+}
+
+/// The first of `n` client addresses of the family (`ipv6`) that are all among
+/// `configured` on `interface`, the last octet counted up as a [`FlowPlan`] lays them
+/// out: the lowest address whose range is whole (`ip addr` lists IPv6 addresses newest
+/// first, so its order says nothing). The relay host's replies reach only addresses the
+/// tools host owns, so a range with a gap is refused, naming what is missing from the
+/// lowest address's range and the command that adds it.
+fn client_range(
+    configured: &[IpAddr],
+    ipv6: bool,
+    n: u32,
+    interface: &str,
+) -> Result<IpAddr, String> {
+    if !(1..=MAX_CLIENT_ADDRESSES).contains(&n) {
+        return Err(format!(
+            "--client-addresses {n}: between 1 and {MAX_CLIENT_ADDRESSES}"
+        ));
+    }
+    let family = if ipv6 { "global IPv6" } else { "IPv4" };
+    let mut candidates: Vec<IpAddr> = configured
+        .iter()
+        .copied()
+        .filter(|a| a.is_ipv6() == ipv6)
+        .collect();
+    candidates.sort();
+    let missing_after = |first: IpAddr| {
+        FlowPlan::new(first, FIRST_CLIENT_PORT, 1, n)
+            .map_err(|e| format!("--client-addresses {n}: {e}"))
+            .map(|range| {
+                (0..n)
+                    .map(|i| range.ip(i))
+                    .find(|ip| !configured.contains(ip))
+            })
+    };
+    if let Some(whole) = candidates
+        .iter()
+        .find(|first| matches!(missing_after(**first), Ok(None)))
+    {
+        return Ok(*whole);
+    }
+    let lowest = candidates
+        .first()
+        .ok_or(format!("{interface} has no {family} address"))?;
+    match missing_after(*lowest)? {
+        Some(missing) => Err(format!(
+            "--client-addresses {n}: no {n} consecutive {family} addresses on {interface}: \
+             {missing} is missing after {lowest} (add it with `ip addr add {missing}/PREFIX \
+             dev {interface}`, PREFIX as {lowest}'s)"
+        )),
+        None => unreachable!("a whole range was found above"),
+    }
+}
+
+/// The most flows `addresses` client addresses hold.
+pub fn max_flows(addresses: u32) -> u32 {
+    addresses
+        .saturating_mul(PORTS_PER_CLIENT_ADDR)
+        .min(MAX_FLOWS)
+}
+
+/// `flows` flows from `first` dealt round `addresses` addresses from it up (fewer when
+/// there are fewer flows): as many ports on each, give or take one.
+fn client_plan(first: IpAddr, addresses: u32, flows: u32) -> Result<FlowPlan, String> {
+    let most = max_flows(addresses);
+    if flows == 0 || flows > most {
+        return Err(format!(
+            "flows: between 1 and {most} ({addresses} client address(es), \
+             {PORTS_PER_CLIENT_ADDR} ports each; start the agent with more \
+             --client-addresses)"
+        ));
+    }
+    FlowPlan::over(first, FIRST_CLIENT_PORT, addresses, flows).map_err(|e| format!("flows: {e}"))
 }
 
 /// Serves one compare until it closes the connection; the held load goes with it.
@@ -221,6 +341,11 @@ fn hello(tools: &Tools) -> Value {
     json!({
         "version": env!("CARGO_PKG_VERSION"),
         "client_ip": tools.client_ip.to_string(),
+        "client_ip6": tools.client_ip6.as_ref().ok().map(|ip| ip.to_string()),
+        "no_ipv6_because": tools.client_ip6.as_ref().err(),
+        "max_flows": max_flows(tools.client_addresses),
+        "sink_addr6": tools.sink_addr6.map(|a| a.to_string()),
+        "live_frames_refused": crate::forwarders::xdp::live_frames_refused(),
         "client_mac": ufrag_common::wire::mac_text(tools.client_if.mac),
         "sink_addr": tools.sink_addr.to_string(),
         "sink_mac": ufrag_common::wire::mac_text(tools.sink_if.mac),
@@ -231,6 +356,7 @@ fn hello(tools: &Tools) -> Value {
             "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map_or("unknown".into(), |s| s.trim().to_string()),
             "vcpus": crate::bench::environment::online_cpus(),
+            "client_addresses": tools.client_addresses,
             "client_nic": crate::bench::nic::facts(&tools.client_if.name),
             "sink_nic": crate::bench::nic::facts(&tools.sink_if.name),
             "host_settings": crate::bench::settings::host(),
@@ -254,41 +380,35 @@ pub fn pid_namespace() -> Option<String> {
         .map(|link| link.to_string_lossy().into_owned())
 }
 
-/// The load `p` asks for, its flows made.
+/// The load `p` asks for, its flows made: IPv6 when `p.dst` is.
 fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
-    if p.flows == 0 || p.flows > MAX_FLOWS {
-        return Err(format!("flows: between 1 and {MAX_FLOWS}"));
-    }
     if !(12..=MAX_SIZE).contains(&p.size) {
         return Err(format!("size: between 12 and {MAX_SIZE} bytes"));
     }
-    let plan = FlowPlan::new(
-        tools.client_ip,
-        FIRST_CLIENT_PORT,
-        PORTS_PER_CLIENT_ADDR,
-        p.flows,
-    )
-    .map_err(|e| format!("flows: {e}"))?;
+    let (first, sink_addr) = if p.dst.is_ipv6() {
+        (
+            tools.client_ip6.clone()?,
+            tools
+                .sink_addr6
+                .ok_or("IPv6: the sink interface has no global IPv6 address")?,
+        )
+    } else {
+        (IpAddr::V4(tools.client_ip), tools.sink_addr)
+    };
+    let plan = client_plan(first, tools.client_addresses, p.flows)?;
     let target = Target {
         dst: p.dst,
         dst_mac: p.dst_mac,
         framed: p.framed,
     };
     let failed = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
-    let sockets = make_flows(
-        None,
-        &plan,
-        p.keeps_flows,
-        target,
-        tools.sink_addr,
-        tools.epoch,
-    )
-    .map_err(failed("making the flows"))?
-    .with_payload_len(p.size);
-    if p.dst == tools.sink_addr {
+    let sockets = make_flows(None, &plan, p.keeps_flows, target, sink_addr, tools.epoch)
+        .map_err(failed("making the flows"))?
+        .with_payload_len(p.size);
+    if p.dst == sink_addr {
         // The direct path: to this host's own address, which the kernel delivers over
         // loopback, past the interface's XDP sink: a socket counts it.
-        let sink = Sink::start_in(None, tools.sink_addr, false, tools.epoch)
+        let sink = Sink::start_in(None, sink_addr, false, tools.epoch)
             .map_err(failed("the sink's socket"))?;
         return Ok(Box::new(ToOwnSink {
             generator: sockets,
@@ -297,19 +417,20 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
         }));
     }
     let (sample_every, sampler_addr) = match p.purpose {
-        Purpose::Fixed => (NEVER_SAMPLED, SocketAddr::new(tools.sink_addr.ip(), 0)),
-        Purpose::Search { .. } => (SAMPLE_EVERY, tools.sink_addr),
+        Purpose::Fixed { .. } => (NEVER_SAMPLED, SocketAddr::new(sink_addr.ip(), 0)),
+        Purpose::Search { .. } => (SAMPLE_EVERY, sink_addr),
     };
     let sockets = Sender::Sockets(sockets, p.dst);
-    let (generator, latency_generator) = match p.purpose {
-        Purpose::Search { live_frames: true } => {
-            let frame = template_frame(tools.client_if.mac, p.dst_mac, plan.addr(0), p.dst, p.size);
-            let frames =
-                XdpGenerator::new(tools.client_if.clone(), None, frame, &plan, tools.epoch)
-                    .map_err(failed("the live-frames generator"))?;
-            (Sender::LiveFrames(frames), Some(sockets))
-        }
-        _ => (sockets, None),
+    // Live frames over every flow, paced in this host's kernel on the agent's CPUs; the
+    // latency trial's datagrams still come from the sockets (a busy-polling generator
+    // would put its own scheduling delay into the tail).
+    let (generator, latency_generator) = if p.purpose.live_frames() {
+        let frame = template_frame(tools.client_if.mac, p.dst_mac, plan.addr(0), p.dst, p.size);
+        let frames = XdpGenerator::new(tools.client_if.clone(), None, frame, &plan, tools.epoch)
+            .map_err(failed("the live-frames generator"))?;
+        (Sender::LiveFrames(frames), Some(sockets))
+    } else {
+        (sockets, None)
     };
     Ok(Box::new(XdpLoad {
         generator,
@@ -333,5 +454,65 @@ impl Load for ToOwnSink {
     fn trial(&mut self, rate_pps: u64, duration: Duration) -> Trial {
         self.generator
             .trial(self.to, rate_pps, duration, SETTLE, &self.sink)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ips(text: &[&str]) -> Vec<IpAddr> {
+        text.iter().map(|a| a.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn the_client_range_is_the_lowest_whole_one_and_a_gap_is_named() {
+        // As `ip addr` lists them: IPv6 newest first.
+        let on = ips(&["10.89.0.2", "10.89.0.3", "fd89::4", "fd89::3", "fd89::2"]);
+        let ip = |a: &str| a.parse::<IpAddr>().unwrap();
+        assert_eq!(client_range(&on, false, 2, "eth1"), Ok(ip("10.89.0.2")));
+        assert_eq!(client_range(&on, true, 3, "eth1"), Ok(ip("fd89::2")));
+        assert_eq!(client_range(&on, true, 1, "eth1"), Ok(ip("fd89::2")));
+        let gap = client_range(&on, false, 3, "eth1").unwrap_err();
+        assert!(
+            gap.contains("10.89.0.4 is missing after 10.89.0.2")
+                && gap.contains("`ip addr add 10.89.0.4/PREFIX dev eth1`"),
+            "{gap}"
+        );
+        // A stray lower address does not hide a whole range above it.
+        let stray = ips(&["10.89.0.2", "10.89.0.50", "10.89.0.51"]);
+        assert_eq!(client_range(&stray, false, 2, "eth1"), Ok(ip("10.89.0.50")));
+        let none = client_range(&ips(&["10.89.0.2"]), true, 1, "eth1").unwrap_err();
+        assert!(none.contains("eth1 has no global IPv6 address"), "{none}");
+        assert!(client_range(&on, false, 0, "eth1").is_err());
+        assert!(client_range(&on, false, MAX_CLIENT_ADDRESSES + 1, "eth1").is_err());
+        // Past .255: refused, saying so.
+        let high = ips(&["10.89.0.250"]);
+        let e = client_range(&high, false, 10, "eth1").unwrap_err();
+        assert!(e.contains("run past .254"), "{e}");
+    }
+
+    #[test]
+    fn flows_are_dealt_round_the_client_addresses_up_to_their_ports() {
+        let first: IpAddr = "10.89.0.2".parse().unwrap();
+        // 1,000 flows over two addresses: 500 ports on each, the first two flows one on
+        // each.
+        let plan = client_plan(first, 2, 1_000).unwrap();
+        assert_eq!((plan.addresses(), plan.ports_per_addr()), (2, 500));
+        assert_eq!(plan.addr(1), "10.89.0.3:20000".parse().unwrap());
+        assert_eq!(plan.addr(999), "10.89.0.3:20499".parse().unwrap());
+        // One million flows need 25 addresses; 24 hold 960,000.
+        let million = client_plan(first, 25, 1_000_000).unwrap();
+        assert_eq!(
+            (million.addresses(), million.ports_per_addr()),
+            (25, PORTS_PER_CLIENT_ADDR)
+        );
+        let e = client_plan(first, 24, 1_000_000).unwrap_err();
+        assert!(e.contains("between 1 and 960000"), "{e}");
+        assert!(client_plan(first, 1, 0).is_err());
+        assert_eq!(max_flows(MAX_CLIENT_ADDRESSES * 2), MAX_FLOWS);
+        // IPv6 the same way.
+        let v6 = client_plan("fd89::2".parse().unwrap(), 2, 3).unwrap();
+        assert_eq!(v6.addr(1), "[fd89::3]:20000".parse().unwrap());
     }
 }

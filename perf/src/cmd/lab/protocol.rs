@@ -19,19 +19,35 @@ use crate::bench::load::{CDF_QUANTILES, Latency, Trial};
 pub const MAX_LINE: u64 = 64 * 1024;
 
 /// The protocol's version: the agent refuses a compare that speaks another (2: the
-/// handshake proves both ends and seals every later line).
-pub const VERSION: u64 = 2;
+/// handshake proves both ends and seals every later line; 3: the flows spread over the
+/// agent's client addresses, IPv4 or IPv6 as the destination is, and its hello says
+/// how many flows they hold, and whether it can send live frames; the fixed loads may
+/// be live frames).
+pub const VERSION: u64 = 3;
 
-/// What a prepared load is for.
+/// What a prepared load is for, and what sends it: live frames paced in the tools host's
+/// kernel, or client sockets paced by sleeping.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Purpose {
-    /// The fixed-load phase: client sockets paced by sleeping.
-    Fixed,
-    /// The rate search: live frames or sockets, 1 in 8 sampled for latency.
+    /// The fixed-load phase: nothing sampled for latency.
+    Fixed {
+        /// Live frames (else sockets).
+        live_frames: bool,
+    },
+    /// The rate search: 1 in 8 sampled for latency.
     Search {
         /// Live frames (else sockets).
         live_frames: bool,
     },
+}
+
+impl Purpose {
+    /// Whether live frames send it.
+    pub fn live_frames(self) -> bool {
+        match self {
+            Purpose::Fixed { live_frames } | Purpose::Search { live_frames } => live_frames,
+        }
+    }
 }
 
 /// A load for the agent to prepare: where it goes and how.
@@ -87,7 +103,8 @@ impl Request {
                 "flows": p.flows,
                 "size": p.size,
                 "purpose": match p.purpose {
-                    Purpose::Fixed => "fixed",
+                    Purpose::Fixed { live_frames: true } => "fixed-live-frames",
+                    Purpose::Fixed { live_frames: false } => "fixed-sockets",
                     Purpose::Search { live_frames: true } => "search-live-frames",
                     Purpose::Search { live_frames: false } => "search-sockets",
                 },
@@ -128,7 +145,8 @@ impl Request {
                 flows: u32::try_from(number("flows")?).map_err(|e| format!("`flows`: {e}"))?,
                 size: usize::try_from(number("size")?).map_err(|e| format!("`size`: {e}"))?,
                 purpose: match text("purpose")? {
-                    "fixed" => Purpose::Fixed,
+                    "fixed-live-frames" => Purpose::Fixed { live_frames: true },
+                    "fixed-sockets" => Purpose::Fixed { live_frames: false },
                     "search-live-frames" => Purpose::Search { live_frames: true },
                     "search-sockets" => Purpose::Search { live_frames: false },
                     other => return Err(format!("`purpose`: {other:?}")),
@@ -418,7 +436,11 @@ mod tests {
             Request::Hello,
             Request::Prepare(prepare),
             Request::Prepare(Prepare {
-                purpose: Purpose::Fixed,
+                purpose: Purpose::Fixed { live_frames: true },
+                ..prepare
+            }),
+            Request::Prepare(Prepare {
+                purpose: Purpose::Fixed { live_frames: false },
                 ..prepare
             }),
             Request::Trial {

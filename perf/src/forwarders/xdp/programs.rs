@@ -161,7 +161,6 @@ pub fn generator_program(
         .global("gen_udp_checksum_at", &udp_checksum_at)
         .global("gen_in_ip_header", &in_ip_header)
         .global("gen_flows", &plan.flows)
-        .global("gen_ports_per_addr", &plan.ports_per_addr)
         .global("gen_first_port", &plan.first_port)
         .global("gen_addresses", &addresses)
         .global("gen_first_octet", &first_octet)
