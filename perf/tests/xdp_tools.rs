@@ -224,8 +224,8 @@ fn ipv6_frames_are_stamped_with_each_flow_and_a_right_udp_checksum() {
 /// host returned with the relay's MAC and the transceiver's address in it, the bridge
 /// learnt the relay's MAC on the client's port, and 95 % of the next frames never reached
 /// the relay. The generator now writes every header byte of every frame.
-/// Many flows: the generator walks the plan's ports on one address, then the next, and
-/// every frame's IPv4 header still sums to zero after its source changed.
+/// Many flows: the generator deals the plan's flows round its addresses, as the plan
+/// does, and every frame's IPv4 header still sums to zero after its source changed.
 #[test]
 fn the_generator_stamps_each_flow_of_a_plan_over_several_addresses() {
     let Tools {

@@ -35,22 +35,33 @@ fn output(program: &str, args: &[&str]) -> Result<String, String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// `name`'s addresses of global scope (no loopback or link-local ones), in the order
-/// `ip addr` lists them.
+/// The address flags that make an address no use as a flow's: not yet or never usable
+/// (duplicate address detection), on its way out, or a privacy address that changes.
+const UNUSABLE: &[&str] = &["tentative", "dadfailed", "deprecated", "temporary"];
+
+/// `name`'s usable addresses of global scope (no loopback or link-local ones, none
+/// flagged tentative, DAD-failed, deprecated or temporary), in the order `ip addr`
+/// lists them.
 pub fn addresses(name: &str) -> Result<Vec<IpAddr>, String> {
     let text = output(
         "ip",
         &["-j", "addr", "show", "dev", name, "scope", "global"],
     )?;
     let parsed: Value = serde_json::from_str(&text).map_err(|e| format!("ip -j: {e}"))?;
-    Ok(parsed[0]["addr_info"]
+    Ok(usable_addresses(&parsed[0]["addr_info"]))
+}
+
+/// The usable addresses of an `ip -j addr` interface's `addr_info`.
+fn usable_addresses(addr_info: &Value) -> Vec<IpAddr> {
+    addr_info
         .as_array()
         .map(|a| {
             a.iter()
+                .filter(|i| !UNUSABLE.iter().any(|flag| i[*flag] == true))
                 .filter_map(|i| i["local"].as_str()?.parse().ok())
                 .collect()
         })
-        .unwrap_or_default())
+        .unwrap_or_default()
 }
 
 /// The first of `addresses` of the family (`ipv6`): for IPv4 the first `ip addr` lists
@@ -197,5 +208,32 @@ impl Drop for Queues {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_address_not_yet_usable_or_on_its_way_out_is_no_clients() {
+        // As `ip -j addr show dev d0 scope global` gave them (a secondary IPv4 address is
+        // usable; an IPv6 address still in duplicate address detection is not).
+        let info = json!([
+            {"family": "inet", "local": "10.1.0.2", "prefixlen": 24, "scope": "global"},
+            {"family": "inet", "local": "10.1.0.3", "prefixlen": 24, "secondary": true},
+            {"family": "inet6", "local": "fd01::3", "prefixlen": 64, "nodad": true},
+            {"family": "inet6", "local": "fd01::2", "prefixlen": 64, "tentative": true},
+            {"family": "inet6", "local": "2001:db8::9", "temporary": true, "dynamic": true},
+            {"family": "inet6", "local": "fd01::4", "deprecated": true},
+            {"family": "inet6", "local": "fd01::5", "dadfailed": true},
+            {}
+        ]);
+        let usable: Vec<IpAddr> = ["10.1.0.2", "10.1.0.3", "fd01::3"]
+            .map(|a| a.parse().unwrap())
+            .to_vec();
+        assert_eq!(usable_addresses(&info), usable);
+        assert_eq!(first_of(&usable, true), Some("fd01::3".parse().unwrap()));
+        assert_eq!(first_of(&usable, false), Some("10.1.0.2".parse().unwrap()));
     }
 }

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 /// (consecutive last octets) like cards: flow `f` is on address `f % addresses`, port
 /// `first_port + f / addresses`. So any first flows come from as many addresses as they
 /// can: the sockets of a socket load's first flows, and each trial's live frames (which
-/// begin at flow 0), reach every address. Flow `f` is `addr(f)`; the live-frames generator
+/// begin again with the first flows), reach every address. Flow `f` is `addr(f)`; the live-frames generator
 /// stamps the same address into its `f`-th frame of every cycle, so the socket that made
 /// flow `f` and the frames that load it agree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

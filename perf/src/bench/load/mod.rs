@@ -420,10 +420,14 @@ pub fn set_load_cpu(cpu: usize) {
     let _ = TOOLS_CPU.set(cpu);
 }
 
+/// The load tools' CPU: [`LOAD_CPU`], or what [`set_load_cpu`] made it.
+pub fn load_cpu() -> usize {
+    TOOLS_CPU.get().copied().unwrap_or(LOAD_CPU)
+}
+
 /// Pins the calling thread to the load tools' CPU.
 pub fn pin_to_load_cpu() {
-    let id = TOOLS_CPU.get().copied().unwrap_or(LOAD_CPU);
-    let _ = core_affinity::set_for_current(core_affinity::CoreId { id });
+    let _ = core_affinity::set_for_current(core_affinity::CoreId { id: load_cpu() });
 }
 
 #[cfg(test)]

@@ -30,9 +30,10 @@ pub struct Lab {
     hello: Value,
     /// The tools host sends the search as live frames (else from sockets).
     live_frames: bool,
-    /// ... and the fixed loads: not when the tools host is this machine, whose CPUs the
-    /// cost counts, and where a busy-polling generator would then load every row but the
-    /// null row's (which stays on sockets) by a core.
+    /// ... and the fixed loads: not when the tools host is this machine (this kernel's
+    /// boot id, whatever its PID namespace), whose CPUs the cost counts, where a
+    /// busy-polling generator would load every row but the null row's (which stays on
+    /// sockets) by a core.
     fixed_live_frames: bool,
     _queues: Option<crate::bench::nic::Queues>,
 }
@@ -92,9 +93,13 @@ impl Lab {
             ));
         }
         let live_frames = options.generator == GeneratorKind::LiveFrames;
+        // On one machine the fixed loads stay on sockets: nothing sends live frames when
+        // the search does not run either.
+        let fixed_live_frames = live_frames && !same_boot(&hello);
+        let sends_live_frames = live_frames && (!options.no_search || fixed_live_frames);
         if let Some(why) = hello["live_frames_refused"]
             .as_str()
-            .filter(|_| live_frames)
+            .filter(|_| sends_live_frames)
         {
             return Err(format!(
                 "the tools host cannot send live frames, the loads' default generator: {why} \
@@ -154,7 +159,7 @@ impl Lab {
         Ok(Lab {
             relay,
             agent: Rc::new(RefCell::new(channel)),
-            fixed_live_frames: live_frames && same_machine(&hello).is_none(),
+            fixed_live_frames,
             hello,
             live_frames,
             _queues: queue_setting,
@@ -211,13 +216,13 @@ impl Lab {
         record["tools_host"] = tools.clone();
         record["tools"] = json!({
             "generator": match options.generator {
-                GeneratorKind::LiveFrames => "BPF_PROG_RUN live frames from the tools host's interface over every flow, paced in its kernel on the agent's first CPU, for the search and, on two machines, the fixed loads (the latency trials from sockets)",
-                GeneratorKind::Sockets => "sendmmsg from the sockets of the first 256 flows (every client address's) on the tools host",
+                GeneratorKind::LiveFrames => format!("BPF_PROG_RUN live frames from the tools host's interface, paced in its kernel on the agent's CPU {}, for the search (over every flow) and, on two machines, the fixed loads (the latency trials from sockets)", self.hello["tools_cpu"]),
+                GeneratorKind::Sockets => "sendmmsg from the sockets of the first 256 flows (every client address's) on the tools host".to_string(),
             },
-            "fixed loads": if self.fixed_live_frames {
-                "the tools host's live-frames generator over every flow (`BPF_PROG_RUN`, paced in its kernel on the agent's first CPU, which the cost does not count; the null row's from sockets, to the sink's own address)"
+            "fixed_loads": if self.fixed_live_frames {
+                format!("the tools host's live-frames generator over the first 256 flows, as the sockets send from (`BPF_PROG_RUN`, paced in its kernel on the agent's CPU {}, which the cost does not count; the null row's from sockets, to the sink's own address)", self.hello["tools_cpu"])
             } else {
-                "the client sockets of the first 256 flows on the tools host (`sendmmsg`, paced by sleeping)"
+                "the client sockets of the first 256 flows on the tools host (`sendmmsg`, paced by sleeping)".to_string()
             },
             "client addresses": format!(
                 "{addresses_used} from {}, the flows dealt round them (the agent has {})",
@@ -264,15 +269,20 @@ impl Lab {
     }
 }
 
-/// The pid of the agent that said `hello` when it runs on this same machine (its boot id
-/// is this kernel's: two namespaces, not two hosts) and its pid means the same process
-/// here (the same PID namespace), whose work then lands on these CPUs.
+/// Whether the agent that said `hello` runs on this machine: its boot id is this
+/// kernel's (two namespaces or containers, not two hosts).
+fn same_boot(hello: &Value) -> bool {
+    let here = crate::cmd::lab::agent::boot_id();
+    here.is_some_and(|here| hello["boot_id"].as_str() == Some(here.as_str()))
+}
+
+/// The pid of the agent that said `hello` when it runs on this same machine
+/// ([`same_boot`]) and its pid means the same process here (the same PID namespace),
+/// whose work then lands on these CPUs.
 fn same_machine(hello: &Value) -> Option<u32> {
-    use crate::cmd::lab::agent::{boot_id, pid_namespace};
-    let same = |key: &str, here: Option<String>| {
-        here.is_some_and(|here| hello[key].as_str() == Some(here.as_str()))
-    };
-    (same("boot_id", boot_id()) && same("pid_namespace", pid_namespace()))
+    let here = crate::cmd::lab::agent::pid_namespace();
+    let same_pids = here.is_some_and(|here| hello["pid_namespace"].as_str() == Some(here.as_str()));
+    (same_boot(hello) && same_pids)
         .then(|| hello["pid"].as_u64()?.try_into().ok())
         .flatten()
 }

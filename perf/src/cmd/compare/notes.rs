@@ -426,7 +426,8 @@ pub const LAB_MODE: &str = "\n## Lab mode: what differs from the testbed\n\n\
   trials, and subtracting it leaves what each setup cost the relay host.\n\
 - **The loads come from the tools host.** With live frames (the default generator), the \
   search and, when the tools host is another machine, the fixed loads are paced in the \
-  tools host's kernel over every flow (*Environment* says which sent the fixed loads); \
+  tools host's kernel (*Environment* says which sent the fixed loads, and from which \
+  flows); \
   every trial records offered, sent and received, and one whose generator fell short is \
   left out of the lines, listed as stretched.\n\
 - **The flows come from the agent's client addresses** (`ufrag-perf agent --client-addresses`; \

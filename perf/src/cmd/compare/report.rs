@@ -582,7 +582,12 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
             options,
             m.seed,
             m.samples,
-            m.environment["tools"]["fixed loads"].as_str(),
+            // A lab's own words for what sent them (the testbed's are the default).
+            options
+                .lab
+                .lab
+                .as_ref()
+                .and(m.environment["tools"]["fixed_loads"].as_str()),
         ));
         md.push_str(&notes::host_gate_method());
         md.push_str(&notes::host_gate_table(m.samples));

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use super::protocol::{Channel, Prepare, Purpose, Request, trial_json};
 use super::token::{Token, demand_proof};
 use crate::bench::load::target::{
-    FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT, Target, make_flows,
+    FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT, SOCKET_FLOWS,
+    Target, make_flows,
 };
 use crate::bench::load::{FlowPlan, Generator, Load, Sink, Trial};
 use crate::forwarders::xdp::{
@@ -44,14 +45,15 @@ pub struct AgentOptions {
     /// UFRAG_PERF_AGENT_TOKEN): without one the agent does not start.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<std::path::PathBuf>,
-    /// The interface the clients' load leaves by, towards the relay host (its first IPv4
-    /// address, and its first global IPv6 address if it has one, are the clients' first).
+    /// The interface the clients' load leaves by, towards the relay host (its addresses
+    /// are the clients': `--client-addresses`).
     #[arg(long)]
     pub interface: String,
-    /// How many client addresses the flows come from: the interface's first of each
-    /// family and the next ones up (the last octet +1, +2, …), every one already on the
-    /// interface (`ip addr add`). Each holds up to 40,000 flows, and where a NIC hashes on
-    /// addresses alone, more addresses spread the load over more queues.
+    /// How many client addresses the flows come from: N consecutive addresses of each
+    /// family (the last octet +1, +2, …), every one already on the interface (`ip addr
+    /// add`), from the lowest whose N are all there. Each holds up to 40,000 flows, and
+    /// where a NIC hashes on addresses alone, more addresses spread the load over more
+    /// queues.
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub client_addresses: u32,
     /// The interface the sink counts on (default: `--interface`); its first IPv4 address
@@ -104,8 +106,8 @@ fn serve(options: &AgentOptions) -> Result<(), String> {
             .map(usize::to_string)
             .collect::<Vec<_>>()
             .join(",");
-        // Threads started later (the sinks') inherit the mask; the live-frames generator,
-        // which busy-polls a core of its own, takes the first.
+        // Threads started later inherit the mask; the load's own threads (the
+        // live-frames generator, which busy-polls, and the latency sink) take the first.
         crate::bench::load::set_load_cpu(options.cpus[0]);
         crate::bench::shell::run(
             crate::bench::shell::in_ns(
@@ -183,8 +185,8 @@ fn tools(options: &AgentOptions) -> Result<Tools, String> {
     let IpAddr::V4(client_ip) = client_range(&on_client, false, n, &client_if.name)? else {
         unreachable!("an IPv4 range starts at an IPv4 address")
     };
-    // IPv6 is optional: an interface with no range of its own (a SLAAC address, say)
-    // serves IPv4 loads, and an IPv6 compare is told why not.
+    // IPv6 is optional: an interface with no whole IPv6 range serves IPv4 loads, and an
+    // IPv6 compare is told why not.
     let client_ip6 = client_range(&on_client, true, n, &client_if.name);
     if let Err(e) = &client_ip6 {
         eprintln!("ufrag-perf agent: no IPv6 loads: {e}");
@@ -346,6 +348,7 @@ fn hello(tools: &Tools) -> Value {
         "max_flows": max_flows(tools.client_addresses),
         "sink_addr6": tools.sink_addr6.map(|a| a.to_string()),
         "live_frames_refused": crate::forwarders::xdp::live_frames_refused(),
+        "tools_cpu": crate::bench::load::load_cpu(),
         "client_mac": ufrag_common::wire::mac_text(tools.client_if.mac),
         "sink_addr": tools.sink_addr.to_string(),
         "sink_mac": ufrag_common::wire::mac_text(tools.sink_if.mac),
@@ -421,12 +424,22 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
         Purpose::Search { .. } => (SAMPLE_EVERY, sink_addr),
     };
     let sockets = Sender::Sockets(sockets, p.dst);
-    // Live frames over every flow, paced in this host's kernel on the agent's CPUs; the
-    // latency trial's datagrams still come from the sockets (a busy-polling generator
-    // would put its own scheduling delay into the tail).
+    // Live frames, paced in this host's kernel on the agent's first CPU: the search's
+    // over every flow, the fixed loads' over the first [`SOCKET_FLOWS`] as the sockets
+    // send from (so the flows a trial touches do not grow with its rate, and the cost's
+    // slope is the packets' alone). The latency trial's datagrams still come from the
+    // sockets (a busy-polling generator would put its own scheduling delay into the
+    // tail).
     let (generator, latency_generator) = if p.purpose.live_frames() {
+        let sending = match p.purpose {
+            Purpose::Fixed { .. } => FlowPlan {
+                flows: plan.flows.min(SOCKET_FLOWS),
+                ..plan
+            },
+            Purpose::Search { .. } => plan,
+        };
         let frame = template_frame(tools.client_if.mac, p.dst_mac, plan.addr(0), p.dst, p.size);
-        let frames = XdpGenerator::new(tools.client_if.clone(), None, frame, &plan, tools.epoch)
+        let frames = XdpGenerator::new(tools.client_if.clone(), None, frame, &sending, tools.epoch)
             .map_err(failed("the live-frames generator"))?;
         (Sender::LiveFrames(frames), Some(sockets))
     } else {

@@ -111,11 +111,12 @@ pub fn relay_program(r: &Rewrite) -> io::Result<OwnedFd> {
 /// the total, is dropped back to the page pool; a due one advances the schedule (never
 /// letting it fall more than a burst behind, so a stall does not turn into a flood), is
 /// counted, gets the template's headers written in full (live-frame pages come back from
-/// the stack recycled, not reset), source port `base_port + sent % flows`, payload bytes
-/// 2–3 the count and 4–11 the time since `epoch_ktime` (ns, big endian), and leaves with
-/// `XDP_TX`. Frame `n` (from 1) belongs to flow `n % plan.flows`. When the plan has
-/// several addresses, the IPv4 checksum is adjusted for the changed last octet (RFC
-/// 1624); a frame with a UDP checksum (IPv6) gets it adjusted for everything stamped
+/// the stack recycled, not reset), the source of flow `n % plan.flows` (its port and
+/// address as [`FlowPlan::addr`] deals them), payload bytes 2–3 the count and 4–11 the
+/// time since `epoch_ktime` (ns, big endian), and leaves with `XDP_TX`. Frame `n`
+/// (counted from 1) belongs to flow `n % plan.flows`. When the plan has several
+/// addresses, the IPv4 checksum is adjusted for the changed last octet (RFC 1624); a
+/// frame with a UDP checksum (IPv6) gets it adjusted for everything stamped
 /// ([`udp_checksum_base`]).
 pub fn generator_program(
     template: &[u8],
