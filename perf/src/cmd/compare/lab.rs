@@ -181,9 +181,9 @@ impl Lab {
             &self.hello["client_ip"]
         };
         // The flows are dealt round the agent's addresses: fewer flows use fewer.
-        let addresses_used = tools["client_addresses"]
-            .as_u64()
-            .map_or(1, |n| n.min(u64::from(options.flows)));
+        let addresses_used = tools["client_addresses"].as_u64().map_or(1, |n| {
+            crate::cmd::lab::agent::addresses_used(n, options.flows)
+        });
         record["interfaces"] = json!(format!(
             "lab: the relay host's {} ← the tools host's {} at {} client address(es) from {} \
              (agent {}); sink on its {}",

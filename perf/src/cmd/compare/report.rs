@@ -403,9 +403,8 @@ fn host_named(environment: &serde_json::Value) -> String {
 /// a lab the agent's (`tools_host.client_addresses`), the flows dealt round them.
 fn client_addresses(flows: u32, environment: &serde_json::Value) -> u32 {
     match environment["tools_host"]["client_addresses"].as_u64() {
-        Some(agents) => u32::try_from(agents)
-            .unwrap_or(u32::MAX)
-            .clamp(1, flows.max(1)),
+        // No more than the flows, so it fits.
+        Some(agents) => crate::cmd::lab::agent::addresses_used(agents, flows) as u32,
         None => flows.div_ceil(super::bench::PORTS_PER_CLIENT_ADDR),
     }
 }

@@ -258,6 +258,12 @@ fn client_range(
     }
 }
 
+/// How many of the agent's `addresses` client addresses `flows` flows come from: all of
+/// them, or one a flow when the flows are fewer (as [`FlowPlan::over`] deals them).
+pub fn addresses_used(addresses: u64, flows: u32) -> u64 {
+    addresses.clamp(1, u64::from(flows).max(1))
+}
+
 /// The most flows `addresses` client addresses hold.
 pub fn max_flows(addresses: u32) -> u32 {
     addresses
