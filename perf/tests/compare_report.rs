@@ -179,8 +179,15 @@ fn a_small_compare_reports_latency_cdfs_and_prices_a_wake_up() {
 /// socket), and the setups written for IPv4 named as not measured.
 #[test]
 fn an_ipv6_compare_forwards_through_nftables_and_relay_mio() {
-    let Written { report, json, .. } =
-        compare(&["--ipv6", "--only", "direct,nftables,nginx,mio"], "20000");
+    let Written { report, json, .. } = compare(
+        &[
+            "--ipv6",
+            "--only",
+            "direct,nftables,nginx,mio",
+            "--no-profile",
+        ],
+        "20000",
+    );
     assert!(report.contains("1000 flows, IPv6"), "{report}");
     assert!(
         report.contains("nginx stream proxy, 1 worker (IPv4 only here)"),
@@ -349,7 +356,15 @@ fn a_compare_prices_the_fast_path_against_the_in_kernel_reference() {
 fn interleaved_searches_give_each_row_its_rate_interval_latency_and_final_trial() {
     bin("relay-afxdp");
     let only = "afxdp-native-wakeup,afxdp-crate-native-wakeup";
-    let args = ["--search-rounds", "2", "--seed", "11", "--only", only];
+    let args = [
+        "--search-rounds",
+        "2",
+        "--seed",
+        "11",
+        "--only",
+        only,
+        "--no-profile",
+    ];
     let Written {
         report,
         json,
@@ -556,6 +571,7 @@ fn a_compare_in_rounds_prices_each_setup_against_relay_mio() {
             "--versus",
             "afxdp-skb-wakeup:mio",
             "--no-search",
+            "--no-profile",
             "--seed",
             "7",
         ],
@@ -763,6 +779,7 @@ fn a_cpu_hog_on_the_forwarders_core_is_caught_by_the_host_gate() {
             "--trial",
             "300ms",
             "--no-search",
+            "--no-profile",
         ])
         .arg("--out")
         .arg(&out)
@@ -861,7 +878,7 @@ fn a_hog_outside_the_experiment_during_the_null_row_leaves_its_round_out() {
     let mut run = std::process::Command::new(bin("ufrag-perf"))
         .args(["compare", "--only", "mio,afxdp-skb-wakeup", "--rounds", "3"])
         .args(["--loads", "5000,10000,15000,20000", "--trial", "500ms"])
-        .args(["--no-search", "--seed", "3"])
+        .args(["--no-search", "--no-profile", "--seed", "3"])
         .arg("--out")
         .arg(&out)
         .stderr(std::process::Stdio::piped())
@@ -1012,6 +1029,7 @@ fn a_worker_sweep_prices_two_workers_beside_one() {
             "--loads",
             "2000,3000,4000,5000",
             "--no-search",
+            "--no-profile",
         ],
         "40000",
     );

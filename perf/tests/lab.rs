@@ -12,6 +12,7 @@
 use std::collections::BTreeSet;
 use std::process::Command;
 
+use ufrag_perf::bench::load::target::ReturnPath;
 use ufrag_perf::cmd::lab::protocol::{Channel, Prepare, Purpose, Request};
 use ufrag_perf::cmd::lab::token::{TOKEN_ENV, Token, prove};
 use ufrag_testkit::OwnedChild;
@@ -193,6 +194,28 @@ impl TwoHosts {
         let exit = exit_of(&mut agent, "the agent stayed after its one compare");
         assert!(exit.starts_with("exit status: 0"), "{exit}");
         measured
+    }
+
+    /// Runs `perf compare --lab` in the relay host with `extra` against a fresh `--once`
+    /// agent; the compare must refuse to run before any trial (exit 2), and the agent
+    /// leave cleanly after that one connection. The compare's stderr.
+    fn refused_compare(&self, extra: &[&str]) -> String {
+        let mut agent = self.agent();
+        let run = Command::new("ip")
+            .args(["netns", "exec", &self.relay_ns])
+            .arg(bin("ufrag-perf"))
+            .env(TOKEN_ENV, LAB_TOKEN)
+            .args(["compare", "--lab", &format!("{TOOLS_IP}:7700")])
+            .args(["--interface", &self.relay_if])
+            .args(extra)
+            .output()
+            .expect("perf compare runs");
+        let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+        assert_eq!(run.status.code(), Some(2), "{stderr}");
+        assert!(!stderr.contains("round "), "no trial began: {stderr}");
+        let exit = exit_of(&mut agent, "the agent stayed after its one compare");
+        assert!(exit.starts_with("exit status: 0"), "{exit}");
+        stderr
     }
 
     /// Writes `mask` to the relay interface's first RX queue's RPS CPUs.
@@ -466,25 +489,13 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
     // naming why and the other generator.
     match ufrag_perf::forwarders::xdp::live_frames_refused() {
         Some(why) => {
-            let mut agent = hosts.agent();
-            let run = Command::new("ip")
-                .args(["netns", "exec", &hosts.relay_ns])
-                .arg(bin("ufrag-perf"))
-                .env(TOKEN_ENV, LAB_TOKEN)
-                .args(["compare", "--lab", &format!("{TOOLS_IP}:7700")])
-                .args(["--interface", &hosts.relay_if, "--only", "mio"])
-                .output()
-                .expect("perf compare runs");
-            let stderr = String::from_utf8_lossy(&run.stderr);
-            assert_eq!(run.status.code(), Some(2), "{stderr}");
+            let stderr = hosts.refused_compare(&["--only", "mio"]);
             assert!(
                 stderr.contains("the tools host cannot send live frames")
                     && stderr.contains(&why)
                     && stderr.contains("--generator sockets"),
                 "{stderr}"
             );
-            assert!(!stderr.contains("round "), "no trial began: {stderr}");
-            exit_of(&mut agent, "the agent stayed after its one compare");
         }
         None => eprintln!(
             "!! this kernel sends live frames: the refusal of a tools host that cannot is \
@@ -572,6 +583,19 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
         report.contains("### What the in-kernel fast path carried"),
         "{report}"
     );
+    // The agent proves each flow both ways after making it, as a session does before its
+    // media: only then does relay-afxdp hand a flow to its fast path, which then carries
+    // the load rather than the workers. (`flows` counts the flows whose last proving
+    // datagram the fast path carried: with two workers, a flow whose return reached the
+    // other worker completes its proof with that datagram, through the workers.)
+    for round in 1..=2 {
+        let fast = &sample(&json, "afxdp-fast-native", round)["fast_path"];
+        assert!(
+            fast["share_of_received"].as_f64().unwrap_or(0.0) > 0.9,
+            "round {round}: the fast path carried most of what the sink received: {fast}"
+        );
+        assert!(fast["flows"].as_u64() > Some(0), "round {round}: {fast}");
+    }
     // Calibration: what the relay's queues receive and drop in XDP (counted there) and
     // the in-kernel rewrite relay's XDP_TX rate on the same queues, each row a fraction
     // of both (a veth has no line rate).
@@ -763,6 +787,7 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
             "--only",
             "direct,mio,afxdp-native-wakeup",
             "--no-search",
+            "--no-profile",
             "--relay-cpus",
             "1",
             "--ipv6",
@@ -844,25 +869,64 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
     );
 
     // Zero copy, which veth refuses, is left out before the first trial with the
-    // driver's words.
-    let (refused, refused_json, refused_progress) = hosts.lab_compare(
+    // driver's words. The search goes the other way: the tools host's live frames from
+    // its sink's address, through relay-mio's internal port, counted arriving at its
+    // client addresses (with a downlink the fixed-load rounds do not run).
+    let (down, down_json, down_progress) = hosts.lab_compare(
         &[
             "--only",
-            "direct,afxdp-native-wakeup",
+            "direct,mio,afxdp-native-wakeup",
             "--bind-mode",
             "zerocopy",
-            "--no-search",
+            "--direction",
+            "down",
+            "--no-profile",
         ],
         &dir.join("zerocopy.md"),
         &mut |_| {},
     );
     assert!(
-        refused_progress.contains("!! LEFT OUT relay-afxdp native wakeup")
-            && refused_progress.contains("refuses zero-copy"),
-        "{refused_progress}"
+        down.contains("(downlink, 1000 flows)"),
+        "{}",
+        down.lines().next().unwrap_or_default()
+    );
+    let mio_down = down_json["rows"]
+        .as_array()
+        .and_then(|rows| {
+            rows.iter().find(|r| {
+                r["setup"]
+                    .as_str()
+                    .is_some_and(|s| s.starts_with("relay-mio"))
+            })
+        })
+        .unwrap_or_else(|| panic!("relay-mio's downlink search: {}", down_json["rows"]));
+    // At the search's lower rates the replies arrive: a trial that lost under a tenth.
+    let counts = |t: &serde_json::Value| (t["sent"].as_u64(), t["received"].as_u64());
+    assert!(
+        mio_down["runs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|run| run["trials"].as_array().into_iter().flatten())
+            .any(
+                |t| matches!(counts(t), (Some(sent), Some(got)) if sent > 0 && got * 10 >= sent * 9)
+            ),
+        "the replies reached the clients through relay-mio: {mio_down}"
+    );
+    // Both ways at once need a second interface on the agent (each way is counted by an
+    // XDP program on the interface it arrives at): refused before any trial.
+    let both = hosts.refused_compare(&["--only", "mio", "--direction", "both"]);
+    assert!(
+        both.contains("--direction both") && both.contains("--sink-interface"),
+        "{both}"
     );
     assert!(
-        refused_json["left_out"]
+        down_progress.contains("!! LEFT OUT relay-afxdp native wakeup")
+            && down_progress.contains("refuses zero-copy"),
+        "{down_progress}"
+    );
+    assert!(
+        down_json["left_out"]
             .as_array()
             .is_some_and(
                 |l| l.iter().any(|l| l["setup"] == "relay-afxdp native wakeup"
@@ -871,9 +935,9 @@ fn lab_mode_gives_each_side_equal_cores_counts_each_queue_and_reports_like_the_t
                         .is_some_and(|w| w.contains("refuses zero-copy")))
             ),
         "{}",
-        refused_json["left_out"]
+        down_json["left_out"]
     );
-    assert!(refused.contains("Not measured in this run: relay-afxdp native wakeup (did not start"));
+    assert!(down.contains("Not measured in this run: relay-afxdp native wakeup (did not start"));
 
     // The same shape as the testbed's report: the same sections (the testbed's limits in
     // place of lab mode's notes) and the same JSON fields (the NICs' and the queues'
@@ -1113,7 +1177,7 @@ fn the_agent_serves_only_who_proves_the_token() {
     // One client address holds 40,000 flows: a load of more is refused, naming the way
     // to more.
     assert_eq!(hello["max_flows"], 40_000, "{hello}");
-    let too_many = Request::Prepare(Prepare {
+    let load = Prepare {
         dst: "10.90.0.9:3478".parse().unwrap(),
         dst_mac: [2, 0, 0, 0, 0, 9],
         framed: false,
@@ -1121,12 +1185,92 @@ fn the_agent_serves_only_who_proves_the_token() {
         flows: 40_001,
         size: 100,
         purpose: Purpose::Fixed { live_frames: false },
-    });
-    let e = channel.call(&too_many).unwrap_err();
+        returns: None,
+        downlink_share: 0.0,
+    };
+    let e = channel.call(&Request::Prepare(load)).unwrap_err();
     assert!(
         e.contains("between 1 and 40000") && e.contains("--client-addresses"),
         "{e}"
     );
+    // A downlink the agent cannot send is refused: outside a live-frames search, without
+    // the setup's returns, or both ways on one interface; and so is a return path that
+    // is not the load's destination's.
+    let returns = Some(ReturnPath::ToClientPort("10.90.0.9".parse().unwrap()));
+    let search = Purpose::Search { live_frames: true };
+    for (downlink, refused) in [
+        (
+            Prepare {
+                flows: 10,
+                downlink_share: 1.0,
+                returns,
+                ..load
+            },
+            "in a search, in live frames",
+        ),
+        (
+            Prepare {
+                flows: 10,
+                downlink_share: 1.0,
+                purpose: search,
+                ..load
+            },
+            "needs the setup's returns",
+        ),
+        (
+            Prepare {
+                flows: 10,
+                downlink_share: 0.5,
+                purpose: search,
+                returns,
+                ..load
+            },
+            "--sink-interface",
+        ),
+        // The proof and the downlink go only where the load goes.
+        (
+            Prepare {
+                flows: 10,
+                returns: Some(ReturnPath::Framed {
+                    internal: "10.90.0.77:40000".parse().unwrap(),
+                    vip: load.dst,
+                }),
+                ..load
+            },
+            "not the return path of a load to 10.90.0.9:3478",
+        ),
+        (
+            Prepare {
+                flows: 10,
+                returns: Some(ReturnPath::ToClientPort("fd00::9".parse().unwrap())),
+                ..load
+            },
+            "not the return path",
+        ),
+        (
+            Prepare {
+                flows: 10,
+                returns: Some(ReturnPath::Framed {
+                    internal: "10.90.0.9:40000".parse().unwrap(),
+                    vip: "10.90.0.9:3479".parse().unwrap(),
+                }),
+                ..load
+            },
+            "not the return path",
+        ),
+        (
+            Prepare {
+                flows: 10,
+                keeps_flows: false,
+                returns: Some(ReturnPath::ToClientPort(load.dst.ip())),
+                ..load
+            },
+            "not the return path",
+        ),
+    ] {
+        let e = channel.call(&Request::Prepare(downlink)).unwrap_err();
+        assert!(e.contains(refused), "{downlink:?}: {e}");
+    }
     drop(channel);
     let report = exit_of(&mut agent, "--once: the agent stayed");
     assert!(report.starts_with("exit status: 0"), "{report}");

@@ -1,7 +1,7 @@
 //! Where a setup's load goes and how its flows are made before the trials: the same on
 //! the netns testbed (`crate::cmd::compare::bench`) and on a lab's tools host
-//! (`crate::cmd::lab::agent`); and, on the testbed, how they are proven as a session proves
-//! its path, with traffic both ways ([`prove_flows`]).
+//! (`crate::cmd::lab::agent`); and how they are proven as a session proves its path,
+//! with traffic both ways ([`prove_flows`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};

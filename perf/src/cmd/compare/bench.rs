@@ -11,11 +11,11 @@ use ufrag_testbed::Testbed;
 use super::bed::Bed;
 use super::options::{Direction, GeneratorKind, Options};
 use super::relay_host::{BindMode, RelayHost};
-use super::setups::{Replies, Setup, v4};
+use super::setups::{Replies, Setup};
 use crate::bench::load::{FlowPlan, Generator, Load, Sink};
 use crate::forwarders::xdp::{
-    Counted, Iface, NEVER_SAMPLED, PeerPass, Sender, Stamps, XdpGenerator, XdpLoad, XdpSink,
-    template_frame,
+    Counted, Iface, NEVER_SAMPLED, PeerPass, ReplyFrames, Sender, Stamps, XdpGenerator, XdpLoad,
+    XdpSink, template_frame,
 };
 
 pub use crate::bench::load::target::{
@@ -154,7 +154,7 @@ impl Bench {
             self.epoch,
         )
         .expect("the client sockets and the datagrams that make the flows");
-        if let Some(back) = self.return_path(setup, target) {
+        if let Some(back) = setup.return_path(&self.relay, target, self.plan.addresses()) {
             prove_flows(
                 (client, Some(self.bed.transceiver.ns.as_str())),
                 &self.plan,
@@ -168,27 +168,6 @@ impl Bench {
             warn_if_flows_missing(&self.relay, setup.name);
         }
         sockets
-    }
-
-    /// How the transceiver's returns reach `setup`'s clients, for the setups that carry
-    /// them and keep flows: our relays and nftables, whose flows a real session proves
-    /// with traffic both ways before its media (our relays hand a flow to relay-afxdp's
-    /// fast path only then). The rest forward one way only (or, the direct path, keep no
-    /// flows) and get no returns. The proof happens before the measured window, so what
-    /// it costs a row, or saves one that skips it, is in no row's figures, and the null
-    /// row stays comparable with every other.
-    fn return_path(&self, setup: &Setup, target: Target) -> Option<ReturnPath> {
-        if !setup.keeps_flows() || !setup.carries_downlink(self.plan.addresses()) {
-            return None;
-        }
-        Some(match setup.replies() {
-            Replies::Framed => ReturnPath::Framed {
-                internal: self.relay.internal,
-                vip: target.dst,
-            },
-            Replies::ToTheVip => ReturnPath::ToClientPort(target.dst.ip()),
-            Replies::Direct => return None,
-        })
     }
 
     /// The fixed-load load: `sockets` send to `target` from the client's namespace,
@@ -272,54 +251,45 @@ impl Bench {
     }
 
     /// Replies from the transceiver's veth in live frames: to our relays' internal port
-    /// in a frame naming the client, or (nftables, the direct path) to the client's port;
-    /// counted on the client's veth by their source port; no latency sample.
-    pub fn downlink_load(&self, replies: Replies, size: usize) -> XdpLoad {
-        let (plan, client_mac) = (self.plan, self.client_if.mac);
-        let relay = |port: u16| SocketAddr::new(self.bed.relay.ip(self.ipv6), port);
-        let (frame, plan, stamps, from_port) = match replies {
-            Replies::Direct => (
-                template_frame(
+    /// in a frame naming the client, to nftables at the VIP ([`ReplyFrames::through`]),
+    /// on the direct path to the client's port; counted on the client's veth by their
+    /// source port; no latency sample.
+    pub fn downlink_load(&self, setup: &Setup, size: usize) -> XdpLoad {
+        let target = setup.target(&self.relay);
+        let replies = match setup.replies() {
+            Replies::Direct => ReplyFrames {
+                frame: template_frame(
                     self.xcv_if.mac,
-                    client_mac,
+                    self.client_if.mac,
                     self.relay.sink_addr,
-                    plan.addr(0),
+                    self.plan.addr(0),
                     size,
                 ),
-                plan,
-                Stamps::DESTINATION,
-                SINK_PORT,
-            ),
-            Replies::ToTheVip => {
-                // The reply goes to the VIP at the client's port; conntrack undoes it.
-                let to_vip = FlowPlan {
-                    first_ip: self.bed.relay.addr.into(),
-                    ..plan
-                };
-                let frame = template_frame(
-                    self.xcv_if.mac,
-                    self.relay.iface.mac,
-                    self.relay.sink_addr,
-                    to_vip.addr(0),
-                    size,
-                );
-                (frame, to_vip, Stamps::DESTINATION, self.relay.vip.port())
-            }
-            Replies::Framed => (
-                crate::forwarders::xdp::framed_template(
+                plan: self.plan,
+                stamps: Stamps::DESTINATION,
+                from_port: SINK_PORT,
+            },
+            Replies::ToTheVip | Replies::Framed => {
+                let back = setup
+                    .return_path(&self.relay, target, self.plan.addresses())
+                    .expect("a setup that carries the downlink");
+                ReplyFrames::through(
+                    back,
                     (self.xcv_if.mac, self.relay.iface.mac),
-                    (
-                        v4(self.relay.sink_addr),
-                        v4(relay(self.relay.internal.port())),
-                    ),
-                    (v4(plan.addr(0)), v4(relay(self.relay.vip.port()))),
+                    self.relay.sink_addr,
+                    &self.plan,
+                    target.dst.port(),
                     size,
-                ),
-                plan,
-                Stamps::FRAMED_CLIENT,
-                self.relay.vip.port(),
-            ),
+                )
+                .expect("the downlink's frames")
+            }
         };
+        let ReplyFrames {
+            frame,
+            plan,
+            stamps,
+            from_port,
+        } = replies;
         let frames = XdpGenerator::stamping(
             self.xcv_if.clone(),
             Some(&self.xcv_peer),
@@ -391,10 +361,10 @@ impl Bed for Bench {
         let live = options.generator == GeneratorKind::LiveFrames;
         match options.direction {
             Direction::Up => Box::new(self.uplink_load(sockets, target, size, live)),
-            Direction::Down => Box::new(self.downlink_load(setup.replies(), size)),
+            Direction::Down => Box::new(self.downlink_load(setup, size)),
             Direction::Both => Box::new(crate::forwarders::xdp::Conversation {
                 up: self.uplink_load(sockets, target, size, live),
-                down: self.downlink_load(setup.replies(), size),
+                down: self.downlink_load(setup, size),
                 downlink_share: options.downlink_share,
             }),
         }

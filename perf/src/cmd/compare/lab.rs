@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::bed::Bed;
 use super::bench::warn_if_flows_missing;
-use super::options::{GeneratorKind, Options};
+use super::options::{Direction, GeneratorKind, Options};
 use super::relay_host::{BindMode, RelayHost};
 use super::setups::Setup;
 use crate::bench::load::{Load, Trial};
@@ -35,6 +35,8 @@ pub struct Lab {
     /// busy-polling generator would load every row but the null row's (which stays on
     /// sockets) by a core.
     fixed_live_frames: bool,
+    /// How many of the agent's client addresses the flows come from.
+    addresses_used: u32,
     _queues: Option<crate::bench::nic::Queues>,
 }
 
@@ -90,6 +92,22 @@ impl Lab {
                 "--flows {}: the agent's {} client address(es) hold at most {most} flows \
                  (start it with more: `ufrag-perf agent --client-addresses N`)",
                 options.flows, hello["environment"]["client_addresses"]
+            ));
+        }
+        let addresses_used = hello["environment"]["client_addresses"]
+            .as_u64()
+            .map_or(1, |n| {
+                crate::cmd::lab::agent::addresses_used(n, options.flows)
+            });
+        let addresses_used = u32::try_from(addresses_used)
+            .map_err(|_| "the agent's hello: too many client addresses")?;
+        let interface_of = |nic: &str| hello["environment"][nic]["interface"].as_str();
+        if options.direction == Direction::Both
+            && interface_of("sink_nic") == interface_of("client_nic")
+        {
+            return Err(format!(
+                "--direction both: {}",
+                crate::cmd::lab::agent::BOTH_WAYS_NEED_TWO_INTERFACES
             ));
         }
         let live_frames = options.generator == GeneratorKind::LiveFrames;
@@ -160,6 +178,7 @@ impl Lab {
             relay,
             agent: Rc::new(RefCell::new(channel)),
             fixed_live_frames,
+            addresses_used,
             hello,
             live_frames,
             _queues: queue_setting,
@@ -180,10 +199,7 @@ impl Lab {
         } else {
             &self.hello["client_ip"]
         };
-        // The flows are dealt round the agent's addresses: fewer flows use fewer.
-        let addresses_used = tools["client_addresses"].as_u64().map_or(1, |n| {
-            crate::cmd::lab::agent::addresses_used(n, options.flows)
-        });
+        let addresses_used = self.addresses_used;
         record["interfaces"] = json!(format!(
             "lab: the relay host's {} ← the tools host's {} at {} client address(es) from {} \
              (agent {}); sink on its {}",
@@ -230,6 +246,7 @@ impl Lab {
                 tools["client_addresses"],
             ),
             "sink": "XDP per-CPU counter on the tools host's sink interface, 1 in 8 passed to a socket for latency",
+            "downlink": self.downlink_record(options),
             "cpu accounting": if self.agent_here().is_some() {
                 "one machine: the tools host is this machine (the agent's boot id and PID namespace are this one's), so the tools' work is in every row on the CPUs counted (counted_cpus), as on the testbed"
             } else {
@@ -239,7 +256,16 @@ impl Lab {
         record
     }
 
-    fn remote_load(&self, setup: &Setup, size: usize, purpose: Purpose) -> Box<dyn Load> {
+    /// Asks the agent to make `setup`'s flows (proving them both ways where it carries
+    /// returns) and hold its load: `downlink_share` of each trial's rate sent back to
+    /// the clients.
+    fn remote_load(
+        &self,
+        setup: &Setup,
+        size: usize,
+        purpose: Purpose,
+        downlink_share: f64,
+    ) -> Box<dyn Load> {
         let target = setup.target(&self.relay);
         let prepare = Prepare {
             dst: target.dst,
@@ -249,6 +275,8 @@ impl Lab {
             flows: self.relay.flows,
             size,
             purpose,
+            returns: setup.return_path(&self.relay, target, self.addresses_used),
+            downlink_share,
         };
         if let Err(e) = self.agent.borrow_mut().call(&Request::Prepare(prepare)) {
             panic!("{}: preparing the load: {e}", setup.name);
@@ -263,6 +291,35 @@ impl Lab {
 }
 
 impl Lab {
+    /// What the environment record says of the downlink: none, or how the agent sent it
+    /// and on which of its CPUs.
+    fn downlink_record(&self, options: &Options) -> String {
+        let tools_cpu = &self.hello["tools_cpu"];
+        let (way, cpu) = match options.direction {
+            Direction::Up => return "none (uplink)".to_string(),
+            Direction::Down => ("downlink", tools_cpu.to_string()),
+            Direction::Both => (
+                "both ways at once",
+                self.hello["downlink_cpu"]
+                    .as_u64()
+                    .map_or(format!("{tools_cpu} beside the uplink's"), |c| {
+                        c.to_string()
+                    }),
+            ),
+        };
+        format!(
+            "{way}: the transceiver's replies as live frames from the tools host's sink \
+             interface through each setup, counted in XDP arriving at its client interface \
+             from the VIP's port; the generator on the agent's CPU {cpu}"
+        )
+    }
+
+    /// How many client addresses the flows come from: the agent's, up to one a flow (the
+    /// flows are dealt round them).
+    pub fn addresses_used(&self) -> u32 {
+        self.addresses_used
+    }
+
     /// The agent's process when it runs on this same machine: [`same_machine`].
     fn agent_here(&self) -> Option<u32> {
         same_machine(&self.hello)
@@ -300,16 +357,22 @@ impl Bed for Lab {
 
     fn fixed_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
         let live_frames = self.fixed_live_frames;
-        self.remote_load(setup, size, Purpose::Fixed { live_frames })
+        self.remote_load(setup, size, Purpose::Fixed { live_frames }, 0.0)
     }
 
     fn latency_load(&self, setup: &Setup, size: usize) -> Box<dyn Load> {
-        self.remote_load(setup, size, Purpose::Search { live_frames: false })
+        self.remote_load(setup, size, Purpose::Search { live_frames: false }, 0.0)
     }
 
     fn search_load(&self, setup: &Setup, options: &Options) -> Box<dyn Load> {
         let live_frames = self.live_frames;
-        self.remote_load(setup, options.search.size, Purpose::Search { live_frames })
+        let downlink_share = match options.direction {
+            Direction::Up => 0.0,
+            Direction::Down => 1.0,
+            Direction::Both => options.downlink_share,
+        };
+        let purpose = Purpose::Search { live_frames };
+        self.remote_load(setup, options.search.size, purpose, downlink_share)
     }
 }
 

@@ -47,6 +47,33 @@ use bed::Bed;
 use bench::Bench;
 pub use options::{Direction, GeneratorKind, Options};
 
+/// Leaves out, named, the setups whose downlink the generator cannot address when the
+/// flows come from `client_addresses` addresses (lab mode learns how many from the
+/// agent, after the setups were chosen for one).
+fn downlink_from(
+    client_addresses: u32,
+    options: &Options,
+    setups: &mut Vec<&'static setups::Setup>,
+    left_out: &mut Vec<(String, String)>,
+) {
+    if options.direction == Direction::Up {
+        return;
+    }
+    setups.retain(|s| {
+        let carries = s.carries_downlink(client_addresses);
+        if !carries {
+            left_out.push((
+                s.name.to_string(),
+                format!(
+                    "{} from {client_addresses} client addresses",
+                    setups::NO_DOWNLINK
+                ),
+            ));
+        }
+        carries
+    });
+}
+
 /// Runs `perf compare`; the process's exit code.
 pub fn run(options: &Options) -> i32 {
     if let Err(e) = options.check() {
@@ -69,6 +96,7 @@ pub fn run(options: &Options) -> i32 {
     let (bed, environment): (Box<dyn Bed>, serde_json::Value) = if options.lab.lab.is_some() {
         match lab::Lab::up(options) {
             Ok(lab) => {
+                downlink_from(lab.addresses_used(), options, &mut setups, &mut left_out);
                 let environment = lab.environment(options);
                 (Box::new(lab), environment)
             }
@@ -175,6 +203,11 @@ pub fn run(options: &Options) -> i32 {
     // Where each row's cost lands on the relay host (this machine, in a lab too).
     let machine = if samples.is_empty() {
         machine_profile::Profiled::default()
+    } else if options.no_profile {
+        machine_profile::Profiled {
+            not_run: Some("`--no-profile`".into()),
+            ..Default::default()
+        }
     } else {
         let dir = options.out.parent().unwrap_or(std::path::Path::new("."));
         machine_profile::Plan::new(&options.loads, options.trial, options.search.size)

@@ -434,6 +434,15 @@ pub const LAB_MODE: &str = "\n## Lab mode: what differs from the testbed\n\n\
   how many is in *Environment*), dealt round them, so every load's first flows come from \
   every address: where the NIC hashes on addresses alone, only several addresses spread \
   the load over its queues.\n\
+- **The flows are proven both ways** before the trials, as on the testbed (our relays, and \
+  nftables when the flows come from one client address): the agent sends one datagram back \
+  on each through the setup, so relay-afxdp's fast path takes them.\n\
+- **The downlink** (`--direction down|both`, the search only) is sent by the agent from its \
+  sink interface and counted arriving at its client interface; both ways at once need the \
+  sink on a second interface, and put the downlink's generator on the agent's second \
+  `--cpus` when it has one. The direct path's row stays the tools host's own loopback \
+  (client sockets to the sink, at the sockets' ceiling) in every direction: in a downlink \
+  search it is not a downlink.\n\
 - **The NIC is the lab's.** Interrupt affinity and RSS are as the lab set them; lab mode \
   steers nothing. The queue count, the AF_XDP bind mode and the relays' CPUs are in \
   *Environment*; relay-afxdp runs one worker per RX queue.\n\
@@ -526,7 +535,21 @@ pub fn anomalies(rows: &[RowCost]) -> String {
 
 /// How the secondary phase was measured.
 pub fn search_method(options: &Options, addresses: u32, vcpus: &serde_json::Value) -> String {
+    let lab = options.lab.lab.is_some();
     let generator = match (options.direction, options.generator) {
+        (Direction::Both, _) if lab => format!(
+            "Both directions at once, {:.0} % of each trial's rate downlink: the agent's \
+             live-frames generators on its client and sink interfaces (their CPUs in \
+             *Environment*), each way counted in XDP on the interface it arrives at; latency \
+             sampled on the uplink; the direct path's row is the tools host's loopback",
+            options.downlink_share * 100.0
+        ),
+        (Direction::Down, _) if lab => "The agent transmits prebuilt replies from its sink \
+             interface in live frames (its CPU in *Environment*): to our relays a frame to the \
+             internal port naming the client, to nftables a datagram to the VIP at the client's \
+             port; counted in XDP on its client interface. The direct path's row is the tools \
+             host's loopback, not a downlink"
+            .to_string(),
         (Direction::Both, _) => format!(
             "Both directions at once, {:.0} % of each trial's rate downlink: a live-frames \
              generator on each end, both busy-polling CPU {LOAD_CPU} (so the tools core's busy \
@@ -550,7 +573,6 @@ pub fn search_method(options: &Options, addresses: u32, vcpus: &serde_json::Valu
              flows, paced in 0.5 ms slices"
         ),
     };
-    let lab = options.lab.lab.is_some();
     let placement = if lab {
         "its NIC's interrupts and kernel receive work are where the lab put them (lab mode \
          steers nothing), so \"forwarder µs/pkt\" counts what ran on that core"

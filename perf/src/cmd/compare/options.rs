@@ -86,6 +86,11 @@ pub struct Options {
     /// (the rounds and the whole machine's profile after them still run).
     #[arg(long)]
     pub no_search: bool,
+    /// Skip the Linux perf profiles: the forwarder's core after each search (and its
+    /// legs), and the whole machine after the rounds. A quicker run, whose report says
+    /// where the time went nowhere.
+    #[arg(long)]
+    pub no_profile: bool,
     /// Maximum-rate searches per setup, in interleaved rounds (every setup once per round,
     /// each round in a fresh random order): NDR and PDR are medians over them with an
     /// interval (five give 93.8 % coverage of the range; at least one).
@@ -113,7 +118,8 @@ pub struct Options {
     /// `--client-addresses`, the flows spread evenly over them).
     #[arg(long, default_value_t = 1_000)]
     pub flows: u32,
-    /// Which way the load goes (the fixed-load phase runs uplink only).
+    /// Which way the search's load goes (the fixed-load phase is uplink only: with down or
+    /// both it does not run).
     #[arg(long, value_enum, default_value_t = Direction::Up)]
     pub direction: Direction,
     /// With `--direction both`: the share of each trial's rate sent downlink.
@@ -294,7 +300,7 @@ impl Options {
                 let why = if self.ipv6 && !s.speaks_ipv6() {
                     Some("IPv4 only here")
                 } else if self.direction != Direction::Up && !s.carries_downlink(client_addresses) {
-                    Some("carries no downlink the generator can address")
+                    Some(super::setups::NO_DOWNLINK)
                 } else {
                     None
                 };
@@ -367,9 +373,6 @@ impl LabArgs {
             return Err(format!(
                 "--lab {agent}: name this host's interface (--interface)"
             ));
-        }
-        if options.direction != Direction::Up {
-            return Err("lab mode measures uplink (--direction up)".into());
         }
         if options.flows > crate::cmd::lab::agent::MAX_FLOWS {
             return Err(format!(

@@ -658,7 +658,10 @@ pub fn write(options: &Options, m: &Measured<'_>) -> std::io::Result<()> {
         }
     }
     md.push_str(&crate::bench::environment::markdown(m.environment));
-    if !searched.rows.is_empty() {
+    if !searched.rows.is_empty() && options.no_profile {
+        md.push_str("\n## Where the time goes\n\nNot profiled in this run (`--no-profile`).\n");
+        md.push_str(&crate::bench::rows::appendix(&searched.rows));
+    } else if !searched.rows.is_empty() {
         let _ = writeln!(
             md,
             "\n## Where the time goes\n\nCPU {} (the forwarder's core) sampled by Linux perf over one \

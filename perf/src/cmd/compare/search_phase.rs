@@ -294,6 +294,7 @@ pub const LEGS_PPS: u64 = 50_000;
 /// forwarder's core over one more trial at 70 % of its maximum, and its time by leg over
 /// one at [`LEGS_PPS`] (`clients_reach` is where the setup takes its clients' datagrams:
 /// sockets on its port face the clients; `None` for a setup with no process to split).
+/// With `--no-profile`, the latency trial alone.
 fn finish_row(
     bench: &dyn Bed,
     searched: &mut Searched,
@@ -304,10 +305,20 @@ fn finish_row(
     let args = &options.search;
     let row = &mut searched.rows[index];
     row.fixed = load.latency_trial(args.fixed_pps, args.latency_trial);
+    if options.generator == GeneratorKind::LiveFrames {
+        // The live-frames generator busy-polls the tools' core: its busy share says
+        // nothing; a tools limit shows as the generator falling short.
+        for run in &mut row.runs {
+            run.tools_busy = None;
+        }
+    }
     let rate = row
         .max_pps()
         .map_or(args.fixed_pps, |m| (m.0 * 0.7) as u64)
         .max(1_000);
+    if options.no_profile {
+        return;
+    }
     let dir = options.out.parent().unwrap_or(std::path::Path::new("."));
     match crate::bench::profile::Recording::start(bench.relay().forwarder_cpu(), dir, "compare") {
         Some(recording) => {
@@ -342,13 +353,6 @@ fn finish_row(
                 &legs,
                 crate::bench::legs::RELAY_SIDES,
             ));
-        }
-    }
-    if options.generator == GeneratorKind::LiveFrames {
-        // The live-frames generator busy-polls the tools' core: its busy share says
-        // nothing; a tools limit shows as the generator falling short.
-        for run in &mut row.runs {
-            run.tools_busy = None;
         }
     }
 }

@@ -9,7 +9,7 @@ use ufrag_testbed::OwnedChild;
 use ufrag_testbed::launch::{RelayLaunch, Stderr};
 
 use super::relay_host::{BindMode, RelayHost};
-use crate::bench::load::target::Target;
+use crate::bench::load::target::{ReturnPath, Target};
 use crate::bench::load::{Load, Trial};
 
 /// How the transceiver's replies reach a setup's clients (`--direction down`).
@@ -22,6 +22,9 @@ pub enum Replies {
     /// In a frame to the relay's internal port naming the client (our relays).
     Framed,
 }
+
+/// Why a setup is left out of a downlink or conversation search.
+pub const NO_DOWNLINK: &str = "carries no downlink the generator can address";
 
 /// An IPv4 address of a v4-only setup or the downlink's frames.
 pub fn v4(a: SocketAddr) -> SocketAddrV4 {
@@ -541,6 +544,31 @@ impl Setup {
             dst,
             dst_mac: relay.iface.mac,
             framed,
+        }
+    }
+
+    /// How the transceiver's datagrams reach `target`'s clients on `relay`'s host, for
+    /// the setups that keep flows and carry returns from `client_addresses` addresses:
+    /// our relays, and nftables from one address, whose flows a real session proves with
+    /// traffic both ways before its media (our relays hand a flow to relay-afxdp's fast
+    /// path only then). The rest forward one way only, answer from ports the generator
+    /// cannot know, or (the direct path) keep no flows: `None`.
+    pub fn return_path(
+        &self,
+        relay: &RelayHost,
+        target: Target,
+        client_addresses: u32,
+    ) -> Option<ReturnPath> {
+        if !self.carries_downlink(client_addresses) {
+            return None;
+        }
+        match self.replies() {
+            Replies::Framed => Some(ReturnPath::Framed {
+                internal: relay.internal,
+                vip: target.dst,
+            }),
+            Replies::ToTheVip => Some(ReturnPath::ToClientPort(target.dst.ip())),
+            Replies::Direct => None,
         }
     }
 

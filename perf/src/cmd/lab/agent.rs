@@ -2,8 +2,9 @@
 //! --lab` at a time, and for it makes each setup's flows from the client interface, holds
 //! one load (the generator and the sink) and runs the trials it asks for. It serves only a
 //! compare that proves the shared token ([`super::token`]). Every request
-//! is bounded (flows, rate, length, size): a mistyped request costs a refusal, not a
-//! flood. The flows come from a range of client addresses on the client interface
+//! is bounded (flows, rate, length, size) and sends only to the destination it names (a
+//! setup's return path must be that destination's): a mistyped request costs a
+//! refusal, not a flood. The flows come from a range of client addresses on the client interface
 //! (`--client-addresses`), IPv4 or IPv6 as the compare asks, spread evenly over them.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
@@ -14,12 +15,13 @@ use serde_json::{Value, json};
 use super::protocol::{Channel, Prepare, Purpose, Request, trial_json};
 use super::token::{Token, demand_proof};
 use crate::bench::load::target::{
-    FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, SAMPLE_EVERY, SETTLE, SINK_PORT, SOCKET_FLOWS,
-    Target, make_flows,
+    FIRST_CLIENT_PORT, PORTS_PER_CLIENT_ADDR, ReturnPath, SAMPLE_EVERY, SETTLE, SINK_PORT,
+    SOCKET_FLOWS, Target, make_flows, prove_flows,
 };
 use crate::bench::load::{FlowPlan, Generator, Load, Sink, Trial};
 use crate::forwarders::xdp::{
-    Counted, Iface, NEVER_SAMPLED, Sender, XdpGenerator, XdpLoad, XdpSink, template_frame,
+    Conversation, Counted, Iface, NEVER_SAMPLED, ReplyFrames, Sender, XdpGenerator, XdpLoad,
+    XdpSink, template_frame,
 };
 
 /// The most client addresses the flows may come from.
@@ -60,7 +62,9 @@ pub struct AgentOptions {
     /// (and first global IPv6 one) is the transceiver's.
     #[arg(long)]
     pub sink_interface: Option<String>,
-    /// The tools' CPUs (comma-separated): the generator and the sink run on these.
+    /// The tools' CPUs (comma-separated): the generator and the sink run on these, the
+    /// live-frames generator on the first, and when both ways are sent at once the
+    /// downlink's on the second (if given; else beside the uplink's).
     #[arg(long, value_delimiter = ',')]
     pub cpus: Vec<usize>,
     /// Serve one compare, then exit.
@@ -81,6 +85,9 @@ struct Tools {
     sink_addr: SocketAddr,
     /// The sink's IPv6 address, if its interface has a global one.
     sink_addr6: Option<SocketAddr>,
+    /// The second of `--cpus`: the downlink's generator runs there when both ways are
+    /// sent at once (else beside the uplink's, on the first).
+    downlink_cpu: Option<usize>,
     epoch: Instant,
 }
 
@@ -107,7 +114,8 @@ fn serve(options: &AgentOptions) -> Result<(), String> {
             .collect::<Vec<_>>()
             .join(",");
         // Threads started later inherit the mask; the load's own threads (the
-        // live-frames generator, which busy-polls, and the latency sink) take the first.
+        // live-frames generator, which busy-polls, and the latency sink) take the first,
+        // a second generator sending the other way at the same time the second.
         crate::bench::load::set_load_cpu(options.cpus[0]);
         crate::bench::shell::run(
             crate::bench::shell::in_ns(
@@ -202,6 +210,7 @@ fn tools(options: &AgentOptions) -> Result<Tools, String> {
         sink_addr6: first_of(&on_sink, true).map(|ip| SocketAddr::new(ip, SINK_PORT)),
         client_if,
         sink_if,
+        downlink_cpu: options.cpus.get(1).copied(),
         epoch: Instant::now(),
     })
 }
@@ -355,6 +364,7 @@ fn hello(tools: &Tools) -> Value {
         "sink_addr6": tools.sink_addr6.map(|a| a.to_string()),
         "live_frames_refused": crate::forwarders::xdp::live_frames_refused(),
         "tools_cpu": crate::bench::load::load_cpu(),
+        "downlink_cpu": tools.downlink_cpu,
         "client_mac": ufrag_common::wire::mac_text(tools.client_if.mac),
         "sink_addr": tools.sink_addr.to_string(),
         "sink_mac": ufrag_common::wire::mac_text(tools.sink_if.mac),
@@ -410,13 +420,20 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
         dst_mac: p.dst_mac,
         framed: p.framed,
     };
+    check_returns(p)?;
+    let downlink = downlink_way(tools, p)?;
     let failed = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
     let sockets = make_flows(None, &plan, p.keeps_flows, target, sink_addr, tools.epoch)
         .map_err(failed("making the flows"))?
         .with_payload_len(p.size);
+    if let Some(back) = p.returns {
+        prove_flows((None, None), &plan, target, sink_addr, back)
+            .map_err(failed("proving the flows"))?;
+    }
     if p.dst == sink_addr {
         // The direct path: to this host's own address, which the kernel delivers over
-        // loopback, past the interface's XDP sink: a socket counts it.
+        // loopback, past the interface's XDP sink: a socket counts it. The same both
+        // ways: its row is the relay host at rest.
         let sink = Sink::start_in(None, sink_addr, false, tools.epoch)
             .map_err(failed("the sink's socket"))?;
         return Ok(Box::new(ToOwnSink {
@@ -424,6 +441,17 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
             sink,
             to: p.dst,
         }));
+    }
+    // Both ways at once: the downlink's generator on a core of its own when the agent
+    // has a second.
+    let cpu = tools.downlink_cpu.filter(|_| p.downlink_share < 1.0);
+    let down = downlink
+        .map(|back| downlink_load(tools, p, &plan, (sink_addr, back), cpu))
+        .transpose()?;
+    if p.downlink_share >= 1.0
+        && let Some(down) = down
+    {
+        return Ok(Box::new(down));
     }
     let (sample_every, sampler_addr) = match p.purpose {
         Purpose::Fixed { .. } => (NEVER_SAMPLED, SocketAddr::new(sink_addr.ip(), 0)),
@@ -451,7 +479,7 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
     } else {
         (sockets, None)
     };
-    Ok(Box::new(XdpLoad {
+    let up = XdpLoad {
         generator,
         latency_generator,
         sink: XdpSink::attach(&tools.sink_if, Counted::ToPort(SINK_PORT), sample_every)
@@ -459,7 +487,119 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
         sampler: Sink::start_in(None, sampler_addr, p.framed, tools.epoch)
             .map_err(failed("the latency socket"))?,
         settle: SETTLE,
-    }))
+    };
+    Ok(match down {
+        Some(down) => Box::new(Conversation {
+            up,
+            down,
+            downlink_share: p.downlink_share,
+        }),
+        None => Box::new(up),
+    })
+}
+
+/// Refuses a return path that is not `p`'s destination's: the frames to our relay's
+/// internal port go to its address, naming the VIP the clients send to; nftables' go to
+/// the VIP's address. A setup that keeps no flows has none. So the proof and the
+/// downlink reach only the host the load already goes to, in its family.
+fn check_returns(p: &Prepare) -> Result<(), String> {
+    let fits = match p.returns {
+        None => true,
+        Some(_) if !p.keeps_flows => false,
+        Some(ReturnPath::Framed { internal, vip }) => vip == p.dst && internal.ip() == p.dst.ip(),
+        Some(ReturnPath::ToClientPort(ip)) => ip == p.dst.ip(),
+    };
+    if fits {
+        Ok(())
+    } else {
+        Err(format!(
+            "returns {:?}: not the return path of a load to {} that keeps flows",
+            p.returns, p.dst
+        ))
+    }
+}
+
+/// How `p`'s downlink returns to the clients, when it asks for one (`None`: uplink only),
+/// or why it cannot: only a search sends one, in live frames, over IPv4, through a setup
+/// that carries returns (the direct path's loopback excepted: the same both ways); and
+/// both ways at once need two interfaces, each counting its way in XDP.
+fn downlink_way(tools: &Tools, p: &Prepare) -> Result<Option<ReturnPath>, String> {
+    if !(0.0..=1.0).contains(&p.downlink_share) {
+        return Err("downlink_share: a share from 0 to 1".into());
+    }
+    if p.downlink_share == 0.0 || p.dst == tools.sink_addr || Some(p.dst) == tools.sink_addr6 {
+        return Ok(None);
+    }
+    if !matches!(p.purpose, Purpose::Search { live_frames: true }) {
+        return Err("a downlink is sent in a search, in live frames".into());
+    }
+    if p.dst.is_ipv6() {
+        return Err("the downlink's frames are IPv4 only".into());
+    }
+    if p.downlink_share < 1.0 && tools.sink_if.name == tools.client_if.name {
+        return Err(BOTH_WAYS_NEED_TWO_INTERFACES.into());
+    }
+    p.returns
+        .map(Some)
+        .ok_or_else(|| "a downlink needs the setup's returns (it carries none)".into())
+}
+
+/// Why both ways at once are refused on one interface.
+pub const BOTH_WAYS_NEED_TWO_INTERFACES: &str = "both ways at once count the uplink on the \
+     sink's interface and the downlink on the clients', each with an XDP program of its own: \
+     start the agent with `--sink-interface` on a second interface";
+
+/// `p`'s downlink: the transceiver's replies from `sink_addr` through `back`
+/// ([`ReplyFrames::through`]), sent as live frames from the sink's interface (the
+/// generator busy-polling `cpu`, else the tools' CPU), counted in XDP on the clients' by
+/// the port they come from; no latency sample.
+fn downlink_load(
+    tools: &Tools,
+    p: &Prepare,
+    plan: &FlowPlan,
+    (sink_addr, back): (SocketAddr, ReturnPath),
+    cpu: Option<usize>,
+) -> Result<XdpLoad, String> {
+    let failed = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
+    let replies = ReplyFrames::through(
+        back,
+        (tools.sink_if.mac, p.dst_mac),
+        sink_addr,
+        plan,
+        p.dst.port(),
+        p.size,
+    )
+    .map_err(failed("the downlink's frames"))?;
+    let frames = XdpGenerator::stamping(
+        tools.sink_if.clone(),
+        None,
+        replies.frame,
+        (&replies.plan, replies.stamps),
+        tools.epoch,
+    )
+    .map_err(failed("the downlink's live-frames generator"))?;
+    let frames = match cpu {
+        Some(cpu) => frames.on_cpu(cpu),
+        None => frames,
+    };
+    Ok(XdpLoad {
+        generator: Sender::LiveFrames(frames),
+        latency_generator: None,
+        sink: XdpSink::attach(
+            &tools.client_if,
+            Counted::FromPort(replies.from_port),
+            NEVER_SAMPLED,
+        )
+        .map_err(failed("the downlink's XDP sink"))?,
+        sampler: Sink::start_in(
+            None,
+            SocketAddr::new(plan.addr(0).ip(), 0),
+            false,
+            tools.epoch,
+        )
+        .map_err(failed("an idle latency socket"))?,
+        settle: SETTLE,
+    })
 }
 
 /// The direct path's load on the tools host: client sockets to its own sink socket.

@@ -12,6 +12,7 @@ use sha2::Sha256;
 
 use ufrag_common::wire::{hex, mac_text, unhex};
 
+use crate::bench::load::target::ReturnPath;
 use crate::bench::load::{CDF_QUANTILES, Latency, Trial};
 
 /// The longest line either side reads: a request or a reply is a few hundred bytes, the
@@ -22,8 +23,9 @@ pub const MAX_LINE: u64 = 64 * 1024;
 /// handshake proves both ends and seals every later line; 3: the flows spread over the
 /// agent's client addresses, IPv4 or IPv6 as the destination is, and its hello says
 /// how many flows they hold, and whether it can send live frames; the fixed loads may
-/// be live frames).
-pub const VERSION: u64 = 3;
+/// be live frames; 4: the flows are proven both ways where the setup carries returns,
+/// and a search may go downlink or both ways).
+pub const VERSION: u64 = 4;
 
 /// What a prepared load is for, and what sends it: live frames paced in the tools host's
 /// kernel, or client sockets paced by sleeping.
@@ -51,7 +53,7 @@ impl Purpose {
 }
 
 /// A load for the agent to prepare: where it goes and how.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Prepare {
     /// The datagrams' destination.
     pub dst: SocketAddr,
@@ -67,10 +69,18 @@ pub struct Prepare {
     pub size: usize,
     /// What the load is for.
     pub purpose: Purpose,
+    /// How the transceiver's datagrams reach the clients through the setup, for the
+    /// setups that carry returns: the agent proves each flow both ways over it after
+    /// making the flows (as a session does before its media), and sends the downlink
+    /// over it.
+    pub returns: Option<ReturnPath>,
+    /// The share of each trial's rate sent downlink, from the sink's interface back to
+    /// the clients through `returns`: 0 (uplink only) to 1 (downlink only).
+    pub downlink_share: f64,
 }
 
 /// A request to the agent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Request {
     /// Who are you: the agent's addresses and environment.
     Hello,
@@ -108,6 +118,14 @@ impl Request {
                     Purpose::Search { live_frames: true } => "search-live-frames",
                     Purpose::Search { live_frames: false } => "search-sockets",
                 },
+                "returns": match p.returns {
+                    None => Value::Null,
+                    Some(ReturnPath::Framed { internal, vip }) => json!({
+                        "framed": { "internal": internal.to_string(), "vip": vip.to_string() },
+                    }),
+                    Some(ReturnPath::ToClientPort(ip)) => json!({ "to_client_port": ip.to_string() }),
+                },
+                "downlink_share": p.downlink_share,
             }),
             Request::Trial {
                 rate,
@@ -151,6 +169,11 @@ impl Request {
                     "search-sockets" => Purpose::Search { live_frames: false },
                     other => return Err(format!("`purpose`: {other:?}")),
                 },
+                returns: returns_from_json(&v["returns"])?,
+                downlink_share: v["downlink_share"]
+                    .as_f64()
+                    .filter(|share| (0.0..=1.0).contains(share))
+                    .ok_or("`downlink_share`: a number from 0 to 1")?,
             })),
             "trial" => Ok(Request::Trial {
                 rate: number("rate")?,
@@ -160,6 +183,32 @@ impl Request {
             "release" => Ok(Request::Release),
             other => Err(format!("unknown op {other:?}")),
         }
+    }
+}
+
+/// A prepared load's `returns` from JSON: null, `{"framed": {"internal", "vip"}}` or
+/// `{"to_client_port": ip}`.
+fn returns_from_json(v: &Value) -> Result<Option<ReturnPath>, String> {
+    let address = |v: &Value, k: &str| -> Result<SocketAddr, String> {
+        v[k].as_str()
+            .ok_or(format!("`returns.{k}`: an address"))?
+            .parse()
+            .map_err(|e| format!("`returns.{k}`: {e}"))
+    };
+    if v.is_null() {
+        Ok(None)
+    } else if let Some(framed) = v.get("framed") {
+        Ok(Some(ReturnPath::Framed {
+            internal: address(framed, "internal")?,
+            vip: address(framed, "vip")?,
+        }))
+    } else if let Some(ip) = v["to_client_port"].as_str() {
+        Ok(Some(ReturnPath::ToClientPort(
+            ip.parse()
+                .map_err(|e| format!("`returns.to_client_port`: {e}"))?,
+        )))
+    } else {
+        Err("`returns`: null, {\"framed\": …} or {\"to_client_port\": …}".into())
     }
 }
 
@@ -421,9 +470,9 @@ impl Channel {
 mod tests {
     use super::*;
 
-    #[test]
-    fn every_request_reads_back_as_written() {
-        let prepare = Prepare {
+    /// A search's load to one of our relays, uplink only: what the tests vary.
+    fn a_search() -> Prepare {
+        Prepare {
             dst: "10.1.2.3:3478".parse().unwrap(),
             dst_mac: [2, 0, 0, 0, 0, 0xaa],
             framed: true,
@@ -431,7 +480,14 @@ mod tests {
             flows: 1000,
             size: 200,
             purpose: Purpose::Search { live_frames: true },
-        };
+            returns: None,
+            downlink_share: 0.0,
+        }
+    }
+
+    #[test]
+    fn every_request_reads_back_as_written() {
+        let prepare = a_search();
         for r in [
             Request::Hello,
             Request::Prepare(prepare),
@@ -441,6 +497,24 @@ mod tests {
             }),
             Request::Prepare(Prepare {
                 purpose: Purpose::Fixed { live_frames: false },
+                ..prepare
+            }),
+            Request::Prepare(Prepare {
+                returns: Some(ReturnPath::Framed {
+                    internal: "10.1.2.3:40000".parse().unwrap(),
+                    vip: "10.1.2.3:3478".parse().unwrap(),
+                }),
+                downlink_share: 0.25,
+                ..prepare
+            }),
+            Request::Prepare(Prepare {
+                returns: Some(ReturnPath::ToClientPort("10.1.2.3".parse().unwrap())),
+                downlink_share: 1.0,
+                ..prepare
+            }),
+            Request::Prepare(Prepare {
+                dst: "[fd00::1]:3478".parse().unwrap(),
+                returns: Some(ReturnPath::ToClientPort("fd00::1".parse().unwrap())),
                 ..prepare
             }),
             Request::Trial {
@@ -465,6 +539,25 @@ mod tests {
             ),
             (json!({"nothing": 1}), "`op`"),
         ];
+        let prepare = Request::Prepare(Prepare {
+            downlink_share: 0.5,
+            ..a_search()
+        })
+        .to_json();
+        let with = |k: &str, value: Value| {
+            let mut v = prepare.clone();
+            v[k] = value;
+            v
+        };
+        let bad = bad.into_iter().chain([
+            (with("downlink_share", json!(1.5)), "`downlink_share`"),
+            (with("downlink_share", json!("half")), "`downlink_share`"),
+            (
+                with("returns", json!({"framed": {"internal": "x"}})),
+                "`returns.internal`",
+            ),
+            (with("returns", json!({"to_client_port": 7})), "`returns`"),
+        ]);
         for (v, says) in bad {
             let e = Request::from_json(&v).unwrap_err();
             assert!(e.contains(says), "{v}: {e}");

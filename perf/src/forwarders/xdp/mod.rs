@@ -37,6 +37,7 @@ use std::time::Instant;
 use ufrag_bpf::sys as bpf;
 
 use crate::bench::load::FlowPlan;
+use crate::bench::load::target::ReturnPath;
 
 use ufrag_common::wire::{ETH_LEN as ETH, IPV4_LEN as IPV4, IPV6_LEN as IPV6, UDP_LEN as UDP};
 
@@ -167,6 +168,80 @@ pub fn framed_template(
     payload[n] = 0x80;
     payload[n + 1] = 111;
     frame_around(src_mac, dst_mac, src, dst, &payload)
+}
+
+/// The downlink's frames, as a transceiver sends them: what [`XdpGenerator::stamping`]
+/// sends, and the port its replies reach the clients from.
+#[derive(Debug)]
+pub struct ReplyFrames {
+    /// The template every frame starts from.
+    pub frame: Vec<u8>,
+    /// The flows stamped into it, one a frame in turn.
+    pub plan: FlowPlan,
+    /// Where they are stamped.
+    pub stamps: Stamps,
+    /// The source port the replies reach the clients from (through a relay the VIP's):
+    /// what a sink on the clients' interface counts.
+    pub from_port: u16,
+}
+
+impl ReplyFrames {
+    /// Replies to `plan`'s clients through `back`, from `sink` (the transceiver, behind
+    /// `macs.0`) to the relay's interface (`macs.1`): to our relays a frame to the
+    /// internal port naming the client and the VIP, to nftables a datagram to the VIP's
+    /// address at the client's port (which its conntrack maps back to the client from the
+    /// port the clients sent to, `vip_port`). IPv4 only (the frames are built over IPv4
+    /// headers): an IPv6 address is refused.
+    pub fn through(
+        back: ReturnPath,
+        macs: ([u8; 6], [u8; 6]),
+        sink: SocketAddr,
+        plan: &FlowPlan,
+        vip_port: u16,
+        size: usize,
+    ) -> io::Result<ReplyFrames> {
+        let v4 = |a: SocketAddr| match a {
+            SocketAddr::V4(a) => Ok(a),
+            SocketAddr::V6(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "the downlink's frames are IPv4 only",
+            )),
+        };
+        Ok(match back {
+            ReturnPath::Framed { internal, vip } => ReplyFrames {
+                frame: framed_template(
+                    macs,
+                    (v4(sink)?, v4(internal)?),
+                    (v4(plan.addr(0))?, v4(vip)?),
+                    size,
+                ),
+                plan: *plan,
+                stamps: Stamps::FRAMED_CLIENT,
+                from_port: vip.port(),
+            },
+            ReturnPath::ToClientPort(ip) => {
+                // To the VIP's address at each client's port: the plan's ports on it,
+                // which name the clients only when they share one address.
+                if plan.addresses != 1 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Unsupported,
+                        "replies to the VIP at the client's port need one client address",
+                    ));
+                }
+                let to_vip = FlowPlan {
+                    first_ip: ip,
+                    ..*plan
+                };
+                let dst = v4(to_vip.addr(0))?;
+                ReplyFrames {
+                    frame: template_frame(macs.0, macs.1, v4(sink)?, dst, size),
+                    plan: to_vip,
+                    stamps: Stamps::DESTINATION,
+                    from_port: vip_port,
+                }
+            }
+        })
+    }
 }
 
 /// Where the live-frames generator writes what changes from frame to frame: the flow's

@@ -61,6 +61,8 @@ pub struct XdpGenerator {
     state: Map,
     frame: Vec<u8>,
     from: Iface,
+    /// The CPU its thread busy-polls: the load tools' unless [`XdpGenerator::on_cpu`].
+    cpu: Option<usize>,
     _peer: Option<PeerPass>,
 }
 
@@ -123,8 +125,18 @@ impl XdpGenerator {
             state,
             frame,
             from,
+            cpu: None,
             _peer: peer,
         })
+    }
+
+    /// This generator, its thread pinned to `cpu` rather than the load tools' CPU (a
+    /// second generator sending at the same time, on a core of its own).
+    pub fn on_cpu(self, cpu: usize) -> Self {
+        XdpGenerator {
+            cpu: Some(cpu),
+            ..self
+        }
     }
 
     /// The first `frames` frames the program makes, as it makes them
@@ -152,7 +164,7 @@ impl XdpGenerator {
 
     /// Transmits `rate_pps × duration` frames at `rate_pps`, paced by the program, from
     /// one `BPF_PROG_RUN` on a thread in the interface's namespace pinned to the load CPU
-    /// (it busy-polls that core), stopped by a signal once all are sent or the time is
+    /// or the one [`XdpGenerator::on_cpu`] gave it (it busy-polls that core), stopped by a signal once all are sent or the time is
     /// well past; returns (frames sent, seconds from the first to the last).
     pub fn send(&self, rate_pps: u64, duration: Duration) -> io::Result<(u64, f64)> {
         let total = (rate_pps as f64 * duration.as_secs_f64()) as u64;
@@ -165,9 +177,15 @@ impl XdpGenerator {
         let done = Arc::new(AtomicBool::new(false));
         let (id_out, done_out) = (Arc::clone(&thread_id), Arc::clone(&done));
         let start = Instant::now();
+        let cpu = self.cpu;
         let handle =
             ufrag_testbed::netns::spawn_in(self.from.ns.as_deref(), "xdp-gen", move || {
-                crate::bench::load::pin_to_load_cpu();
+                match cpu {
+                    Some(id) => {
+                        let _ = core_affinity::set_for_current(core_affinity::CoreId { id });
+                    }
+                    None => crate::bench::load::pin_to_load_cpu(),
+                }
                 *id_out.lock().expect("thread id") = Some(nix::sys::pthread::pthread_self());
                 let result = loop {
                     match bpf::prog_run_live(&prog, &frame, ifindex, 0, u32::MAX, LIVE_BATCH) {
