@@ -995,6 +995,13 @@ fn a_bad_value_and_a_missing_peer_are_named_before_any_trial() {
         stderr.contains("--versus mio-gso: not measured"),
         "{stderr}"
     );
+    // The fixed-load rounds are uplink only: a downlink without the search has nothing.
+    let (code, stderr) = compare(&["--direction", "down", "--no-search"], &path);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--direction down or both with --no-search measures nothing"),
+        "{stderr}"
+    );
     // nginx (and nft) cannot be found on an empty PATH.
     let empty = std::env::temp_dir().join(format!("ufrag-empty-path-{}", std::process::id()));
     std::fs::create_dir_all(&empty).unwrap();

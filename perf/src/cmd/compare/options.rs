@@ -273,6 +273,13 @@ impl Options {
         if self.rounds == 0 && self.no_search {
             return Err("--rounds 0 with --no-search measures nothing".into());
         }
+        if downlink && self.no_search {
+            return Err(
+                "--direction down or both with --no-search measures nothing (the fixed-load \
+                 rounds are uplink only)"
+                    .into(),
+            );
+        }
         let cpus = crate::bench::environment::online_cpus();
         if let Some(w) = self.workers.iter().find(|w| **w == 0 || **w > cpus) {
             return Err(format!(

@@ -202,6 +202,14 @@ fn tools(options: &AgentOptions) -> Result<Tools, String> {
     let Some(sink_ip) = first_of(&on_sink, false) else {
         return Err(format!("{sink_name} has no IPv4 address"));
     };
+    if sink_if.name != client_if.name && !answers_arp_alone(&client_if.name) {
+        eprintln!(
+            "ufrag-perf agent: !! {} answers ARP for {sink_ip} too (arp_ignore 0): the \
+             relay may send the uplink there, uncounted; set \
+             net.ipv4.conf.all.arp_ignore=1 and arp_announce=2",
+            client_if.name
+        );
+    }
     Ok(Tools {
         client_ip,
         client_ip6,
@@ -496,6 +504,19 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
         }),
         None => Box::new(up),
     })
+}
+
+/// Whether `interface` answers ARP only for its own addresses: the kernel takes the
+/// larger of `all`'s and the interface's `arp_ignore` (unreadable counts as the default,
+/// 0: answering for every address of the host).
+fn answers_arp_alone(interface: &str) -> bool {
+    let arp_ignore = |conf: &str| {
+        std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{conf}/arp_ignore"))
+            .ok()
+            .and_then(|v| v.trim().parse::<u8>().ok())
+            .unwrap_or(0)
+    };
+    arp_ignore("all").max(arp_ignore(interface)) >= 1
 }
 
 /// Refuses a return path that is not `p`'s destination's: the frames to our relay's

@@ -191,7 +191,8 @@ impl ReplyFrames {
     /// internal port naming the client and the VIP, to nftables a datagram to the VIP's
     /// address at the client's port (which its conntrack maps back to the client from the
     /// port the clients sent to, `vip_port`). IPv4 only (the frames are built over IPv4
-    /// headers): an IPv6 address is refused.
+    /// headers): an IPv6 address is refused, and so is a reply whose frame would outgrow
+    /// a 1500-byte MTU ([`MAX_FRAME_LEN`]).
     pub fn through(
         back: ReturnPath,
         macs: ([u8; 6], [u8; 6]),
@@ -207,7 +208,7 @@ impl ReplyFrames {
                 "the downlink's frames are IPv4 only",
             )),
         };
-        Ok(match back {
+        let replies = match back {
             ReturnPath::Framed { internal, vip } => ReplyFrames {
                 frame: framed_template(
                     macs,
@@ -240,9 +241,25 @@ impl ReplyFrames {
                     from_port: vip_port,
                 }
             }
-        })
+        };
+        // The framed path adds the frame header to the datagram: near the largest size
+        // the frame would outgrow the link and every reply read as the relay's loss.
+        if replies.frame.len() > MAX_FRAME_LEN {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a {size}-byte reply makes a {}-byte frame through this return path, \
+                     over the {MAX_FRAME_LEN} bytes of a 1500-byte MTU",
+                    replies.frame.len()
+                ),
+            ));
+        }
+        Ok(replies)
     }
 }
+
+/// The longest Ethernet frame a 1500-byte MTU carries (its header, no FCS).
+pub const MAX_FRAME_LEN: usize = 14 + 1500;
 
 /// Where the live-frames generator writes what changes from frame to frame: the flow's
 /// port and its address's last octet, and the datagram's count and send time.
@@ -425,6 +442,49 @@ mod tests {
         );
         assert_eq!(&f[ETH + IPV4 + 2..ETH + IPV4 + 4], &3478u16.to_be_bytes());
         assert_eq!(f[PAYLOAD], 0x80, "starts like RTP, so a relay forwards it");
+    }
+
+    #[test]
+    fn a_framed_reply_that_outgrows_a_1500_byte_mtu_is_refused() {
+        let framed = ReturnPath::Framed {
+            internal: "10.77.0.2:40000".parse().unwrap(),
+            vip: "10.77.0.2:3478".parse().unwrap(),
+        };
+        let through = |size| {
+            ReplyFrames::through(
+                framed,
+                ([2; 6], [3; 6]),
+                "10.77.0.3:61000".parse().unwrap(),
+                &sample_plan(),
+                3478,
+                size,
+            )
+        };
+        // The largest datagram an unframed IPv4 frame carries fits; framed, it does not.
+        let largest = MAX_FRAME_LEN - PAYLOAD;
+        assert_eq!(largest, 1472);
+        let e = through(largest).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        assert!(e.to_string().contains("over the 1514 bytes"), "{e}");
+        let header = through(12).unwrap().frame.len() - PAYLOAD - 12;
+        let fits = through(largest - header).unwrap();
+        assert_eq!(fits.frame.len(), MAX_FRAME_LEN);
+        assert!(through(largest - header + 1).is_err());
+        let nat = ReturnPath::ToClientPort("10.77.0.2".parse().unwrap());
+        let one_address = FlowPlan {
+            addresses: 1,
+            ..sample_plan()
+        };
+        let unframed = ReplyFrames::through(
+            nat,
+            ([2; 6], [3; 6]),
+            "10.77.0.3:61000".parse().unwrap(),
+            &one_address,
+            3478,
+            largest,
+        )
+        .unwrap();
+        assert_eq!(unframed.frame.len(), MAX_FRAME_LEN);
     }
 
     #[test]

@@ -181,9 +181,15 @@ impl XdpGenerator {
         let handle =
             ufrag_testbed::netns::spawn_in(self.from.ns.as_deref(), "xdp-gen", move || {
                 match cpu {
-                    Some(id) => {
-                        let _ = core_affinity::set_for_current(core_affinity::CoreId { id });
+                    // A second generator that shared a core with the first would halve
+                    // both: one not where it was put fails rather than measures that.
+                    Some(id) if !core_affinity::set_for_current(core_affinity::CoreId { id }) => {
+                        done_out.store(true, Ordering::SeqCst);
+                        return Err(io::Error::other(format!(
+                            "the live-frames generator could not be pinned to CPU {id}"
+                        )));
                     }
+                    Some(_) => {}
                     None => crate::bench::load::pin_to_load_cpu(),
                 }
                 *id_out.lock().expect("thread id") = Some(nix::sys::pthread::pthread_self());
