@@ -430,7 +430,6 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
     };
     check_returns(p)?;
     let downlink = downlink_way(tools, p)?;
-    let failed = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
     let sockets = make_flows(None, &plan, p.keeps_flows, target, sink_addr, tools.epoch)
         .map_err(failed("making the flows"))?
         .with_payload_len(p.size);
@@ -504,6 +503,11 @@ fn prepare(tools: &Tools, p: &Prepare) -> Result<Box<dyn Load>, String> {
         }),
         None => Box::new(up),
     })
+}
+
+/// An I/O error of the step `what`, as a refusal's text.
+fn failed(what: &'static str) -> impl Fn(std::io::Error) -> String {
+    move |e| format!("{what}: {e}")
 }
 
 /// Whether `interface` answers ARP only for its own addresses: the kernel takes the
@@ -581,7 +585,6 @@ fn downlink_load(
     (sink_addr, back): (SocketAddr, ReturnPath),
     cpu: Option<usize>,
 ) -> Result<XdpLoad, String> {
-    let failed = |what: &'static str| move |e: std::io::Error| format!("{what}: {e}");
     let replies = ReplyFrames::through(
         back,
         (tools.sink_if.mac, p.dst_mac),

@@ -164,8 +164,9 @@ impl XdpGenerator {
 
     /// Transmits `rate_pps × duration` frames at `rate_pps`, paced by the program, from
     /// one `BPF_PROG_RUN` on a thread in the interface's namespace pinned to the load CPU
-    /// or the one [`XdpGenerator::on_cpu`] gave it (it busy-polls that core), stopped by a signal once all are sent or the time is
-    /// well past; returns (frames sent, seconds from the first to the last).
+    /// or the one [`XdpGenerator::on_cpu`] gave it (it busy-polls that core), stopped by a
+    /// signal once all are sent or the time is well past; returns (frames sent, seconds
+    /// from the first to the last).
     pub fn send(&self, rate_pps: u64, duration: Duration) -> io::Result<(u64, f64)> {
         let total = (rate_pps as f64 * duration.as_secs_f64()) as u64;
         let interval_ns = (1e9 / rate_pps.max(1) as f64).max(1.0) as u64;
